@@ -1,0 +1,34 @@
+# Third-party dependencies, all Debian packages (scripts/bootstrap.sh installs them).
+find_package(PkgConfig REQUIRED)
+pkg_check_modules(JANSSON REQUIRED IMPORTED_TARGET jansson)
+if(BUILD_TESTING)
+  # Debian's cmocka ships no AddCMockaTest.cmake; pkg-config is enough.
+  pkg_check_modules(CMOCKA REQUIRED IMPORTED_TARGET cmocka)
+endif()
+
+find_program(RAGEL ragel)
+if(NOT RAGEL)
+  message(FATAL_ERROR "ragel not found: run scripts/bootstrap.sh (apt-get install ragel)")
+endif()
+
+# The generator runs on Debian's python3 with Debian's python3-jsonschema, never a pyenv one.
+set(CS_PYTHON /usr/bin/python3 CACHE FILEPATH "Python used by the schema generator")
+execute_process(COMMAND ${CS_PYTHON} -c "import jsonschema"
+                RESULT_VARIABLE _cs_py_rc OUTPUT_QUIET ERROR_QUIET)
+if(NOT _cs_py_rc EQUAL 0)
+  message(FATAL_ERROR "${CS_PYTHON} cannot import jsonschema: apt-get install python3-jsonschema")
+endif()
+
+# cs_ragel(<out-var> <file.rl>): generate <file>.c into the build tree with ragel -G2 and
+# exempt it from the warnings its goto-driven output trips.
+function(cs_ragel out_var rl)
+  get_filename_component(_name ${rl} NAME_WE)
+  set(_out ${CMAKE_CURRENT_BINARY_DIR}/${_name}.c)
+  add_custom_command(OUTPUT ${_out}
+    COMMAND ${RAGEL} -G2 -o ${_out} ${CMAKE_CURRENT_SOURCE_DIR}/${rl}
+    DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/${rl}
+    COMMENT "ragel ${rl}" VERBATIM)
+  set_source_files_properties(${_out} PROPERTIES COMPILE_OPTIONS
+    "-Wno-implicit-fallthrough;-Wno-sign-conversion;-Wno-unused-const-variable;-Wno-conversion;-Wno-unused-variable")
+  set(${out_var} ${_out} PARENT_SCOPE)
+endfunction()

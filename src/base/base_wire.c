@@ -1,0 +1,674 @@
+/*
+ * base_wire: interprets the generated descriptor tables (see base_wire.h).
+ *
+ * Trust: the JSON being decoded is untrusted peer input; the tables are trusted (generated).
+ * The decoder walks the schema, not the input, so its recursion depth is bounded by the schema
+ * (schemas are acyclic: the generator refuses recursive types). Every length is checked before it
+ * is used to allocate.
+ */
+#include "base_wire.h"
+
+#include <assert.h>
+#include <stdarg.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+/* The JSON pointer being decoded, built segment by segment. Truncated pointers end with "...". */
+struct ptr {
+    char buf[256];
+    size_t len;
+    bool truncated;
+};
+
+struct ctx {
+    struct ptr at;
+    struct cs_wire_diag *diag;
+};
+
+void *cs_wire_malloc(size_t n)
+{
+    json_malloc_t m;
+    json_free_t f;
+    json_get_alloc_funcs(&m, &f);
+    return m(n ? n : 1);
+}
+
+void cs_wire_release(void *p)
+{
+    json_malloc_t m;
+    json_free_t f;
+    if (!p)
+        return;
+    json_get_alloc_funcs(&m, &f);
+    f(p);
+}
+
+static void *zalloc(size_t n)
+{
+    void *p = cs_wire_malloc(n);
+    if (p)
+        memset(p, 0, n ? n : 1);
+    return p;
+}
+
+int cs_str_set_n(struct cs_str *s, const char *src, size_t n)
+{
+    if (n == SIZE_MAX)
+        return -1;
+    char *p = cs_wire_malloc(n + 1);
+    if (!p)
+        return -1;
+    if (n)
+        memcpy(p, src, n);
+    p[n] = '\0';
+    s->s = p;
+    s->n = n;
+    return 0;
+}
+
+/* Appends one reference token, escaped as RFC 6901 says (~ -> ~0, / -> ~1). Returns the length
+ * to restore with pop(). */
+static size_t push_n(struct ptr *p, const char *tok, size_t n)
+{
+    size_t saved = p->len;
+    const size_t room = sizeof p->buf - 4; /* keep space for "..." and NUL */
+    if (p->len >= room) {
+        p->truncated = true;
+        return saved;
+    }
+    p->buf[p->len++] = '/';
+    for (size_t i = 0; i < n; i++) {
+        const char *rep = NULL;
+        char one[2] = {tok[i], '\0'};
+        if (tok[i] == '~')
+            rep = "~0";
+        else if (tok[i] == '/')
+            rep = "~1";
+        else
+            rep = one;
+        size_t rl = tok[i] == '\0' ? 1 : strlen(rep);
+        if (p->len + rl >= room) {
+            p->truncated = true;
+            break;
+        }
+        /* A NUL inside a key is shown as "\0" would be misleading; show it as '?'. */
+        if (tok[i] == '\0')
+            p->buf[p->len++] = '?';
+        else {
+            memcpy(p->buf + p->len, rep, rl);
+            p->len += rl;
+        }
+    }
+    p->buf[p->len] = '\0';
+    return saved;
+}
+
+static size_t push(struct ptr *p, const char *tok)
+{
+    return push_n(p, tok, strlen(tok));
+}
+
+static size_t push_index(struct ptr *p, size_t i)
+{
+    char num[32];
+    int n = snprintf(num, sizeof num, "%zu", i);
+    return push_n(p, num, (size_t)n);
+}
+
+static void pop(struct ptr *p, size_t saved)
+{
+    p->len = saved;
+    p->buf[saved] = '\0';
+    p->truncated = false;
+}
+
+static enum cs_wire_status fail(struct ctx *c, enum cs_wire_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static enum cs_wire_status fail(struct ctx *c, enum cs_wire_status st, const char *fmt, ...)
+{
+    if (c->diag) {
+        /* at.len <= sizeof buf - 4 (see push_n), so "..." always fits. */
+        _Static_assert(sizeof c->diag->pointer >= sizeof c->at.buf, "pointer fits");
+        memcpy(c->diag->pointer, c->at.buf, c->at.len);
+        size_t n = c->at.len;
+        if (c->at.truncated) {
+            memcpy(c->diag->pointer + n, "...", 3);
+            n += 3;
+        }
+        c->diag->pointer[n] = '\0';
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(c->diag->text, sizeof c->diag->text, fmt, ap);
+        va_end(ap);
+    }
+    return st;
+}
+
+static enum cs_wire_status oom(struct ctx *c)
+{
+    return fail(c, CS_WIRE_NOMEM, "out of memory");
+}
+
+/* Number of Unicode code points in valid UTF-8 (jansson validated it). */
+static size_t utf8_count(const char *s, size_t n)
+{
+    size_t count = 0;
+    for (size_t i = 0; i < n; i++)
+        if (((unsigned char)s[i] & 0xC0) != 0x80)
+            count++;
+    return count;
+}
+
+/* JSON Schema's "integer": an integer, or a real with no fractional part. Reals beyond int64
+ * saturate, so range checks still reject them exactly when a JSON Schema validator would. */
+static bool as_int(const json_t *j, int64_t *out)
+{
+    if (json_is_integer(j)) {
+        *out = (int64_t)json_integer_value(j);
+        return true;
+    }
+    if (json_is_real(j)) {
+        double d = json_real_value(j);
+        if (!isfinite(d) || floor(d) != d)
+            return false;
+        if (d >= 9223372036854775807.0)
+            *out = INT64_MAX;
+        else if (d <= -9223372036854775808.0)
+            *out = INT64_MIN;
+        else
+            *out = (int64_t)d;
+        return true;
+    }
+    return false;
+}
+
+static void enum_list(const struct cs_wire_type *t, const char *const *names, size_t n, char *buf,
+                      size_t cap)
+{
+    (void)t;
+    size_t len = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < n && len + 8 < cap; i++) {
+        int w = snprintf(buf + len, cap - len, "%s\"%s\"", i ? ", " : "", names[i]);
+        if (w < 0 || (size_t)w >= cap - len) {
+            snprintf(buf + len, cap - len, ", ...");
+            return;
+        }
+        len += (size_t)w;
+    }
+}
+
+static enum cs_wire_status dec(const struct cs_wire_type *t, const json_t *j, void *out,
+                               struct ctx *c);
+
+static enum cs_wire_status set_default(const struct cs_wire_field *f, void *slot, struct ctx *c)
+{
+    switch (f->type->kind) {
+    case CS_WIRE_INT:
+        memcpy(slot, &f->def_int, sizeof f->def_int);
+        return CS_WIRE_OK;
+    case CS_WIRE_BOOL: {
+        bool b = f->def_int != 0;
+        memcpy(slot, &b, sizeof b);
+        return CS_WIRE_OK;
+    }
+    case CS_WIRE_ENUM: {
+        int e = (int)f->def_int;
+        memcpy(slot, &e, sizeof e);
+        return CS_WIRE_OK;
+    }
+    case CS_WIRE_STRING:
+    case CS_WIRE_NSTRING:
+        if (f->def_str && cs_str_set_n(slot, f->def_str, strlen(f->def_str)) != 0)
+            return oom(c);
+        return CS_WIRE_OK;
+    case CS_WIRE_CONST:
+    case CS_WIRE_OBJECT:
+    case CS_WIRE_ARRAY:
+    case CS_WIRE_MAP:
+    case CS_WIRE_UNION:
+        break;
+    }
+    return CS_WIRE_OK; /* the generator emits defaults only for scalar kinds */
+}
+
+static enum cs_wire_status dec_object(const struct cs_wire_object *o, const json_t *j, char *base,
+                                      struct ctx *c)
+{
+    if (!json_is_object(j))
+        return fail(c, CS_WIRE_INVALID, "expected object");
+    for (size_t i = 0; i < o->nfields; i++) {
+        const struct cs_wire_field *f = &o->fields[i];
+        const json_t *v = json_object_get(j, f->name);
+        if (!v) {
+            if (f->required) {
+                size_t s = push(&c->at, f->name);
+                enum cs_wire_status st = fail(c, CS_WIRE_INVALID, "missing required property");
+                pop(&c->at, s);
+                return st;
+            }
+            if (f->has_default) {
+                enum cs_wire_status st = set_default(f, base + f->offset, c);
+                if (st != CS_WIRE_OK)
+                    return st;
+            }
+            continue;
+        }
+        size_t s = push(&c->at, f->name);
+        enum cs_wire_status st = dec(f->type, v, base + f->offset, c);
+        if (st != CS_WIRE_OK)
+            return st;
+        pop(&c->at, s);
+        if (f->has_offset != CS_WIRE_NO_HAS) {
+            bool yes = true;
+            memcpy(base + f->has_offset, &yes, sizeof yes);
+        }
+    }
+    return CS_WIRE_OK;
+}
+
+static enum cs_wire_status dec_string(const struct cs_wire_type *t, const json_t *j, void *out,
+                                      struct ctx *c)
+{
+    if (t->kind == CS_WIRE_NSTRING && json_is_null(j))
+        return CS_WIRE_OK; /* s stays NULL */
+    if (!json_is_string(j))
+        return fail(c, CS_WIRE_INVALID,
+                    t->kind == CS_WIRE_NSTRING ? "expected string or null" : "expected string");
+    const char *s = json_string_value(j);
+    size_t n = json_string_length(j);
+    if (t->min_len >= 0 || t->max_len >= 0) {
+        size_t cp = utf8_count(s, n);
+        if (t->min_len >= 0 && cp < (uint64_t)t->min_len)
+            return fail(c, CS_WIRE_INVALID, "must be at least %lld characters long",
+                        (long long)t->min_len);
+        if (t->max_len >= 0 && cp > (uint64_t)t->max_len)
+            return fail(c, CS_WIRE_INVALID, "must be at most %lld characters long",
+                        (long long)t->max_len);
+    }
+    if (cs_str_set_n(out, s, n) != 0)
+        return oom(c);
+    return CS_WIRE_OK;
+}
+
+static enum cs_wire_status dec_const(const struct cs_wire_type *t, const json_t *j, struct ctx *c)
+{
+    int64_t v;
+    switch (t->const_kind) {
+    case CS_WIRE_CONST_STRING:
+        if (json_is_string(j) && json_string_length(j) == strlen(t->const_str) &&
+            memcmp(json_string_value(j), t->const_str, json_string_length(j)) == 0)
+            return CS_WIRE_OK;
+        return fail(c, CS_WIRE_INVALID, "must be \"%s\"", t->const_str);
+    case CS_WIRE_CONST_INT:
+        if (as_int(j, &v) && v == t->const_int)
+            return CS_WIRE_OK;
+        return fail(c, CS_WIRE_INVALID, "must be %lld", (long long)t->const_int);
+    case CS_WIRE_CONST_BOOL:
+        if (json_is_boolean(j) && (json_is_true(j) ? 1 : 0) == t->const_int)
+            return CS_WIRE_OK;
+        return fail(c, CS_WIRE_INVALID, "must be %s", t->const_int ? "true" : "false");
+    }
+    return fail(c, CS_WIRE_INVALID, "bad constant kind");
+}
+
+static enum cs_wire_status dec_array(const struct cs_wire_type *t, const json_t *j, void *out,
+                                     struct ctx *c)
+{
+    if (!json_is_array(j))
+        return fail(c, CS_WIRE_INVALID, "expected array");
+    size_t n = json_array_size(j);
+    if (t->min_items >= 0 && n < (uint64_t)t->min_items)
+        return fail(c, CS_WIRE_INVALID, "must have at least %lld items", (long long)t->min_items);
+    if (t->max_items >= 0 && n > (uint64_t)t->max_items)
+        return fail(c, CS_WIRE_INVALID, "must have at most %lld items", (long long)t->max_items);
+    struct cs_wire_array arr = {NULL, 0};
+    if (n) {
+        if (n > SIZE_MAX / t->item->size)
+            return oom(c);
+        arr.v = zalloc(n * t->item->size);
+        if (!arr.v)
+            return oom(c);
+        arr.n = n;
+    }
+    memcpy(out, &arr, sizeof arr); /* published first so a failure below frees what was built */
+    for (size_t i = 0; i < n; i++) {
+        size_t s = push_index(&c->at, i);
+        enum cs_wire_status st = dec(t->item, json_array_get(j, i), (char *)arr.v + i * t->item->size, c);
+        if (st != CS_WIRE_OK)
+            return st;
+        pop(&c->at, s);
+    }
+    return CS_WIRE_OK;
+}
+
+static enum cs_wire_status dec_map(const struct cs_wire_type *t, const json_t *j, void *out,
+                                   struct ctx *c)
+{
+    if (!json_is_object(j))
+        return fail(c, CS_WIRE_INVALID, "expected object");
+    size_t n = json_object_size(j);
+    struct cs_wire_array arr = {NULL, 0};
+    if (n) {
+        if (n > SIZE_MAX / t->entry_size)
+            return oom(c);
+        arr.v = zalloc(n * t->entry_size);
+        if (!arr.v)
+            return oom(c);
+        arr.n = n;
+    }
+    memcpy(out, &arr, sizeof arr);
+    size_t i = 0;
+    const char *key;
+    size_t klen;
+    json_t *v;
+    json_object_keylen_foreach((json_t *)j, key, klen, v)
+    {
+        if (i >= n)
+            break;
+        char *entry = (char *)arr.v + i * t->entry_size;
+        if (cs_str_set_n((struct cs_str *)(void *)entry, key, klen) != 0)
+            return oom(c);
+        size_t s = push_n(&c->at, key, klen);
+        enum cs_wire_status st = dec(t->item, v, entry + t->value_offset, c);
+        if (st != CS_WIRE_OK)
+            return st;
+        pop(&c->at, s);
+        i++;
+    }
+    return CS_WIRE_OK;
+}
+
+static enum cs_wire_status dec_union(const struct cs_wire_type *t, const json_t *j, void *out,
+                                     struct ctx *c)
+{
+    if (!json_is_object(j))
+        return fail(c, CS_WIRE_INVALID, "expected object");
+    const json_t *d = json_object_get(j, t->discriminator);
+    size_t s = push(&c->at, t->discriminator);
+    if (!d)
+        return fail(c, CS_WIRE_INVALID, "missing required property");
+    if (!json_is_string(d))
+        return fail(c, CS_WIRE_INVALID, "expected string");
+    const char *tag = json_string_value(d);
+    size_t tlen = json_string_length(d);
+    size_t which = t->nbranches;
+    for (size_t i = 0; i < t->nbranches; i++) {
+        if (strlen(t->branches[i].tag) == tlen && memcmp(t->branches[i].tag, tag, tlen) == 0) {
+            which = i;
+            break;
+        }
+    }
+    if (which == t->nbranches) {
+        char list[200];
+        const char *names[64];
+        size_t nn = t->nbranches < 64 ? t->nbranches : 64;
+        for (size_t i = 0; i < nn; i++)
+            names[i] = t->branches[i].tag;
+        enum_list(t, names, nn, list, sizeof list);
+        return fail(c, CS_WIRE_INVALID, "expected one of %s", list);
+    }
+    pop(&c->at, s);
+    int tagv = (int)which;
+    memcpy(out, &tagv, sizeof tagv);
+    return dec_object(t->branches[which].type->obj, j, (char *)out + t->union_offset, c);
+}
+
+static enum cs_wire_status dec(const struct cs_wire_type *t, const json_t *j, void *out,
+                               struct ctx *c)
+{
+    switch (t->kind) {
+    case CS_WIRE_STRING:
+    case CS_WIRE_NSTRING:
+        return dec_string(t, j, out, c);
+    case CS_WIRE_INT: {
+        int64_t v;
+        if (!as_int(j, &v))
+            return fail(c, CS_WIRE_INVALID, "expected integer");
+        if (t->has_min && v < t->min)
+            return fail(c, CS_WIRE_INVALID, "must be >= %lld", (long long)t->min);
+        if (t->has_max && v > t->max)
+            return fail(c, CS_WIRE_INVALID, "must be <= %lld", (long long)t->max);
+        memcpy(out, &v, sizeof v);
+        return CS_WIRE_OK;
+    }
+    case CS_WIRE_BOOL: {
+        if (!json_is_boolean(j))
+            return fail(c, CS_WIRE_INVALID, "expected boolean");
+        bool b = json_is_true(j);
+        memcpy(out, &b, sizeof b);
+        return CS_WIRE_OK;
+    }
+    case CS_WIRE_ENUM: {
+        if (json_is_string(j)) {
+            const char *s = json_string_value(j);
+            size_t n = json_string_length(j);
+            for (size_t i = 0; i < t->nenum; i++) {
+                if (strlen(t->enum_names[i]) == n && memcmp(t->enum_names[i], s, n) == 0) {
+                    int e = (int)i;
+                    memcpy(out, &e, sizeof e);
+                    return CS_WIRE_OK;
+                }
+            }
+        }
+        char list[200];
+        enum_list(t, t->enum_names, t->nenum, list, sizeof list);
+        return fail(c, CS_WIRE_INVALID, "expected one of %s", list);
+    }
+    case CS_WIRE_CONST:
+        return dec_const(t, j, c);
+    case CS_WIRE_OBJECT:
+        return dec_object(t->obj, j, out, c);
+    case CS_WIRE_ARRAY:
+        return dec_array(t, j, out, c);
+    case CS_WIRE_MAP:
+        return dec_map(t, j, out, c);
+    case CS_WIRE_UNION:
+        return dec_union(t, j, out, c);
+    }
+    return fail(c, CS_WIRE_INVALID, "unsupported type kind");
+}
+
+enum cs_wire_status cs_wire_decode(const struct cs_wire_type *t, const json_t *j, void *out,
+                                   struct cs_wire_diag *diag)
+{
+    struct ctx c;
+    memset(&c, 0, sizeof c);
+    c.diag = diag;
+    if (diag) {
+        diag->pointer[0] = '\0';
+        diag->text[0] = '\0';
+    }
+    memset(out, 0, t->size);
+    if (!j)
+        return fail(&c, CS_WIRE_INVALID, "no value");
+    enum cs_wire_status st = dec(t, j, out, &c);
+    if (st != CS_WIRE_OK)
+        cs_wire_free(t, out);
+    return st;
+}
+
+/* ---- free ---- */
+
+static void free_value(const struct cs_wire_type *t, void *v);
+
+static void free_object(const struct cs_wire_object *o, char *base)
+{
+    for (size_t i = 0; i < o->nfields; i++)
+        free_value(o->fields[i].type, base + o->fields[i].offset);
+}
+
+static void free_value(const struct cs_wire_type *t, void *v)
+{
+    switch (t->kind) {
+    case CS_WIRE_STRING:
+    case CS_WIRE_NSTRING: {
+        struct cs_str *s = v;
+        cs_wire_release(s->s);
+        s->s = NULL;
+        s->n = 0;
+        return;
+    }
+    case CS_WIRE_INT:
+    case CS_WIRE_BOOL:
+    case CS_WIRE_ENUM:
+    case CS_WIRE_CONST:
+        return;
+    case CS_WIRE_OBJECT:
+        free_object(t->obj, v);
+        return;
+    case CS_WIRE_ARRAY:
+    case CS_WIRE_MAP: {
+        struct cs_wire_array arr;
+        memcpy(&arr, v, sizeof arr);
+        size_t esz = t->kind == CS_WIRE_ARRAY ? t->item->size : t->entry_size;
+        for (size_t i = 0; i < arr.n; i++) {
+            char *e = (char *)arr.v + i * esz;
+            if (t->kind == CS_WIRE_MAP) {
+                free_value(&(const struct cs_wire_type){.kind = CS_WIRE_STRING}, e);
+                free_value(t->item, e + t->value_offset);
+            } else {
+                free_value(t->item, e);
+            }
+        }
+        cs_wire_release(arr.v);
+        memset(v, 0, sizeof arr);
+        return;
+    }
+    case CS_WIRE_UNION: {
+        int tag;
+        memcpy(&tag, v, sizeof tag);
+        if (tag >= 0 && (size_t)tag < t->nbranches)
+            free_object(t->branches[tag].type->obj, (char *)v + t->union_offset);
+        return;
+    }
+    }
+}
+
+void cs_wire_free(const struct cs_wire_type *t, void *v)
+{
+    if (!v)
+        return;
+    free_value(t, v);
+    memset(v, 0, t->size);
+}
+
+/* ---- encode ---- */
+
+static json_t *enc(const struct cs_wire_type *t, const void *v);
+
+static json_t *enc_object(const struct cs_wire_object *o, const char *base)
+{
+    json_t *obj = json_object();
+    if (!obj)
+        return NULL;
+    for (size_t i = 0; i < o->nfields; i++) {
+        const struct cs_wire_field *f = &o->fields[i];
+        if (f->has_offset != CS_WIRE_NO_HAS) {
+            bool has;
+            memcpy(&has, base + f->has_offset, sizeof has);
+            if (!has)
+                continue;
+        }
+        json_t *jv = enc(f->type, base + f->offset);
+        if (!jv || json_object_set_new(obj, f->name, jv) != 0) {
+            json_decref(obj);
+            return NULL;
+        }
+    }
+    return obj;
+}
+
+static json_t *enc(const struct cs_wire_type *t, const void *v)
+{
+    switch (t->kind) {
+    case CS_WIRE_STRING:
+    case CS_WIRE_NSTRING: {
+        const struct cs_str *s = v;
+        if (!s->s)
+            return t->kind == CS_WIRE_NSTRING ? json_null() : json_stringn("", 0);
+        return json_stringn(s->s, s->n);
+    }
+    case CS_WIRE_INT: {
+        int64_t i;
+        memcpy(&i, v, sizeof i);
+        return json_integer((json_int_t)i);
+    }
+    case CS_WIRE_BOOL: {
+        bool b;
+        memcpy(&b, v, sizeof b);
+        return json_boolean(b);
+    }
+    case CS_WIRE_ENUM: {
+        int e;
+        memcpy(&e, v, sizeof e);
+        if (e < 0 || (size_t)e >= t->nenum)
+            return NULL;
+        return json_string(t->enum_names[e]);
+    }
+    case CS_WIRE_CONST:
+        switch (t->const_kind) {
+        case CS_WIRE_CONST_STRING:
+            return json_string(t->const_str);
+        case CS_WIRE_CONST_INT:
+            return json_integer((json_int_t)t->const_int);
+        case CS_WIRE_CONST_BOOL:
+            return json_boolean(t->const_int);
+        }
+        return NULL;
+    case CS_WIRE_OBJECT:
+        return enc_object(t->obj, v);
+    case CS_WIRE_ARRAY: {
+        struct cs_wire_array arr;
+        memcpy(&arr, v, sizeof arr);
+        json_t *a = json_array();
+        for (size_t i = 0; a && i < arr.n; i++) {
+            json_t *e = enc(t->item, (const char *)arr.v + i * t->item->size);
+            if (!e || json_array_append_new(a, e) != 0) {
+                json_decref(a);
+                a = NULL;
+            }
+        }
+        return a;
+    }
+    case CS_WIRE_MAP: {
+        struct cs_wire_array arr;
+        memcpy(&arr, v, sizeof arr);
+        json_t *o = json_object();
+        for (size_t i = 0; o && i < arr.n; i++) {
+            const char *entry = (const char *)arr.v + i * t->entry_size;
+            const struct cs_str *key = (const struct cs_str *)(const void *)entry;
+            json_t *e = enc(t->item, entry + t->value_offset);
+            if (!e || !key->s || json_object_setn_new(o, key->s, key->n, e) != 0) {
+                if (e && !key->s)
+                    json_decref(e);
+                json_decref(o);
+                o = NULL;
+            }
+        }
+        return o;
+    }
+    case CS_WIRE_UNION: {
+        int tag;
+        memcpy(&tag, v, sizeof tag);
+        if (tag < 0 || (size_t)tag >= t->nbranches)
+            return NULL;
+        return enc_object(t->branches[tag].type->obj, (const char *)v + t->union_offset);
+    }
+    }
+    return NULL;
+}
+
+json_t *cs_wire_encode(const struct cs_wire_type *t, const void *v)
+{
+    assert(t && v);
+    return enc(t, v);
+}
+
+const char *cs_wire_diag_format(const struct cs_wire_diag *diag, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "%s: %s", diag->pointer[0] ? diag->pointer : "/", diag->text);
+    return buf;
+}
