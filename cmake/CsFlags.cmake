@@ -25,6 +25,15 @@ if(CS_SANITIZE OR CS_FUZZ)
   add_link_options(-fsanitize=address,undefined -fno-sanitize-recover=all)
 endif()
 
+if(CS_FUZZ)
+  if(NOT CMAKE_C_COMPILER_ID STREQUAL "Clang")
+    message(FATAL_ERROR "CS_FUZZ needs clang (cmake --preset fuzz)")
+  endif()
+  # Coverage instrumentation for everything the harnesses link; the harnesses themselves add
+  # -fsanitize=fuzzer (fuzz/CMakeLists.txt).
+  add_compile_options(-fsanitize=fuzzer-no-link)
+endif()
+
 if(CMAKE_BUILD_TYPE STREQUAL "Debug")
   add_compile_options(-Og -g3)
 endif()

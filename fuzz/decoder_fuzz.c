@@ -13,8 +13,8 @@
 #include "csw.h"
 
 #define CAT_(a, b) a##b
-#define CAT(a, b) CAT_(a, b)
-#define TYPE_DESC CAT(CS_FUZZ_TYPE, _type)
+#define CAT(a, b)  CAT_(a, b)
+#define TYPE_DESC  CAT(CS_FUZZ_TYPE, _type)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

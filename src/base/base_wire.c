@@ -184,19 +184,19 @@ static bool as_int(const json_t *j, int64_t *out)
     return false;
 }
 
-static void enum_list(const struct cs_wire_type *t, const char *const *names, size_t n, char *buf,
-                      size_t cap)
+/* Writes "a", "b", ... into buf, ending with ", ..." when not every name fits. */
+static void enum_list(const char *const *names, size_t n, char *buf, size_t cap)
 {
-    (void)t;
+    static const char more[] = ", ...";
     size_t len = 0;
     buf[0] = '\0';
-    for (size_t i = 0; i < n && len + 8 < cap; i++) {
-        int w = snprintf(buf + len, cap - len, "%s\"%s\"", i ? ", " : "", names[i]);
-        if (w < 0 || (size_t)w >= cap - len) {
-            snprintf(buf + len, cap - len, ", ...");
+    for (size_t i = 0; i < n; i++) {
+        size_t need = strlen(names[i]) + (i ? 4 : 2);
+        if (len + need + sizeof more > cap) {
+            memcpy(buf + len, more, sizeof more);
             return;
         }
-        len += (size_t)w;
+        len += (size_t)snprintf(buf + len, cap - len, "%s\"%s\"", i ? ", " : "", names[i]);
     }
 }
 
@@ -336,7 +336,8 @@ static enum cs_wire_status dec_array(const struct cs_wire_type *t, const json_t 
     memcpy(out, &arr, sizeof arr); /* published first so a failure below frees what was built */
     for (size_t i = 0; i < n; i++) {
         size_t s = push_index(&c->at, i);
-        enum cs_wire_status st = dec(t->item, json_array_get(j, i), (char *)arr.v + i * t->item->size, c);
+        enum cs_wire_status st =
+            dec(t->item, json_array_get(j, i), (char *)arr.v + i * t->item->size, c);
         if (st != CS_WIRE_OK)
             return st;
         pop(&c->at, s);
@@ -407,7 +408,7 @@ static enum cs_wire_status dec_union(const struct cs_wire_type *t, const json_t 
         size_t nn = t->nbranches < 64 ? t->nbranches : 64;
         for (size_t i = 0; i < nn; i++)
             names[i] = t->branches[i].tag;
-        enum_list(t, names, nn, list, sizeof list);
+        enum_list(names, nn, list, sizeof list);
         return fail(c, CS_WIRE_INVALID, "expected one of %s", list);
     }
     pop(&c->at, s);
@@ -454,7 +455,7 @@ static enum cs_wire_status dec(const struct cs_wire_type *t, const json_t *j, vo
             }
         }
         char list[200];
-        enum_list(t, t->enum_names, t->nenum, list, sizeof list);
+        enum_list(t->enum_names, t->nenum, list, sizeof list);
         return fail(c, CS_WIRE_INVALID, "expected one of %s", list);
     }
     case CS_WIRE_CONST:

@@ -11,13 +11,18 @@
 
 static void usage(FILE *to)
 {
-    fprintf(to, "usage: codespace-mcp [--version] [--help]\n"
+    fprintf(to, "usage: codespace-mcp [--workspace DIR] [--version] [--help]\n"
                 "CodeSpace MCP execution server (gateway not yet implemented; see README.md).\n");
 }
 
 int main(int argc, char **argv)
 {
+    const char *workspace = NULL;
     for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--workspace") == 0 && i + 1 < argc) {
+            workspace = argv[++i];
+            continue;
+        }
         if (strcmp(argv[i], "--version") == 0) {
             printf("codespace-mcp %s (%zu tools, %zu schemas)\n", CS_VERSION, csw_tool_count,
                    csw_toplevel_count);
@@ -31,6 +36,7 @@ int main(int argc, char **argv)
         usage(stderr);
         return 2;
     }
-    printf("codespace-mcp %s: the MCP gateway is not implemented yet\n", CS_VERSION);
+    printf("codespace-mcp %s: the MCP gateway is not implemented yet (workspace: %s)\n", CS_VERSION,
+           workspace ? workspace : "none");
     return 0;
 }

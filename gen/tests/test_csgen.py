@@ -1,0 +1,217 @@
+"""Tests of gen/csgen.py: the real schemas compile deterministically, and every schema the
+generator cannot honour is refused with a message naming the file and the JSON pointer.
+
+Run: cd gen/tests && /usr/bin/python3 -m unittest -v test_csgen
+"""
+
+import contextlib
+import io
+import json
+import os
+import re
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(REPO, "gen"))
+
+import csgen  # noqa: E402
+
+META = "https://json-schema.org/draft/2020-12/schema"
+
+
+def schema(rel, body, direction="input"):
+    doc = {"$schema": META, "$id": f"https://codespace.invalid/schema/{rel}", "x-cs-major": 1,
+           "x-cs-direction": direction}
+    doc.update(body)
+    return doc
+
+
+def obj(props, required=None):
+    return {"type": "object", "properties": props,
+            "required": list(props) if required is None else required}
+
+
+class Gen:
+    """A throwaway schema directory."""
+
+    def __init__(self, test):
+        self.tmp = tempfile.TemporaryDirectory()
+        test.addCleanup(self.tmp.cleanup)
+        self.dir = os.path.join(self.tmp.name, "schema")
+        os.makedirs(self.dir)
+
+    def put(self, rel, doc):
+        path = os.path.join(self.dir, rel)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as f:
+            json.dump(doc, f, indent=2)
+
+    def run(self, *args):
+        err = io.StringIO()
+        out = io.StringIO()
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
+            rc = csgen.main(["--schema-dir", self.dir, *args])
+        return rc, out.getvalue(), err.getvalue()
+
+
+class RealSchemas(unittest.TestCase):
+    def test_real_schemas_compile_deterministically(self):
+        with tempfile.TemporaryDirectory() as a, tempfile.TemporaryDirectory() as b:
+            sd = os.path.join(REPO, "schema")
+            self.assertEqual(csgen.main(["--schema-dir", sd, "--out", a]), 0)
+            self.assertEqual(csgen.main(["--schema-dir", sd, "--out", b]), 0)
+            for name in ("csw.h", "csw_tables.c"):
+                with open(os.path.join(a, name), "rb") as fa, \
+                        open(os.path.join(b, name), "rb") as fb:
+                    self.assertEqual(fa.read(), fb.read(), name)
+            with open(os.path.join(a, "csw.h")) as f:
+                header = f.read()
+            # Banner: every schema with its hash; version guard tied to the runtime ABI.
+            self.assertIn("do not edit", header)
+            for sf in csgen.load_schemas(sd):
+                self.assertIn(f"schema/{sf.rel} sha256 {sf.sha256}", header)
+            self.assertIn("#error", header)
+            self.assertIn(f"CS_WIRE_ABI != {csgen.WIRE_ABI}", header)
+
+    def test_abi_matches_runtime(self):
+        with open(os.path.join(REPO, "src", "base", "base_wire.h")) as f:
+            m = re.search(r"#define CS_WIRE_ABI (\d+)", f.read())
+        self.assertEqual(int(m.group(1)), csgen.WIRE_ABI)
+
+    def test_every_tool_has_both_schemas(self):
+        files, _, tops = csgen.build_all(os.path.join(REPO, "schema"))
+        tools = sorted((sf.doc["x-cs-tool"]["index"], sf.doc["x-cs-tool"]["name"])
+                       for sf, _ in tops if "x-cs-tool" in sf.doc)
+        self.assertEqual([n for _, n in tools], [
+            "workspace_info", "read", "find", "apply_patch", "operation_status", "exec_command",
+            "write_stdin", "read_process", "process_status", "process_resize",
+            "terminate_process"])
+
+
+class Refusals(unittest.TestCase):
+    def refused(self, docs, *fragments):
+        g = Gen(self)
+        for rel, doc in docs.items():
+            g.put(rel, doc)
+        rc, _, err = g.run("--check")
+        self.assertEqual(rc, 1, err)
+        for frag in fragments:
+            self.assertIn(frag, err)
+        return err
+
+    def test_accepts_a_minimal_schema(self):
+        g = Gen(self)
+        g.put("a.json", schema("a.json", obj({"x": {"type": "string"}})))
+        rc, _, err = g.run("--check")
+        self.assertEqual(rc, 0, err)
+
+    def test_unsupported_keyword(self):
+        self.refused({"a.json": schema("a.json", obj({"x": {"type": "string",
+                                                             "pattern": "^a"}}))},
+                     "schema/a.json", "/properties/x", "unsupported keyword 'pattern'")
+
+    def test_unknown_generator_keyword(self):
+        self.refused({"a.json": schema("a.json", dict(obj({"x": {"type": "string"}}),
+                                                      **{"x-cs-colour": "red"}))},
+                     "unsupported keyword 'x-cs-colour'")
+
+    def test_meta_schema_violation(self):
+        self.refused({"a.json": schema("a.json", obj({"x": {"type": 5}}))},
+                     "schema/a.json", "fails the 2020-12 meta-schema")
+
+    def test_wrong_dialect_and_id(self):
+        doc = schema("a.json", obj({"x": {"type": "string"}}))
+        doc["$schema"] = "http://json-schema.org/draft-07/schema#"
+        self.refused({"a.json": doc}, "$schema must be")
+        doc = schema("a.json", obj({"x": {"type": "string"}}))
+        doc["$id"] = "https://example.com/a.json"
+        self.refused({"a.json": doc}, "$id must be")
+
+    def test_missing_major_or_direction(self):
+        doc = schema("a.json", obj({"x": {"type": "string"}}))
+        del doc["x-cs-major"]
+        self.refused({"a.json": doc}, "x-cs-major")
+        doc = schema("a.json", obj({"x": {"type": "string"}}))
+        doc["x-cs-direction"] = "sideways"
+        self.refused({"a.json": doc}, "x-cs-direction")
+
+    def test_recursive_type(self):
+        doc = schema("a.json", dict(obj({"n": {"$ref": "#/$defs/node"}}), **{"$defs": {
+            "node": obj({"next": {"$ref": "#/$defs/node"}}, [])}}))
+        self.refused({"a.json": doc}, "recursive")
+
+    def test_union_needs_discriminator(self):
+        doc = schema("a.json", {"oneOf": [obj({"a": {"type": "string"}}),
+                                          obj({"b": {"type": "string"}})]})
+        self.refused({"a.json": doc}, "no required string const")
+
+    def test_union_duplicate_tag(self):
+        doc = schema("a.json", {"oneOf": [{"$ref": "#/$defs/one"}, {"$ref": "#/$defs/two"}],
+                                "$defs": {"one": obj({"t": {"const": "x"}}),
+                                          "two": obj({"t": {"const": "x"}})}})
+        self.refused({"a.json": doc}, "share t='x'")
+
+    def test_closed_objects_are_refused(self):
+        doc = schema("a.json", dict(obj({"x": {"type": "string"}}), additionalProperties=False))
+        self.refused({"a.json": doc}, "additionalProperties must be absent, true or a schema")
+
+    def test_number_and_multi_types(self):
+        self.refused({"a.json": schema("a.json", obj({"x": {"type": "number"}}))},
+                     "type 'number' is not supported")
+        self.refused({"a.json": schema("a.json", obj({"x": {"type": ["integer", "null"]}}))},
+                     "is not supported")
+
+    def test_required_not_in_properties(self):
+        self.refused({"a.json": schema("a.json", obj({"x": {"type": "string"}}, ["y"]))},
+                     "required property 'y' is not in properties")
+
+    def test_bad_default(self):
+        self.refused({"a.json": schema("a.json", obj(
+            {"x": {"type": "integer", "minimum": 1, "default": 0}}, []))}, "default of 'x'")
+
+    def test_dangling_refs(self):
+        self.refused({"a.json": schema("a.json", obj({"x": {"$ref": "b.json"}}))},
+                     "unknown schema file 'b.json'")
+        self.refused({"a.json": schema("a.json", obj({"x": {"$ref": "#/$defs/nope"}}))},
+                     "does not exist")
+
+    def test_ref_with_constraints(self):
+        doc = schema("a.json", dict(obj({"x": {"$ref": "#/$defs/s", "minLength": 2}}),
+                                    **{"$defs": {"s": {"type": "string"}}}))
+        self.refused({"a.json": doc}, "$ref with sibling keywords")
+
+    def test_root_must_be_object_or_union(self):
+        self.refused({"a.json": schema("a.json", {"type": "string"})},
+                     "root must be an object or a oneOf union")
+
+    def test_c_name_collision(self):
+        doc = schema("a.json", dict(obj({"x": {"$ref": "#/$defs/e1"}, "y": {"$ref": "#/$defs/e2"}}),
+                                    **{"$defs": {
+                                        "e1": {"type": "string", "enum": ["a"],
+                                               "x-cs-c-name": "same"},
+                                        "e2": {"type": "string", "enum": ["b"],
+                                               "x-cs-c-name": "same"}}}))
+        self.refused({"a.json": doc}, "C name csw_same already used")
+
+    def test_cross_file_refs_share_one_type(self):
+        g = Gen(self)
+        g.put("e.json", schema("e.json", dict(obj({"code": {"$ref": "#/$defs/code"}}),
+                                              **{"$defs": {"code": {"type": "string",
+                                                                    "enum": ["A", "B"]}}})))
+        g.put("d/u.json", schema("d/u.json", obj({"err": {"$ref": "../e.json"},
+                                                  "c": {"$ref": "../e.json#/$defs/code"}})))
+        with tempfile.TemporaryDirectory() as out:
+            rc, _, err = g.run("--out", out)
+            self.assertEqual(rc, 0, err)
+            with open(os.path.join(out, "csw.h")) as f:
+                h = f.read()
+        self.assertIn("struct csw_e err;", h)
+        self.assertIn("enum csw_e_code c;", h)
+        self.assertEqual(h.count("enum csw_e_code {"), 1)
+
+
+if __name__ == "__main__":
+    unittest.main()

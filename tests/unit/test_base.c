@@ -1,0 +1,495 @@
+/*
+ * Unit tests of the base module: the wire runtime (base_wire.c) driven through the generated
+ * tables of every schema (build/gen/csw_tables.c).
+ *
+ * - every schema: each golden valid case decodes, encodes, decodes again to the same JSON
+ *   (tests/golden/<type>/valid/), and each schema has such a case;
+ * - hand-built structs round trip, defaults apply without setting has_ flags;
+ * - rejections name the JSON pointer of the first violation, for every kind of check;
+ * - "fail the Nth allocation": for every golden case, decode and encode are run with the Nth
+ *   allocation failing, for every N until they succeed, proving no crash and no leak on OOM;
+ * - the error catalogue and tool tables generated from the schemas.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "csw.h"
+
+#ifndef CS_GOLDEN_DIR
+#error "CS_GOLDEN_DIR must name tests/golden"
+#endif
+
+/* ---- helpers ---- */
+
+static json_t *parse(const char *text)
+{
+    json_error_t err;
+    json_t *j = json_loads(text, JSON_ALLOW_NUL | JSON_DECODE_ANY, &err);
+    if (!j)
+        fail_msg("bad test JSON: %s: %s", err.text, text);
+    return j;
+}
+
+/* Decodes text as t and expects a rejection whose "<pointer>: <text>" equals want. */
+static void expect_reject(const struct cs_wire_type *t, const char *text, const char *want)
+{
+    json_t *j = parse(text);
+    void *out = test_malloc(t->size);
+    struct cs_wire_diag diag;
+    enum cs_wire_status st = cs_wire_decode(t, j, out, &diag);
+    char buf[600];
+    cs_wire_diag_format(&diag, buf, sizeof buf);
+    if (st != CS_WIRE_INVALID)
+        fail_msg("accepted: %s", text);
+    assert_string_equal(buf, want);
+    /* A failed decode leaves the output zeroed. */
+    for (size_t i = 0; i < t->size; i++)
+        assert_int_equal(((unsigned char *)out)[i], 0);
+    test_free(out);
+    json_decref(j);
+}
+
+static json_t *roundtrip(const struct cs_wire_type *t, const json_t *j, const char *what)
+{
+    void *a = calloc(1, t->size), *b = calloc(1, t->size);
+    assert_non_null(a);
+    assert_non_null(b);
+    struct cs_wire_diag diag;
+    char buf[600];
+    if (cs_wire_decode(t, j, a, &diag) != CS_WIRE_OK)
+        fail_msg("%s: rejected: %s", what, cs_wire_diag_format(&diag, buf, sizeof buf));
+    json_t *e1 = cs_wire_encode(t, a);
+    assert_non_null(e1);
+    if (cs_wire_decode(t, e1, b, &diag) != CS_WIRE_OK)
+        fail_msg("%s: own encoding rejected: %s", what,
+                 cs_wire_diag_format(&diag, buf, sizeof buf));
+    json_t *e2 = cs_wire_encode(t, b);
+    assert_non_null(e2);
+    if (!json_equal(e1, e2))
+        fail_msg("%s: encode(decode(encode(x))) differs from encode(x)", what);
+    json_decref(e2);
+    cs_wire_free(t, a);
+    cs_wire_free(t, b);
+    free(a);
+    free(b);
+    return e1;
+}
+
+/* Every JSON key of `sub` appears in `full` with an equal value, recursively for objects, and
+ * arrays match element-wise. Used to check that encode(decode(x)) keeps all known input. */
+static int covers(const json_t *full, const json_t *sub)
+{
+    if (json_is_object(sub) && json_is_object(full)) {
+        const char *k;
+        json_t *v;
+        json_object_foreach((json_t *)sub, k, v)
+        {
+            json_t *f = json_object_get(full, k);
+            if (f && !covers(f, v))
+                return 0;
+        }
+        return 1;
+    }
+    if (json_is_array(sub) && json_is_array(full)) {
+        if (json_array_size(sub) != json_array_size(full))
+            return 0;
+        for (size_t i = 0; i < json_array_size(sub); i++)
+            if (!covers(json_array_get(full, i), json_array_get(sub, i)))
+                return 0;
+        return 1;
+    }
+    if (json_is_number(sub) && json_is_number(full))
+        return json_number_value(sub) == json_number_value(full);
+    return json_equal(full, sub);
+}
+
+typedef void (*case_fn)(const struct csw_toplevel *tl, const char *path, json_t *j);
+
+/* Calls fn for every golden case of tl under kind ("valid" or "invalid"); returns the count. */
+static size_t for_each_case(const struct csw_toplevel *tl, const char *kind, case_fn fn)
+{
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/%s/%s", CS_GOLDEN_DIR, tl->name, kind);
+    DIR *d = opendir(dir);
+    if (!d)
+        return 0;
+    size_t n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        size_t len = strlen(e->d_name);
+        if (len < 6 || strcmp(e->d_name + len - 5, ".json") != 0)
+            continue;
+        char path[2048];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        json_error_t err;
+        json_t *j = json_load_file(path, JSON_ALLOW_NUL | JSON_DECODE_ANY, &err);
+        if (!j)
+            continue; /* unparseable cases are the golden test's business */
+        fn(tl, path, j);
+        json_decref(j);
+        n++;
+    }
+    closedir(d);
+    return n;
+}
+
+/* ---- round trips ---- */
+
+static void roundtrip_case(const struct csw_toplevel *tl, const char *path, json_t *j)
+{
+    json_t *e = roundtrip(tl->type, j, path);
+    /* Nothing the schema knows is lost: the encoding covers the input's known properties.
+     * (Unknown input properties are ignored, so check the other direction: every key of the
+     * encoding with a counterpart in the input holds the same value.) */
+    if (!covers(j, e))
+        fail_msg("%s: the encoding changed a value of the input", path);
+    json_decref(e);
+}
+
+static void test_every_schema_round_trips(void **state)
+{
+    (void)state;
+    assert_true(csw_toplevel_count >= 28);
+    for (size_t i = 0; i < csw_toplevel_count; i++) {
+        size_t n = for_each_case(&csw_toplevel[i], "valid", roundtrip_case);
+        if (n == 0)
+            fail_msg("schema %s has no golden valid case to round trip", csw_toplevel[i].name);
+    }
+}
+
+static void test_hand_built_round_trip(void **state)
+{
+    (void)state;
+    struct csw_mcp_read_input in;
+    memset(&in, 0, sizeof in);
+    assert_int_equal(cs_str_set_n(&in.workspace_id, "demo", 4), 0);
+    assert_int_equal(cs_str_set_n(&in.path, "a\0b", 3), 0); /* NUL survives */
+    in.has_offset = true;
+    in.offset = 3;
+    json_t *j = csw_mcp_read_input_encode(&in);
+    assert_non_null(j);
+    char *text = json_dumps(j, JSON_SORT_KEYS | JSON_COMPACT);
+    assert_string_equal(text, "{\"offset\":3,\"path\":\"a\\u0000b\",\"workspace_id\":\"demo\"}");
+    free(text);
+
+    struct csw_mcp_read_input back;
+    struct cs_wire_diag diag;
+    assert_int_equal(csw_mcp_read_input_decode(j, &back, &diag), CS_WIRE_OK);
+    assert_int_equal(back.path.n, 3);
+    assert_memory_equal(back.path.s, "a\0b", 3);
+    assert_true(back.has_offset);
+    assert_int_equal(back.offset, 3);
+    assert_false(back.has_limit); /* absent: default applied, flag stays false */
+    assert_int_equal(back.limit, 1048576);
+    csw_mcp_read_input_free(&back);
+    csw_mcp_read_input_free(&in);
+    assert_null(in.path.s);
+    json_decref(j);
+
+    /* A union: the runner envelope with an exec op, a map and a constant. */
+    j = parse("{\"protocol\":5,\"kind\":\"request\",\"request_id\":\"rrpc-1\",\"op\":{\"op\":"
+              "\"exec\",\"data\":{\"workspace\":{\"id\":\"w\",\"root\":\"/r\",\"profile\":"
+              "\"workspace-write\",\"environment_kind\":\"host\",\"network\":\"restricted\"},"
+              "\"argv\":[\"echo\",\"\"],\"process_id\":\"proc-1\",\"cwd\":\"workspace_root\","
+              "\"env\":{\"use_runner_defaults\":true,\"overrides\":{\"A\":\"1\",\"B\":\"2\"}},"
+              "\"timeout_ms\":30000,\"output_bytes_cap\":262144,\"tty\":false,\"policy\":{"
+              "\"workspace_profile\":\"workspace-write\",\"network\":\"restricted\"}}}}");
+    struct csw_runner_wire w;
+    assert_int_equal(csw_runner_wire_decode(j, &w, &diag), CS_WIRE_OK);
+    assert_int_equal(w.tag, CSW_RUNNER_WIRE_REQUEST);
+    assert_int_equal(w.u.request.op.tag, CSW_RUNNER_WIRE_OP_EXEC);
+    const struct csw_runner_wire_exec_data *ex = &w.u.request.op.u.exec.data;
+    assert_int_equal(ex->argv.n, 2);
+    assert_string_equal(ex->argv.v[0].s, "echo");
+    assert_int_equal(ex->argv.v[1].n, 0);
+    assert_int_equal(ex->env.overrides.n, 2);
+    assert_string_equal(ex->env.overrides.v[1].key.s, "B");
+    assert_string_equal(ex->env.overrides.v[1].value.s, "2");
+    assert_int_equal(ex->workspace.profile, CSW_RUNNER_WORKSPACE_PROFILE_WORKSPACE_WRITE);
+    json_t *e = csw_runner_wire_encode(&w);
+    assert_true(json_equal(e, j));
+    json_decref(e);
+    csw_runner_wire_free(&w);
+    json_decref(j);
+}
+
+static void test_integers_follow_json_schema(void **state)
+{
+    (void)state;
+    struct csw_mcp_read_input in;
+    struct cs_wire_diag diag;
+    /* An integral real is an integer in JSON Schema. */
+    json_t *j = parse("{\"workspace_id\":\"w\",\"path\":\"p\",\"offset\":5.0}");
+    assert_int_equal(csw_mcp_read_input_decode(j, &in, &diag), CS_WIRE_OK);
+    assert_int_equal(in.offset, 5);
+    csw_mcp_read_input_free(&in);
+    json_decref(j);
+    /* Huge integral reals saturate, so unbounded fields accept them and bounded ones reject. */
+    j = parse("{\"workspace_id\":\"w\",\"path\":\"p\",\"limit\":1e300}");
+    assert_int_equal(csw_mcp_read_input_decode(j, &in, &diag), CS_WIRE_OK);
+    assert_int_equal(in.limit, INT64_MAX);
+    csw_mcp_read_input_free(&in);
+    json_decref(j);
+    expect_reject(&csw_mcp_exec_command_input_type,
+                  "{\"workspace_id\":\"w\",\"command\":[],\"yield_ms\":1e300}",
+                  "/yield_ms: must be <= 30000");
+    expect_reject(&csw_mcp_read_input_type,
+                  "{\"workspace_id\":\"w\",\"path\":\"p\",\"offset\":1.5}",
+                  "/offset: expected integer");
+    expect_reject(&csw_mcp_read_input_type,
+                  "{\"workspace_id\":\"w\",\"path\":\"p\",\"offset\":true}",
+                  "/offset: expected integer");
+}
+
+/* ---- rejections name the JSON pointer ---- */
+
+static void test_rejections_name_the_pointer(void **state)
+{
+    (void)state;
+    const struct cs_wire_type *exec = &csw_mcp_exec_command_input_type;
+    expect_reject(exec, "{\"workspace_id\":\"w\",\"command\":[\"ls\",1]}",
+                  "/command/1: expected string");
+    expect_reject(exec, "{\"workspace_id\":\"w\",\"command\":\"ls\"}", "/command: expected array");
+    expect_reject(exec, "{\"command\":[]}", "/workspace_id: missing required property");
+    expect_reject(exec, "[]", "/: expected object");
+    expect_reject(exec, "{\"workspace_id\":\"w\",\"command\":[],\"yield_ms\":-1}",
+                  "/yield_ms: must be >= 0");
+    expect_reject(exec, "{\"workspace_id\":\"w\",\"command\":[],\"tty\":\"yes\"}",
+                  "/tty: expected boolean");
+    expect_reject(exec, "{\"workspace_id\":null,\"command\":[]}", "/workspace_id: expected string");
+    expect_reject(&csw_mcp_apply_patch_input_type,
+                  "{\"workspace_id\":\"w\",\"patch\":\"\",\"operation_key\":\"\"}",
+                  "/operation_key: must be at least 1 characters long");
+    expect_reject(&csw_mcp_apply_patch_input_type,
+                  "{\"workspace_id\":\"w\",\"patch\":\"\",\"expected_versions\":{\"a/b~c\":1}}",
+                  "/expected_versions/a~1b~0c: expected string");
+    expect_reject(&csw_mcp_process_resize_input_type,
+                  "{\"process_id\":\"p\",\"rows\":24,\"cols\":1001}", "/cols: must be <= 1000");
+    expect_reject(&csw_config_registry_type,
+                  "{\"workspaces\":{\"demo\":{\"root\":\"/x\",\"profile\":\"host-admin\"}}}",
+                  "/workspaces/demo/profile: expected one of \"read-only\", \"workspace-write\"");
+    expect_reject(&csw_config_registry_type, "{\"workspaces\":{\"demo\":{}}}",
+                  "/workspaces/demo/root: missing required property");
+    expect_reject(&csw_errors_type, "{\"code\":\"NOPE\",\"message\":\"m\"}",
+                  "/code: expected one of \"INVALID_ARGUMENTS\", \"UNAUTHORIZED\", "
+                  "\"WORKSPACE_NOT_FOUND\", \"WORKSPACE_BUSY\", \"RESOURCE_QUEUE_FULL\", "
+                  "\"INVALID_PATCH\", \"INVALID_COMMAND\", \"PROCESS_SPAWN_FAILED\", "
+                  "\"PATH_ESCAPE\", \"FILE_NOT_FOUND\", ...");
+    /* Unions: discriminator missing, unknown, and a violation inside the chosen branch. */
+    const struct cs_wire_type *wire = &csw_runner_wire_type;
+    expect_reject(wire, "{\"protocol\":5}", "/kind: missing required property");
+    expect_reject(wire, "{\"protocol\":5,\"kind\":\"shout\"}",
+                  "/kind: expected one of \"request\", \"response\", \"event\"");
+    expect_reject(wire,
+                  "{\"protocol\":5,\"kind\":\"request\",\"request_id\":\"rrpc-1\",\"op\":{\"op\":"
+                  "\"resize\",\"data\":{\"process_id\":\"p\",\"rows\":0,\"cols\":80}}}",
+                  "/op/data/rows: must be >= 1");
+    expect_reject(wire,
+                  "{\"protocol\":5,\"kind\":\"request\",\"request_id\":\"rrpc-1\",\"op\":{\"op\":"
+                  "\"exec\",\"data\":{\"workspace\":{\"id\":\"w\",\"root\":\"/r\",\"profile\":"
+                  "\"read-only\",\"environment_kind\":\"host\",\"network\":\"restricted\"},"
+                  "\"argv\":[\"x\"],\"process_id\":\"p\",\"cwd\":\"/etc\",\"env\":{"
+                  "\"use_runner_defaults\":true,\"overrides\":{}},\"timeout_ms\":1,"
+                  "\"output_bytes_cap\":1,\"tty\":false,\"policy\":{\"workspace_profile\":"
+                  "\"read-only\",\"network\":\"restricted\"}}}}",
+                  "/op/data/cwd: must be \"workspace_root\"");
+    expect_reject(&csw_sandbox_prepare_request_type,
+                  "{\"protocol\":2,\"workspace_root\":\"/w\",\"command_cwd\":\"/w\","
+                  "\"writable_workspace\":true,\"network\":\"restricted\",\"argv\":[\"x\"],"
+                  "\"env\":{},\"tty\":false}",
+                  "/protocol: must be 1");
+    expect_reject(&csw_sandbox_plan_type,
+                  "{\"protocol\":1,\"argv\":[],\"cwd\":\"/w\",\"workspace_root\":\"/w\","
+                  "\"writable_workspace\":true,\"network\":\"restricted\",\"env\":{},"
+                  "\"tty\":false}",
+                  "/argv: must have at least 1 items");
+    expect_reject(&csw_mcp_workspace_info_output_type,
+                  "{\"server\":\"codespace\",\"version\":\"1\",\"internal_model_calls\":false,"
+                  "\"tools_exposed\":[],\"transports\":[],\"workspace_id\":7,"
+                  "\"workspace_id_is_credential\":false}",
+                  "/workspace_id: expected string or null");
+}
+
+static void test_unknown_properties_are_ignored(void **state)
+{
+    (void)state;
+    json_t *j = parse("{\"workspace_id\":\"w\",\"command\":[\"id\"],\"approved\":true,"
+                      "\"user_id\":\"root\",\"cwd\":\"/\"}");
+    struct csw_mcp_exec_command_input in;
+    struct cs_wire_diag diag;
+    assert_int_equal(csw_mcp_exec_command_input_decode(j, &in, &diag), CS_WIRE_OK);
+    json_t *e = csw_mcp_exec_command_input_encode(&in);
+    assert_null(json_object_get(e, "approved"));
+    assert_null(json_object_get(e, "cwd"));
+    json_decref(e);
+    csw_mcp_exec_command_input_free(&in);
+    json_decref(j);
+}
+
+static void test_long_pointer_is_truncated_safely(void **state)
+{
+    (void)state;
+    /* A map key far longer than the diagnostic buffer. */
+    char key[2000];
+    memset(key, 'k', sizeof key - 1);
+    key[sizeof key - 1] = '\0';
+    json_t *j = json_pack("{s:s,s:s,s:{s:i}}", "workspace_id", "w", "patch", "",
+                          "expected_versions", key, 1);
+    struct csw_mcp_apply_patch_input in;
+    struct cs_wire_diag diag;
+    assert_int_equal(csw_mcp_apply_patch_input_decode(j, &in, &diag), CS_WIRE_INVALID);
+    size_t n = strlen(diag.pointer);
+    assert_true(n < sizeof diag.pointer);
+    assert_string_equal(diag.pointer + n - 3, "...");
+    assert_string_equal(diag.text, "expected string");
+    json_decref(j);
+}
+
+/* ---- fail the Nth allocation ---- */
+
+static long alloc_budget = -1; /* allocations left before failing; -1: unlimited */
+static long alloc_live;
+
+static void *counting_malloc(size_t n)
+{
+    if (alloc_budget == 0)
+        return NULL;
+    if (alloc_budget > 0)
+        alloc_budget--;
+    void *p = malloc(n);
+    if (p)
+        alloc_live++;
+    return p;
+}
+
+static void counting_free(void *p)
+{
+    if (p)
+        alloc_live--;
+    free(p);
+}
+
+static size_t oom_iterations;
+
+static void oom_case(const struct csw_toplevel *tl, const char *path, json_t *j)
+{
+    const struct cs_wire_type *t = tl->type;
+    void *out = malloc(t->size);
+    assert_non_null(out);
+    /* The input was loaded with the real allocator; only decode and encode run under failure. */
+    for (long n = 0;; n++) {
+        json_set_alloc_funcs(counting_malloc, counting_free);
+        alloc_live = 0;
+        alloc_budget = n;
+        struct cs_wire_diag diag;
+        enum cs_wire_status st = cs_wire_decode(t, j, out, &diag);
+        json_t *e = NULL;
+        if (st == CS_WIRE_OK) {
+            e = cs_wire_encode(t, out); /* may fail too, and must not leak when it does */
+            json_decref(e);
+            cs_wire_free(t, out);
+        } else if (st != CS_WIRE_NOMEM) {
+            fail_msg("%s: with %ld allocations allowed the decode said %s", path, n, diag.text);
+        } else {
+            assert_string_equal(diag.text, "out of memory");
+        }
+        alloc_budget = -1;
+        json_set_alloc_funcs(malloc, free);
+        if (alloc_live != 0)
+            fail_msg("%s: %ld allocations leaked with the allocation #%ld failing", path,
+                     alloc_live, n + 1);
+        oom_iterations++;
+        if (st == CS_WIRE_OK && e)
+            break;
+        if (n > 100000)
+            fail_msg("%s: no success after %ld allocations", path, n);
+    }
+    free(out);
+}
+
+static void test_fail_nth_allocation(void **state)
+{
+    (void)state;
+    size_t cases = 0;
+    for (size_t i = 0; i < csw_toplevel_count; i++)
+        cases += for_each_case(&csw_toplevel[i], "valid", oom_case);
+    assert_true(cases >= csw_toplevel_count);
+    print_message("fail-the-Nth-allocation: %zu cases, %zu runs\n", cases, oom_iterations);
+}
+
+/* ---- generated catalogue and tool tables ---- */
+
+static void test_error_catalogue(void **state)
+{
+    (void)state;
+    assert_int_equal(CSW_ERROR__COUNT, 25);
+    assert_string_equal(csw_error_names[CSW_ERROR_INVALID_ARGUMENTS], "INVALID_ARGUMENTS");
+    assert_string_equal(csw_error_names[CSW_ERROR_INTERNAL], "INTERNAL");
+    assert_int_equal(csw_error_from_name("PATH_ESCAPE", 11), CSW_ERROR_PATH_ESCAPE);
+    assert_int_equal(csw_error_from_name("PATH_ESCAP", 10), -1);
+    for (int i = 0; i < CSW_ERROR__COUNT; i++) {
+        assert_true(strlen(csw_error_messages[i]) > 0);
+        for (const char *c = csw_error_names[i]; *c; c++)
+            assert_true((*c >= 'A' && *c <= 'Z') || *c == '_');
+    }
+}
+
+static void test_tool_table(void **state)
+{
+    (void)state;
+    static const char *const order[] = {
+        "workspace_info",   "read",        "find",         "apply_patch",    "operation_status",
+        "exec_command",     "write_stdin", "read_process", "process_status", "process_resize",
+        "terminate_process"};
+    assert_int_equal(csw_tool_count, 11);
+    for (size_t i = 0; i < csw_tool_count; i++) {
+        const struct csw_tool *t = &csw_tools[i];
+        assert_string_equal(t->name, order[i]);
+        assert_true(strlen(t->title) > 0 && strlen(t->description) > 40);
+        json_t *in = parse(t->input_schema_json), *out = parse(t->output_schema_json);
+        json_t *ann = parse(t->annotations_json);
+        /* Bundled: self-contained, no generator keywords, no $id, no $ref left. */
+        assert_string_equal(json_string_value(json_object_get(in, "type")), "object");
+        assert_string_equal(json_string_value(json_object_get(out, "type")), "object");
+        assert_null(strstr(t->input_schema_json, "x-cs-"));
+        assert_null(strstr(t->output_schema_json, "$ref"));
+        assert_null(strstr(t->output_schema_json, "$id"));
+        bool ro = json_is_true(json_object_get(ann, "readOnlyHint"));
+        bool expect_ro = i == 0 || i == 1 || i == 2 || i == 4 || i == 7 || i == 8;
+        assert_int_equal(ro, expect_ro);
+        assert_int_equal(json_is_true(json_object_get(ann, "openWorldHint")), i == 5);
+        json_decref(in);
+        json_decref(out);
+        json_decref(ann);
+    }
+    /* The error body's enum is inlined into bundled texts that reference it. */
+    const struct csw_toplevel *wire = csw_toplevel_find("runner_wire");
+    assert_non_null(wire);
+    assert_non_null(strstr(wire->schema_json, "PROCESS_NOT_TTY"));
+    assert_null(csw_toplevel_find("nope"));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_every_schema_round_trips),
+        cmocka_unit_test(test_hand_built_round_trip),
+        cmocka_unit_test(test_integers_follow_json_schema),
+        cmocka_unit_test(test_rejections_name_the_pointer),
+        cmocka_unit_test(test_unknown_properties_are_ignored),
+        cmocka_unit_test(test_long_pointer_is_truncated_safely),
+        cmocka_unit_test(test_fail_nth_allocation),
+        cmocka_unit_test(test_error_catalogue),
+        cmocka_unit_test(test_tool_table),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
