@@ -36,13 +36,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             abort(); /* every rejection says why */
         goto out;
     }
-    json_t *e1 = cs_wire_encode(t, a);
-    if (!e1)
-        abort(); /* decoded strings are valid UTF-8, so encoding cannot fail but for OOM */
+    json_t *e1 = NULL, *e2 = NULL;
+    if (cs_wire_encode(t, a, &e1, &diag) != CS_WIRE_OK)
+        abort(); /* what decoded satisfies the schema, so its encoding cannot be refused */
     if (cs_wire_decode(t, e1, b, &diag) != CS_WIRE_OK)
         abort(); /* our own encoding must satisfy our own schema */
-    json_t *e2 = cs_wire_encode(t, b);
-    if (!e2 || !json_equal(e1, e2))
+    if (cs_wire_encode(t, b, &e2, &diag) != CS_WIRE_OK || !json_equal(e1, e2))
         abort();
     json_decref(e2);
     json_decref(e1);

@@ -47,6 +47,9 @@ C_KEYWORDS = {
     "enum", "extern", "float", "for", "goto", "if", "inline", "int", "long", "register",
     "restrict", "return", "short", "signed", "sizeof", "static", "struct", "switch", "typedef",
     "union", "unsigned", "void", "volatile", "while", "bool", "true", "false",
+    # macros of the C library that would break a struct member of the same name
+    "errno", "assert", "stdin", "stdout", "stderr", "NULL", "offsetof", "static_assert",
+    "alignas", "alignof", "complex", "imaginary", "noreturn",
 }
 INT64_MIN = -(2 ** 63)
 INT64_MAX = 2 ** 63 - 1
@@ -206,6 +209,8 @@ class Builder:
         self.cnames = {}
 
     def claim(self, cname, where):
+        if not re.fullmatch(r"[a-z][a-z0-9_]*", cname):
+            raise SchemaError(f"{where}: C name '{cname}' is not a lower-case C identifier")
         if cname in self.cnames:
             raise SchemaError(f"{where}: C name csw_{cname} already used by "
                               f"{self.cnames[cname]}; set x-cs-c-name")
@@ -248,7 +253,7 @@ class Builder:
         self.building.add(key)
         schema = self.node_at(sf, pointer)
         if pointer:
-            cname = schema.get("x-cs-c-name") or f"{sf.cname}_{ident(pointer.split('/')[-1])}"
+            cname = f"{sf.cname}_{ident(pointer.split('/')[-1])}"
         else:
             cname = sf.cname
         node = self.build(sf, schema, pointer, cname)
@@ -257,8 +262,19 @@ class Builder:
         self.memo[key] = node
         return node
 
-    def build(self, sf, s, pointer, cname):
+    def build(self, sf, s, pointer, cname, prop=False):
+        """The Node for schema s. cname names it if it becomes a C aggregate (x-cs-c-name wins);
+        prop says s is a property's schema (only those may carry a default)."""
         where = f"schema/{sf.rel}: {pointer or '/'}"
+        if "default" in s and not prop:
+            raise SchemaError(f"{where}: 'default' is only supported on object properties")
+        if "x-cs-c-name" in s:
+            if "$ref" in s or s.get("type") not in ("object", "string", None) or \
+                    (s.get("type") == "string" and "enum" not in s) or \
+                    (s.get("type") is None and "oneOf" not in s):
+                raise SchemaError(f"{where}: x-cs-c-name only names an object, map, enum or "
+                                  f"oneOf")
+            cname = s["x-cs-c-name"]
         if "$ref" in s:
             extra = set(s) - ANNOTATIONS - {"$ref"}
             if extra:
@@ -299,6 +315,8 @@ class Builder:
                 raise SchemaError(f"{where}: arrays need 'items'")
             n = Node("array", None, where)
             n.item = self.build(sf, s["items"], ptr_join(pointer, "items"), cname + "_item")
+            if n.item.kind in ("const", "array", "map"):
+                raise SchemaError(f"{where}: array items may not be a const, an array or a map")
             n.min_items = s.get("minItems", -1)
             n.max_items = s.get("maxItems", -1)
             return n
@@ -344,7 +362,7 @@ class Builder:
             raise SchemaError(f"{where}: enum values must be strings")
         if len(set(vals)) != len(vals):
             raise SchemaError(f"{where}: duplicate enum values")
-        n = Node("enum", s.get("x-cs-c-name") or cname, where)
+        n = Node("enum", cname, where)
         self.claim(n.cname, where)
         n.values = vals
         consts = [ident(v).upper() for v in vals]
@@ -390,6 +408,8 @@ class Builder:
             self.claim(n.cname + "_entry", where)
             n.item = self.build(sf, ap, ptr_join(pointer, "additionalProperties"),
                                 cname + "_value")
+            if n.item.kind in ("const", "array", "map"):
+                raise SchemaError(f"{where}: map values may not be a const, an array or a map")
             return n
         if ap is not True:
             raise SchemaError(f"{where}: additionalProperties must be absent, true or a schema "
@@ -407,18 +427,20 @@ class Builder:
                 raise SchemaError(f"{where}: property names may not contain NUL")
             sub = props[name]
             f = Field(name, self.build(sf, sub, ptr_join(pointer, "properties", name),
-                                       f"{cname}_{ident(name)}"), name in required,
+                                       f"{cname}_{ident(name)}", prop=True), name in required,
                       sub.get("default"))
+            if f.node.kind == "const" and not f.required:
+                raise SchemaError(f"{where}: const property '{name}' must be required")
             if f.cident in seen or f.cident.startswith("has_"):
                 raise SchemaError(f"{where}: property '{name}' collides as a C name")
             seen.add(f.cident)
             if f.default is not None:
-                self.check_default(f, sub, where)
+                self.check_default(f, where)
             n.fields.append(f)
         return n
 
     @staticmethod
-    def check_default(f, sub, where):
+    def check_default(f, where):
         if f.required:
             raise SchemaError(f"{where}: required property '{f.name}' has a default")
         k = f.node.kind
@@ -427,17 +449,22 @@ class Builder:
              (k in ("string", "enum") and isinstance(f.default, str))
         if not ok:
             raise SchemaError(f"{where}: default of '{f.name}' must be a scalar of its type")
-        try:
-            jsonschema.Draft202012Validator(sub).validate(f.default)
-        except jsonschema.ValidationError as e:
-            raise SchemaError(f"{where}: default of '{f.name}' is invalid: {e.message}") from None
+        n = f.node
+        bad = (k == "enum" and f.default not in n.values) or \
+              (k == "int" and ((n.min is not None and f.default < n.min) or
+                               (n.max is not None and f.default > n.max))) or \
+              (k == "string" and ((n.min_len >= 0 and len(f.default) < n.min_len) or
+                                  (n.max_len >= 0 and len(f.default) > n.max_len)))
+        if bad:
+            raise SchemaError(f"{where}: default of '{f.name}' is invalid for its schema")
 
     def build_union(self, sf, s, pointer, cname, where):
         self.only(s, where, {"oneOf"})
-        n = Node("union", s.get("x-cs-c-name") or cname, where)
+        n = Node("union", cname, where)
         self.claim(n.cname, where)
-        disc = None
-        tags = set()
+        self.claim(n.cname + "_tag", where)
+        built = []  # per branch: {property: const value} of its required string consts
+        nodes = []
         for i, sub in enumerate(s["oneOf"]):
             bname = f"{cname}_{i}"
             peek = [p.get("const") for k, p in sub.get("properties", {}).items()
@@ -447,20 +474,26 @@ class Builder:
             b = self.build(sf, sub, ptr_join(pointer, "oneOf", i), bname)
             if b.kind != "object":
                 raise SchemaError(f"{where}: oneOf branch {i} must be an object")
-            consts = [f for f in b.fields if f.node.kind == "const" and
-                      f.node.const[0] == "string" and f.required]
-            if disc is None:
-                if not consts:
-                    raise SchemaError(f"{where}: oneOf branch {i} has no required string const "
-                                      f"to discriminate on")
-                disc = consts[0].name
-            match = [f for f in consts if f.name == disc]
-            if not match:
-                raise SchemaError(f"{where}: oneOf branch {i} lacks the discriminator '{disc}'")
-            tag = match[0].node.const[1]
-            if tag in tags:
-                raise SchemaError(f"{where}: two oneOf branches share {disc}='{tag}'")
-            tags.add(tag)
+            nodes.append(b)
+            built.append({f.name: f.node.const[1] for f in b.fields
+                          if f.node.kind == "const" and f.node.const[0] == "string"
+                          and f.required})
+            if not built[-1]:
+                raise SchemaError(f"{where}: oneOf branch {i} has no required string const "
+                                  f"to discriminate on")
+        # The discriminator: the first property (in branch 0's order) that every branch
+        # holds as a required string const, with a different value in each branch.
+        common = [k for k in built[0] if all(k in b for b in built)]
+        if not common:
+            raise SchemaError(f"{where}: no required string const property is common to every "
+                              f"oneOf branch")
+        distinct = [k for k in common if len({b[k] for b in built}) == len(built)]
+        if not distinct:
+            raise SchemaError(f"{where}: two oneOf branches share {common[0]}="
+                              f"'{built[0][common[0]]}'")
+        disc = distinct[0]
+        for i, b in enumerate(nodes):
+            tag = built[i][disc]
             n.branches.append((tag, field_ident(tag), b))
         if len({m for _, m, _ in n.branches}) != len(n.branches):
             raise SchemaError(f"{where}: oneOf tags collide as C names")
@@ -485,7 +518,8 @@ def bundle(builder, sf, s, stack=()):
         if key in stack:
             raise SchemaError(f"schema/{sf.rel}: recursive $ref")
         out = bundle(builder, target, builder.node_at(target, frag), stack + (key,))
-        for k in ("title", "description"):
+        out.pop("$schema", None)  # only the root of a bundled document names its dialect
+        for k in ("title", "description", "default", "examples"):
             if k in s:
                 out[k] = s[k]
         return out
@@ -509,11 +543,27 @@ def bundle(builder, sf, s, stack=()):
 
 
 def c_string(s):
-    return json.dumps(s, ensure_ascii=True)  # a valid C string literal for ASCII-escaped text
+    """A C string literal for any text: printable ASCII as is (with \\, \" and \? escaped, so
+    no trigraph can form), every other byte of the UTF-8 encoding as a 3-digit octal escape."""
+    data = s.encode("utf-8")
+    if len(data) > 4000:
+        raise SchemaError(f"string too long for a C literal ({len(data)} bytes): {s[:40]}...")
+    out = []
+    for b in data:
+        if b in (0x5C, 0x22, 0x3F):
+            out.append("\\" + chr(b))
+        elif 0x20 <= b < 0x7F:
+            out.append(chr(b))
+        else:
+            out.append(f"\\{b:03o}")
+    return '"' + "".join(out) + '"'
 
 
 def c_bytes(name, text):
-    """A char array holding text (UTF-8) and a NUL, avoiding overlong string literals."""
+    """A char array holding text and a NUL, avoiding overlong string literals. text must be
+    ASCII (bundled schemas are dumped with ensure_ascii), so every byte fits a char."""
+    if not text.isascii():
+        raise SchemaError(f"internal: {name} is not ASCII")
     data = text.encode("utf-8") + b"\0"
     lines = []
     for i in range(0, len(data), 20):
@@ -533,6 +583,24 @@ class Emitter:
             self.visit(node)
         for node in list(self.b.memo.values()):
             self.visit(node)
+        self.check_enumerators()
+
+    def check_enumerators(self):
+        """Enumerators share one C namespace: refuse two that print the same."""
+        seen = {}
+        for n in self.order:
+            names = []
+            if n.kind == "enum":
+                names = [f"CSW_{n.cname.upper()}_{ident(v).upper()}" for v in n.values]
+                names.append(f"CSW_{n.cname.upper()}__COUNT")
+            elif n.kind == "union":
+                names = [f"CSW_{n.cname.upper()}_{m.upper().rstrip('_')}" for _, m, _ in
+                         n.branches]
+            for name in names:
+                if name in seen:
+                    raise SchemaError(f"{n.where}: C enumerator {name} also comes from "
+                                      f"{seen[name]}; set x-cs-c-name")
+                seen[name] = n.where
 
     def visit(self, n):
         if id(n) in self.seen:
@@ -646,10 +714,12 @@ class Emitter:
             if n.public:
                 t = f"struct csw_{n.cname}"
                 w(f"/* {n.where}\n * decode: fills *out (release with _free) or returns an error "
-                  f"with *out zeroed;\n * encode: a new reference, NULL on OOM. */")
+                  f"with *out zeroed;\n * encode: checks *v against the schema, sets *out to a new "
+                  f"reference or NULL on error. */")
                 w(f"enum cs_wire_status csw_{n.cname}_decode(const json_t *j, {t} *out,\n"
                   f"                                         struct cs_wire_diag *diag);")
-                w(f"json_t *csw_{n.cname}_encode(const {t} *v);")
+                w(f"enum cs_wire_status csw_{n.cname}_encode(const {t} *v, json_t **out,\n"
+                  f"                                         struct cs_wire_diag *diag);")
                 w(f"void csw_{n.cname}_free({t} *v);\n")
         w("/* One entry per schema file, sorted by name. */")
         w("struct csw_toplevel {\n    const char *name;        /* e.g. \"mcp_read_input\" */\n"
@@ -717,8 +787,9 @@ class Emitter:
                 w(f"enum cs_wire_status csw_{n.cname}_decode(const json_t *j, {t} *out,\n"
                   f"                                         struct cs_wire_diag *diag)\n{{\n"
                   f"    return cs_wire_decode(&{n.desc}, j, out, diag);\n}}\n"
-                  f"json_t *csw_{n.cname}_encode(const {t} *v)\n{{\n"
-                  f"    return cs_wire_encode(&{n.desc}, v);\n}}\n"
+                  f"enum cs_wire_status csw_{n.cname}_encode(const {t} *v, json_t **out,\n"
+                  f"                                         struct cs_wire_diag *diag)\n{{\n"
+                  f"    return cs_wire_encode(&{n.desc}, v, out, diag);\n}}\n"
                   f"void csw_{n.cname}_free({t} *v)\n{{\n"
                   f"    cs_wire_free(&{n.desc}, v);\n}}\n")
         w(self.toplevel_table())
@@ -831,7 +902,7 @@ class Emitter:
         out = []
         rows = []
         for sf, node in sorted(self.tops, key=lambda x: x[0].cname):
-            text = json.dumps(bundle(self.b, sf, sf.doc), sort_keys=False, ensure_ascii=False,
+            text = json.dumps(bundle(self.b, sf, sf.doc), sort_keys=False, ensure_ascii=True,
                               separators=(",", ":"))
             out.append(c_bytes(f"schema_{sf.cname}", text))
             rows.append(f"    {{\"{sf.cname}\", \"{sf.rel}\", \"{sf.sha256}\", "
@@ -863,14 +934,20 @@ class Emitter:
         if [t[0] for t in tools] != list(range(len(tools))):
             raise SchemaError("x-cs-tool.index values must be 0..N-1 without gaps")
         rows = []
+        texts = []
         for idx, tool, sf, node, (osf, onode) in tools:
             ann = json.dumps(tool["annotations"], sort_keys=True, separators=(",", ":"))
+            if not sf.doc["description"].isascii():
+                raise SchemaError(f"schema/{sf.rel}: a tool description must be ASCII")
+            texts.append(c_bytes(f"description_{sf.cname}", sf.doc["description"]))
             rows.append(f"    {{{c_string(tool['name'])}, {c_string(tool['title'])},\n"
-                        f"     {c_string(sf.doc['description'])},\n"
+                        f"     description_{sf.cname},\n"
                         f"     {c_string(ann)}, schema_{sf.cname}, schema_{osf.cname},\n"
                         f"     &{node.desc}, &{onode.desc}}},")
-        return ("const struct csw_tool csw_tools[] = {\n" + "\n".join(rows) + "\n};\n"
-                f"const size_t csw_tool_count = {len(rows)};\n")
+        if not rows:  # a schema set without tools (generator tests): keep the array non-empty
+            rows.append("    {NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL},")
+        return ("".join(texts) + "const struct csw_tool csw_tools[] = {\n" + "\n".join(rows) +
+                "\n};\n" f"const size_t csw_tool_count = {len(tools)};\n")
 
 
 def build_all(schema_dir):
@@ -911,11 +988,11 @@ def main(argv=None):
             for sf, _ in tops:
                 print(sf.cname)
             return 0
-        if args.check:
-            return 0
         em = Emitter(files, b, tops)
         header = em.header()
         tables = em.tables()
+        if args.check:  # everything but writing
+            return 0
     except SchemaError as e:
         print(f"csgen: {e}", file=sys.stderr)
         return 1

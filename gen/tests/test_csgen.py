@@ -9,6 +9,8 @@ import io
 import json
 import os
 import re
+import shutil
+import subprocess
 import sys
 import tempfile
 import unittest
@@ -211,6 +213,79 @@ class Refusals(unittest.TestCase):
         self.assertIn("struct csw_e err;", h)
         self.assertIn("enum csw_e_code c;", h)
         self.assertEqual(h.count("enum csw_e_code {"), 1)
+
+    def test_optional_const(self):
+        self.refused({"a.json": schema("a.json", obj({"k": {"const": "x"}}, []))},
+                     "const property 'k' must be required")
+
+    def test_arrays_and_maps_of_consts(self):
+        self.refused({"a.json": schema("a.json", obj({"k": {"type": "array",
+                                                             "items": {"const": 1}}}))},
+                     "array items may not be a const")
+        self.refused({"a.json": schema("a.json", obj({"k": {"type": "object",
+                                                             "additionalProperties":
+                                                                 {"const": 1}}}))},
+                     "map values may not be a const")
+
+    def test_default_outside_a_property(self):
+        self.refused({"a.json": schema("a.json", obj({"k": {"type": "array", "items": {
+            "type": "integer", "default": 1}}}))}, "'default' is only supported on object "
+                                                   "properties")
+
+    def test_bad_c_name(self):
+        self.refused({"a.json": schema("a.json", obj({"k": {"type": "string", "enum": ["a"],
+                                                             "x-cs-c-name": "Not-C"}}))},
+                     "is not a lower-case C identifier")
+
+    def test_enumerator_collision(self):
+        doc = schema("a.json", obj({"k": {"$ref": "#/$defs/e"}, "e": {"$ref": "#/$defs/e_x"}}))
+        doc["$defs"] = {"e": {"type": "string", "enum": ["x_y"], "x-cs-c-name": "e"},
+                        "e_x": {"type": "string", "enum": ["y"], "x-cs-c-name": "e_x"}}
+        self.refused({"a.json": doc}, "C enumerator CSW_E_X_Y also comes from")
+
+
+class Emission(unittest.TestCase):
+    """Generated C compiles cleanly whatever text the schemas hold."""
+
+    def test_awkward_text_compiles(self):
+        cc = shutil.which("gcc") or shutil.which("cc")
+        if not cc:
+            self.skipTest("no C compiler")
+        g = Gen(self)
+        # Non-ASCII, trigraph-looking, control and astral text in every place text can go.
+        enum = ["caf\u00e9", "??/ok", "a\u0001b", "smile \U0001F600", "q\"uote\\"]
+        g.put("t/x.input.json", schema("t/x.input.json", dict(
+            obj({"e": {"type": "string", "enum": enum, "default": "??/ok",
+                       "description": "caf\u00e9 ??= \U0001F600 \u0001"},
+                 "k": {"$ref": "#/$defs/kind", "default": "b"},
+                 "s": {"type": "string", "default": "tri??/graph"}}, []),
+            **{"description": "A tool. " + "Long text. " * 500,
+               "x-cs-tool": {"name": "x", "index": 0, "title": "X ??!",
+                             "annotations": {"readOnlyHint": True}},
+               "$defs": {"kind": {"type": "string", "enum": ["a", "b"]}}})))
+        g.put("t/x.output.json", schema("t/x.output.json", obj({"v": {"const": "\u00e9??/"}}),
+                                        "output"))
+        with tempfile.TemporaryDirectory() as out:
+            rc, _, err = g.run("--out", out)
+            self.assertEqual(rc, 0, err)
+            with open(os.path.join(out, "csw_tables.c")) as f:
+                tables = f.read()
+            self.assertNotIn("??/", tables)  # no trigraph can survive in a literal
+            r = subprocess.run([cc, "-std=c17", "-fsyntax-only", "-Wall", "-Wextra",
+                                "-Wpedantic", "-Werror", "-I", out, "-I",
+                                os.path.join(REPO, "src", "base"),
+                                os.path.join(out, "csw_tables.c")],
+                               capture_output=True, text=True)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            with open(os.path.join(out, "csw.h")) as f:
+                self.assertIn("CSW_T_X_INPUT_E_CAF", f.read())
+
+    def test_bundled_default_beside_ref_and_no_nested_dialect(self):
+        files, b, tops = csgen.build_all(os.path.join(REPO, "schema"))
+        for sf, _ in tops:
+            text = json.dumps(csgen.bundle(b, sf, sf.doc))
+            self.assertEqual(text.count("$schema"), 1, sf.rel)
+            self.assertNotIn("$ref", text, sf.rel)
 
 
 if __name__ == "__main__":

@@ -67,60 +67,87 @@ int cs_str_set_n(struct cs_str *s, const char *src, size_t n)
     return 0;
 }
 
-/* Appends one reference token, escaped as RFC 6901 says (~ -> ~0, / -> ~1). Returns the length
- * to restore with pop(). */
-static size_t push_n(struct ptr *p, const char *tok, size_t n)
+/* Length of the UTF-8 sequence a lead byte starts (1 for anything else). */
+static size_t utf8_seq_len(unsigned char b)
 {
-    size_t saved = p->len;
+    if (b >= 0xF0)
+        return 4;
+    if (b >= 0xE0)
+        return 3;
+    if (b >= 0xC0)
+        return 2;
+    return 1;
+}
+
+/* A saved pointer state, restored by pop(). */
+struct mark {
+    size_t len;
+    bool truncated;
+};
+
+/*
+ * Appends one reference token, escaped as RFC 6901 says (~ -> ~0, / -> ~1). Control bytes become
+ * '?', so the pointer is always printable; truncation happens only between UTF-8 characters, so
+ * it stays valid UTF-8. Once truncated, further tokens are not appended (the pointer ends with
+ * "..." in the diagnostic).
+ */
+static struct mark push_n(struct ptr *p, const char *tok, size_t n)
+{
+    struct mark saved = {p->len, p->truncated};
     const size_t room = sizeof p->buf - 4; /* keep space for "..." and NUL */
-    if (p->len >= room) {
+    if (p->truncated)
+        return saved;
+    if (p->len + 1 > room) {
         p->truncated = true;
         return saved;
     }
     p->buf[p->len++] = '/';
-    for (size_t i = 0; i < n; i++) {
-        const char *rep = NULL;
-        char one[2] = {tok[i], '\0'};
-        if (tok[i] == '~')
-            rep = "~0";
-        else if (tok[i] == '/')
-            rep = "~1";
-        else
-            rep = one;
-        size_t rl = tok[i] == '\0' ? 1 : strlen(rep);
-        if (p->len + rl >= room) {
+    for (size_t i = 0; i < n;) {
+        unsigned char b = (unsigned char)tok[i];
+        size_t in = 1, outn = 1;
+        char esc[4] = {(char)b, 0, 0, 0};
+        if (b == '~' || b == '/') {
+            esc[0] = '~';
+            esc[1] = b == '~' ? '0' : '1';
+            outn = 2;
+        } else if (b < 0x20 || b == 0x7F) {
+            esc[0] = '?';
+        } else if (b >= 0x80) {
+            in = utf8_seq_len(b);
+            if (in > n - i)
+                in = n - i; /* cannot happen for jansson strings; stay in bounds anyway */
+            outn = 0;
+        }
+        size_t need = outn ? outn : in;
+        if (p->len + need > room) {
             p->truncated = true;
             break;
         }
-        /* A NUL inside a key is shown as "\0" would be misleading; show it as '?'. */
-        if (tok[i] == '\0')
-            p->buf[p->len++] = '?';
-        else {
-            memcpy(p->buf + p->len, rep, rl);
-            p->len += rl;
-        }
+        memcpy(p->buf + p->len, outn ? esc : tok + i, need);
+        p->len += need;
+        i += in;
     }
     p->buf[p->len] = '\0';
     return saved;
 }
 
-static size_t push(struct ptr *p, const char *tok)
+static struct mark push(struct ptr *p, const char *tok)
 {
     return push_n(p, tok, strlen(tok));
 }
 
-static size_t push_index(struct ptr *p, size_t i)
+static struct mark push_index(struct ptr *p, size_t i)
 {
     char num[32];
     int n = snprintf(num, sizeof num, "%zu", i);
     return push_n(p, num, (size_t)n);
 }
 
-static void pop(struct ptr *p, size_t saved)
+static void pop(struct ptr *p, struct mark m)
 {
-    p->len = saved;
-    p->buf[saved] = '\0';
-    p->truncated = false;
+    p->len = m.len;
+    p->truncated = m.truncated;
+    p->buf[m.len] = '\0';
 }
 
 static enum cs_wire_status fail(struct ctx *c, enum cs_wire_status st, const char *fmt, ...)
@@ -161,30 +188,30 @@ static size_t utf8_count(const char *s, size_t n)
     return count;
 }
 
-/* JSON Schema's "integer": an integer, or a real with no fractional part. Reals beyond int64
- * saturate, so range checks still reject them exactly when a JSON Schema validator would. */
-static bool as_int(const json_t *j, int64_t *out)
+enum int_kind { INT_OK, INT_NOT_INTEGER, INT_OUT_OF_RANGE };
+
+/* JSON Schema's "integer": an integer, or a real with no fractional part. An integral real
+ * outside int64 is refused as out of range, as jansson refuses such integer literals: a JSON
+ * Schema validator might accept it, and saturating would let it pass an int64 bound. */
+static enum int_kind as_int(const json_t *j, int64_t *out)
 {
     if (json_is_integer(j)) {
         *out = (int64_t)json_integer_value(j);
-        return true;
+        return INT_OK;
     }
-    if (json_is_real(j)) {
-        double d = json_real_value(j);
-        if (!isfinite(d) || floor(d) != d)
-            return false;
-        if (d >= 9223372036854775807.0)
-            *out = INT64_MAX;
-        else if (d <= -9223372036854775808.0)
-            *out = INT64_MIN;
-        else
-            *out = (int64_t)d;
-        return true;
-    }
-    return false;
+    if (!json_is_real(j))
+        return INT_NOT_INTEGER;
+    double d = json_real_value(j);
+    if (!isfinite(d) || floor(d) != d)
+        return INT_NOT_INTEGER;
+    /* -2^63 is exact in a double; 2^63 is the first value beyond INT64_MAX. */
+    if (d < -9223372036854775808.0 || d >= 9223372036854775808.0)
+        return INT_OUT_OF_RANGE;
+    *out = (int64_t)d;
+    return INT_OK;
 }
 
-/* Writes "a", "b", ... into buf, ending with ", ..." when not every name fits. */
+/* Writes "a", "b", ... into buf, ending with "..." when not every name fits. */
 static void enum_list(const char *const *names, size_t n, char *buf, size_t cap)
 {
     static const char more[] = ", ...";
@@ -193,11 +220,46 @@ static void enum_list(const char *const *names, size_t n, char *buf, size_t cap)
     for (size_t i = 0; i < n; i++) {
         size_t need = strlen(names[i]) + (i ? 4 : 2);
         if (len + need + sizeof more > cap) {
-            memcpy(buf + len, more, sizeof more);
+            memcpy(buf + len, i ? more : more + 2, i ? sizeof more : sizeof more - 2);
             return;
         }
         len += (size_t)snprintf(buf + len, cap - len, "%s\"%s\"", i ? ", " : "", names[i]);
     }
+}
+
+/* ---- checks shared by decode and encode ---- */
+
+static enum cs_wire_status check_str(const struct cs_wire_type *t, const char *s, size_t n,
+                                     struct ctx *c)
+{
+    if (t->min_len < 0 && t->max_len < 0)
+        return CS_WIRE_OK;
+    size_t cp = utf8_count(s, n);
+    if (t->min_len >= 0 && cp < (uint64_t)t->min_len)
+        return fail(c, CS_WIRE_INVALID, "must be at least %lld characters long",
+                    (long long)t->min_len);
+    if (t->max_len >= 0 && cp > (uint64_t)t->max_len)
+        return fail(c, CS_WIRE_INVALID, "must be at most %lld characters long",
+                    (long long)t->max_len);
+    return CS_WIRE_OK;
+}
+
+static enum cs_wire_status check_int(const struct cs_wire_type *t, int64_t v, struct ctx *c)
+{
+    if (t->has_min && v < t->min)
+        return fail(c, CS_WIRE_INVALID, "must be >= %lld", (long long)t->min);
+    if (t->has_max && v > t->max)
+        return fail(c, CS_WIRE_INVALID, "must be <= %lld", (long long)t->max);
+    return CS_WIRE_OK;
+}
+
+static enum cs_wire_status check_items(const struct cs_wire_type *t, size_t n, struct ctx *c)
+{
+    if (t->min_items >= 0 && n < (uint64_t)t->min_items)
+        return fail(c, CS_WIRE_INVALID, "must have at least %lld items", (long long)t->min_items);
+    if (t->max_items >= 0 && n > (uint64_t)t->max_items)
+        return fail(c, CS_WIRE_INVALID, "must have at most %lld items", (long long)t->max_items);
+    return CS_WIRE_OK;
 }
 
 static enum cs_wire_status dec(const struct cs_wire_type *t, const json_t *j, void *out,
@@ -244,7 +306,7 @@ static enum cs_wire_status dec_object(const struct cs_wire_object *o, const json
         const json_t *v = json_object_get(j, f->name);
         if (!v) {
             if (f->required) {
-                size_t s = push(&c->at, f->name);
+                struct mark s = push(&c->at, f->name);
                 enum cs_wire_status st = fail(c, CS_WIRE_INVALID, "missing required property");
                 pop(&c->at, s);
                 return st;
@@ -256,7 +318,7 @@ static enum cs_wire_status dec_object(const struct cs_wire_object *o, const json
             }
             continue;
         }
-        size_t s = push(&c->at, f->name);
+        struct mark s = push(&c->at, f->name);
         enum cs_wire_status st = dec(f->type, v, base + f->offset, c);
         if (st != CS_WIRE_OK)
             return st;
@@ -279,15 +341,9 @@ static enum cs_wire_status dec_string(const struct cs_wire_type *t, const json_t
                     t->kind == CS_WIRE_NSTRING ? "expected string or null" : "expected string");
     const char *s = json_string_value(j);
     size_t n = json_string_length(j);
-    if (t->min_len >= 0 || t->max_len >= 0) {
-        size_t cp = utf8_count(s, n);
-        if (t->min_len >= 0 && cp < (uint64_t)t->min_len)
-            return fail(c, CS_WIRE_INVALID, "must be at least %lld characters long",
-                        (long long)t->min_len);
-        if (t->max_len >= 0 && cp > (uint64_t)t->max_len)
-            return fail(c, CS_WIRE_INVALID, "must be at most %lld characters long",
-                        (long long)t->max_len);
-    }
+    enum cs_wire_status st = check_str(t, s, n, c);
+    if (st != CS_WIRE_OK)
+        return st;
     if (cs_str_set_n(out, s, n) != 0)
         return oom(c);
     return CS_WIRE_OK;
@@ -303,7 +359,7 @@ static enum cs_wire_status dec_const(const struct cs_wire_type *t, const json_t 
             return CS_WIRE_OK;
         return fail(c, CS_WIRE_INVALID, "must be \"%s\"", t->const_str);
     case CS_WIRE_CONST_INT:
-        if (as_int(j, &v) && v == t->const_int)
+        if (as_int(j, &v) == INT_OK && v == t->const_int)
             return CS_WIRE_OK;
         return fail(c, CS_WIRE_INVALID, "must be %lld", (long long)t->const_int);
     case CS_WIRE_CONST_BOOL:
@@ -320,10 +376,9 @@ static enum cs_wire_status dec_array(const struct cs_wire_type *t, const json_t 
     if (!json_is_array(j))
         return fail(c, CS_WIRE_INVALID, "expected array");
     size_t n = json_array_size(j);
-    if (t->min_items >= 0 && n < (uint64_t)t->min_items)
-        return fail(c, CS_WIRE_INVALID, "must have at least %lld items", (long long)t->min_items);
-    if (t->max_items >= 0 && n > (uint64_t)t->max_items)
-        return fail(c, CS_WIRE_INVALID, "must have at most %lld items", (long long)t->max_items);
+    enum cs_wire_status st = check_items(t, n, c);
+    if (st != CS_WIRE_OK)
+        return st;
     struct cs_wire_array arr = {NULL, 0};
     if (n) {
         if (n > SIZE_MAX / t->item->size)
@@ -335,9 +390,8 @@ static enum cs_wire_status dec_array(const struct cs_wire_type *t, const json_t 
     }
     memcpy(out, &arr, sizeof arr); /* published first so a failure below frees what was built */
     for (size_t i = 0; i < n; i++) {
-        size_t s = push_index(&c->at, i);
-        enum cs_wire_status st =
-            dec(t->item, json_array_get(j, i), (char *)arr.v + i * t->item->size, c);
+        struct mark s = push_index(&c->at, i);
+        st = dec(t->item, json_array_get(j, i), (char *)arr.v + i * t->item->size, c);
         if (st != CS_WIRE_OK)
             return st;
         pop(&c->at, s);
@@ -372,7 +426,7 @@ static enum cs_wire_status dec_map(const struct cs_wire_type *t, const json_t *j
         char *entry = (char *)arr.v + i * t->entry_size;
         if (cs_str_set_n((struct cs_str *)(void *)entry, key, klen) != 0)
             return oom(c);
-        size_t s = push_n(&c->at, key, klen);
+        struct mark s = push_n(&c->at, key, klen);
         enum cs_wire_status st = dec(t->item, v, entry + t->value_offset, c);
         if (st != CS_WIRE_OK)
             return st;
@@ -388,7 +442,7 @@ static enum cs_wire_status dec_union(const struct cs_wire_type *t, const json_t 
     if (!json_is_object(j))
         return fail(c, CS_WIRE_INVALID, "expected object");
     const json_t *d = json_object_get(j, t->discriminator);
-    size_t s = push(&c->at, t->discriminator);
+    struct mark s = push(&c->at, t->discriminator);
     if (!d)
         return fail(c, CS_WIRE_INVALID, "missing required property");
     if (!json_is_string(d))
@@ -425,13 +479,15 @@ static enum cs_wire_status dec(const struct cs_wire_type *t, const json_t *j, vo
     case CS_WIRE_NSTRING:
         return dec_string(t, j, out, c);
     case CS_WIRE_INT: {
-        int64_t v;
-        if (!as_int(j, &v))
+        int64_t v = 0;
+        enum int_kind k = as_int(j, &v);
+        if (k == INT_NOT_INTEGER)
             return fail(c, CS_WIRE_INVALID, "expected integer");
-        if (t->has_min && v < t->min)
-            return fail(c, CS_WIRE_INVALID, "must be >= %lld", (long long)t->min);
-        if (t->has_max && v > t->max)
-            return fail(c, CS_WIRE_INVALID, "must be <= %lld", (long long)t->max);
+        if (k == INT_OUT_OF_RANGE)
+            return fail(c, CS_WIRE_INVALID, "integer out of range (beyond 64 bits)");
+        enum cs_wire_status st = check_int(t, v, c);
+        if (st != CS_WIRE_OK)
+            return st;
         memcpy(out, &v, sizeof v);
         return CS_WIRE_OK;
     }
@@ -558,13 +614,47 @@ void cs_wire_free(const struct cs_wire_type *t, void *v)
 
 /* ---- encode ---- */
 
-static json_t *enc(const struct cs_wire_type *t, const void *v);
+/* Whether s[0..n) is valid UTF-8 (shortest form, no surrogates, at most U+10FFFF), as
+ * json_stringn requires; used only to tell a caller's bad string from an allocation failure. */
+static bool utf8_valid(const char *s, size_t n)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    for (size_t i = 0; i < n;) {
+        unsigned char b = u[i];
+        size_t len = b < 0x80                 ? 1
+                     : b >= 0xC2 && b <= 0xDF ? 2
+                     : b >= 0xE0 && b <= 0xEF ? 3
+                     : b >= 0xF0 && b <= 0xF4 ? 4
+                                              : 0;
+        if (len == 0 || len > n - i)
+            return false;
+        for (size_t k = 1; k < len; k++)
+            if ((u[i + k] & 0xC0) != 0x80)
+                return false;
+        if ((b == 0xE0 && u[i + 1] < 0xA0) || (b == 0xED && u[i + 1] > 0x9F) ||
+            (b == 0xF0 && u[i + 1] < 0x90) || (b == 0xF4 && u[i + 1] > 0x8F))
+            return false;
+        i += len;
+    }
+    return true;
+}
 
-static json_t *enc_object(const struct cs_wire_object *o, const char *base)
+static enum cs_wire_status enc(const struct cs_wire_type *t, const void *v, json_t **out,
+                               struct ctx *c);
+
+/* Wraps a jansson constructor's result: NULL there can only be an allocation failure. */
+static enum cs_wire_status made(json_t *j, json_t **out, struct ctx *c)
+{
+    *out = j;
+    return j ? CS_WIRE_OK : oom(c);
+}
+
+static enum cs_wire_status enc_object(const struct cs_wire_object *o, const char *base,
+                                      json_t **out, struct ctx *c)
 {
     json_t *obj = json_object();
     if (!obj)
-        return NULL;
+        return oom(c);
     for (size_t i = 0; i < o->nfields; i++) {
         const struct cs_wire_field *f = &o->fields[i];
         if (f->has_offset != CS_WIRE_NO_HAS) {
@@ -573,99 +663,152 @@ static json_t *enc_object(const struct cs_wire_object *o, const char *base)
             if (!has)
                 continue;
         }
-        json_t *jv = enc(f->type, base + f->offset);
-        if (!jv || json_object_set_new(obj, f->name, jv) != 0) {
+        json_t *jv = NULL;
+        struct mark m = push(&c->at, f->name);
+        enum cs_wire_status st = enc(f->type, base + f->offset, &jv, c);
+        if (st == CS_WIRE_OK && json_object_set_new(obj, f->name, jv) != 0)
+            st = oom(c); /* set_new released jv */
+        if (st != CS_WIRE_OK) {
             json_decref(obj);
-            return NULL;
+            return st;
         }
+        pop(&c->at, m);
     }
-    return obj;
+    *out = obj;
+    return CS_WIRE_OK;
 }
 
-static json_t *enc(const struct cs_wire_type *t, const void *v)
+static enum cs_wire_status enc_string(const struct cs_wire_type *t, const struct cs_str *s,
+                                      json_t **out, struct ctx *c)
+{
+    if (!s->s && t->kind == CS_WIRE_NSTRING)
+        return made(json_null(), out, c);
+    const char *p = s->s ? s->s : "";
+    size_t n = s->s ? s->n : 0;
+    if (!utf8_valid(p, n))
+        return fail(c, CS_WIRE_INVALID, "string is not valid UTF-8");
+    enum cs_wire_status st = check_str(t, p, n, c);
+    if (st != CS_WIRE_OK)
+        return st;
+    return made(json_stringn(p, n), out, c);
+}
+
+static enum cs_wire_status enc_list(const struct cs_wire_type *t, const void *v, json_t **out,
+                                    struct ctx *c)
+{
+    struct cs_wire_array arr;
+    memcpy(&arr, v, sizeof arr);
+    enum cs_wire_status st = t->kind == CS_WIRE_ARRAY ? check_items(t, arr.n, c) : CS_WIRE_OK;
+    if (st != CS_WIRE_OK)
+        return st;
+    if (arr.n && !arr.v)
+        return fail(c, CS_WIRE_INVALID, "%zu items but no storage", arr.n);
+    json_t *all = t->kind == CS_WIRE_ARRAY ? json_array() : json_object();
+    if (!all)
+        return oom(c);
+    for (size_t i = 0; i < arr.n; i++) {
+        json_t *e = NULL;
+        struct mark m;
+        if (t->kind == CS_WIRE_ARRAY) {
+            m = push_index(&c->at, i);
+            st = enc(t->item, (const char *)arr.v + i * t->item->size, &e, c);
+            if (st == CS_WIRE_OK && json_array_append_new(all, e) != 0)
+                st = oom(c);
+        } else {
+            const char *entry = (const char *)arr.v + i * t->entry_size;
+            const struct cs_str *key = (const struct cs_str *)(const void *)entry;
+            const char *k = key->s ? key->s : "";
+            size_t kn = key->s ? key->n : 0;
+            m = push_n(&c->at, k, kn);
+            if (memchr(k, '\0', kn) || !utf8_valid(k, kn))
+                st = fail(c, CS_WIRE_INVALID, "map key is not valid UTF-8 without NUL");
+            else if (json_object_getn(all, k, kn))
+                st = fail(c, CS_WIRE_INVALID, "duplicate map key");
+            else
+                st = enc(t->item, entry + t->value_offset, &e, c);
+            if (st == CS_WIRE_OK && json_object_setn_new(all, k, kn, e) != 0)
+                st = oom(c);
+        }
+        if (st != CS_WIRE_OK) {
+            json_decref(all);
+            return st;
+        }
+        pop(&c->at, m);
+    }
+    *out = all;
+    return CS_WIRE_OK;
+}
+
+static enum cs_wire_status enc(const struct cs_wire_type *t, const void *v, json_t **out,
+                               struct ctx *c)
 {
     switch (t->kind) {
     case CS_WIRE_STRING:
-    case CS_WIRE_NSTRING: {
-        const struct cs_str *s = v;
-        if (!s->s)
-            return t->kind == CS_WIRE_NSTRING ? json_null() : json_stringn("", 0);
-        return json_stringn(s->s, s->n);
-    }
+    case CS_WIRE_NSTRING:
+        return enc_string(t, v, out, c);
     case CS_WIRE_INT: {
         int64_t i;
         memcpy(&i, v, sizeof i);
-        return json_integer((json_int_t)i);
+        enum cs_wire_status st = check_int(t, i, c);
+        if (st != CS_WIRE_OK)
+            return st;
+        return made(json_integer((json_int_t)i), out, c);
     }
     case CS_WIRE_BOOL: {
         bool b;
         memcpy(&b, v, sizeof b);
-        return json_boolean(b);
+        return made(json_boolean(b), out, c);
     }
     case CS_WIRE_ENUM: {
         int e;
         memcpy(&e, v, sizeof e);
         if (e < 0 || (size_t)e >= t->nenum)
-            return NULL;
-        return json_string(t->enum_names[e]);
+            return fail(c, CS_WIRE_INVALID, "enum value %d out of range", e);
+        return made(json_string(t->enum_names[e]), out, c);
     }
     case CS_WIRE_CONST:
         switch (t->const_kind) {
         case CS_WIRE_CONST_STRING:
-            return json_string(t->const_str);
+            return made(json_string(t->const_str), out, c);
         case CS_WIRE_CONST_INT:
-            return json_integer((json_int_t)t->const_int);
+            return made(json_integer((json_int_t)t->const_int), out, c);
         case CS_WIRE_CONST_BOOL:
-            return json_boolean(t->const_int);
+            return made(json_boolean(t->const_int), out, c);
         }
-        return NULL;
+        return fail(c, CS_WIRE_INVALID, "bad constant kind");
     case CS_WIRE_OBJECT:
-        return enc_object(t->obj, v);
-    case CS_WIRE_ARRAY: {
-        struct cs_wire_array arr;
-        memcpy(&arr, v, sizeof arr);
-        json_t *a = json_array();
-        for (size_t i = 0; a && i < arr.n; i++) {
-            json_t *e = enc(t->item, (const char *)arr.v + i * t->item->size);
-            if (!e || json_array_append_new(a, e) != 0) {
-                json_decref(a);
-                a = NULL;
-            }
-        }
-        return a;
-    }
-    case CS_WIRE_MAP: {
-        struct cs_wire_array arr;
-        memcpy(&arr, v, sizeof arr);
-        json_t *o = json_object();
-        for (size_t i = 0; o && i < arr.n; i++) {
-            const char *entry = (const char *)arr.v + i * t->entry_size;
-            const struct cs_str *key = (const struct cs_str *)(const void *)entry;
-            json_t *e = enc(t->item, entry + t->value_offset);
-            if (!e || !key->s || json_object_setn_new(o, key->s, key->n, e) != 0) {
-                if (e && !key->s)
-                    json_decref(e);
-                json_decref(o);
-                o = NULL;
-            }
-        }
-        return o;
-    }
+        return enc_object(t->obj, v, out, c);
+    case CS_WIRE_ARRAY:
+    case CS_WIRE_MAP:
+        return enc_list(t, v, out, c);
     case CS_WIRE_UNION: {
         int tag;
         memcpy(&tag, v, sizeof tag);
         if (tag < 0 || (size_t)tag >= t->nbranches)
-            return NULL;
-        return enc_object(t->branches[tag].type->obj, (const char *)v + t->union_offset);
+            return fail(c, CS_WIRE_INVALID, "union tag %d out of range", tag);
+        return enc_object(t->branches[tag].type->obj, (const char *)v + t->union_offset, out, c);
     }
     }
-    return NULL;
+    return fail(c, CS_WIRE_INVALID, "unsupported type kind");
 }
 
-json_t *cs_wire_encode(const struct cs_wire_type *t, const void *v)
+enum cs_wire_status cs_wire_encode(const struct cs_wire_type *t, const void *v, json_t **out,
+                                   struct cs_wire_diag *diag)
 {
-    assert(t && v);
-    return enc(t, v);
+    assert(t && v && out);
+    struct ctx c;
+    memset(&c, 0, sizeof c);
+    c.diag = diag;
+    if (diag) {
+        diag->pointer[0] = '\0';
+        diag->text[0] = '\0';
+    }
+    *out = NULL;
+    json_t *j = NULL;
+    enum cs_wire_status st = enc(t, v, &j, &c);
+    if (st == CS_WIRE_OK)
+        *out = j;
+    return st;
 }
 
 const char *cs_wire_diag_format(const struct cs_wire_diag *diag, char *buf, size_t cap)

@@ -108,7 +108,9 @@ struct cs_wire_type {
     size_t union_offset;
 };
 
-/* Where and why a decode failed. pointer is a JSON pointer ("" is the whole document). */
+/* Where and why a decode or encode failed. pointer is a JSON pointer ("" is the whole document),
+ * truncated with "..." when long; control bytes of keys show as '?', so both fields are always
+ * printable, valid UTF-8 and safe to log or send back. */
 struct cs_wire_diag {
     char pointer[256];
     char text[256];
@@ -116,7 +118,7 @@ struct cs_wire_diag {
 
 enum cs_wire_status {
     CS_WIRE_OK = 0,
-    CS_WIRE_INVALID = -1, /* the input violates the schema; diag says where */
+    CS_WIRE_INVALID = -1, /* the value violates the schema; diag says where */
     CS_WIRE_NOMEM = -2,   /* an allocation failed; diag says so */
 };
 
@@ -128,9 +130,16 @@ enum cs_wire_status {
 enum cs_wire_status cs_wire_decode(const struct cs_wire_type *t, const json_t *j, void *out,
                                    struct cs_wire_diag *diag);
 
-/* Encodes v as type t. Returns a new reference, or NULL when allocation fails or a string is
- * not valid UTF-8. Optional fields whose has_ flag is false are omitted. */
-json_t *cs_wire_encode(const struct cs_wire_type *t, const void *v);
+/*
+ * Encodes v as type t, checking it against the schema as the decoder would (string lengths and
+ * UTF-8, integer ranges, array sizes, enum and union tags, unique map keys without NUL), so what
+ * is encoded always decodes again. Optional fields whose has_ flag is false are omitted; a
+ * required string left NULL encodes as "". Returns CS_WIRE_OK with *out a new reference, or an
+ * error (CS_WIRE_INVALID: v breaks the schema, a bug in the caller; CS_WIRE_NOMEM) with *out
+ * NULL and diag (may be NULL) saying where.
+ */
+enum cs_wire_status cs_wire_encode(const struct cs_wire_type *t, const void *v, json_t **out,
+                                   struct cs_wire_diag *diag);
 
 /* Frees everything a decode (or the caller, with the same allocator) put in v, then zeroes v.
  * Accepts a zeroed or half-built value. v itself is not freed. */

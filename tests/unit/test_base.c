@@ -67,13 +67,13 @@ static json_t *roundtrip(const struct cs_wire_type *t, const json_t *j, const ch
     char buf[600];
     if (cs_wire_decode(t, j, a, &diag) != CS_WIRE_OK)
         fail_msg("%s: rejected: %s", what, cs_wire_diag_format(&diag, buf, sizeof buf));
-    json_t *e1 = cs_wire_encode(t, a);
-    assert_non_null(e1);
+    json_t *e1 = NULL, *e2 = NULL;
+    if (cs_wire_encode(t, a, &e1, &diag) != CS_WIRE_OK)
+        fail_msg("%s: encode refused: %s", what, cs_wire_diag_format(&diag, buf, sizeof buf));
     if (cs_wire_decode(t, e1, b, &diag) != CS_WIRE_OK)
         fail_msg("%s: own encoding rejected: %s", what,
                  cs_wire_diag_format(&diag, buf, sizeof buf));
-    json_t *e2 = cs_wire_encode(t, b);
-    assert_non_null(e2);
+    assert_int_equal(cs_wire_encode(t, b, &e2, &diag), CS_WIRE_OK);
     if (!json_equal(e1, e2))
         fail_msg("%s: encode(decode(encode(x))) differs from encode(x)", what);
     json_decref(e2);
@@ -175,14 +175,14 @@ static void test_hand_built_round_trip(void **state)
     assert_int_equal(cs_str_set_n(&in.path, "a\0b", 3), 0); /* NUL survives */
     in.has_offset = true;
     in.offset = 3;
-    json_t *j = csw_mcp_read_input_encode(&in);
-    assert_non_null(j);
+    json_t *j = NULL;
+    struct cs_wire_diag diag;
+    assert_int_equal(csw_mcp_read_input_encode(&in, &j, &diag), CS_WIRE_OK);
     char *text = json_dumps(j, JSON_SORT_KEYS | JSON_COMPACT);
     assert_string_equal(text, "{\"offset\":3,\"path\":\"a\\u0000b\",\"workspace_id\":\"demo\"}");
     free(text);
 
     struct csw_mcp_read_input back;
-    struct cs_wire_diag diag;
     assert_int_equal(csw_mcp_read_input_decode(j, &back, &diag), CS_WIRE_OK);
     assert_int_equal(back.path.n, 3);
     assert_memory_equal(back.path.s, "a\0b", 3);
@@ -215,7 +215,8 @@ static void test_hand_built_round_trip(void **state)
     assert_string_equal(ex->env.overrides.v[1].key.s, "B");
     assert_string_equal(ex->env.overrides.v[1].value.s, "2");
     assert_int_equal(ex->workspace.profile, CSW_RUNNER_WORKSPACE_PROFILE_WORKSPACE_WRITE);
-    json_t *e = csw_runner_wire_encode(&w);
+    json_t *e = NULL;
+    assert_int_equal(csw_runner_wire_encode(&w, &e, &diag), CS_WIRE_OK);
     assert_true(json_equal(e, j));
     json_decref(e);
     csw_runner_wire_free(&w);
@@ -233,15 +234,18 @@ static void test_integers_follow_json_schema(void **state)
     assert_int_equal(in.offset, 5);
     csw_mcp_read_input_free(&in);
     json_decref(j);
-    /* Huge integral reals saturate, so unbounded fields accept them and bounded ones reject. */
-    j = parse("{\"workspace_id\":\"w\",\"path\":\"p\",\"limit\":1e300}");
-    assert_int_equal(csw_mcp_read_input_decode(j, &in, &diag), CS_WIRE_OK);
-    assert_int_equal(in.limit, INT64_MAX);
-    csw_mcp_read_input_free(&in);
+    /* Integral reals beyond int64 are refused like integer literals beyond int64 (which jansson
+     * refuses to parse): saturating would let them pass an int64 bound. */
+    expect_reject(&csw_mcp_read_input_type,
+                  "{\"workspace_id\":\"w\",\"path\":\"p\",\"limit\":1e300}",
+                  "/limit: integer out of range (beyond 64 bits)");
+    expect_reject(&csw_mcp_read_input_type,
+                  "{\"workspace_id\":\"w\",\"path\":\"p\",\"limit\":9223372036854775808.0}",
+                  "/limit: integer out of range (beyond 64 bits)");
+    j = parse("{\"workspace_id\":\"w\",\"path\":\"p\",\"offset\":-9223372036854775808.0}");
+    assert_int_equal(csw_mcp_read_input_decode(j, &in, &diag), CS_WIRE_INVALID);
+    assert_string_equal(diag.text, "must be >= 0"); /* -2^63 itself is in range */
     json_decref(j);
-    expect_reject(&csw_mcp_exec_command_input_type,
-                  "{\"workspace_id\":\"w\",\"command\":[],\"yield_ms\":1e300}",
-                  "/yield_ms: must be <= 30000");
     expect_reject(&csw_mcp_read_input_type,
                   "{\"workspace_id\":\"w\",\"path\":\"p\",\"offset\":1.5}",
                   "/offset: expected integer");
@@ -327,7 +331,8 @@ static void test_unknown_properties_are_ignored(void **state)
     struct csw_mcp_exec_command_input in;
     struct cs_wire_diag diag;
     assert_int_equal(csw_mcp_exec_command_input_decode(j, &in, &diag), CS_WIRE_OK);
-    json_t *e = csw_mcp_exec_command_input_encode(&in);
+    json_t *e = NULL;
+    assert_int_equal(csw_mcp_exec_command_input_encode(&in, &e, &diag), CS_WIRE_OK);
     assert_null(json_object_get(e, "approved"));
     assert_null(json_object_get(e, "cwd"));
     json_decref(e);
@@ -351,6 +356,99 @@ static void test_long_pointer_is_truncated_safely(void **state)
     assert_true(n < sizeof diag.pointer);
     assert_string_equal(diag.pointer + n - 3, "...");
     assert_string_equal(diag.text, "expected string");
+    json_decref(j);
+}
+
+/* Expects encode of v as t to be refused with "<pointer>: <text>" == want. */
+static void expect_encode_refused(const struct cs_wire_type *t, const void *v, const char *want)
+{
+    json_t *j = (json_t *)1;
+    struct cs_wire_diag diag;
+    char buf[600];
+    assert_int_equal(cs_wire_encode(t, v, &j, &diag), CS_WIRE_INVALID);
+    assert_null(j);
+    assert_string_equal(cs_wire_diag_format(&diag, buf, sizeof buf), want);
+}
+
+static void test_encoder_checks_the_schema(void **state)
+{
+    (void)state;
+    /* An output type the server fills in: a bug there is caught before a client sees it. */
+    struct csw_mcp_process_resize_output r = {.rows = 24, .cols = 1001};
+    expect_encode_refused(&csw_mcp_process_resize_output_type, &r, "/cols: must be <= 1000");
+
+    struct csw_mcp_apply_patch_input in;
+    memset(&in, 0, sizeof in);
+    assert_int_equal(cs_str_set_n(&in.workspace_id, "w", 1), 0);
+    assert_int_equal(cs_str_set_n(&in.patch, "\xff", 1), 0);
+    expect_encode_refused(&csw_mcp_apply_patch_input_type, &in,
+                          "/patch: string is not valid UTF-8");
+    cs_wire_release(in.patch.s);
+    assert_int_equal(cs_str_set_n(&in.patch, "p", 1), 0);
+    in.has_operation_key = true; /* NULL encodes as "", which breaks minLength 1 */
+    expect_encode_refused(&csw_mcp_apply_patch_input_type, &in,
+                          "/operation_key: must be at least 1 characters long");
+    in.has_operation_key = false;
+    in.has_check_only = true;
+    struct csw_mcp_apply_patch_input_expected_versions_entry ev[2];
+    memset(ev, 0, sizeof ev);
+    ev[0].key = (struct cs_str){"a", 1};
+    ev[0].value = (struct cs_str){"absent", 6};
+    ev[1] = ev[0];
+    in.has_expected_versions = true;
+    in.expected_versions.v = ev;
+    in.expected_versions.n = 2;
+    expect_encode_refused(&csw_mcp_apply_patch_input_type, &in,
+                          "/expected_versions/a: duplicate map key");
+    ev[1].key = (struct cs_str){"b\0c", 3};
+    expect_encode_refused(&csw_mcp_apply_patch_input_type, &in,
+                          "/expected_versions/b?c: map key is not valid UTF-8 without NUL");
+    ev[1].key = (struct cs_str){"b", 1};
+    json_t *j = NULL;
+    struct cs_wire_diag diag;
+    assert_int_equal(csw_mcp_apply_patch_input_encode(&in, &j, &diag), CS_WIRE_OK);
+    json_decref(j);
+    in.expected_versions.v = NULL;
+    in.expected_versions.n = 0;
+    csw_mcp_apply_patch_input_free(&in);
+
+    struct csw_mcp_terminate_process_output term = {.state = (enum csw_process_state)7};
+    expect_encode_refused(&csw_mcp_terminate_process_output_type, &term,
+                          "/state: enum value 7 out of range");
+    struct csw_sandbox_prepare_response resp;
+    memset(&resp, 0, sizeof resp);
+    resp.tag = (enum csw_sandbox_prepare_response_tag)9;
+    expect_encode_refused(&csw_sandbox_prepare_response_type, &resp, "/: union tag 9 out of range");
+}
+
+static void test_pointers_are_printable_utf8(void **state)
+{
+    (void)state;
+    /* A key with control bytes shows them as '?', never raw. */
+    json_t *j = json_pack("{s:s,s:s,s:{s:i}}", "workspace_id", "w", "patch", "",
+                          "expected_versions", "a\n\x1b[31mb", 1);
+    struct csw_mcp_apply_patch_input in;
+    struct cs_wire_diag diag;
+    assert_int_equal(csw_mcp_apply_patch_input_decode(j, &in, &diag), CS_WIRE_INVALID);
+    assert_string_equal(diag.pointer, "/expected_versions/a??[31mb");
+    json_decref(j);
+    /* A long key of two-byte characters is cut between characters, and nothing is appended
+     * after the cut (the pointer ends with "..."). */
+    char key[1 + 2 * 200 + 1];
+    key[0] = 'a';
+    for (int i = 0; i < 200; i++)
+        memcpy(key + 1 + 2 * i, "\xc3\xa9", 2);
+    key[sizeof key - 1] = '\0';
+    j = json_pack("{s:{s:{s:s,s:s}}}", "workspaces", key, "root", "/r", "profile", "nope");
+    assert_non_null(j);
+    struct csw_config_registry reg;
+    assert_int_equal(csw_config_registry_decode(j, &reg, &diag), CS_WIRE_INVALID);
+    size_t n = strlen(diag.pointer);
+    assert_string_equal(diag.pointer + n - 3, "...");
+    json_t *as_json = json_stringn(diag.pointer, n); /* NULL if not valid UTF-8 */
+    assert_non_null(as_json);
+    json_decref(as_json);
+    assert_null(strstr(diag.pointer, "/profile"));
     json_decref(j);
 }
 
@@ -394,7 +492,11 @@ static void oom_case(const struct csw_toplevel *tl, const char *path, json_t *j)
         enum cs_wire_status st = cs_wire_decode(t, j, out, &diag);
         json_t *e = NULL;
         if (st == CS_WIRE_OK) {
-            e = cs_wire_encode(t, out); /* may fail too, and must not leak when it does */
+            /* Encoding may fail too, and must not leak when it does. */
+            enum cs_wire_status est = cs_wire_encode(t, out, &e, &diag);
+            if (est == CS_WIRE_INVALID)
+                fail_msg("%s: encode refused a decoded value: %s", path, diag.text);
+            assert_true(est == CS_WIRE_OK ? e != NULL : e == NULL);
             json_decref(e);
             cs_wire_free(t, out);
         } else if (st != CS_WIRE_NOMEM) {
@@ -487,6 +589,8 @@ int main(void)
         cmocka_unit_test(test_rejections_name_the_pointer),
         cmocka_unit_test(test_unknown_properties_are_ignored),
         cmocka_unit_test(test_long_pointer_is_truncated_safely),
+        cmocka_unit_test(test_encoder_checks_the_schema),
+        cmocka_unit_test(test_pointers_are_printable_utf8),
         cmocka_unit_test(test_fail_nth_allocation),
         cmocka_unit_test(test_error_catalogue),
         cmocka_unit_test(test_tool_table),
