@@ -11,8 +11,12 @@ PACKAGES="
   libjansson-dev libseccomp-dev libcmocka-dev
   libsqlite3-dev libmicrohttpd-dev libssl-dev
   python3 python3-jsonschema python3-yaml
-  nodejs npm
 "
+# Node.js (for the end-to-end tests with the official MCP SDK) is checked by command, not by
+# package: a machine may carry a newer Node than Debian's under the same package name.
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+    PACKAGES="$PACKAGES nodejs npm"
+fi
 
 missing=""
 for p in $PACKAGES; do
