@@ -22,6 +22,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <signal.h>
+#include <unistd.h>
+
+#include "base_log.h"
+#include "base_loop.h"
 #include "csw.h"
 
 #ifndef CS_GOLDEN_DIR
@@ -580,6 +585,142 @@ static void test_tool_table(void **state)
     assert_null(csw_toplevel_find("nope"));
 }
 
+/* ---- event loop ---- */
+
+static char loop_trace[64];
+
+static void trace(void *arg)
+{
+    strncat(loop_trace, arg, sizeof loop_trace - strlen(loop_trace) - 1);
+}
+
+static void stop_loop(void *arg)
+{
+    cs_loop_stop(arg);
+}
+
+static struct cs_loop_fd *pipe_w, *other_w;
+static int pipe_reads;
+
+static void on_pipe(void *arg, int fd, unsigned events)
+{
+    (void)arg;
+    char c;
+    assert_true(events & CS_LOOP_READ);
+    assert_int_equal(read(fd, &c, 1), 1);
+    pipe_reads++;
+    /* Removing another watcher whose event may already be pending must be safe. */
+    cs_loop_fd_del(other_w);
+    other_w = NULL;
+    cs_loop_fd_del(pipe_w);
+    pipe_w = NULL;
+}
+
+static void on_other(void *arg, int fd, unsigned events)
+{
+    (void)arg;
+    (void)fd;
+    (void)events;
+    fail_msg("a removed watcher was called");
+}
+
+static int signals_seen;
+
+static void on_sig(void *arg, int signo)
+{
+    assert_int_equal(signo, SIGUSR1);
+    signals_seen++;
+    cs_loop_stop(arg);
+}
+
+static void test_loop(void **state)
+{
+    (void)state;
+    struct cs_loop *loop = cs_loop_new();
+    assert_non_null(loop);
+    /* Timers fire in due order, equal times in creation order; a cancelled one never. */
+    loop_trace[0] = '\0';
+    assert_non_null(cs_loop_timer_add(loop, 30, trace, "c"));
+    assert_non_null(cs_loop_timer_add(loop, 10, trace, "a"));
+    assert_non_null(cs_loop_timer_add(loop, 10, trace, "b"));
+    struct cs_loop_timer *never = cs_loop_timer_add(loop, 20, trace, "X");
+    cs_loop_timer_cancel(never);
+    assert_int_equal(cs_loop_defer(loop, trace, "0"), 0);
+    assert_non_null(cs_loop_timer_add(loop, 40, stop_loop, loop));
+    int64_t t0 = cs_loop_now_ms();
+    assert_int_equal(cs_loop_run(loop), 0);
+    assert_string_equal(loop_trace, "0abc");
+    assert_true(cs_loop_now_ms() - t0 >= 40);
+
+    /* Two readable pipes: the first callback removes both watchers. */
+    int p1[2], p2[2];
+    assert_int_equal(pipe(p1), 0);
+    assert_int_equal(pipe(p2), 0);
+    pipe_w = cs_loop_fd_add(loop, p1[0], CS_LOOP_READ, on_pipe, NULL);
+    other_w = cs_loop_fd_add(loop, p2[0], CS_LOOP_READ, on_other, NULL);
+    assert_non_null(pipe_w);
+    assert_non_null(other_w);
+    assert_int_equal(write(p1[1], "x", 1), 1);
+    assert_int_equal(write(p2[1], "y", 1), 1);
+    assert_non_null(cs_loop_timer_add(loop, 20, stop_loop, loop));
+    assert_int_equal(cs_loop_run(loop), 0);
+    assert_int_equal(pipe_reads, 1);
+    close(p1[0]);
+    close(p1[1]);
+    close(p2[0]);
+    close(p2[1]);
+
+    /* Signals arrive as callbacks. */
+    assert_int_equal(cs_loop_signal(loop, SIGUSR1, on_sig, loop), 0);
+    assert_int_equal(raise(SIGUSR1), 0);
+    assert_int_equal(cs_loop_run(loop), 0);
+    assert_int_equal(signals_seen, 1);
+    /* Pending timers and deferred calls are released with the loop. */
+    assert_non_null(cs_loop_timer_add(loop, 100000, trace, "late"));
+    assert_int_equal(cs_loop_defer(loop, trace, "late"), 0);
+    cs_loop_free(loop);
+}
+
+static void test_log_levels_and_redaction(void **state)
+{
+    (void)state;
+    enum cs_log_level l;
+    assert_int_equal(cs_log_level_parse("warn", &l), 0);
+    assert_int_equal(l, CS_LOG_WARNING);
+    assert_int_equal(cs_log_level_parse("emergency", &l), 0);
+    assert_string_equal(cs_log_level_name(l), "emergency");
+    assert_int_equal(cs_log_level_parse("loud", &l), -1);
+    /* Capture stderr through a pipe and check one JSON line without the secret. */
+    int p[2];
+    assert_int_equal(pipe(p), 0);
+    int saved = dup(STDERR_FILENO);
+    dup2(p[1], STDERR_FILENO);
+    cs_log_set_level(CS_LOG_INFO);
+    cs_log(CS_LOG_DEBUG, "dropped", json_pack("{s:s}", "x", "y"));
+    cs_log(CS_LOG_WARNING, "hello\nworld",
+           json_pack("{s:s,s:s,s:i}", "Authorization", "Bearer s3cret", "http_token", "s3cret", "n",
+                     7));
+    dup2(saved, STDERR_FILENO);
+    close(saved);
+    close(p[1]);
+    char buf[1024];
+    ssize_t n = read(p[0], buf, sizeof buf - 1);
+    close(p[0]);
+    assert_true(n > 0);
+    buf[n] = '\0';
+    assert_null(strstr(buf, "dropped"));
+    assert_null(strstr(buf, "s3cret"));
+    assert_non_null(strchr(buf, '\n'));
+    assert_ptr_equal(strchr(buf, '\n'), buf + n - 1); /* exactly one line */
+    json_t *j = json_loads(buf, 0, NULL);
+    assert_non_null(j);
+    assert_string_equal(json_string_value(json_object_get(j, "level")), "warning");
+    assert_string_equal(json_string_value(json_object_get(j, "msg")), "hello\nworld");
+    assert_string_equal(json_string_value(json_object_get(j, "Authorization")), "[redacted]");
+    assert_int_equal(json_integer_value(json_object_get(j, "n")), 7);
+    json_decref(j);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -594,6 +735,8 @@ int main(void)
         cmocka_unit_test(test_fail_nth_allocation),
         cmocka_unit_test(test_error_catalogue),
         cmocka_unit_test(test_tool_table),
+        cmocka_unit_test(test_loop),
+        cmocka_unit_test(test_log_levels_and_redaction),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

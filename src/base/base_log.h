@@ -1,0 +1,42 @@
+/*
+ * base_log: the server's log, one JSON object a line on stderr (stdout belongs to MCP on the
+ * stdio transport). Only boundaries log (main, transport callbacks); library modules report
+ * errors to their caller instead.
+ *
+ * Trust: messages and fields may carry peer data; they are JSON-encoded, so they cannot break
+ * the line format. Fields whose names look like secrets (token, authorization, password,
+ * secret, cookie) are written as "[redacted]", whatever the caller passed.
+ * Entry points: cs_log, cs_log_set_level, cs_log_level_parse, cs_log_level_name.
+ */
+#ifndef CS_BASE_LOG_H
+#define CS_BASE_LOG_H
+
+#include <jansson.h>
+#include <stdbool.h>
+
+/* The syslog / MCP logging levels, least severe first. */
+enum cs_log_level {
+    CS_LOG_DEBUG,
+    CS_LOG_INFO,
+    CS_LOG_NOTICE,
+    CS_LOG_WARNING,
+    CS_LOG_ERROR,
+    CS_LOG_CRITICAL,
+    CS_LOG_ALERT,
+    CS_LOG_EMERGENCY,
+};
+
+/* Parses a level name (the MCP names, plus "warn"). Returns 0 and sets *out, or -1. */
+int cs_log_level_parse(const char *name, enum cs_log_level *out);
+/* The MCP name of a level (static storage). */
+const char *cs_log_level_name(enum cs_log_level level);
+
+/* Messages below level are dropped (default CS_LOG_INFO). */
+void cs_log_set_level(enum cs_log_level level);
+bool cs_log_enabled(enum cs_log_level level);
+
+/* Writes {"ts":..., "level":..., "msg": msg, ...fields} as one line on stderr. fields (may be
+ * NULL) is stolen, even when the message is dropped. */
+void cs_log(enum cs_log_level level, const char *msg, json_t *fields);
+
+#endif

@@ -1,0 +1,351 @@
+/*
+ * base_loop: epoll event loop with one timerfd for all timers (a sorted list; the loop holds few
+ * timers at once) and one signalfd per registered signal.
+ *
+ * Trust: no peer data passes through here.
+ *
+ * Removal while dispatching: a watcher removed from inside a callback is only marked dead and
+ * freed at the end of the turn, so an event already returned by epoll_wait for it is skipped
+ * instead of touching freed memory.
+ */
+#include "base_loop.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/signalfd.h>
+#include <sys/timerfd.h>
+#include <time.h>
+#include <unistd.h>
+
+struct cs_loop_fd {
+    struct cs_loop *loop;
+    int fd;
+    cs_loop_fd_fn fn;
+    void *arg;
+    bool dead;
+    struct cs_loop_fd *next_dead;
+};
+
+struct cs_loop_timer {
+    struct cs_loop *loop;
+    int64_t due;
+    uint64_t seq; /* ties fire in creation order */
+    cs_loop_fn fn;
+    void *arg;
+    struct cs_loop_timer *next;
+};
+
+struct sig {
+    int signo;
+    cs_loop_signal_fn fn;
+    void *arg;
+    struct cs_loop_fd *w;
+    int fd;
+    struct sig *next;
+};
+
+struct deferred {
+    cs_loop_fn fn;
+    void *arg;
+    struct deferred *next;
+};
+
+struct cs_loop {
+    int ep;
+    bool stop;
+    struct cs_loop_fd *timer_w;
+    int timer_fd;
+    struct cs_loop_timer *timers; /* sorted by (due, seq) */
+    uint64_t timer_seq;
+    struct sig *sigs;
+    struct deferred *defer_head, *defer_tail;
+    struct cs_loop_fd *dead; /* watchers removed during this turn */
+};
+
+int64_t cs_loop_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static uint32_t to_epoll(unsigned events)
+{
+    uint32_t e = 0;
+    if (events & CS_LOOP_READ)
+        e |= EPOLLIN | EPOLLRDHUP;
+    if (events & CS_LOOP_WRITE)
+        e |= EPOLLOUT;
+    return e;
+}
+
+struct cs_loop_fd *cs_loop_fd_add(struct cs_loop *loop, int fd, unsigned events, cs_loop_fd_fn fn,
+                                  void *arg)
+{
+    struct cs_loop_fd *w = calloc(1, sizeof *w);
+    if (!w)
+        return NULL;
+    w->loop = loop;
+    w->fd = fd;
+    w->fn = fn;
+    w->arg = arg;
+    struct epoll_event ev = {.events = to_epoll(events), .data.ptr = w};
+    if (epoll_ctl(loop->ep, EPOLL_CTL_ADD, fd, &ev) != 0) {
+        int e = errno;
+        free(w);
+        errno = e;
+        return NULL;
+    }
+    return w;
+}
+
+int cs_loop_fd_mod(struct cs_loop_fd *w, unsigned events)
+{
+    struct epoll_event ev = {.events = to_epoll(events), .data.ptr = w};
+    return epoll_ctl(w->loop->ep, EPOLL_CTL_MOD, w->fd, &ev);
+}
+
+void cs_loop_fd_del(struct cs_loop_fd *w)
+{
+    if (!w || w->dead)
+        return;
+    /* The fd may already be closed by the owner (then epoll dropped it); ignore the error. */
+    epoll_ctl(w->loop->ep, EPOLL_CTL_DEL, w->fd, NULL);
+    w->dead = true;
+    w->next_dead = w->loop->dead;
+    w->loop->dead = w;
+}
+
+static void arm_timerfd(struct cs_loop *loop)
+{
+    struct itimerspec its;
+    memset(&its, 0, sizeof its);
+    if (loop->timers) {
+        int64_t ms = loop->timers->due - cs_loop_now_ms();
+        if (ms < 1)
+            ms = 1; /* 0 would disarm; 1 ms is "now" */
+        its.it_value.tv_sec = ms / 1000;
+        its.it_value.tv_nsec = (ms % 1000) * 1000000;
+    }
+    timerfd_settime(loop->timer_fd, 0, &its, NULL);
+}
+
+struct cs_loop_timer *cs_loop_timer_add(struct cs_loop *loop, int64_t ms, cs_loop_fn fn, void *arg)
+{
+    struct cs_loop_timer *t = calloc(1, sizeof *t);
+    if (!t)
+        return NULL;
+    t->loop = loop;
+    t->due = cs_loop_now_ms() + (ms > 0 ? ms : 0);
+    t->seq = loop->timer_seq++;
+    t->fn = fn;
+    t->arg = arg;
+    struct cs_loop_timer **pp = &loop->timers;
+    while (*pp && ((*pp)->due < t->due || ((*pp)->due == t->due && (*pp)->seq < t->seq)))
+        pp = &(*pp)->next;
+    t->next = *pp;
+    *pp = t;
+    if (loop->timers == t)
+        arm_timerfd(loop);
+    return t;
+}
+
+void cs_loop_timer_cancel(struct cs_loop_timer *t)
+{
+    if (!t)
+        return;
+    struct cs_loop *loop = t->loop;
+    for (struct cs_loop_timer **pp = &loop->timers; *pp; pp = &(*pp)->next) {
+        if (*pp == t) {
+            *pp = t->next;
+            free(t);
+            arm_timerfd(loop);
+            return;
+        }
+    }
+}
+
+static void on_timerfd(void *arg, int fd, unsigned events)
+{
+    struct cs_loop *loop = arg;
+    (void)events;
+    uint64_t expirations;
+    if (read(fd, &expirations, sizeof expirations) < 0 && errno != EAGAIN)
+        return;
+    int64_t now = cs_loop_now_ms();
+    /* Fire what is due now; timers added by callbacks wait for the next turn. */
+    while (loop->timers && loop->timers->due <= now && !loop->stop) {
+        struct cs_loop_timer *t = loop->timers;
+        loop->timers = t->next;
+        cs_loop_fn fn = t->fn;
+        void *targ = t->arg;
+        free(t);
+        fn(targ);
+    }
+    arm_timerfd(loop);
+}
+
+static void on_signalfd(void *arg, int fd, unsigned events)
+{
+    struct sig *s = arg;
+    (void)events;
+    struct signalfd_siginfo si;
+    while (read(fd, &si, sizeof si) == (ssize_t)sizeof si)
+        s->fn(s->arg, (int)si.ssi_signo);
+}
+
+int cs_loop_signal(struct cs_loop *loop, int signo, cs_loop_signal_fn fn, void *arg)
+{
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, signo);
+    if (sigprocmask(SIG_BLOCK, &set, NULL) != 0)
+        return -1;
+    struct sig *s = calloc(1, sizeof *s);
+    if (!s)
+        return -1;
+    s->fd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
+    if (s->fd < 0) {
+        free(s);
+        return -1;
+    }
+    s->signo = signo;
+    s->fn = fn;
+    s->arg = arg;
+    s->w = cs_loop_fd_add(loop, s->fd, CS_LOOP_READ, on_signalfd, s);
+    if (!s->w) {
+        close(s->fd);
+        free(s);
+        return -1;
+    }
+    s->next = loop->sigs;
+    loop->sigs = s;
+    return 0;
+}
+
+int cs_loop_defer(struct cs_loop *loop, cs_loop_fn fn, void *arg)
+{
+    struct deferred *d = calloc(1, sizeof *d);
+    if (!d)
+        return -1;
+    d->fn = fn;
+    d->arg = arg;
+    if (loop->defer_tail)
+        loop->defer_tail->next = d;
+    else
+        loop->defer_head = d;
+    loop->defer_tail = d;
+    return 0;
+}
+
+struct cs_loop *cs_loop_new(void)
+{
+    struct cs_loop *loop = calloc(1, sizeof *loop);
+    if (!loop)
+        return NULL;
+    loop->ep = epoll_create1(EPOLL_CLOEXEC);
+    loop->timer_fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+    if (loop->ep < 0 || loop->timer_fd < 0)
+        goto fail;
+    loop->timer_w = cs_loop_fd_add(loop, loop->timer_fd, CS_LOOP_READ, on_timerfd, loop);
+    if (!loop->timer_w)
+        goto fail;
+    return loop;
+fail:
+    if (loop->ep >= 0)
+        close(loop->ep);
+    if (loop->timer_fd >= 0)
+        close(loop->timer_fd);
+    free(loop);
+    return NULL;
+}
+
+static void reap_dead(struct cs_loop *loop)
+{
+    while (loop->dead) {
+        struct cs_loop_fd *w = loop->dead;
+        loop->dead = w->next_dead;
+        free(w);
+    }
+}
+
+static void run_deferred(struct cs_loop *loop)
+{
+    /* Only what was deferred before this point runs now; new deferrals wait a turn. */
+    struct deferred *d = loop->defer_head;
+    loop->defer_head = loop->defer_tail = NULL;
+    while (d) {
+        struct deferred *next = d->next;
+        d->fn(d->arg);
+        free(d);
+        d = next;
+    }
+}
+
+int cs_loop_run(struct cs_loop *loop)
+{
+    loop->stop = false;
+    while (!loop->stop) {
+        int timeout = loop->defer_head ? 0 : -1;
+        struct epoll_event evs[64];
+        int n = epoll_wait(loop->ep, evs, 64, timeout);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            return -1;
+        }
+        for (int i = 0; i < n && !loop->stop; i++) {
+            struct cs_loop_fd *w = evs[i].data.ptr;
+            if (w->dead)
+                continue;
+            unsigned ev = 0;
+            if (evs[i].events & (EPOLLIN | EPOLLRDHUP))
+                ev |= CS_LOOP_READ;
+            if (evs[i].events & EPOLLOUT)
+                ev |= CS_LOOP_WRITE;
+            if (evs[i].events & (EPOLLERR | EPOLLHUP))
+                ev |= CS_LOOP_ERROR;
+            w->fn(w->arg, w->fd, ev);
+        }
+        if (!loop->stop)
+            run_deferred(loop);
+        reap_dead(loop);
+    }
+    return 0;
+}
+
+void cs_loop_stop(struct cs_loop *loop)
+{
+    loop->stop = true;
+}
+
+void cs_loop_free(struct cs_loop *loop)
+{
+    if (!loop)
+        return;
+    while (loop->sigs) {
+        struct sig *s = loop->sigs;
+        loop->sigs = s->next;
+        cs_loop_fd_del(s->w);
+        close(s->fd);
+        free(s);
+    }
+    while (loop->timers) {
+        struct cs_loop_timer *t = loop->timers;
+        loop->timers = t->next;
+        free(t);
+    }
+    while (loop->defer_head) {
+        struct deferred *d = loop->defer_head;
+        loop->defer_head = d->next;
+        free(d);
+    }
+    cs_loop_fd_del(loop->timer_w);
+    reap_dead(loop);
+    close(loop->timer_fd);
+    close(loop->ep);
+    free(loop);
+}

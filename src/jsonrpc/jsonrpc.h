@@ -1,0 +1,47 @@
+/*
+ * jsonrpc: JSON-RPC 2.0 message classification and reply construction, on jansson values.
+ *
+ * Trust: messages come from the client. Classification checks the envelope only ("jsonrpc" is
+ * "2.0", method a string, id a string or an integer, params an object or array when present);
+ * the method's own parameters are the caller's business.
+ * Entry points: cs_jsonrpc_classify, cs_jsonrpc_result, cs_jsonrpc_error.
+ */
+#ifndef CS_JSONRPC_H
+#define CS_JSONRPC_H
+
+#include <jansson.h>
+
+/* JSON-RPC 2.0 error codes. */
+#define CS_JSONRPC_PARSE_ERROR      (-32700)
+#define CS_JSONRPC_INVALID_REQUEST  (-32600)
+#define CS_JSONRPC_METHOD_NOT_FOUND (-32601)
+#define CS_JSONRPC_INVALID_PARAMS   (-32602)
+#define CS_JSONRPC_INTERNAL_ERROR   (-32603)
+
+enum cs_jsonrpc_kind {
+    CS_JSONRPC_REQUEST,      /* method + id */
+    CS_JSONRPC_NOTIFICATION, /* method, no id */
+    CS_JSONRPC_RESPONSE,     /* result or error + id: a reply to a server request */
+    CS_JSONRPC_INVALID,      /* anything else; *why says what */
+};
+
+/* The parts of a classified message, borrowed from it. */
+struct cs_jsonrpc_msg {
+    const char *method; /* REQUEST, NOTIFICATION */
+    json_t *id;         /* REQUEST, RESPONSE; for INVALID the id when it was usable, else NULL */
+    json_t *params;     /* may be NULL */
+    const char *why;    /* INVALID: a static description of the defect */
+};
+
+/* Classifies msg (borrowed). Fills *out with pointers into msg. */
+enum cs_jsonrpc_kind cs_jsonrpc_classify(const json_t *msg, struct cs_jsonrpc_msg *out);
+
+/* Returns a new response {"jsonrpc":"2.0","id":id,"result":result}. id is borrowed (NULL means
+ * null); result is stolen. NULL on OOM. */
+json_t *cs_jsonrpc_result(json_t *id, json_t *result);
+
+/* Returns a new error response with id (borrowed; NULL means null), code and message. NULL on
+ * OOM. */
+json_t *cs_jsonrpc_error(json_t *id, int code, const char *message);
+
+#endif

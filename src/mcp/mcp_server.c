@@ -1,0 +1,569 @@
+/*
+ * mcp_server: MCP sessions over JSON-RPC (see mcp_server.h).
+ *
+ * Trust: every message is untrusted. The JSON-RPC envelope is checked by jsonrpc.c; tool
+ * arguments only ever reach a handler through the generated input decoder; results only leave
+ * through the generated output encoder, which checks them against the outputSchema.
+ *
+ * Life cycle: one cs_mcp_exchange per handled message (or batch). An exchange counts the tool
+ * calls it is waiting for and replies once that count is zero and the handling call returned.
+ * A call keeps its exchange alive; an abandoned exchange (transport gone) or a freed session
+ * still waits for its calls, then frees itself without replying.
+ */
+#include "mcp_server.h"
+
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base_log.h"
+#include "jsonrpc.h"
+
+const char *const cs_mcp_versions[] = {"2025-11-25", "2025-06-18", "2025-03-26"};
+const size_t cs_mcp_version_count = sizeof cs_mcp_versions / sizeof cs_mcp_versions[0];
+#define BATCH_VERSION "2025-03-26"
+
+static const char instructions[] =
+    "CodeSpace runs work in operator-registered workspaces. Call workspace_info first: its "
+    "execution object is the truth about what is enforced (sandboxing, network, permissions); "
+    "the absence of enforcement is not permission. exec_command takes an argv and never runs a "
+    "shell implicitly: pass [\"sh\",\"-c\",\"...\"] yourself if you need one. Processes outlive "
+    "the request: poll them with read_process or process_status and stop them with "
+    "terminate_process. read and find are paged: pass offset and limit, and continue from "
+    "next_offset while truncated is true. apply_patch status \"unknown\" means the patch may "
+    "have run: check operation_status before retrying, and pass an operation_key to make "
+    "retries safe.";
+
+struct tool_entry {
+    const struct csw_tool *tool;
+    cs_mcp_tool_fn fn;
+    void *arg;
+};
+
+struct cs_mcp {
+    char *version;
+    struct tool_entry *tools;
+    size_t ntools;
+    json_t *tools_list; /* the tools/list result, built once */
+};
+
+struct cs_mcp_session {
+    struct cs_mcp *srv;
+    char version[16];
+    bool initialized;
+    enum cs_log_level log_level;
+    struct cs_mcp_exchange *exchanges; /* waiting for a reply */
+    struct cs_mcp_call *calls;         /* running tool calls, for notifications/cancelled */
+};
+
+struct cs_mcp_exchange {
+    struct cs_mcp_session *s; /* NULL once the session is gone */
+    cs_mcp_reply_fn reply;
+    void *arg;
+    bool abandoned;
+    bool handling; /* inside cs_mcp_session_handle: reply after it returns */
+    bool batch;
+    json_t *replies; /* batch: array; else the one reply or NULL */
+    size_t waiting;  /* tool calls not yet completed */
+    struct cs_mcp_exchange *prev, *next;
+};
+
+struct cs_mcp_call {
+    struct cs_mcp_exchange *x;
+    const struct tool_entry *t;
+    json_t *id;
+    void *input; /* decoded struct csw_mcp_<tool>_input */
+    bool cancelled;
+    struct cs_mcp_call *prev, *next; /* in the session's list while the session lives */
+};
+
+bool cs_mcp_version_supported(const char *v)
+{
+    for (size_t i = 0; i < cs_mcp_version_count; i++)
+        if (strcmp(v, cs_mcp_versions[i]) == 0)
+            return true;
+    return false;
+}
+
+const char *cs_mcp_instructions(void)
+{
+    return instructions;
+}
+
+/* ---- server ---- */
+
+static void not_implemented(void *arg, struct cs_mcp_call *call, const void *input)
+{
+    (void)arg;
+    (void)input;
+    cs_mcp_call_error(call, CSW_ERROR_INTERNAL, NULL,
+                      "the %s tool is listed but not implemented in this build",
+                      cs_mcp_call_tool(call));
+}
+
+static json_t *build_tools_list(void)
+{
+    json_t *tools = json_array();
+    for (size_t i = 0; tools && i < csw_tool_count; i++) {
+        const struct csw_tool *t = &csw_tools[i];
+        json_error_t err;
+        json_t *in = json_loads(t->input_schema_json, 0, &err);
+        json_t *out = json_loads(t->output_schema_json, 0, &err);
+        json_t *ann = json_loads(t->annotations_json, 0, &err);
+        if (ann)
+            json_object_set_new(ann, "title", json_string(t->title));
+        json_t *one = (in && out && ann)
+                          ? json_pack("{s:s,s:s,s:s,s:o,s:o,s:o}", "name", t->name, "title",
+                                      t->title, "description", t->description, "inputSchema", in,
+                                      "outputSchema", out, "annotations", ann)
+                          : NULL;
+        if (!one || json_array_append_new(tools, one) != 0) {
+            if (!one) {
+                json_decref(in);
+                json_decref(out);
+                json_decref(ann);
+            }
+            json_decref(tools);
+            return NULL;
+        }
+    }
+    return tools ? json_pack("{s:o}", "tools", tools) : NULL;
+}
+
+struct cs_mcp *cs_mcp_new(const char *version)
+{
+    struct cs_mcp *srv = calloc(1, sizeof *srv);
+    if (!srv)
+        return NULL;
+    srv->version = strdup(version);
+    srv->tools = calloc(csw_tool_count ? csw_tool_count : 1, sizeof *srv->tools);
+    srv->tools_list = build_tools_list();
+    if (!srv->version || !srv->tools || !srv->tools_list) {
+        cs_mcp_free(srv);
+        return NULL;
+    }
+    srv->ntools = csw_tool_count;
+    for (size_t i = 0; i < srv->ntools; i++)
+        srv->tools[i] = (struct tool_entry){&csw_tools[i], not_implemented, NULL};
+    return srv;
+}
+
+void cs_mcp_free(struct cs_mcp *srv)
+{
+    if (!srv)
+        return;
+    json_decref(srv->tools_list);
+    free(srv->tools);
+    free(srv->version);
+    free(srv);
+}
+
+int cs_mcp_set_tool(struct cs_mcp *srv, const char *name, cs_mcp_tool_fn fn, void *arg)
+{
+    for (size_t i = 0; i < srv->ntools; i++) {
+        if (strcmp(srv->tools[i].tool->name, name) == 0) {
+            srv->tools[i].fn = fn;
+            srv->tools[i].arg = arg;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+/* ---- exchanges ---- */
+
+static void add_reply(struct cs_mcp_exchange *x, json_t *r)
+{
+    if (!r)
+        return;
+    if (x->batch) {
+        json_array_append_new(x->replies, r);
+    } else {
+        json_decref(x->replies);
+        x->replies = r;
+    }
+}
+
+/* Replies (unless abandoned) and frees x. */
+static void finish(struct cs_mcp_exchange *x)
+{
+    if (x->s) {
+        if (x->prev)
+            x->prev->next = x->next;
+        else
+            x->s->exchanges = x->next;
+        if (x->next)
+            x->next->prev = x->prev;
+    }
+    json_t *r = x->replies;
+    x->replies = NULL;
+    if (x->batch && json_array_size(r) == 0) {
+        json_decref(r);
+        r = NULL;
+    }
+    if (x->abandoned)
+        json_decref(r);
+    else
+        x->reply(x->arg, r);
+    free(x);
+}
+
+/* Called when one of x's calls completed. */
+static void call_done(struct cs_mcp_exchange *x)
+{
+    x->waiting--;
+    if (x->waiting == 0 && !x->handling)
+        finish(x);
+}
+
+/* ---- tool calls ---- */
+
+const char *cs_mcp_call_tool(const struct cs_mcp_call *call)
+{
+    return call->t->tool->name;
+}
+
+bool cs_mcp_call_cancelled(const struct cs_mcp_call *call)
+{
+    return call->cancelled || call->x->abandoned || !call->x->s;
+}
+
+/* Wraps result content into a JSON-RPC response and completes the call. content (stolen) is the
+ * text item's JSON; structured (stolen, may be NULL) is the structuredContent. */
+static void complete(struct cs_mcp_call *call, json_t *text_of, json_t *structured, bool is_error)
+{
+    struct cs_mcp_exchange *x = call->x;
+    json_t *resp = NULL;
+    if (!cs_mcp_call_cancelled(call)) {
+        char *text = text_of ? json_dumps(text_of, JSON_COMPACT) : NULL;
+        json_t *result = text ? json_pack("{s:[{s:s,s:s}],s:b}", "content", "type", "text", "text",
+                                          text, "isError", is_error)
+                              : NULL;
+        free(text);
+        if (result && structured)
+            json_object_set(result, "structuredContent", structured);
+        resp = result ? cs_jsonrpc_result(call->id, result)
+                      : cs_jsonrpc_error(call->id, CS_JSONRPC_INTERNAL_ERROR, "out of memory");
+    }
+    json_decref(text_of);
+    json_decref(structured);
+    add_reply(x, resp);
+
+    if (x->s) {
+        if (call->prev)
+            call->prev->next = call->next;
+        else
+            x->s->calls = call->next;
+        if (call->next)
+            call->next->prev = call->prev;
+    }
+    cs_wire_free(call->t->tool->input, call->input);
+    free(call->input);
+    json_decref(call->id);
+    free(call);
+    call_done(x);
+}
+
+static json_t *error_body(enum csw_error code, const char *operation_id, const char *message)
+{
+    struct csw_errors body;
+    memset(&body, 0, sizeof body);
+    body.code = code;
+    body.message.s = (char *)(uintptr_t)message;
+    body.message.n = strlen(message);
+    if (operation_id) {
+        body.has_operation_id = true;
+        body.operation_id.s = (char *)(uintptr_t)operation_id;
+        body.operation_id.n = strlen(operation_id);
+    }
+    json_t *j = NULL;
+    if (csw_errors_encode(&body, &j, NULL) != CS_WIRE_OK) {
+        /* Only a message that is not UTF-8 can get here: say so instead. */
+        body.message.s = (char *)(uintptr_t) "error message was not valid UTF-8";
+        body.message.n = strlen(body.message.s);
+        body.has_operation_id = false;
+        csw_errors_encode(&body, &j, NULL);
+    }
+    return j;
+}
+
+void cs_mcp_call_error(struct cs_mcp_call *call, enum csw_error code, const char *operation_id,
+                       const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    complete(call, error_body(code, operation_id, msg), NULL, true);
+}
+
+void cs_mcp_call_ok(struct cs_mcp_call *call, const void *output)
+{
+    json_t *j = NULL;
+    struct cs_wire_diag diag;
+    enum cs_wire_status st = cs_wire_encode(call->t->tool->output, output, &j, &diag);
+    if (st != CS_WIRE_OK) {
+        char where[600];
+        cs_mcp_call_error(call, CSW_ERROR_INTERNAL, NULL,
+                          "the %s result broke its output schema: %s", call->t->tool->name,
+                          cs_wire_diag_format(&diag, where, sizeof where));
+        return;
+    }
+    complete(call, json_incref(j), j, false);
+}
+
+/* tools/call: decode the arguments through the tool's input schema and start the handler. */
+static json_t *tools_call(struct cs_mcp_exchange *x, json_t *id, json_t *params)
+{
+    struct cs_mcp *srv = x->s->srv;
+    const json_t *name = json_object_get(params, "name");
+    if (!json_is_string(name))
+        return cs_jsonrpc_error(id, CS_JSONRPC_INVALID_PARAMS,
+                                "tools/call needs params.name, a string");
+    const struct tool_entry *t = NULL;
+    for (size_t i = 0; i < srv->ntools; i++)
+        if (strcmp(srv->tools[i].tool->name, json_string_value(name)) == 0)
+            t = &srv->tools[i];
+    if (!t) {
+        char msg[300];
+        snprintf(msg, sizeof msg, "Unknown tool: %.200s", json_string_value(name));
+        return cs_jsonrpc_error(id, CS_JSONRPC_INVALID_PARAMS, msg);
+    }
+    json_t *args = json_object_get(params, "arguments");
+    json_t *empty = NULL;
+    if (!args || json_is_null(args))
+        args = empty = json_object();
+
+    struct cs_mcp_call *call = calloc(1, sizeof *call);
+    void *input = calloc(1, t->tool->input->size);
+    if (!call || !input) {
+        free(call);
+        free(input);
+        json_decref(empty);
+        return cs_jsonrpc_error(id, CS_JSONRPC_INTERNAL_ERROR, "out of memory");
+    }
+    call->x = x;
+    call->t = t;
+    call->id = json_incref(id);
+    call->input = input;
+    call->next = x->s->calls;
+    if (call->next)
+        call->next->prev = call;
+    x->s->calls = call;
+    x->waiting++;
+
+    struct cs_wire_diag diag;
+    enum cs_wire_status st = cs_wire_decode(t->tool->input, args, input, &diag);
+    json_decref(empty);
+    if (st == CS_WIRE_INVALID) {
+        char where[600];
+        cs_mcp_call_error(call, CSW_ERROR_INVALID_ARGUMENTS, NULL, "%s",
+                          cs_wire_diag_format(&diag, where, sizeof where));
+    } else if (st != CS_WIRE_OK) {
+        cs_mcp_call_error(call, CSW_ERROR_INTERNAL, NULL, "out of memory decoding arguments");
+    } else {
+        t->fn(t->arg, call, input);
+    }
+    return NULL; /* the call replies through complete() */
+}
+
+static json_t *initialize(struct cs_mcp_session *s, json_t *id, json_t *params)
+{
+    const json_t *asked = json_object_get(params, "protocolVersion");
+    const char *v = cs_mcp_versions[0];
+    if (json_is_string(asked) && cs_mcp_version_supported(json_string_value(asked)))
+        v = json_string_value(asked);
+    snprintf(s->version, sizeof s->version, "%s", v);
+    s->initialized = true;
+    json_t *result =
+        json_pack("{s:s,s:{s:{s:b},s:{}},s:{s:s,s:s},s:s}", "protocolVersion", s->version,
+                  "capabilities", "tools", "listChanged", 0, "logging", "serverInfo", "name",
+                  "codespace", "version", s->srv->version, "instructions", instructions);
+    return result ? cs_jsonrpc_result(id, result)
+                  : cs_jsonrpc_error(id, CS_JSONRPC_INTERNAL_ERROR, "out of memory");
+}
+
+static json_t *set_level(struct cs_mcp_session *s, json_t *id, json_t *params)
+{
+    const json_t *level = json_object_get(params, "level");
+    enum cs_log_level l;
+    if (!json_is_string(level) || cs_log_level_parse(json_string_value(level), &l) != 0 ||
+        strcmp(json_string_value(level), "warn") == 0)
+        return cs_jsonrpc_error(id, CS_JSONRPC_INVALID_PARAMS,
+                                "params.level must be one of debug, info, notice, warning, "
+                                "error, critical, alert, emergency");
+    s->log_level = l;
+    return cs_jsonrpc_result(id, json_object());
+}
+
+static void cancel(struct cs_mcp_session *s, json_t *params)
+{
+    const json_t *rid = json_object_get(params, "requestId");
+    if (!rid)
+        return;
+    for (struct cs_mcp_call *c = s->calls; c; c = c->next)
+        if (json_equal(c->id, (json_t *)rid))
+            c->cancelled = true;
+}
+
+/* Handles one parsed message into x. */
+static void handle_one(struct cs_mcp_exchange *x, json_t *msg)
+{
+    struct cs_mcp_session *s = x->s;
+    struct cs_jsonrpc_msg m;
+    switch (cs_jsonrpc_classify(msg, &m)) {
+    case CS_JSONRPC_INVALID:
+        add_reply(x, cs_jsonrpc_error(m.id, CS_JSONRPC_INVALID_REQUEST, m.why));
+        return;
+    case CS_JSONRPC_RESPONSE:
+        return; /* we send no requests; nothing to match */
+    case CS_JSONRPC_NOTIFICATION:
+        if (strcmp(m.method, "notifications/cancelled") == 0 && json_is_object(m.params))
+            cancel(s, m.params);
+        return; /* notifications/initialized and unknown notifications need nothing */
+    case CS_JSONRPC_REQUEST:
+        break;
+    }
+    json_t *params = json_is_object(m.params) ? m.params : NULL;
+    json_t *empty = NULL;
+    if (!params)
+        params = empty = json_object();
+    json_t *r;
+    if (strcmp(m.method, "initialize") == 0)
+        r = initialize(s, m.id, params);
+    else if (strcmp(m.method, "ping") == 0)
+        r = cs_jsonrpc_result(m.id, json_object());
+    else if (!s->initialized)
+        r = cs_jsonrpc_error(m.id, CS_JSONRPC_INVALID_REQUEST,
+                             "the session is not initialized: send initialize first");
+    else if (strcmp(m.method, "tools/list") == 0)
+        r = cs_jsonrpc_result(m.id, json_deep_copy(s->srv->tools_list));
+    else if (strcmp(m.method, "tools/call") == 0)
+        r = tools_call(x, m.id, params);
+    else if (strcmp(m.method, "logging/setLevel") == 0)
+        r = set_level(s, m.id, params);
+    else
+        r = cs_jsonrpc_error(m.id, CS_JSONRPC_METHOD_NOT_FOUND, "Method not found");
+    json_decref(empty);
+    add_reply(x, r);
+}
+
+/* ---- sessions ---- */
+
+struct cs_mcp_session *cs_mcp_session_new(struct cs_mcp *srv)
+{
+    struct cs_mcp_session *s = calloc(1, sizeof *s);
+    if (!s)
+        return NULL;
+    s->srv = srv;
+    s->log_level = CS_LOG_INFO;
+    return s;
+}
+
+void cs_mcp_session_free(struct cs_mcp_session *s)
+{
+    if (!s)
+        return;
+    for (struct cs_mcp_call *c = s->calls; c; c = c->next)
+        c->cancelled = true;
+    for (struct cs_mcp_call *c = s->calls, *next; c; c = next) {
+        next = c->next;
+        c->prev = c->next = NULL;
+    }
+    for (struct cs_mcp_exchange *x = s->exchanges, *next; x; x = next) {
+        next = x->next;
+        x->s = NULL;
+        x->abandoned = true;
+        x->prev = x->next = NULL;
+    }
+    free(s);
+}
+
+struct cs_mcp_exchange *cs_mcp_session_handle(struct cs_mcp_session *s, const char *data,
+                                              size_t len, cs_mcp_reply_fn reply, void *arg)
+{
+    json_error_t err;
+    json_t *msg = json_loadb(data, len, JSON_ALLOW_NUL | JSON_DECODE_ANY, &err);
+    if (!msg) {
+        char why[256];
+        snprintf(why, sizeof why, "Parse error: %s (line %d, column %d)", err.text, err.line,
+                 err.column);
+        reply(arg, cs_jsonrpc_error(NULL, CS_JSONRPC_PARSE_ERROR, why));
+        return NULL;
+    }
+    struct cs_mcp_exchange *x = calloc(1, sizeof *x);
+    if (!x) {
+        json_decref(msg);
+        reply(arg, cs_jsonrpc_error(NULL, CS_JSONRPC_INTERNAL_ERROR, "out of memory"));
+        return NULL;
+    }
+    x->s = s;
+    x->reply = reply;
+    x->arg = arg;
+    x->handling = true;
+    x->next = s->exchanges;
+    if (x->next)
+        x->next->prev = x;
+    s->exchanges = x;
+
+    if (json_is_array(msg)) {
+        if (strcmp(s->version, BATCH_VERSION) != 0) {
+            add_reply(x, cs_jsonrpc_error(NULL, CS_JSONRPC_INVALID_REQUEST,
+                                          "JSON-RPC batches are only accepted on protocol "
+                                          "version " BATCH_VERSION));
+        } else if (json_array_size(msg) == 0) {
+            add_reply(x, cs_jsonrpc_error(NULL, CS_JSONRPC_INVALID_REQUEST, "empty batch"));
+        } else {
+            x->batch = true;
+            x->replies = json_array();
+            size_t i;
+            json_t *one;
+            json_array_foreach(msg, i, one)
+            {
+                handle_one(x, one);
+            }
+        }
+    } else {
+        handle_one(x, msg);
+    }
+    json_decref(msg);
+    x->handling = false;
+    if (x->waiting == 0) {
+        finish(x);
+        return NULL;
+    }
+    return x;
+}
+
+void cs_mcp_exchange_abandon(struct cs_mcp_exchange *x)
+{
+    if (!x)
+        return;
+    x->abandoned = true;
+}
+
+const char *cs_mcp_session_version(const struct cs_mcp_session *s)
+{
+    return s->initialized ? s->version : NULL;
+}
+
+bool cs_mcp_session_initialized(const struct cs_mcp_session *s)
+{
+    return s->initialized;
+}
+
+const char *cs_mcp_session_log_level(const struct cs_mcp_session *s)
+{
+    return cs_log_level_name(s->log_level);
+}
+
+size_t cs_mcp_session_pending(const struct cs_mcp_session *s)
+{
+    size_t n = 0;
+    for (const struct cs_mcp_exchange *x = s->exchanges; x; x = x->next)
+        n++;
+    return n;
+}

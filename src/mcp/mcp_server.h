@@ -1,0 +1,102 @@
+/*
+ * mcp_server: the MCP protocol core, independent of the transport. A transport (stdio lines,
+ * Streamable HTTP POST bodies) hands each received message text to a session; the session parses
+ * JSON-RPC, runs the MCP methods (initialize, ping, tools/list, tools/call, logging/setLevel,
+ * notifications/initialized, notifications/cancelled) and gives back at most one reply per
+ * message through a callback, possibly later: tool handlers complete asynchronously, and
+ * meanwhile the session keeps answering other messages (ping included).
+ *
+ * Trust: message texts come from the client and are untrusted. Tool arguments are decoded
+ * through the generated input decoders (schema failures become INVALID_ARGUMENTS tool errors
+ * naming the JSON pointer); results are encoded and checked through the output encoders.
+ *
+ * Entry points: cs_mcp_new/free, cs_mcp_set_tool (a handler per tool), cs_mcp_session_* (one
+ * per client connection or HTTP session), cs_mcp_call_* (what a tool handler completes with).
+ */
+#ifndef CS_MCP_SERVER_H
+#define CS_MCP_SERVER_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "csw.h"
+
+struct cs_mcp;
+struct cs_mcp_session;
+struct cs_mcp_call;
+struct cs_mcp_exchange;
+
+/* Protocol versions, newest first; the first is what an unknown request gets. */
+extern const char *const cs_mcp_versions[];
+extern const size_t cs_mcp_version_count;
+/* Returns true when v (NUL-terminated) is a supported protocol version. */
+bool cs_mcp_version_supported(const char *v);
+
+/*
+ * A tool handler. input points to the decoded struct csw_mcp_<tool>_input, owned by the call
+ * and valid until the call completes. The handler must complete the call exactly once, now or
+ * later, with cs_mcp_call_ok or cs_mcp_call_error.
+ */
+typedef void (*cs_mcp_tool_fn)(void *arg, struct cs_mcp_call *call, const void *input);
+
+/* Returns a new server with every tool of the generated table listed and answering INTERNAL
+ * "not implemented" until a handler is set, or NULL on OOM. version is copied. */
+struct cs_mcp *cs_mcp_new(const char *version);
+/* Frees the server. Sessions must be freed first. Accepts NULL. */
+void cs_mcp_free(struct cs_mcp *srv);
+/* Sets the handler of the tool named name. Returns 0, or -1 if there is no such tool. */
+int cs_mcp_set_tool(struct cs_mcp *srv, const char *name, cs_mcp_tool_fn fn, void *arg);
+/* The instructions text sent in the initialize result (static storage). */
+const char *cs_mcp_instructions(void);
+
+/* ---- tool calls ---- */
+
+/* Completes call with a success: output points to the tool's struct csw_mcp_<tool>_output
+ * (borrowed; the caller frees it afterwards). The result carries structuredContent and one text
+ * item with the same JSON. An output that fails its schema becomes an INTERNAL tool error. */
+void cs_mcp_call_ok(struct cs_mcp_call *call, const void *output);
+/* Completes call with a tool error (isError: true, the JSON error body as text). operation_id
+ * may be NULL. */
+void cs_mcp_call_error(struct cs_mcp_call *call, enum csw_error code, const char *operation_id,
+                       const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+/* True once the client cancelled the request or its transport went away: the handler may stop
+ * early but must still complete the call (the reply is then dropped). */
+bool cs_mcp_call_cancelled(const struct cs_mcp_call *call);
+/* The tool's name (static storage). */
+const char *cs_mcp_call_tool(const struct cs_mcp_call *call);
+
+/* ---- sessions ---- */
+
+/* reply receives a new reference to the JSON-RPC reply (a response object, or an array for a
+ * batch), or NULL when the message gets no reply (a notification, a client response, a cancelled
+ * request). It is called exactly once per handled message unless the exchange is abandoned. */
+typedef void (*cs_mcp_reply_fn)(void *arg, json_t *reply);
+
+/* Returns a new session of srv, or NULL on OOM. */
+struct cs_mcp_session *cs_mcp_session_new(struct cs_mcp *srv);
+/* Frees a session. Pending calls are marked cancelled and their replies dropped; the calls
+ * themselves complete later into nothing. Accepts NULL. */
+void cs_mcp_session_free(struct cs_mcp_session *s);
+
+/*
+ * Handles one message (len bytes at data, one JSON value). Calls reply once, before returning or
+ * later. Returns NULL when reply was already called, else a token the transport may pass to
+ * cs_mcp_exchange_abandon if it can no longer deliver the reply; the token is invalid once reply
+ * ran. A parse error replies -32700 with id null.
+ */
+struct cs_mcp_exchange *cs_mcp_session_handle(struct cs_mcp_session *s, const char *data,
+                                              size_t len, cs_mcp_reply_fn reply, void *arg);
+/* The transport is gone: reply will not be called for x; the calls behind it are cancelled. */
+void cs_mcp_exchange_abandon(struct cs_mcp_exchange *x);
+
+/* The negotiated protocol version, or NULL before initialize. */
+const char *cs_mcp_session_version(const struct cs_mcp_session *s);
+/* True once initialize succeeded. */
+bool cs_mcp_session_initialized(const struct cs_mcp_session *s);
+/* The level set by logging/setLevel ("info" until then; static storage). */
+const char *cs_mcp_session_log_level(const struct cs_mcp_session *s);
+/* Number of exchanges still waiting for a reply. */
+size_t cs_mcp_session_pending(const struct cs_mcp_session *s);
+
+#endif

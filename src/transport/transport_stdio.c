@@ -1,0 +1,238 @@
+/*
+ * transport_stdio: line transport on the event loop (see transport_stdio.h).
+ * Trust: input is untrusted and only reaches the caller through the line framer, which bounds
+ * memory by the cap. Output is a queue of whole lines written as the fd accepts them.
+ */
+#include "transport_stdio.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "transport_frame.h"
+
+struct cs_stdio {
+    struct cs_loop *loop;
+    int in_fd, out_fd;
+    struct cs_loop_fd *in_w, *out_w;
+    struct cs_lineframe fr;
+    struct cs_stdio_callbacks cb;
+    bool eof;
+    bool broken;  /* writing failed: drop further output */
+    bool pumping; /* a deferred pump() is pending (input epoll cannot watch) */
+    bool freed;   /* cs_stdio_free ran while a pump() was pending: pump frees */
+    char *out;    /* queued output */
+    size_t out_len, out_off, out_cap;
+};
+
+static int line_cb(void *arg, const uint8_t *data, size_t len)
+{
+    struct cs_stdio *io = arg;
+    io->cb.on_line(io->cb.arg, data, len);
+    return 0;
+}
+
+static int overlong_cb(void *arg)
+{
+    struct cs_stdio *io = arg;
+    io->cb.on_overlong(io->cb.arg);
+    return 0;
+}
+
+static void set_nonblock(int fd)
+{
+    int fl = fcntl(fd, F_GETFL);
+    if (fl >= 0)
+        fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+}
+
+static void at_eof(struct cs_stdio *io)
+{
+    if (io->eof)
+        return;
+    io->eof = true;
+    cs_loop_fd_del(io->in_w);
+    io->in_w = NULL;
+    bool partial = false;
+    cs_lineframe_finish(&io->fr, &partial); /* delivers a last unterminated line */
+    io->cb.on_eof(io->cb.arg);
+}
+
+static void on_input(void *arg, int fd, unsigned events)
+{
+    struct cs_stdio *io = arg;
+    (void)events;
+    uint8_t buf[65536];
+    /* A bounded number of reads per turn keeps other work (timers, HTTP) moving. */
+    for (int round = 0; round < 16 && !io->eof; round++) {
+        ssize_t n = read(fd, buf, sizeof buf);
+        if (n > 0) {
+            if (cs_lineframe_feed(&io->fr, buf, (size_t)n, NULL) != CS_FRAME_OK) {
+                at_eof(io); /* out of memory in the framer: stop reading */
+                return;
+            }
+            continue;
+        }
+        if (n < 0 && (errno == EAGAIN || errno == EINTR))
+            return;
+        at_eof(io); /* 0: EOF; other errors end the input as well */
+        return;
+    }
+}
+
+static void on_output(void *arg, int fd, unsigned events);
+
+/* Input that epoll cannot watch (a regular file): read some now, come back next turn. */
+static void pump(void *arg)
+{
+    struct cs_stdio *io = arg;
+    if (io->freed) {
+        free(io);
+        return;
+    }
+    io->pumping = false;
+    on_input(io, io->in_fd, CS_LOOP_READ);
+    if (!io->eof && !io->freed && cs_loop_defer(io->loop, pump, io) == 0)
+        io->pumping = true;
+}
+
+/* Writes what the fd accepts now; watches the fd for writability while output remains. */
+static void drain(struct cs_stdio *io)
+{
+    while (io->out_off < io->out_len && !io->broken) {
+        ssize_t n = write(io->out_fd, io->out + io->out_off, io->out_len - io->out_off);
+        if (n > 0) {
+            io->out_off += (size_t)n;
+            continue;
+        }
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && errno == EAGAIN)
+            break;
+        io->broken = true; /* EPIPE and friends: the client is gone */
+    }
+    if (io->out_off == io->out_len || io->broken)
+        io->out_off = io->out_len = 0;
+    bool want = io->out_len > 0;
+    if (want && !io->out_w)
+        io->out_w = cs_loop_fd_add(io->loop, io->out_fd, CS_LOOP_WRITE, on_output, io);
+    if (!want && io->out_w) {
+        cs_loop_fd_del(io->out_w);
+        io->out_w = NULL;
+    }
+}
+
+static void on_output(void *arg, int fd, unsigned events)
+{
+    struct cs_stdio *io = arg;
+    (void)fd;
+    if (events & CS_LOOP_ERROR)
+        io->broken = true;
+    drain(io);
+}
+
+int cs_stdio_write_line(struct cs_stdio *io, const char *data, size_t len)
+{
+    if (io->broken)
+        return -1;
+    if (io->out_off > 0 && io->out_off == io->out_len)
+        io->out_off = io->out_len = 0;
+    size_t need = io->out_len + len + 1;
+    if (need < len)
+        return -1;
+    if (need > io->out_cap) {
+        /* Compact first: bytes before out_off are written already. */
+        if (io->out_off > 0) {
+            memmove(io->out, io->out + io->out_off, io->out_len - io->out_off);
+            io->out_len -= io->out_off;
+            io->out_off = 0;
+            need = io->out_len + len + 1;
+        }
+        if (need > io->out_cap) {
+            size_t cap = io->out_cap ? io->out_cap : 65536;
+            while (cap < need)
+                cap *= 2;
+            char *nb = realloc(io->out, cap);
+            if (!nb)
+                return -1;
+            io->out = nb;
+            io->out_cap = cap;
+        }
+    }
+    memcpy(io->out + io->out_len, data, len);
+    io->out[io->out_len + len] = '\n';
+    io->out_len += len + 1;
+    drain(io);
+    return io->broken ? -1 : 0;
+}
+
+size_t cs_stdio_pending_output(const struct cs_stdio *io)
+{
+    return io->out_len - io->out_off;
+}
+
+int cs_stdio_flush(struct cs_stdio *io, int timeout_ms)
+{
+    int64_t until = cs_loop_now_ms() + timeout_ms;
+    while (cs_stdio_pending_output(io) > 0 && !io->broken) {
+        int64_t left = until - cs_loop_now_ms();
+        if (left <= 0)
+            return -1;
+        struct pollfd p = {.fd = io->out_fd, .events = POLLOUT};
+        if (poll(&p, 1, (int)left) < 0 && errno != EINTR)
+            return -1;
+        drain(io);
+    }
+    return cs_stdio_pending_output(io) == 0 && !io->broken ? 0 : -1;
+}
+
+struct cs_stdio *cs_stdio_new(struct cs_loop *loop, int in_fd, int out_fd, size_t cap,
+                              const struct cs_stdio_callbacks *cb)
+{
+    struct cs_stdio *io = calloc(1, sizeof *io);
+    if (!io)
+        return NULL;
+    io->loop = loop;
+    io->in_fd = in_fd;
+    io->out_fd = out_fd;
+    io->cb = *cb;
+    if (cs_lineframe_init(&io->fr, cap, line_cb, overlong_cb, io) != CS_FRAME_OK) {
+        free(io);
+        return NULL;
+    }
+    io->pumping = false;
+    set_nonblock(in_fd);
+    set_nonblock(out_fd);
+    io->in_w = cs_loop_fd_add(loop, in_fd, CS_LOOP_READ, on_input, io);
+    if (!io->in_w) {
+        /* A regular file or /dev/null cannot be polled (EPERM): it never blocks, so pump it
+         * from deferred calls instead, a bounded amount per turn. */
+        if (errno != EPERM || cs_loop_defer(loop, pump, io) != 0) {
+            cs_lineframe_fini(&io->fr);
+            free(io);
+            return NULL;
+        }
+        io->pumping = true;
+    }
+    return io;
+}
+
+void cs_stdio_free(struct cs_stdio *io)
+{
+    if (!io)
+        return;
+    cs_loop_fd_del(io->in_w);
+    cs_loop_fd_del(io->out_w);
+    cs_lineframe_fini(&io->fr);
+    free(io->out);
+    io->out = NULL;
+    if (io->pumping) {
+        io->freed = true; /* the pending pump() releases io */
+        return;
+    }
+    free(io);
+}

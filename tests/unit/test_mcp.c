@@ -1,0 +1,370 @@
+/*
+ * Unit tests of the mcp module (and jsonrpc under it): sessions driven message by message, with
+ * a fake asynchronous tool, so replies that come later, cancellation, abandoned exchanges and
+ * freed sessions are all exercised without a transport.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "jsonrpc.h"
+#include "mcp_server.h"
+
+/* Replies collected by reply_cb. */
+static json_t *replies[16];
+static size_t nreplies;
+
+static void reply_cb(void *arg, json_t *reply)
+{
+    (void)arg;
+    assert_true(nreplies < 16);
+    replies[nreplies++] = reply ? reply : json_null();
+}
+
+static void reset(void)
+{
+    for (size_t i = 0; i < nreplies; i++)
+        json_decref(replies[i]);
+    nreplies = 0;
+}
+
+static struct cs_mcp_exchange *send_text(struct cs_mcp_session *s, const char *text)
+{
+    return cs_mcp_session_handle(s, text, strlen(text), reply_cb, NULL);
+}
+
+/* Sends text and expects exactly one immediate reply, returned borrowed. */
+static json_t *ask(struct cs_mcp_session *s, const char *text)
+{
+    reset();
+    assert_null(send_text(s, text));
+    assert_int_equal(nreplies, 1);
+    return replies[0];
+}
+
+static int error_code(const json_t *reply)
+{
+    return (int)json_integer_value(json_object_get(json_object_get(reply, "error"), "code"));
+}
+
+/* The tool error body of a tools/call reply (parsed from its text item). */
+static json_t *tool_error(const json_t *reply)
+{
+    const json_t *result = json_object_get(reply, "result");
+    assert_true(json_is_true(json_object_get(result, "isError")));
+    assert_null(json_object_get(result, "structuredContent"));
+    const char *text = json_string_value(
+        json_object_get(json_array_get(json_object_get(result, "content"), 0), "text"));
+    assert_non_null(text);
+    json_t *body = json_loads(text, 0, NULL);
+    assert_non_null(body);
+    return body;
+}
+
+static struct cs_mcp *srv;
+static struct cs_mcp_session *sess;
+
+static int setup(void **state)
+{
+    (void)state;
+    srv = cs_mcp_new("9.9.9");
+    sess = cs_mcp_session_new(srv);
+    return srv && sess ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    reset();
+    cs_mcp_session_free(sess);
+    cs_mcp_free(srv);
+    return 0;
+}
+
+static void init(const char *version)
+{
+    char msg[256];
+    snprintf(msg, sizeof msg,
+             "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{"
+             "\"protocolVersion\":\"%s\",\"capabilities\":{},\"clientInfo\":{\"name\":\"t\","
+             "\"version\":\"1\"}}}",
+             version);
+    json_t *r = ask(sess, msg);
+    assert_non_null(json_object_get(r, "result"));
+}
+
+/* ---- protocol ---- */
+
+static void test_initialize_negotiates(void **state)
+{
+    (void)state;
+    assert_null(cs_mcp_session_version(sess));
+    json_t *r = ask(sess, "{\"jsonrpc\":\"2.0\",\"id\":\"a\",\"method\":\"initialize\","
+                          "\"params\":{\"protocolVersion\":\"1999-01-01\"}}");
+    const json_t *res = json_object_get(r, "result");
+    assert_string_equal(json_string_value(json_object_get(res, "protocolVersion")), "2025-11-25");
+    assert_string_equal(json_string_value(json_object_get(r, "id")), "a");
+    const json_t *info = json_object_get(res, "serverInfo");
+    assert_string_equal(json_string_value(json_object_get(info, "name")), "codespace");
+    assert_string_equal(json_string_value(json_object_get(info, "version")), "9.9.9");
+    const json_t *caps = json_object_get(res, "capabilities");
+    assert_true(json_is_false(json_object_get(json_object_get(caps, "tools"), "listChanged")));
+    assert_non_null(json_object_get(caps, "logging"));
+    assert_null(json_object_get(caps, "resources"));
+    assert_non_null(strstr(json_string_value(json_object_get(res, "instructions")), "argv"));
+    for (size_t i = 0; i < cs_mcp_version_count; i++) {
+        init(cs_mcp_versions[i]);
+        assert_string_equal(cs_mcp_session_version(sess), cs_mcp_versions[i]);
+    }
+}
+
+static void test_before_initialize(void **state)
+{
+    (void)state;
+    json_t *r = ask(sess, "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/list\"}");
+    assert_int_equal(error_code(r), CS_JSONRPC_INVALID_REQUEST);
+    r = ask(sess, "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"ping\"}");
+    assert_true(json_is_object(json_object_get(r, "result")));
+    /* A notification before initialize gets nothing. */
+    r = ask(sess, "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}");
+    assert_true(json_is_null(r));
+}
+
+static void test_jsonrpc_errors(void **state)
+{
+    (void)state;
+    init("2025-11-25");
+    json_t *r = ask(sess, "{not json");
+    assert_int_equal(error_code(r), CS_JSONRPC_PARSE_ERROR);
+    assert_true(json_is_null(json_object_get(r, "id")));
+    r = ask(sess, "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"resources/list\"}");
+    assert_int_equal(error_code(r), CS_JSONRPC_METHOD_NOT_FOUND);
+    assert_int_equal(json_integer_value(json_object_get(r, "id")), 3);
+    r = ask(sess, "{\"jsonrpc\":\"1.0\",\"id\":4,\"method\":\"ping\"}");
+    assert_int_equal(error_code(r), CS_JSONRPC_INVALID_REQUEST);
+    assert_int_equal(json_integer_value(json_object_get(r, "id")), 4);
+    r = ask(sess, "{\"jsonrpc\":\"2.0\",\"id\":{},\"method\":\"ping\"}");
+    assert_int_equal(error_code(r), CS_JSONRPC_INVALID_REQUEST);
+    assert_true(json_is_null(json_object_get(r, "id")));
+    r = ask(sess, "42");
+    assert_int_equal(error_code(r), CS_JSONRPC_INVALID_REQUEST);
+    r = ask(sess, "{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\"tools/call\",\"params\":{\"name\":"
+                  "\"format_disk\"}}");
+    assert_int_equal(error_code(r), CS_JSONRPC_INVALID_PARAMS);
+    r = ask(sess, "{\"jsonrpc\":\"2.0\",\"id\":6,\"method\":\"tools/call\",\"params\":{}}");
+    assert_int_equal(error_code(r), CS_JSONRPC_INVALID_PARAMS);
+    /* A client's response to a request we never sent is ignored. */
+    r = ask(sess, "{\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{}}");
+    assert_true(json_is_null(r));
+    r = ask(sess, "{\"jsonrpc\":\"2.0\",\"id\":8,\"method\":\"logging/setLevel\",\"params\":{"
+                  "\"level\":\"loud\"}}");
+    assert_int_equal(error_code(r), CS_JSONRPC_INVALID_PARAMS);
+    r = ask(sess, "{\"jsonrpc\":\"2.0\",\"id\":9,\"method\":\"logging/setLevel\",\"params\":{"
+                  "\"level\":\"debug\"}}");
+    assert_true(json_is_object(json_object_get(r, "result")));
+    assert_string_equal(cs_mcp_session_log_level(sess), "debug");
+}
+
+static void test_tools_list(void **state)
+{
+    (void)state;
+    init("2025-06-18");
+    json_t *r = ask(sess, "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/list\"}");
+    const json_t *tools = json_object_get(json_object_get(r, "result"), "tools");
+    assert_int_equal(json_array_size(tools), 11);
+    const json_t *t = json_array_get(tools, 5);
+    assert_string_equal(json_string_value(json_object_get(t, "name")), "exec_command");
+    assert_non_null(json_object_get(t, "title"));
+    assert_string_equal(
+        json_string_value(json_object_get(json_object_get(t, "inputSchema"), "type")), "object");
+    assert_non_null(json_object_get(t, "outputSchema"));
+    const json_t *ann = json_object_get(t, "annotations");
+    assert_true(json_is_true(json_object_get(ann, "destructiveHint")));
+    assert_true(json_is_true(json_object_get(ann, "openWorldHint")));
+}
+
+static void test_invalid_arguments_name_the_pointer(void **state)
+{
+    (void)state;
+    init("2025-11-25");
+    json_t *r = ask(sess, "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{"
+                          "\"name\":\"exec_command\",\"arguments\":{\"workspace_id\":\"w\","
+                          "\"command\":[1]}}}");
+    json_t *body = tool_error(r);
+    assert_string_equal(json_string_value(json_object_get(body, "code")), "INVALID_ARGUMENTS");
+    assert_string_equal(json_string_value(json_object_get(body, "message")),
+                        "/command/0: expected string");
+    assert_null(json_object_get(body, "operation_id"));
+    json_decref(body);
+    /* Arguments that are not an object, and missing arguments. */
+    r = ask(sess, "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/call\",\"params\":{"
+                  "\"name\":\"read\",\"arguments\":[]}}");
+    body = tool_error(r);
+    assert_string_equal(json_string_value(json_object_get(body, "message")), "/: expected object");
+    json_decref(body);
+    r = ask(sess, "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"tools/call\",\"params\":{"
+                  "\"name\":\"read\"}}");
+    body = tool_error(r);
+    assert_string_equal(json_string_value(json_object_get(body, "message")),
+                        "/workspace_id: missing required property");
+    json_decref(body);
+    /* A listed tool without a handler answers INTERNAL, as a tool error. */
+    r = ask(sess, "{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"tools/call\",\"params\":{"
+                  "\"name\":\"process_status\",\"arguments\":{\"process_id\":\"p\"}}}");
+    body = tool_error(r);
+    assert_string_equal(json_string_value(json_object_get(body, "code")), "INTERNAL");
+    json_decref(body);
+}
+
+/* ---- asynchronous tools ---- */
+
+static struct cs_mcp_call *held;
+
+static void hold(void *arg, struct cs_mcp_call *call, const void *input)
+{
+    (void)arg;
+    const struct csw_mcp_process_resize_input *in = input;
+    assert_int_equal(in->rows, 40);
+    held = call;
+}
+
+static void finish_held(int cols)
+{
+    struct csw_mcp_process_resize_output out = {.rows = 40, .cols = cols};
+    cs_mcp_call_ok(held, &out);
+    held = NULL;
+}
+
+#define RESIZE(id)                                                                                 \
+    "{\"jsonrpc\":\"2.0\",\"id\":" #id ",\"method\":\"tools/call\",\"params\":{\"name\":"          \
+    "\"process_resize\",\"arguments\":{\"process_id\":\"p\",\"rows\":40,\"cols\":120}}}"
+
+static void test_async_reply_comes_later(void **state)
+{
+    (void)state;
+    init("2025-11-25");
+    assert_int_equal(cs_mcp_set_tool(srv, "process_resize", hold, NULL), 0);
+    assert_int_equal(cs_mcp_set_tool(srv, "nope", hold, NULL), -1);
+    reset();
+    struct cs_mcp_exchange *x = send_text(sess, RESIZE(10));
+    assert_non_null(x);
+    assert_int_equal(nreplies, 0);
+    assert_int_equal(cs_mcp_session_pending(sess), 1);
+    /* Meanwhile ping is answered. */
+    assert_null(send_text(sess, "{\"jsonrpc\":\"2.0\",\"id\":11,\"method\":\"ping\"}"));
+    assert_int_equal(nreplies, 1);
+    finish_held(120);
+    assert_int_equal(nreplies, 2);
+    const json_t *res = json_object_get(replies[1], "result");
+    assert_int_equal(json_integer_value(json_object_get(replies[1], "id")), 10);
+    assert_true(json_is_false(json_object_get(res, "isError")));
+    const json_t *sc = json_object_get(res, "structuredContent");
+    assert_int_equal(json_integer_value(json_object_get(sc, "cols")), 120);
+    assert_true(json_is_true(json_object_get(sc, "ok")));
+    /* The text item holds the same JSON, complete. */
+    json_t *again = json_loads(json_string_value(json_object_get(
+                                   json_array_get(json_object_get(res, "content"), 0), "text")),
+                               0, NULL);
+    assert_true(json_equal(again, (json_t *)sc));
+    json_decref(again);
+    assert_int_equal(cs_mcp_session_pending(sess), 0);
+}
+
+static void test_output_schema_is_enforced(void **state)
+{
+    (void)state;
+    init("2025-11-25");
+    cs_mcp_set_tool(srv, "process_resize", hold, NULL);
+    reset();
+    send_text(sess, RESIZE(12));
+    finish_held(5000); /* cols above 1000: the handler broke its outputSchema */
+    assert_int_equal(nreplies, 1);
+    json_t *body = tool_error(replies[0]);
+    assert_string_equal(json_string_value(json_object_get(body, "code")), "INTERNAL");
+    assert_non_null(strstr(json_string_value(json_object_get(body, "message")), "/cols"));
+    json_decref(body);
+}
+
+static void test_cancel_and_abandon(void **state)
+{
+    (void)state;
+    init("2025-11-25");
+    cs_mcp_set_tool(srv, "process_resize", hold, NULL);
+    reset();
+    send_text(sess, RESIZE("c1"));
+    assert_null(send_text(sess, "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/cancelled\","
+                                "\"params\":{\"requestId\":\"c1\",\"reason\":\"user\"}}"));
+    assert_int_equal(nreplies, 1); /* the notification's "no reply" */
+    assert_true(cs_mcp_call_cancelled(held));
+    finish_held(80);
+    assert_int_equal(nreplies, 2);
+    assert_true(json_is_null(replies[1])); /* no response to a cancelled request */
+
+    reset();
+    struct cs_mcp_exchange *x = send_text(sess, RESIZE(13));
+    cs_mcp_exchange_abandon(x);
+    assert_true(cs_mcp_call_cancelled(held));
+    finish_held(80);
+    assert_int_equal(nreplies, 0); /* the transport is gone: nothing is delivered */
+}
+
+static void test_session_freed_while_pending(void **state)
+{
+    (void)state;
+    init("2025-11-25");
+    cs_mcp_set_tool(srv, "process_resize", hold, NULL);
+    reset();
+    send_text(sess, RESIZE(14));
+    cs_mcp_session_free(sess);
+    sess = cs_mcp_session_new(srv);
+    assert_true(cs_mcp_call_cancelled(held));
+    finish_held(80); /* completes into nothing, frees everything (ASan checks) */
+    assert_int_equal(nreplies, 0);
+}
+
+static void test_batches(void **state)
+{
+    (void)state;
+    init("2025-06-18");
+    json_t *r = ask(sess, "[{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}]");
+    assert_int_equal(error_code(r), CS_JSONRPC_INVALID_REQUEST);
+    init("2025-03-26");
+    cs_mcp_set_tool(srv, "process_resize", hold, NULL);
+    reset();
+    struct cs_mcp_exchange *x = send_text(
+        sess, "[{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"},"
+              "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}," RESIZE(2) "]");
+    assert_non_null(x);
+    assert_int_equal(nreplies, 0); /* the batch answers once, when all of it is done */
+    finish_held(80);
+    assert_int_equal(nreplies, 1);
+    assert_int_equal(json_array_size(replies[0]), 2);
+    r = ask(sess, "[{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}]");
+    assert_true(json_is_null(r)); /* only notifications: no reply at all */
+    r = ask(sess, "[]");
+    assert_int_equal(error_code(r), CS_JSONRPC_INVALID_REQUEST);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_initialize_negotiates, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_before_initialize, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_jsonrpc_errors, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_tools_list, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_invalid_arguments_name_the_pointer, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_async_reply_comes_later, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_output_schema_is_enforced, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cancel_and_abandon, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_session_freed_while_pending, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_batches, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
