@@ -1,0 +1,225 @@
+/*
+ * policy: the gateway's configuration (flags and environment variables, runtime.md section 2),
+ * the operator's workspace registry (--config FILE, --workspace DIR), the profile and
+ * environment rules that decide what a workspace permits, and the pure builder of the
+ * workspace_info result (contract.md section 4).
+ *
+ * Trust: argv, the environment and the registry file come from the operator, who is trusted to
+ * mean what they write but not to write it correctly: every value is checked and the first bad
+ * one fails the whole load with one message naming the flag, variable or JSON path. The registry
+ * file is decoded only through the generated decoder (schema/config/registry.json), then checked
+ * semantically (absolute, existing directory roots; known environments). A model can never add
+ * a workspace: nothing here reads client input except cs_policy_workspace_info's workspace_id,
+ * which is only compared byte for byte.
+ *
+ * Entry points: cs_config_load / cs_config_free / cs_config_usage, cs_config_workspace,
+ * cs_workspace_can_read / _write / _exec, cs_workspace_is_exec_path, cs_workspace_check,
+ * cs_policy_workspace_info. The library never prints or logs; the caller reports.
+ */
+#ifndef CS_POLICY_H
+#define CS_POLICY_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "csw.h"
+
+/* ---- fixed values of the contract (contract.md section 4, runtime.md section 5) ---- */
+
+#define CS_POLICY_READ_MAX_BYTES       1048576 /* read: bytes per call */
+#define CS_POLICY_FIND_MAX_PATHS       10000   /* find: paths per call */
+#define CS_POLICY_MAX_WAITERS          64      /* mutation FIFO per workspace */
+#define CS_POLICY_TTY_ROWS             24      /* PTY size at start */
+#define CS_POLICY_TTY_COLS             80
+#define CS_POLICY_DEFAULT_HOST         "127.0.0.1"
+#define CS_POLICY_DEFAULT_PORT         8787
+#define CS_POLICY_DEFAULT_TIMEOUT_SECS 30
+#define CS_POLICY_DEFAULT_MAX_PROCS    8
+#define CS_POLICY_MAX_TIMEOUT_SECS     2147483 /* so the timeout in ms fits in an int */
+#define CS_POLICY_MAX_PROCS            1024
+#define CS_POLICY_LOCAL_ENV            "local"   /* the built-in host environment */
+#define CS_POLICY_QUICK_START_ID       "default" /* the workspace --workspace registers */
+
+/* ---- configuration ---- */
+
+enum cs_config_transport {
+    CS_CONFIG_TRANSPORT_STDIO,
+    CS_CONFIG_TRANSPORT_HTTP,
+};
+
+enum cs_config_runner {
+    CS_CONFIG_RUNNER_IN_PROCESS,
+    CS_CONFIG_RUNNER_UDS,
+};
+
+enum cs_policy_profile {
+    CS_POLICY_PROFILE_READ_ONLY,       /* read */
+    CS_POLICY_PROFILE_WORKSPACE_WRITE, /* read, write, exec */
+};
+
+enum cs_policy_env_kind {
+    CS_POLICY_ENV_HOST,            /* an exec path: file tools and commands run on this host */
+    CS_POLICY_ENV_LINUX_CONTAINER, /* registered but not an exec path: fails closed */
+};
+
+enum cs_policy_network {
+    CS_POLICY_NETWORK_RESTRICTED,
+    CS_POLICY_NETWORK_ENABLED,
+};
+
+/* An execution environment of the registry. "local" (host) always exists. */
+struct cs_config_environment {
+    char *id; /* NUL-terminated, no NUL inside, not empty */
+    enum cs_policy_env_kind kind;
+};
+
+/* A registered workspace. Every string is owned by the struct cs_config that holds it. */
+struct cs_workspace {
+    char *id; /* NUL-terminated, no NUL inside, not empty */
+    size_t id_len;
+    char *root; /* absolute and canonical (realpath at load time) */
+    enum cs_policy_profile profile;
+    char *environment; /* environment id */
+    enum cs_policy_env_kind env_kind;
+    enum cs_policy_network network;
+    bool has_network_allow; /* the file gave network_allow (even empty) */
+    char **network_allow;   /* host patterns, as given */
+    size_t n_network_allow;
+};
+
+/*
+ * Every setting of runtime.md section 2, resolved (flag, else variable, else default). Strings are
+ * owned by the struct and released by cs_config_free.
+ */
+struct cs_config {
+    /* --transport stdio|http (--http), CODESPACE_TRANSPORT */
+    enum cs_config_transport transport;
+    /* --host, CODESPACE_HTTP_HOST */
+    char *host;
+    /* --port, CODESPACE_HTTP_PORT: 1..65535 */
+    uint16_t port;
+    /* --token, CODESPACE_HTTP_TOKEN; NULL: no bearer check */
+    char *token;
+    /* --config, CODESPACE_CONFIG; NULL: none */
+    char *config_path;
+    /* --workspace, CODESPACE_WORKSPACE, as given; NULL: none */
+    char *workspace_dir;
+    /* --operations-db, CODESPACE_OPERATIONS_DB; ":memory:" for none */
+    char *operations_db;
+    /* --runner in-process|uds, CODESPACE_RUNNER */
+    enum cs_config_runner runner;
+    /* --runner-dir, CODESPACE_RUNNER_DIR: absolute, slashes normalised (no trailing one) */
+    char *runner_dir;
+    /* CODESPACE_PROCESS_TIMEOUT_SECS: 1..CS_POLICY_MAX_TIMEOUT_SECS */
+    int64_t process_timeout_secs;
+    /* CODESPACE_MAX_PROCESSES: 1..CS_POLICY_MAX_PROCS */
+    int64_t max_processes;
+    /* CODESPACE_REQUIRE_LINUX_SANDBOX: "1" true; unset or "0" false */
+    bool require_linux_sandbox;
+    /* --log-level, CODESPACE_LOG: the MCP level name ("debug" .. "emergency"; static storage)
+     * and the same level as a syslog severity (0 emergency .. 7 debug) */
+    const char *log_level;
+    int log_severity;
+    /* CODESPACE_RUNTIME_BIN, CODESPACE_LINUX_SANDBOX_BIN (runtime.md section 1); NULL: the
+     * sibling of the gateway's executable */
+    char *runtime_bin;
+    char *sandbox_bin;
+
+    /* The registry: "local" first, then the file's environments in document order. */
+    struct cs_config_environment *environments;
+    size_t n_environments;
+    /* The file's workspaces in document order, then "default" from --workspace. */
+    struct cs_workspace *workspaces;
+    size_t n_workspaces;
+};
+
+/* One message naming what was wrong (flag or variable and value, or file and JSON path). */
+struct cs_config_error {
+    char text[2048];
+};
+
+/* What cs_config_load returns. */
+enum cs_config_status {
+    CS_CONFIG_ERROR = -1,  /* err holds the message; cfg is zeroed */
+    CS_CONFIG_READY = 0,   /* cfg is filled: serve */
+    CS_CONFIG_HELP = 1,    /* --help: print cs_config_usage() and exit 0; cfg is zeroed */
+    CS_CONFIG_VERSION = 2, /* --version: print the version and exit 0; cfg is zeroed */
+};
+
+/*
+ * Resolves the configuration from argv (argv[0] is the program name and is skipped) and envp
+ * ("NAME=value" strings, NULL-terminated; NULL means an empty environment; the first entry of a
+ * name wins, as getenv does). Flags take "--flag value" or "--flag=value"; a repeated flag keeps
+ * its last value; a flag wins over its variable. --help and --version return at once when met.
+ * Reads the registry file and resolves workspace roots (realpath), so it touches the file system.
+ * Returns a enum cs_config_status value; on CS_CONFIG_READY release cfg with cs_config_free.
+ * err may be NULL.
+ */
+int cs_config_load(struct cs_config *cfg, int argc, char **argv, char **envp,
+                   struct cs_config_error *err);
+
+/* Releases everything cfg owns and zeroes it. Accepts a zeroed or half-built cfg and NULL. */
+void cs_config_free(struct cs_config *cfg);
+
+/* The --help text: every flag and variable with its default (static storage, ends in '\n'). */
+const char *cs_config_usage(void);
+
+/* The workspace whose id is exactly the id_len bytes at id, or NULL. Borrowed from cfg. */
+const struct cs_workspace *cs_config_workspace(const struct cs_config *cfg, const char *id,
+                                               size_t id_len);
+
+/* ---- permissions ---- */
+
+/* What the profile grants (contract.md section 4 "permissions"); the environment is separate. */
+bool cs_workspace_can_read(const struct cs_workspace *ws);
+bool cs_workspace_can_write(const struct cs_workspace *ws);
+bool cs_workspace_can_exec(const struct cs_workspace *ws);
+/* True when the workspace's environment is an exec path (host). A linux-container environment
+ * is registered but fails closed: read, find, apply_patch and exec_command are refused. */
+bool cs_workspace_is_exec_path(const struct cs_workspace *ws);
+
+enum cs_policy_access {
+    CS_POLICY_ACCESS_READ,  /* read, find */
+    CS_POLICY_ACCESS_WRITE, /* apply_patch */
+    CS_POLICY_ACCESS_EXEC,  /* exec_command */
+};
+
+/*
+ * The gate a tool applies before doing anything: returns 0 when ws may do access, else
+ * CSW_ERROR_UNAUTHORIZED with msg (may be NULL) saying why: the environment is not an exec path,
+ * or the profile forbids the action.
+ */
+int cs_workspace_check(const struct cs_workspace *ws, enum cs_policy_access access, char *msg,
+                       size_t msg_cap);
+
+/* ---- workspace_info ---- */
+
+/* What the runner really offers; filled by the gateway. */
+struct cs_runtime_caps {
+    bool files_available;   /* read and find are implemented */
+    bool patch_available;   /* apply_patch is implemented */
+    bool process_available; /* exec_command and the process tools are implemented */
+    bool uds_runner;        /* runner "uds" (else "in-process") */
+    bool sandbox;           /* the sandbox probe succeeded: linux-sandbox and enforced network */
+    bool has_landlock_abi;
+    int64_t landlock_abi; /* >= 0 when has_landlock_abi */
+    bool tty_supported;
+    int64_t max_live_processes; /* >= 1 */
+    int64_t timeout_ms;         /* >= 1 */
+    int64_t output_ring_bytes;  /* >= 1 */
+};
+
+/*
+ * Builds the workspace_info result (contract.md section 4) for in->workspace_id (absent or empty:
+ * the server part only). cfg, caps, version (NUL-terminated) and in are borrowed for the call.
+ * Returns 0 with out filled (release it with csw_mcp_workspace_info_output_free; it passes
+ * csw_mcp_workspace_info_output_encode), or an error code with out zeroed and msg (may be NULL)
+ * saying why: CSW_ERROR_WORKSPACE_NOT_FOUND for an unknown id, CSW_ERROR_INTERNAL on OOM or caps
+ * outside the schema. Reads no workspace files.
+ */
+int cs_policy_workspace_info(const struct cs_config *cfg, const struct cs_runtime_caps *caps,
+                             const char *version, const struct csw_mcp_workspace_info_input *in,
+                             struct csw_mcp_workspace_info_output *out, char *msg, size_t msg_cap);
+
+#endif

@@ -1,0 +1,235 @@
+/*
+ * policy_info: the pure builder of the workspace_info result (contract.md section 4).
+ *
+ * Trust: cfg and caps come from the gateway (trusted); in->workspace_id comes from the client
+ * and is only compared byte for byte against the registry (a NUL byte or any other content
+ * simply matches nothing). Nothing here touches the file system: the root is the canonical path
+ * resolved at load time.
+ *
+ * What is reported is the effective contract, never more than what holds: an operation is
+ * "available" only when the profile permits it, the runner implements it and the environment is
+ * an exec path; sandboxing and network enforcement come from the sandbox probe alone.
+ *
+ * Entry point: cs_policy_workspace_info.
+ */
+#include "policy.h"
+#include "policy_internal.h"
+
+#include <stdio.h>
+#include <string.h>
+
+_Static_assert(CSW_ERROR_WORKSPACE_NOT_FOUND != 0 && CSW_ERROR_INTERNAL != 0,
+               "0 means success for cs_policy_workspace_info");
+
+static const char *const transports[] = {"stdio", "streamable-http"};
+
+static int set_str(struct cs_str *s, const char *src)
+{
+    return cs_str_set_n(s, src, strlen(src));
+}
+
+/* Fills an array field of n strings: *v gets the allocation, *count is set at once so that the
+ * generated free releases a half-filled array. Returns 0 or -1 on OOM. */
+static int set_strings(struct cs_str **v, size_t *count, const char *const *src, size_t n)
+{
+    if (n == 0)
+        return 0;
+    *v = cs_wire_malloc(n * sizeof **v);
+    if (!*v)
+        return -1;
+    memset(*v, 0, n * sizeof **v);
+    *count = n;
+    for (size_t i = 0; i < n; i++) {
+        if (set_str(&(*v)[i], src[i]) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+static void fill_environment(struct csw_mcp_workspace_info_output_execution_environment *e,
+                             const struct cs_workspace *ws)
+{
+    bool exec_path = cs_workspace_is_exec_path(ws);
+    switch (ws->env_kind) {
+    case CS_POLICY_ENV_HOST:
+        e->kind = CSW_MCP_WORKSPACE_INFO_OUTPUT_EXECUTION_ENVIRONMENT_KIND_HOST;
+        break;
+    case CS_POLICY_ENV_LINUX_CONTAINER:
+        e->kind = CSW_MCP_WORKSPACE_INFO_OUTPUT_EXECUTION_ENVIRONMENT_KIND_LINUX_CONTAINER;
+        break;
+    }
+    /* host: everything supported; linux-container: registered but fails closed. */
+    e->exec_supported = exec_path;
+    e->file_read_supported = exec_path;
+    e->file_write_supported = exec_path;
+}
+
+static void fill_process(struct csw_mcp_workspace_info_output_execution_process *p,
+                         const struct cs_workspace *ws, const struct cs_runtime_caps *caps)
+{
+    p->available =
+        cs_workspace_can_exec(ws) && caps->process_available && cs_workspace_is_exec_path(ws);
+    if (!p->available)
+        return;
+    p->has_capabilities = true;
+    struct csw_mcp_workspace_info_output_execution_process_capabilities *c = &p->capabilities;
+    c->handles = true;
+    c->survives_request_end = true;
+    c->write_stdin = true;
+    c->incremental_read = true;
+    c->terminate = true;
+    c->output_combined = true;
+    c->tty.supported = caps->tty_supported;
+    c->tty.initial_rows = CS_POLICY_TTY_ROWS;
+    c->tty.initial_cols = CS_POLICY_TTY_COLS;
+    c->tty.resize_supported = true;
+    c->limits.max_live_processes = caps->max_live_processes;
+    c->limits.timeout_ms = caps->timeout_ms;
+    c->limits.output_ring_bytes = caps->output_ring_bytes;
+}
+
+/* Fills execution (no allocation but network.allow). Returns 0 or -1 on OOM. */
+static int fill_execution(struct csw_mcp_workspace_info_output_execution *x,
+                          const struct cs_workspace *ws, const struct cs_runtime_caps *caps)
+{
+    bool exec_path = cs_workspace_is_exec_path(ws);
+    fill_environment(&x->environment, ws);
+
+    x->permissions.read = cs_workspace_can_read(ws);
+    x->permissions.write = cs_workspace_can_write(ws);
+    x->permissions.exec = cs_workspace_can_exec(ws);
+
+    x->files.read.available = x->permissions.read && caps->files_available && exec_path;
+    x->files.find.available = x->permissions.read && caps->files_available && exec_path;
+    x->files.patch.available = x->permissions.write && caps->patch_available && exec_path;
+    x->files.capabilities.read_max_bytes = CS_POLICY_READ_MAX_BYTES;
+    x->files.capabilities.find_max_paths = CS_POLICY_FIND_MAX_PATHS;
+
+    fill_process(&x->process, ws, caps);
+
+    x->serialization.max_waiters_per_resource = CS_POLICY_MAX_WAITERS;
+
+    x->isolation.command_sandbox =
+        caps->sandbox
+            ? CSW_MCP_WORKSPACE_INFO_OUTPUT_EXECUTION_ISOLATION_COMMAND_SANDBOX_LINUX_SANDBOX
+            : CSW_MCP_WORKSPACE_INFO_OUTPUT_EXECUTION_ISOLATION_COMMAND_SANDBOX_NONE;
+    x->isolation.runner = caps->uds_runner
+                              ? CSW_MCP_WORKSPACE_INFO_OUTPUT_EXECUTION_ISOLATION_RUNNER_UDS
+                              : CSW_MCP_WORKSPACE_INFO_OUTPUT_EXECUTION_ISOLATION_RUNNER_IN_PROCESS;
+    x->isolation.has_landlock_abi = caps->has_landlock_abi;
+    x->isolation.landlock_abi = caps->has_landlock_abi ? caps->landlock_abi : 0;
+
+    switch (ws->network) {
+    case CS_POLICY_NETWORK_RESTRICTED:
+        x->network.policy = CSW_MCP_WORKSPACE_INFO_OUTPUT_EXECUTION_NETWORK_POLICY_RESTRICTED;
+        break;
+    case CS_POLICY_NETWORK_ENABLED:
+        x->network.policy = CSW_MCP_WORKSPACE_INFO_OUTPUT_EXECUTION_NETWORK_POLICY_ENABLED;
+        break;
+    }
+    /* The same probe that decides how commands spawn decides what is claimed here. */
+    x->network.enforcement =
+        caps->sandbox ? CSW_MCP_WORKSPACE_INFO_OUTPUT_EXECUTION_NETWORK_ENFORCEMENT_ENFORCED
+                      : CSW_MCP_WORKSPACE_INFO_OUTPUT_EXECUTION_NETWORK_ENFORCEMENT_NONE;
+    x->network.has_allow = ws->has_network_allow;
+    if (ws->has_network_allow &&
+        set_strings(&x->network.allow.v, &x->network.allow.n,
+                    (const char *const *)ws->network_allow, ws->n_network_allow) != 0)
+        return -1;
+    return 0;
+}
+
+/* Refuses caps the output schema would refuse, naming the field. Returns 0 or -1. */
+static int caps_check(const struct cs_runtime_caps *caps, bool process, char *msg, size_t cap)
+{
+    const char *bad = NULL;
+    if (caps->has_landlock_abi && caps->landlock_abi < 0)
+        bad = "landlock_abi must be >= 0";
+    else if (process && caps->max_live_processes < 1)
+        bad = "max_live_processes must be >= 1";
+    else if (process && caps->timeout_ms < 1)
+        bad = "timeout_ms must be >= 1";
+    else if (process && caps->output_ring_bytes < 1)
+        bad = "output_ring_bytes must be >= 1";
+    if (!bad)
+        return 0;
+    if (msg && cap)
+        snprintf(msg, cap, "runtime caps: %s", bad);
+    return -1;
+}
+
+int cs_policy_workspace_info(const struct cs_config *cfg, const struct cs_runtime_caps *caps,
+                             const char *version, const struct csw_mcp_workspace_info_input *in,
+                             struct csw_mcp_workspace_info_output *out, char *msg, size_t msg_cap)
+{
+    struct csw_mcp_workspace_info_output o;
+    memset(&o, 0, sizeof o);
+    const struct cs_workspace *ws = NULL;
+    int rc = CSW_ERROR_INTERNAL;
+    if (msg && msg_cap)
+        msg[0] = '\0';
+
+    /* An empty workspace_id counts as absent. */
+    if (in && in->has_workspace_id && in->workspace_id.n > 0) {
+        ws = cs_config_workspace(cfg, in->workspace_id.s, in->workspace_id.n);
+        if (!ws) {
+            char q[160];
+            if (msg && msg_cap)
+                snprintf(msg, msg_cap, "unknown workspace_id %s",
+                         cs__policy_quote(q, sizeof q, in->workspace_id.s, in->workspace_id.n));
+            rc = CSW_ERROR_WORKSPACE_NOT_FOUND;
+            goto out;
+        }
+    }
+
+    if (set_str(&o.version, version) != 0)
+        goto out;
+    o.tools_exposed.v = cs_wire_malloc(csw_tool_count * sizeof *o.tools_exposed.v);
+    if (!o.tools_exposed.v)
+        goto out;
+    memset(o.tools_exposed.v, 0, csw_tool_count * sizeof *o.tools_exposed.v);
+    o.tools_exposed.n = csw_tool_count;
+    for (size_t i = 0; i < csw_tool_count; i++) {
+        if (set_str(&o.tools_exposed.v[i], csw_tools[i].name) != 0)
+            goto out;
+    }
+    if (set_strings(&o.transports.v, &o.transports.n, transports,
+                    sizeof transports / sizeof transports[0]) != 0)
+        goto out;
+
+    if (!ws) {
+        /* workspace_id stays NULL: encoded as null. No profile, root or execution. */
+        rc = 0;
+        goto out;
+    }
+    if (caps_check(caps,
+                   cs_workspace_can_exec(ws) && caps->process_available &&
+                       cs_workspace_is_exec_path(ws),
+                   msg, msg_cap) != 0)
+        goto out;
+    if (cs_str_set_n(&o.workspace_id, ws->id, ws->id_len) != 0)
+        goto out;
+    o.has_profile = true;
+    switch (ws->profile) {
+    case CS_POLICY_PROFILE_READ_ONLY:
+        o.profile = CSW_MCP_WORKSPACE_INFO_OUTPUT_PROFILE_READ_ONLY;
+        break;
+    case CS_POLICY_PROFILE_WORKSPACE_WRITE:
+        o.profile = CSW_MCP_WORKSPACE_INFO_OUTPUT_PROFILE_WORKSPACE_WRITE;
+        break;
+    }
+    o.has_root = true;
+    if (set_str(&o.root, ws->root) != 0)
+        goto out;
+    o.has_execution = true;
+    if (fill_execution(&o.execution, ws, caps) != 0)
+        goto out;
+    rc = 0;
+out:
+    if (rc == CSW_ERROR_INTERNAL && msg && msg_cap && msg[0] == '\0')
+        snprintf(msg, msg_cap, "out of memory building workspace_info");
+    if (rc != 0)
+        csw_mcp_workspace_info_output_free(&o);
+    *out = o;
+    return rc;
+}

@@ -1,0 +1,512 @@
+/*
+ * policy_registry: the workspace registry (runtime.md section 2): the operator's file
+ * (--config), the quick-start workspace (--workspace), lookups and the permission rules.
+ *
+ * Trust: the file is operator-owned but read like any wire input: parsed by jansson (duplicate
+ * keys refused), decoded only through the generated decoder csw_config_registry_decode (the
+ * schema is the single description of its shape), then checked semantically: ids and roots
+ * without NUL bytes, roots absolute and existing directories (stored canonical, via realpath),
+ * environments known, "local" never redefined. Every message names the file and the JSON path.
+ * Roots are resolved once at load; a root replaced later is the file tools' concern.
+ *
+ * Entry points: cs__policy_registry_load (from cs_config_load), cs__policy_workspace_clear,
+ * cs_config_workspace, cs_workspace_can_read / _write / _exec, cs_workspace_is_exec_path,
+ * cs_workspace_check.
+ */
+#define _XOPEN_SOURCE 700
+
+#include "policy.h"
+#include "policy_internal.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <jansson.h>
+
+/* Where a message about the registry points: the file and the JSON pointer of the value. */
+struct where {
+    const char *file;
+    char ptr[512];
+};
+
+static int oom(struct cs_config_error *err)
+{
+    return cs__policy_errf(err, "out of memory");
+}
+
+/* Appends one RFC 6901 reference token (~ -> ~0, / -> ~1, control bytes -> '?') to w->ptr,
+ * truncating with "..." when it does not fit. */
+static void ptr_push(struct where *w, const char *tok, size_t n)
+{
+    size_t len = strlen(w->ptr);
+    const size_t cap = sizeof w->ptr;
+    if (len + 2 > cap)
+        return;
+    w->ptr[len++] = '/';
+    for (size_t i = 0; i < n; i++) {
+        unsigned char b = (unsigned char)tok[i];
+        char esc[2] = {(char)b, 0};
+        size_t need = 1;
+        if (b == '~' || b == '/') {
+            esc[0] = '~';
+            esc[1] = b == '~' ? '0' : '1';
+            need = 2;
+        } else if (b < 0x20 || b == 0x7f) {
+            esc[0] = '?';
+        }
+        if (len + need + 4 > cap) {
+            memcpy(w->ptr + len, "...", 3);
+            len += 3;
+            break;
+        }
+        memcpy(w->ptr + len, esc, need);
+        len += need;
+    }
+    w->ptr[len] = '\0';
+}
+
+/* "config FILE: POINTER<suffix>: text" */
+#define REG_ERR(err, w, suffix, fmt, ...)                                                          \
+    cs__policy_errf((err), "config %s: %s" suffix ": " fmt, (w)->file, (w)->ptr, __VA_ARGS__)
+
+/* Reads and parses the file. Returns a new reference, or NULL with err set. */
+static json_t *load_json(const char *path, struct cs_config_error *err)
+{
+    FILE *f = fopen(path, "re");
+    if (!f) {
+        cs__policy_errf(err, "config %s: cannot open: %s", path, strerror(errno));
+        return NULL;
+    }
+    struct stat st;
+    json_t *j = NULL;
+    if (fstat(fileno(f), &st) != 0) {
+        cs__policy_errf(err, "config %s: cannot stat: %s", path, strerror(errno));
+        goto out;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        cs__policy_errf(err, "config %s: not a regular file", path);
+        goto out;
+    }
+    json_error_t je;
+    /* NUL is allowed inside strings so that it can be refused with a clear message below;
+     * duplicate keys are refused: two entries for one workspace id are a mistake. */
+    j = json_loadf(f, JSON_ALLOW_NUL | JSON_REJECT_DUPLICATES, &je);
+    if (!j)
+        cs__policy_errf(err, "config %s: line %d column %d: %s", path, je.line, je.column, je.text);
+out:
+    fclose(f);
+    return j;
+}
+
+static enum cs_policy_env_kind env_kind(enum csw_config_registry_environments_value_kind k)
+{
+    switch (k) {
+    case CSW_CONFIG_REGISTRY_ENVIRONMENTS_VALUE_KIND_HOST:
+        return CS_POLICY_ENV_HOST;
+    case CSW_CONFIG_REGISTRY_ENVIRONMENTS_VALUE_KIND_LINUX_CONTAINER:
+        return CS_POLICY_ENV_LINUX_CONTAINER;
+    }
+    return CS_POLICY_ENV_LINUX_CONTAINER; /* unreachable: fail closed */
+}
+
+static enum cs_policy_profile profile_of(enum csw_config_registry_workspaces_value_profile p)
+{
+    switch (p) {
+    case CSW_CONFIG_REGISTRY_WORKSPACES_VALUE_PROFILE_READ_ONLY:
+        return CS_POLICY_PROFILE_READ_ONLY;
+    case CSW_CONFIG_REGISTRY_WORKSPACES_VALUE_PROFILE_WORKSPACE_WRITE:
+        return CS_POLICY_PROFILE_WORKSPACE_WRITE;
+    }
+    return CS_POLICY_PROFILE_READ_ONLY; /* unreachable: fail closed */
+}
+
+static enum cs_policy_network network_of(enum csw_config_registry_workspaces_value_network n)
+{
+    switch (n) {
+    case CSW_CONFIG_REGISTRY_WORKSPACES_VALUE_NETWORK_RESTRICTED:
+        return CS_POLICY_NETWORK_RESTRICTED;
+    case CSW_CONFIG_REGISTRY_WORKSPACES_VALUE_NETWORK_ENABLED:
+        return CS_POLICY_NETWORK_ENABLED;
+    }
+    return CS_POLICY_NETWORK_RESTRICTED; /* unreachable: fail closed */
+}
+
+static bool has_nul(const struct cs_str *s)
+{
+    return s->s && memchr(s->s, '\0', s->n) != NULL;
+}
+
+static const struct cs_config_environment *env_find(const struct cs_config *cfg, const char *id,
+                                                    size_t n)
+{
+    for (size_t i = 0; i < cfg->n_environments; i++) {
+        const struct cs_config_environment *e = &cfg->environments[i];
+        if (strlen(e->id) == n && memcmp(e->id, id, n) == 0)
+            return e;
+    }
+    return NULL;
+}
+
+static int env_add(struct cs_config *cfg, const char *id, enum cs_policy_env_kind kind,
+                   struct cs_config_error *err)
+{
+    struct cs_config_environment *v =
+        realloc(cfg->environments, (cfg->n_environments + 1) * sizeof *v);
+    if (!v)
+        return oom(err);
+    cfg->environments = v;
+    char *copy = strdup(id);
+    if (!copy)
+        return oom(err);
+    v[cfg->n_environments++] = (struct cs_config_environment){copy, kind};
+    return 0;
+}
+
+/* Appends *ws to cfg, taking what it owns (released even on failure). */
+static int ws_add_take(struct cs_config *cfg, struct cs_workspace *ws, struct cs_config_error *err)
+{
+    struct cs_workspace *v = realloc(cfg->workspaces, (cfg->n_workspaces + 1) * sizeof *v);
+    if (!v) {
+        cs__policy_workspace_clear(ws);
+        return oom(err);
+    }
+    cfg->workspaces = v;
+    v[cfg->n_workspaces++] = *ws;
+    memset(ws, 0, sizeof *ws);
+    return 0;
+}
+
+void cs__policy_workspace_clear(struct cs_workspace *ws)
+{
+    free(ws->id);
+    free(ws->root);
+    free(ws->environment);
+    for (size_t i = 0; i < ws->n_network_allow; i++)
+        free(ws->network_allow[i]);
+    free(ws->network_allow);
+    memset(ws, 0, sizeof *ws);
+}
+
+static int environments_load(struct cs_config *cfg, const struct csw_config_registry *reg,
+                             const char *file, struct cs_config_error *err)
+{
+    for (size_t i = 0; i < reg->environments.n; i++) {
+        const struct csw_config_registry_environments_entry *e = &reg->environments.v[i];
+        struct where w = {file, "/environments"};
+        ptr_push(&w, e->key.s, e->key.n);
+        enum cs_policy_env_kind kind = env_kind(e->value.kind);
+        if (e->key.n == 0)
+            return REG_ERR(err, &w, "", "%s", "empty environment id");
+        if (has_nul(&e->key))
+            return REG_ERR(err, &w, "", "%s", "environment id contains a NUL byte");
+        if (strcmp(e->key.s, CS_POLICY_LOCAL_ENV) == 0) {
+            /* "local" is built in; restating it as a host is harmless, anything else is not. */
+            if (kind != CS_POLICY_ENV_HOST)
+                return REG_ERR(err, &w, "/kind", "%s",
+                               "environment \"local\" is built in as kind \"host\" and cannot "
+                               "be redefined");
+            continue;
+        }
+        if (env_add(cfg, e->key.s, kind, err) != 0)
+            return CS_CONFIG_ERROR;
+    }
+    return 0;
+}
+
+/*
+ * Checks that path names an existing directory and returns its canonical absolute path in
+ * *canon (malloc'd). what prefixes the message ("config F: /workspaces/x/root" or a flag name).
+ */
+static int dir_resolve(const char *path, const char *what, char **canon,
+                       struct cs_config_error *err)
+{
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        if (errno == ENOENT)
+            return cs__policy_errf(err, "%s: does not exist: %s", what, path);
+        return cs__policy_errf(err, "%s: cannot access %s: %s", what, path, strerror(errno));
+    }
+    if (!S_ISDIR(st.st_mode))
+        return cs__policy_errf(err, "%s: not a directory: %s", what, path);
+    *canon = realpath(path, NULL);
+    if (!*canon)
+        return errno == ENOMEM
+                   ? oom(err)
+                   : cs__policy_errf(err, "%s: cannot resolve %s: %s", what, path, strerror(errno));
+    return 0;
+}
+
+static int workspace_load(struct cs_config *cfg,
+                          const struct csw_config_registry_workspaces_entry *e, const char *file,
+                          struct cs_config_error *err)
+{
+    const struct csw_config_registry_workspaces_value *v = &e->value;
+    struct cs_workspace ws;
+    memset(&ws, 0, sizeof ws);
+    struct where w = {file, "/workspaces"};
+    char q[256], what[1024];
+    int rc = CS_CONFIG_ERROR;
+
+    ptr_push(&w, e->key.s, e->key.n);
+    if (e->key.n == 0) {
+        REG_ERR(err, &w, "", "%s", "empty workspace id (an empty workspace_id means none)");
+        goto out;
+    }
+    if (has_nul(&e->key)) {
+        REG_ERR(err, &w, "", "%s", "workspace id contains a NUL byte");
+        goto out;
+    }
+    ws.id = strdup(e->key.s);
+    ws.id_len = e->key.n;
+    if (!ws.id) {
+        rc = oom(err);
+        goto out;
+    }
+
+    /* root: absolute, an existing directory; stored canonical. */
+    if (has_nul(&v->root)) {
+        REG_ERR(err, &w, "/root", "%s", "contains a NUL byte");
+        goto out;
+    }
+    if (v->root.n == 0 || v->root.s[0] != '/') {
+        REG_ERR(err, &w, "/root", "must be an absolute path, got %s",
+                cs__policy_quote(q, sizeof q, v->root.s, v->root.n));
+        goto out;
+    }
+    snprintf(what, sizeof what, "config %s: %s/root", file, w.ptr);
+    if (dir_resolve(v->root.s, what, &ws.root, err) != 0)
+        goto out;
+
+    ws.profile = profile_of(v->profile);
+    ws.network = network_of(v->network);
+
+    /* environment: "local" unless given; must be registered. */
+    const char *env = v->environment.s ? v->environment.s : CS_POLICY_LOCAL_ENV;
+    size_t env_n = v->environment.s ? v->environment.n : strlen(CS_POLICY_LOCAL_ENV);
+    const struct cs_config_environment *found = env_find(cfg, env, env_n);
+    if (!found) {
+        REG_ERR(err, &w, "/environment", "unknown environment %s",
+                cs__policy_quote(q, sizeof q, env, env_n));
+        goto out;
+    }
+    ws.environment = strdup(found->id);
+    if (!ws.environment) {
+        rc = oom(err);
+        goto out;
+    }
+    ws.env_kind = found->kind;
+
+    /* network_allow: kept as given (the proxy reads it; it only matters for "enabled"). */
+    if (v->has_network_allow) {
+        ws.has_network_allow = true;
+        if (v->network_allow.n) {
+            ws.network_allow = calloc(v->network_allow.n, sizeof *ws.network_allow);
+            if (!ws.network_allow) {
+                rc = oom(err);
+                goto out;
+            }
+        }
+        for (size_t i = 0; i < v->network_allow.n; i++) {
+            const struct cs_str *a = &v->network_allow.v[i];
+            if (has_nul(a)) {
+                REG_ERR(err, &w, "/network_allow/%zu", "%s", i, "contains a NUL byte");
+                goto out;
+            }
+            ws.network_allow[i] = strdup(a->s ? a->s : "");
+            if (!ws.network_allow[i]) {
+                rc = oom(err);
+                goto out;
+            }
+            ws.n_network_allow = i + 1;
+        }
+    }
+    rc = ws_add_take(cfg, &ws, err);
+out:
+    cs__policy_workspace_clear(&ws);
+    return rc;
+}
+
+/* The quick start: dir becomes workspace "default", workspace-write, restricted, local. */
+static int quick_start(struct cs_config *cfg, const char *dir, const char *source, const char *file,
+                       struct cs_config_error *err)
+{
+    struct cs_workspace ws;
+    memset(&ws, 0, sizeof ws);
+    int rc = CS_CONFIG_ERROR;
+    const char *id = CS_POLICY_QUICK_START_ID;
+
+    if (cs_config_workspace(cfg, id, strlen(id))) {
+        cs__policy_errf(err,
+                        "%s registers workspace \"%s\", which config %s also defines at "
+                        "/workspaces/%s; rename one of them",
+                        source, id, file ? file : "", id);
+        goto out;
+    }
+    if (dir_resolve(dir, source, &ws.root, err) != 0)
+        goto out;
+    ws.id = strdup(id);
+    ws.id_len = strlen(id);
+    ws.environment = strdup(CS_POLICY_LOCAL_ENV);
+    if (!ws.id || !ws.environment) {
+        rc = oom(err);
+        goto out;
+    }
+    ws.profile = CS_POLICY_PROFILE_WORKSPACE_WRITE;
+    ws.env_kind = CS_POLICY_ENV_HOST;
+    ws.network = CS_POLICY_NETWORK_RESTRICTED;
+    rc = ws_add_take(cfg, &ws, err);
+out:
+    cs__policy_workspace_clear(&ws);
+    return rc;
+}
+
+int cs__policy_registry_load(struct cs_config *cfg, const char *path, const char *ws_dir,
+                             const char *ws_source, struct cs_config_error *err)
+{
+    struct csw_config_registry reg;
+    memset(&reg, 0, sizeof reg);
+    json_t *doc = NULL;
+    int rc = CS_CONFIG_ERROR;
+
+    if (env_add(cfg, CS_POLICY_LOCAL_ENV, CS_POLICY_ENV_HOST, err) != 0)
+        goto out;
+    if (path) {
+        doc = load_json(path, err);
+        if (!doc)
+            goto out;
+        struct cs_wire_diag diag;
+        enum cs_wire_status st = csw_config_registry_decode(doc, &reg, &diag);
+        if (st == CS_WIRE_NOMEM) {
+            oom(err);
+            goto out;
+        }
+        if (st != CS_WIRE_OK) {
+            char buf[600];
+            cs__policy_errf(err, "config %s: %s", path,
+                            cs_wire_diag_format(&diag, buf, sizeof buf));
+            goto out;
+        }
+        /* Environments first: a workspace may name one defined after it in the file. */
+        if (environments_load(cfg, &reg, path, err) != 0)
+            goto out;
+        for (size_t i = 0; i < reg.workspaces.n; i++) {
+            if (workspace_load(cfg, &reg.workspaces.v[i], path, err) != 0)
+                goto out;
+        }
+    }
+    if (ws_dir && quick_start(cfg, ws_dir, ws_source, path, err) != 0)
+        goto out;
+    rc = 0;
+out:
+    csw_config_registry_free(&reg);
+    json_decref(doc);
+    return rc;
+}
+
+/* ---- lookups and permissions ---- */
+
+const struct cs_workspace *cs_config_workspace(const struct cs_config *cfg, const char *id,
+                                               size_t id_len)
+{
+    if (!id)
+        return NULL;
+    for (size_t i = 0; i < cfg->n_workspaces; i++) {
+        const struct cs_workspace *ws = &cfg->workspaces[i];
+        if (ws->id_len == id_len && memcmp(ws->id, id, id_len) == 0)
+            return ws;
+    }
+    return NULL;
+}
+
+bool cs_workspace_can_read(const struct cs_workspace *ws)
+{
+    switch (ws->profile) {
+    case CS_POLICY_PROFILE_READ_ONLY:
+    case CS_POLICY_PROFILE_WORKSPACE_WRITE:
+        return true;
+    }
+    return false;
+}
+
+bool cs_workspace_can_write(const struct cs_workspace *ws)
+{
+    switch (ws->profile) {
+    case CS_POLICY_PROFILE_READ_ONLY:
+        return false;
+    case CS_POLICY_PROFILE_WORKSPACE_WRITE:
+        return true;
+    }
+    return false;
+}
+
+bool cs_workspace_can_exec(const struct cs_workspace *ws)
+{
+    /* The same grant as write: a command can write anything the workspace can. */
+    return cs_workspace_can_write(ws);
+}
+
+bool cs_workspace_is_exec_path(const struct cs_workspace *ws)
+{
+    switch (ws->env_kind) {
+    case CS_POLICY_ENV_HOST:
+        return true;
+    case CS_POLICY_ENV_LINUX_CONTAINER:
+        return false;
+    }
+    return false;
+}
+
+static const char *profile_name(enum cs_policy_profile p)
+{
+    switch (p) {
+    case CS_POLICY_PROFILE_READ_ONLY:
+        return "read-only";
+    case CS_POLICY_PROFILE_WORKSPACE_WRITE:
+        return "workspace-write";
+    }
+    return "?";
+}
+
+int cs_workspace_check(const struct cs_workspace *ws, enum cs_policy_access access, char *msg,
+                       size_t msg_cap)
+{
+    _Static_assert(CSW_ERROR_UNAUTHORIZED != 0, "0 means allowed");
+    const char *verb = "read";
+    bool allowed = false;
+    char qid[128], qenv[128];
+    switch (access) {
+    case CS_POLICY_ACCESS_READ:
+        allowed = cs_workspace_can_read(ws);
+        break;
+    case CS_POLICY_ACCESS_WRITE:
+        verb = "write";
+        allowed = cs_workspace_can_write(ws);
+        break;
+    case CS_POLICY_ACCESS_EXEC:
+        verb = "exec";
+        allowed = cs_workspace_can_exec(ws);
+        break;
+    }
+    /* The environment first: a linux-container workspace fails closed whatever its profile. */
+    if (!cs_workspace_is_exec_path(ws)) {
+        if (msg && msg_cap)
+            snprintf(msg, msg_cap,
+                     "workspace %s: environment %s (linux-container) is registered but not an "
+                     "exec path",
+                     cs__policy_quote(qid, sizeof qid, ws->id, ws->id_len),
+                     cs__policy_quote(qenv, sizeof qenv, ws->environment, strlen(ws->environment)));
+        return CSW_ERROR_UNAUTHORIZED;
+    }
+    if (!allowed) {
+        if (msg && msg_cap)
+            snprintf(msg, msg_cap, "workspace %s: profile %s does not permit %s",
+                     cs__policy_quote(qid, sizeof qid, ws->id, ws->id_len),
+                     profile_name(ws->profile), verb);
+        return CSW_ERROR_UNAUTHORIZED;
+    }
+    return 0;
+}
