@@ -1,42 +1,198 @@
 /*
- * codespace-mcp entry point. Parses arguments and wires modules; holds no logic of its own.
- * Trust: argv and environment come from the operator.
- * Until the gateway issue lands this only answers --version and --help.
+ * codespace-mcp: the gateway. Parses the configuration, wires the modules together and runs the
+ * event loop; holds no protocol logic of its own.
+ *
+ * Trust: argv and the environment come from the operator (checked by policy). Everything the
+ * client sends goes through a transport into the MCP core.
+ * Logging: this file is the boundary that logs (JSON lines on stderr); stdout carries only MCP
+ * messages on the stdio transport.
  */
+#include <errno.h>
+#include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "base_log.h"
+#include "base_loop.h"
 #include "base_version.h"
-#include "csw.h"
+#include "http_server.h"
+#include "jsonrpc.h"
+#include "mcp_server.h"
+#include "policy.h"
+#include "tools.h"
+#include "transport_stdio.h"
 
-static void usage(FILE *to)
+extern char **environ;
+
+#define MAX_MESSAGE (16u * 1024u * 1024u) /* runtime.md section 3: lines and bodies */
+
+struct gateway {
+    struct cs_loop *loop;
+    struct cs_mcp *srv;
+    struct cs_mcp_session *session; /* stdio: the one session */
+    struct cs_stdio *io;
+    struct cs_http *http;
+    int exit_code;
+};
+
+/* ---- stdio ---- */
+
+static void stdio_reply(void *arg, json_t *reply)
 {
-    fprintf(to, "usage: codespace-mcp [--workspace DIR] [--version] [--help]\n"
-                "CodeSpace MCP execution server (gateway not yet implemented; see README.md).\n");
+    struct gateway *g = arg;
+    if (!reply)
+        return;
+    char *text = json_dumps(reply, JSON_COMPACT);
+    json_decref(reply);
+    if (!text) {
+        cs_log(CS_LOG_ERROR, "out of memory encoding a reply", NULL);
+        return;
+    }
+    if (g->io && cs_stdio_write_line(g->io, text, strlen(text)) != 0)
+        cs_log(CS_LOG_WARNING, "stdout is closed; reply dropped", NULL);
+    free(text);
+}
+
+static void stdio_line(void *arg, const uint8_t *data, size_t len)
+{
+    struct gateway *g = arg;
+    cs_mcp_session_handle(g->session, (const char *)data, len, stdio_reply, g);
+}
+
+static void stdio_overlong(void *arg)
+{
+    struct gateway *g = arg;
+    cs_log(CS_LOG_WARNING, "message over 16 MiB skipped", NULL);
+    stdio_reply(g, cs_jsonrpc_error(NULL, CS_JSONRPC_PARSE_ERROR,
+                                    "Parse error: message longer than 16 MiB"));
+}
+
+static void stdio_eof(void *arg)
+{
+    struct gateway *g = arg;
+    cs_log(CS_LOG_INFO, "stdin closed; shutting down", NULL);
+    cs_loop_stop(g->loop);
+}
+
+/* ---- signals and logging ---- */
+
+static void on_signal(void *arg, int signo)
+{
+    struct gateway *g = arg;
+    cs_log(CS_LOG_INFO, "signal received; shutting down", json_pack("{s:i}", "signal", signo));
+    cs_loop_stop(g->loop);
+}
+
+static void http_log(void *arg, const char *level, const char *event, const char *detail)
+{
+    (void)arg;
+    enum cs_log_level l = CS_LOG_INFO;
+    cs_log_level_parse(level, &l);
+    /* libmicrohttpd's own diagnostics (one per refused socket under a flood) are debug noise:
+     * the limits they report are working as intended. */
+    if (strcmp(event, "mhd") == 0)
+        l = CS_LOG_DEBUG;
+    cs_log(l, event, detail ? json_pack("{s:s}", "detail", detail) : NULL);
+}
+
+static int serve(struct gateway *g, const struct cs_config *cfg)
+{
+    if (cfg->transport == CS_CONFIG_TRANSPORT_STDIO) {
+        g->session = cs_mcp_session_new(g->srv);
+        struct cs_stdio_callbacks cb = {stdio_line, stdio_overlong, stdio_eof, g};
+        g->io = g->session ? cs_stdio_new(g->loop, STDIN_FILENO, STDOUT_FILENO, MAX_MESSAGE, &cb)
+                           : NULL;
+        if (!g->io) {
+            cs_log(CS_LOG_ERROR, "cannot start the stdio transport",
+                   json_pack("{s:s}", "error", strerror(errno)));
+            return -1;
+        }
+        cs_log(CS_LOG_INFO, "listening", json_pack("{s:s}", "transport", "stdio"));
+        return 0;
+    }
+    struct cs_http_options opt = {
+        .host = cfg->host,
+        .port = cfg->port,
+        .token = cfg->token,
+        .max_body = MAX_MESSAGE,
+        .max_connections = 256,
+        .per_ip_connections = 64,
+        .connection_timeout_s = 30,
+        .log = http_log,
+        .log_arg = g,
+    };
+    char err[512];
+    g->http = cs_http_start(g->loop, g->srv, &opt, err, sizeof err);
+    if (!g->http) {
+        cs_log(CS_LOG_ERROR, "cannot start the HTTP transport", json_pack("{s:s}", "error", err));
+        return -1;
+    }
+    if (!cfg->token && strcmp(cfg->host, "127.0.0.1") != 0 && strcmp(cfg->host, "::1") != 0 &&
+        strcmp(cfg->host, "localhost") != 0)
+        cs_log(CS_LOG_WARNING, "binding a non-loopback host without a bearer token",
+               json_pack("{s:s}", "host", cfg->host));
+    cs_log(CS_LOG_INFO, "listening",
+           json_pack("{s:s,s:s,s:i,s:s}", "transport", "streamable-http", "host", cfg->host, "port",
+                     (int)cs_http_port(g->http), "endpoint", "/mcp"));
+    return 0;
 }
 
 int main(int argc, char **argv)
 {
-    const char *workspace = NULL;
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--workspace") == 0 && i + 1 < argc) {
-            workspace = argv[++i];
-            continue;
-        }
-        if (strcmp(argv[i], "--version") == 0) {
-            printf("codespace-mcp %s (%zu tools, %zu schemas)\n", CS_VERSION, csw_tool_count,
-                   csw_toplevel_count);
-            return 0;
-        }
-        if (strcmp(argv[i], "--help") == 0) {
-            usage(stdout);
-            return 0;
-        }
-        fprintf(stderr, "codespace-mcp: unknown argument '%s'\n", argv[i]);
-        usage(stderr);
+    struct cs_config cfg;
+    struct cs_config_error cerr;
+    switch (cs_config_load(&cfg, argc, argv, environ, &cerr)) {
+    case CS_CONFIG_HELP:
+        fputs(cs_config_usage(), stdout);
+        return 0;
+    case CS_CONFIG_VERSION:
+        printf("codespace-mcp %s\n", CS_VERSION);
+        return 0;
+    case CS_CONFIG_READY:
+        break;
+    default:
+        fprintf(stderr, "codespace-mcp: %s\n", cerr.text);
         return 2;
     }
-    printf("codespace-mcp %s: the MCP gateway is not implemented yet (workspace: %s)\n", CS_VERSION,
-           workspace ? workspace : "none");
-    return 0;
+    enum cs_log_level level = CS_LOG_INFO;
+    cs_log_level_parse(cfg.log_level, &level);
+    cs_log_set_level(level);
+    /* A client that goes away must not kill us through SIGPIPE; writes report EPIPE instead. */
+    signal(SIGPIPE, SIG_IGN);
+
+    struct gateway g;
+    memset(&g, 0, sizeof g);
+    struct cs_tools tools;
+    g.loop = cs_loop_new();
+    g.srv = g.loop ? cs_mcp_new(CS_VERSION) : NULL;
+    if (!g.srv || cs_tools_register(g.srv, &tools, &cfg, CS_VERSION) != 0 ||
+        cs_loop_signal(g.loop, SIGINT, on_signal, &g) != 0 ||
+        cs_loop_signal(g.loop, SIGTERM, on_signal, &g) != 0) {
+        cs_log(CS_LOG_ERROR, "startup failed", json_pack("{s:s}", "error", strerror(errno)));
+        g.exit_code = 1;
+        goto out;
+    }
+    cs_log(CS_LOG_INFO, "starting",
+           json_pack("{s:s,s:i,s:s}", "version", CS_VERSION, "workspaces", (int)cfg.n_workspaces,
+                     "runner", cfg.runner == CS_CONFIG_RUNNER_UDS ? "uds" : "in-process"));
+    if (serve(&g, &cfg) != 0) {
+        g.exit_code = 1;
+        goto out;
+    }
+    if (cs_loop_run(g.loop) != 0) {
+        cs_log(CS_LOG_ERROR, "event loop failed", json_pack("{s:s}", "error", strerror(errno)));
+        g.exit_code = 1;
+    }
+out:
+    if (g.io)
+        cs_stdio_flush(g.io, 1000); /* replies already queued still reach the client */
+    cs_stdio_free(g.io);
+    cs_mcp_session_free(g.session);
+    cs_http_stop(g.http);
+    cs_mcp_free(g.srv);
+    cs_loop_free(g.loop);
+    cs_config_free(&cfg);
+    return g.exit_code;
 }

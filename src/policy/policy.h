@@ -97,7 +97,7 @@ struct cs_config {
     enum cs_config_transport transport;
     /* --host, CODESPACE_HTTP_HOST */
     char *host;
-    /* --port, CODESPACE_HTTP_PORT: 1..65535 */
+    /* --port, CODESPACE_HTTP_PORT: 0..65535 (0: any free port) */
     uint16_t port;
     /* --token, CODESPACE_HTTP_TOKEN; NULL: no bearer check */
     char *token;

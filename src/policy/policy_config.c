@@ -88,7 +88,7 @@ static const char usage_text[] =
     "  --host HOST                         CODESPACE_HTTP_HOST\n"
     "      HTTP bind address (default 127.0.0.1)\n"
     "  --port PORT                         CODESPACE_HTTP_PORT\n"
-    "      HTTP port, 1..65535 (default 8787)\n"
+    "      HTTP port, 0..65535; 0 picks a free port, logged at start (default 8787)\n"
     "  --token TOKEN                       CODESPACE_HTTP_TOKEN\n"
     "      HTTP bearer token (default unset: no bearer check)\n"
     "  --config FILE                       CODESPACE_CONFIG\n"
@@ -376,7 +376,7 @@ static int resolve(struct cs_config *cfg, const struct raw *raw, char **envp,
     r = &raw[S_PORT];
     cfg->port = CS_POLICY_DEFAULT_PORT;
     if (r->value) {
-        if (take_int(r, 1, 65535, &v, err) != 0)
+        if (take_int(r, 0, 65535, &v, err) != 0)
             return CS_CONFIG_ERROR;
         cfg->port = (uint16_t)v;
     }

@@ -275,6 +275,9 @@ static void test_every_flag(void **state)
     /* A repeated flag keeps its last value; --transport stdio after --http wins. */
     load_ok(&cfg, ARGV("--port", "1", "--port=2", "--http", "--transport", "stdio"), BASE_ENV);
     assert_int_equal(cfg.port, 2);
+    cs_config_free(&cfg);
+    load_ok(&cfg, ARGV("--port=0"), BASE_ENV); /* 0: any free port (tests) */
+    assert_int_equal(cfg.port, 0);
     assert_int_equal(cfg.transport, CS_CONFIG_TRANSPORT_STDIO);
     cs_config_free(&cfg);
 }
@@ -461,15 +464,14 @@ static void test_bad_values(void **state)
         {"--transport=", NULL, "--transport: expected \"stdio\" or \"http\", got \"\""},
         {"--host=", NULL, "--host: must not be empty"},
         {NULL, "CODESPACE_HTTP_HOST=", "CODESPACE_HTTP_HOST: must not be empty"},
-        {"--port=0", NULL, "--port: expected an integer from 1 to 65535, got \"0\""},
-        {"--port=65536", NULL, "--port: expected an integer from 1 to 65535, got \"65536\""},
-        {"--port=-1", NULL, "--port: expected an integer from 1 to 65535, got \"-1\""},
-        {"--port=80x", NULL, "--port: expected an integer from 1 to 65535, got \"80x\""},
-        {"--port= 80", NULL, "--port: expected an integer from 1 to 65535, got \" 80\""},
+        {"--port=65536", NULL, "--port: expected an integer from 0 to 65535, got \"65536\""},
+        {"--port=-1", NULL, "--port: expected an integer from 0 to 65535, got \"-1\""},
+        {"--port=80x", NULL, "--port: expected an integer from 0 to 65535, got \"80x\""},
+        {"--port= 80", NULL, "--port: expected an integer from 0 to 65535, got \" 80\""},
         {"--port=99999999999999999999999", NULL,
-         "--port: expected an integer from 1 to 65535, got \"99999999999999999999999\""},
+         "--port: expected an integer from 0 to 65535, got \"99999999999999999999999\""},
         {NULL, "CODESPACE_HTTP_PORT=http",
-         "CODESPACE_HTTP_PORT: expected an integer from 1 to 65535, got \"http\""},
+         "CODESPACE_HTTP_PORT: expected an integer from 0 to 65535, got \"http\""},
         {"--token=", NULL, "--token: must not be empty"},
         {NULL, "CODESPACE_HTTP_TOKEN=", "CODESPACE_HTTP_TOKEN: must not be empty"},
         {"--config=", NULL, "--config: must not be empty"},
@@ -516,7 +518,7 @@ static void test_bad_values(void **state)
     }
     /* Control bytes in a value never reach the message raw. */
     load_err(ARGV("--port=1\n2\"\\"), BASE_ENV,
-             "--port: expected an integer from 1 to 65535, got \"1?2\\\"\\\\\"");
+             "--port: expected an integer from 0 to 65535, got \"1?2\\\"\\\\\"");
 }
 
 static void test_runner_dir_refusals(void **state)

@@ -1,0 +1,76 @@
+/*
+ * libFuzzer harness for the MCP core: arbitrary bytes as one JSON-RPC message (or batch) to an
+ * initialized session, then the same bytes again as a second message of a session on the batch
+ * version (2025-03-26). Every tool answers through the generated decoders.
+ *
+ * Invariants (docs/security-model.md M1, M2): no input crashes or leaks; every handled message
+ * is answered exactly once (a reply or "no reply"); every reply is a JSON-RPC 2.0 object or a
+ * non-empty array of them.
+ */
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mcp_server.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static int replies;
+
+static void check_one(const json_t *r)
+{
+    if (!json_is_object(r) || !json_is_string(json_object_get(r, "jsonrpc")))
+        abort();
+    if (!json_object_get(r, "result") == !json_object_get(r, "error"))
+        abort(); /* exactly one of result and error */
+}
+
+static void on_reply(void *arg, json_t *reply)
+{
+    (void)arg;
+    replies++;
+    if (reply && json_is_array(reply)) {
+        if (json_array_size(reply) == 0)
+            abort();
+        size_t i;
+        json_t *one;
+        json_array_foreach(reply, i, one)
+        {
+            check_one(one);
+        }
+    } else if (reply) {
+        check_one(reply);
+    }
+    json_decref(reply);
+}
+
+static void run(struct cs_mcp *srv, const char *version, const uint8_t *data, size_t size)
+{
+    struct cs_mcp_session *s = cs_mcp_session_new(srv);
+    if (!s)
+        abort();
+    char init[256];
+    int n = snprintf(init, sizeof init,
+                     "{\"jsonrpc\":\"2.0\",\"id\":0,\"method\":\"initialize\",\"params\":{"
+                     "\"protocolVersion\":\"%s\"}}",
+                     version);
+    replies = 0;
+    if (cs_mcp_session_handle(s, init, (size_t)n, on_reply, NULL) != NULL || replies != 1)
+        abort();
+    /* No tool completes later here, so every message is answered before handle returns. */
+    if (cs_mcp_session_handle(s, (const char *)data, size, on_reply, NULL) != NULL)
+        abort();
+    if (replies != 2)
+        abort();
+    cs_mcp_session_free(s);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    static struct cs_mcp *srv;
+    if (!srv && !(srv = cs_mcp_new("fuzz")))
+        abort();
+    run(srv, "2025-11-25", data, size);
+    run(srv, "2025-03-26", data, size);
+    return 0;
+}

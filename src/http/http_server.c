@@ -1,0 +1,1028 @@
+/*
+ * http_server: MCP Streamable HTTP on libmicrohttpd, driven from the event loop (see
+ * http_server.h and docs/http.md).
+ *
+ * Trust: request lines, headers and bodies are untrusted. The order of checks is fixed: Host and
+ * Origin (403), the bearer token (401), then path, method, headers, body size and session. Bodies
+ * are buffered up to max_body and never further. Session ids are compared in constant time; the
+ * token is never logged, echoed or copied anywhere but h->token.
+ *
+ * Entry points: cs_http_start, cs_http_port, cs_http_stop. Everything else runs from MHD_run
+ * (called by the loop when MHD's epoll fd is readable or its timer expires) or from the MCP
+ * core's reply callback.
+ *
+ * Lifetimes: a struct req lives from the first access-handler call of a request to MHD's
+ * request-completed callback. A pending exchange (req->x) is abandoned before its req or its
+ * session is freed, so the core never calls back into freed memory. A suspended connection is
+ * resumed before anything that would need MHD to close it (client gone, cs_http_stop).
+ */
+#include "http_server.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+
+#include <jansson.h>
+#include <microhttpd.h>
+
+#include "base_loop.h"
+#include "mcp_server.h"
+
+#define SESSION_ID_BYTES ((size_t)16)
+#define SESSION_ID_LEN   (2 * SESSION_ID_BYTES)
+#define BODY_FIRST_CAP   ((size_t)4096)
+#define TIMER_MAX_MS     ((int64_t)3600 * 1000)
+
+/* Error bodies. 401's is fixed by runtime.md; the MCP-level ones are JSON-RPC errors. */
+#define BODY_UNAUTHORIZED "{\"error\":\"unauthorized\"}"
+#define BODY_FORBIDDEN    "{\"error\":\"forbidden\"}"
+#define BODY_NOT_FOUND    "{\"error\":\"not found\"}"
+#define BODY_NOT_ALLOWED  "{\"error\":\"method not allowed\"}"
+#define RPC_ERROR(code, m)                                                                         \
+    "{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":" code ",\"message\":\"" m "\"}}"
+#define BODY_NO_SESSION  RPC_ERROR("-32600", "missing Mcp-Session-Id")
+#define BODY_BAD_SESSION RPC_ERROR("-32001", "session not found")
+#define BODY_BAD_VERSION RPC_ERROR("-32600", "unsupported MCP-Protocol-Version")
+#define BODY_TOO_LARGE   RPC_ERROR("-32600", "request body too large")
+#define BODY_MEDIA_TYPE  RPC_ERROR("-32600", "Content-Type must be application/json")
+#define BODY_TOO_MANY    RPC_ERROR("-32000", "too many sessions")
+#define BODY_INTERNAL    RPC_ERROR("-32603", "internal error")
+
+struct sess {
+    char id[SESSION_ID_LEN + 1];
+    struct cs_mcp_session *mcp; /* owned */
+};
+
+enum req_state {
+    REQ_HEADERS, /* a request without a body: checked on the second call (keeps keep-alive) */
+    REQ_BODY,    /* POST body being read */
+    REQ_DISCARD, /* chunked body over the cap: discarding the rest, then 413 (or 500 on OOM) */
+    REQ_WAITING, /* exchange pending in the core, connection suspended */
+    REQ_REPLIED, /* the reply arrived (req->reply); the handler queues it */
+    REQ_ENDED,   /* the session was deleted while the exchange was pending: answer 404 */
+    REQ_CLOSE,   /* the client went away or the server is stopping: close, no answer */
+    REQ_DONE,    /* a response is queued */
+};
+
+struct req {
+    struct cs_http *h;
+    struct MHD_Connection *conn;
+    struct req *prev, *next; /* h->reqs */
+    enum req_state state;
+    struct sess *sess;  /* borrowed from h->sessions, or owned while new_sess */
+    bool new_sess;      /* sess is being created by this initialize request */
+    bool named_session; /* the request carried Mcp-Session-Id */
+    bool suspended;
+    char *body; /* owned, at most h->max_body bytes */
+    size_t len, cap;
+    size_t discarded;          /* REQ_DISCARD: bytes thrown away so far */
+    unsigned discard_status;   /* REQ_DISCARD: the answer once the body ends */
+    struct cs_mcp_exchange *x; /* pending exchange, or NULL */
+    json_t *reply;             /* owned once state is REQ_REPLIED; NULL means 202 */
+    struct cs_loop_fd *watch;  /* peer hang-up watch while suspended */
+};
+
+struct cs_http {
+    struct cs_loop *loop;
+    struct cs_mcp *srv;
+    struct MHD_Daemon *d;
+    struct cs_loop_fd *mhd_watch;
+    struct cs_loop_timer *timer;
+    bool in_run, kicked;
+    char *host;  /* configured host as it appears in a Host header ("[::1]" for IPv6) */
+    char *token; /* NULL: no bearer check */
+    size_t token_len;
+    size_t max_body;
+    uint16_t port;
+    struct sess **sessions; /* max_sessions slots, nsessions used */
+    size_t nsessions, nnew, max_sessions;
+    struct req *reqs; /* every live request */
+    cs_http_log_fn log;
+    void *log_arg;
+};
+
+/* ---- logging (through the caller's sink only; never the token, a session id or a header) ---- */
+
+static void emit(struct cs_http *h, const char *level, const char *event, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+static void emit(struct cs_http *h, const char *level, const char *event, const char *fmt, ...)
+{
+    if (!h->log)
+        return;
+    char buf[256];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    va_end(ap);
+    h->log(h->log_arg, level, event, buf);
+}
+
+/* MHD's own diagnostics. They never carry header values in 0.9.75, but a message that happens to
+ * contain the token is redacted anyway. */
+static void mhd_log(void *cls, const char *fmt, va_list ap) __attribute__((format(printf, 2, 0)));
+
+static void mhd_log(void *cls, const char *fmt, va_list ap)
+{
+    struct cs_http *h = cls;
+    char buf[256];
+    if (!h->log)
+        return;
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    size_t n = strlen(buf);
+    while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r'))
+        buf[--n] = '\0';
+    if (h->token && strstr(buf, h->token))
+        snprintf(buf, sizeof buf, "(message redacted)");
+    h->log(h->log_arg, "warn", "mhd", buf);
+}
+
+static const char *peer_text(struct MHD_Connection *c, char *buf, size_t cap)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    snprintf(buf, cap, "?");
+    if (!ci || !ci->client_addr)
+        return buf;
+    const struct sockaddr *sa = ci->client_addr;
+    if (sa->sa_family == AF_INET)
+        inet_ntop(AF_INET, &((const struct sockaddr_in *)(const void *)sa)->sin_addr, buf,
+                  (socklen_t)cap);
+    else if (sa->sa_family == AF_INET6)
+        inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr, buf,
+                  (socklen_t)cap);
+    return buf;
+}
+
+/* ---- driving MHD from the loop ---- */
+
+static void run(struct cs_http *h);
+
+static void on_timer(void *arg)
+{
+    struct cs_http *h = arg;
+    h->timer = NULL; /* fired: never cancel it again */
+    run(h);
+}
+
+static void arm(struct cs_http *h, int64_t ms)
+{
+    if (h->timer)
+        cs_loop_timer_cancel(h->timer);
+    /* On OOM there is no timer; MHD's epoll fd (its ITC included) still wakes us. */
+    h->timer = cs_loop_timer_add(h->loop, ms, on_timer, h);
+}
+
+/* Re-arms the timer from MHD_get_timeout: MHD must run again within that time even if no fd is
+ * ready (connection timeouts, data MHD has buffered but not processed). */
+static void rearm(struct cs_http *h)
+{
+    MHD_UNSIGNED_LONG_LONG t = 0;
+    if (h->kicked) {
+        h->kicked = false;
+        arm(h, 0);
+    } else if (MHD_get_timeout(h->d, &t) == MHD_YES) {
+        arm(h, t > (MHD_UNSIGNED_LONG_LONG)TIMER_MAX_MS ? TIMER_MAX_MS : (int64_t)t);
+    } else if (h->timer) {
+        cs_loop_timer_cancel(h->timer);
+        h->timer = NULL;
+    }
+}
+
+static void run(struct cs_http *h)
+{
+    h->in_run = true;
+    h->kicked = false;
+    MHD_run(h->d);
+    h->in_run = false;
+    rearm(h);
+}
+
+/* Makes MHD run on the next loop turn (after a resume: MHD needs a run to notice it). */
+static void kick(struct cs_http *h)
+{
+    h->kicked = true;
+    if (!h->in_run)
+        arm(h, 0);
+}
+
+static void on_mhd_ready(void *arg, int fd, unsigned events)
+{
+    (void)fd;
+    (void)events;
+    run(arg);
+}
+
+/* ---- requests ---- */
+
+static void unwatch(struct req *r)
+{
+    cs_loop_fd_del(r->watch);
+    r->watch = NULL;
+}
+
+static void resume(struct req *r)
+{
+    if (!r->suspended)
+        return;
+    unwatch(r); /* before MHD may close the fd */
+    r->suspended = false;
+    MHD_resume_connection(r->conn);
+    kick(r->h);
+}
+
+static void abandon(struct req *r)
+{
+    if (r->x) {
+        cs_mcp_exchange_abandon(r->x);
+        r->x = NULL;
+    }
+}
+
+static void sess_free(struct sess *s)
+{
+    if (!s)
+        return;
+    cs_mcp_session_free(s->mcp);
+    free(s);
+}
+
+/* The peer hung up while its request was suspended (MHD does not poll suspended connections).
+ * Abandon the exchange and let MHD close the connection. */
+static void client_gone(struct req *r)
+{
+    char peer[INET6_ADDRSTRLEN];
+    emit(r->h, "info", "client_gone", "peer=%s: request abandoned",
+         peer_text(r->conn, peer, sizeof peer));
+    abandon(r);
+    r->state = REQ_CLOSE;
+    resume(r);
+}
+
+static void on_peer(void *arg, int fd, unsigned events)
+{
+    struct req *r = arg;
+    char b;
+    (void)events;
+    ssize_t n = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n > 0) {
+        /* Pipelined bytes: a hang-up can no longer be told apart; stop watching. */
+        unwatch(r);
+        return;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+        return;
+    client_gone(r);
+}
+
+static void watch_peer(struct req *r)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!ci)
+        return;
+    /* On failure the hang-up is noticed only when the reply is written. */
+    r->watch = cs_loop_fd_add(r->h->loop, ci->connect_fd, CS_LOOP_READ, on_peer, r);
+}
+
+/* Queues a response. body is copied unless owned is non-NULL (then it is the buffer, freed by
+ * MHD with jansson's free function). hname/hvalue: one optional extra header. */
+static enum MHD_Result respond(struct req *r, unsigned status, const char *body, size_t len,
+                               char *owned, const char *hname, const char *hvalue)
+{
+    struct MHD_Response *resp;
+    enum MHD_Result rc = MHD_NO;
+    if (owned) {
+        json_malloc_t m;
+        json_free_t f;
+        json_get_alloc_funcs(&m, &f);
+        resp = MHD_create_response_from_buffer_with_free_callback(len, owned, f);
+        if (!resp)
+            f(owned);
+    } else {
+        resp = MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
+    }
+    if (!resp)
+        goto out;
+    if (len > 0 &&
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json") != MHD_YES)
+        goto out;
+    if (hname && MHD_add_response_header(resp, hname, hvalue) != MHD_YES)
+        goto out;
+    rc = MHD_queue_response(r->conn, status, resp);
+    if (rc == MHD_YES)
+        r->state = REQ_DONE;
+out:
+    if (resp)
+        MHD_destroy_response(resp); /* the queue holds its own reference */
+    return rc;
+}
+
+static enum MHD_Result reject(struct req *r, unsigned status, const char *body, const char *why)
+{
+    char peer[INET6_ADDRSTRLEN];
+    const char *level = "debug";
+    if (status == MHD_HTTP_INTERNAL_SERVER_ERROR)
+        level = "error";
+    else if (status == MHD_HTTP_FORBIDDEN || status == MHD_HTTP_UNAUTHORIZED ||
+             status == MHD_HTTP_CONTENT_TOO_LARGE || status == MHD_HTTP_SERVICE_UNAVAILABLE)
+        level = "warn";
+    emit(r->h, level, "http_rejected", "%u %s (peer=%s)", status, why,
+         peer_text(r->conn, peer, sizeof peer));
+    const char *hname = NULL, *hvalue = NULL;
+    if (status == MHD_HTTP_UNAUTHORIZED) {
+        hname = MHD_HTTP_HEADER_WWW_AUTHENTICATE;
+        hvalue = "Bearer";
+    } else if (status == MHD_HTTP_METHOD_NOT_ALLOWED) {
+        hname = MHD_HTTP_HEADER_ALLOW;
+        hvalue = "POST, DELETE";
+    }
+    return respond(r, status, body, strlen(body), NULL, hname, hvalue);
+}
+
+/* ---- header checks ---- */
+
+/* Compares without an early exit: the time depends on the lengths only. */
+static bool ct_equal(const char *a, size_t alen, const char *b, size_t blen)
+{
+    size_t n = alen > blen ? alen : blen;
+    volatile unsigned acc = alen != blen;
+    for (size_t i = 0; i < n; i++) {
+        unsigned x = i < alen ? (unsigned char)a[i] : 0u;
+        unsigned y = i < blen ? (unsigned char)b[i] : 0u;
+        acc |= x ^ y;
+    }
+    return acc == 0;
+}
+
+static bool span_ieq(const char *s, size_t n, const char *lit)
+{
+    return strlen(lit) == n && strncasecmp(s, lit, n) == 0;
+}
+
+/* Splits an authority "host[:port]" or "[v6][:port]". The host keeps its brackets. *port is -1
+ * when absent. Returns false when malformed. */
+static bool split_authority(const char *s, size_t n, size_t *hlen, long *port)
+{
+    size_t i;
+    if (n == 0)
+        return false;
+    if (s[0] == '[') {
+        const char *close = memchr(s, ']', n);
+        if (!close)
+            return false;
+        i = (size_t)(close - s) + 1;
+    } else {
+        for (i = 0; i < n && s[i] != ':'; i++) {
+            if (s[i] == '[' || s[i] == ']' || s[i] == '/' || s[i] == '@')
+                return false;
+        }
+    }
+    *hlen = i;
+    *port = -1;
+    if (i == n)
+        return i > 0;
+    if (s[i] != ':' || n - i - 1 < 1 || n - i - 1 > 5)
+        return false;
+    long p = 0;
+    for (size_t k = i + 1; k < n; k++) {
+        if (s[k] < '0' || s[k] > '9')
+            return false;
+        p = p * 10 + (s[k] - '0');
+    }
+    if (p > 65535)
+        return false;
+    *port = p;
+    return i > 0;
+}
+
+static bool loopback_name(const char *s, size_t n)
+{
+    return span_ieq(s, n, "localhost") || span_ieq(s, n, "127.0.0.1") || span_ieq(s, n, "[::1]");
+}
+
+/* Host: a loopback name with any port or none, or the configured host alone or with the bound
+ * port. */
+static bool host_ok(const struct cs_http *h, const char *v, size_t n)
+{
+    size_t hlen;
+    long port;
+    if (!split_authority(v, n, &hlen, &port))
+        return false;
+    if (loopback_name(v, hlen))
+        return true;
+    return span_ieq(v, hlen, h->host) && (port < 0 || port == h->port);
+}
+
+/* Origin: http:// or https:// and an allowed host, any port, nothing else. */
+static bool origin_ok(const struct cs_http *h, const char *v, size_t n)
+{
+    size_t skip, hlen;
+    long port;
+    if (n > 7 && strncasecmp(v, "http://", 7) == 0)
+        skip = 7;
+    else if (n > 8 && strncasecmp(v, "https://", 8) == 0)
+        skip = 8;
+    else
+        return false;
+    v += skip;
+    n -= skip;
+    if (!split_authority(v, n, &hlen, &port))
+        return false;
+    return loopback_name(v, hlen) || span_ieq(v, hlen, h->host);
+}
+
+struct hdr_count {
+    unsigned host, origin, auth;
+};
+
+static enum MHD_Result count_header(void *cls, enum MHD_ValueKind kind, const char *key,
+                                    const char *value)
+{
+    struct hdr_count *c = cls;
+    (void)kind;
+    (void)value;
+    if (strcasecmp(key, MHD_HTTP_HEADER_HOST) == 0)
+        c->host++;
+    else if (strcasecmp(key, MHD_HTTP_HEADER_ORIGIN) == 0)
+        c->origin++;
+    else if (strcasecmp(key, MHD_HTTP_HEADER_AUTHORIZATION) == 0)
+        c->auth++;
+    return MHD_YES;
+}
+
+/* Looks a header up; *v is NUL-terminated. A value with an embedded NUL counts as absent-and-bad:
+ * returns -1. Returns 1 when found, 0 when absent. */
+static int header(struct MHD_Connection *c, const char *name, const char **v, size_t *n)
+{
+    if (MHD_lookup_connection_value_n(c, MHD_HEADER_KIND, name, strlen(name), v, n) != MHD_YES)
+        return 0;
+    if (!*v || strlen(*v) != *n)
+        return -1;
+    return 1;
+}
+
+/* Returns the rejection status, or 0 when the request may go on. */
+static unsigned check_origin_and_auth(struct cs_http *h, struct MHD_Connection *c, const char **why)
+{
+    struct hdr_count cnt = {0, 0, 0};
+    const char *v;
+    size_t n;
+    MHD_get_connection_values(c, MHD_HEADER_KIND, count_header, &cnt);
+    /* A request without Host (HTTP/1.0, or HTTP/1.1 that MHD 0.9.75 lets through) or with two
+     * cannot be checked against DNS rebinding, so it is refused like a wrong one. */
+    if (cnt.host != 1 || header(c, MHD_HTTP_HEADER_HOST, &v, &n) != 1 || !host_ok(h, v, n)) {
+        *why = "Host not allowed";
+        return MHD_HTTP_FORBIDDEN;
+    }
+    if (cnt.origin > 1 || (cnt.origin == 1 && (header(c, MHD_HTTP_HEADER_ORIGIN, &v, &n) != 1 ||
+                                               !origin_ok(h, v, n)))) {
+        *why = "Origin not allowed";
+        return MHD_HTTP_FORBIDDEN;
+    }
+    if (!h->token)
+        return 0;
+    /* Exactly one "Authorization: Bearer <token>"; the scheme is case-insensitive (RFC 7235). */
+    bool ok = cnt.auth == 1 && header(c, MHD_HTTP_HEADER_AUTHORIZATION, &v, &n) == 1 && n > 7 &&
+              strncasecmp(v, "Bearer ", 7) == 0;
+    if (!ok || !ct_equal(v + 7, n - 7, h->token, h->token_len)) {
+        *why = "bad or missing bearer token";
+        return MHD_HTTP_UNAUTHORIZED;
+    }
+    return 0;
+}
+
+/* application/json, optionally with parameters; a missing Content-Type is tolerated. */
+static bool content_type_ok(struct MHD_Connection *c)
+{
+    const char *v;
+    size_t n;
+    int rc = header(c, MHD_HTTP_HEADER_CONTENT_TYPE, &v, &n);
+    if (rc == 0)
+        return true;
+    if (rc < 0)
+        return false;
+    while (n > 0 && (*v == ' ' || *v == '\t')) {
+        v++;
+        n--;
+    }
+    const size_t k = strlen("application/json");
+    if (n < k || strncasecmp(v, "application/json", k) != 0)
+        return false;
+    for (size_t i = k; i < n; i++) {
+        if (v[i] == ';')
+            return true;
+        if (v[i] != ' ' && v[i] != '\t')
+            return false;
+    }
+    return true;
+}
+
+/* True when Content-Length announces more than cap bytes. */
+static bool length_over(struct MHD_Connection *c, size_t cap)
+{
+    const char *v;
+    size_t n;
+    if (header(c, MHD_HTTP_HEADER_CONTENT_LENGTH, &v, &n) != 1)
+        return false; /* absent (chunked) or already refused by MHD */
+    unsigned long long len = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (v[i] < '0' || v[i] > '9')
+            return false;
+        if (len > (unsigned long long)cap)
+            return true;
+        len = len * 10 + (unsigned long long)(v[i] - '0');
+    }
+    return len > (unsigned long long)cap;
+}
+
+/* ---- sessions ---- */
+
+static struct sess *sess_find(struct cs_http *h, const char *id, size_t n)
+{
+    struct sess *found = NULL;
+    if (n != SESSION_ID_LEN)
+        return NULL;
+    /* Every slot is compared in full so the time says nothing about how close a guess was. */
+    for (size_t i = 0; i < h->nsessions; i++) {
+        if (ct_equal(id, n, h->sessions[i]->id, SESSION_ID_LEN))
+            found = h->sessions[i];
+    }
+    return found;
+}
+
+static int sess_make_id(struct sess *s)
+{
+    unsigned char raw[SESSION_ID_BYTES];
+    static const char hex[] = "0123456789abcdef";
+    size_t got = 0;
+    while (got < sizeof raw) {
+        ssize_t n = getrandom(raw + got, sizeof raw - got, 0);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return -1;
+        got += (size_t)n;
+    }
+    for (size_t i = 0; i < sizeof raw; i++) {
+        s->id[2 * i] = hex[raw[i] >> 4];
+        s->id[2 * i + 1] = hex[raw[i] & 0xf];
+    }
+    s->id[SESSION_ID_LEN] = '\0';
+    return 0;
+}
+
+/* Ends s: every exchange still pending on it is abandoned first (its request answers 404 or, if
+ * still uploading, will), then the core session is freed. */
+static void sess_end(struct cs_http *h, struct sess *s)
+{
+    for (struct req *r = h->reqs; r; r = r->next) {
+        if (r->sess != s || r->new_sess)
+            continue;
+        abandon(r);
+        r->sess = NULL;
+        if (r->state == REQ_WAITING) {
+            r->state = REQ_ENDED;
+            resume(r);
+        }
+    }
+    for (size_t i = 0; i < h->nsessions; i++) {
+        if (h->sessions[i] == s) {
+            h->sessions[i] = h->sessions[--h->nsessions];
+            break;
+        }
+    }
+    sess_free(s);
+}
+
+/* ---- the exchange ---- */
+
+static void on_reply(void *arg, json_t *reply)
+{
+    struct req *r = arg;
+    /* Called once, maybe from inside cs_mcp_session_handle (r not suspended yet) or later. */
+    r->x = NULL;
+    json_decref(r->reply);
+    r->reply = reply;
+    r->state = REQ_REPLIED;
+    resume(r);
+}
+
+/* Sends the reply of an exchange; finishes or drops a session being created by initialize.
+ * Runs in the access handler, never inside the core. */
+static enum MHD_Result send_reply(struct cs_http *h, struct req *r)
+{
+    const char *sid = NULL;
+    if (r->new_sess) {
+        struct sess *s = r->sess;
+        r->sess = NULL;
+        r->new_sess = false;
+        h->nnew--;
+        bool ok = json_is_object(r->reply) && json_object_get(r->reply, "result") &&
+                  cs_mcp_session_initialized(s->mcp);
+        if (ok && sess_make_id(s) == 0 && h->nsessions < h->max_sessions) {
+            h->sessions[h->nsessions++] = s;
+            sid = s->id;
+            emit(h, "info", "session_created", "%s, %zu open", cs_mcp_session_version(s->mcp),
+                 h->nsessions);
+        } else {
+            sess_free(s);
+            if (ok)
+                return reject(r, MHD_HTTP_INTERNAL_SERVER_ERROR, BODY_INTERNAL,
+                              "no random session id");
+        }
+    }
+    if (!r->reply)
+        return respond(r, MHD_HTTP_ACCEPTED, NULL, 0, NULL, NULL, NULL);
+    char *text = json_dumps(r->reply, JSON_COMPACT);
+    if (!text)
+        return reject(r, MHD_HTTP_INTERNAL_SERVER_ERROR, BODY_INTERNAL, "out of memory");
+    return respond(r, MHD_HTTP_OK, NULL, strlen(text), text, sid ? "Mcp-Session-Id" : NULL, sid);
+}
+
+static bool is_initialize(const char *body, size_t len)
+{
+    json_t *v = json_loadb(body, len, 0, NULL);
+    bool yes = json_is_object(v) && json_object_get(v, "id") &&
+               json_is_string(json_object_get(v, "method")) &&
+               strcmp(json_string_value(json_object_get(v, "method")), "initialize") == 0;
+    json_decref(v);
+    return yes;
+}
+
+/* The whole body is in: find or create the session and hand the message to the core. */
+static enum MHD_Result dispatch(struct cs_http *h, struct req *r)
+{
+    if (!r->sess) {
+        if (r->named_session)
+            return reject(r, MHD_HTTP_NOT_FOUND, BODY_BAD_SESSION, "session ended");
+        if (!is_initialize(r->body ? r->body : "", r->len))
+            return reject(r, MHD_HTTP_BAD_REQUEST, BODY_NO_SESSION, "no session");
+        if (h->nsessions + h->nnew >= h->max_sessions)
+            return reject(r, MHD_HTTP_SERVICE_UNAVAILABLE, BODY_TOO_MANY, "session cap");
+        struct sess *s = calloc(1, sizeof *s);
+        if (s)
+            s->mcp = cs_mcp_session_new(h->srv);
+        if (!s || !s->mcp) {
+            free(s);
+            return reject(r, MHD_HTTP_INTERNAL_SERVER_ERROR, BODY_INTERNAL, "out of memory");
+        }
+        r->sess = s;
+        r->new_sess = true;
+        h->nnew++;
+    }
+    r->state = REQ_WAITING;
+    struct cs_mcp_exchange *x =
+        cs_mcp_session_handle(r->sess->mcp, r->body ? r->body : "", r->len, on_reply, r);
+    free(r->body);
+    r->body = NULL;
+    r->len = r->cap = 0;
+    if (!x)
+        return send_reply(h, r); /* on_reply already ran */
+    r->x = x;
+    r->suspended = true;
+    MHD_suspend_connection(r->conn);
+    watch_peer(r);
+    return MHD_YES;
+}
+
+/* Appends an upload chunk. Returns 0, MHD_HTTP_CONTENT_TOO_LARGE when the body would pass
+ * max_body, or MHD_HTTP_INTERNAL_SERVER_ERROR when memory ran out. */
+static unsigned body_append(struct cs_http *h, struct req *r, const char *data, size_t n)
+{
+    if (n > h->max_body - r->len)
+        return MHD_HTTP_CONTENT_TOO_LARGE;
+    if (r->len + n > r->cap) {
+        size_t cap = r->cap ? r->cap : BODY_FIRST_CAP;
+        while (cap < r->len + n)
+            cap = cap > h->max_body / 2 ? h->max_body : cap * 2;
+        char *p = realloc(r->body, cap);
+        if (!p)
+            return MHD_HTTP_INTERNAL_SERVER_ERROR;
+        r->body = p;
+        r->cap = cap;
+    }
+    memcpy(r->body + r->len, data, n);
+    r->len += n;
+    return 0;
+}
+
+/* True when the request announces a body (Content-Length other than 0, or Transfer-Encoding). */
+static bool has_body(struct MHD_Connection *c)
+{
+    const char *v;
+    size_t n;
+    if (header(c, MHD_HTTP_HEADER_TRANSFER_ENCODING, &v, &n) != 0)
+        return true;
+    return header(c, MHD_HTTP_HEADER_CONTENT_LENGTH, &v, &n) != 0 && strcmp(v, "0") != 0;
+}
+
+/* The first call for a request: headers are in, no body yet. */
+static enum MHD_Result first_call(struct cs_http *h, struct req *r, const char *url,
+                                  const char *method)
+{
+    const char *why = NULL, *v;
+    size_t n;
+    unsigned status = check_origin_and_auth(h, r->conn, &why);
+    if (status == MHD_HTTP_UNAUTHORIZED)
+        return reject(r, status, BODY_UNAUTHORIZED, why);
+    if (status != 0)
+        return reject(r, status, BODY_FORBIDDEN, why);
+    if (strcmp(url, "/mcp") != 0)
+        return reject(r, MHD_HTTP_NOT_FOUND, BODY_NOT_FOUND, "unknown path");
+    bool post = strcmp(method, MHD_HTTP_METHOD_POST) == 0;
+    bool del = strcmp(method, MHD_HTTP_METHOD_DELETE) == 0;
+    if (!post && !del)
+        return reject(r, MHD_HTTP_METHOD_NOT_ALLOWED, BODY_NOT_ALLOWED, "method not allowed");
+    if (post && !content_type_ok(r->conn))
+        return reject(r, MHD_HTTP_UNSUPPORTED_MEDIA_TYPE, BODY_MEDIA_TYPE, "content type");
+    if (post && length_over(r->conn, h->max_body))
+        return reject(r, MHD_HTTP_CONTENT_TOO_LARGE, BODY_TOO_LARGE, "Content-Length over cap");
+
+    int has_sid = header(r->conn, "Mcp-Session-Id", &v, &n);
+    if (has_sid != 0) {
+        r->named_session = true;
+        r->sess = has_sid > 0 ? sess_find(h, v, n) : NULL;
+        if (!r->sess)
+            return reject(r, MHD_HTTP_NOT_FOUND, BODY_BAD_SESSION, "unknown session");
+        /* After initialize the version header is optional but, when present, must be one we
+         * speak. The initialize POST itself carries no session and is not checked. */
+        int has_ver = header(r->conn, "MCP-Protocol-Version", &v, &n);
+        if (has_ver < 0 || (has_ver > 0 && !cs_mcp_version_supported(v)))
+            return reject(r, MHD_HTTP_BAD_REQUEST, BODY_BAD_VERSION, "protocol version");
+    } else if (del) {
+        return reject(r, MHD_HTTP_BAD_REQUEST, BODY_NO_SESSION, "DELETE without session");
+    }
+    if (del) {
+        struct sess *s = r->sess;
+        r->sess = NULL;
+        sess_end(h, s);
+        emit(h, "info", "session_ended", "DELETE, %zu open", h->nsessions);
+        return respond(r, MHD_HTTP_NO_CONTENT, NULL, 0, NULL, NULL, NULL);
+    }
+    r->state = REQ_BODY;
+    return MHD_YES;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
+                                  const char *method, const char *version, const char *upload,
+                                  size_t *upload_size, void **con_cls)
+{
+    struct cs_http *h = cls;
+    struct req *r = *con_cls;
+    (void)version;
+    if (!r) {
+        r = calloc(1, sizeof *r);
+        if (!r)
+            return MHD_NO; /* closes the connection */
+        r->h = h;
+        r->conn = c;
+        r->next = h->reqs;
+        if (h->reqs)
+            h->reqs->prev = r;
+        h->reqs = r;
+        *con_cls = r;
+        r->state = REQ_DONE; /* until first_call says otherwise */
+        if (!has_body(c)) {
+            /* MHD closes the connection after a response queued on the first call (it cannot
+             * know whether a body follows), so a bodiless request is answered on the second. */
+            r->state = REQ_HEADERS;
+            return MHD_YES;
+        }
+        return first_call(h, r, url, method);
+    }
+    switch (r->state) {
+    case REQ_HEADERS: {
+        enum MHD_Result rc = first_call(h, r, url, method);
+        if (rc == MHD_YES && r->state == REQ_BODY)
+            return dispatch(h, r); /* a POST with an empty body */
+        return rc;
+    }
+    case REQ_BODY:
+        if (*upload_size > 0) {
+            size_t n = *upload_size;
+            *upload_size = 0;
+            unsigned status = body_append(h, r, upload, n);
+            if (status == 0)
+                return MHD_YES;
+            /* MHD 0.9.75 refuses a response queued in the middle of an upload, so the rest of
+             * the body is read and thrown away (never buffered) and the answer goes out at its
+             * end; a body that keeps coming past a second allowance is cut off. */
+            free(r->body);
+            r->body = NULL;
+            r->len = r->cap = 0;
+            r->state = REQ_DISCARD;
+            r->discard_status = status;
+            r->discarded = n;
+            return MHD_YES;
+        }
+        return dispatch(h, r);
+    case REQ_DISCARD:
+        if (*upload_size > 0) {
+            r->discarded += *upload_size;
+            *upload_size = 0;
+            if (r->discarded > h->max_body)
+                return MHD_NO; /* closes the connection */
+            return MHD_YES;
+        }
+        if (r->discard_status == MHD_HTTP_CONTENT_TOO_LARGE)
+            return reject(r, MHD_HTTP_CONTENT_TOO_LARGE, BODY_TOO_LARGE, "body over cap");
+        return reject(r, MHD_HTTP_INTERNAL_SERVER_ERROR, BODY_INTERNAL, "out of memory");
+    case REQ_REPLIED:
+        return send_reply(h, r);
+    case REQ_ENDED:
+        return reject(r, MHD_HTTP_NOT_FOUND, BODY_BAD_SESSION, "session ended while pending");
+    case REQ_CLOSE:
+        return MHD_NO;
+    case REQ_WAITING: /* suspended: MHD does not call */
+    case REQ_DONE:
+        if (*upload_size > 0)
+            *upload_size = 0; /* the rest of a refused body */
+        return MHD_YES;
+    }
+    return MHD_NO;
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+    struct cs_http *h = cls;
+    struct req *r = *con_cls;
+    (void)c;
+    (void)toe;
+    if (!r)
+        return;
+    *con_cls = NULL;
+    unwatch(r);
+    abandon(r); /* the transport can no longer deliver: the core drops the reply */
+    if (r->new_sess) {
+        sess_free(r->sess);
+        h->nnew--;
+    }
+    json_decref(r->reply);
+    free(r->body);
+    if (r->prev)
+        r->prev->next = r->next;
+    else
+        h->reqs = r->next;
+    if (r->next)
+        r->next->prev = r->prev;
+    free(r);
+}
+
+/* ---- start and stop ---- */
+
+static char *dup_host(const char *host)
+{
+    /* An IPv6 literal appears bracketed in Host and Origin headers. */
+    size_t n = strlen(host);
+    bool v6 = strchr(host, ':') != NULL && host[0] != '[';
+    char *s = malloc(n + 3);
+    if (!s)
+        return NULL;
+    if (v6)
+        snprintf(s, n + 3, "[%s]", host);
+    else
+        memcpy(s, host, n + 1);
+    return s;
+}
+
+struct cs_http *cs_http_start(struct cs_loop *loop, struct cs_mcp *srv,
+                              const struct cs_http_options *opt, char *err, size_t err_cap)
+{
+    struct cs_http *h = NULL, *ret = NULL;
+    struct addrinfo *ai = NULL;
+    struct addrinfo hints = {
+        .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE};
+    struct sockaddr_storage ss;
+    const char *host = opt->host ? opt->host : "127.0.0.1";
+    int grc;
+
+    h = calloc(1, sizeof *h);
+    if (!h) {
+        snprintf(err, err_cap, "http: out of memory");
+        goto out;
+    }
+    h->loop = loop;
+    h->srv = srv;
+    h->log = opt->log;
+    h->log_arg = opt->log_arg;
+    h->max_body = opt->max_body ? opt->max_body : CS_HTTP_DEFAULT_MAX_BODY;
+    h->max_sessions = opt->max_sessions ? opt->max_sessions : CS_HTTP_DEFAULT_MAX_SESSIONS;
+    h->host = dup_host(host);
+    h->sessions = calloc(h->max_sessions, sizeof *h->sessions);
+    if (opt->token && opt->token[0]) {
+        h->token = strdup(opt->token);
+        h->token_len = strlen(opt->token);
+    }
+    if (!h->host || !h->sessions || (opt->token && opt->token[0] && !h->token)) {
+        snprintf(err, err_cap, "http: out of memory");
+        goto out;
+    }
+
+    if (MHD_is_feature_supported(MHD_FEATURE_EPOLL) != MHD_YES) {
+        snprintf(err, err_cap, "http: libmicrohttpd was built without epoll support");
+        goto out;
+    }
+    grc = getaddrinfo(host, NULL, &hints, &ai);
+    if (grc != 0 || !ai || ai->ai_addrlen > sizeof ss) {
+        snprintf(err, err_cap, "http: cannot resolve host '%s': %s", host,
+                 grc ? gai_strerror(grc) : "no address");
+        goto out;
+    }
+    memset(&ss, 0, sizeof ss);
+    memcpy(&ss, ai->ai_addr, ai->ai_addrlen);
+    bool v6 = ss.ss_family == AF_INET6;
+    if (v6)
+        ((struct sockaddr_in6 *)(void *)&ss)->sin6_port = htons(opt->port);
+    else
+        ((struct sockaddr_in *)(void *)&ss)->sin_port = htons(opt->port);
+
+    /* External epoll mode: no MHD thread; the loop polls MHD's epoll fd and calls MHD_run. */
+    unsigned flags = MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME;
+    if (v6)
+        flags |= MHD_USE_IPv6;
+    if (h->log)
+        flags |= MHD_USE_ERROR_LOG;
+    errno = 0;
+    /* The logger comes first so that MHD never prints to stderr on its own. */
+    unsigned max_conn =
+        opt->max_connections ? opt->max_connections : CS_HTTP_DEFAULT_MAX_CONNECTIONS;
+    unsigned per_ip = opt->per_ip_connections ? opt->per_ip_connections : CS_HTTP_DEFAULT_PER_IP;
+    unsigned idle_s =
+        opt->connection_timeout_s ? opt->connection_timeout_s : CS_HTTP_DEFAULT_TIMEOUT_S;
+    h->d = MHD_start_daemon(
+        flags, opt->port, NULL, NULL, on_request, h, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, h,
+        MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss, MHD_OPTION_CONNECTION_LIMIT, max_conn,
+        MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_ip, MHD_OPTION_CONNECTION_TIMEOUT, idle_s,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_END);
+    if (!h->d) {
+        snprintf(err, err_cap, "http: cannot listen on %s port %u%s%s", host, (unsigned)opt->port,
+                 errno ? ": " : "", errno ? strerror(errno) : "");
+        goto out;
+    }
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_BIND_PORT);
+    h->port = di ? di->port : opt->port;
+    di = MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_EPOLL_FD);
+    if (di)
+        h->mhd_watch = cs_loop_fd_add(loop, di->epoll_fd, CS_LOOP_READ, on_mhd_ready, h);
+    if (!h->mhd_watch) {
+        snprintf(err, err_cap, "http: cannot watch the MHD epoll fd");
+        goto out;
+    }
+    rearm(h);
+    ret = h;
+
+out:
+    if (ai)
+        freeaddrinfo(ai);
+    if (!ret)
+        cs_http_stop(h);
+    return ret;
+}
+
+uint16_t cs_http_port(const struct cs_http *h)
+{
+    return h->port;
+}
+
+void cs_http_stop(struct cs_http *h)
+{
+    if (!h)
+        return;
+    if (h->d) {
+        /* MHD must not be stopped with suspended connections: abandon every exchange, resume
+         * those connections and let one run close them (the handler answers MHD_NO). */
+        for (struct req *r = h->reqs; r; r = r->next) {
+            abandon(r);
+            if (r->suspended) {
+                r->state = REQ_CLOSE;
+                resume(r);
+            }
+        }
+        MHD_run(h->d);
+        MHD_stop_daemon(h->d); /* completes every request: on_completed frees them */
+    }
+    cs_loop_fd_del(h->mhd_watch);
+    if (h->timer)
+        cs_loop_timer_cancel(h->timer);
+    for (size_t i = 0; i < h->nsessions; i++)
+        sess_free(h->sessions[i]);
+    free(h->sessions);
+    if (h->token) {
+        explicit_bzero(h->token, h->token_len);
+        free(h->token);
+    }
+    free(h->host);
+    free(h);
+}

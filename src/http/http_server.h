@@ -1,0 +1,65 @@
+/*
+ * http_server: the MCP Streamable HTTP transport (runtime.md section 3) on libmicrohttpd, driven
+ * from the event loop: MHD runs in external epoll mode, its epoll fd is watched by the loop and a
+ * loop timer follows MHD_get_timeout. No MHD thread exists; every callback (MHD's, the MCP core's,
+ * the tool handlers') runs on the loop's thread. See docs/http.md.
+ *
+ * Trust: everything from the network is untrusted: the request line, headers and bodies. Host and
+ * Origin are checked before anything else (DNS rebinding), then the bearer token, then the rest.
+ * Bodies are buffered up to a hard cap (max_body); message texts are handed to the MCP core.
+ *
+ * Entry points: cs_http_start (bind and register with the loop), cs_http_port, cs_http_stop.
+ */
+#ifndef CS_HTTP_SERVER_H
+#define CS_HTTP_SERVER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct cs_loop;
+struct cs_mcp;
+struct cs_http;
+
+/* Defaults applied when a field of struct cs_http_options is 0. */
+#define CS_HTTP_DEFAULT_MAX_BODY        ((size_t)16 * 1024 * 1024)
+#define CS_HTTP_DEFAULT_MAX_CONNECTIONS 256u
+#define CS_HTTP_DEFAULT_PER_IP          64u
+#define CS_HTTP_DEFAULT_TIMEOUT_S       30u
+#define CS_HTTP_DEFAULT_MAX_SESSIONS    1024u
+
+/*
+ * A log sink for the transport's own events (rejections, sessions, MHD's diagnostics). level is
+ * "debug", "info", "warn" or "error"; event is a short static name; detail is a short text that
+ * never contains the token, an Authorization header or a session id. All three are borrowed for
+ * the call only.
+ */
+typedef void (*cs_http_log_fn)(void *arg, const char *level, const char *event, const char *detail);
+
+struct cs_http_options {
+    const char *host;              /* bind address ("127.0.0.1", "::1", "0.0.0.0", a name) */
+    uint16_t port;                 /* 0: an ephemeral port (tests); see cs_http_port */
+    const char *token;             /* NULL or "": no bearer check */
+    size_t max_body;               /* 0: CS_HTTP_DEFAULT_MAX_BODY */
+    unsigned max_connections;      /* 0: CS_HTTP_DEFAULT_MAX_CONNECTIONS */
+    unsigned per_ip_connections;   /* 0: CS_HTTP_DEFAULT_PER_IP */
+    unsigned connection_timeout_s; /* idle timeout; 0: CS_HTTP_DEFAULT_TIMEOUT_S */
+    unsigned max_sessions;         /* 0: CS_HTTP_DEFAULT_MAX_SESSIONS; past it, 503 */
+    cs_http_log_fn log;            /* optional */
+    void *log_arg;
+};
+
+/*
+ * Binds opt->host:opt->port and starts serving /mcp on loop with the MCP core srv (both borrowed:
+ * they must outlive the server). opt and its strings are copied. Returns the server, or NULL with
+ * a one-line reason in err (err_cap bytes; it never contains the token).
+ */
+struct cs_http *cs_http_start(struct cs_loop *loop, struct cs_mcp *srv,
+                              const struct cs_http_options *opt, char *err, size_t err_cap);
+/* The bound port (the ephemeral one when opt->port was 0). */
+uint16_t cs_http_port(const struct cs_http *h);
+/* Abandons every pending exchange, closes every connection, frees every session (managed
+ * processes are not the transport's: they are not stopped), unregisters from the loop and frees
+ * h. Accepts NULL. Must not be called from inside a callback of this server. */
+void cs_http_stop(struct cs_http *h);
+
+#endif

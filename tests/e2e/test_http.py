@@ -1,0 +1,562 @@
+"""End-to-end tests of the Streamable HTTP transport (runtime.md section 3) on the real binary.
+
+Starts `$CODESPACE_MCP_BIN --http --port 0 --workspace <tmpdir>` (plus `--token` for the bearer
+tests), learns the port from the "listening" line of its JSON log on stderr, and talks to it with
+http.client and raw sockets. Standard library only; run with /usr/bin/python3:
+
+    CODESPACE_MCP_BIN=build/debug/src/main/codespace-mcp \\
+        /usr/bin/python3 -m unittest -v test_http          (from tests/e2e/)
+"""
+
+import http.client
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+import unittest
+
+VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26")
+TOKEN = "s3cret"
+START_TIMEOUT = 10.0
+IO_TIMEOUT = 10.0
+
+
+class Server:
+    """One codespace-mcp --http process; stderr is drained by a thread into self.lines."""
+
+    def __init__(self, *extra):
+        binary = os.environ.get("CODESPACE_MCP_BIN")
+        if not binary:
+            raise unittest.SkipTest("CODESPACE_MCP_BIN is not set")
+        self.tmp = tempfile.TemporaryDirectory(prefix="cs-e2e-http-")
+        argv = [binary, "--http", "--port", "0", "--workspace", self.tmp.name, *extra]
+        env = dict(os.environ)
+        for var in ("CODESPACE_HTTP_TOKEN", "CODESPACE_HTTP_HOST", "CODESPACE_HTTP_PORT",
+                    "CODESPACE_TRANSPORT", "CODESPACE_CONFIG"):
+            env.pop(var, None)
+        env.setdefault("CODESPACE_OPERATIONS_DB", ":memory:")
+        self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.PIPE, env=env)
+        self.lines = []
+        self.lock = threading.Lock()
+        self.listening = threading.Event()
+        self.port = None
+        self.reader = threading.Thread(target=self._drain, daemon=True)
+        self.reader.start()
+        if not self.listening.wait(START_TIMEOUT) or self.port is None:
+            self.stop()
+            raise AssertionError("server did not log 'listening':\n" + self.log())
+
+    def _drain(self):
+        for raw in self.proc.stderr:
+            line = raw.decode("utf-8", "replace")
+            with self.lock:
+                self.lines.append(line)
+            if self.port is None:
+                try:
+                    obj = json.loads(line)
+                except ValueError:
+                    continue
+                if obj.get("msg") == "listening" and obj.get("transport") == "streamable-http":
+                    self.port = int(obj["port"])
+                    self.listening.set()
+        self.listening.set()  # EOF: wake the waiter (it sees port is None)
+
+    def log(self):
+        with self.lock:
+            return "".join(self.lines)
+
+    def stop(self):
+        """SIGTERM, wait, and return the exit code (the whole log is then in self.log())."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.reader.join(5)
+        self.tmp.cleanup()
+        return self.proc.returncode
+
+
+class Reply:
+    def __init__(self, status, headers, body):
+        self.status = status
+        self.headers = headers
+        self.body = body
+
+    def header(self, name):
+        for k, v in self.headers:
+            if k.lower() == name.lower():
+                return v
+        return None
+
+    def json(self):
+        return json.loads(self.body)
+
+
+class HttpCase(unittest.TestCase):
+    """Helpers shared by the test classes; subclasses set cls.server."""
+
+    server = None
+    auth = None  # an Authorization header value sent by default
+
+    def connect(self):
+        return http.client.HTTPConnection("127.0.0.1", self.server.port, timeout=IO_TIMEOUT)
+
+    def request(self, method, path="/mcp", body=None, headers=None, conn=None):
+        hdrs = {}
+        if self.auth:
+            hdrs["Authorization"] = self.auth
+        if body is not None:
+            hdrs["Content-Type"] = "application/json"
+        hdrs.update(headers or {})
+        hdrs = {k: v for k, v in hdrs.items() if v is not None}
+        if isinstance(body, (dict, list)):
+            body = json.dumps(body)
+        own = conn is None
+        conn = conn or self.connect()
+        try:
+            conn.request(method, path, body=body, headers=hdrs)
+            r = conn.getresponse()
+            data = r.read()
+            return Reply(r.status, r.getheaders(), data)
+        finally:
+            if own:
+                conn.close()
+
+    def post(self, msg, sid=None, headers=None, conn=None):
+        h = {"Accept": "application/json, text/event-stream"}
+        if sid:
+            h["Mcp-Session-Id"] = sid
+        h.update(headers or {})
+        return self.request("POST", "/mcp", msg, h, conn)
+
+    def initialize(self, version="2025-11-25", headers=None):
+        r = self.post({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                       "params": {"protocolVersion": version, "capabilities": {},
+                                  "clientInfo": {"name": "e2e", "version": "1"}}},
+                      headers=headers)
+        self.assertEqual(r.status, 200, r.body)
+        sid = r.header("Mcp-Session-Id")
+        self.assertIsNotNone(sid, "initialize returned no Mcp-Session-Id")
+        return sid, r.json()
+
+    def session(self, version="2025-11-25"):
+        sid, _ = self.initialize(version)
+        r = self.post({"jsonrpc": "2.0", "method": "notifications/initialized"}, sid)
+        self.assertEqual(r.status, 202, r.body)
+        return sid
+
+    def call_tool(self, sid, name, arguments, rid=5):
+        r = self.post({"jsonrpc": "2.0", "id": rid, "method": "tools/call",
+                       "params": {"name": name, "arguments": arguments}}, sid)
+        self.assertEqual(r.status, 200, r.body)
+        msg = r.json()
+        self.assertEqual(msg.get("id"), rid)
+        self.assertIn("result", msg, msg)
+        return msg["result"]
+
+    def tool_error(self, result):
+        self.assertTrue(result.get("isError"), result)
+        self.assertNotIn("structuredContent", result)
+        return json.loads(result["content"][0]["text"])
+
+    def raw(self, data, timeout=IO_TIMEOUT):
+        """Sends bytes on a fresh socket and returns (status, headers text, body) of the reply."""
+        with socket.create_connection(("127.0.0.1", self.server.port), timeout=timeout) as s:
+            s.sendall(data)
+            buf = b""
+            while b"\r\n\r\n" not in buf:
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                buf += chunk
+            head, _, rest = buf.partition(b"\r\n\r\n")
+            m = re.search(rb"(?im)^content-length:\s*(\d+)", head)
+            need = int(m.group(1)) if m else 0
+            while len(rest) < need:
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                rest += chunk
+            status = int(head.split(b" ", 2)[1]) if head.startswith(b"HTTP/") else 0
+            return status, head.decode("latin-1"), rest
+
+
+class TestHttp(HttpCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.server = Server()
+
+    @classmethod
+    def tearDownClass(cls):
+        rc = cls.server.stop()
+        if rc != 0:
+            raise AssertionError(f"server exited with {rc}:\n" + cls.server.log()[-4000:])
+
+    # ---- sessions and versions ----
+
+    def test_initialize_each_supported_version(self):
+        seen = set()
+        for v in VERSIONS:
+            with self.subTest(version=v):
+                sid, msg = self.initialize(v)
+                self.assertRegex(sid, r"^[0-9a-f]{32}$")  # 128 bits, visible ASCII
+                self.assertNotIn(sid, seen)
+                seen.add(sid)
+                self.assertEqual(msg["id"], 1)
+                self.assertEqual(msg["result"]["protocolVersion"], v)
+                self.assertEqual(msg["result"]["serverInfo"]["name"], "codespace")
+
+    def test_initialize_unknown_version_gets_newest(self):
+        sid, msg = self.initialize("1999-01-01")
+        self.assertEqual(msg["result"]["protocolVersion"], "2025-11-25")
+
+    def test_initialize_with_bad_version_header_is_not_checked(self):
+        sid, _ = self.initialize("2025-06-18", headers={"MCP-Protocol-Version": "bogus"})
+        self.assertTrue(sid)
+
+    def test_initialized_notification_202_empty(self):
+        sid, _ = self.initialize()
+        r = self.post({"jsonrpc": "2.0", "method": "notifications/initialized"}, sid)
+        self.assertEqual(r.status, 202)
+        self.assertEqual(r.body, b"")
+
+    def test_ping(self):
+        sid = self.session()
+        r = self.post({"jsonrpc": "2.0", "id": "p1", "method": "ping"}, sid)
+        self.assertEqual(r.status, 200)
+        self.assertTrue(r.header("Content-Type").startswith("application/json"))
+        self.assertEqual(r.json(), {"jsonrpc": "2.0", "id": "p1", "result": {}})
+
+    def test_tools_list(self):
+        sid = self.session()
+        r = self.post({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}, sid)
+        self.assertEqual(r.status, 200, r.body)
+        tools = r.json()["result"]["tools"]
+        self.assertEqual(len(tools), 11, [t["name"] for t in tools])
+        self.assertIn("workspace_info", {t["name"] for t in tools})
+
+    def test_workspace_info(self):
+        sid = self.session()
+        for args in ({}, {"workspace_id": "default"}):
+            with self.subTest(arguments=args):
+                res = self.call_tool(sid, "workspace_info", args)
+                self.assertFalse(res.get("isError", False), res)
+                self.assertIn("structuredContent", res)
+                self.assertEqual(json.loads(res["content"][0]["text"]), res["structuredContent"])
+
+    def test_workspace_info_unknown_workspace(self):
+        sid = self.session()
+        body = self.tool_error(self.call_tool(sid, "workspace_info", {"workspace_id": "nope"}))
+        self.assertEqual(body["code"], "WORKSPACE_NOT_FOUND")
+
+    def test_invalid_arguments_names_the_pointer(self):
+        sid = self.session()
+        body = self.tool_error(self.call_tool(sid, "workspace_info", {"workspace_id": 5}))
+        self.assertEqual(body["code"], "INVALID_ARGUMENTS")
+        self.assertIn("/workspace_id", body["message"])
+
+    def test_post_without_session_400(self):
+        r = self.post({"jsonrpc": "2.0", "id": 3, "method": "ping"})
+        self.assertEqual(r.status, 400)
+        self.assertEqual(r.json()["error"]["code"], -32600)
+
+    def test_post_unknown_session_404(self):
+        r = self.post({"jsonrpc": "2.0", "id": 3, "method": "ping"}, "0" * 32)
+        self.assertEqual(r.status, 404)
+        r = self.post({"jsonrpc": "2.0", "id": 3, "method": "ping"}, "not-a-session")
+        self.assertEqual(r.status, 404)
+
+    def test_delete_ends_session(self):
+        sid = self.session()
+        r = self.request("DELETE", headers={"Mcp-Session-Id": sid})
+        self.assertEqual(r.status, 204)
+        r = self.post({"jsonrpc": "2.0", "id": 4, "method": "ping"}, sid)
+        self.assertEqual(r.status, 404)
+        r = self.request("DELETE", headers={"Mcp-Session-Id": sid})
+        self.assertEqual(r.status, 404)
+
+    def test_delete_without_session_400(self):
+        self.assertEqual(self.request("DELETE").status, 400)
+
+    def test_protocol_version_header(self):
+        sid = self.session("2025-06-18")
+        ping = {"jsonrpc": "2.0", "id": 6, "method": "ping"}
+        r = self.post(ping, sid, {"MCP-Protocol-Version": "2024-01-01"})
+        self.assertEqual(r.status, 400)
+        r = self.post(ping, sid, {"MCP-Protocol-Version": "2025-06-18"})
+        self.assertEqual(r.status, 200)
+        r = self.post(ping, sid)  # absent: the negotiated version is assumed
+        self.assertEqual(r.status, 200)
+
+    def test_get_405(self):
+        r = self.request("GET", headers={"Accept": "text/event-stream"})
+        self.assertEqual(r.status, 405)
+        self.assertIn("POST", r.header("Allow") or "")
+        self.assertIn("DELETE", r.header("Allow") or "")
+
+    def test_other_methods_405(self):
+        for m in ("PUT", "PATCH", "OPTIONS"):
+            with self.subTest(method=m):
+                self.assertEqual(self.request(m).status, 405)
+
+    def test_unknown_path_404(self):
+        sid = self.session()
+        r = self.request("POST", "/other", {"jsonrpc": "2.0", "id": 1, "method": "ping"},
+                         {"Mcp-Session-Id": sid})
+        self.assertEqual(r.status, 404)
+        self.assertEqual(self.request("GET", "/").status, 404)
+
+    def test_parse_error(self):
+        sid = self.session()
+        r = self.request("POST", body="{not json", headers={"Mcp-Session-Id": sid})
+        self.assertEqual(r.status, 200)
+        msg = r.json()
+        self.assertEqual(msg["error"]["code"], -32700)
+        self.assertIsNone(msg["id"])
+
+    def test_batch_only_on_2025_03_26(self):
+        batch = [{"jsonrpc": "2.0", "id": 1, "method": "ping"},
+                 {"jsonrpc": "2.0", "method": "notifications/initialized"},
+                 {"jsonrpc": "2.0", "id": 2, "method": "ping"}]
+        sid = self.session("2025-03-26")
+        r = self.post(batch, sid)
+        self.assertEqual(r.status, 200, r.body)
+        replies = r.json()
+        self.assertIsInstance(replies, list)
+        self.assertEqual(sorted(x["id"] for x in replies), [1, 2])
+        sid = self.session("2025-11-25")
+        r = self.post(batch, sid)
+        self.assertEqual(r.status, 200, r.body)
+        msg = r.json()
+        self.assertIsInstance(msg, dict)
+        self.assertEqual(msg["error"]["code"], -32600)
+
+    def test_content_type(self):
+        sid = self.session()
+        ping = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "ping"})
+        r = self.request("POST", body=ping,
+                         headers={"Mcp-Session-Id": sid, "Content-Type": "text/plain"})
+        self.assertEqual(r.status, 415)
+        r = self.request("POST", body=ping, headers={
+            "Mcp-Session-Id": sid, "Content-Type": "application/json; charset=utf-8"})
+        self.assertEqual(r.status, 200)
+        # A missing Content-Type is tolerated.
+        status, _, body = self.raw(
+            b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+            b"Mcp-Session-Id: " + sid.encode() + b"\r\n"
+            b"Content-Length: " + str(len(ping)).encode() + b"\r\n\r\n" + ping.encode())
+        self.assertEqual(status, 200, body)
+
+    # ---- DNS rebinding ----
+
+    def test_host_checks(self):
+        ping = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+        sid = self.session()
+        port = self.server.port
+        for host in ("localhost", "localhost:9999", "127.0.0.1", f"127.0.0.1:{port}",
+                     "[::1]", "[::1]:1", "LOCALHOST:1"):
+            with self.subTest(host=host):
+                self.assertEqual(self.post(ping, sid, {"Host": host}).status, 200)
+        for host in ("evil.example", f"evil.example:{port}", "127.0.0.2", "localhost.evil",
+                     "localhost:x", "[::2]", "127.0.0.1@evil"):
+            with self.subTest(host=host):
+                r = self.post(ping, sid, {"Host": host})
+                self.assertEqual(r.status, 403)
+                self.assertEqual(r.json(), {"error": "forbidden"})
+
+    def test_origin_checks(self):
+        ping = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+        sid = self.session()
+        for origin in ("http://localhost:1234", "http://localhost", "https://127.0.0.1:8443",
+                       "http://[::1]:3000"):
+            with self.subTest(origin=origin):
+                self.assertEqual(self.post(ping, sid, {"Origin": origin}).status, 200)
+        for origin in ("http://evil.example", "https://evil.example:443", "null",
+                       "file://localhost", "http://localhost.evil.example",
+                       "http://localhost/path"):
+            with self.subTest(origin=origin):
+                self.assertEqual(self.post(ping, sid, {"Origin": origin}).status, 403)
+
+    def test_forbidden_before_anything_else(self):
+        r = self.request("GET", "/nowhere", headers={"Host": "evil.example"})
+        self.assertEqual(r.status, 403)
+
+    # ---- bodies ----
+
+    def test_content_length_over_cap_413(self):
+        t0 = time.monotonic()
+        status, _, body = self.raw(
+            b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            b"Content-Length: 17825792\r\n\r\n")  # 17 MiB announced, none sent
+        self.assertEqual(status, 413, body)
+        self.assertLess(time.monotonic() - t0, 5)
+
+    def test_chunked_over_cap_413(self):
+        sid = self.session()
+        block = b"x" * (1 << 20)
+        with socket.create_connection(("127.0.0.1", self.server.port), timeout=IO_TIMEOUT) as s:
+            s.sendall(b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json"
+                      b"\r\nTransfer-Encoding: chunked\r\nMcp-Session-Id: " + sid.encode() +
+                      b"\r\n\r\n")
+            try:
+                for _ in range(17):
+                    s.sendall(b"%x\r\n" % len(block) + block + b"\r\n")
+                s.sendall(b"0\r\n\r\n")
+            except OSError:
+                pass  # the server may cut a body that keeps coming; the status still counts
+            data = b""
+            while b"\r\n" not in data:
+                chunk = s.recv(4096)
+                if not chunk:
+                    break
+                data += chunk
+        self.assertTrue(data.startswith(b"HTTP/1.1 413"), data[:200])
+
+    def test_body_at_cap_boundary_is_read(self):
+        # A large but legal body (1 MiB of whitespace around a ping) goes through.
+        sid = self.session()
+        body = " " * (1 << 20) + json.dumps({"jsonrpc": "2.0", "id": 9, "method": "ping"})
+        r = self.request("POST", body=body, headers={"Mcp-Session-Id": sid})
+        self.assertEqual(r.status, 200)
+        self.assertEqual(r.json()["id"], 9)
+
+    # ---- connections ----
+
+    def test_keep_alive_reuses_connection(self):
+        sid = self.session()
+        conn = self.connect()
+        try:
+            for i in range(5):
+                r = self.post({"jsonrpc": "2.0", "id": i, "method": "ping"}, sid, conn=conn)
+                self.assertEqual(r.status, 200)
+                self.assertEqual(r.json()["id"], i)
+            self.assertEqual(self.request("GET", conn=conn).status, 405)
+            r = self.post({"jsonrpc": "2.0", "id": 99, "method": "ping"}, sid, conn=conn)
+            self.assertEqual(r.status, 200)
+        finally:
+            conn.close()
+
+    def test_many_overlapping_clients(self):
+        sid = self.session()
+        errors = []
+        gate = threading.Semaphore(32)  # under the per-IP limit (64)
+
+        def client(n):
+            with gate:
+                conn = self.connect()
+                try:
+                    for i in range(3):
+                        r = self.post({"jsonrpc": "2.0", "id": n * 10 + i, "method": "ping"}, sid,
+                                      conn=conn)
+                        if r.status != 200 or r.json().get("id") != n * 10 + i:
+                            errors.append((n, i, r.status, r.body[:100]))
+                except OSError as e:
+                    errors.append((n, repr(e)))
+                finally:
+                    conn.close()
+
+        threads = [threading.Thread(target=client, args=(n,)) for n in range(100)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        self.assertEqual(errors, [])
+        r = self.post({"jsonrpc": "2.0", "id": 1, "method": "ping"}, sid)
+        self.assertEqual(r.status, 200)
+
+    def test_connection_burst_does_not_break_server(self):
+        # More idle sockets than the per-IP limit: the extra ones are closed by the server,
+        # and once the burst is gone it serves normally.
+        socks = []
+        try:
+            for _ in range(100):
+                try:
+                    socks.append(socket.create_connection(("127.0.0.1", self.server.port),
+                                                          timeout=IO_TIMEOUT))
+                except OSError:
+                    break
+            time.sleep(0.2)
+        finally:
+            for s in socks:
+                s.close()
+        time.sleep(0.2)
+        sid = self.session()
+        r = self.post({"jsonrpc": "2.0", "id": 1, "method": "ping"}, sid)
+        self.assertEqual(r.status, 200)
+
+
+class TestHttpToken(HttpCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.server = Server("--token", TOKEN)
+
+    @classmethod
+    def tearDownClass(cls):
+        rc = cls.server.stop()
+        log = cls.server.log()
+        if rc != 0:
+            raise AssertionError(f"server exited with {rc}:\n" + log[-4000:])
+        if TOKEN in log:
+            raise AssertionError("the token appears in the server log")
+
+    def assert_unauthorized(self, r):
+        self.assertEqual(r.status, 401)
+        self.assertEqual(r.header("WWW-Authenticate"), "Bearer")
+        self.assertEqual(r.body, b'{"error":"unauthorized"}')
+        self.assertNotIn(TOKEN.encode(), r.body)
+        for k, v in r.headers:
+            self.assertNotIn(TOKEN, v)
+
+    def test_no_header_401(self):
+        self.auth = None
+        r = self.post({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}})
+        self.assert_unauthorized(r)
+
+    def test_wrong_tokens_401(self):
+        init = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+                           "clientInfo": {"name": "e2e", "version": "1"}}}
+        for value in ("Bearer wrong", "Bearer " + TOKEN + "x", "Bearer " + TOKEN[:-1],
+                      "Bearer", "Basic " + TOKEN, TOKEN, "Bearer  " + TOKEN):
+            with self.subTest(value=value):
+                self.auth = value
+                self.assert_unauthorized(self.post(init))
+
+    def test_right_token(self):
+        self.auth = "Bearer " + TOKEN
+        sid = self.session()
+        r = self.post({"jsonrpc": "2.0", "id": 2, "method": "ping"}, sid)
+        self.assertEqual(r.status, 200)
+        r = self.request("DELETE", headers={"Mcp-Session-Id": sid})
+        self.assertEqual(r.status, 204)
+
+    def test_token_required_on_every_request(self):
+        self.auth = "Bearer " + TOKEN
+        sid = self.session()
+        self.auth = None
+        self.assert_unauthorized(self.post({"jsonrpc": "2.0", "id": 2, "method": "ping"}, sid))
+        self.assert_unauthorized(self.request("DELETE", headers={"Mcp-Session-Id": sid}))
+        self.assert_unauthorized(self.request("GET"))
+
+    def test_host_checked_before_token(self):
+        self.auth = None
+        r = self.post({"jsonrpc": "2.0", "id": 1, "method": "ping"},
+                      headers={"Host": "evil.example"})
+        self.assertEqual(r.status, 403)
+        self.auth = "Bearer " + TOKEN
+        r = self.post({"jsonrpc": "2.0", "id": 1, "method": "ping"},
+                      headers={"Origin": "http://evil.example"})
+        self.assertEqual(r.status, 403)
+
+
+if __name__ == "__main__":
+    unittest.main()
