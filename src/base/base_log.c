@@ -6,6 +6,8 @@
 #include "base_log.h"
 
 #include <ctype.h>
+#include <errno.h>
+#include <poll.h>
 #include <stdio.h>
 #include <string.h>
 #include <stdlib.h>
@@ -104,8 +106,17 @@ void cs_log(enum cs_log_level level, const char *msg, json_t *fields)
     text[len] = '\n'; /* replaces the NUL; write() takes the length */
     const char *p = text;
     size_t left = len + 1;
+    int waits = 0;
     while (left > 0) {
         ssize_t n = write(STDERR_FILENO, p, left);
+        if (n < 0 && (errno == EAGAIN || errno == EINTR) && waits < 50) {
+            /* stderr may share a non-blocking open file description with stdout (a terminal):
+             * wait for it a little rather than cut the line. */
+            struct pollfd pfd = {.fd = STDERR_FILENO, .events = POLLOUT};
+            poll(&pfd, 1, 20);
+            waits++;
+            continue;
+        }
         if (n <= 0)
             break;
         p += n;

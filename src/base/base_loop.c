@@ -62,7 +62,8 @@ struct cs_loop {
     uint64_t timer_seq;
     struct sig *sigs;
     struct deferred *defer_head, *defer_tail;
-    struct cs_loop_fd *dead; /* watchers removed during this turn */
+    struct deferred *running; /* the rest of the batch run_deferred is working through */
+    struct cs_loop_fd *dead;  /* watchers removed during this turn */
 };
 
 int64_t cs_loop_now_ms(void)
@@ -241,6 +242,31 @@ int cs_loop_defer(struct cs_loop *loop, cs_loop_fn fn, void *arg)
     return 0;
 }
 
+void cs_loop_defer_cancel(struct cs_loop *loop, cs_loop_fn fn, void *arg)
+{
+    for (struct deferred **pp = &loop->running; *pp;) {
+        struct deferred *d = *pp;
+        if (d->fn == fn && d->arg == arg) {
+            *pp = d->next;
+            free(d);
+        } else {
+            pp = &d->next;
+        }
+    }
+    struct deferred **pp = &loop->defer_head;
+    loop->defer_tail = NULL;
+    while (*pp) {
+        struct deferred *d = *pp;
+        if (d->fn == fn && d->arg == arg) {
+            *pp = d->next;
+            free(d);
+            continue;
+        }
+        loop->defer_tail = d;
+        pp = &d->next;
+    }
+}
+
 struct cs_loop *cs_loop_new(void)
 {
     struct cs_loop *loop = calloc(1, sizeof *loop);
@@ -274,14 +300,15 @@ static void reap_dead(struct cs_loop *loop)
 
 static void run_deferred(struct cs_loop *loop)
 {
-    /* Only what was deferred before this point runs now; new deferrals wait a turn. */
-    struct deferred *d = loop->defer_head;
+    /* Only what was deferred before this point runs now; new deferrals wait a turn. The batch
+     * stays reachable (loop->running) so cs_loop_defer_cancel can still drop its entries. */
+    loop->running = loop->defer_head;
     loop->defer_head = loop->defer_tail = NULL;
-    while (d) {
-        struct deferred *next = d->next;
+    struct deferred *d;
+    while ((d = loop->running) != NULL) {
+        loop->running = d->next;
         d->fn(d->arg);
         free(d);
-        d = next;
     }
 }
 

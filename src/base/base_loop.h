@@ -62,5 +62,7 @@ int cs_loop_signal(struct cs_loop *loop, int signo, cs_loop_signal_fn fn, void *
 
 /* Calls fn(arg) on the next turn of the loop. Returns 0, or -1 on OOM. */
 int cs_loop_defer(struct cs_loop *loop, cs_loop_fn fn, void *arg);
+/* Drops every pending deferred call of fn with arg (they will not run). */
+void cs_loop_defer_cancel(struct cs_loop *loop, cs_loop_fn fn, void *arg);
 
 #endif

@@ -22,7 +22,8 @@ enum cs_jsonrpc_kind cs_jsonrpc_classify(const json_t *msg, struct cs_jsonrpc_ms
     if (valid_id(id))
         out->id = id;
     const json_t *version = json_object_get(msg, "jsonrpc");
-    if (!json_is_string(version) || strcmp(json_string_value(version), "2.0") != 0) {
+    if (!json_is_string(version) || json_string_length(version) != 3 ||
+        strcmp(json_string_value(version), "2.0") != 0) {
         out->why = "\"jsonrpc\" must be \"2.0\"";
         return CS_JSONRPC_INVALID;
     }

@@ -8,6 +8,8 @@
  * messages on the stdio transport.
  */
 #include <errno.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,6 +36,8 @@ struct gateway {
     struct cs_mcp_session *session; /* stdio: the one session */
     struct cs_stdio *io;
     struct cs_http *http;
+    int64_t eof_deadline;
+    bool output_lost;
     int exit_code;
 };
 
@@ -50,8 +54,10 @@ static void stdio_reply(void *arg, json_t *reply)
         cs_log(CS_LOG_ERROR, "out of memory encoding a reply", NULL);
         return;
     }
-    if (g->io && cs_stdio_write_line(g->io, text, strlen(text)) != 0)
-        cs_log(CS_LOG_WARNING, "stdout is closed; reply dropped", NULL);
+    if (g->io && cs_stdio_write_line(g->io, text, strlen(text)) != 0 && !g->output_lost) {
+        g->output_lost = true; /* said once; the transport reports EOF and we shut down */
+        cs_log(CS_LOG_WARNING, "stdout is closed; replies are dropped", NULL);
+    }
     free(text);
 }
 
@@ -69,11 +75,26 @@ static void stdio_overlong(void *arg)
                                     "Parse error: message longer than 16 MiB"));
 }
 
+/* After EOF: replies still in flight get up to this long to complete before shutdown. */
+#define EOF_GRACE_MS 2000
+
+static void wait_pending(void *arg)
+{
+    struct gateway *g = arg;
+    if (cs_mcp_session_pending(g->session) == 0 || cs_loop_now_ms() >= g->eof_deadline) {
+        cs_loop_stop(g->loop);
+        return;
+    }
+    if (!cs_loop_timer_add(g->loop, 10, wait_pending, g))
+        cs_loop_stop(g->loop);
+}
+
 static void stdio_eof(void *arg)
 {
     struct gateway *g = arg;
-    cs_log(CS_LOG_INFO, "stdin closed; shutting down", NULL);
-    cs_loop_stop(g->loop);
+    cs_log(CS_LOG_INFO, "stdin closed or stdout broken; shutting down", NULL);
+    g->eof_deadline = cs_loop_now_ms() + EOF_GRACE_MS;
+    wait_pending(g);
 }
 
 /* ---- signals and logging ---- */
@@ -189,7 +210,9 @@ out:
     if (g.io)
         cs_stdio_flush(g.io, 1000); /* replies already queued still reach the client */
     cs_stdio_free(g.io);
+    g.io = NULL;
     cs_mcp_session_free(g.session);
+    g.session = NULL;
     cs_http_stop(g.http);
     cs_mcp_free(g.srv);
     cs_loop_free(g.loop);

@@ -24,6 +24,9 @@
 const char *const cs_mcp_versions[] = {"2025-11-25", "2025-06-18", "2025-03-26"};
 const size_t cs_mcp_version_count = sizeof cs_mcp_versions / sizeof cs_mcp_versions[0];
 #define BATCH_VERSION "2025-03-26"
+/* A batch may not hold more messages than this: one small batch of tools/list requests would
+ * otherwise make a reply thousands of times its size. */
+#define MAX_BATCH 64
 
 static const char instructions[] =
     "CodeSpace runs work in operator-registered workspaces. Call workspace_info first: its "
@@ -90,6 +93,30 @@ bool cs_mcp_version_supported(const char *v)
 const char *cs_mcp_instructions(void)
 {
     return instructions;
+}
+
+/* Cuts a NUL-terminated string back to a whole UTF-8 character if snprintf truncation split
+ * one (jansson refuses strings that are not valid UTF-8). */
+static void utf8_tidy(char *s)
+{
+    size_t n = strlen(s);
+    size_t i = n;
+    while (i > 0 && ((unsigned char)s[i - 1] & 0xC0) == 0x80)
+        i--; /* back over continuation bytes */
+    if (i == 0)
+        return;
+    unsigned char lead = (unsigned char)s[i - 1];
+    size_t want = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 1;
+    if (lead >= 0x80 && n - (i - 1) < want)
+        s[i - 1] = '\0';
+}
+
+/* Whether the JSON string j equals the NUL-terminated name exactly (a NUL inside j never
+ * matches). */
+static bool str_is(const json_t *j, const char *name)
+{
+    return json_is_string(j) && json_string_length(j) == strlen(name) &&
+           strcmp(json_string_value(j), name) == 0;
 }
 
 /* ---- server ---- */
@@ -297,6 +324,7 @@ void cs_mcp_call_error(struct cs_mcp_call *call, enum csw_error code, const char
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
+    utf8_tidy(msg);
     complete(call, error_body(code, operation_id, msg), NULL, true);
 }
 
@@ -316,7 +344,7 @@ void cs_mcp_call_ok(struct cs_mcp_call *call, const void *output)
 }
 
 /* tools/call: decode the arguments through the tool's input schema and start the handler. */
-static json_t *tools_call(struct cs_mcp_exchange *x, json_t *id, json_t *params)
+static json_t *tools_call(struct cs_mcp_exchange *x, json_t *id, json_t *params, bool *async)
 {
     struct cs_mcp *srv = x->s->srv;
     const json_t *name = json_object_get(params, "name");
@@ -325,11 +353,12 @@ static json_t *tools_call(struct cs_mcp_exchange *x, json_t *id, json_t *params)
                                 "tools/call needs params.name, a string");
     const struct tool_entry *t = NULL;
     for (size_t i = 0; i < srv->ntools; i++)
-        if (strcmp(srv->tools[i].tool->name, json_string_value(name)) == 0)
+        if (str_is(name, srv->tools[i].tool->name))
             t = &srv->tools[i];
     if (!t) {
         char msg[300];
         snprintf(msg, sizeof msg, "Unknown tool: %.200s", json_string_value(name));
+        utf8_tidy(msg);
         return cs_jsonrpc_error(id, CS_JSONRPC_INVALID_PARAMS, msg);
     }
     json_t *args = json_object_get(params, "arguments");
@@ -345,6 +374,7 @@ static json_t *tools_call(struct cs_mcp_exchange *x, json_t *id, json_t *params)
         json_decref(empty);
         return cs_jsonrpc_error(id, CS_JSONRPC_INTERNAL_ERROR, "out of memory");
     }
+    *async = true;
     call->x = x;
     call->t = t;
     call->id = json_incref(id);
@@ -374,7 +404,8 @@ static json_t *initialize(struct cs_mcp_session *s, json_t *id, json_t *params)
 {
     const json_t *asked = json_object_get(params, "protocolVersion");
     const char *v = cs_mcp_versions[0];
-    if (json_is_string(asked) && cs_mcp_version_supported(json_string_value(asked)))
+    if (json_is_string(asked) && json_string_length(asked) == strlen(json_string_value(asked)) &&
+        cs_mcp_version_supported(json_string_value(asked)))
         v = json_string_value(asked);
     snprintf(s->version, sizeof s->version, "%s", v);
     s->initialized = true;
@@ -390,7 +421,8 @@ static json_t *set_level(struct cs_mcp_session *s, json_t *id, json_t *params)
 {
     const json_t *level = json_object_get(params, "level");
     enum cs_log_level l;
-    if (!json_is_string(level) || cs_log_level_parse(json_string_value(level), &l) != 0 ||
+    if (!json_is_string(level) || json_string_length(level) != strlen(json_string_value(level)) ||
+        cs_log_level_parse(json_string_value(level), &l) != 0 ||
         strcmp(json_string_value(level), "warn") == 0)
         return cs_jsonrpc_error(id, CS_JSONRPC_INVALID_PARAMS,
                                 "params.level must be one of debug, info, notice, warning, "
@@ -421,7 +453,8 @@ static void handle_one(struct cs_mcp_exchange *x, json_t *msg)
     case CS_JSONRPC_RESPONSE:
         return; /* we send no requests; nothing to match */
     case CS_JSONRPC_NOTIFICATION:
-        if (strcmp(m.method, "notifications/cancelled") == 0 && json_is_object(m.params))
+        if (str_is(json_object_get(msg, "method"), "notifications/cancelled") &&
+            json_is_object(m.params))
             cancel(s, m.params);
         return; /* notifications/initialized and unknown notifications need nothing */
     case CS_JSONRPC_REQUEST:
@@ -431,23 +464,30 @@ static void handle_one(struct cs_mcp_exchange *x, json_t *msg)
     json_t *empty = NULL;
     if (!params)
         params = empty = json_object();
+    const json_t *method = json_object_get(msg, "method");
     json_t *r;
-    if (strcmp(m.method, "initialize") == 0)
+    bool async = false;
+    if (str_is(method, "initialize") && s->initialized)
+        r = cs_jsonrpc_error(m.id, CS_JSONRPC_INVALID_REQUEST,
+                             "the session is already initialized");
+    else if (str_is(method, "initialize"))
         r = initialize(s, m.id, params);
-    else if (strcmp(m.method, "ping") == 0)
+    else if (str_is(method, "ping"))
         r = cs_jsonrpc_result(m.id, json_object());
     else if (!s->initialized)
         r = cs_jsonrpc_error(m.id, CS_JSONRPC_INVALID_REQUEST,
                              "the session is not initialized: send initialize first");
-    else if (strcmp(m.method, "tools/list") == 0)
-        r = cs_jsonrpc_result(m.id, json_deep_copy(s->srv->tools_list));
-    else if (strcmp(m.method, "tools/call") == 0)
-        r = tools_call(x, m.id, params);
-    else if (strcmp(m.method, "logging/setLevel") == 0)
+    else if (str_is(method, "tools/list"))
+        r = cs_jsonrpc_result(m.id, json_incref(s->srv->tools_list)); /* shared, never changed */
+    else if (str_is(method, "tools/call"))
+        r = tools_call(x, m.id, params, &async);
+    else if (str_is(method, "logging/setLevel"))
         r = set_level(s, m.id, params);
     else
         r = cs_jsonrpc_error(m.id, CS_JSONRPC_METHOD_NOT_FOUND, "Method not found");
     json_decref(empty);
+    if (!r && !async) /* building the reply failed: a request is still answered */
+        r = cs_jsonrpc_error(m.id, CS_JSONRPC_INTERNAL_ERROR, "internal error");
     add_reply(x, r);
 }
 
@@ -491,6 +531,7 @@ struct cs_mcp_exchange *cs_mcp_session_handle(struct cs_mcp_session *s, const ch
         char why[256];
         snprintf(why, sizeof why, "Parse error: %s (line %d, column %d)", err.text, err.line,
                  err.column);
+        utf8_tidy(why);
         reply(arg, cs_jsonrpc_error(NULL, CS_JSONRPC_PARSE_ERROR, why));
         return NULL;
     }
@@ -516,6 +557,9 @@ struct cs_mcp_exchange *cs_mcp_session_handle(struct cs_mcp_session *s, const ch
                                           "version " BATCH_VERSION));
         } else if (json_array_size(msg) == 0) {
             add_reply(x, cs_jsonrpc_error(NULL, CS_JSONRPC_INVALID_REQUEST, "empty batch"));
+        } else if (json_array_size(msg) > MAX_BATCH) {
+            add_reply(x, cs_jsonrpc_error(NULL, CS_JSONRPC_INVALID_REQUEST,
+                                          "a batch may hold at most 64 messages"));
         } else {
             x->batch = true;
             x->replies = json_array();

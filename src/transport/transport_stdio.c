@@ -15,6 +15,12 @@
 
 #include "transport_frame.h"
 
+/* Output backpressure: a client that writes but never reads must not grow our memory without
+ * bound. Above HIGH_WATER queued bytes we stop reading input until the queue drains below
+ * LOW_WATER. */
+#define HIGH_WATER (32u * 1024u * 1024u)
+#define LOW_WATER  (1u * 1024u * 1024u)
+
 struct cs_stdio {
     struct cs_loop *loop;
     int in_fd, out_fd;
@@ -22,10 +28,11 @@ struct cs_stdio {
     struct cs_lineframe fr;
     struct cs_stdio_callbacks cb;
     bool eof;
-    bool broken;  /* writing failed: drop further output */
-    bool pumping; /* a deferred pump() is pending (input epoll cannot watch) */
-    bool freed;   /* cs_stdio_free ran while a pump() was pending: pump frees */
-    char *out;    /* queued output */
+    bool broken;             /* writing failed: drop further output */
+    bool pollable;           /* in_fd works with epoll (else pump() reads it from deferred calls) */
+    bool paused;             /* input paused for backpressure */
+    int in_flags, out_flags; /* the descriptions' flags before we set O_NONBLOCK */
+    char *out;               /* queued output */
     size_t out_len, out_off, out_cap;
 };
 
@@ -43,12 +50,17 @@ static int overlong_cb(void *arg)
     return 0;
 }
 
-static void set_nonblock(int fd)
+/* Sets O_NONBLOCK and returns the previous flags (-1 if unknown), to restore at the end: the
+ * open file description may be shared (a terminal, stderr). */
+static int set_nonblock(int fd)
 {
     int fl = fcntl(fd, F_GETFL);
     if (fl >= 0)
         fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+    return fl;
 }
+
+static void pump(void *arg);
 
 static void at_eof(struct cs_stdio *io)
 {
@@ -57,6 +69,7 @@ static void at_eof(struct cs_stdio *io)
     io->eof = true;
     cs_loop_fd_del(io->in_w);
     io->in_w = NULL;
+    cs_loop_defer_cancel(io->loop, pump, io);
     bool partial = false;
     cs_lineframe_finish(&io->fr, &partial); /* delivers a last unterminated line */
     io->cb.on_eof(io->cb.arg);
@@ -68,7 +81,7 @@ static void on_input(void *arg, int fd, unsigned events)
     (void)events;
     uint8_t buf[65536];
     /* A bounded number of reads per turn keeps other work (timers, HTTP) moving. */
-    for (int round = 0; round < 16 && !io->eof; round++) {
+    for (int round = 0; round < 16 && !io->eof && !io->paused; round++) {
         ssize_t n = read(fd, buf, sizeof buf);
         if (n > 0) {
             if (cs_lineframe_feed(&io->fr, buf, (size_t)n, NULL) != CS_FRAME_OK) {
@@ -90,14 +103,29 @@ static void on_output(void *arg, int fd, unsigned events);
 static void pump(void *arg)
 {
     struct cs_stdio *io = arg;
-    if (io->freed) {
-        free(io);
+    on_input(io, io->in_fd, CS_LOOP_READ);
+    if (!io->eof && !io->paused && cs_loop_defer(io->loop, pump, io) != 0)
+        at_eof(io); /* out of memory: stop reading rather than hang */
+}
+
+/* Stops or restarts reading input for backpressure. */
+static void pause_input(struct cs_stdio *io, bool pause)
+{
+    if (io->eof || io->paused == pause)
+        return;
+    io->paused = pause;
+    if (pause) {
+        cs_loop_fd_del(io->in_w);
+        io->in_w = NULL;
+        cs_loop_defer_cancel(io->loop, pump, io);
         return;
     }
-    io->pumping = false;
-    on_input(io, io->in_fd, CS_LOOP_READ);
-    if (!io->eof && !io->freed && cs_loop_defer(io->loop, pump, io) == 0)
-        io->pumping = true;
+    if (io->pollable)
+        io->in_w = cs_loop_fd_add(io->loop, io->in_fd, CS_LOOP_READ, on_input, io);
+    if (!io->pollable || !io->in_w) {
+        if (io->pollable || cs_loop_defer(io->loop, pump, io) != 0)
+            at_eof(io);
+    }
 }
 
 /* Writes what the fd accepts now; watches the fd for writability while output remains. */
@@ -117,7 +145,14 @@ static void drain(struct cs_stdio *io)
     }
     if (io->out_off == io->out_len || io->broken)
         io->out_off = io->out_len = 0;
-    bool want = io->out_len > 0;
+    size_t pending = io->out_len - io->out_off;
+    if (io->broken)
+        at_eof(io); /* the client stopped reading for good: treat it as gone */
+    else if (pending > HIGH_WATER)
+        pause_input(io, true);
+    else if (pending < LOW_WATER)
+        pause_input(io, false);
+    bool want = pending > 0;
     if (want && !io->out_w)
         io->out_w = cs_loop_fd_add(io->loop, io->out_fd, CS_LOOP_WRITE, on_output, io);
     if (!want && io->out_w) {
@@ -204,19 +239,18 @@ struct cs_stdio *cs_stdio_new(struct cs_loop *loop, int in_fd, int out_fd, size_
         free(io);
         return NULL;
     }
-    io->pumping = false;
-    set_nonblock(in_fd);
-    set_nonblock(out_fd);
+    io->in_flags = set_nonblock(in_fd);
+    io->out_flags = set_nonblock(out_fd);
+    io->pollable = true;
     io->in_w = cs_loop_fd_add(loop, in_fd, CS_LOOP_READ, on_input, io);
     if (!io->in_w) {
         /* A regular file or /dev/null cannot be polled (EPERM): it never blocks, so pump it
          * from deferred calls instead, a bounded amount per turn. */
+        io->pollable = false;
         if (errno != EPERM || cs_loop_defer(loop, pump, io) != 0) {
-            cs_lineframe_fini(&io->fr);
-            free(io);
+            cs_stdio_free(io);
             return NULL;
         }
-        io->pumping = true;
     }
     return io;
 }
@@ -227,12 +261,13 @@ void cs_stdio_free(struct cs_stdio *io)
         return;
     cs_loop_fd_del(io->in_w);
     cs_loop_fd_del(io->out_w);
+    cs_loop_defer_cancel(io->loop, pump, io);
     cs_lineframe_fini(&io->fr);
+    /* Give the shared open file descriptions back as we found them. */
+    if (io->in_flags >= 0)
+        fcntl(io->in_fd, F_SETFL, io->in_flags);
+    if (io->out_flags >= 0)
+        fcntl(io->out_fd, F_SETFL, io->out_flags);
     free(io->out);
-    io->out = NULL;
-    if (io->pumping) {
-        io->freed = true; /* the pending pump() releases io */
-        return;
-    }
     free(io);
 }

@@ -3,6 +3,7 @@
  * (runtime.md section 3, stdio). Input is cut into lines by the Ragel line framer; an over-long
  * line is reported and skipped without being buffered. Output lines are queued and written
  * without blocking the loop; nothing but what the caller queues is ever written to out_fd.
+ * Backpressure: while more than 32 MiB of output waits, input is not read.
  *
  * Trust: input bytes come from the client and are untrusted; they only pass through the framer.
  * Entry points: cs_stdio_new, cs_stdio_write_line, cs_stdio_free.
@@ -22,7 +23,8 @@ struct cs_stdio_callbacks {
     void (*on_line)(void *arg, const uint8_t *data, size_t len);
     /* A line over the cap was seen and is being skipped. */
     void (*on_overlong)(void *arg);
-    /* Input reached EOF (or failed); called once, after the last on_line. */
+    /* Input reached EOF or failed, or the output is broken (the client stopped reading): the
+     * peer is gone. Called once, after the last on_line; it must not free the transport. */
     void (*on_eof)(void *arg);
     void *arg;
 };

@@ -119,7 +119,12 @@ static void test_initialize_negotiates(void **state)
     assert_non_null(json_object_get(caps, "logging"));
     assert_null(json_object_get(caps, "resources"));
     assert_non_null(strstr(json_string_value(json_object_get(res, "instructions")), "argv"));
+    /* A second initialize on the same session is refused. */
+    r = ask(sess, "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"initialize\",\"params\":{}}");
+    assert_int_equal(error_code(r), CS_JSONRPC_INVALID_REQUEST);
     for (size_t i = 0; i < cs_mcp_version_count; i++) {
+        cs_mcp_session_free(sess);
+        sess = cs_mcp_session_new(srv);
         init(cs_mcp_versions[i]);
         assert_string_equal(cs_mcp_session_version(sess), cs_mcp_versions[i]);
     }
@@ -335,6 +340,8 @@ static void test_batches(void **state)
     init("2025-06-18");
     json_t *r = ask(sess, "[{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}]");
     assert_int_equal(error_code(r), CS_JSONRPC_INVALID_REQUEST);
+    cs_mcp_session_free(sess);
+    sess = cs_mcp_session_new(srv);
     init("2025-03-26");
     cs_mcp_set_tool(srv, "process_resize", hold, NULL);
     reset();
@@ -350,6 +357,44 @@ static void test_batches(void **state)
     assert_true(json_is_null(r)); /* only notifications: no reply at all */
     r = ask(sess, "[]");
     assert_int_equal(error_code(r), CS_JSONRPC_INVALID_REQUEST);
+    /* More than 64 messages in one batch is refused whole (no amplification). */
+    char big[65 * 48 + 8];
+    size_t n = 0;
+    big[n++] = '[';
+    for (int i = 0; i < 65; i++)
+        n += (size_t)snprintf(big + n, sizeof big - n,
+                              "%s{\"jsonrpc\":\"2.0\",\"id\":%d,\"method\":\"ping\"}", i ? "," : "",
+                              i);
+    big[n++] = ']';
+    big[n] = '\0';
+    r = ask(sess, big);
+    assert_int_equal(error_code(r), CS_JSONRPC_INVALID_REQUEST);
+}
+
+static void test_names_with_nul_or_cut_utf8(void **state)
+{
+    (void)state;
+    init("2025-11-25");
+    /* A NUL inside a method or tool name never matches a shorter name. */
+    json_t *r = ask(sess, "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\\u0000x\"}");
+    assert_int_equal(error_code(r), CS_JSONRPC_METHOD_NOT_FOUND);
+    r = ask(sess, "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/call\",\"params\":{"
+                  "\"name\":\"workspace_info\\u0000x\"}}");
+    assert_int_equal(error_code(r), CS_JSONRPC_INVALID_PARAMS);
+    /* An unknown tool name whose quoted prefix would end inside a UTF-8 character still gets
+     * its error reply (the message is cut between characters). */
+    char msg[600];
+    char name[260];
+    memset(name, 'a', 199);
+    memcpy(name + 199, "\xc3\xa9", 2);
+    name[201] = '\0';
+    snprintf(msg, sizeof msg,
+             "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"tools/call\",\"params\":{"
+             "\"name\":\"%s\"}}",
+             name);
+    r = ask(sess, msg);
+    assert_int_equal(error_code(r), CS_JSONRPC_INVALID_PARAMS);
+    assert_int_equal(json_integer_value(json_object_get(r, "id")), 3);
 }
 
 int main(void)
@@ -365,6 +410,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_cancel_and_abandon, setup, teardown),
         cmocka_unit_test_setup_teardown(test_session_freed_while_pending, setup, teardown),
         cmocka_unit_test_setup_teardown(test_batches, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_names_with_nul_or_cut_utf8, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
