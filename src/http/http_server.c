@@ -12,9 +12,11 @@
  * core's reply callback.
  *
  * Lifetimes: a struct req lives from the first access-handler call of a request to MHD's
- * request-completed callback. A pending exchange (req->x) is abandoned before its req or its
- * session is freed, so the core never calls back into freed memory. A suspended connection is
- * resumed before anything that would need MHD to close it (client gone, cs_http_stop).
+ * request-completed callback; a struct conn from MHD's connection-started notification to its
+ * connection-closed one (MHD closes the socket after that). A pending exchange (req->x) is
+ * abandoned before its req or its session is freed, so the core never calls back into freed memory.
+ * A suspended connection is resumed before anything that would need MHD to close it (client gone,
+ * cs_http_stop). A loop watcher on an fd is always removed before the fd can be closed.
  */
 #include "http_server.h"
 
@@ -42,6 +44,7 @@
 #define SESSION_ID_LEN   (2 * SESSION_ID_BYTES)
 #define BODY_FIRST_CAP   ((size_t)4096)
 #define TIMER_MAX_MS     ((int64_t)3600 * 1000)
+#define SWEEP_MIN_MS     ((int64_t)1000) /* the sweep timer fires at most once a second */
 
 /* Error bodies. 401's is fixed by runtime.md; the MCP-level ones are JSON-RPC errors. */
 #define BODY_UNAUTHORIZED "{\"error\":\"unauthorized\"}"
@@ -61,6 +64,16 @@
 struct sess {
     char id[SESSION_ID_LEN + 1];
     struct cs_mcp_session *mcp; /* owned */
+    unsigned busy;   /* live requests that named this session (uploading, waiting, answering) */
+    uint64_t seq;    /* h->seq at the last use: the least recently used session has the lowest */
+    int64_t used_ms; /* monotonic time of the last use; the idle timeout counts from it */
+};
+
+/* One TCP connection, from MHD's connection-started notification to its connection-closed one. */
+struct conn {
+    struct MHD_Connection *mc;
+    struct conn *prev, *next; /* h->conns */
+    int64_t deadline;         /* ms: the request being received must be in by then; 0: none */
 };
 
 enum req_state {
@@ -83,7 +96,8 @@ struct req {
     bool new_sess;      /* sess is being created by this initialize request */
     bool named_session; /* the request carried Mcp-Session-Id */
     bool suspended;
-    char *body; /* owned, at most h->max_body bytes */
+    char *body;       /* owned, at most h->max_body bytes */
+    char *reply_text; /* owned: the reply as the core serialized it */
     size_t len, cap;
     size_t discarded;          /* REQ_DISCARD: bytes thrown away so far */
     unsigned discard_status;   /* REQ_DISCARD: the answer once the body ends */
@@ -99,6 +113,11 @@ struct cs_http {
     struct cs_loop_fd *mhd_watch;
     struct cs_loop_timer *timer;
     bool in_run, kicked;
+    bool stopping;               /* cs_http_stop is running: arm no more sweeps */
+    struct cs_loop_timer *sweep; /* request deadlines and session idle timeouts */
+    int64_t sweep_at;            /* when sweep fires (valid while sweep is non-NULL) */
+    int64_t request_ms;          /* time allowed to receive one request */
+    int64_t idle_ms;             /* session idle timeout */
     char *host;  /* configured host as it appears in a Host header ("[::1]" for IPv6) */
     char *token; /* NULL: no bearer check */
     size_t token_len;
@@ -106,7 +125,9 @@ struct cs_http {
     uint16_t port;
     struct sess **sessions; /* max_sessions slots, nsessions used */
     size_t nsessions, nnew, max_sessions;
-    struct req *reqs; /* every live request */
+    uint64_t seq;       /* session use counter (LRU order) */
+    struct req *reqs;   /* every live request */
+    struct conn *conns; /* every open connection MHD told us about */
     cs_http_log_fn log;
     void *log_arg;
 };
@@ -258,7 +279,10 @@ static void sess_free(struct sess *s)
 }
 
 /* The peer hung up while its request was suspended (MHD does not poll suspended connections).
- * Abandon the exchange and let MHD close the connection. */
+ * Abandon the exchange and let MHD close the connection. EOF counts as a hang-up, like an error
+ * or a reset: a client that closed its socket sends the same FIN as one that only shut down its
+ * sending side, and treating EOF as "maybe still there" would let a call run on for every client
+ * that gave up. A half-closing client therefore loses a reply that had to wait (docs/http.md). */
 static void client_gone(struct req *r)
 {
     char peer[INET6_ADDRSTRLEN];
@@ -605,17 +629,190 @@ static void sess_end(struct cs_http *h, struct sess *s)
     sess_free(s);
 }
 
+/* ---- deadlines: one timer for request receive deadlines and session idle timeouts ---- */
+
+static void on_sweep(void *arg);
+
+/* Makes the sweep run at or before `at` (monotonic ms). */
+static void sweep_at(struct cs_http *h, int64_t at)
+{
+    if (h->stopping || (h->sweep && h->sweep_at <= at))
+        return;
+    if (h->sweep)
+        cs_loop_timer_cancel(h->sweep);
+    int64_t ms = at - cs_loop_now_ms();
+    ms = ms < 0 ? 0 : ms > TIMER_MAX_MS ? TIMER_MAX_MS : ms;
+    /* On OOM there is no sweep until the next deadline is set: deadlines are late, not lost. */
+    h->sweep = cs_loop_timer_add(h->loop, ms, on_sweep, h);
+    h->sweep_at = at;
+}
+
+static void sess_touch(struct cs_http *h, struct sess *s)
+{
+    s->seq = ++h->seq;
+    s->used_ms = cs_loop_now_ms();
+}
+
+/* r names s (a live session): s is busy, so neither the idle timeout nor eviction ends it. */
+static void sess_attach(struct cs_http *h, struct req *r, struct sess *s)
+{
+    r->sess = s;
+    s->busy++;
+    sess_touch(h, s);
+}
+
+static void sess_detach(struct cs_http *h, struct req *r)
+{
+    struct sess *s = r->sess;
+    r->sess = NULL;
+    if (!s)
+        return;
+    s->busy--;
+    sess_touch(h, s);
+    if (s->busy == 0)
+        sweep_at(h, s->used_ms + h->idle_ms);
+}
+
+/* The least recently used session with no request in flight, or NULL. */
+static struct sess *sess_lru(struct cs_http *h)
+{
+    struct sess *lru = NULL;
+    for (size_t i = 0; i < h->nsessions; i++) {
+        struct sess *s = h->sessions[i];
+        if (s->busy == 0 && (!lru || s->seq < lru->seq))
+            lru = s;
+    }
+    return lru;
+}
+
+static struct conn *conn_of(struct MHD_Connection *mc)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(mc, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci ? ci->socket_context : NULL;
+}
+
+/* The next request on mc must be received within request_ms from now. */
+static void conn_expect_request(struct cs_http *h, struct MHD_Connection *mc)
+{
+    struct conn *c = conn_of(mc);
+    if (!c || h->stopping)
+        return;
+    c->deadline = cs_loop_now_ms() + h->request_ms;
+    sweep_at(h, c->deadline);
+}
+
+/* The request on mc is fully received: no deadline until the next one. */
+static void conn_received(struct MHD_Connection *mc)
+{
+    struct conn *c = conn_of(mc);
+    if (c)
+        c->deadline = 0;
+}
+
+/* A request was not received in time (a slow or stalled sender: MHD's own timeout counts idle
+ * time only). Shutting the socket down wakes MHD, which reads EOF and closes the connection; the
+ * fd stays open (and ours to touch) until MHD's connection-closed notification. */
+static void conn_expire(struct cs_http *h, struct conn *c)
+{
+    char peer[INET6_ADDRSTRLEN];
+    emit(h, "warn", "http_timeout", "peer=%s: request not received within %lld ms",
+         peer_text(c->mc, peer, sizeof peer), (long long)h->request_ms);
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c->mc, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (ci)
+        shutdown(ci->connect_fd, SHUT_RDWR);
+}
+
+static void on_sweep(void *arg)
+{
+    struct cs_http *h = arg;
+    int64_t now = cs_loop_now_ms(), next = INT64_MAX;
+    bool expired = false;
+    h->sweep = NULL; /* fired: never cancel it again */
+    for (struct conn *c = h->conns; c; c = c->next) {
+        if (c->deadline == 0)
+            continue;
+        if (c->deadline > now) {
+            next = c->deadline < next ? c->deadline : next;
+            continue;
+        }
+        c->deadline = 0;
+        conn_expire(h, c);
+        expired = true;
+    }
+    /* Backwards: sess_end moves the last session into the freed slot, one already looked at. */
+    for (size_t i = h->nsessions; i-- > 0;) {
+        struct sess *s = h->sessions[i];
+        if (s->busy > 0)
+            continue;
+        if (now - s->used_ms < h->idle_ms) {
+            next = s->used_ms + h->idle_ms < next ? s->used_ms + h->idle_ms : next;
+            continue;
+        }
+        sess_end(h, s);
+        emit(h, "info", "session_ended", "idle timeout, %zu open", h->nsessions);
+    }
+    if (expired)
+        kick(h);
+    if (next != INT64_MAX)
+        sweep_at(h, next < now + SWEEP_MIN_MS ? now + SWEEP_MIN_MS : next);
+}
+
+/* MHD_OPTION_NOTIFY_CONNECTION: tracks every connection so that its requests get a deadline from
+ * the moment it is accepted (headers included: the access handler only sees complete headers). */
+static void on_connection(void *cls, struct MHD_Connection *mc, void **socket_context,
+                          enum MHD_ConnectionNotificationCode toe)
+{
+    struct cs_http *h = cls;
+    struct conn *c = *socket_context;
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+        c = calloc(1, sizeof *c);
+        if (!c)
+            return; /* on_request refuses the connection's requests */
+        c->mc = mc;
+        c->next = h->conns;
+        if (h->conns)
+            h->conns->prev = c;
+        h->conns = c;
+        *socket_context = c;
+        conn_expect_request(h, mc);
+        return;
+    }
+    if (!c) /* MHD_CONNECTION_NOTIFY_CLOSED; MHD closes the fd after this returns */
+        return;
+    *socket_context = NULL;
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        h->conns = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    free(c);
+}
+
 /* ---- the exchange ---- */
 
-static void on_reply(void *arg, json_t *reply)
+static void on_reply(void *arg, json_t *reply, const char *text, size_t len)
 {
     struct req *r = arg;
     /* Called once, maybe from inside cs_mcp_session_handle (r not suspended yet) or later. */
     r->x = NULL;
     json_decref(r->reply);
     r->reply = reply;
+    free(r->reply_text);
+    r->reply_text = text ? strndup(text, len) : NULL; /* NULL: serialized in send_reply */
     r->state = REQ_REPLIED;
     resume(r);
+}
+
+/* True when the reply says the message itself was refused: a single JSON-RPC error whose id is
+ * null (a parse error, an invalid request, a batch where batches are not accepted). Errors that
+ * carry an id answer a request the server did accept, and a batch reply is a list. */
+static bool input_refused(const json_t *reply)
+{
+    return json_is_object(reply) && json_object_get(reply, "error") &&
+           json_is_null(json_object_get(reply, "id"));
 }
 
 /* Sends the reply of an exchange; finishes or drops a session being created by initialize.
@@ -633,6 +830,8 @@ static enum MHD_Result send_reply(struct cs_http *h, struct req *r)
         if (ok && sess_make_id(s) == 0 && h->nsessions < h->max_sessions) {
             h->sessions[h->nsessions++] = s;
             sid = s->id;
+            sess_touch(h, s); /* busy is 0: this request no longer names it */
+            sweep_at(h, s->used_ms + h->idle_ms);
             emit(h, "info", "session_created", "%s, %zu open", cs_mcp_session_version(s->mcp),
                  h->nsessions);
         } else {
@@ -644,10 +843,20 @@ static enum MHD_Result send_reply(struct cs_http *h, struct req *r)
     }
     if (!r->reply)
         return respond(r, MHD_HTTP_ACCEPTED, NULL, 0, NULL, NULL, NULL);
-    char *text = json_dumps(r->reply, JSON_COMPACT);
+    char *text = r->reply_text ? r->reply_text : json_dumps(r->reply, JSON_COMPACT);
+    r->reply_text = NULL;
     if (!text)
         return reject(r, MHD_HTTP_INTERNAL_SERVER_ERROR, BODY_INTERNAL, "out of memory");
-    return respond(r, MHD_HTTP_OK, NULL, strlen(text), text, sid ? "Mcp-Session-Id" : NULL, sid);
+    unsigned status = MHD_HTTP_OK;
+    if (input_refused(r->reply)) {
+        /* Streamable HTTP: input the server cannot accept gets an HTTP error status; the body
+         * is still the JSON-RPC error. */
+        char peer[INET6_ADDRSTRLEN];
+        status = MHD_HTTP_BAD_REQUEST;
+        emit(h, "debug", "http_rejected", "400 invalid JSON-RPC message (peer=%s)",
+             peer_text(r->conn, peer, sizeof peer));
+    }
+    return respond(r, status, NULL, strlen(text), text, sid ? "Mcp-Session-Id" : NULL, sid);
 }
 
 static bool is_initialize(const char *body, size_t len)
@@ -663,13 +872,22 @@ static bool is_initialize(const char *body, size_t len)
 /* The whole body is in: find or create the session and hand the message to the core. */
 static enum MHD_Result dispatch(struct cs_http *h, struct req *r)
 {
+    conn_received(r->conn);
     if (!r->sess) {
         if (r->named_session)
             return reject(r, MHD_HTTP_NOT_FOUND, BODY_BAD_SESSION, "session ended");
         if (!is_initialize(r->body ? r->body : "", r->len))
             return reject(r, MHD_HTTP_BAD_REQUEST, BODY_NO_SESSION, "no session");
-        if (h->nsessions + h->nnew >= h->max_sessions)
-            return reject(r, MHD_HTTP_SERVICE_UNAVAILABLE, BODY_TOO_MANY, "session cap");
+        /* At the cap, make room by ending the least recently used idle session. */
+        while (h->nsessions + h->nnew >= h->max_sessions) {
+            struct sess *old = sess_lru(h);
+            if (!old)
+                return reject(r, MHD_HTTP_SERVICE_UNAVAILABLE, BODY_TOO_MANY,
+                              "session cap, every session busy");
+            sess_end(h, old);
+            emit(h, "info", "session_ended", "evicted (least recently used), %zu open",
+                 h->nsessions);
+        }
         struct sess *s = calloc(1, sizeof *s);
         if (s)
             s->mcp = cs_mcp_session_new(h->srv);
@@ -752,9 +970,10 @@ static enum MHD_Result first_call(struct cs_http *h, struct req *r, const char *
     int has_sid = header(r->conn, "Mcp-Session-Id", &v, &n);
     if (has_sid != 0) {
         r->named_session = true;
-        r->sess = has_sid > 0 ? sess_find(h, v, n) : NULL;
-        if (!r->sess)
+        struct sess *s = has_sid > 0 ? sess_find(h, v, n) : NULL;
+        if (!s)
             return reject(r, MHD_HTTP_NOT_FOUND, BODY_BAD_SESSION, "unknown session");
+        sess_attach(h, r, s);
         /* After initialize the version header is optional but, when present, must be one we
          * speak. The initialize POST itself carries no session and is not checked. */
         int has_ver = header(r->conn, "MCP-Protocol-Version", &v, &n);
@@ -782,6 +1001,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
     struct req *r = *con_cls;
     (void)version;
     if (!r) {
+        if (!conn_of(c))
+            return MHD_NO; /* untracked (OOM at accept): it would have no deadline */
         r = calloc(1, sizeof *r);
         if (!r)
             return MHD_NO; /* closes the connection */
@@ -796,6 +1017,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         if (!has_body(c)) {
             /* MHD closes the connection after a response queued on the first call (it cannot
              * know whether a body follows), so a bodiless request is answered on the second. */
+            conn_received(c);
             r->state = REQ_HEADERS;
             return MHD_YES;
         }
@@ -835,6 +1057,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
                 return MHD_NO; /* closes the connection */
             return MHD_YES;
         }
+        conn_received(c);
         if (r->discard_status == MHD_HTTP_CONTENT_TOO_LARGE)
             return reject(r, MHD_HTTP_CONTENT_TOO_LARGE, BODY_TOO_LARGE, "body over cap");
         return reject(r, MHD_HTTP_INTERNAL_SERVER_ERROR, BODY_INTERNAL, "out of memory");
@@ -858,18 +1081,24 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 {
     struct cs_http *h = cls;
     struct req *r = *con_cls;
-    (void)c;
     (void)toe;
+    /* On keep-alive the next request's clock starts now; if MHD is closing the connection, its
+     * connection-closed notification follows. */
+    conn_expect_request(h, c);
     if (!r)
         return;
     *con_cls = NULL;
-    unwatch(r);
+    unwatch(r); /* MHD closes the fd only after this callback */
     abandon(r); /* the transport can no longer deliver: the core drops the reply */
     if (r->new_sess) {
         sess_free(r->sess);
+        r->sess = NULL;
         h->nnew--;
+    } else {
+        sess_detach(h, r);
     }
     json_decref(r->reply);
+    free(r->reply_text);
     free(r->body);
     if (r->prev)
         r->prev->next = r->next;
@@ -919,6 +1148,19 @@ struct cs_http *cs_http_start(struct cs_loop *loop, struct cs_mcp *srv,
     h->log_arg = opt->log_arg;
     h->max_body = opt->max_body ? opt->max_body : CS_HTTP_DEFAULT_MAX_BODY;
     h->max_sessions = opt->max_sessions ? opt->max_sessions : CS_HTTP_DEFAULT_MAX_SESSIONS;
+    unsigned idle_s =
+        opt->connection_timeout_s ? opt->connection_timeout_s : CS_HTTP_DEFAULT_TIMEOUT_S;
+    /* Never shorter than MHD's idle timeout plus a second: a connection that only sits idle is
+     * MHD's to close (silently), so the deadline fires only for one that keeps sending without
+     * completing a request. */
+    h->request_ms =
+        (int64_t)(opt->request_timeout_s ? opt->request_timeout_s : CS_HTTP_DEFAULT_REQUEST_S) *
+        1000;
+    if (h->request_ms < (int64_t)idle_s * 1000 + 1000)
+        h->request_ms = (int64_t)idle_s * 1000 + 1000;
+    h->idle_ms = (int64_t)(opt->session_idle_timeout_s ? opt->session_idle_timeout_s
+                                                       : CS_HTTP_DEFAULT_SESSION_IDLE_S) *
+                 1000;
     h->host = dup_host(host);
     h->sessions = calloc(h->max_sessions, sizeof *h->sessions);
     if (opt->token && opt->token[0]) {
@@ -959,13 +1201,12 @@ struct cs_http *cs_http_start(struct cs_loop *loop, struct cs_mcp *srv,
     unsigned max_conn =
         opt->max_connections ? opt->max_connections : CS_HTTP_DEFAULT_MAX_CONNECTIONS;
     unsigned per_ip = opt->per_ip_connections ? opt->per_ip_connections : CS_HTTP_DEFAULT_PER_IP;
-    unsigned idle_s =
-        opt->connection_timeout_s ? opt->connection_timeout_s : CS_HTTP_DEFAULT_TIMEOUT_S;
     h->d = MHD_start_daemon(
         flags, opt->port, NULL, NULL, on_request, h, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, h,
         MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss, MHD_OPTION_CONNECTION_LIMIT, max_conn,
         MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_ip, MHD_OPTION_CONNECTION_TIMEOUT, idle_s,
-        MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_END);
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_NOTIFY_CONNECTION, on_connection,
+        h, MHD_OPTION_END);
     if (!h->d) {
         snprintf(err, err_cap, "http: cannot listen on %s port %u%s%s", host, (unsigned)opt->port,
                  errno ? ": " : "", errno ? strerror(errno) : "");
@@ -1000,6 +1241,14 @@ void cs_http_stop(struct cs_http *h)
 {
     if (!h)
         return;
+    h->stopping = true;
+    if (h->sweep)
+        cs_loop_timer_cancel(h->sweep);
+    h->sweep = NULL;
+    /* MHD_stop_daemon closes the epoll fd: the loop stops watching it first. (The per-request
+     * peer watches go in resume and on_completed, both before MHD closes a connection's fd.) */
+    cs_loop_fd_del(h->mhd_watch);
+    h->mhd_watch = NULL;
     if (h->d) {
         /* MHD must not be stopped with suspended connections: abandon every exchange, resume
          * those connections and let one run close them (the handler answers MHD_NO). */
@@ -1011,11 +1260,17 @@ void cs_http_stop(struct cs_http *h)
             }
         }
         MHD_run(h->d);
-        MHD_stop_daemon(h->d); /* completes every request: on_completed frees them */
+        /* Completes every request (on_completed frees them) and reports every connection
+         * closed (on_connection frees them). */
+        MHD_stop_daemon(h->d);
     }
-    cs_loop_fd_del(h->mhd_watch);
     if (h->timer)
         cs_loop_timer_cancel(h->timer);
+    while (h->conns) { /* none expected: MHD reported them all closed */
+        struct conn *c = h->conns;
+        h->conns = c->next;
+        free(c);
+    }
     for (size_t i = 0; i < h->nsessions; i++)
         sess_free(h->sessions[i]);
     free(h->sessions);

@@ -25,7 +25,9 @@ struct cs_http;
 #define CS_HTTP_DEFAULT_MAX_CONNECTIONS 256u
 #define CS_HTTP_DEFAULT_PER_IP          64u
 #define CS_HTTP_DEFAULT_TIMEOUT_S       30u
+#define CS_HTTP_DEFAULT_REQUEST_S       30u
 #define CS_HTTP_DEFAULT_MAX_SESSIONS    1024u
+#define CS_HTTP_DEFAULT_SESSION_IDLE_S  1800u
 
 /*
  * A log sink for the transport's own events (rejections, sessions, MHD's diagnostics). level is
@@ -43,8 +45,19 @@ struct cs_http_options {
     unsigned max_connections;      /* 0: CS_HTTP_DEFAULT_MAX_CONNECTIONS */
     unsigned per_ip_connections;   /* 0: CS_HTTP_DEFAULT_PER_IP */
     unsigned connection_timeout_s; /* idle timeout; 0: CS_HTTP_DEFAULT_TIMEOUT_S */
-    unsigned max_sessions;         /* 0: CS_HTTP_DEFAULT_MAX_SESSIONS; past it, 503 */
-    cs_http_log_fn log;            /* optional */
+    /* Absolute time allowed to receive one request (headers and body), counted from the
+     * connection's accept or the end of the previous response on it; then the connection is
+     * closed. Not applied while the request waits for its reply or while the reply is written.
+     * At least the idle timeout plus one second (an idle connection is left to the idle
+     * timeout). 0: CS_HTTP_DEFAULT_REQUEST_S. */
+    unsigned request_timeout_s;
+    /* 0: CS_HTTP_DEFAULT_MAX_SESSIONS. At the cap, initialize evicts the least recently used
+     * session that has no request in flight; 503 only when every session has one. */
+    unsigned max_sessions;
+    /* A session with no request in flight for this long is ended.
+     * 0: CS_HTTP_DEFAULT_SESSION_IDLE_S. */
+    unsigned session_idle_timeout_s;
+    cs_http_log_fn log; /* optional */
     void *log_arg;
 };
 
