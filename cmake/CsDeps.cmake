@@ -1,6 +1,7 @@
 # Third-party dependencies, all Debian packages (scripts/bootstrap.sh installs them).
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(JANSSON REQUIRED IMPORTED_TARGET jansson)
+pkg_check_modules(CRYPTO REQUIRED IMPORTED_TARGET libcrypto)
 pkg_check_modules(MHD REQUIRED IMPORTED_TARGET libmicrohttpd)
 if(BUILD_TESTING)
   # Debian's cmocka ships no AddCMockaTest.cmake; pkg-config is enough.

@@ -25,10 +25,14 @@ static void check_one(const json_t *r)
         abort(); /* exactly one of result and error */
 }
 
-static void on_reply(void *arg, json_t *reply)
+static void on_reply(void *arg, json_t *reply, const char *text, size_t len)
 {
     (void)arg;
     replies++;
+    if (!reply != !text)
+        abort(); /* a reply always comes serialized, and "no reply" without text */
+    if (text && memchr(text, '\n', len))
+        abort(); /* compact: one line */
     if (reply && json_is_array(reply)) {
         if (json_array_size(reply) == 0)
             abort();

@@ -43,22 +43,20 @@ struct gateway {
 
 /* ---- stdio ---- */
 
-static void stdio_reply(void *arg, json_t *reply)
+static void stdio_reply(void *arg, json_t *reply, const char *text, size_t len)
 {
     struct gateway *g = arg;
+    json_decref(reply);
     if (!reply)
         return;
-    char *text = json_dumps(reply, JSON_COMPACT);
-    json_decref(reply);
     if (!text) {
         cs_log(CS_LOG_ERROR, "out of memory encoding a reply", NULL);
         return;
     }
-    if (g->io && cs_stdio_write_line(g->io, text, strlen(text)) != 0 && !g->output_lost) {
+    if (g->io && cs_stdio_write_line(g->io, text, len) != 0 && !g->output_lost) {
         g->output_lost = true; /* said once; the transport reports EOF and we shut down */
         cs_log(CS_LOG_WARNING, "stdout is closed; replies are dropped", NULL);
     }
-    free(text);
 }
 
 static void stdio_line(void *arg, const uint8_t *data, size_t len)
@@ -71,8 +69,11 @@ static void stdio_overlong(void *arg)
 {
     struct gateway *g = arg;
     cs_log(CS_LOG_WARNING, "message over 16 MiB skipped", NULL);
-    stdio_reply(g, cs_jsonrpc_error(NULL, CS_JSONRPC_PARSE_ERROR,
-                                    "Parse error: message longer than 16 MiB"));
+    json_t *r =
+        cs_jsonrpc_error(NULL, CS_JSONRPC_PARSE_ERROR, "Parse error: message longer than 16 MiB");
+    char *text = r ? json_dumps(r, JSON_COMPACT) : NULL;
+    stdio_reply(g, r, text, text ? strlen(text) : 0);
+    free(text);
 }
 
 /* After EOF: replies still in flight get up to this long to complete before shutdown. */
@@ -186,6 +187,7 @@ int main(int argc, char **argv)
     struct gateway g;
     memset(&g, 0, sizeof g);
     struct cs_tools tools;
+    memset(&tools, 0, sizeof tools);
     g.loop = cs_loop_new();
     g.srv = g.loop ? cs_mcp_new(CS_VERSION) : NULL;
     if (!g.srv || cs_tools_register(g.srv, &tools, &cfg, CS_VERSION) != 0 ||
@@ -215,6 +217,7 @@ out:
     g.session = NULL;
     cs_http_stop(g.http);
     cs_mcp_free(g.srv);
+    cs_tools_free(&tools);
     cs_loop_free(g.loop);
     cs_config_free(&cfg);
     return g.exit_code;

@@ -69,6 +69,7 @@ struct cs_mcp_exchange {
     bool handling; /* inside cs_mcp_session_handle: reply after it returns */
     bool batch;
     json_t *replies; /* batch: array; else the one reply or NULL */
+    char *text;      /* the one reply already serialized (cached results), or NULL */
     size_t waiting;  /* tool calls not yet completed */
     struct cs_mcp_exchange *prev, *next;
 };
@@ -201,16 +202,27 @@ int cs_mcp_set_tool(struct cs_mcp *srv, const char *name, cs_mcp_tool_fn fn, voi
 
 /* ---- exchanges ---- */
 
-static void add_reply(struct cs_mcp_exchange *x, json_t *r)
+/* Adds reply r (stolen, may be NULL) to x; text (stolen, may be NULL) is r serialized. */
+static void add_reply_text(struct cs_mcp_exchange *x, json_t *r, char *text)
 {
-    if (!r)
+    if (!r) {
+        free(text);
         return;
+    }
     if (x->batch) {
         json_array_append_new(x->replies, r);
+        free(text);
     } else {
         json_decref(x->replies);
+        free(x->text);
         x->replies = r;
+        x->text = text;
     }
+}
+
+static void add_reply(struct cs_mcp_exchange *x, json_t *r)
+{
+    add_reply_text(x, r, NULL);
 }
 
 /* Replies (unless abandoned) and frees x. */
@@ -230,10 +242,16 @@ static void finish(struct cs_mcp_exchange *x)
         json_decref(r);
         r = NULL;
     }
-    if (x->abandoned)
+    char *text = x->text;
+    x->text = NULL;
+    if (!x->abandoned) {
+        if (r && !text)
+            text = json_dumps(r, JSON_COMPACT);
+        x->reply(x->arg, r, text, text ? strlen(text) : 0);
+    } else {
         json_decref(r);
-    else
-        x->reply(x->arg, r);
+    }
+    free(text);
     free(x);
 }
 
@@ -257,26 +275,32 @@ bool cs_mcp_call_cancelled(const struct cs_mcp_call *call)
     return call->cancelled || call->x->abandoned || !call->x->s;
 }
 
-/* Wraps result content into a JSON-RPC response and completes the call. content (stolen) is the
- * text item's JSON; structured (stolen, may be NULL) is the structuredContent. */
-static void complete(struct cs_mcp_call *call, json_t *text_of, json_t *structured, bool is_error)
+json_t *cs_mcp_text_of(const json_t *v)
+{
+    char *text = json_dumps(v, JSON_COMPACT);
+    json_t *s = text ? json_string(text) : NULL;
+    free(text);
+    return s;
+}
+
+/* Completes call with result (a CallToolResult, stolen; NULL: out of memory) and, when given,
+ * the whole reply already serialized (stolen). */
+static void complete_with(struct cs_mcp_call *call, json_t *result, char *reply_text)
 {
     struct cs_mcp_exchange *x = call->x;
-    json_t *resp = NULL;
     if (!cs_mcp_call_cancelled(call)) {
-        char *text = text_of ? json_dumps(text_of, JSON_COMPACT) : NULL;
-        json_t *result = text ? json_pack("{s:[{s:s,s:s}],s:b}", "content", "type", "text", "text",
-                                          text, "isError", is_error)
-                              : NULL;
-        free(text);
-        if (result && structured)
-            json_object_set(result, "structuredContent", structured);
-        resp = result ? cs_jsonrpc_result(call->id, result)
-                      : cs_jsonrpc_error(call->id, CS_JSONRPC_INTERNAL_ERROR, "out of memory");
+        json_t *resp = result
+                           ? cs_jsonrpc_result(call->id, json_incref(result))
+                           : cs_jsonrpc_error(call->id, CS_JSONRPC_INTERNAL_ERROR, "out of memory");
+        if (!result || !resp) {
+            free(reply_text);
+            reply_text = NULL;
+        }
+        add_reply_text(x, resp, reply_text);
+    } else {
+        free(reply_text);
     }
-    json_decref(text_of);
-    json_decref(structured);
-    add_reply(x, resp);
+    json_decref(result);
 
     if (x->s) {
         if (call->prev)
@@ -291,6 +315,20 @@ static void complete(struct cs_mcp_call *call, json_t *text_of, json_t *structur
     json_decref(call->id);
     free(call);
     call_done(x);
+}
+
+/* Completes call with a text item (a JSON string, stolen) and structuredContent (stolen, may be
+ * NULL). */
+static void complete(struct cs_mcp_call *call, json_t *text, json_t *structured, bool is_error)
+{
+    json_t *result = text ? json_pack("{s:[{s:s,s:O}],s:b}", "content", "type", "text", "text",
+                                      text, "isError", is_error)
+                          : NULL;
+    if (result && structured)
+        json_object_set(result, "structuredContent", structured);
+    json_decref(text);
+    json_decref(structured);
+    complete_with(call, result, NULL);
 }
 
 static json_t *error_body(enum csw_error code, const char *operation_id, const char *message)
@@ -325,7 +363,9 @@ void cs_mcp_call_error(struct cs_mcp_call *call, enum csw_error code, const char
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     utf8_tidy(msg);
-    complete(call, error_body(code, operation_id, msg), NULL, true);
+    json_t *body = error_body(code, operation_id, msg);
+    complete(call, body ? cs_mcp_text_of(body) : NULL, NULL, true);
+    json_decref(body);
 }
 
 void cs_mcp_call_ok(struct cs_mcp_call *call, const void *output)
@@ -340,7 +380,54 @@ void cs_mcp_call_ok(struct cs_mcp_call *call, const void *output)
                           cs_wire_diag_format(&diag, where, sizeof where));
         return;
     }
-    complete(call, json_incref(j), j, false);
+    complete(call, cs_mcp_text_of(j), j, false);
+}
+
+struct cs_mcp_cached {
+    json_t *result; /* the CallToolResult object */
+    char *text;     /* its JSON text */
+};
+
+struct cs_mcp_cached *cs_mcp_cached_new(json_t *structured)
+{
+    struct cs_mcp_cached *c = calloc(1, sizeof *c);
+    json_t *text = cs_mcp_text_of(structured);
+    if (c && text)
+        c->result = json_pack("{s:[{s:s,s:O}],s:b,s:O}", "content", "type", "text", "text", text,
+                              "isError", 0, "structuredContent", structured);
+    json_decref(text);
+    if (c && c->result)
+        c->text = json_dumps(c->result, JSON_COMPACT);
+    if (!c || !c->text) {
+        cs_mcp_cached_free(c);
+        return NULL;
+    }
+    return c;
+}
+
+void cs_mcp_cached_free(struct cs_mcp_cached *c)
+{
+    if (!c)
+        return;
+    json_decref(c->result);
+    free(c->text);
+    free(c);
+}
+
+void cs_mcp_call_ok_cached(struct cs_mcp_call *call, const struct cs_mcp_cached *c)
+{
+    /* The reply is spliced from the cached text instead of serialized again: for an answer
+     * that never changes, that is most of what a call costs. */
+    char *id = json_dumps(call->id, JSON_ENCODE_ANY | JSON_COMPACT);
+    char *text = NULL;
+    if (id) {
+        size_t n = strlen(id) + strlen(c->text) + 40;
+        text = malloc(n);
+        if (text)
+            snprintf(text, n, "{\"jsonrpc\":\"2.0\",\"id\":%s,\"result\":%s}", id, c->text);
+        free(id);
+    }
+    complete_with(call, json_incref(c->result), text);
 }
 
 /* tools/call: decode the arguments through the tool's input schema and start the handler. */
@@ -532,13 +619,16 @@ struct cs_mcp_exchange *cs_mcp_session_handle(struct cs_mcp_session *s, const ch
         snprintf(why, sizeof why, "Parse error: %s (line %d, column %d)", err.text, err.line,
                  err.column);
         utf8_tidy(why);
-        reply(arg, cs_jsonrpc_error(NULL, CS_JSONRPC_PARSE_ERROR, why));
+        json_t *r = cs_jsonrpc_error(NULL, CS_JSONRPC_PARSE_ERROR, why);
+        char *text = r ? json_dumps(r, JSON_COMPACT) : NULL;
+        reply(arg, r, text, text ? strlen(text) : 0);
+        free(text);
         return NULL;
     }
     struct cs_mcp_exchange *x = calloc(1, sizeof *x);
     if (!x) {
         json_decref(msg);
-        reply(arg, cs_jsonrpc_error(NULL, CS_JSONRPC_INTERNAL_ERROR, "out of memory"));
+        reply(arg, NULL, NULL, 0); /* out of memory: nothing can be said */
         return NULL;
     }
     x->s = s;

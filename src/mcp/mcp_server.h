@@ -56,6 +56,16 @@ const char *cs_mcp_instructions(void);
  * (borrowed; the caller frees it afterwards). The result carries structuredContent and one text
  * item with the same JSON. An output that fails its schema becomes an INTERNAL tool error. */
 void cs_mcp_call_ok(struct cs_mcp_call *call, const void *output);
+/* A success result computed once and reused by many calls (an answer that cannot change while
+ * the server runs): built from structured, the result already encoded (so checked) by the
+ * tool's output encoder (borrowed; it must never change afterwards). NULL on OOM. */
+struct cs_mcp_cached;
+struct cs_mcp_cached *cs_mcp_cached_new(json_t *structured);
+void cs_mcp_cached_free(struct cs_mcp_cached *c);
+/* Completes call with a cached result (borrowed; it must outlive the call's reply). */
+void cs_mcp_call_ok_cached(struct cs_mcp_call *call, const struct cs_mcp_cached *c);
+/* The JSON text of v as a new JSON string (what a result's text item holds), or NULL on OOM. */
+json_t *cs_mcp_text_of(const json_t *v);
 /* Completes call with a tool error (isError: true, the JSON error body as text). operation_id
  * may be NULL. */
 void cs_mcp_call_error(struct cs_mcp_call *call, enum csw_error code, const char *operation_id,
@@ -70,8 +80,10 @@ const char *cs_mcp_call_tool(const struct cs_mcp_call *call);
 
 /* reply receives a new reference to the JSON-RPC reply (a response object, or an array for a
  * batch), or NULL when the message gets no reply (a notification, a client response, a cancelled
- * request). It is called exactly once per handled message unless the exchange is abandoned. */
-typedef void (*cs_mcp_reply_fn)(void *arg, json_t *reply);
+ * request), and the reply serialized as compact JSON (text, len bytes, no newline; borrowed for
+ * the call; NULL with reply NULL, or when serializing ran out of memory). It is called exactly
+ * once per handled message unless the exchange is abandoned. */
+typedef void (*cs_mcp_reply_fn)(void *arg, json_t *reply, const char *text, size_t len);
 
 /* Returns a new session of srv, or NULL on OOM. */
 struct cs_mcp_session *cs_mcp_session_new(struct cs_mcp *srv);

@@ -17,11 +17,15 @@ struct cs_tools {
     const struct cs_config *cfg;
     struct cs_runtime_caps caps; /* what this build and runner really offer */
     const char *version;
+    struct cs_mcp_cached **info; /* workspace_info answers, encoded once (see tools.c) */
+    size_t n_info;
 };
 
 /* Fills t->caps from what this build implements and cfg, and sets the handlers of every
  * implemented tool on srv (the others keep answering "not implemented"). Returns 0 or -1. */
 int cs_tools_register(struct cs_mcp *srv, struct cs_tools *t, const struct cs_config *cfg,
                       const char *version);
+/* Releases what the handlers cached. Call after the last call completed. */
+void cs_tools_free(struct cs_tools *t);
 
 #endif

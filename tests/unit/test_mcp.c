@@ -21,10 +21,20 @@
 static json_t *replies[16];
 static size_t nreplies;
 
-static void reply_cb(void *arg, json_t *reply)
+static void reply_cb(void *arg, json_t *reply, const char *text, size_t len)
 {
     (void)arg;
     assert_true(nreplies < 16);
+    /* The text is the reply, serialized. */
+    if (reply) {
+        assert_non_null(text);
+        json_t *back = json_loadb(text, len, 0, NULL);
+        assert_non_null(back);
+        assert_true(json_equal(back, reply));
+        json_decref(back);
+    } else {
+        assert_null(text);
+    }
     replies[nreplies++] = reply ? reply : json_null();
 }
 

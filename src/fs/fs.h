@@ -1,0 +1,158 @@
+/*
+ * fs: the file tools' engine (contract.md section 3, read and find). Path normalisation, no-follow
+ * opening beneath a workspace root, a windowed read that hashes the whole file in the same pass,
+ * and a listing walk with a glob matcher. The gateway's tool handlers call it today; the runner's
+ * worker will call it through the wire protocol later, so nothing here knows about MCP, tools or
+ * the workspace policy: callers check the workspace first and pass its root.
+ *
+ * Trust: the root (path or directory fd) comes from the operator's registry and is trusted to be
+ * a directory the caller may read. Everything else is the client's: paths, globs, offsets and
+ * limits are checked here, and the tree under the root may change at any moment (another process
+ * may swap a directory for a symlink to /etc between two system calls). Every open therefore goes
+ * through openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS) from a root fd,
+ * or, where openat2 is missing, a component-by-component O_NOFOLLOW walk from that fd: a checked
+ * name is never resolved again by string. See docs/file-tools.md.
+ *
+ * Entry points: cs_fs_read / cs_fs_read_at, cs_fs_find / cs_fs_find_at, and the pure helpers
+ * they are built on (cs_fs_path_normalize, cs_fs_glob_match, cs_fs_utf8_lossy), which the unit
+ * tests and the fuzz harness call directly. The library never logs or prints.
+ *
+ * Errors: fallible functions return 0 or an enum csw_error value (never
+ * CSW_ERROR_INVALID_ARGUMENTS, which is 0: arguments arrive decoded), write their outputs only on
+ * success, and put a human message in msg (always valid UTF-8, never an errno number alone) when
+ * msg is not NULL.
+ */
+#ifndef CS_FS_H
+#define CS_FS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/stat.h>
+
+#include "csw.h"
+
+/* ---- caps (contract.md sections 3 and 4) ---- */
+
+#define CS_FS_READ_MAX_BYTES 1048576 /* read: bytes per window, and the default limit */
+#define CS_FS_FIND_MAX_PATHS 10000   /* find: paths per page, and the default limit */
+#define CS_FS_FIND_WALK_CAP  100000  /* find: regular files (and, separately, directories) walked */
+#define CS_FS_FIND_MAX_BYTES (64u * 1024u * 1024u) /* find: bytes of paths held during a walk */
+#define CS_FS_PATH_MAX       4095 /* bytes of a normalised relative path (PATH_MAX less the NUL) */
+
+/* ---- paths ---- */
+
+/* A normalised relative path: '/'-separated components, none empty, "." or "..". */
+struct cs_fs_path {
+    char rel[CS_FS_PATH_MAX + 1]; /* NUL-terminated; "" names the root itself */
+    size_t len;
+    bool dir_only; /* the input ended in "/", "." or "..": the target must be a directory */
+};
+
+/*
+ * Normalises the n bytes at in lexically: empty and "." components go, ".." removes the component
+ * before it. Returns 0 with *out filled, or CSW_ERROR_PATH_ESCAPE for an empty path, an absolute
+ * one, a NUL byte or a ".." that climbs above the root, or CSW_ERROR_FILE_OPERATION_FAILED when
+ * the result is longer than CS_FS_PATH_MAX. Never touches the file system, never allocates.
+ */
+int cs_fs_path_normalize(const char *in, size_t n, struct cs_fs_path *out, char *msg,
+                         size_t msg_cap);
+
+/* Opens the workspace root directory (root: absolute, NUL-terminated) as an O_PATH fd for the
+ * *_at functions. Returns 0 with *fd set (the caller closes it), or
+ * CSW_ERROR_FILE_OPERATION_FAILED (for example when the root has gone). */
+int cs_fs_root_open(const char *root, int *fd, char *msg, size_t msg_cap);
+
+enum cs_fs_want {
+    CS_FS_WANT_FILE, /* a regular file, opened O_RDONLY */
+    CS_FS_WANT_DIR,  /* a directory, opened O_RDONLY | O_DIRECTORY */
+};
+
+/*
+ * Opens the normalised path p beneath rootfd without following any symlink, leaf or ancestor, and
+ * without ever opening a fifo, socket or device in a way that can block (special files are
+ * classified from an O_PATH fd first; if one is swapped in afterwards, the second open is
+ * O_NONBLOCK and its fstat refuses it). Returns 0 with *fd (O_CLOEXEC; the caller closes it) and
+ * *st (fstat of that fd), or: CSW_ERROR_FILE_NOT_FOUND, CSW_ERROR_PATH_NOT_DIRECTORY (an ancestor,
+ * or a dir_only target, is not a directory), CSW_ERROR_SYMLINK_REJECTED,
+ * CSW_ERROR_SPECIAL_FILE_REJECTED, CSW_ERROR_PATH_ESCAPE (the kernel saw an escape), or
+ * CSW_ERROR_FILE_OPERATION_FAILED (a directory where a file is wanted, permissions, I/O).
+ */
+int cs_fs_open_beneath(int rootfd, const struct cs_fs_path *p, enum cs_fs_want want, int *fd,
+                       struct stat *st, char *msg, size_t msg_cap);
+
+/* ---- read ---- */
+
+/*
+ * The read tool: in is the decoded tool input (workspace_id is ignored here), root the workspace
+ * root (absolute, NUL-terminated; cs_fs_read_at takes an fd from cs_fs_root_open instead). Streams
+ * the file once through SHA-256 keeping only the window, so the version always belongs to the
+ * bytes the window came from, whatever happens to the file meanwhile. Returns 0 with *out filled
+ * (release it with csw_mcp_read_output_free), or an error with *out zeroed: CSW_ERROR_OUTPUT_LIMIT
+ * (limit 0 or above CS_FS_READ_MAX_BYTES), the errors of cs_fs_path_normalize and
+ * cs_fs_open_beneath, CSW_ERROR_FILE_OPERATION_FAILED (root gone, a read error) or
+ * CSW_ERROR_INTERNAL (out of memory).
+ */
+int cs_fs_read(const char *root, const struct csw_mcp_read_input *in,
+               struct csw_mcp_read_output *out, char *msg, size_t msg_cap);
+int cs_fs_read_at(int rootfd, const struct csw_mcp_read_input *in, struct csw_mcp_read_output *out,
+                  char *msg, size_t msg_cap);
+
+/* ---- find ---- */
+
+/*
+ * The find tool: walks the tree under root with directory fds (never following a link, never
+ * leaving the root), lists the regular files whose relative path matches in->glob, sorts them
+ * bytewise and returns the page [offset, offset + limit). walk_cap bounds the regular files and,
+ * separately, the directories the walk looks at (CS_FS_FIND_WALK_CAP in the tool; tests pass a
+ * small one); reaching it sets incomplete. Returns 0 with *out filled (release it with
+ * csw_mcp_find_output_free), or an error with *out zeroed: CSW_ERROR_OUTPUT_LIMIT (limit 0 or above
+ * CS_FS_FIND_MAX_PATHS), CSW_ERROR_FILE_OPERATION_FAILED (the root has gone or cannot be read),
+ * CSW_ERROR_INTERNAL (out of memory).
+ */
+int cs_fs_find(const char *root, const struct csw_mcp_find_input *in,
+               struct csw_mcp_find_output *out, char *msg, size_t msg_cap);
+int cs_fs_find_at(int rootfd, const struct csw_mcp_find_input *in, size_t walk_cap,
+                  struct csw_mcp_find_output *out, char *msg, size_t msg_cap);
+
+/*
+ * The find tool's glob over a relative path (contract.md section 3): '*' matches within one
+ * segment, a "**" segment matches zero or more whole segments, '?' one character (a UTF-8 code
+ * point), "[...]" a class of characters and ranges ('!' or '^' first negates; ']' first is
+ * literal), '\' makes the next character literal. A glob without '/' matches the last segment (the
+ * file name) in any directory; otherwise it matches the whole path, a leading '/' is ignored and a
+ * trailing '/' means "everything below". An empty glob matches every path. Pure; cost
+ * O(glob_n * path_n) per call; no allocation.
+ */
+bool cs_fs_glob_match(const char *glob, size_t glob_n, const char *path, size_t path_n);
+
+/* ---- UTF-8 ---- */
+
+/*
+ * Decodes the n bytes at s as UTF-8 into out, replacing every maximal ill-formed subpart (Unicode
+ * chapter 3, "U+FFFD substitution of maximal subparts"; the WHATWG decoder) by U+FFFD, including a
+ * sequence cut by the end of the input. out must hold 3 * n + 1 bytes; the result is
+ * NUL-terminated. Returns its length; *lossy says whether anything was replaced.
+ */
+size_t cs_fs_utf8_lossy(const unsigned char *s, size_t n, char *out, bool *lossy);
+
+/* ---- internals shared by the module's files (cs__fs_: not for other modules) ---- */
+
+/* One step of UTF-8 decoding at s (n >= 1 bytes): returns the bytes of a well-formed sequence with
+ * *cp its code point and *valid true, or the length of the maximal ill-formed subpart (>= 1) with
+ * *cp U+FFFD and *valid false. */
+size_t cs__fs_utf8_step(const unsigned char *s, size_t n, uint32_t *cp, bool *valid);
+/* True when the n bytes at s are well-formed UTF-8. */
+bool cs__fs_utf8_valid(const char *s, size_t n);
+/* At most max bytes of the n at s, cut back to a code point boundary (for quoting in messages). */
+int cs__fs_clip(const char *s, size_t n, size_t max);
+/* snprintf into msg (may be NULL) that never leaves a truncated UTF-8 sequence at the end. */
+void cs__fs_msgf(char *msg, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* ---- test hooks (internal) ---- */
+
+/* Makes every open take the openat2 path (false) or the fallback walk (true), as on a kernel
+ * without openat2. The fallback is also chosen for good once openat2 answers ENOSYS. */
+void cs__fs_force_fallback(bool on);
+
+#endif

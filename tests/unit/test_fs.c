@@ -1,0 +1,1054 @@
+/*
+ * Unit tests of the fs module: path normalisation (escapes, NUL, absolute, empty, ".." inside the
+ * root, a sibling whose name has the root as prefix), the glob matcher, lossy UTF-8, read windows
+ * and versions (checked against libcrypto directly), the classification of every kind of object
+ * a path can meet (through openat2 and through the forced fallback walk, which must agree), and
+ * find: sorting, paging, listing versions, the walk cap, skipped links and special files, and a
+ * root that has gone.
+ *
+ * Everything runs in a mkdtemp tree; the test removes it at the end.
+ */
+#define _XOPEN_SOURCE 700
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <fcntl.h>
+#include <ftw.h>
+#include <limits.h>
+#include <openssl/evp.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fs.h"
+
+/* ---- fixture ---- */
+
+static struct {
+    char dir[128];  /* mkdtemp, canonical */
+    char root[256]; /* <dir>/root: the workspace */
+    char evil[256]; /* <dir>/root-evil: a sibling whose name starts with the root's */
+    char out[256];  /* <dir>/outside: a directory outside the root */
+    bool have_dev;  /* a character device could be made (root in a VM) */
+    bool have_sock;
+} fx;
+
+static void put(const char *rel, const void *data, size_t n)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", fx.root, rel);
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    if (n > 0)
+        assert_int_equal(fwrite(data, 1, n, f), n);
+    assert_int_equal(fclose(f), 0);
+}
+
+static void put_str(const char *rel, const char *s)
+{
+    put(rel, s, strlen(s));
+}
+
+static void mk(const char *rel)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", fx.root, rel);
+    assert_int_equal(mkdir(path, 0755), 0);
+}
+
+static void link_to(const char *target, const char *rel)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", fx.root, rel);
+    assert_int_equal(symlink(target, path), 0);
+}
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+    (void)st;
+    (void)flag;
+    (void)ftw;
+    return remove(path);
+}
+
+static int group_setup(void **state)
+{
+    (void)state;
+    char tmpl[] = "/tmp/cs-fs-XXXXXX";
+    char canon[PATH_MAX];
+    if (!mkdtemp(tmpl) || !realpath(tmpl, canon) || strlen(canon) >= 100)
+        return -1;
+    memcpy(fx.dir, canon, strlen(canon) + 1);
+    snprintf(fx.root, sizeof fx.root, "%s/root", fx.dir);
+    snprintf(fx.evil, sizeof fx.evil, "%s/root-evil", fx.dir);
+    snprintf(fx.out, sizeof fx.out, "%s/outside", fx.dir);
+    if (mkdir(fx.root, 0755) || mkdir(fx.evil, 0755) || mkdir(fx.out, 0755))
+        return -1;
+    char p[512];
+    snprintf(p, sizeof p, "%s/secret", fx.evil);
+    FILE *f = fopen(p, "w");
+    if (!f)
+        return -1;
+    fputs("evil secret\n", f);
+    fclose(f);
+    snprintf(p, sizeof p, "%s/secret", fx.out);
+    f = fopen(p, "w");
+    if (!f)
+        return -1;
+    fputs("outside secret\n", f);
+    fclose(f);
+    return 0;
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    cs__fs_force_fallback(false);
+    return nftw(fx.dir, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* ---- path normalisation ---- */
+
+struct norm_case {
+    const char *in;
+    size_t n; /* 0: strlen(in) */
+    int rc;
+    const char *want;
+    bool dir_only;
+};
+
+static void test_normalize_table(void **state)
+{
+    (void)state;
+    static const struct norm_case cases[] = {
+        {"a.txt", 0, 0, "a.txt", false},
+        {"src/main.c", 0, 0, "src/main.c", false},
+        {"a/./b", 0, 0, "a/b", false},
+        {"a/../b", 0, 0, "b", false},
+        {"a//b///c", 0, 0, "a/b/c", false},
+        {"./a", 0, 0, "a", false},
+        {"a/b/../../c", 0, 0, "c", false},
+        {"a/b/..", 0, 0, "a", true},
+        {"a/", 0, 0, "a", true},
+        {"a/.", 0, 0, "a", true},
+        {".", 0, 0, "", true},
+        {"a/..", 0, 0, "", true},
+        {"...", 0, 0, "...", false}, /* an ordinary name */
+        {"..a/b..", 0, 0, "..a/b..", false},
+        {"a\\..\\b", 0, 0, "a\\..\\b", false}, /* backslash is not a separator */
+        {"", 0, CSW_ERROR_PATH_ESCAPE, NULL, false},
+        {"/etc/passwd", 0, CSW_ERROR_PATH_ESCAPE, NULL, false},
+        {"/", 0, CSW_ERROR_PATH_ESCAPE, NULL, false},
+        {"..", 0, CSW_ERROR_PATH_ESCAPE, NULL, false},
+        {"../x", 0, CSW_ERROR_PATH_ESCAPE, NULL, false},
+        {"a/../..", 0, CSW_ERROR_PATH_ESCAPE, NULL, false},
+        {"a/../../b/..", 0, CSW_ERROR_PATH_ESCAPE, NULL, false},
+        {"../root-evil/secret", 0, CSW_ERROR_PATH_ESCAPE, NULL, false}, /* the sibling prefix */
+        {"a/../../root/a", 0, CSW_ERROR_PATH_ESCAPE, NULL, false},
+        {"a\0b", 3, CSW_ERROR_PATH_ESCAPE, NULL, false},
+        {"\0", 1, CSW_ERROR_PATH_ESCAPE, NULL, false},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const struct norm_case *c = &cases[i];
+        struct cs_fs_path p;
+        char msg[256] = "";
+        size_t n = c->n ? c->n : strlen(c->in);
+        int rc = cs_fs_path_normalize(c->in, n, &p, msg, sizeof msg);
+        if (rc != c->rc)
+            fail_msg("case %zu (%s): rc %d, want %d (%s)", i, c->in, rc, c->rc, msg);
+        if (rc == 0) {
+            assert_string_equal(p.rel, c->want);
+            assert_int_equal(p.len, strlen(c->want));
+            assert_int_equal(p.dir_only, c->dir_only);
+        } else {
+            assert_true(msg[0] != '\0');
+        }
+    }
+}
+
+static void test_normalize_length(void **state)
+{
+    (void)state;
+    static char in[3 * CS_FS_PATH_MAX];
+    struct cs_fs_path p;
+    char msg[256];
+    /* Exactly CS_FS_PATH_MAX bytes fits. */
+    memset(in, 'a', CS_FS_PATH_MAX);
+    assert_int_equal(cs_fs_path_normalize(in, CS_FS_PATH_MAX, &p, msg, sizeof msg), 0);
+    assert_int_equal(p.len, CS_FS_PATH_MAX);
+    /* One more does not. */
+    memset(in, 'a', CS_FS_PATH_MAX + 1);
+    assert_int_equal(cs_fs_path_normalize(in, CS_FS_PATH_MAX + 1, &p, msg, sizeof msg),
+                     CSW_ERROR_FILE_OPERATION_FAILED);
+    /* A long input that normalises short is fine: "x/" then a long component, then "..". */
+    size_t n = 0;
+    in[n++] = 'x';
+    in[n++] = '/';
+    memset(in + n, 'b', 2 * CS_FS_PATH_MAX);
+    n += 2 * CS_FS_PATH_MAX;
+    memcpy(in + n, "/..", 3);
+    n += 3;
+    assert_int_equal(cs_fs_path_normalize(in, n, &p, msg, sizeof msg), 0);
+    assert_string_equal(p.rel, "x");
+    /* An escape wins over the length. */
+    memcpy(in, "../", 3);
+    memset(in + 3, 'c', 2 * CS_FS_PATH_MAX);
+    assert_int_equal(cs_fs_path_normalize(in, 3 + 2 * CS_FS_PATH_MAX, &p, msg, sizeof msg),
+                     CSW_ERROR_PATH_ESCAPE);
+}
+
+/* ---- glob ---- */
+
+struct glob_case {
+    const char *glob;
+    const char *path;
+    bool match;
+};
+
+static void test_glob_table(void **state)
+{
+    (void)state;
+    static const struct glob_case cases[] = {
+        /* no '/': the file name anywhere */
+        {"*.c", "a.c", true},
+        {"*.c", "src/a.c", true},
+        {"*.c", "src/deep/er/a.c", true},
+        {"*.c", "src/a.h", false},
+        {"*.c", "a.c/b.h", false},
+        {"a.c", "x/a.c", true},
+        {"*", "x/y/z", true},
+        {"*", ".hidden", true},
+        {"**", "x/y/z", true},
+        {"?.c", "ab.c", false},
+        {"??.c", "ab.c", true},
+        {"?", "\xc3\xa9", true}, /* one character, two bytes */
+        {"??", "\xc3\xa9", false},
+        /* classes */
+        {"[abc].txt", "b.txt", true},
+        {"[abc].txt", "d.txt", false},
+        {"[a-c].txt", "c.txt", true},
+        {"[!a-c].txt", "c.txt", false},
+        {"[!a-c].txt", "d.txt", true},
+        {"[^a-c].txt", "d.txt", true},
+        {"[]]", "]", true},
+        {"[!]]", "]", false},
+        {"[!]]", "a", true},
+        {"[a-]", "-", true},
+        {"[-a]", "-", true},
+        {"[z-a]", "m", false},
+        {"[\xc3\xa0-\xc3\xbf]", "\xc3\xa9", true},
+        {"[\\]]", "]", true},
+        {"[ab", "[ab", true}, /* unclosed: literal */
+        {"[ab", "a", false},
+        /* escapes */
+        {"\\*", "*", true},
+        {"\\*", "a", false},
+        {"a\\?", "a?", true},
+        {"a\\", "a\\", true},
+        /* stars within a segment */
+        {"a*b*c", "aXbYc", true},
+        {"a*b*c", "abcabc", true},
+        {"a*b*c", "abcab", false},
+        {"a**b", "aXXb", true}, /* "**" inside a segment is a plain star */
+        {"*a*a*a*a*b", "aaaaaaaaaaaaaaaaaaaaaaaaaaaaa", false},
+        /* with '/': the whole path */
+        {"src/*.c", "src/a.c", true},
+        {"src/*.c", "src/x/a.c", false},
+        {"src/*.c", "lib/src/a.c", false},
+        {"*/a.c", "src/a.c", true},
+        {"*/a.c", "a.c", false},
+        {"**/*.c", "a.c", true},
+        {"**/*.c", "x/y/a.c", true},
+        {"src/**", "src/a", true},
+        {"src/**", "src/x/y/a", true},
+        {"src/**", "srcx/a", false},
+        {"src/**", "src", true}, /* ** matches zero segments */
+        {"a/**/b", "a/b", true},
+        {"a/**/b", "a/x/y/b", true},
+        {"a/**/b", "a/x/y/c", false},
+        {"a/**/**/b", "a/b", true},
+        {"**/x/**/y", "p/x/q/r/y", true},
+        {"**/x/**/y", "p/x/q/r/z", false},
+        {"/src/*.c", "src/a.c", true}, /* a leading '/' is ignored */
+        {"src/", "src/a/b", true},     /* a trailing '/' means everything below */
+        {"src/", "other/a", false},
+        {"/", "anything/at/all", true},
+        {"a//b", "a/b", false}, /* an empty segment matches nothing */
+        {"", "a/b", true},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const struct glob_case *c = &cases[i];
+        bool got = cs_fs_glob_match(c->glob, strlen(c->glob), c->path, strlen(c->path));
+        if (got != c->match)
+            fail_msg("case %zu: glob '%s' path '%s': got %d", i, c->glob, c->path, got);
+    }
+}
+
+/* ---- lossy UTF-8 ---- */
+
+struct utf8_case {
+    const char *in;
+    size_t n;
+    const char *want;
+    bool lossy;
+};
+
+#define R "\xEF\xBF\xBD" /* U+FFFD */
+
+static void test_utf8_table(void **state)
+{
+    (void)state;
+    /* The rows of Unicode's table 3-8 and the WHATWG decoder's behaviour. */
+    static const struct utf8_case cases[] = {
+        {"", 0, "", false},
+        {"abc", 3, "abc", false},
+        {"\xc3\xa9", 2, "\xc3\xa9", false},
+        {"\xe2\x82\xac", 3, "\xe2\x82\xac", false},
+        {"\xf0\x9f\x98\x80", 4, "\xf0\x9f\x98\x80", false},
+        {"\xef\xbf\xbd", 3, R, false}, /* a real U+FFFD is not lossy */
+        {"\x80", 1, R, true},
+        {"\xff", 1, R, true},
+        {"\xc0\xaf", 2, R R, true},             /* overlong lead: two subparts */
+        {"\xe0\x80\xaf", 3, R R R, true},       /* E0 needs A0..BF */
+        {"\xed\xa0\x80", 3, R R R, true},       /* surrogate */
+        {"\xf4\x90\x80\x80", 4, R R R R, true}, /* above U+10FFFF */
+        {"\xf5\x80", 2, R R, true},             /* F5 never starts */
+        {"\xe2\x82", 2, R, true},               /* cut by the end: one subpart */
+        {"\xf0\x9f\x98", 3, R, true},           /* the same with four bytes */
+        {"\xe2\x82\x61", 3, R "a", true},       /* cut by an ASCII byte */
+        {"\xe2\x82\xe2\x82\xac", 5, R "\xe2\x82\xac", true},
+        {"a\xf0\x9f\x98\x80\xf0\x9f", 7, "a\xf0\x9f\x98\x80" R, true},
+        {"\x61\xF1\x80\x80\xE1\x80\xC2\x62\x80\x63\x80\xBF\x64", 13, "a" R R R "b" R "c" R R "d",
+         true}, /* Unicode's example, table 3-8 */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const struct utf8_case *c = &cases[i];
+        char out[64];
+        bool lossy = !c->lossy;
+        size_t n = cs_fs_utf8_lossy((const unsigned char *)c->in, c->n, out, &lossy);
+        size_t wn = strlen(c->want);
+        if (n != wn || memcmp(out, c->want, n) != 0 || lossy != c->lossy)
+            fail_msg("case %zu: got %zu bytes, lossy %d", i, n, lossy);
+        assert_true(cs__fs_utf8_valid(out, n));
+        assert_int_equal(cs__fs_utf8_valid(c->in, c->n), !c->lossy);
+    }
+    /* NUL bytes are ordinary characters. */
+    char out[16];
+    bool lossy = true;
+    assert_int_equal(cs_fs_utf8_lossy((const unsigned char *)"a\0b", 3, out, &lossy), 3);
+    assert_memory_equal(out, "a\0b", 3);
+    assert_false(lossy);
+}
+
+/* ---- read ---- */
+
+static void sha256_hex(const void *data, size_t n, char out[72])
+{
+    unsigned char md[32];
+    unsigned int mdn = 0;
+    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+    assert_non_null(ctx);
+    assert_int_equal(EVP_DigestInit_ex(ctx, EVP_sha256(), NULL), 1);
+    assert_int_equal(EVP_DigestUpdate(ctx, data, n), 1);
+    assert_int_equal(EVP_DigestFinal_ex(ctx, md, &mdn), 1);
+    EVP_MD_CTX_free(ctx);
+    strcpy(out, "sha256:");
+    for (unsigned i = 0; i < mdn; i++)
+        snprintf(out + 7 + 2 * i, 3, "%02x", md[i]);
+}
+
+static struct csw_mcp_read_input read_in(const char *path, int64_t offset, int64_t limit)
+{
+    struct csw_mcp_read_input in;
+    memset(&in, 0, sizeof in);
+    in.path.s = (char *)(uintptr_t)path;
+    in.path.n = strlen(path);
+    in.has_offset = offset >= 0;
+    in.offset = offset >= 0 ? offset : 0;
+    in.has_limit = limit >= 0;
+    in.limit = limit >= 0 ? limit : CS_FS_READ_MAX_BYTES;
+    return in;
+}
+
+static int do_read(const char *path, int64_t offset, int64_t limit, struct csw_mcp_read_output *out,
+                   char *msg)
+{
+    struct csw_mcp_read_input in = read_in(path, offset, limit);
+    return cs_fs_read(fx.root, &in, out, msg, 512);
+}
+
+static void test_read_windows(void **state)
+{
+    (void)state;
+    char msg[512], v[72];
+    struct csw_mcp_read_output out;
+    put_str("abc.txt", "abcdef");
+    sha256_hex("abcdef", 6, v);
+
+    /* The contract's example. */
+    assert_int_equal(do_read("abc.txt", -1, 3, &out, msg), 0);
+    assert_string_equal(out.path.s, "abc.txt");
+    assert_string_equal(out.content.s, "abc");
+    assert_int_equal(out.byte_count, 3);
+    assert_true(out.truncated);
+    assert_true(out.has_next_offset);
+    assert_int_equal(out.next_offset, 3);
+    assert_false(out.has_offset);
+    assert_false(out.content_lossy);
+    assert_string_equal(out.version.s, v);
+    csw_mcp_read_output_free(&out);
+
+    assert_int_equal(do_read("abc.txt", 3, -1, &out, msg), 0);
+    assert_string_equal(out.content.s, "def");
+    assert_false(out.truncated);
+    assert_false(out.has_next_offset);
+    assert_true(out.has_offset);
+    assert_int_equal(out.offset, 3);
+    assert_string_equal(out.version.s, v);
+    csw_mcp_read_output_free(&out);
+
+    /* An offset of 0 given is echoed; a window ending exactly at the end is not truncated. */
+    assert_int_equal(do_read("./abc.txt", 0, 6, &out, msg), 0);
+    assert_string_equal(out.path.s, "abc.txt");
+    assert_true(out.has_offset);
+    assert_int_equal(out.offset, 0);
+    assert_false(out.truncated);
+    csw_mcp_read_output_free(&out);
+
+    /* Past the end and at the end: empty, not truncated, the same version. */
+    for (int64_t off = 6; off <= 1000; off += 994) {
+        assert_int_equal(do_read("abc.txt", off, 2, &out, msg), 0);
+        assert_string_equal(out.content.s, "");
+        assert_int_equal(out.byte_count, 0);
+        assert_false(out.truncated);
+        assert_string_equal(out.version.s, v);
+        csw_mcp_read_output_free(&out);
+    }
+    assert_int_equal(do_read("abc.txt", INT64_MAX, 2, &out, msg), 0);
+    assert_int_equal(out.byte_count, 0);
+    csw_mcp_read_output_free(&out);
+
+    /* Limits. */
+    assert_int_equal(do_read("abc.txt", -1, 0, &out, msg), CSW_ERROR_OUTPUT_LIMIT);
+    assert_int_equal(do_read("abc.txt", -1, CS_FS_READ_MAX_BYTES + 1, &out, msg),
+                     CSW_ERROR_OUTPUT_LIMIT);
+    assert_null(out.content.s);
+    assert_int_equal(do_read("abc.txt", -1, CS_FS_READ_MAX_BYTES, &out, msg), 0);
+    csw_mcp_read_output_free(&out);
+
+    /* An empty file. */
+    put("empty", "", 0);
+    sha256_hex("", 0, v);
+    assert_int_equal(do_read("empty", -1, -1, &out, msg), 0);
+    assert_int_equal(out.byte_count, 0);
+    assert_false(out.truncated);
+    assert_string_equal(out.version.s, v);
+    csw_mcp_read_output_free(&out);
+
+    /* A window that cuts a character: lossy for that window only. */
+    put_str("utf8.txt", "a\xe2\x82\xac"
+                        "b");
+    assert_int_equal(do_read("utf8.txt", -1, 3, &out, msg), 0);
+    assert_string_equal(out.content.s, "a" R);
+    assert_true(out.content_lossy);
+    assert_int_equal(out.byte_count, 3);
+    assert_int_equal(out.next_offset, 3);
+    csw_mcp_read_output_free(&out);
+    assert_int_equal(do_read("utf8.txt", 1, -1, &out, msg), 0);
+    assert_string_equal(out.content.s, "\xe2\x82\xac"
+                                       "b");
+    assert_false(out.content_lossy);
+    csw_mcp_read_output_free(&out);
+}
+
+/* A file bigger than the read chunk and than one window: every window is the file's bytes and
+ * the version is the whole file's. */
+static void test_read_large(void **state)
+{
+    (void)state;
+    size_t n = 3 * CS_FS_READ_MAX_BYTES + 12345;
+    unsigned char *data = malloc(n);
+    assert_non_null(data);
+    uint32_t x = 12345;
+    for (size_t i = 0; i < n; i++) {
+        x = x * 1103515245u + 12345u;
+        data[i] = (unsigned char)('a' + (x >> 16) % 26);
+    }
+    put("big.txt", data, n);
+    char v[72], msg[512];
+    sha256_hex(data, n, v);
+    struct csw_mcp_read_output out;
+    int64_t off = 0;
+    size_t windows = 0;
+    for (;;) {
+        assert_int_equal(do_read("big.txt", off, 1000003, &out, msg), 0);
+        assert_string_equal(out.version.s, v);
+        assert_int_equal(out.content.n, (size_t)out.byte_count);
+        assert_memory_equal(out.content.s, data + off, (size_t)out.byte_count);
+        windows++;
+        bool more = out.truncated;
+        if (more) {
+            assert_int_equal(out.next_offset, off + out.byte_count);
+            off = out.next_offset;
+        } else {
+            assert_int_equal(off + out.byte_count, (int64_t)n);
+        }
+        csw_mcp_read_output_free(&out);
+        if (!more)
+            break;
+    }
+    assert_int_equal(windows, (n + 1000002) / 1000003);
+    /* A window straddling the chunk size. */
+    assert_int_equal(do_read("big.txt", 256 * 1024 - 5, 10, &out, msg), 0);
+    assert_memory_equal(out.content.s, data + 256 * 1024 - 5, 10);
+    csw_mcp_read_output_free(&out);
+    free(data);
+}
+
+/* ---- classification: openat2 and the fallback walk must agree ---- */
+
+struct class_case {
+    const char *path;
+    int rc;
+};
+
+static void make_class_tree(void)
+{
+    mk("d");
+    mk("d/sub");
+    put_str("d/sub/f.txt", "inside\n");
+    put_str("d/file", "a file\n");
+    link_to("file", "d/leaf-link");       /* to a file inside */
+    link_to("sub", "d/dir-link");         /* to a directory inside */
+    link_to(fx.out, "d/out-link");        /* to a directory outside */
+    link_to("/etc/passwd", "d/abs-link"); /* absolute, outside */
+    link_to("nowhere", "d/dangling");     /* dangling */
+    link_to("../../root-evil", "d/evil"); /* to the prefix sibling */
+    char p[512];
+    snprintf(p, sizeof p, "%s/d/fifo", fx.root);
+    assert_int_equal(mkfifo(p, 0644), 0);
+    snprintf(p, sizeof p, "%s/d/chr", fx.root);
+    fx.have_dev = mknod(p, S_IFCHR | 0644, makedev(1, 3)) == 0;
+    snprintf(p, sizeof p, "%s/d/sock", fx.root);
+    int s = socket(AF_UNIX, SOCK_STREAM, 0);
+    struct sockaddr_un sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sun_family = AF_UNIX;
+    fx.have_sock = s >= 0 && strlen(p) < sizeof sa.sun_path;
+    if (fx.have_sock) {
+        memcpy(sa.sun_path, p, strlen(p) + 1);
+        fx.have_sock = bind(s, (struct sockaddr *)&sa, sizeof sa) == 0;
+    }
+    if (s >= 0)
+        close(s);
+}
+
+static const struct class_case class_cases[] = {
+    {"d/sub/f.txt", 0},
+    {"d/./sub/../sub/f.txt", 0},
+    {"d/file", 0},
+    {"d/missing", CSW_ERROR_FILE_NOT_FOUND},
+    {"d/missing/x", CSW_ERROR_FILE_NOT_FOUND},
+    {"d/file/x", CSW_ERROR_PATH_NOT_DIRECTORY},
+    {"d/file/", CSW_ERROR_PATH_NOT_DIRECTORY},
+    {"d/sub/f.txt/..", CSW_ERROR_FILE_OPERATION_FAILED}, /* lexically d/sub: a directory */
+    {"d", CSW_ERROR_FILE_OPERATION_FAILED},
+    {".", CSW_ERROR_FILE_OPERATION_FAILED},
+    {"d/leaf-link", CSW_ERROR_SYMLINK_REJECTED},
+    {"d/dir-link/f.txt", CSW_ERROR_SYMLINK_REJECTED},
+    {"d/out-link/secret", CSW_ERROR_SYMLINK_REJECTED},
+    {"d/out-link", CSW_ERROR_SYMLINK_REJECTED},
+    {"d/abs-link", CSW_ERROR_SYMLINK_REJECTED},
+    {"d/dangling", CSW_ERROR_SYMLINK_REJECTED},
+    {"d/evil/secret", CSW_ERROR_SYMLINK_REJECTED},
+    {"d/fifo", CSW_ERROR_SPECIAL_FILE_REJECTED},
+    {"d/fifo/x", CSW_ERROR_PATH_NOT_DIRECTORY},
+    {"../root-evil/secret", CSW_ERROR_PATH_ESCAPE},
+    {"/etc/passwd", CSW_ERROR_PATH_ESCAPE},
+};
+
+static void run_class_cases(bool fallback)
+{
+    cs__fs_force_fallback(fallback);
+    char msg[512];
+    struct csw_mcp_read_output out;
+    for (size_t i = 0; i < sizeof class_cases / sizeof class_cases[0]; i++) {
+        const struct class_case *c = &class_cases[i];
+        int rc = do_read(c->path, -1, -1, &out, msg);
+        if (rc != c->rc)
+            fail_msg("%s: %s: rc %d, want %d (%s)", fallback ? "fallback" : "openat2", c->path, rc,
+                     c->rc, rc ? msg : "ok");
+        if (rc == 0) {
+            assert_null(strstr(out.content.s, "secret"));
+            csw_mcp_read_output_free(&out);
+        }
+    }
+    if (fx.have_dev)
+        assert_int_equal(do_read("d/chr", -1, -1, &out, msg), CSW_ERROR_SPECIAL_FILE_REJECTED);
+    if (fx.have_sock)
+        assert_int_equal(do_read("d/sock", -1, -1, &out, msg), CSW_ERROR_SPECIAL_FILE_REJECTED);
+    cs__fs_force_fallback(false);
+}
+
+static void test_classify_openat2(void **state)
+{
+    (void)state;
+    make_class_tree();
+    run_class_cases(false);
+}
+
+static void test_classify_fallback(void **state)
+{
+    (void)state;
+    run_class_cases(true);
+}
+
+/* The message names the offending component in both modes. */
+static void test_classify_messages(void **state)
+{
+    (void)state;
+    char msg[512];
+    struct csw_mcp_read_output out;
+    for (int fb = 0; fb < 2; fb++) {
+        cs__fs_force_fallback(fb);
+        assert_int_equal(do_read("d/dir-link/f.txt", -1, -1, &out, msg),
+                         CSW_ERROR_SYMLINK_REJECTED);
+        assert_non_null(strstr(msg, "d/dir-link"));
+        assert_int_equal(do_read("d/file/x", -1, -1, &out, msg), CSW_ERROR_PATH_NOT_DIRECTORY);
+        assert_non_null(strstr(msg, "d/file"));
+    }
+    cs__fs_force_fallback(false);
+}
+
+/* cs_fs_open_beneath for directories, as find and (later) patch use it. */
+static void test_open_dir(void **state)
+{
+    (void)state;
+    int rootfd = -1;
+    char msg[256];
+    assert_int_equal(cs_fs_root_open(fx.root, &rootfd, msg, sizeof msg), 0);
+    for (int fb = 0; fb < 2; fb++) {
+        cs__fs_force_fallback(fb);
+        struct cs_fs_path p;
+        struct stat st;
+        int fd = -1;
+        assert_int_equal(cs_fs_path_normalize("d/sub", 5, &p, msg, sizeof msg), 0);
+        assert_int_equal(cs_fs_open_beneath(rootfd, &p, CS_FS_WANT_DIR, &fd, &st, msg, 256), 0);
+        assert_true(S_ISDIR(st.st_mode));
+        close(fd);
+        assert_int_equal(cs_fs_path_normalize("d/dir-link", 10, &p, msg, sizeof msg), 0);
+        assert_int_equal(cs_fs_open_beneath(rootfd, &p, CS_FS_WANT_DIR, &fd, &st, msg, 256),
+                         CSW_ERROR_SYMLINK_REJECTED);
+        assert_int_equal(cs_fs_path_normalize("d/file", 6, &p, msg, sizeof msg), 0);
+        assert_int_equal(cs_fs_open_beneath(rootfd, &p, CS_FS_WANT_DIR, &fd, &st, msg, 256),
+                         CSW_ERROR_PATH_NOT_DIRECTORY);
+        assert_int_equal(cs_fs_path_normalize(".", 1, &p, msg, sizeof msg), 0);
+        assert_int_equal(cs_fs_open_beneath(rootfd, &p, CS_FS_WANT_DIR, &fd, &st, msg, 256), 0);
+        close(fd);
+    }
+    cs__fs_force_fallback(false);
+    close(rootfd);
+}
+
+/* ---- find ---- */
+
+static struct csw_mcp_find_input find_in(const char *glob, int64_t offset, int64_t limit)
+{
+    struct csw_mcp_find_input in;
+    memset(&in, 0, sizeof in);
+    if (glob) {
+        in.has_glob = true;
+        in.glob.s = (char *)(uintptr_t)glob;
+        in.glob.n = strlen(glob);
+    }
+    in.has_offset = offset >= 0;
+    in.offset = offset >= 0 ? offset : 0;
+    in.has_limit = limit >= 0;
+    in.limit = limit >= 0 ? limit : CS_FS_FIND_MAX_PATHS;
+    return in;
+}
+
+static int do_find_in(const char *root, const char *glob, int64_t offset, int64_t limit, size_t cap,
+                      struct csw_mcp_find_output *out)
+{
+    struct csw_mcp_find_input in = find_in(glob, offset, limit);
+    char msg[512];
+    int rootfd = -1;
+    int rc = cs_fs_root_open(root, &rootfd, msg, sizeof msg);
+    if (rc != 0)
+        return rc;
+    rc = cs_fs_find_at(rootfd, &in, cap, out, msg, sizeof msg);
+    close(rootfd);
+    return rc;
+}
+
+static char findroot[256];
+
+static void make_find_tree(void)
+{
+    snprintf(findroot, sizeof findroot, "%s/findroot", fx.dir);
+    assert_int_equal(mkdir(findroot, 0755), 0);
+    static const char *const dirs[] = {"a", "a/b", "B", "z", "\xc3\xa9"};
+    static const char *const files[] = {"a.b",       "a/b/c.c",      "a/x.c", "B/up.txt", "b.txt",
+                                        "z/.hidden", "\xc3\xa9/e.c", "z/z.h", "a/b/d.h"};
+    char p[512];
+    for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
+        snprintf(p, sizeof p, "%s/%s", findroot, dirs[i]);
+        assert_int_equal(mkdir(p, 0755), 0);
+    }
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        snprintf(p, sizeof p, "%s/%s", findroot, files[i]);
+        FILE *f = fopen(p, "w");
+        assert_non_null(f);
+        fclose(f);
+    }
+    /* Skipped: links (to a file, to a directory inside, to one outside), a fifo, a name that
+     * is not UTF-8. */
+    snprintf(p, sizeof p, "%s/link.c", findroot);
+    assert_int_equal(symlink("a/x.c", p), 0);
+    snprintf(p, sizeof p, "%s/dirlink", findroot);
+    assert_int_equal(symlink("a", p), 0);
+    snprintf(p, sizeof p, "%s/outlink", findroot);
+    assert_int_equal(symlink(fx.out, p), 0);
+    snprintf(p, sizeof p, "%s/fifo.c", findroot);
+    assert_int_equal(mkfifo(p, 0644), 0);
+    snprintf(p, sizeof p, "%s/bad\xff.c", findroot);
+    FILE *f = fopen(p, "w");
+    assert_non_null(f);
+    fclose(f);
+}
+
+static void assert_paths(const struct csw_mcp_find_output *out, const char *const *want, size_t n)
+{
+    if (out->paths.n != n)
+        fail_msg("got %zu paths, want %zu", out->paths.n, n);
+    for (size_t i = 0; i < n; i++)
+        assert_string_equal(out->paths.v[i].s, want[i]);
+}
+
+static void test_find_all_sorted(void **state)
+{
+    (void)state;
+    make_find_tree();
+    struct csw_mcp_find_output out;
+    assert_int_equal(do_find_in(findroot, NULL, -1, -1, CS_FS_FIND_WALK_CAP, &out), 0);
+    /* Bytewise: 'B' < 'a'; "a.b" < "a/..." ('.' < '/'); UTF-8 names after ASCII. */
+    static const char *const want[] = {"B/up.txt", "a.b",       "a/b/c.c", "a/b/d.h",     "a/x.c",
+                                       "b.txt",    "z/.hidden", "z/z.h",   "\xc3\xa9/e.c"};
+    assert_paths(&out, want, 9);
+    assert_false(out.truncated);
+    assert_false(out.has_next_offset);
+    assert_false(out.has_offset);
+    assert_false(out.incomplete);
+    assert_int_equal(strncmp(out.listing_version.s, "sha256:", 7), 0);
+    assert_int_equal(out.listing_version.n, 71);
+    csw_mcp_find_output_free(&out);
+}
+
+static void test_find_glob(void **state)
+{
+    (void)state;
+    struct csw_mcp_find_output out;
+    assert_int_equal(do_find_in(findroot, "*.c", -1, -1, CS_FS_FIND_WALK_CAP, &out), 0);
+    static const char *const c[] = {"a/b/c.c", "a/x.c", "\xc3\xa9/e.c"};
+    assert_paths(&out, c, 3);
+    csw_mcp_find_output_free(&out);
+    assert_int_equal(do_find_in(findroot, "a/*", -1, -1, CS_FS_FIND_WALK_CAP, &out), 0);
+    static const char *const a[] = {"a/x.c"};
+    assert_paths(&out, a, 1);
+    csw_mcp_find_output_free(&out);
+    assert_int_equal(do_find_in(findroot, "a/**", -1, -1, CS_FS_FIND_WALK_CAP, &out), 0);
+    static const char *const aa[] = {"a/b/c.c", "a/b/d.h", "a/x.c"};
+    assert_paths(&out, aa, 3);
+    csw_mcp_find_output_free(&out);
+    assert_int_equal(do_find_in(findroot, "nothing*", -1, -1, CS_FS_FIND_WALK_CAP, &out), 0);
+    assert_paths(&out, NULL, 0);
+    assert_false(out.truncated);
+    csw_mcp_find_output_free(&out);
+}
+
+static void test_find_paging(void **state)
+{
+    (void)state;
+    struct csw_mcp_find_output all, page;
+    assert_int_equal(do_find_in(findroot, NULL, -1, -1, CS_FS_FIND_WALK_CAP, &all), 0);
+    size_t seen = 0;
+    int64_t off = 0;
+    for (;;) {
+        assert_int_equal(do_find_in(findroot, NULL, off, 4, CS_FS_FIND_WALK_CAP, &page), 0);
+        assert_true(page.has_offset);
+        assert_int_equal(page.offset, off);
+        assert_string_equal(page.listing_version.s, all.listing_version.s);
+        for (size_t i = 0; i < page.paths.n; i++)
+            assert_string_equal(page.paths.v[i].s, all.paths.v[seen + i].s);
+        seen += page.paths.n;
+        bool more = page.truncated;
+        if (more) {
+            assert_int_equal(page.next_offset, off + 4);
+            off = page.next_offset;
+        }
+        csw_mcp_find_output_free(&page);
+        if (!more)
+            break;
+    }
+    assert_int_equal(seen, all.paths.n);
+    /* Past the end: empty, not truncated. */
+    assert_int_equal(do_find_in(findroot, NULL, 1000, 4, CS_FS_FIND_WALK_CAP, &page), 0);
+    assert_int_equal(page.paths.n, 0);
+    assert_false(page.truncated);
+    csw_mcp_find_output_free(&page);
+    /* Limits. */
+    assert_int_equal(do_find_in(findroot, NULL, -1, 0, CS_FS_FIND_WALK_CAP, &page),
+                     CSW_ERROR_OUTPUT_LIMIT);
+    assert_int_equal(
+        do_find_in(findroot, NULL, -1, CS_FS_FIND_MAX_PATHS + 1, CS_FS_FIND_WALK_CAP, &page),
+        CSW_ERROR_OUTPUT_LIMIT);
+    assert_int_equal(
+        do_find_in(findroot, NULL, -1, CS_FS_FIND_MAX_PATHS, CS_FS_FIND_WALK_CAP, &page), 0);
+    csw_mcp_find_output_free(&page);
+    csw_mcp_find_output_free(&all);
+}
+
+static void test_find_version_changes(void **state)
+{
+    (void)state;
+    struct csw_mcp_find_output a, b;
+    char v1[80], p[512];
+    assert_int_equal(do_find_in(findroot, NULL, -1, -1, CS_FS_FIND_WALK_CAP, &a), 0);
+    snprintf(v1, sizeof v1, "%s", a.listing_version.s);
+    csw_mcp_find_output_free(&a);
+    /* Same set, same version; a new file changes it; a glob that excludes it does not. */
+    assert_int_equal(do_find_in(findroot, "*.h", -1, -1, CS_FS_FIND_WALK_CAP, &a), 0);
+    snprintf(p, sizeof p, "%s/new.txt", findroot);
+    FILE *f = fopen(p, "w");
+    assert_non_null(f);
+    fclose(f);
+    assert_int_equal(do_find_in(findroot, NULL, -1, -1, CS_FS_FIND_WALK_CAP, &b), 0);
+    assert_string_not_equal(b.listing_version.s, v1);
+    csw_mcp_find_output_free(&b);
+    assert_int_equal(do_find_in(findroot, "*.h", -1, -1, CS_FS_FIND_WALK_CAP, &b), 0);
+    assert_string_equal(a.listing_version.s, b.listing_version.s);
+    csw_mcp_find_output_free(&b);
+    csw_mcp_find_output_free(&a);
+    assert_int_equal(unlink(p), 0);
+    assert_int_equal(do_find_in(findroot, NULL, -1, -1, CS_FS_FIND_WALK_CAP, &b), 0);
+    assert_string_equal(b.listing_version.s, v1);
+    csw_mcp_find_output_free(&b);
+}
+
+static void test_find_cap(void **state)
+{
+    (void)state;
+    struct csw_mcp_find_output out;
+    /* 10 regular files (9 + bad\xff.c, counted though not listed) and 5 directories. */
+    assert_int_equal(do_find_in(findroot, NULL, -1, -1, 10, &out), 0);
+    assert_false(out.incomplete);
+    assert_int_equal(out.paths.n, 9);
+    csw_mcp_find_output_free(&out);
+    assert_int_equal(do_find_in(findroot, NULL, -1, -1, 9, &out), 0);
+    assert_true(out.incomplete);
+    assert_true(out.paths.n <= 9);
+    csw_mcp_find_output_free(&out);
+    assert_int_equal(do_find_in(findroot, NULL, -1, -1, 3, &out), 0);
+    assert_true(out.incomplete);
+    assert_true(out.paths.n <= 3);
+    csw_mcp_find_output_free(&out);
+    assert_int_equal(do_find_in(findroot, NULL, -1, -1, 0, &out), 0);
+    assert_true(out.incomplete);
+    assert_int_equal(out.paths.n, 0);
+    csw_mcp_find_output_free(&out);
+}
+
+static void test_find_root_gone(void **state)
+{
+    (void)state;
+    char gone[300], msg[512];
+    snprintf(gone, sizeof gone, "%s/gone", fx.dir);
+    assert_int_equal(mkdir(gone, 0755), 0);
+    int rootfd = -1;
+    assert_int_equal(cs_fs_root_open(gone, &rootfd, msg, sizeof msg), 0);
+    assert_int_equal(rmdir(gone), 0);
+    struct csw_mcp_find_output out;
+    struct csw_mcp_find_input in = find_in(NULL, -1, -1);
+    /* By path: the root cannot be opened. */
+    assert_int_equal(cs_fs_find(gone, &in, &out, msg, sizeof msg), CSW_ERROR_FILE_OPERATION_FAILED);
+    assert_non_null(strstr(msg, "gone"));
+    /* By an fd opened before: the dead directory cannot be read. */
+    assert_int_equal(cs_fs_find_at(rootfd, &in, 10, &out, msg, sizeof msg),
+                     CSW_ERROR_FILE_OPERATION_FAILED);
+    struct csw_mcp_read_input rin = read_in("a", -1, -1);
+    struct csw_mcp_read_output rout;
+    assert_int_equal(cs_fs_read(gone, &rin, &rout, msg, sizeof msg),
+                     CSW_ERROR_FILE_OPERATION_FAILED);
+    assert_int_equal(cs_fs_read_at(rootfd, &rin, &rout, msg, sizeof msg),
+                     CSW_ERROR_FILE_OPERATION_FAILED);
+    assert_non_null(strstr(msg, "gone"));
+    close(rootfd);
+}
+
+/* A root that has become a symlink (the registry holds canonical roots) is not followed. */
+static void test_root_replaced_by_symlink(void **state)
+{
+    (void)state;
+    char link[300], msg[512];
+    snprintf(link, sizeof link, "%s/rootlink", fx.dir);
+    assert_int_equal(symlink(fx.root, link), 0);
+    struct csw_mcp_read_input in = read_in("abc.txt", -1, -1);
+    struct csw_mcp_read_output out;
+    assert_int_equal(cs_fs_read(link, &in, &out, msg, sizeof msg), CSW_ERROR_FILE_OPERATION_FAILED);
+    assert_non_null(strstr(msg, "no longer a directory"));
+    struct csw_mcp_find_input fin = find_in(NULL, -1, -1);
+    struct csw_mcp_find_output fout;
+    assert_int_equal(cs_fs_find(link, &fin, &fout, msg, sizeof msg),
+                     CSW_ERROR_FILE_OPERATION_FAILED);
+    assert_int_equal(unlink(link), 0);
+}
+
+/* The walk in fallback mode lists the same set. */
+static void test_find_fallback(void **state)
+{
+    (void)state;
+    struct csw_mcp_find_output a, b;
+    assert_int_equal(do_find_in(findroot, NULL, -1, -1, CS_FS_FIND_WALK_CAP, &a), 0);
+    cs__fs_force_fallback(true);
+    assert_int_equal(do_find_in(findroot, NULL, -1, -1, CS_FS_FIND_WALK_CAP, &b), 0);
+    cs__fs_force_fallback(false);
+    assert_string_equal(a.listing_version.s, b.listing_version.s);
+    assert_int_equal(a.paths.n, b.paths.n);
+    csw_mcp_find_output_free(&a);
+    csw_mcp_find_output_free(&b);
+}
+
+/* ---- race: a directory and a symlink to outside swapped while reads and finds run ---- */
+
+static atomic_bool race_stop;
+static atomic_long race_swaps;
+static char race_swap[300], race_alt[300];
+
+static void *swapper(void *arg)
+{
+    (void)arg;
+    while (!atomic_load(&race_stop)) {
+        /* Atomic exchange: "swap" is always either the real directory or the symlink. */
+        if (renameat2(AT_FDCWD, race_swap, AT_FDCWD, race_alt, RENAME_EXCHANGE) == 0)
+            atomic_fetch_add(&race_swaps, 1);
+    }
+    return NULL;
+}
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void test_race(void **state)
+{
+    (void)state;
+    mk("race");
+    mk("race/swap");
+    mk("race/swap/sub");
+    put_str("race/swap/file.txt", "inside\n");
+    put_str("race/swap/sub/file.txt", "inside\n");
+    char p[512];
+    snprintf(p, sizeof p, "%s/race", fx.out);
+    assert_int_equal(mkdir(p, 0755), 0);
+    snprintf(p, sizeof p, "%s/race/sub", fx.out);
+    assert_int_equal(mkdir(p, 0755), 0);
+    static const char *const secrets[] = {"file.txt", "sub/file.txt", "only-outside.txt"};
+    for (size_t i = 0; i < 3; i++) {
+        snprintf(p, sizeof p, "%s/race/%s", fx.out, secrets[i]);
+        FILE *f = fopen(p, "w");
+        assert_non_null(f);
+        fputs("OUTSIDE-SECRET\n", f);
+        fclose(f);
+    }
+    snprintf(p, sizeof p, "%s/race", fx.out);
+    link_to(p, "race/alt");
+    snprintf(race_swap, sizeof race_swap, "%s/race/swap", fx.root);
+    snprintf(race_alt, sizeof race_alt, "%s/race/alt", fx.root);
+
+    for (int fb = 0; fb < 2; fb++) {
+        cs__fs_force_fallback(fb);
+        atomic_store(&race_stop, false);
+        atomic_store(&race_swaps, 0);
+        pthread_t th;
+        assert_int_equal(pthread_create(&th, NULL, swapper, NULL), 0);
+        long ok = 0, refused = 0, n = 0;
+        double end = now() + 1.0;
+        while (now() < end) {
+            n++;
+            char msg[512];
+            if (n % 16 == 0) {
+                struct csw_mcp_find_output out;
+                assert_int_equal(do_find_in(fx.root, "race/**", -1, -1, 1000, &out), 0);
+                for (size_t i = 0; i < out.paths.n; i++)
+                    assert_null(strstr(out.paths.v[i].s, "only-outside"));
+                csw_mcp_find_output_free(&out);
+                continue;
+            }
+            struct csw_mcp_read_output out;
+            int rc =
+                do_read(n % 2 ? "race/swap/file.txt" : "race/swap/sub/file.txt", -1, -1, &out, msg);
+            if (rc == 0) {
+                assert_string_equal(out.content.s, "inside\n");
+                csw_mcp_read_output_free(&out);
+                ok++;
+            } else {
+                assert_null(strstr(msg, "SECRET"));
+                if (rc != CSW_ERROR_SYMLINK_REJECTED && rc != CSW_ERROR_FILE_NOT_FOUND &&
+                    rc != CSW_ERROR_PATH_NOT_DIRECTORY)
+                    fail_msg("%s: unexpected rc %d: %s", fb ? "fallback" : "openat2", rc, msg);
+                refused++;
+            }
+        }
+        atomic_store(&race_stop, true);
+        assert_int_equal(pthread_join(th, NULL), 0);
+        print_message("race (%s): %ld swaps, %ld reads ok, %ld refused\n",
+                      fb ? "fallback" : "openat2", (long)atomic_load(&race_swaps), ok, refused);
+        assert_true(ok > 0 && refused > 0);
+    }
+    cs__fs_force_fallback(false);
+}
+
+int main(void)
+{
+    /* clang-format off */
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_normalize_table),
+        cmocka_unit_test(test_normalize_length),
+        cmocka_unit_test(test_glob_table),
+        cmocka_unit_test(test_utf8_table),
+        cmocka_unit_test(test_read_windows),
+        cmocka_unit_test(test_read_large),
+        cmocka_unit_test(test_classify_openat2),
+        cmocka_unit_test(test_classify_fallback),
+        cmocka_unit_test(test_classify_messages),
+        cmocka_unit_test(test_open_dir),
+        cmocka_unit_test(test_find_all_sorted),
+        cmocka_unit_test(test_find_glob),
+        cmocka_unit_test(test_find_paging),
+        cmocka_unit_test(test_find_version_changes),
+        cmocka_unit_test(test_find_cap),
+        cmocka_unit_test(test_find_root_gone),
+        cmocka_unit_test(test_root_replaced_by_symlink),
+        cmocka_unit_test(test_find_fallback),
+        cmocka_unit_test(test_race),
+    };
+    /* clang-format on */
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
