@@ -191,10 +191,13 @@ def expect_one(msg, state):
         return Reply(None, -32600, what=" (id type)")
     params = msg.get("params") if isinstance(msg.get("params"), dict) else {}
     if method == "initialize":
+        # The session is initialized already: the contract does not say whether a second
+        # initialize is refused (-32600) or answered; either way the version it names counts.
         asked = params.get("protocolVersion")
         v = asked if isinstance(asked, str) and asked in VERSIONS else VERSIONS[0]
-        return Reply(rid, check=lambda res, v=v: isinstance(res, dict)
-                     and res.get("protocolVersion") == v, what=" (initialize -> %s)" % v)
+        return Either(Reply(rid, check=lambda res, v=v: isinstance(res, dict)
+                            and res.get("protocolVersion") == v, what=" (initialize -> %s)" % v),
+                      Reply(rid, -32600, what=" (initialized already)"))
     if method == "ping":
         return Reply(rid, check=lambda res: res == {}, what=" (ping)")
     if method == "tools/list":
@@ -207,11 +210,10 @@ def expect_one(msg, state):
             return Reply(rid, -32602, what=" (tool name)")
         return Reply(rid, check=is_tool_result, what=" (tool result)")
     if method == "logging/setLevel":
-        ok = Reply(rid, check=lambda res: res == {}, what=" (setLevel)")
-        bad = Reply(rid, -32602)
-        if params.get("level") in LEVELS:
-            return ok
-        return Either(ok, bad) if isinstance(params.get("level"), str) else bad
+        level = params.get("level")
+        if isinstance(level, str) and level in LEVELS:
+            return Reply(rid, check=lambda res: res == {}, what=" (setLevel)")
+        return Reply(rid, -32602, what=" (level %r)" % (level,))
     return Reply(rid, -32601, what=" (method %r)" % method[:40])
 
 
@@ -308,7 +310,8 @@ def base_message(rng):
         return {"jsonrpc": "2.0", "id": rid, "method": "tools/call", "params": params}
     if kind == 6:
         return {"jsonrpc": "2.0", "id": rid, "method": "logging/setLevel",
-                "params": {"level": rng.choice(LEVELS + ["warn", "DEBUG", "x", 3])}}
+                "params": {"level": rng.choice(LEVELS + ["warn", "DEBUG", "x", 3, "debug\u0000",
+                                                         "error\u0000x"])}}
     if kind == 7:
         return {"jsonrpc": "2.0", "method": rng.choice([
             "notifications/initialized", "notifications/cancelled", "notifications/progress",
@@ -356,11 +359,11 @@ def mutate_fields(rng, msg):
     return msg
 
 
+ASCII = {"on": True}  # generate() flips it per case: \uXXXX escapes or raw UTF-8
+
+
 def dumps(v):
-    return json.dumps(v, separators=(",", ":"), ensure_ascii=rng_ascii[0]).encode("utf-8")
-
-
-rng_ascii = [True]
+    return json.dumps(v, separators=(",", ":"), ensure_ascii=ASCII["on"]).encode("utf-8")
 
 
 def deep(rng):
@@ -437,7 +440,7 @@ def batch(rng):
 
 def generate(rng):
     r = rng.random()
-    rng_ascii[0] = rng.random() < 0.5
+    ASCII["on"] = rng.random() < 0.5
     if r < 0.15:
         line = dumps(base_message(rng))
     elif r < 0.40:
@@ -480,7 +483,11 @@ def unsafe(line):
 def run(seed, count, max_seconds, verbose):
     rng = random.Random(seed)
     ws = e2e.Workspace()
-    server = e2e.StdioServer(["--workspace", ws.link], env=e2e.server_env(ws.state))
+    try:
+        server = e2e.StdioServer(["--workspace", ws.link], env=e2e.server_env(ws.state))
+    except BaseException:
+        ws.cleanup()
+        raise
     failures = []
     stats = {"cases": 0, "replied": 0, "silent": 0, "parse_errors": 0, "batches": 0}
     state = {"version": BATCH_VERSION}

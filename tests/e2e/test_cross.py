@@ -25,9 +25,10 @@ class TestCrossTransport(unittest.TestCase):
         cls.ws = e2e.Workspace()
         env = e2e.server_env(cls.ws.state)
         args = ["--workspace", cls.ws.link]
-        cls.stdio = e2e.StdioServer(args, env=env)
+        cls.stdio = None
         cls.http_proc = None
         try:
+            cls.stdio = e2e.StdioServer(args, env=env)
             cls.http_proc, port, cls.http_log = e2e.start_http(args, env=env)
             cls.http = e2e.HttpClient(port)
         except BaseException:
@@ -36,7 +37,8 @@ class TestCrossTransport(unittest.TestCase):
 
     @classmethod
     def tearDownClass(cls):
-        cls.stdio.kill()
+        if cls.stdio is not None:
+            cls.stdio.kill()
         if cls.http_proc is not None:
             e2e.stop_process(cls.http_proc)
         cls.ws.cleanup()

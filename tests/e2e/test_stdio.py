@@ -891,21 +891,35 @@ class TestJsonRpcErrors(StdioCase):
         self.assertEqual(s.recv()["id"], "after")  # an all-notification batch: no reply
 
     def test_nul_inside_names_is_not_truncated(self):
-        # "ping\u0000x" is not "ping"; "workspace_info\u0000x" is not a tool we have.
+        # A JSON string may hold U+0000; "ping\u0000x" is not "ping" (a C string compare would
+        # stop at the NUL and take one for the other).
         s = self.started()
-        s.send_raw(b'{"jsonrpc":"2.0","id":1,"method":"ping\\u0000x"}\n')
-        self.assertError(s.recv_id(1), -32601, 1)
-        s.send_raw(b'{"jsonrpc":"2.0","id":2,"method":"tools/call",'
-                   b'"params":{"name":"workspace_info\\u0000x"}}\n')
-        self.assertError(s.recv_id(2), -32602, 2)
-        s.send_raw(b'{"jsonrpc":"2.0\\u0000","id":3,"method":"ping"}\n')
-        self.assertError(s.recv_id(3), -32600, 3)
-        # A NUL inside an argument is data: an unknown workspace, not "default".
-        s.send_raw(b'{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":'
-                   b'"workspace_info","arguments":{"workspace_id":"default\\u0000"}}}\n')
-        result = s.recv_id(4)["result"]
-        self.assertIs(result["isError"], True)
-        self.assertEqual(json.loads(result["content"][0]["text"])["code"], "WORKSPACE_NOT_FOUND")
+        cases = [
+            ("method", b'{"jsonrpc":"2.0","id":1,"method":"ping\\u0000x"}', 1, -32601),
+            ("tool name", b'{"jsonrpc":"2.0","id":2,"method":"tools/call",'
+                          b'"params":{"name":"workspace_info\\u0000x"}}', 2, -32602),
+            ("jsonrpc", b'{"jsonrpc":"2.0\\u0000","id":3,"method":"ping"}', 3, -32600),
+            ("log level", b'{"jsonrpc":"2.0","id":4,"method":"logging/setLevel",'
+                          b'"params":{"level":"debug\\u0000x"}}', 4, -32602),
+        ]
+        for what, raw, rid, code in cases:
+            with self.subTest(where=what):
+                s.send_raw(raw + b"\n")
+                self.assertError(s.recv_id(rid), code, rid)
+        with self.subTest(where="workspace_id"):
+            # A NUL inside an argument is data: an unknown workspace, not "default".
+            s.send_raw(b'{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":'
+                       b'"workspace_info","arguments":{"workspace_id":"default\\u0000"}}}\n')
+            result = s.recv_id(5)["result"]
+            self.assertIs(result["isError"], True)
+            self.assertEqual(json.loads(result["content"][0]["text"])["code"],
+                             "WORKSPACE_NOT_FOUND")
+        with self.subTest(where="protocolVersion"):
+            # Not a version we support: the preferred one, never "2025-03-26".
+            fresh = self.start()
+            fresh.send_raw(b'{"jsonrpc":"2.0","id":6,"method":"initialize","params":'
+                           b'{"protocolVersion":"2025-03-26\\u0000"}}\n')
+            self.assertEqual(fresh.recv_id(6)["result"]["protocolVersion"], "2025-11-25")
 
     def test_overlong_line(self):
         s = self.started()
@@ -951,6 +965,7 @@ class TestBadConfig(unittest.TestCase):
             f.write("x")
         cls.home = os.path.join(cls.dir, "home")
         os.mkdir(cls.home)
+        os.mkdir(os.path.join(cls.dir, "state"))
 
     @classmethod
     def tearDownClass(cls):
