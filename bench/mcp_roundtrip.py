@@ -309,6 +309,37 @@ class Row:
         return statistics.median(self.rss)
 
 
+def c_client_rows(work, ours_argv, theirs_argv, env, a):
+    """Sequential and pipelined calls/s from the C client, ours and theirs; {} without cc."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if not cc:
+        return {}
+    client = os.path.join(work, "mcp_client")
+    subprocess.run([cc, "-O2", "-D_GNU_SOURCE", "-o", client,
+                    os.path.join(HERE, "mcp_client.c")], check=True)
+    ours_req = ('{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":'
+                '"workspace_info","arguments":{"workspace_id":"default"}}}')
+    theirs_req = ('{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":'
+                  '"list_allowed_directories","arguments":{}}}')
+    rows = {}
+    for label, window in (("stdio tools/call, sequential", 1),
+                          ("stdio tools/call, 64 in flight", 64)):
+        got = []
+        for argv, req in ((ours_argv, ours_req), (theirs_argv, theirs_req)):
+            runs = []
+            for _ in range(a.runs):
+                e = dict(env, MCP_CLIENT_WINDOW=str(window))
+                out = subprocess.run([client, "stdio", str(a.calls * 4), str(a.warmup), req,
+                                      "--"] + argv, env=e, capture_output=True, text=True,
+                                     timeout=300)
+                if out.returncode != 0:
+                    raise RuntimeError("mcp_client failed: %s" % out.stderr.strip())
+                runs.append(float(out.stdout.split()[-1]))
+            got.append(statistics.median(runs))
+        rows[label] = tuple(got)
+    return rows
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--bin", default=os.environ.get(
@@ -369,6 +400,7 @@ def main():
             for row in rows:
                 row.run(common)
             print("run %d/%d done" % (run + 1, a.runs), flush=True)
+        c_rows = c_client_rows(work, ours_argv, theirs_argv, env, a)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -393,6 +425,13 @@ def main():
           % (memory, TARGET_MEMORY, "met" if memory < TARGET_MEMORY else "MISSED"))
     print("stdio ping calls/s, ours / theirs:       %6.2fx  (context, not judged)"
           % (pings[0].median_cps / pings[1].median_cps))
+    if c_rows:
+        print()
+        print("Context, not judged: the same calls from bench/mcp_client.c (a C client, so the "
+              "client's own cost is a few us), median of %d runs:" % a.runs)
+        for label, (mine, theirs_cps) in c_rows.items():
+            print("  %-44s ours %8.0f  theirs %8.0f  ratio %5.2fx"
+                  % (label, mine, theirs_cps, mine / theirs_cps))
     return 0 if speedup >= TARGET_SPEEDUP and memory < TARGET_MEMORY else 1
 
 

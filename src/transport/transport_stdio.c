@@ -28,9 +28,10 @@ struct cs_stdio {
     struct cs_lineframe fr;
     struct cs_stdio_callbacks cb;
     bool eof;
-    bool broken;             /* writing failed: drop further output */
-    bool pollable;           /* in_fd works with epoll (else pump() reads it from deferred calls) */
-    bool paused;             /* input paused for backpressure */
+    bool broken;   /* writing failed: drop further output */
+    bool pollable; /* in_fd works with epoll (else pump() reads it from deferred calls) */
+    bool paused;   /* input paused for backpressure */
+    bool flushing; /* a deferred drain() is pending: one turn's lines leave in one write */
     int in_flags, out_flags; /* the descriptions' flags before we set O_NONBLOCK */
     char *out;               /* queued output */
     size_t out_len, out_off, out_cap;
@@ -161,6 +162,13 @@ static void drain(struct cs_stdio *io)
     }
 }
 
+static void deferred_drain(void *arg)
+{
+    struct cs_stdio *io = arg;
+    io->flushing = false;
+    drain(io);
+}
+
 static void on_output(void *arg, int fd, unsigned events)
 {
     struct cs_stdio *io = arg;
@@ -201,7 +209,14 @@ int cs_stdio_write_line(struct cs_stdio *io, const char *data, size_t len)
     memcpy(io->out + io->out_len, data, len);
     io->out[io->out_len + len] = '\n';
     io->out_len += len + 1;
-    drain(io);
+    /* Write at the end of this loop turn, so the replies to every request read in one turn
+     * leave in one write(2); when the fd is full, on_output drains instead. */
+    if (!io->flushing && !io->out_w) {
+        if (cs_loop_defer(io->loop, deferred_drain, io) == 0)
+            io->flushing = true;
+        else
+            drain(io);
+    }
     return io->broken ? -1 : 0;
 }
 
@@ -262,6 +277,7 @@ void cs_stdio_free(struct cs_stdio *io)
     cs_loop_fd_del(io->in_w);
     cs_loop_fd_del(io->out_w);
     cs_loop_defer_cancel(io->loop, pump, io);
+    cs_loop_defer_cancel(io->loop, deferred_drain, io);
     cs_lineframe_fini(&io->fr);
     /* Give the shared open file descriptions back as we found them. */
     if (io->in_flags >= 0)
