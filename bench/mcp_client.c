@@ -10,8 +10,9 @@
  *
  * REQUEST is one JSON-RPC request with "%d" where the id goes. The client initializes, sends
  * notifications/initialized, makes WARMUP calls, then CALLS timed calls (one in flight at a time,
- * or MCP_CLIENT_WINDOW at a time on stdio), checks that every reply carries its id and a result that is not an error, and prints
- * "calls_per_second N". Trust: a benchmark tool; it exits non-zero on anything unexpected.
+ * or MCP_CLIENT_WINDOW at a time on stdio), checks that every reply carries its id and a result
+ * that is not an error, and prints "calls_per_second N". Trust: a benchmark tool; it exits non-zero
+ * on anything unexpected.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -26,7 +27,7 @@
 #include <unistd.h>
 
 #define INIT                                                                                       \
-    "{\"jsonrpc\":\"2.0\",\"id\":0,\"method\":\"initialize\",\"params\":{\"protocolVersion\":"   \
+    "{\"jsonrpc\":\"2.0\",\"id\":0,\"method\":\"initialize\",\"params\":{\"protocolVersion\":"     \
     "\"2025-11-25\",\"capabilities\":{},\"clientInfo\":{\"name\":\"bench\",\"version\":\"1\"}}}"
 #define INITIALIZED "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}"
 
