@@ -3,6 +3,7 @@ find_package(PkgConfig REQUIRED)
 pkg_check_modules(JANSSON REQUIRED IMPORTED_TARGET jansson)
 pkg_check_modules(CRYPTO REQUIRED IMPORTED_TARGET libcrypto)
 pkg_check_modules(MHD REQUIRED IMPORTED_TARGET libmicrohttpd)
+pkg_check_modules(SQLITE REQUIRED IMPORTED_TARGET sqlite3)
 if(BUILD_TESTING)
   # Debian's cmocka ships no AddCMockaTest.cmake; pkg-config is enough.
   pkg_check_modules(CMOCKA REQUIRED IMPORTED_TARGET cmocka)

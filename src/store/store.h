@@ -1,0 +1,152 @@
+/*
+ * store: the operation ledger (runtime.md section 6, contract.md section 3 apply_patch and
+ * operation_status) on SQLite. One row per apply_patch operation: minted with status `unknown`
+ * before the first write, finished with the final result. Rows never finished stay `unknown`
+ * forever (after a crash too) and are never replayed as anything else. See docs/ledger.md.
+ *
+ * Nothing here knows about MCP, tools or patches: the tool layer mints, runs the patch, finishes,
+ * and answers operation_status from cs_store_get_by_id / cs_store_get_by_key.
+ *
+ * Trust: the database path comes from the operator (flag or variable). The database file is
+ * checked at open (SQLite header, quick_check, application id, schema version) and never replaced
+ * or recreated when it fails. Ids, keys and workspace ids come from the client (schema-checked)
+ * and are only ever bound as statement parameters, with their lengths. Rows read back are decoded
+ * through the generated code, so a tampered row is an error, not a crash.
+ *
+ * Entry points: cs_store_open / cs_store_close, cs_store_mint, cs_store_finish,
+ * cs_store_get_by_id / cs_store_get_by_key (operation_status), cs_store_get_result (a replay),
+ * cs_store_fingerprint. The library never logs or prints; fallible functions put a human message
+ * (valid UTF-8) in msg when msg is not NULL and write their outputs only on success.
+ *
+ * Threads: a store is one SQLite connection, used from one thread at a time (the gateway loop).
+ */
+#ifndef CS_STORE_H
+#define CS_STORE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "csw.h"
+
+#define CS_STORE_ID_SIZE          40 /* "op-" + 36-character uuid + NUL */
+#define CS_STORE_FINGERPRINT_SIZE 72 /* "sha256:" + 64 lowercase hex + NUL */
+#define CS_STORE_TIME_SIZE        25 /* "2026-11-29T10:00:00.123Z" + NUL */
+#define CS_STORE_SCHEMA_VERSION   1  /* PRAGMA user_version this code writes and understands */
+#define CS_STORE_APPLICATION_ID   0x43534f50 /* PRAGMA application_id: "CSOP" */
+
+/*
+ * What a store call returns. Errors map to the wire as follows (the tool layer's choice):
+ * CS_STORE_NOT_FOUND is OPERATION_NOT_FOUND; CS_STORE_ERROR and CS_STORE_INVALID are INTERNAL.
+ */
+enum cs_store_status {
+    CS_STORE_OK = 0,
+    CS_STORE_KEY_EXISTS = 1, /* cs_store_mint: the key names an existing row (see existing) */
+    CS_STORE_NOT_FOUND = 2,  /* no row with that id or key */
+    CS_STORE_ERROR = -1,     /* SQLite, file system, memory, or a corrupt row; msg says which */
+    CS_STORE_INVALID = -2,   /* the caller broke this API's contract (a bug); msg says how */
+};
+
+struct cs_store;
+
+/* The row a key already names (cs_store_mint answering CS_STORE_KEY_EXISTS). */
+struct cs_store_existing {
+    char id[CS_STORE_ID_SIZE];
+    char fingerprint[CS_STORE_FINGERPRINT_SIZE];
+    enum csw_patch_status status;
+};
+
+/*
+ * Opens (creating when missing) the ledger at path, a NUL-terminated file path or ":memory:" (a
+ * private in-memory ledger that dies with the store). For a file, missing parent directories are
+ * created with mode 0700. Then: the header is read and PRAGMA quick_check must answer "ok"; a
+ * database written by a newer schema version, or another application's database, is refused;
+ * journal_mode=WAL (checked), synchronous=FULL, foreign_keys=ON and a 5 s busy timeout are set;
+ * pending migrations run, each in one transaction. A file that cannot be opened, is not SQLite, is
+ * corrupt or is refused is left exactly as it was (never replaced, truncated or recreated).
+ * Returns CS_STORE_OK with *out a new store (release it with cs_store_close), or CS_STORE_ERROR
+ * with *out NULL and msg naming the path and SQLite's error.
+ */
+enum cs_store_status cs_store_open(const char *path, struct cs_store **out, char *msg,
+                                   size_t msg_cap);
+
+/* Closes the connection and frees the store. Accepts NULL. */
+void cs_store_close(struct cs_store *store);
+
+/*
+ * Mints an operation: one transaction inserts a row (kind "patch", status "unknown", created_at
+ * now) and its "minted" event, and commits durably (synchronous=FULL) before returning, so the row
+ * survives a crash during the writes that follow. workspace_id (ws_n bytes) must not be empty;
+ * key (key_n bytes, not empty) may be NULL for an operation without an operation_key; fingerprint
+ * is a NUL-terminated "sha256:<64 lowercase hex>" (cs_store_fingerprint).
+ *
+ * Returns CS_STORE_OK with id_out set to the new "op-<uuid v4>" (from getrandom(2)), or
+ * CS_STORE_KEY_EXISTS when key already names a row: nothing is inserted and *existing (required
+ * when key is not NULL) holds that row's id, fingerprint and status. The check and the insert are
+ * one IMMEDIATE transaction, so two minters of one key cannot both insert. The caller decides:
+ * same fingerprint is a replay (cs_store_get_result), another is OPERATION_KEY_CONFLICT.
+ */
+enum cs_store_status cs_store_mint(struct cs_store *store, const char *workspace_id, size_t ws_n,
+                                   const char *key, size_t key_n, const char *fingerprint,
+                                   char id_out[CS_STORE_ID_SIZE],
+                                   struct cs_store_existing *existing, char *msg, size_t msg_cap);
+
+/*
+ * Finishes the operation id (NUL-terminated): sets status, the result, finished_at (now) and adds
+ * a "finished" event, in one transaction. result (borrowed, may be NULL when there is no result to
+ * replay, e.g. a rejection reported as a tool error) is stored as its compact JSON; its status must
+ * equal status and its operation_id must equal id. reason_unknown records reason "unknown" on the
+ * event: the server finished the row without a confirmed result. Returns CS_STORE_OK,
+ * CS_STORE_NOT_FOUND, CS_STORE_INVALID (result inconsistent, or the row is already finished) or
+ * CS_STORE_ERROR.
+ */
+enum cs_store_status cs_store_finish(struct cs_store *store, const char *id,
+                                     enum csw_patch_status status,
+                                     const struct csw_mcp_apply_patch_output *result,
+                                     bool reason_unknown, char *msg, size_t msg_cap);
+
+/*
+ * operation_status: fills *out (overwritten; release with csw_mcp_operation_status_output_free)
+ * from the row whose id (id_n bytes) or key (key_n bytes) matches: kind, workspace, status,
+ * replayed false, created_at, finished_at when finished, files and changes of the stored result
+ * (empty without one) and the events in order. Returns CS_STORE_OK, CS_STORE_NOT_FOUND or
+ * CS_STORE_ERROR; out is zeroed unless CS_STORE_OK.
+ */
+enum cs_store_status cs_store_get_by_id(struct cs_store *store, const char *id, size_t id_n,
+                                        struct csw_mcp_operation_status_output *out, char *msg,
+                                        size_t msg_cap);
+enum cs_store_status cs_store_get_by_key(struct cs_store *store, const char *key, size_t key_n,
+                                         struct csw_mcp_operation_status_output *out, char *msg,
+                                         size_t msg_cap);
+
+/*
+ * A replay: fills *out (overwritten; release with csw_mcp_apply_patch_output_free) with the stored
+ * result of operation id (NUL-terminated) and replayed true. A row without a stored result (still
+ * unknown, or finished without one) gives its status, the id and empty files and changes: an
+ * unknown row replays as unknown, never as applied. Returns CS_STORE_OK, CS_STORE_NOT_FOUND or
+ * CS_STORE_ERROR; out is zeroed unless CS_STORE_OK.
+ */
+enum cs_store_status cs_store_get_result(struct cs_store *store, const char *id,
+                                         struct csw_mcp_apply_patch_output *out, char *msg,
+                                         size_t msg_cap);
+
+/*
+ * The apply_patch idempotency fingerprint: "sha256:" + lowercase hex of the SHA-256 of the
+ * canonical JSON of {workspace_id, patch, expected_versions, check_only} taken from in (borrowed).
+ * An absent expected_versions counts as {} and an absent check_only as false (the same request).
+ * Canonical JSON is jansson's json_dumps with JSON_SORT_KEYS | JSON_COMPACT | JSON_ENSURE_ASCII:
+ * keys in bytewise order, no whitespace, everything outside ASCII escaped as \uXXXX. Returns
+ * CS_STORE_OK with out set, or CS_STORE_ERROR (out of memory, libcrypto failure).
+ */
+enum cs_store_status cs_store_fingerprint(const struct csw_mcp_apply_patch_input *in,
+                                          char out[CS_STORE_FINGERPRINT_SIZE], char *msg,
+                                          size_t msg_cap);
+
+/* Helpers the unit tests call directly. */
+
+/* Writes a fresh "op-<uuid v4>" from getrandom(2). Returns 0, or -1 (getrandom failed). */
+int cs__store_new_id(char out[CS_STORE_ID_SIZE]);
+
+/* Writes the current time as RFC 3339 UTC with milliseconds ("2026-11-29T10:00:00.123Z"). */
+void cs__store_now(char out[CS_STORE_TIME_SIZE]);
+
+#endif
