@@ -23,6 +23,7 @@
 #include "jsonrpc.h"
 #include "mcp_server.h"
 #include "policy.h"
+#include "store.h"
 #include "tools.h"
 #include "transport_stdio.h"
 
@@ -188,9 +189,19 @@ int main(int argc, char **argv)
     memset(&g, 0, sizeof g);
     struct cs_tools tools;
     memset(&tools, 0, sizeof tools);
+    /* The ledger first: a database that cannot be opened or is corrupt stops the start (runtime.md
+     * section 6); it is never replaced. */
+    struct cs_store *store = NULL;
+    char serr[1024];
+    if (cs_store_open(cfg.operations_db, &store, serr, sizeof serr) != CS_STORE_OK) {
+        cs_log(CS_LOG_ERROR, "cannot open the operations database",
+               json_pack("{s:s,s:s}", "path", cfg.operations_db, "error", serr));
+        cs_config_free(&cfg);
+        return 1;
+    }
     g.loop = cs_loop_new();
     g.srv = g.loop ? cs_mcp_new(CS_VERSION) : NULL;
-    if (!g.srv || cs_tools_register(g.srv, &tools, &cfg, CS_VERSION) != 0 ||
+    if (!g.srv || cs_tools_register(g.srv, &tools, &cfg, CS_VERSION, store) != 0 ||
         cs_loop_signal(g.loop, SIGINT, on_signal, &g) != 0 ||
         cs_loop_signal(g.loop, SIGTERM, on_signal, &g) != 0) {
         cs_log(CS_LOG_ERROR, "startup failed", json_pack("{s:s}", "error", strerror(errno)));
@@ -218,6 +229,7 @@ out:
     cs_http_stop(g.http);
     cs_mcp_free(g.srv);
     cs_tools_free(&tools);
+    cs_store_close(store);
     cs_loop_free(g.loop);
     cs_config_free(&cfg);
     return g.exit_code;

@@ -1,5 +1,6 @@
 /*
- * tools: handler registration and the tools implemented so far (workspace_info, read, find).
+ * tools: handler registration and the tools implemented so far (workspace_info, read, find,
+ * apply_patch, operation_status).
  * Tools whose work lands later keep the core's "not implemented" answer, and workspace_info says
  * honestly that they are unavailable (cs_runtime_caps below).
  */
@@ -10,6 +11,7 @@
 #include <string.h>
 
 #include "fs.h"
+#include "patch_txn.h"
 
 /* fs cannot see policy (it will run in the runner too): the caps it enforces must be the ones
  * workspace_info advertises. */
@@ -68,6 +70,8 @@ void cs_tools_free(struct cs_tools *t)
     free(t->info);
     t->info = NULL;
     t->n_info = 0;
+    free(t->leases);
+    t->leases = NULL;
 }
 
 /*
@@ -127,8 +131,126 @@ static void find_tool(void *arg, struct cs_mcp_call *call, const void *input)
     csw_mcp_find_output_free(&out);
 }
 
+/* ---- apply_patch and operation_status ---- */
+
+/*
+ * Takes a workspace's lease for call: 0 when it was free (the caller now holds it and must
+ * lease_release it), 1 when it is held and the call was queued (FIFO; lease_release runs it, and
+ * the input must live until then), or CSW_ERROR_RESOURCE_QUEUE_FULL when
+ * CS_TOOLS_LEASE_MAX_WAITERS calls already wait. Handlers complete synchronously today, so the
+ * lease is always free on arrival; a live process holding it (the supervisor) is what will queue.
+ */
+static int lease_acquire(struct cs_tools_lease *l, struct cs_mcp_call *call, const void *input)
+{
+    if (!l->busy) {
+        l->busy = true;
+        return 0;
+    }
+    if (l->n_wait >= CS_TOOLS_LEASE_MAX_WAITERS)
+        return CSW_ERROR_RESOURCE_QUEUE_FULL;
+    size_t slot = (l->head + l->n_wait) % CS_TOOLS_LEASE_MAX_WAITERS;
+    l->wait[slot] = call;
+    l->wait_input[slot] = input;
+    l->n_wait++;
+    return 1;
+}
+
+static void apply_patch_locked(struct cs_tools *t, const struct cs_workspace *ws,
+                               struct cs_mcp_call *call,
+                               const struct csw_mcp_apply_patch_input *in);
+
+/* Releases the lease, handing it to the first waiter, which runs at once. */
+static void lease_release(struct cs_tools *t, const struct cs_workspace *ws)
+{
+    struct cs_tools_lease *l = &t->leases[ws - t->cfg->workspaces];
+    while (l->n_wait > 0) {
+        struct cs_mcp_call *call = l->wait[l->head];
+        const struct csw_mcp_apply_patch_input *in = l->wait_input[l->head];
+        l->head = (l->head + 1) % CS_TOOLS_LEASE_MAX_WAITERS;
+        l->n_wait--;
+        apply_patch_locked(t, ws, call, in); /* keeps busy set while it runs */
+    }
+    l->busy = false;
+}
+
+static void apply_patch_locked(struct cs_tools *t, const struct cs_workspace *ws,
+                               struct cs_mcp_call *call, const struct csw_mcp_apply_patch_input *in)
+{
+    struct csw_mcp_apply_patch_output out;
+    char op_id[CS_STORE_ID_SIZE];
+    char msg[512];
+    int rc = cs_patch_txn_run(t->store, ws->root, in, &out, op_id, msg, sizeof msg);
+    if (rc != 0) {
+        cs_mcp_call_error(call, (enum csw_error)rc, op_id[0] ? op_id : NULL, "%s", msg);
+        return;
+    }
+    cs_mcp_call_ok(call, &out);
+    csw_mcp_apply_patch_output_free(&out);
+}
+
+static void apply_patch_tool(void *arg, struct cs_mcp_call *call, const void *input)
+{
+    struct cs_tools *t = arg;
+    const struct csw_mcp_apply_patch_input *in = input;
+    char msg[512];
+    const struct cs_workspace *ws =
+        cs_config_workspace(t->cfg, in->workspace_id.s, in->workspace_id.n);
+    if (ws == NULL) {
+        cs_mcp_call_error(call, CSW_ERROR_WORKSPACE_NOT_FOUND, NULL,
+                          "no workspace is registered under this workspace_id");
+        return;
+    }
+    /* UNAUTHORIZED (read-only profile, linux-container environment) comes before the ledger
+     * row, so it never carries an operation_id. */
+    int rc = cs_workspace_check(ws, CS_POLICY_ACCESS_WRITE, msg, sizeof msg);
+    if (rc != 0) {
+        cs_mcp_call_error(call, (enum csw_error)rc, NULL, "%s", msg);
+        return;
+    }
+    struct cs_tools_lease *l = &t->leases[ws - t->cfg->workspaces];
+    rc = lease_acquire(l, call, input);
+    if (rc == 1)
+        return; /* queued: lease_release runs it */
+    if (rc != 0) {
+        cs_mcp_call_error(call, (enum csw_error)rc, NULL,
+                          "%d calls already wait for this workspace", CS_TOOLS_LEASE_MAX_WAITERS);
+        return;
+    }
+    apply_patch_locked(t, ws, call, in);
+    lease_release(t, ws);
+}
+
+static void operation_status_tool(void *arg, struct cs_mcp_call *call, const void *input)
+{
+    struct cs_tools *t = arg;
+    const struct csw_mcp_operation_status_input *in = input;
+    if (in->has_operation_id == in->has_operation_key) {
+        cs_mcp_call_error(call, CSW_ERROR_OPERATION_NOT_FOUND, NULL,
+                          "provide exactly one of operation_id or operation_key");
+        return;
+    }
+    struct csw_mcp_operation_status_output out;
+    char msg[512];
+    enum cs_store_status ss = in->has_operation_id
+                                  ? cs_store_get_by_id(t->store, in->operation_id.s,
+                                                       in->operation_id.n, &out, msg, sizeof msg)
+                                  : cs_store_get_by_key(t->store, in->operation_key.s,
+                                                        in->operation_key.n, &out, msg, sizeof msg);
+    if (ss == CS_STORE_NOT_FOUND) {
+        cs_mcp_call_error(call, CSW_ERROR_OPERATION_NOT_FOUND, NULL, "no operation with this %s",
+                          in->has_operation_id ? "operation_id" : "operation_key");
+        return;
+    }
+    if (ss != CS_STORE_OK) {
+        cs_mcp_call_error(call, CSW_ERROR_INTERNAL, NULL, "ledger: %s", msg);
+        return;
+    }
+    cs_mcp_call_ok(call, &out);
+    csw_mcp_operation_status_output_free(&out);
+}
+
 int cs_tools_register(struct cs_mcp *srv, struct cs_tools *t, const struct cs_config *cfg,
-                      const char *version)
+                      const char *version, struct cs_store *store)
 {
     memset(t, 0, sizeof *t);
     t->cfg = cfg;
@@ -137,10 +259,14 @@ int cs_tools_register(struct cs_mcp *srv, struct cs_tools *t, const struct cs_co
     if (!t->info)
         return -1;
     t->n_info = cfg->n_workspaces + 1;
-    /* read and find are implemented (src/fs); patch and processes are not yet: say so rather
-     * than promise them. */
+    t->store = store;
+    t->leases = calloc(cfg->n_workspaces + 1, sizeof *t->leases);
+    if (!t->leases)
+        return -1;
+    /* read and find (src/fs) and apply_patch (src/patch, src/store) are implemented; processes
+     * are not yet: say so rather than promise them. */
     t->caps.files_available = true;
-    t->caps.patch_available = false;
+    t->caps.patch_available = true;
     t->caps.process_available = false;
     t->caps.uds_runner = cfg->runner == CS_CONFIG_RUNNER_UDS;
     t->caps.sandbox = false; /* no probe yet: command_sandbox none, enforcement none */
@@ -150,7 +276,9 @@ int cs_tools_register(struct cs_mcp *srv, struct cs_tools *t, const struct cs_co
     t->caps.output_ring_bytes = OUTPUT_RING_BYTES;
     if (cs_mcp_set_tool(srv, "workspace_info", workspace_info, t) != 0 ||
         cs_mcp_set_tool(srv, "read", read_tool, t) != 0 ||
-        cs_mcp_set_tool(srv, "find", find_tool, t) != 0)
+        cs_mcp_set_tool(srv, "find", find_tool, t) != 0 ||
+        cs_mcp_set_tool(srv, "apply_patch", apply_patch_tool, t) != 0 ||
+        cs_mcp_set_tool(srv, "operation_status", operation_status_tool, t) != 0)
         return -1;
     return 0;
 }

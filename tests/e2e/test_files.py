@@ -467,7 +467,7 @@ class TestFind(FilesCase):
         files = info["execution"]["files"]
         self.assertTrue(files["read"]["available"])
         self.assertTrue(files["find"]["available"])
-        self.assertFalse(files["patch"]["available"])
+        self.assertTrue(files["patch"]["available"])  # apply_patch landed (tests/e2e/test_patch.py)
 
 
 class TestRootGone(unittest.TestCase):

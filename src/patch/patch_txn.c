@@ -1,0 +1,899 @@
+/*
+ * patch_txn: apply_patch's transaction (see patch_txn.h and docs/patch-format.md, "Transactions").
+ *
+ * Order: fingerprint, mint the ledger row (a replay or a key conflict stops here), check
+ * expected_versions, parse, normalise and preflight every operation (reading every old content
+ * into memory: the snapshots), then for check_only finish as "checked"; otherwise write, verify
+ * and roll back on failure, and finish the row with the result. A rejection before any write
+ * finishes the row as "rejected" without a stored result and returns the error with the row's id.
+ *
+ * Trust: the patch, paths, versions and key are the client's. Paths are normalised with the fs
+ * rules; every open is cs_fs_open_beneath (no symlink followed, leaf or ancestor), and every
+ * create, rename and unlink is done relative to a directory fd that open returned, on a single
+ * name component.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include "patch_txn.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <openssl/evp.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "fs.h"
+#include "patch.h"
+
+#define VERSION_SIZE 72 /* "sha256:" + 64 hex + NUL */
+#define MSG_CAP      512
+
+struct item {
+    enum csw_patch_change_kind kind;
+    struct cs_fs_path path; /* the target; for a move, the destination */
+    struct cs_fs_path from; /* move: the source */
+    const struct cs_patch_op *op;
+    char *old; /* update, delete, move: the old content (the snapshot) */
+    size_t old_len;
+    mode_t mode; /* the old file's permission bits; 0644 for an add */
+    char before[VERSION_SIZE];
+    char *new_content; /* add, update, move: the new content */
+    size_t new_len;
+    char after[VERSION_SIZE];
+};
+
+enum undo_kind {
+    UNDO_UNLINK,  /* a file we created: remove it */
+    UNDO_RESTORE, /* a file we replaced or removed: write the snapshot back */
+    UNDO_RMDIR,   /* a directory we created: remove it */
+};
+
+struct undo {
+    enum undo_kind kind;
+    struct cs_fs_path *p; /* owned copy */
+    const char *data;     /* UNDO_RESTORE: the snapshot (borrowed from an item) */
+    size_t len;
+    mode_t mode;
+};
+
+struct txn {
+    int rootfd;
+    struct item *items;
+    size_t n_items;
+    struct undo *undo;
+    size_t n_undo, undo_cap;
+};
+
+/* The length of the first n bytes of the valid UTF-8 text s cut to at most max bytes, never
+ * inside a sequence (every string quoted here came from JSON, so it is valid UTF-8). */
+static size_t utf8_cut(const char *s, size_t n, size_t max)
+{
+    if (n <= max)
+        return n;
+    size_t i = max;
+    while (i > 0 && ((unsigned char)s[i] & 0xC0) == 0x80)
+        i--; /* s[i] now starts a sequence (or i is 0): cut before it */
+    return i;
+}
+
+static int clip(const char *s, size_t n, size_t max)
+{
+    return (int)utf8_cut(s, n, max);
+}
+
+/* snprintf into msg (may be NULL) that never leaves a cut UTF-8 sequence at the end. */
+static void msgf(char *msg, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void msgf(char *msg, size_t cap, const char *fmt, ...)
+{
+    if (msg == NULL || cap == 0)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(msg, cap, fmt, ap);
+    va_end(ap);
+    if (n < 0) {
+        msg[0] = '\0';
+        return;
+    }
+    if ((size_t)n < cap)
+        return;
+    /* Truncated: drop the last sequence when vsnprintf cut it short. */
+    size_t len = cap - 1, i = len;
+    while (i > 0 && len - i < 4 && ((unsigned char)msg[i - 1] & 0xC0) == 0x80)
+        i--;
+    if (i == 0)
+        return;
+    unsigned char lead = (unsigned char)msg[i - 1];
+    size_t need = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 1;
+    if (len - (i - 1) < need)
+        msg[i - 1] = '\0';
+}
+
+/* ---- hashing and reading ---- */
+
+static int hash(const char *data, size_t len, char out[VERSION_SIZE])
+{
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int mdn = 0;
+    if (EVP_Digest(data, len, md, &mdn, EVP_sha256(), NULL) != 1 || mdn != 32)
+        return -1;
+    static const char hx[] = "0123456789abcdef";
+    memcpy(out, "sha256:", 7);
+    for (size_t i = 0; i < 32; i++) {
+        out[7 + 2 * i] = hx[md[i] >> 4];
+        out[8 + 2 * i] = hx[md[i] & 15];
+    }
+    out[71] = '\0';
+    return 0;
+}
+
+/* Reads the regular file p whole (at most CS_PATCH_TXN_MAX_FILE bytes) with its mode and
+ * version. *data is a new NUL-terminated buffer. */
+static int read_file(int rootfd, const struct cs_fs_path *p, char **data, size_t *len, mode_t *mode,
+                     char ver[VERSION_SIZE], char *msg, size_t cap)
+{
+    int fd = -1;
+    struct stat st;
+    int rc = cs_fs_open_beneath(rootfd, p, CS_FS_WANT_FILE, &fd, &st, msg, cap);
+    if (rc != 0)
+        return rc;
+    char *buf = NULL;
+    size_t n = 0, room = (size_t)st.st_size + 1;
+    if ((uint64_t)st.st_size > CS_PATCH_TXN_MAX_FILE) {
+        msgf(msg, cap, "%s is larger than %u bytes, the most a patch handles", p->rel,
+             CS_PATCH_TXN_MAX_FILE);
+        rc = CSW_ERROR_FILE_OPERATION_FAILED;
+        goto out;
+    }
+    buf = malloc(room + 1);
+    if (buf == NULL) {
+        msgf(msg, cap, "out of memory reading %s", p->rel);
+        rc = CSW_ERROR_INTERNAL;
+        goto out;
+    }
+    for (;;) {
+        if (n == room) { /* the file grew since fstat: read on, up to the cap */
+            if (room > CS_PATCH_TXN_MAX_FILE) {
+                msgf(msg, cap, "%s is larger than %u bytes, the most a patch handles", p->rel,
+                     CS_PATCH_TXN_MAX_FILE);
+                rc = CSW_ERROR_FILE_OPERATION_FAILED;
+                goto out;
+            }
+            char *nb = realloc(buf, room * 2 + 1);
+            if (nb == NULL) {
+                msgf(msg, cap, "out of memory reading %s", p->rel);
+                rc = CSW_ERROR_INTERNAL;
+                goto out;
+            }
+            buf = nb;
+            room *= 2;
+        }
+        ssize_t got = read(fd, buf + n, room - n);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got < 0) {
+            msgf(msg, cap, "cannot read %s: %s", p->rel, strerror(errno));
+            rc = CSW_ERROR_FILE_OPERATION_FAILED;
+            goto out;
+        }
+        if (got == 0)
+            break;
+        n += (size_t)got;
+    }
+    buf[n] = '\0';
+    if (hash(buf, n, ver) != 0) {
+        msgf(msg, cap, "SHA-256 failed hashing %s", p->rel);
+        rc = CSW_ERROR_INTERNAL;
+        goto out;
+    }
+    *data = buf;
+    buf = NULL;
+    *len = n;
+    *mode = st.st_mode & 07777;
+out:
+    free(buf);
+    close(fd);
+    return rc;
+}
+
+/* ---- paths ---- */
+
+/* The parent of p (the root for a one-component path) and p's last component. */
+static void split(const struct cs_fs_path *p, struct cs_fs_path *parent, const char **leaf)
+{
+    const char *slash = strrchr(p->rel, '/');
+    size_t plen = slash ? (size_t)(slash - p->rel) : 0;
+    memcpy(parent->rel, p->rel, plen);
+    parent->rel[plen] = '\0';
+    parent->len = plen;
+    parent->dir_only = false;
+    *leaf = slash ? slash + 1 : p->rel;
+}
+
+/* Opens p's parent directory beneath the root (no symlink followed). */
+static int open_parent(int rootfd, const struct cs_fs_path *p, int *dfd, const char **leaf,
+                       char *msg, size_t cap)
+{
+    struct cs_fs_path parent;
+    struct stat st;
+    split(p, &parent, leaf);
+    return cs_fs_open_beneath(rootfd, &parent, CS_FS_WANT_DIR, dfd, &st, msg, cap);
+}
+
+/*
+ * What is at p, without following anything: 0 when something that may be replaced or reported
+ * as existing is there (*is_dir says whether it is a directory), CSW_ERROR_FILE_NOT_FOUND when
+ * nothing is (an ancestor may be missing too), or the error of an ancestor or of the leaf
+ * (symlink, special file).
+ */
+static int probe(int rootfd, const struct cs_fs_path *p, bool *is_dir, char *msg, size_t cap)
+{
+    int dfd = -1;
+    const char *leaf;
+    int rc = open_parent(rootfd, p, &dfd, &leaf, msg, cap);
+    if (rc != 0)
+        return rc;
+    struct stat st;
+    if (fstatat(dfd, leaf, &st, AT_SYMLINK_NOFOLLOW) != 0) {
+        int e = errno;
+        close(dfd);
+        if (e == ENOENT) {
+            msgf(msg, cap, "%s does not exist", p->rel);
+            return CSW_ERROR_FILE_NOT_FOUND;
+        }
+        msgf(msg, cap, "cannot inspect %s: %s", p->rel, strerror(e));
+        return CSW_ERROR_FILE_OPERATION_FAILED;
+    }
+    close(dfd);
+    switch (st.st_mode & S_IFMT) {
+    case S_IFREG:
+        *is_dir = false;
+        return 0;
+    case S_IFDIR:
+        *is_dir = true;
+        return 0;
+    case S_IFLNK:
+        msgf(msg, cap, "%s is a symlink; symlinks are never followed", p->rel);
+        return CSW_ERROR_SYMLINK_REJECTED;
+    default:
+        msgf(msg, cap, "%s is a special file; only regular files are patched", p->rel);
+        return CSW_ERROR_SPECIAL_FILE_REJECTED;
+    }
+}
+
+/* Normalises a patch path: fs rules, and it must name a file (no trailing "/", not the root). */
+static int norm(const char *s, size_t n, struct cs_fs_path *out, char *msg, size_t cap)
+{
+    int rc = cs_fs_path_normalize(s, n, out, msg, cap);
+    if (rc != 0)
+        return rc;
+    if (out->len == 0 || out->dir_only) {
+        msgf(msg, cap, "%.*s names a directory; a patch path must name a file", clip(s, n, 200), s);
+        return out->len == 0 ? CSW_ERROR_PATH_ESCAPE : CSW_ERROR_PATH_NOT_DIRECTORY;
+    }
+    return 0;
+}
+
+/* ---- writes ---- */
+
+static int push_undo(struct txn *t, enum undo_kind kind, const struct cs_fs_path *p,
+                     const char *data, size_t len, mode_t mode)
+{
+    if (t->n_undo == t->undo_cap) {
+        size_t nc = t->undo_cap ? t->undo_cap * 2 : 8;
+        struct undo *nu = realloc(t->undo, nc * sizeof *nu);
+        if (nu == NULL)
+            return -1;
+        t->undo = nu;
+        t->undo_cap = nc;
+    }
+    struct cs_fs_path *copy = malloc(sizeof *copy);
+    if (copy == NULL)
+        return -1;
+    *copy = *p;
+    t->undo[t->n_undo++] = (struct undo){kind, copy, data, len, mode};
+    return 0;
+}
+
+/* Drops the last journal entry (its action did not happen). */
+static void pop_undo(struct txn *t)
+{
+    t->n_undo--;
+    free(t->undo[t->n_undo].p);
+}
+
+static int write_all(int fd, const char *data, size_t len)
+{
+    while (len > 0) {
+        ssize_t w = write(fd, data, len);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0)
+            return -1;
+        data += w;
+        len -= (size_t)w;
+    }
+    return 0;
+}
+
+/* Writes data to a temporary file beside p (mode mode), fsyncs it and renames it over p (or, with
+ * noreplace, onto p only while nothing is there: an add or a move target that appeared since the
+ * preflight is not clobbered), then fsyncs the directory. */
+static int write_file(int rootfd, const struct cs_fs_path *p, const char *data, size_t len,
+                      mode_t mode, bool noreplace, char *msg, size_t cap)
+{
+    int dfd = -1, fd = -1;
+    const char *leaf;
+    char tmp[96];
+    int rc = open_parent(rootfd, p, &dfd, &leaf, msg, cap);
+    if (rc != 0)
+        return rc;
+    unsigned char rnd[8];
+    if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd) {
+        msgf(msg, cap, "getrandom failed: %s", strerror(errno));
+        rc = CSW_ERROR_FILE_OPERATION_FAILED;
+        goto out;
+    }
+    snprintf(tmp, sizeof tmp, ".cs-patch-%02x%02x%02x%02x%02x%02x%02x%02x.tmp", rnd[0], rnd[1],
+             rnd[2], rnd[3], rnd[4], rnd[5], rnd[6], rnd[7]);
+    fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
+    if (fd < 0 || fchmod(fd, mode) != 0 || write_all(fd, data, len) != 0 || fsync(fd) != 0) {
+        msgf(msg, cap, "cannot write a temporary file for %s: %s", p->rel, strerror(errno));
+        rc = CSW_ERROR_FILE_OPERATION_FAILED;
+        if (fd >= 0)
+            unlinkat(dfd, tmp, 0);
+        goto out;
+    }
+    if (renameat2(dfd, tmp, dfd, leaf, noreplace ? RENAME_NOREPLACE : 0) != 0) {
+        int e = errno;
+        unlinkat(dfd, tmp, 0);
+        if (e == EEXIST) {
+            msgf(msg, cap, "%s appeared while the patch was being applied", p->rel);
+            rc = CSW_ERROR_FILE_OPERATION_FAILED;
+            goto out;
+        }
+        msgf(msg, cap, "cannot rename the temporary file onto %s: %s", p->rel, strerror(e));
+        rc = CSW_ERROR_FILE_OPERATION_FAILED;
+        goto out;
+    }
+    (void)fsync(dfd); /* the rename's durability; the data is already synced */
+out:
+    if (fd >= 0)
+        close(fd);
+    close(dfd);
+    return rc;
+}
+
+static int remove_at(int rootfd, const struct cs_fs_path *p, bool dir, char *msg, size_t cap)
+{
+    int dfd = -1;
+    const char *leaf;
+    int rc = open_parent(rootfd, p, &dfd, &leaf, msg, cap);
+    if (rc != 0)
+        return rc;
+    if (unlinkat(dfd, leaf, dir ? AT_REMOVEDIR : 0) != 0) {
+        msgf(msg, cap, "cannot remove %s: %s", p->rel, strerror(errno));
+        rc = CSW_ERROR_FILE_OPERATION_FAILED;
+    } else {
+        (void)fsync(dfd);
+    }
+    close(dfd);
+    return rc;
+}
+
+/* Creates the missing parent directories of p (0755), each with mkdirat in its opened parent,
+ * and journals them. */
+static int make_parents(struct txn *t, const struct cs_fs_path *p, char *msg, size_t cap)
+{
+    struct cs_fs_path pre;
+    for (size_t i = 0; i < p->len; i++) {
+        if (p->rel[i] != '/')
+            continue;
+        memcpy(pre.rel, p->rel, i);
+        pre.rel[i] = '\0';
+        pre.len = i;
+        pre.dir_only = false;
+        int fd = -1;
+        struct stat st;
+        int rc = cs_fs_open_beneath(t->rootfd, &pre, CS_FS_WANT_DIR, &fd, &st, msg, cap);
+        if (rc == 0) {
+            close(fd);
+            continue;
+        }
+        if (rc != CSW_ERROR_FILE_NOT_FOUND)
+            return rc;
+        int dfd = -1;
+        const char *leaf;
+        rc = open_parent(t->rootfd, &pre, &dfd, &leaf, msg, cap);
+        if (rc != 0)
+            return rc;
+        if (push_undo(t, UNDO_RMDIR, &pre, NULL, 0, 0) != 0) {
+            msgf(msg, cap, "out of memory");
+            close(dfd);
+            return CSW_ERROR_INTERNAL;
+        }
+        if (mkdirat(dfd, leaf, 0755) != 0) {
+            msgf(msg, cap, "cannot create the directory %s: %s", pre.rel, strerror(errno));
+            close(dfd);
+            pop_undo(t);
+            return CSW_ERROR_FILE_OPERATION_FAILED;
+        }
+        close(dfd);
+    }
+    return 0;
+}
+
+/* Undoes the journal in reverse. Returns 0 when everything was restored. */
+static int rollback(struct txn *t)
+{
+    int bad = 0;
+    char msg[MSG_CAP];
+    for (size_t i = t->n_undo; i-- > 0;) {
+        const struct undo *u = &t->undo[i];
+        int rc = 0;
+        switch (u->kind) {
+        case UNDO_UNLINK:
+            rc = remove_at(t->rootfd, u->p, false, msg, sizeof msg);
+            break;
+        case UNDO_RESTORE:
+            rc = write_file(t->rootfd, u->p, u->data, u->len, u->mode, false, msg, sizeof msg);
+            break;
+        case UNDO_RMDIR:
+            rc = remove_at(t->rootfd, u->p, true, msg, sizeof msg);
+            break;
+        }
+        if (rc != 0)
+            bad = -1;
+    }
+    return bad;
+}
+
+/*
+ * Runs the writes of every item. Each action is journaled before it runs, so an action that may
+ * have happened is always undone: undoing one that did not (restoring an unchanged file, removing
+ * a file that is not there) is harmless.
+ */
+static int execute(struct txn *t, char *msg, size_t cap)
+{
+    for (size_t i = 0; i < t->n_items; i++) {
+        struct item *it = &t->items[i];
+        int rc = 0;
+        switch (it->kind) {
+        case CSW_PATCH_CHANGE_KIND_ADD:
+        case CSW_PATCH_CHANGE_KIND_MOVE:
+            rc = make_parents(t, &it->path, msg, cap);
+            if (rc != 0)
+                return rc;
+            if (push_undo(t, UNDO_UNLINK, &it->path, NULL, 0, 0) != 0)
+                goto oom;
+            rc = write_file(t->rootfd, &it->path, it->new_content, it->new_len, it->mode, true, msg,
+                            cap);
+            if (rc != 0) {
+                pop_undo(t); /* nothing was renamed onto the path: it is not ours to remove */
+                return rc;
+            }
+            if (it->kind == CSW_PATCH_CHANGE_KIND_MOVE) {
+                if (push_undo(t, UNDO_RESTORE, &it->from, it->old, it->old_len, it->mode) != 0)
+                    goto oom;
+                rc = remove_at(t->rootfd, &it->from, false, msg, cap);
+                if (rc != 0)
+                    return rc;
+            }
+            break;
+        case CSW_PATCH_CHANGE_KIND_UPDATE:
+            if (push_undo(t, UNDO_RESTORE, &it->path, it->old, it->old_len, it->mode) != 0)
+                goto oom;
+            rc = write_file(t->rootfd, &it->path, it->new_content, it->new_len, it->mode, false,
+                            msg, cap);
+            if (rc != 0)
+                return rc;
+            break;
+        case CSW_PATCH_CHANGE_KIND_DELETE:
+            if (push_undo(t, UNDO_RESTORE, &it->path, it->old, it->old_len, it->mode) != 0)
+                goto oom;
+            rc = remove_at(t->rootfd, &it->path, false, msg, cap);
+            if (rc != 0)
+                return rc;
+            break;
+        }
+    }
+    return 0;
+oom:
+    msgf(msg, cap, "out of memory journaling the writes");
+    return CSW_ERROR_INTERNAL;
+}
+
+/* Reads back every written file and checks its hash; checks every removed source is gone. */
+static int verify(struct txn *t, char *msg, size_t cap)
+{
+    for (size_t i = 0; i < t->n_items; i++) {
+        const struct item *it = &t->items[i];
+        bool is_dir;
+        if (it->kind == CSW_PATCH_CHANGE_KIND_DELETE) {
+            if (probe(t->rootfd, &it->path, &is_dir, msg, cap) != CSW_ERROR_FILE_NOT_FOUND) {
+                msgf(msg, cap, "verification: %s still exists after its delete", it->path.rel);
+                return CSW_ERROR_FILE_OPERATION_FAILED;
+            }
+            continue;
+        }
+        if (it->kind == CSW_PATCH_CHANGE_KIND_MOVE &&
+            probe(t->rootfd, &it->from, &is_dir, msg, cap) != CSW_ERROR_FILE_NOT_FOUND) {
+            msgf(msg, cap, "verification: %s still exists after its move", it->from.rel);
+            return CSW_ERROR_FILE_OPERATION_FAILED;
+        }
+        char *data = NULL;
+        size_t len;
+        mode_t mode;
+        char ver[VERSION_SIZE];
+        int rc = read_file(t->rootfd, &it->path, &data, &len, &mode, ver, msg, cap);
+        free(data);
+        if (rc != 0)
+            return rc;
+        if (strcmp(ver, it->after) != 0) {
+            msgf(msg, cap, "verification: %s on disk is %s, not the written %s", it->path.rel, ver,
+                 it->after);
+            return CSW_ERROR_FILE_OPERATION_FAILED;
+        }
+    }
+    return 0;
+}
+
+/* ---- preflight ---- */
+
+static int check_versions(int rootfd, const struct csw_mcp_apply_patch_input *in, char *msg,
+                          size_t cap)
+{
+    if (!in->has_expected_versions)
+        return 0;
+    for (size_t i = 0; i < in->expected_versions.n; i++) {
+        const struct csw_mcp_apply_patch_input_expected_versions_entry *e =
+            &in->expected_versions.v[i];
+        struct cs_fs_path p;
+        int rc = norm(e->key.s, e->key.n, &p, msg, cap);
+        if (rc != 0)
+            return rc;
+        bool want_absent = e->value.n == 6 && memcmp(e->value.s, "absent", 6) == 0;
+        bool is_dir = false;
+        rc = probe(rootfd, &p, &is_dir, msg, cap);
+        if (rc == CSW_ERROR_FILE_NOT_FOUND) {
+            if (want_absent)
+                continue;
+            msgf(msg, cap, "expected_versions: %s does not exist, expected %.*s", p.rel,
+                 clip(e->value.s, e->value.n, 100), e->value.s);
+            return CSW_ERROR_VERSION_CONFLICT;
+        }
+        if (rc != 0)
+            return rc;
+        if (want_absent) {
+            msgf(msg, cap, "expected_versions: %s exists, expected absent", p.rel);
+            return CSW_ERROR_VERSION_CONFLICT;
+        }
+        char *data = NULL;
+        size_t len;
+        mode_t mode;
+        char ver[VERSION_SIZE];
+        rc = read_file(rootfd, &p, &data, &len, &mode, ver, msg, cap);
+        free(data);
+        if (rc != 0)
+            return rc;
+        if (e->value.n != strlen(ver) || memcmp(e->value.s, ver, e->value.n) != 0) {
+            msgf(msg, cap, "expected_versions: %s is %s, expected %.*s", p.rel, ver,
+                 clip(e->value.s, e->value.n, 100), e->value.s);
+            return CSW_ERROR_VERSION_CONFLICT;
+        }
+    }
+    return 0;
+}
+
+/* The destination of an add or a move must not exist (its parents may be missing). */
+static int check_absent(int rootfd, const struct cs_fs_path *p, enum csw_error exists_code,
+                        char *msg, size_t cap)
+{
+    bool is_dir;
+    int rc = probe(rootfd, p, &is_dir, msg, cap);
+    if (rc == CSW_ERROR_FILE_NOT_FOUND)
+        return 0;
+    if (rc != 0)
+        return rc;
+    msgf(msg, cap, "%s already exists%s", p->rel, is_dir ? " (a directory)" : "");
+    return (int)exists_code;
+}
+
+static int cmp_paths(const void *a, const void *b)
+{
+    const struct cs_fs_path *const *x = a;
+    const struct cs_fs_path *const *y = b;
+    return strcmp((*x)->rel, (*y)->rel);
+}
+
+/* Two operations on one file after normalisation ("a/b" and "a/./b") are an INVALID_PATCH. */
+static int check_duplicates(const struct txn *t, char *msg, size_t cap)
+{
+    size_t n = 0;
+    const struct cs_fs_path **v = malloc((2 * t->n_items + 1) * sizeof *v);
+    if (v == NULL) {
+        msgf(msg, cap, "out of memory");
+        return CSW_ERROR_INTERNAL;
+    }
+    for (size_t i = 0; i < t->n_items; i++) {
+        v[n++] = &t->items[i].path;
+        if (t->items[i].kind == CSW_PATCH_CHANGE_KIND_MOVE)
+            v[n++] = &t->items[i].from;
+    }
+    qsort(v, n, sizeof *v, cmp_paths);
+    int rc = 0;
+    for (size_t i = 1; i < n; i++) {
+        if (strcmp(v[i - 1]->rel, v[i]->rel) == 0) {
+            msgf(msg, cap, "two operations touch %s (after path normalisation)", v[i]->rel);
+            rc = CSW_ERROR_INVALID_PATCH;
+            break;
+        }
+    }
+    free(v);
+    return rc;
+}
+
+/* Normalises and preflights every operation; reads every old content; computes every new one. */
+static int preflight(struct txn *t, const struct cs_patch *plan, char *msg, size_t cap)
+{
+    t->items = calloc(plan->n_ops + 1, sizeof *t->items);
+    if (t->items == NULL) {
+        msgf(msg, cap, "out of memory");
+        return CSW_ERROR_INTERNAL;
+    }
+    t->n_items = plan->n_ops;
+    /* Paths first, all of them: a path error names itself before any content is looked at. */
+    for (size_t i = 0; i < plan->n_ops; i++) {
+        const struct cs_patch_op *op = &plan->ops[i];
+        struct item *it = &t->items[i];
+        it->op = op;
+        int rc = norm(op->path, op->path_len, &it->path, msg, cap);
+        if (rc != 0)
+            return rc;
+        switch (op->kind) {
+        case CS_PATCH_OP_ADD:
+            it->kind = CSW_PATCH_CHANGE_KIND_ADD;
+            break;
+        case CS_PATCH_OP_DELETE:
+            it->kind = CSW_PATCH_CHANGE_KIND_DELETE;
+            break;
+        case CS_PATCH_OP_UPDATE:
+            it->kind = CSW_PATCH_CHANGE_KIND_UPDATE;
+            if (op->move_to != NULL) {
+                it->from = it->path;
+                rc = norm(op->move_to, op->move_to_len, &it->path, msg, cap);
+                if (rc != 0)
+                    return rc;
+                /* A move onto itself is an update. */
+                if (strcmp(it->from.rel, it->path.rel) != 0)
+                    it->kind = CSW_PATCH_CHANGE_KIND_MOVE;
+            }
+            break;
+        }
+    }
+    int rc = check_duplicates(t, msg, cap);
+    if (rc != 0)
+        return rc;
+    for (size_t i = 0; i < t->n_items; i++) {
+        struct item *it = &t->items[i];
+        const struct cs_fs_path *src =
+            it->kind == CSW_PATCH_CHANGE_KIND_MOVE ? &it->from : &it->path;
+        if (it->kind == CSW_PATCH_CHANGE_KIND_ADD) {
+            rc = check_absent(t->rootfd, &it->path, CSW_ERROR_ADD_FILE_EXISTS, msg, cap);
+            if (rc != 0)
+                return rc;
+            it->mode = 0644;
+            it->new_content = malloc(it->op->content_len + 1);
+            if (it->new_content == NULL) {
+                msgf(msg, cap, "out of memory");
+                return CSW_ERROR_INTERNAL;
+            }
+            memcpy(it->new_content, it->op->content, it->op->content_len);
+            it->new_content[it->op->content_len] = '\0';
+            it->new_len = it->op->content_len;
+        } else {
+            rc = read_file(t->rootfd, src, &it->old, &it->old_len, &it->mode, it->before, msg, cap);
+            if (rc != 0)
+                return rc;
+            if (it->kind == CSW_PATCH_CHANGE_KIND_MOVE) {
+                rc =
+                    check_absent(t->rootfd, &it->path, CSW_ERROR_MOVE_DESTINATION_EXISTS, msg, cap);
+                if (rc != 0)
+                    return rc;
+            }
+            if (it->kind != CSW_PATCH_CHANGE_KIND_DELETE) {
+                rc = cs_patch_apply_update(it->op, it->old, it->old_len, &it->new_content,
+                                           &it->new_len, msg, cap);
+                if (rc == CS_PATCH_ERR_NOMEM)
+                    return CSW_ERROR_INTERNAL;
+                if (rc != CS_PATCH_OK)
+                    return CSW_ERROR_INVALID_PATCH;
+                if (it->new_len > CS_PATCH_TXN_MAX_FILE) {
+                    msgf(msg, cap, "the new %s would be larger than %u bytes", it->path.rel,
+                         CS_PATCH_TXN_MAX_FILE);
+                    return CSW_ERROR_FILE_OPERATION_FAILED;
+                }
+            }
+        }
+        if (it->kind != CSW_PATCH_CHANGE_KIND_DELETE &&
+            hash(it->new_content, it->new_len, it->after) != 0) {
+            msgf(msg, cap, "SHA-256 failed");
+            return CSW_ERROR_INTERNAL;
+        }
+    }
+    return 0;
+}
+
+static void txn_free(struct txn *t)
+{
+    for (size_t i = 0; i < t->n_items; i++) {
+        free(t->items[i].old);
+        free(t->items[i].new_content);
+    }
+    free(t->items);
+    for (size_t i = 0; i < t->n_undo; i++)
+        free(t->undo[i].p);
+    free(t->undo);
+    if (t->rootfd >= 0)
+        close(t->rootfd);
+}
+
+/* ---- output ---- */
+
+static int set_str(struct cs_str *s, const char *z)
+{
+    return cs_str_set_n(s, z, strlen(z));
+}
+
+static int build_output(const struct txn *t, enum csw_patch_status status, bool with_after,
+                        const char *id, struct csw_mcp_apply_patch_output *out)
+{
+    memset(out, 0, sizeof *out);
+    out->status = status;
+    out->replayed = false;
+    if (set_str(&out->operation_id, id) != 0)
+        goto oom;
+    size_t nf = 0;
+    for (size_t i = 0; i < t->n_items; i++)
+        nf += t->items[i].kind == CSW_PATCH_CHANGE_KIND_MOVE ? 2 : 1;
+    if (nf > 0) {
+        out->files.v = cs_wire_malloc(nf * sizeof *out->files.v);
+        out->changes.v = cs_wire_malloc(t->n_items * sizeof *out->changes.v);
+        if (out->files.v == NULL || out->changes.v == NULL)
+            goto oom;
+        memset(out->files.v, 0, nf * sizeof *out->files.v);
+        memset(out->changes.v, 0, t->n_items * sizeof *out->changes.v);
+    }
+    for (size_t i = 0; i < t->n_items; i++) {
+        const struct item *it = &t->items[i];
+        struct csw_patch_change *c = &out->changes.v[out->changes.n++];
+        c->kind = it->kind;
+        if (set_str(&c->path, it->path.rel) != 0 ||
+            set_str(&out->files.v[out->files.n++], it->path.rel) != 0)
+            goto oom;
+        if (it->kind == CSW_PATCH_CHANGE_KIND_MOVE) {
+            c->has_from_path = true;
+            if (set_str(&c->from_path, it->from.rel) != 0 ||
+                set_str(&out->files.v[out->files.n++], it->from.rel) != 0)
+                goto oom;
+        }
+        if (it->kind != CSW_PATCH_CHANGE_KIND_ADD) {
+            c->has_before_version = true;
+            if (set_str(&c->before_version, it->before) != 0)
+                goto oom;
+        }
+        if (with_after && it->kind != CSW_PATCH_CHANGE_KIND_DELETE) {
+            c->has_after_version = true;
+            if (set_str(&c->after_version, it->after) != 0)
+                goto oom;
+        }
+    }
+    return 0;
+oom:
+    csw_mcp_apply_patch_output_free(out);
+    return -1;
+}
+
+/* ---- the transaction ---- */
+
+int cs_patch_txn_run(struct cs_store *store, const char *root,
+                     const struct csw_mcp_apply_patch_input *in,
+                     struct csw_mcp_apply_patch_output *out, char op_id[CS_STORE_ID_SIZE],
+                     char *msg, size_t msg_cap)
+{
+    struct txn t = {.rootfd = -1};
+    struct cs_patch *plan = NULL;
+    char fp[CS_STORE_FINGERPRINT_SIZE];
+    char smsg[MSG_CAP];
+    int rc;
+    memset(out, 0, sizeof *out);
+    op_id[0] = '\0';
+
+    if (cs_store_fingerprint(in, fp, smsg, sizeof smsg) != CS_STORE_OK) {
+        msgf(msg, msg_cap, "fingerprint: %s", smsg);
+        return CSW_ERROR_INTERNAL;
+    }
+    /* The row first: a replay or a key conflict is decided before anything is looked at. */
+    struct cs_store_existing ex;
+    enum cs_store_status ss = cs_store_mint(store, in->workspace_id.s, in->workspace_id.n,
+                                            in->has_operation_key ? in->operation_key.s : NULL,
+                                            in->has_operation_key ? in->operation_key.n : 0, fp,
+                                            op_id, &ex, smsg, sizeof smsg);
+    if (ss == CS_STORE_KEY_EXISTS) {
+        op_id[0] = '\0';
+        if (strcmp(ex.fingerprint, fp) != 0) {
+            msgf(msg, msg_cap,
+                 "operation_key already names operation %s, a different request (another "
+                 "workspace, patch, expected_versions or check_only)",
+                 ex.id);
+            return CSW_ERROR_OPERATION_KEY_CONFLICT;
+        }
+        if (cs_store_get_result(store, ex.id, out, smsg, sizeof smsg) != CS_STORE_OK) {
+            msgf(msg, msg_cap, "replay of %s: %s", ex.id, smsg);
+            memcpy(op_id, ex.id, CS_STORE_ID_SIZE);
+            return CSW_ERROR_INTERNAL;
+        }
+        return 0;
+    }
+    if (ss != CS_STORE_OK) {
+        op_id[0] = '\0';
+        msgf(msg, msg_cap, "ledger: %s", smsg);
+        return CSW_ERROR_INTERNAL;
+    }
+
+    enum csw_patch_status status = CSW_PATCH_STATUS_APPLIED;
+    rc = cs_fs_root_open(root, &t.rootfd, msg, msg_cap);
+    if (rc == 0)
+        rc = check_versions(t.rootfd, in, msg, msg_cap);
+    if (rc == 0) {
+        int prc = cs_patch_parse(in->patch.s, in->patch.n, &plan, msg, msg_cap);
+        if (prc == CS_PATCH_ERR_NOMEM)
+            rc = CSW_ERROR_INTERNAL;
+        else if (prc != CS_PATCH_OK)
+            rc = CSW_ERROR_INVALID_PATCH;
+    }
+    if (rc == 0)
+        rc = preflight(&t, plan, msg, msg_cap);
+    if (rc != 0) {
+        /* Rejected before any write: the row is finished without a result to replay. */
+        (void)cs_store_finish(store, op_id, CSW_PATCH_STATUS_REJECTED, NULL, false, smsg,
+                              sizeof smsg);
+        goto out;
+    }
+    if (in->has_check_only && in->check_only) {
+        status = CSW_PATCH_STATUS_CHECKED;
+    } else {
+        char wmsg[MSG_CAP];
+        int wrc = execute(&t, wmsg, sizeof wmsg);
+        if (wrc == 0)
+            wrc = verify(&t, wmsg, sizeof wmsg);
+        if (wrc != 0)
+            status = rollback(&t) == 0 ? CSW_PATCH_STATUS_FAILED_ROLLED_BACK
+                                       : CSW_PATCH_STATUS_FAILED_PARTIAL;
+    }
+    if (build_output(&t, status, status == CSW_PATCH_STATUS_APPLIED, op_id, out) != 0) {
+        msgf(msg, msg_cap, "out of memory building the result");
+        (void)cs_store_finish(store, op_id, status, NULL, true, smsg, sizeof smsg);
+        rc = CSW_ERROR_INTERNAL;
+        goto out;
+    }
+    if (cs_store_finish(store, op_id, status, out, false, smsg, sizeof smsg) != CS_STORE_OK) {
+        msgf(msg, msg_cap, "the patch ended %s but the ledger could not record it: %s",
+             csw_patch_status_names[status], smsg);
+        csw_mcp_apply_patch_output_free(out);
+        rc = CSW_ERROR_INTERNAL;
+        goto out;
+    }
+out:
+    cs_patch_free(plan);
+    txn_free(&t);
+    return rc;
+}

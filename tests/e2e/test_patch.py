@@ -1,0 +1,469 @@
+#!/usr/bin/python3
+"""End-to-end tests of apply_patch and operation_status (contract.md sections 3, 5 and 6).
+
+Starts the real binary (CODESPACE_MCP_BIN) over stdio with `--workspace <tmp>/ws` (workspace
+"default"), `--operations-db <tmp>/ops.db` and a `--config` registry adding "ro" (read-only
+profile) and "box" (a linux-container environment), then applies patches as a client would:
+add, delete, update with several chunks, move, update + move, a CRLF file, check_only,
+expected_versions (a version and "absent"), ADD_FILE_EXISTS, MOVE_DESTINATION_EXISTS, a context
+mismatch in a second file leaving the first untouched, a path escape inside a patch, replays
+(replayed true, same operation_id), OPERATION_KEY_CONFLICT and operation_status by id and key.
+
+Standard library only. Run:
+    CODESPACE_MCP_BIN=build/release/src/main/codespace-mcp \\
+        /usr/bin/python3 -m unittest -v test_patch          (from tests/e2e)
+"""
+import hashlib
+import json
+import os
+import queue
+import re
+import shutil
+import subprocess
+import tempfile
+import threading
+import unittest
+
+REPLY_TIMEOUT = 30.0  # seconds; generous for the ASan build on 2 cores
+RFC3339_MS = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
+OP_ID = re.compile(r"^op-[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
+
+
+def binary():
+    path = os.environ.get("CODESPACE_MCP_BIN")
+    if not path:
+        raise unittest.SkipTest("CODESPACE_MCP_BIN is not set")
+    if not os.access(path, os.X_OK):
+        raise RuntimeError("CODESPACE_MCP_BIN=%s is not executable" % path)
+    return path
+
+
+def sha(data):
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def write(path, data):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(data if isinstance(data, bytes) else data.encode("utf-8"))
+
+
+def patch(*body):
+    return "*** Begin Patch\n" + "".join(line + "\n" for line in body) + "*** End Patch\n"
+
+
+class Server:
+    """codespace-mcp over stdio; one reader thread per pipe; synchronous calls by id."""
+
+    def __init__(self, args, state_dir):
+        env = {k: v for k, v in os.environ.items() if not k.startswith("CODESPACE_")}
+        env["XDG_STATE_HOME"] = state_dir
+        self.proc = subprocess.Popen([binary()] + list(args), stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        self.replies = queue.Queue()
+        self.stderr = []
+        self.next_id = 1
+        threading.Thread(target=self._out, daemon=True).start()
+        threading.Thread(target=self._err, daemon=True).start()
+        init = self.request("initialize", {"protocolVersion": "2025-11-25", "capabilities": {},
+                                           "clientInfo": {"name": "test_patch", "version": "1"}})
+        assert "result" in init, init
+        self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+
+    def _out(self):
+        for raw in iter(self.proc.stdout.readline, b""):
+            self.replies.put(json.loads(raw))
+        self.replies.put(EOFError)
+
+    def _err(self):
+        for raw in iter(self.proc.stderr.readline, b""):
+            self.stderr.append(raw.decode("utf-8", "replace"))
+
+    def send(self, msg):
+        self.proc.stdin.write(json.dumps(msg).encode("utf-8") + b"\n")
+        self.proc.stdin.flush()
+
+    def request(self, method, params):
+        rid = self.next_id
+        self.next_id += 1
+        self.send({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
+        while True:
+            try:
+                msg = self.replies.get(timeout=REPLY_TIMEOUT)
+            except queue.Empty:
+                raise AssertionError("no reply to %s within %.0f s; stderr:\n%s"
+                                     % (method, REPLY_TIMEOUT, "".join(self.stderr[-20:])))
+            if msg is EOFError:
+                raise AssertionError("server exited; stderr:\n" + "".join(self.stderr[-20:]))
+            if msg.get("id") == rid:
+                return msg
+
+    def call_raw(self, tool, args):
+        """(structuredContent, None) or (None, error body), checked for section 2's shape."""
+        resp = self.request("tools/call", {"name": tool, "arguments": args})
+        assert "result" in resp, resp
+        res = resp["result"]
+        assert len(res["content"]) == 1 and res["content"][0]["type"] == "text", res
+        text = json.loads(res["content"][0]["text"])
+        if res.get("isError"):
+            assert "structuredContent" not in res, res
+            assert set(text) <= {"code", "message", "operation_id"}, text
+            return None, text
+        assert text == res["structuredContent"], res
+        return res["structuredContent"], None
+
+    def close(self):
+        if self.proc.poll() is None:
+            self.proc.stdin.close()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        for f in (self.proc.stdout, self.proc.stderr):
+            f.close()
+        if self.proc.returncode != 0:
+            raise AssertionError("server exited with %s; stderr:\n%s"
+                                 % (self.proc.returncode, "".join(self.stderr[-30:])))
+
+
+class PatchCase(unittest.TestCase):
+    """One server for the class; every test works in its own subdirectory of the workspace."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = os.path.realpath(tempfile.mkdtemp(prefix="cs-e2e-patch-"))
+        cls.ws = os.path.join(cls.tmp, "ws")
+        cls.ro = os.path.join(cls.tmp, "ro")
+        cls.box = os.path.join(cls.tmp, "box")
+        cls.outside = os.path.join(cls.tmp, "outside")
+        for d in (cls.ws, cls.ro, cls.box, cls.outside):
+            os.makedirs(d)
+        reg = {"environments": {"boxenv": {"kind": "linux-container"}},
+               "workspaces": {"ro": {"root": cls.ro, "profile": "read-only"},
+                              "box": {"root": cls.box, "environment": "boxenv",
+                                      "profile": "workspace-write"}}}
+        cls.registry = os.path.join(cls.tmp, "registry.json")
+        with open(cls.registry, "w") as f:
+            json.dump(reg, f)
+        cls.state = os.path.join(cls.tmp, "state")
+        os.makedirs(cls.state)
+        cls.db = os.path.join(cls.tmp, "ops.db")
+        cls.srv = Server(["--workspace", cls.ws, "--operations-db", cls.db,
+                          "--config", cls.registry], cls.state)
+
+    @classmethod
+    def tearDownClass(cls):
+        try:
+            cls.srv.close()
+        finally:
+            shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    # ---- helpers ----
+
+    def path(self, rel):
+        return os.path.join(self.ws, rel)
+
+    def put(self, rel, data):
+        write(self.path(rel), data)
+
+    def get(self, rel):
+        with open(self.path(rel), "rb") as f:
+            return f.read()
+
+    def apply(self, text, ws="default", **extra):
+        args = {"workspace_id": ws, "patch": text}
+        args.update(extra)
+        return self.srv.call_raw("apply_patch", args)
+
+    def applied(self, text, **extra):
+        out, err = self.apply(text, **extra)
+        self.assertIsNone(err, err)
+        self.assertEqual(out["status"], "applied", out)
+        self.assertFalse(out["replayed"])
+        self.assertRegex(out["operation_id"], OP_ID)
+        return out
+
+    def rejected(self, code, text, **extra):
+        out, err = self.apply(text, **extra)
+        self.assertIsNone(out, out)
+        self.assertEqual(err["code"], code, err)
+        return err
+
+    def snapshot(self, top):
+        """{relative path: bytes} of every file under top (in the workspace)."""
+        res = {}
+        base = self.path(top)
+        for d, _, files in os.walk(base):
+            for n in files:
+                p = os.path.join(d, n)
+                with open(p, "rb") as f:
+                    res[os.path.relpath(p, base)] = f.read()
+        return res
+
+    # ---- the operations ----
+
+    def test_add(self):
+        out = self.applied(patch("*** Add File: add/new/deep.txt", "+hello", "+world"))
+        self.assertEqual(self.get("add/new/deep.txt"), b"hello\nworld\n")
+        self.assertEqual(out["files"], ["add/new/deep.txt"])
+        self.assertEqual(out["changes"], [{"path": "add/new/deep.txt", "kind": "add",
+                                           "after_version": sha(b"hello\nworld\n")}])
+        self.assertEqual(os.stat(self.path("add/new/deep.txt")).st_mode & 0o777, 0o644)
+
+    def test_delete(self):
+        self.put("del/gone.txt", "bye\n")
+        out = self.applied(patch("*** Delete File: del/gone.txt"))
+        self.assertFalse(os.path.exists(self.path("del/gone.txt")))
+        self.assertEqual(out["changes"], [{"path": "del/gone.txt", "kind": "delete",
+                                           "before_version": sha(b"bye\n")}])
+
+    def test_update_several_chunks(self):
+        old = "".join("line %d\n" % i for i in range(1, 21))
+        self.put("upd/f.txt", old)
+        os.chmod(self.path("upd/f.txt"), 0o600)
+        out = self.applied(patch("*** Update File: upd/f.txt",
+                                 "@@", " line 2", "-line 3", "+line three",
+                                 "@@ line 10", " line 11", "-line 12", "+line twelve",
+                                 "+line twelve b",
+                                 "@@", " line 19", "-line 20", "+line twenty"))
+        new = (old.replace("line 3\n", "line three\n")
+               .replace("line 12\n", "line twelve\nline twelve b\n")
+               .replace("line 20\n", "line twenty\n")).encode()
+        self.assertEqual(self.get("upd/f.txt"), new)
+        self.assertEqual(os.stat(self.path("upd/f.txt")).st_mode & 0o777, 0o600)
+        self.assertEqual(out["changes"], [{"path": "upd/f.txt", "kind": "update",
+                                           "before_version": sha(old.encode()),
+                                           "after_version": sha(new)}])
+        # No temporary file is left beside it.
+        self.assertEqual(os.listdir(self.path("upd")), ["f.txt"])
+
+    def test_move(self):
+        self.put("mv/a.txt", "same\n")
+        out = self.applied(patch("*** Update File: mv/a.txt", "*** Move to: mv/sub/b.txt",
+                                 "@@", " same"))
+        self.assertFalse(os.path.exists(self.path("mv/a.txt")))
+        self.assertEqual(self.get("mv/sub/b.txt"), b"same\n")
+        self.assertEqual(sorted(out["files"]), ["mv/a.txt", "mv/sub/b.txt"])
+        self.assertEqual(out["changes"], [{"path": "mv/sub/b.txt", "kind": "move",
+                                           "from_path": "mv/a.txt",
+                                           "before_version": sha(b"same\n"),
+                                           "after_version": sha(b"same\n")}])
+
+    def test_update_and_move(self):
+        self.put("um/a.txt", "one\ntwo\n")
+        out = self.applied(patch("*** Update File: um/a.txt", "*** Move to: um/b.txt",
+                                 "@@", " one", "-two", "+TWO"))
+        self.assertFalse(os.path.exists(self.path("um/a.txt")))
+        self.assertEqual(self.get("um/b.txt"), b"one\nTWO\n")
+        self.assertEqual(out["changes"][0]["after_version"], sha(b"one\nTWO\n"))
+
+    def test_crlf_kept(self):
+        self.put("crlf/w.txt", b"a\r\nb\r\nc\r\n")
+        self.applied(patch("*** Update File: crlf/w.txt", "@@", " a", "-b", "+B"))
+        self.assertEqual(self.get("crlf/w.txt"), b"a\r\nB\r\nc\r\n")
+
+    def test_check_only(self):
+        self.put("chk/a.txt", "x\n")
+        out, err = self.apply(patch("*** Update File: chk/a.txt", "-x", "+y",
+                                    "*** Add File: chk/b.txt", "+b"), check_only=True)
+        self.assertIsNone(err, err)
+        self.assertEqual(out["status"], "checked")
+        self.assertRegex(out["operation_id"], OP_ID)
+        self.assertEqual(out["changes"], [
+            {"path": "chk/a.txt", "kind": "update", "before_version": sha(b"x\n")},
+            {"path": "chk/b.txt", "kind": "add"}])
+        self.assertEqual(self.snapshot("chk"), {"a.txt": b"x\n"})
+
+    def test_expected_versions(self):
+        self.put("ev/a.txt", "v1\n")
+        p = patch("*** Update File: ev/a.txt", "-v1", "+v2")
+        err = self.rejected("VERSION_CONFLICT", p, expected_versions={"ev/a.txt": sha(b"v0\n")})
+        self.assertRegex(err["operation_id"], OP_ID)  # the row existed: the error carries it
+        self.assertEqual(self.get("ev/a.txt"), b"v1\n")
+        self.rejected("VERSION_CONFLICT", p, expected_versions={"ev/a.txt": "absent"})
+        self.rejected("VERSION_CONFLICT", p, expected_versions={"ev/none.txt": sha(b"")})
+        # Normalised keys, and "absent" for a path that does not exist.
+        self.applied(p, expected_versions={"ev/./a.txt": sha(b"v1\n"), "ev/none.txt": "absent"})
+        self.assertEqual(self.get("ev/a.txt"), b"v2\n")
+
+    def test_add_file_exists(self):
+        self.put("afe/a.txt", "here\n")
+        self.rejected("ADD_FILE_EXISTS", patch("*** Add File: afe/a.txt", "+new"))
+        self.assertEqual(self.get("afe/a.txt"), b"here\n")
+
+    def test_move_destination_exists(self):
+        self.put("mde/a.txt", "a\n")
+        self.put("mde/b.txt", "b\n")
+        self.rejected("MOVE_DESTINATION_EXISTS",
+                      patch("*** Update File: mde/a.txt", "*** Move to: mde/b.txt", "@@", " a"))
+        self.assertEqual(self.snapshot("mde"), {"a.txt": b"a\n", "b.txt": b"b\n"})
+
+    def test_second_file_mismatch_leaves_first(self):
+        self.put("mm/one.txt", "1\n")
+        self.put("mm/two.txt", "2\n")
+        err = self.rejected("INVALID_PATCH", patch(
+            "*** Update File: mm/one.txt", "-1", "+one",
+            "*** Delete File: mm/two.txt",
+            "*** Add File: mm/three.txt", "+3",
+            "*** Update File: mm/two.txt", "-nope", "+x"))
+        # The parser already refuses two operations on one path; now a real context mismatch:
+        self.assertIn("mm/two.txt", err["message"])
+        err = self.rejected("INVALID_PATCH", patch(
+            "*** Update File: mm/one.txt", "-1", "+one",
+            "*** Add File: mm/three.txt", "+3",
+            "*** Update File: mm/two.txt", "-nope", "+x"))
+        self.assertIn("mm/two.txt", err["message"])
+        self.assertEqual(self.snapshot("mm"), {"one.txt": b"1\n", "two.txt": b"2\n"})
+
+    def test_duplicate_after_normalisation(self):
+        self.put("dup/a.txt", "a\n")
+        self.rejected("INVALID_PATCH", patch("*** Update File: dup/a.txt", "-a", "+b",
+                                             "*** Delete File: dup/./a.txt"))
+        self.assertEqual(self.get("dup/a.txt"), b"a\n")
+
+    def test_path_escape(self):
+        self.put("esc/a.txt", "a\n")
+        for bad in ("../outside/x.txt", "/etc/passwd", "esc/../../outside/x.txt"):
+            self.rejected("PATH_ESCAPE", patch("*** Update File: esc/a.txt", "-a", "+b",
+                                               "*** Add File: " + bad, "+x"))
+        self.assertEqual(os.listdir(self.outside), [])
+        self.assertEqual(self.get("esc/a.txt"), b"a\n")
+
+    def test_symlink_and_missing(self):
+        os.makedirs(self.path("sym"))
+        os.symlink(self.outside, self.path("sym/link"))
+        self.rejected("SYMLINK_REJECTED", patch("*** Add File: sym/link/x.txt", "+x"))
+        self.rejected("FILE_NOT_FOUND", patch("*** Update File: sym/none.txt", "-a", "+b"))
+        self.rejected("FILE_NOT_FOUND", patch("*** Delete File: sym/none.txt"))
+        self.assertEqual(os.listdir(self.outside), [])
+
+    def test_invalid_patch(self):
+        err = self.rejected("INVALID_PATCH", "*** Begin Patch\n*** Frobnicate: x\n")
+        self.assertIn("line", err["message"])
+
+    def test_two_concurrent_patches_both_apply(self):
+        """runtime.md section 5: both succeed, one after the other (the lease serializes them)."""
+        self.put("conc/a.txt", "0\n")
+        base = self.srv.next_id
+        self.srv.next_id += 2
+        for i, (old, new) in enumerate((("0", "1"), ("1", "2"))):
+            self.srv.send({"jsonrpc": "2.0", "id": base + i, "method": "tools/call",
+                           "params": {"name": "apply_patch", "arguments": {
+                               "workspace_id": "default",
+                               "patch": patch("*** Update File: conc/a.txt", "-" + old,
+                                              "+" + new)}}})
+        got = {}
+        while len(got) < 2:
+            msg = self.srv.replies.get(timeout=REPLY_TIMEOUT)
+            self.assertIsNot(msg, EOFError)
+            if msg.get("id") in (base, base + 1):
+                got[msg["id"]] = msg["result"]
+        for rid in (base, base + 1):
+            self.assertFalse(got[rid].get("isError"), got[rid])
+            self.assertEqual(got[rid]["structuredContent"]["status"], "applied")
+        self.assertEqual(self.get("conc/a.txt"), b"2\n")
+
+    def test_symlink_leaf_and_directory(self):
+        os.makedirs(self.path("leaf/dir"))
+        self.put("leaf/real.txt", "r\n")
+        os.symlink("real.txt", self.path("leaf/link.txt"))
+        self.rejected("SYMLINK_REJECTED", patch("*** Update File: leaf/link.txt", "-r", "+x"))
+        self.rejected("SYMLINK_REJECTED", patch("*** Delete File: leaf/link.txt"))
+        self.rejected("ADD_FILE_EXISTS", patch("*** Add File: leaf/dir", "+x"))
+        self.rejected("PATH_NOT_DIRECTORY", patch("*** Add File: leaf/real.txt/x", "+x"))
+        self.assertEqual(self.get("leaf/real.txt"), b"r\n")
+        self.assertTrue(os.path.islink(self.path("leaf/link.txt")))
+
+    # ---- idempotency and the ledger ----
+
+    def test_replay_and_status(self):
+        p = patch("*** Add File: rep/a.txt", "+a")
+        out = self.applied(p, operation_key="key-replay")
+        out2, err = self.apply(p, operation_key="key-replay")
+        self.assertIsNone(err, err)
+        self.assertTrue(out2["replayed"])
+        self.assertEqual(out2["operation_id"], out["operation_id"])
+        self.assertEqual(out2["status"], "applied")
+        self.assertEqual(out2["changes"], out["changes"])
+        self.assertEqual(self.get("rep/a.txt"), b"a\n")  # nothing ran: no ADD_FILE_EXISTS
+        # Another request under the same key.
+        err = self.rejected("OPERATION_KEY_CONFLICT", patch("*** Add File: rep/b.txt", "+b"),
+                            operation_key="key-replay")
+        self.assertFalse(os.path.exists(self.path("rep/b.txt")))
+        self.rejected("OPERATION_KEY_CONFLICT", p, operation_key="key-replay", check_only=True)
+
+        by_id, err = self.srv.call_raw("operation_status", {"operation_id": out["operation_id"]})
+        self.assertIsNone(err, err)
+        by_key, err = self.srv.call_raw("operation_status", {"operation_key": "key-replay"})
+        self.assertIsNone(err, err)
+        self.assertEqual(by_id, by_key)
+        self.assertEqual(by_id["operation_id"], out["operation_id"])
+        self.assertEqual(by_id["kind"], "patch")
+        self.assertEqual(by_id["workspace_id"], "default")
+        self.assertEqual(by_id["status"], "applied")
+        self.assertFalse(by_id["replayed"])
+        self.assertEqual(by_id["files"], ["rep/a.txt"])
+        self.assertEqual(by_id["changes"], out["changes"])
+        self.assertRegex(by_id["created_at"], RFC3339_MS)
+        self.assertRegex(by_id["finished_at"], RFC3339_MS)
+        self.assertEqual([e["name"] for e in by_id["events"]], ["minted", "finished"])
+        for e in by_id["events"]:
+            self.assertRegex(e["at"], RFC3339_MS)
+            self.assertNotIn("reason", e)
+
+    def test_status_selectors(self):
+        for args in ({}, {"operation_id": "op-x", "operation_key": "k"}):
+            out, err = self.srv.call_raw("operation_status", args)
+            self.assertEqual(err["code"], "OPERATION_NOT_FOUND", err)
+            self.assertEqual(err["message"], "provide exactly one of operation_id or operation_key")
+        for args in ({"operation_id": "op-00000000-0000-4000-8000-000000000000"},
+                     {"operation_key": "never-used"}):
+            out, err = self.srv.call_raw("operation_status", args)
+            self.assertEqual(err["code"], "OPERATION_NOT_FOUND", err)
+
+    def test_rejected_is_recorded(self):
+        err = self.rejected("FILE_NOT_FOUND", patch("*** Delete File: rej/none.txt"))
+        st, e2 = self.srv.call_raw("operation_status", {"operation_id": err["operation_id"]})
+        self.assertIsNone(e2, e2)
+        self.assertEqual(st["status"], "rejected")
+
+    # ---- policy ----
+
+    def test_unauthorized(self):
+        for ws, root in (("ro", self.ro), ("box", self.box)):
+            err = self.rejected("UNAUTHORIZED", patch("*** Add File: x.txt", "+x"), ws=ws)
+            self.assertNotIn("operation_id", err)
+            self.assertEqual(os.listdir(root), [])
+        self.rejected("WORKSPACE_NOT_FOUND", patch("*** Add File: x.txt", "+x"), ws="nope")
+
+    def test_workspace_info_says_patch_available(self):
+        out, err = self.srv.call_raw("workspace_info", {"workspace_id": "default"})
+        self.assertIsNone(err, err)
+        text = json.dumps(out)
+        self.assertRegex(text, r'"patch": \{"available": true')
+        out, err = self.srv.call_raw("workspace_info", {"workspace_id": "ro"})
+        self.assertIsNone(err, err)
+        self.assertRegex(json.dumps(out), r'"patch": \{"available": false')
+
+
+class LedgerStartCase(unittest.TestCase):
+    def test_corrupt_db_stops_start(self):
+        tmp = tempfile.mkdtemp(prefix="cs-e2e-patch-db-")
+        try:
+            db = os.path.join(tmp, "ops.db")
+            write(db, b"this is not an SQLite database, not at all" * 100)
+            env = {k: v for k, v in os.environ.items() if not k.startswith("CODESPACE_")}
+            env["XDG_STATE_HOME"] = tmp
+            p = subprocess.run([binary(), "--workspace", tmp, "--operations-db", db],
+                               stdin=subprocess.DEVNULL, capture_output=True, env=env, timeout=30)
+            self.assertEqual(p.returncode, 1, p.stderr)
+            self.assertIn(db, p.stderr.decode())
+            with open(db, "rb") as f:
+                self.assertEqual(f.read(), b"this is not an SQLite database, not at all" * 100)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    unittest.main()
