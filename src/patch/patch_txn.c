@@ -21,6 +21,7 @@
 #include <fcntl.h>
 #include <stdarg.h>
 #include <openssl/evp.h>
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -28,6 +29,7 @@
 #include <string.h>
 #include <sys/random.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "fs.h"
@@ -70,7 +72,98 @@ struct txn {
     size_t n_items;
     struct undo *undo;
     size_t n_undo, undo_cap;
+    unsigned n_renames;  /* test hook: renames done by the writes step so far */
+    unsigned n_restores; /* test hook: snapshot restores tried by the rollback so far */
 };
+
+/*
+ * TEST-ONLY HOOKS (docs/patch-format.md, "Test hooks"). They exist so that the end-to-end tests
+ * can kill the server in the middle of a transaction and make a write or a restore fail; they
+ * must never be set in production. The environment is read once, on the first transaction that
+ * writes; when neither variable is set the hooks cost one pthread_once and a branch per rename.
+ *
+ *   CODESPACE_TEST_PATCH_STEP_DELAY_MS=N   sleep N ms after each file of the writes step is
+ *                                          renamed into place (so a test can SIGKILL mid-way).
+ *   CODESPACE_TEST_PATCH_FAIL_AT=rename:N[,restore:M]
+ *                                          the Nth rename of the writes step (1-based, per
+ *                                          transaction) fails with EIO; the Mth snapshot restore
+ *                                          of the rollback (in rollback order) fails with EIO.
+ * A malformed value is ignored (the hook stays off).
+ */
+static struct {
+    pthread_once_t once;
+    unsigned delay_ms;
+    unsigned fail_rename; /* 0: off */
+    unsigned fail_restore;
+    bool active;
+} test_hook = {.once = PTHREAD_ONCE_INIT};
+
+static unsigned hook_number(const char *s, const char **end)
+{
+    char *e = NULL;
+    errno = 0;
+    unsigned long v = strtoul(s, &e, 10);
+    if (e == s || errno != 0 || v == 0 || v > 3600000ul) {
+        *end = NULL;
+        return 0;
+    }
+    *end = e;
+    return (unsigned)v;
+}
+
+static void test_hook_read(void)
+{
+    const char *d = getenv("CODESPACE_TEST_PATCH_STEP_DELAY_MS");
+    const char *end;
+    if (d != NULL) {
+        unsigned v = hook_number(d, &end);
+        if (end != NULL && *end == '\0')
+            test_hook.delay_ms = v;
+    }
+    const char *f = getenv("CODESPACE_TEST_PATCH_FAIL_AT");
+    while (f != NULL && *f != '\0') {
+        unsigned *slot;
+        if (strncmp(f, "rename:", 7) == 0)
+            slot = &test_hook.fail_rename, f += 7;
+        else if (strncmp(f, "restore:", 8) == 0)
+            slot = &test_hook.fail_restore, f += 8;
+        else
+            break;
+        unsigned v = hook_number(f, &end);
+        if (end == NULL || (*end != '\0' && *end != ','))
+            break;
+        *slot = v;
+        f = *end == ',' ? end + 1 : end;
+    }
+    test_hook.active = test_hook.delay_ms || test_hook.fail_rename || test_hook.fail_restore;
+}
+
+static bool test_hook_on(void)
+{
+    (void)pthread_once(&test_hook.once, test_hook_read);
+    return test_hook.active;
+}
+
+/* Test hook: whether this rename (restore: of a snapshot in the rollback) must fail. */
+static bool test_hook_fail(struct txn *t, bool restore)
+{
+    if (!test_hook_on())
+        return false;
+    if (restore)
+        return test_hook.fail_restore != 0 && ++t->n_restores == test_hook.fail_restore;
+    return test_hook.fail_rename != 0 && ++t->n_renames == test_hook.fail_rename;
+}
+
+/* Test hook: the pause after a file of the writes step is renamed into place. */
+static void test_hook_delay(bool restore)
+{
+    if (restore || !test_hook_on() || test_hook.delay_ms == 0)
+        return;
+    struct timespec ts = {(time_t)(test_hook.delay_ms / 1000),
+                          (long)(test_hook.delay_ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+        ;
+}
 
 /* The length of the first n bytes of the valid UTF-8 text s cut to at most max bytes, never
  * inside a sequence (every string quoted here came from JSON, so it is valid UTF-8). */
@@ -327,9 +420,10 @@ static int write_all(int fd, const char *data, size_t len)
 /* Writes data to a temporary file beside p (mode mode), fsyncs it and renames it over p (or, with
  * noreplace, onto p only while nothing is there: an add or a move target that appeared since the
  * preflight is not clobbered), then fsyncs the directory. */
-static int write_file(int rootfd, const struct cs_fs_path *p, const char *data, size_t len,
-                      mode_t mode, bool noreplace, char *msg, size_t cap)
+static int write_file(struct txn *t, const struct cs_fs_path *p, const char *data, size_t len,
+                      mode_t mode, bool noreplace, bool restore, char *msg, size_t cap)
 {
+    int rootfd = t->rootfd;
     int dfd = -1, fd = -1;
     const char *leaf;
     char tmp[96];
@@ -352,7 +446,10 @@ static int write_file(int rootfd, const struct cs_fs_path *p, const char *data, 
             unlinkat(dfd, tmp, 0);
         goto out;
     }
-    if (renameat2(dfd, tmp, dfd, leaf, noreplace ? RENAME_NOREPLACE : 0) != 0) {
+    int rr = test_hook_fail(t, restore)
+                 ? (errno = EIO, -1)
+                 : renameat2(dfd, tmp, dfd, leaf, noreplace ? RENAME_NOREPLACE : 0);
+    if (rr != 0) {
         int e = errno;
         unlinkat(dfd, tmp, 0);
         if (e == EEXIST) {
@@ -365,6 +462,7 @@ static int write_file(int rootfd, const struct cs_fs_path *p, const char *data, 
         goto out;
     }
     (void)fsync(dfd); /* the rename's durability; the data is already synced */
+    test_hook_delay(restore);
 out:
     if (fd >= 0)
         close(fd);
@@ -444,7 +542,7 @@ static int rollback(struct txn *t)
             rc = remove_at(t->rootfd, u->p, false, msg, sizeof msg);
             break;
         case UNDO_RESTORE:
-            rc = write_file(t->rootfd, u->p, u->data, u->len, u->mode, false, msg, sizeof msg);
+            rc = write_file(t, u->p, u->data, u->len, u->mode, false, true, msg, sizeof msg);
             break;
         case UNDO_RMDIR:
             rc = remove_at(t->rootfd, u->p, true, msg, sizeof msg);
@@ -474,7 +572,7 @@ static int execute(struct txn *t, char *msg, size_t cap)
                 return rc;
             if (push_undo(t, UNDO_UNLINK, &it->path, NULL, 0, 0) != 0)
                 goto oom;
-            rc = write_file(t->rootfd, &it->path, it->new_content, it->new_len, it->mode, true, msg,
+            rc = write_file(t, &it->path, it->new_content, it->new_len, it->mode, true, false, msg,
                             cap);
             if (rc != 0) {
                 pop_undo(t); /* nothing was renamed onto the path: it is not ours to remove */
@@ -491,8 +589,8 @@ static int execute(struct txn *t, char *msg, size_t cap)
         case CSW_PATCH_CHANGE_KIND_UPDATE:
             if (push_undo(t, UNDO_RESTORE, &it->path, it->old, it->old_len, it->mode) != 0)
                 goto oom;
-            rc = write_file(t->rootfd, &it->path, it->new_content, it->new_len, it->mode, false,
-                            msg, cap);
+            rc = write_file(t, &it->path, it->new_content, it->new_len, it->mode, false, false, msg,
+                            cap);
             if (rc != 0)
                 return rc;
             break;

@@ -8,6 +8,10 @@ add, delete, update with several chunks, move, update + move, a CRLF file, check
 expected_versions (a version and "absent"), ADD_FILE_EXISTS, MOVE_DESTINATION_EXISTS, a context
 mismatch in a second file leaving the first untouched, a path escape inside a patch, replays
 (replayed true, same operation_id), OPERATION_KEY_CONFLICT and operation_status by id and key.
+TxnHookCase uses the TEST-ONLY hooks CODESPACE_TEST_PATCH_STEP_DELAY_MS (SIGKILL in the middle of
+a 20-file patch: the row stays unknown after a restart, every file is wholly old or wholly new, a
+replay runs nothing) and CODESPACE_TEST_PATCH_FAIL_AT (a failed rename rolls back:
+failed_rolled_back; a failed restore too: failed_partial).
 
 Standard library only. Run:
     CODESPACE_MCP_BIN=build/release/src/main/codespace-mcp \\
@@ -22,6 +26,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
+import time
 import unittest
 
 REPLY_TIMEOUT = 30.0  # seconds; generous for the ASan build on 2 cores
@@ -55,9 +60,10 @@ def patch(*body):
 class Server:
     """codespace-mcp over stdio; one reader thread per pipe; synchronous calls by id."""
 
-    def __init__(self, args, state_dir):
+    def __init__(self, args, state_dir, extra_env=None):
         env = {k: v for k, v in os.environ.items() if not k.startswith("CODESPACE_")}
         env["XDG_STATE_HOME"] = state_dir
+        env.update(extra_env or {})
         self.proc = subprocess.Popen([binary()] + list(args), stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
         self.replies = queue.Queue()
@@ -111,6 +117,16 @@ class Server:
             return None, text
         assert text == res["structuredContent"], res
         return res["structuredContent"], None
+
+    def kill(self):
+        """SIGKILL, as a crash would; the exit status is not checked."""
+        self.proc.kill()
+        self.proc.wait()
+        for f in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            try:
+                f.close()
+            except OSError:
+                pass
 
     def close(self):
         if self.proc.poll() is None:
@@ -445,6 +461,184 @@ class PatchCase(unittest.TestCase):
         out, err = self.srv.call_raw("workspace_info", {"workspace_id": "ro"})
         self.assertIsNone(err, err)
         self.assertRegex(json.dumps(out), r'"patch": \{"available": false')
+
+
+TMP_NAME = re.compile(r"^\.cs-patch-[0-9a-f]{16}\.tmp$")
+
+
+class TxnHookCase(unittest.TestCase):
+    """A crash mid-transaction and a failed write with its rollback, driven by the TEST-ONLY
+    hooks CODESPACE_TEST_PATCH_STEP_DELAY_MS and CODESPACE_TEST_PATCH_FAIL_AT
+    (docs/patch-format.md, "Test hooks"). Each test starts its own server(s)."""
+
+    def setUp(self):
+        self.tmp = os.path.realpath(tempfile.mkdtemp(prefix="cs-e2e-patch-txn-"))
+        self.ws = os.path.join(self.tmp, "ws")
+        self.state = os.path.join(self.tmp, "state")
+        os.makedirs(self.ws)
+        os.makedirs(self.state)
+        self.db = os.path.join(self.tmp, "ops.db")
+        self.servers = []
+
+    def tearDown(self):
+        try:
+            for srv in self.servers:
+                if srv.proc.returncode is None:
+                    srv.close()
+        finally:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def start(self, **hooks):
+        srv = Server(["--workspace", self.ws, "--operations-db", self.db], self.state, hooks)
+        self.servers.append(srv)
+        return srv
+
+    def path(self, rel):
+        return os.path.join(self.ws, rel)
+
+    def put(self, rel, data):
+        write(self.path(rel), data)
+
+    def get(self, rel):
+        with open(self.path(rel), "rb") as f:
+            return f.read()
+
+    def tree(self):
+        res = {}
+        for d, _, files in os.walk(self.ws):
+            for n in files:
+                p = os.path.join(d, n)
+                with open(p, "rb") as f:
+                    res[os.path.relpath(p, self.ws)] = f.read()
+        return res
+
+    @staticmethod
+    def body(i, tag):
+        return "".join("file %02d line %03d %s %s\n" % (i, j, tag, "x" * 40)
+                       for j in range(100)).encode()
+
+    def test_sigkill_mid_patch_leaves_unknown_and_whole_files(self):
+        n = 20
+        old = {"crash/f%02d.txt" % i: self.body(i, "old") for i in range(n)}
+        new = {"crash/f%02d.txt" % i: self.body(i, "new") for i in range(n)}
+        for rel, data in old.items():
+            self.put(rel, data)
+        ops = []
+        for rel in sorted(old):
+            ops.append("*** Update File: " + rel)
+            ops += ["-" + line for line in old[rel].decode().splitlines()]
+            ops += ["+" + line for line in new[rel].decode().splitlines()]
+        p = patch(*ops)
+        key = "crash-key"
+        srv = self.start(CODESPACE_TEST_PATCH_STEP_DELAY_MS="200")
+        srv.send({"jsonrpc": "2.0", "id": 999, "method": "tools/call",
+                  "params": {"name": "apply_patch", "arguments": {
+                      "workspace_id": "default", "patch": p, "operation_key": key}}})
+        deadline = time.monotonic() + 60
+        while True:
+            done = sum(1 for rel in new if self.get(rel) == new[rel])
+            if 0 < done < n // 2:
+                break
+            self.assertLess(done, n, "the patch finished before the kill; stderr:\n"
+                            + "".join(srv.stderr[-20:]))
+            self.assertLess(time.monotonic(), deadline, "no file changed within 60 s")
+            time.sleep(0.02)
+        srv.kill()
+
+        # Every file is byte for byte wholly old or wholly new, and some of each.
+        after = self.tree()
+        changed = 0
+        for rel in old:
+            self.assertIn(after.pop(rel), (old[rel], new[rel]), rel)
+            changed += self.get(rel) == new[rel]
+        self.assertTrue(0 < changed < n, changed)
+        # Besides them, the crash may leave at most temporary files of the writes step (a
+        # .cs-patch-<random>.tmp beside its target, never renamed into place); see
+        # docs/patch-format.md, "Transactions".
+        for rel in after:
+            self.assertEqual(os.path.dirname(rel), "crash", rel)
+            self.assertRegex(os.path.basename(rel), TMP_NAME)
+
+        # After a restart on the same ledger the row is unknown: minted, never finished.
+        srv2 = self.start()
+        st, err = srv2.call_raw("operation_status", {"operation_key": key})
+        self.assertIsNone(err, err)
+        self.assertEqual(st["status"], "unknown", st)
+        self.assertRegex(st["operation_id"], OP_ID)
+        names = [e["name"] for e in st["events"]]
+        self.assertIn("minted", names)
+        self.assertNotIn("finished", names)
+        self.assertNotIn("finished_at", st)
+
+        # The same request under the same key is a replay of the unknown row: nothing runs.
+        before = self.tree()
+        out, err = srv2.call_raw("apply_patch", {"workspace_id": "default", "patch": p,
+                                                 "operation_key": key})
+        self.assertIsNone(err, err)
+        self.assertTrue(out["replayed"], out)
+        self.assertEqual(out["status"], "unknown", out)
+        self.assertEqual(out["operation_id"], st["operation_id"])
+        self.assertEqual(self.tree(), before)
+        st2, err = srv2.call_raw("operation_status", {"operation_key": key})
+        self.assertIsNone(err, err)
+        self.assertEqual(st2["status"], "unknown", st2)
+
+    def rollback_fixture(self):
+        self.put("rb/a.txt", "a1\na2\n")
+        self.put("rb/c.txt", "c1\nc2\n")
+        self.put("rb/d.txt", "d\n")
+        self.put("rb/e.txt", "e1\n")
+        os.chmod(self.path("rb/c.txt"), 0o600)
+        # Renames of the writes step: a (1), new/b (2), c (3); d is a delete, e an update.
+        return patch("*** Update File: rb/a.txt", "-a2", "+A2",
+                     "*** Add File: rb/new/b.txt", "+b",
+                     "*** Update File: rb/c.txt", "-c1", "+C1",
+                     "*** Delete File: rb/d.txt",
+                     "*** Update File: rb/e.txt", "-e1", "+E1")
+
+    def check_finished(self, srv, out, status):
+        self.assertEqual(out["status"], status, out)
+        self.assertFalse(out["replayed"])
+        for c in out["changes"]:
+            self.assertNotIn("after_version", c)
+        st, err = srv.call_raw("operation_status", {"operation_id": out["operation_id"]})
+        self.assertIsNone(err, err)
+        self.assertEqual(st["status"], status, st)
+        self.assertEqual([e["name"] for e in st["events"]], ["minted", "finished"])
+        self.assertRegex(st["finished_at"], RFC3339_MS)
+
+    def test_failed_write_rolls_back(self):
+        p = self.rollback_fixture()
+        old = self.tree()
+        srv = self.start(CODESPACE_TEST_PATCH_FAIL_AT="rename:3")
+        out, err = srv.call_raw("apply_patch", {"workspace_id": "default", "patch": p,
+                                                "operation_key": "rb-key"})
+        self.assertIsNone(err, err)
+        self.check_finished(srv, out, "failed_rolled_back")
+        # Every file has its old bytes, the created directory is gone, no temporary file is left.
+        self.assertEqual(self.tree(), old)
+        self.assertFalse(os.path.exists(self.path("rb/new")))
+        self.assertEqual(os.stat(self.path("rb/c.txt")).st_mode & 0o777, 0o600)
+        # A replay returns the stored failure and runs nothing.
+        out2, err = srv.call_raw("apply_patch", {"workspace_id": "default", "patch": p,
+                                                 "operation_key": "rb-key"})
+        self.assertIsNone(err, err)
+        self.assertTrue(out2["replayed"])
+        self.assertEqual(out2["status"], "failed_rolled_back")
+        self.assertEqual(out2["operation_id"], out["operation_id"])
+        self.assertEqual(self.tree(), old)
+
+    def test_failed_restore_is_partial(self):
+        p = self.rollback_fixture()
+        old = self.tree()
+        # Rollback order: restore c (1), unlink new/b.txt, restore a (2, fails): a stays new.
+        srv = self.start(CODESPACE_TEST_PATCH_FAIL_AT="rename:3,restore:2")
+        out, err = srv.call_raw("apply_patch", {"workspace_id": "default", "patch": p})
+        self.assertIsNone(err, err)
+        self.check_finished(srv, out, "failed_partial")
+        want = dict(old)
+        want["rb/a.txt"] = b"a1\nA2\n"
+        self.assertEqual(self.tree(), want)
 
 
 class LedgerStartCase(unittest.TestCase):
