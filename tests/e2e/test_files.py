@@ -19,17 +19,16 @@ import ctypes.util
 import hashlib
 import json
 import os
-import queue
 import shutil
 import socket
-import subprocess
 import sys
 import tempfile
 import threading
 import time
 import unittest
 
-REPLY_TIMEOUT = 30.0  # seconds; generous for the ASan build on 2 cores
+import mcp_stdio
+
 READ_MAX = 1048576
 FIND_MAX = 10000
 WALK_CAP = 100000
@@ -45,94 +44,12 @@ def binary():
     return path
 
 
-class ToolError(Exception):
-    def __init__(self, body):
-        super().__init__("%s: %s" % (body.get("code"), body.get("message")))
-        self.body = body
-        self.code = body.get("code")
-
-
-class Server:
-    """codespace-mcp over stdio; one reader thread per pipe; synchronous calls by id."""
+class Server(mcp_stdio.StdioServer):
+    """The real binary over stdio, without a ledger file."""
 
     def __init__(self, args, state_dir):
-        env = {k: v for k, v in os.environ.items() if not k.startswith("CODESPACE_")}
-        env["XDG_STATE_HOME"] = state_dir
-        env["CODESPACE_OPERATIONS_DB"] = ":memory:"
-        self.proc = subprocess.Popen([binary()] + list(args), stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
-        self.replies = queue.Queue()
-        self.stderr = []
-        self.next_id = 1
-        threading.Thread(target=self._out, daemon=True).start()
-        threading.Thread(target=self._err, daemon=True).start()
-        init = self.request("initialize", {"protocolVersion": "2025-11-25", "capabilities": {},
-                                           "clientInfo": {"name": "test_files", "version": "1"}})
-        assert "result" in init, init
-        self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
-
-    def _out(self):
-        for raw in iter(self.proc.stdout.readline, b""):
-            self.replies.put(json.loads(raw))
-        self.replies.put(EOFError)
-
-    def _err(self):
-        for raw in iter(self.proc.stderr.readline, b""):
-            self.stderr.append(raw.decode("utf-8", "replace"))
-
-    def send(self, msg):
-        self.proc.stdin.write(json.dumps(msg).encode("utf-8") + b"\n")
-        self.proc.stdin.flush()
-
-    def request(self, method, params):
-        rid = self.next_id
-        self.next_id += 1
-        self.send({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
-        while True:
-            try:
-                msg = self.replies.get(timeout=REPLY_TIMEOUT)
-            except queue.Empty:
-                raise AssertionError("no reply to %s within %.0f s; stderr:\n%s"
-                                     % (method, REPLY_TIMEOUT, "".join(self.stderr[-20:])))
-            if msg is EOFError:
-                raise AssertionError("server exited; stderr:\n" + "".join(self.stderr[-20:]))
-            if msg.get("id") == rid:
-                return msg
-
-    def call_raw(self, tool, args):
-        """The CallToolResult, checked for the contract's shape (section 2)."""
-        resp = self.request("tools/call", {"name": tool, "arguments": args})
-        assert "result" in resp, resp
-        res = resp["result"]
-        assert len(res["content"]) == 1 and res["content"][0]["type"] == "text", res
-        text = json.loads(res["content"][0]["text"])
-        if res.get("isError"):
-            assert "structuredContent" not in res, res
-            assert set(text) <= {"code", "message", "operation_id"}, text
-            return None, text
-        assert text == res["structuredContent"], res
-        return res["structuredContent"], None
-
-    def call(self, tool, args):
-        out, err = self.call_raw(tool, args)
-        if err is not None:
-            raise ToolError(err)
-        return out
-
-    def close(self):
-        """EOF on stdin, then the exit status (0 expected: a sanitizer finding is not 0)."""
-        if self.proc.poll() is None:
-            self.proc.stdin.close()
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        for f in (self.proc.stdout, self.proc.stderr):
-            f.close()
-        if self.proc.returncode != 0:
-            raise AssertionError("server exited with %s; stderr:\n%s"
-                                 % (self.proc.returncode, "".join(self.stderr[-30:])))
+        super().__init__(binary(), args, state_dir,
+                         {"CODESPACE_OPERATIONS_DB": ":memory:"}, client="test_files")
 
 
 def sha(data):

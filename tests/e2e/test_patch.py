@@ -20,16 +20,15 @@ Standard library only. Run:
 import hashlib
 import json
 import os
-import queue
 import re
 import shutil
 import subprocess
 import tempfile
-import threading
 import time
 import unittest
 
-REPLY_TIMEOUT = 30.0  # seconds; generous for the ASan build on 2 cores
+import mcp_stdio
+
 RFC3339_MS = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
 OP_ID = re.compile(r"^op-[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
 
@@ -57,90 +56,9 @@ def patch(*body):
     return "*** Begin Patch\n" + "".join(line + "\n" for line in body) + "*** End Patch\n"
 
 
-class Server:
-    """codespace-mcp over stdio; one reader thread per pipe; synchronous calls by id."""
-
+class Server(mcp_stdio.StdioServer):
     def __init__(self, args, state_dir, extra_env=None):
-        env = {k: v for k, v in os.environ.items() if not k.startswith("CODESPACE_")}
-        env["XDG_STATE_HOME"] = state_dir
-        env.update(extra_env or {})
-        self.proc = subprocess.Popen([binary()] + list(args), stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
-        self.replies = queue.Queue()
-        self.stderr = []
-        self.next_id = 1
-        threading.Thread(target=self._out, daemon=True).start()
-        threading.Thread(target=self._err, daemon=True).start()
-        init = self.request("initialize", {"protocolVersion": "2025-11-25", "capabilities": {},
-                                           "clientInfo": {"name": "test_patch", "version": "1"}})
-        assert "result" in init, init
-        self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
-
-    def _out(self):
-        for raw in iter(self.proc.stdout.readline, b""):
-            self.replies.put(json.loads(raw))
-        self.replies.put(EOFError)
-
-    def _err(self):
-        for raw in iter(self.proc.stderr.readline, b""):
-            self.stderr.append(raw.decode("utf-8", "replace"))
-
-    def send(self, msg):
-        self.proc.stdin.write(json.dumps(msg).encode("utf-8") + b"\n")
-        self.proc.stdin.flush()
-
-    def request(self, method, params):
-        rid = self.next_id
-        self.next_id += 1
-        self.send({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
-        while True:
-            try:
-                msg = self.replies.get(timeout=REPLY_TIMEOUT)
-            except queue.Empty:
-                raise AssertionError("no reply to %s within %.0f s; stderr:\n%s"
-                                     % (method, REPLY_TIMEOUT, "".join(self.stderr[-20:])))
-            if msg is EOFError:
-                raise AssertionError("server exited; stderr:\n" + "".join(self.stderr[-20:]))
-            if msg.get("id") == rid:
-                return msg
-
-    def call_raw(self, tool, args):
-        """(structuredContent, None) or (None, error body), checked for section 2's shape."""
-        resp = self.request("tools/call", {"name": tool, "arguments": args})
-        assert "result" in resp, resp
-        res = resp["result"]
-        assert len(res["content"]) == 1 and res["content"][0]["type"] == "text", res
-        text = json.loads(res["content"][0]["text"])
-        if res.get("isError"):
-            assert "structuredContent" not in res, res
-            assert set(text) <= {"code", "message", "operation_id"}, text
-            return None, text
-        assert text == res["structuredContent"], res
-        return res["structuredContent"], None
-
-    def kill(self):
-        """SIGKILL, as a crash would; the exit status is not checked."""
-        self.proc.kill()
-        self.proc.wait()
-        for f in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
-            try:
-                f.close()
-            except OSError:
-                pass
-
-    def close(self):
-        if self.proc.poll() is None:
-            self.proc.stdin.close()
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        for f in (self.proc.stdout, self.proc.stderr):
-            f.close()
-        if self.proc.returncode != 0:
-            raise AssertionError("server exited with %s; stderr:\n%s"
-                                 % (self.proc.returncode, "".join(self.stderr[-30:])))
+        super().__init__(binary(), args, state_dir, extra_env, client="test_patch")
 
 
 class PatchCase(unittest.TestCase):
@@ -371,7 +289,7 @@ class PatchCase(unittest.TestCase):
                                               "+" + new)}}})
         got = {}
         while len(got) < 2:
-            msg = self.srv.replies.get(timeout=REPLY_TIMEOUT)
+            msg = self.srv.replies.get(timeout=mcp_stdio.REPLY_TIMEOUT)
             self.assertIsNot(msg, EOFError)
             if msg.get("id") in (base, base + 1):
                 got[msg["id"]] = msg["result"]

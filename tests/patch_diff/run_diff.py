@@ -27,18 +27,18 @@ import argparse
 import fcntl
 import json
 import os
-import queue
 import random
 import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "e2e"))
+import mcp_stdio  # noqa: E402  (the shared stdio test client)
 
 CODEX_VERSION = "0.171.0"
 SKIP = 77
-REPLY_TIMEOUT = 30.0
 REF_TIMEOUT = 30.0
 SEED = 20261129
 GENERATED = 170
@@ -129,77 +129,16 @@ def run_reference(cmd, tree, text):
 # CodeSpace over stdio
 # ---------------------------------------------------------------------------------------------
 
-class Server:
+class Server(mcp_stdio.StdioServer):
     def __init__(self, binary, args, state_dir):
-        env = {k: v for k, v in os.environ.items() if not k.startswith("CODESPACE_")}
-        env["XDG_STATE_HOME"] = state_dir
-        self.proc = subprocess.Popen([binary] + list(args), stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
-        self.replies = queue.Queue()
-        self.stderr = []
-        self.next_id = 1
-        threading.Thread(target=self._out, daemon=True).start()
-        threading.Thread(target=self._err, daemon=True).start()
-        init = self.request("initialize", {"protocolVersion": "2025-11-25", "capabilities": {},
-                                           "clientInfo": {"name": "patch_diff", "version": "1"}})
-        if "result" not in init:
-            raise RuntimeError("initialize failed: %r" % init)
-        self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
-
-    def _out(self):
-        for raw in iter(self.proc.stdout.readline, b""):
-            self.replies.put(json.loads(raw))
-        self.replies.put(EOFError)
-
-    def _err(self):
-        for raw in iter(self.proc.stderr.readline, b""):
-            self.stderr.append(raw.decode("utf-8", "replace"))
-
-    def send(self, msg):
-        self.proc.stdin.write(json.dumps(msg).encode("utf-8") + b"\n")
-        self.proc.stdin.flush()
-
-    def request(self, method, params):
-        rid = self.next_id
-        self.next_id += 1
-        self.send({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
-        while True:
-            try:
-                msg = self.replies.get(timeout=REPLY_TIMEOUT)
-            except queue.Empty:
-                raise RuntimeError("no reply to %s within %.0f s; stderr:\n%s"
-                                   % (method, REPLY_TIMEOUT, "".join(self.stderr[-20:])))
-            if msg is EOFError:
-                raise RuntimeError("server exited; stderr:\n" + "".join(self.stderr[-20:]))
-            if msg.get("id") == rid:
-                return msg
+        super().__init__(binary, args, state_dir, client="patch_diff")
 
     def apply(self, text):
         """(accepted, detail)."""
-        resp = self.request("tools/call", {"name": "apply_patch",
-                                           "arguments": {"workspace_id": "default",
-                                                         "patch": text}})
-        if "result" not in resp:
-            raise RuntimeError("apply_patch: %r" % resp)
-        res = resp["result"]
-        body = json.loads(res["content"][0]["text"])
-        if res.get("isError"):
-            return False, "%s: %s" % (body.get("code"), body.get("message"))
-        return body.get("status") == "applied", body.get("status")
-
-    def close(self):
-        if self.proc.poll() is None:
-            self.proc.stdin.close()
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        for f in (self.proc.stdout, self.proc.stderr):
-            f.close()
-        if self.proc.returncode != 0:
-            raise RuntimeError("server exited with %s; stderr:\n%s"
-                               % (self.proc.returncode, "".join(self.stderr[-30:])))
+        out, err = self.call_raw("apply_patch", {"workspace_id": "default", "patch": text})
+        if err is not None:
+            return False, "%s: %s" % (err.get("code"), err.get("message"))
+        return out.get("status") == "applied", out.get("status")
 
 
 # ---------------------------------------------------------------------------------------------

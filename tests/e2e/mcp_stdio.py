@@ -1,0 +1,120 @@
+"""A codespace-mcp server over stdio for tests: one reader thread per pipe, synchronous
+requests matched by id, tool results checked for the contract's shape (contract.md section 2).
+
+Used by tests/e2e/test_files.py, tests/e2e/test_patch.py and tests/patch_diff/run_diff.py.
+Standard library only (/usr/bin/python3).
+"""
+
+import json
+import os
+import queue
+import subprocess
+import threading
+
+REPLY_TIMEOUT = 30.0  # seconds; generous for the ASan build on 2 cores
+
+
+class ToolError(Exception):
+    """A tool answered isError: the error body is in .body, its code in .code."""
+
+    def __init__(self, body):
+        super().__init__("%s: %s" % (body.get("code"), body.get("message")))
+        self.body = body
+        self.code = body.get("code")
+
+
+class StdioServer:
+    """Starts binary with args, initializes it and sends notifications/initialized.
+
+    The environment is the caller's minus every CODESPACE_* variable, with XDG_STATE_HOME set to
+    state_dir (so nothing is written under $HOME) and extra_env on top."""
+
+    def __init__(self, binary, args, state_dir, extra_env=None, client="e2e"):
+        env = {k: v for k, v in os.environ.items() if not k.startswith("CODESPACE_")}
+        env["XDG_STATE_HOME"] = state_dir
+        env.update(extra_env or {})
+        self.proc = subprocess.Popen([binary] + list(args), stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+        self.replies = queue.Queue()
+        self.stderr = []
+        self.next_id = 1
+        threading.Thread(target=self._out, daemon=True).start()
+        threading.Thread(target=self._err, daemon=True).start()
+        init = self.request("initialize", {"protocolVersion": "2025-11-25", "capabilities": {},
+                                           "clientInfo": {"name": client, "version": "1"}})
+        if "result" not in init:
+            raise AssertionError("initialize failed: %r" % init)
+        self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+
+    def _out(self):
+        for raw in iter(self.proc.stdout.readline, b""):
+            self.replies.put(json.loads(raw))
+        self.replies.put(EOFError)
+
+    def _err(self):
+        for raw in iter(self.proc.stderr.readline, b""):
+            self.stderr.append(raw.decode("utf-8", "replace"))
+
+    def send(self, msg):
+        self.proc.stdin.write(json.dumps(msg).encode("utf-8") + b"\n")
+        self.proc.stdin.flush()
+
+    def request(self, method, params):
+        rid = self.next_id
+        self.next_id += 1
+        self.send({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
+        while True:
+            try:
+                msg = self.replies.get(timeout=REPLY_TIMEOUT)
+            except queue.Empty:
+                raise AssertionError("no reply to %s within %.0f s; stderr:\n%s"
+                                     % (method, REPLY_TIMEOUT, "".join(self.stderr[-20:])))
+            if msg is EOFError:
+                raise AssertionError("server exited; stderr:\n" + "".join(self.stderr[-20:]))
+            if msg.get("id") == rid:
+                return msg
+
+    def call_raw(self, tool, args):
+        """(structuredContent, None) or (None, error body), checked for section 2's shape."""
+        resp = self.request("tools/call", {"name": tool, "arguments": args})
+        assert "result" in resp, resp
+        res = resp["result"]
+        assert len(res["content"]) == 1 and res["content"][0]["type"] == "text", res
+        text = json.loads(res["content"][0]["text"])
+        if res.get("isError"):
+            assert "structuredContent" not in res, res
+            assert set(text) <= {"code", "message", "operation_id"}, text
+            return None, text
+        assert text == res["structuredContent"], res
+        return res["structuredContent"], None
+
+    def call(self, tool, args):
+        out, err = self.call_raw(tool, args)
+        if err is not None:
+            raise ToolError(err)
+        return out
+
+    def kill(self):
+        """SIGKILL, as a crash would; the exit status is not checked."""
+        self.proc.kill()
+        self.proc.wait()
+        for f in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            try:
+                f.close()
+            except OSError:
+                pass
+
+    def close(self):
+        """EOF on stdin, then the exit status (0 expected: a sanitizer finding is not 0)."""
+        if self.proc.poll() is None:
+            self.proc.stdin.close()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        for f in (self.proc.stdout, self.proc.stderr):
+            f.close()
+        if self.proc.returncode != 0:
+            raise AssertionError("server exited with %s; stderr:\n%s"
+                                 % (self.proc.returncode, "".join(self.stderr[-30:])))
