@@ -201,7 +201,7 @@ int main(int argc, char **argv)
     }
     g.loop = cs_loop_new();
     g.srv = g.loop ? cs_mcp_new(CS_VERSION) : NULL;
-    if (!g.srv || cs_tools_register(g.srv, &tools, &cfg, CS_VERSION, store) != 0 ||
+    if (!g.srv || cs_tools_register(g.srv, &tools, &cfg, CS_VERSION, store, g.loop) != 0 ||
         cs_loop_signal(g.loop, SIGINT, on_signal, &g) != 0 ||
         cs_loop_signal(g.loop, SIGTERM, on_signal, &g) != 0) {
         cs_log(CS_LOG_ERROR, "startup failed", json_pack("{s:s}", "error", strerror(errno)));
@@ -227,8 +227,10 @@ out:
     cs_mcp_session_free(g.session);
     g.session = NULL;
     cs_http_stop(g.http);
-    cs_mcp_free(g.srv);
+    /* Every managed process group dies with the server (runtime.md section 5), and the calls
+     * still waiting on one complete before the MCP core goes. */
     cs_tools_free(&tools);
+    cs_mcp_free(g.srv);
     cs_store_close(store);
     cs_loop_free(g.loop);
     cs_config_free(&cfg);

@@ -1,25 +1,30 @@
 /*
- * tools: handler registration and the tools implemented so far (workspace_info, read, find,
- * apply_patch, operation_status).
+ * tools: handler registration and every tool: workspace_info, read, find, apply_patch,
+ * operation_status, and exec_command and the process tools over the supervisor.
  * Tools whose work lands later keep the core's "not implemented" answer, and workspace_info says
  * honestly that they are unavailable (cs_runtime_caps below).
  */
 #include "tools.h"
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "fs.h"
 #include "patch_txn.h"
+#include "supervisor.h"
 
 /* fs cannot see policy (it will run in the runner too): the caps it enforces must be the ones
  * workspace_info advertises. */
 _Static_assert(CS_FS_READ_MAX_BYTES == CS_POLICY_READ_MAX_BYTES, "read cap differs");
 _Static_assert(CS_FS_FIND_MAX_PATHS == CS_POLICY_FIND_MAX_PATHS, "find cap differs");
 
-/* Output ring per process (runtime.md section 5); reported once the supervisor exists. */
-#define OUTPUT_RING_BYTES (256 * 1024)
+/* Process limits of runtime.md section 5 that are not configurable. */
+#define OUTPUT_RING_BYTES (256 * 1024)     /* output kept per process */
+#define RETAIN_MS         (15 * 60 * 1000) /* an exited handle lives this long ... */
+#define RETAIN_MAX        64               /* ... and at most this many of them */
+#define KILL_GRACE_MS     2000             /* terminate_process: SIGTERM, then SIGKILL */
 
 /*
  * workspace_info depends only on the registry and the runtime's capabilities, both fixed while
@@ -65,6 +70,8 @@ static void workspace_info(void *arg, struct cs_mcp_call *call, const void *inpu
 
 void cs_tools_free(struct cs_tools *t)
 {
+    cs_supervisor_free(t->sup);
+    t->sup = NULL;
     for (size_t i = 0; i < t->n_info; i++)
         cs_mcp_cached_free(t->info[i]);
     free(t->info);
@@ -131,51 +138,124 @@ static void find_tool(void *arg, struct cs_mcp_call *call, const void *input)
     csw_mcp_find_output_free(&out);
 }
 
-/* ---- apply_patch and operation_status ---- */
+/* ---- the workspace lease ---- */
 
 /*
- * Takes a workspace's lease for call: 0 when it was free (the caller now holds it and must
- * lease_release it), 1 when it is held and the call was queued (FIFO; lease_release runs it, and
- * the input must live until then), or CSW_ERROR_RESOURCE_QUEUE_FULL when
- * CS_TOOLS_LEASE_MAX_WAITERS calls already wait. Handlers complete synchronously today, so the
- * lease is always free on arrival; a live process holding it (the supervisor) is what will queue.
+ * Takes the lease of ws for call: 0 when it was free (the caller now holds it and must call
+ * lease_done after running), 1 when a mutation holds it and the call was queued (FIFO;
+ * lease_done runs it later, and the input lives until the call completes), or a catalogue code
+ * with the call not queued: WORKSPACE_BUSY (a live process holds it), RESOURCE_QUEUE_FULL.
  */
-static int lease_acquire(struct cs_tools_lease *l, struct cs_mcp_call *call, const void *input)
+static int lease_acquire(struct cs_tools_lease *l, struct cs_mcp_call *call, const void *input,
+                         cs_tools_locked_fn run)
 {
-    if (!l->busy) {
-        l->busy = true;
+    switch (l->state) {
+    case CS_TOOLS_LEASE_FREE:
+        l->state = CS_TOOLS_LEASE_HELD;
         return 0;
+    case CS_TOOLS_LEASE_LIVE:
+        return CSW_ERROR_WORKSPACE_BUSY;
+    case CS_TOOLS_LEASE_HELD:
+        break;
     }
     if (l->n_wait >= CS_TOOLS_LEASE_MAX_WAITERS)
         return CSW_ERROR_RESOURCE_QUEUE_FULL;
     size_t slot = (l->head + l->n_wait) % CS_TOOLS_LEASE_MAX_WAITERS;
-    l->wait[slot] = call;
-    l->wait_input[slot] = input;
+    l->wait[slot].call = call;
+    l->wait[slot].input = input;
+    l->wait[slot].run = run;
     l->n_wait++;
     return 1;
 }
 
-static void apply_patch_locked(struct cs_tools *t, const struct cs_workspace *ws,
-                               struct cs_mcp_call *call,
-                               const struct csw_mcp_apply_patch_input *in);
-
-/* Releases the lease, handing it to the first waiter, which runs at once. */
-static void lease_release(struct cs_tools *t, const struct cs_workspace *ws)
+static void lease_refuse(struct cs_tools_lease *l, struct cs_mcp_call *call, int code)
 {
-    struct cs_tools_lease *l = &t->leases[ws - t->cfg->workspaces];
-    while (l->n_wait > 0) {
-        struct cs_mcp_call *call = l->wait[l->head];
-        const struct csw_mcp_apply_patch_input *in = l->wait_input[l->head];
-        l->head = (l->head + 1) % CS_TOOLS_LEASE_MAX_WAITERS;
-        l->n_wait--;
-        apply_patch_locked(t, ws, call, in); /* keeps busy set while it runs */
-    }
-    l->busy = false;
+    if (code == CSW_ERROR_WORKSPACE_BUSY)
+        cs_mcp_call_error(call, CSW_ERROR_WORKSPACE_BUSY, NULL,
+                          "a live process (%s) holds this workspace until it exits; poll it with "
+                          "process_status or stop it with terminate_process",
+                          l->process_id);
+    else
+        cs_mcp_call_error(call, (enum csw_error)code, NULL,
+                          "%d calls already wait for this workspace", CS_TOOLS_LEASE_MAX_WAITERS);
 }
 
-static void apply_patch_locked(struct cs_tools *t, const struct cs_workspace *ws,
-                               struct cs_mcp_call *call, const struct csw_mcp_apply_patch_input *in)
+/* A mutation holding the lease has run: release it unless a live process took it, then hand it
+ * to the waiters in order. Once a process holds it, the remaining waiters fail WORKSPACE_BUSY. */
+static void lease_done(struct cs_tools_lease *l)
 {
+    if (l->state == CS_TOOLS_LEASE_HELD)
+        l->state = CS_TOOLS_LEASE_FREE;
+    while (l->n_wait > 0) {
+        struct cs_mcp_call *call = l->wait[l->head].call;
+        const void *input = l->wait[l->head].input;
+        cs_tools_locked_fn run = l->wait[l->head].run;
+        l->head = (l->head + 1) % CS_TOOLS_LEASE_MAX_WAITERS;
+        l->n_wait--;
+        if (l->state == CS_TOOLS_LEASE_LIVE) {
+            lease_refuse(l, call, CSW_ERROR_WORKSPACE_BUSY);
+            continue;
+        }
+        l->state = CS_TOOLS_LEASE_HELD;
+        run(l->t, l->ws, call, input);
+        if (l->state == CS_TOOLS_LEASE_HELD)
+            l->state = CS_TOOLS_LEASE_FREE;
+    }
+}
+
+/* The supervisor's exit callback: the live process holding the lease has finished. */
+static void lease_process_exit(void *arg, const char *process_id)
+{
+    struct cs_tools_lease *l = arg;
+    (void)process_id;
+    l->state = CS_TOOLS_LEASE_FREE;
+    l->process_id[0] = '\0';
+    lease_done(l);
+}
+
+/* Runs run under ws's lease: now, queued, or refused. */
+static void with_lease(struct cs_tools *t, const struct cs_workspace *ws, struct cs_mcp_call *call,
+                       const void *input, cs_tools_locked_fn run)
+{
+    struct cs_tools_lease *l = &t->leases[ws - t->cfg->workspaces];
+    int rc = lease_acquire(l, call, input, run);
+    if (rc == 1)
+        return; /* queued: lease_done runs it */
+    if (rc != 0) {
+        lease_refuse(l, call, rc);
+        return;
+    }
+    run(t, ws, call, input);
+    lease_done(l);
+}
+
+/* The gate of the mutating tools: WORKSPACE_NOT_FOUND, then UNAUTHORIZED (read-only profile,
+ * linux-container environment), which never carries an operation_id. */
+static const struct cs_workspace *mutation_gate(struct cs_tools *t, struct cs_mcp_call *call,
+                                                const struct cs_str *id,
+                                                enum cs_policy_access access)
+{
+    char msg[512];
+    const struct cs_workspace *ws = cs_config_workspace(t->cfg, id->s, id->n);
+    if (ws == NULL) {
+        cs_mcp_call_error(call, CSW_ERROR_WORKSPACE_NOT_FOUND, NULL,
+                          "no workspace is registered under this workspace_id");
+        return NULL;
+    }
+    int rc = cs_workspace_check(ws, access, msg, sizeof msg);
+    if (rc != 0) {
+        cs_mcp_call_error(call, (enum csw_error)rc, NULL, "%s", msg);
+        return NULL;
+    }
+    return ws;
+}
+
+/* ---- apply_patch ---- */
+
+static void apply_patch_locked(struct cs_tools *t, const struct cs_workspace *ws,
+                               struct cs_mcp_call *call, const void *input)
+{
+    const struct csw_mcp_apply_patch_input *in = input;
     struct csw_mcp_apply_patch_output out;
     char op_id[CS_STORE_ID_SIZE];
     char msg[512];
@@ -192,33 +272,101 @@ static void apply_patch_tool(void *arg, struct cs_mcp_call *call, const void *in
 {
     struct cs_tools *t = arg;
     const struct csw_mcp_apply_patch_input *in = input;
-    char msg[512];
     const struct cs_workspace *ws =
-        cs_config_workspace(t->cfg, in->workspace_id.s, in->workspace_id.n);
-    if (ws == NULL) {
-        cs_mcp_call_error(call, CSW_ERROR_WORKSPACE_NOT_FOUND, NULL,
-                          "no workspace is registered under this workspace_id");
-        return;
-    }
-    /* UNAUTHORIZED (read-only profile, linux-container environment) comes before the ledger
-     * row, so it never carries an operation_id. */
-    int rc = cs_workspace_check(ws, CS_POLICY_ACCESS_WRITE, msg, sizeof msg);
-    if (rc != 0) {
-        cs_mcp_call_error(call, (enum csw_error)rc, NULL, "%s", msg);
-        return;
-    }
-    struct cs_tools_lease *l = &t->leases[ws - t->cfg->workspaces];
-    rc = lease_acquire(l, call, input);
-    if (rc == 1)
-        return; /* queued: lease_release runs it */
-    if (rc != 0) {
-        cs_mcp_call_error(call, (enum csw_error)rc, NULL,
-                          "%d calls already wait for this workspace", CS_TOOLS_LEASE_MAX_WAITERS);
-        return;
-    }
-    apply_patch_locked(t, ws, call, in);
-    lease_release(t, ws);
+        mutation_gate(t, call, &in->workspace_id, CS_POLICY_ACCESS_WRITE);
+    if (ws)
+        with_lease(t, ws, call, input, apply_patch_locked);
 }
+
+/* ---- exec_command and the process tools ---- */
+
+/* Completes an MCP call from a supervisor answer. */
+static void call_done(void *arg, int code, const char *msg, const void *out)
+{
+    struct cs_mcp_call *call = arg;
+    if (code != 0)
+        cs_mcp_call_error(call, (enum csw_error)code, NULL, "%s", msg ? msg : "");
+    else
+        cs_mcp_call_ok(call, out);
+}
+
+static void exec_locked(struct cs_tools *t, const struct cs_workspace *ws, struct cs_mcp_call *call,
+                        const void *input)
+{
+    const struct csw_mcp_exec_command_input *in = input;
+    struct cs_tools_lease *l = &t->leases[ws - t->cfg->workspaces];
+    char id[CS_SUPERVISOR_ID_SIZE];
+    char msg[512];
+    if (cs_supervisor_new_id(id) != 0) {
+        cs_mcp_call_error(call, CSW_ERROR_INTERNAL, NULL, "no random source for a process_id");
+        return;
+    }
+    struct cs_supervisor_spawn sp = {
+        .process_id = id,
+        .root = ws->root,
+        .argv = in->command.v,
+        .argc = in->command.n,
+        .tty = in->has_tty && in->tty,
+        .yield_ms = in->has_yield_ms ? in->yield_ms : 0,
+        .on_exit = lease_process_exit,
+        .exit_arg = l,
+    };
+    /* Mark the lease live first: with yield_ms 0 the call completes inside the spawn. The exit
+     * callback never runs inside it. */
+    l->state = CS_TOOLS_LEASE_LIVE;
+    snprintf(l->process_id, sizeof l->process_id, "%s", id);
+    int rc = cs_supervisor_spawn(t->sup, &sp, call_done, call, msg, sizeof msg);
+    if (rc != 0) {
+        /* Nothing started: the lease goes at once (lease_done). */
+        l->state = CS_TOOLS_LEASE_HELD;
+        l->process_id[0] = '\0';
+        cs_mcp_call_error(call, (enum csw_error)rc, NULL, "%s", msg);
+    }
+}
+
+static void exec_command_tool(void *arg, struct cs_mcp_call *call, const void *input)
+{
+    struct cs_tools *t = arg;
+    const struct csw_mcp_exec_command_input *in = input;
+    const struct cs_workspace *ws =
+        mutation_gate(t, call, &in->workspace_id, CS_POLICY_ACCESS_EXEC);
+    if (!ws)
+        return;
+    if (in->command.n == 0 || in->command.v[0].n == 0) {
+        cs_mcp_call_error(call, CSW_ERROR_INVALID_COMMAND, NULL,
+                          in->command.n == 0 ? "command is empty: give at least the program"
+                                             : "command[0] is empty: name the program to run");
+        return;
+    }
+    with_lease(t, ws, call, input, exec_locked);
+}
+
+static void write_stdin_tool(void *arg, struct cs_mcp_call *call, const void *input)
+{
+    cs_supervisor_write_stdin(((struct cs_tools *)arg)->sup, input, call_done, call);
+}
+
+static void read_process_tool(void *arg, struct cs_mcp_call *call, const void *input)
+{
+    cs_supervisor_read(((struct cs_tools *)arg)->sup, input, call_done, call);
+}
+
+static void process_status_tool(void *arg, struct cs_mcp_call *call, const void *input)
+{
+    cs_supervisor_status(((struct cs_tools *)arg)->sup, input, call_done, call);
+}
+
+static void process_resize_tool(void *arg, struct cs_mcp_call *call, const void *input)
+{
+    cs_supervisor_resize(((struct cs_tools *)arg)->sup, input, call_done, call);
+}
+
+static void terminate_process_tool(void *arg, struct cs_mcp_call *call, const void *input)
+{
+    cs_supervisor_terminate(((struct cs_tools *)arg)->sup, input, call_done, call);
+}
+
+/* ---- operation_status ---- */
 
 static void operation_status_tool(void *arg, struct cs_mcp_call *call, const void *input)
 {
@@ -250,7 +398,7 @@ static void operation_status_tool(void *arg, struct cs_mcp_call *call, const voi
 }
 
 int cs_tools_register(struct cs_mcp *srv, struct cs_tools *t, const struct cs_config *cfg,
-                      const char *version, struct cs_store *store)
+                      const char *version, struct cs_store *store, struct cs_loop *loop)
 {
     memset(t, 0, sizeof *t);
     t->cfg = cfg;
@@ -263,14 +411,33 @@ int cs_tools_register(struct cs_mcp *srv, struct cs_tools *t, const struct cs_co
     t->leases = calloc(cfg->n_workspaces + 1, sizeof *t->leases);
     if (!t->leases)
         return -1;
-    /* read and find (src/fs) and apply_patch (src/patch, src/store) are implemented; processes
-     * are not yet: say so rather than promise them. */
+    for (size_t i = 0; i < cfg->n_workspaces; i++) {
+        t->leases[i].t = t;
+        t->leases[i].ws = &cfg->workspaces[i];
+    }
+    const char *path = getenv("PATH");
+    const char *tmpdir = getenv("TMPDIR");
+    struct cs_supervisor_limits lim = {
+        .max_live = cfg->max_processes,
+        .timeout_ms = cfg->process_timeout_secs * 1000,
+        .ring_bytes = OUTPUT_RING_BYTES,
+        .retain_ms = RETAIN_MS,
+        .retain_max = RETAIN_MAX,
+        .kill_grace_ms = KILL_GRACE_MS,
+        .path = path && path[0] ? path : NULL,
+        .tmpdir = tmpdir && tmpdir[0] == '/' ? tmpdir : NULL,
+    };
+    t->sup = cs_supervisor_new(loop, &lim);
+    if (!t->sup)
+        return -1;
+    /* Files (src/fs), patches (src/patch, src/store) and processes (src/supervisor, running
+     * unsandboxed in this process: no sandbox probe yet, so command_sandbox none). */
     t->caps.files_available = true;
     t->caps.patch_available = true;
-    t->caps.process_available = false;
+    t->caps.process_available = true;
     t->caps.uds_runner = cfg->runner == CS_CONFIG_RUNNER_UDS;
     t->caps.sandbox = false; /* no probe yet: command_sandbox none, enforcement none */
-    t->caps.tty_supported = false;
+    t->caps.tty_supported = true;
     t->caps.max_live_processes = cfg->max_processes;
     t->caps.timeout_ms = cfg->process_timeout_secs * 1000;
     t->caps.output_ring_bytes = OUTPUT_RING_BYTES;
@@ -278,7 +445,13 @@ int cs_tools_register(struct cs_mcp *srv, struct cs_tools *t, const struct cs_co
         cs_mcp_set_tool(srv, "read", read_tool, t) != 0 ||
         cs_mcp_set_tool(srv, "find", find_tool, t) != 0 ||
         cs_mcp_set_tool(srv, "apply_patch", apply_patch_tool, t) != 0 ||
-        cs_mcp_set_tool(srv, "operation_status", operation_status_tool, t) != 0)
+        cs_mcp_set_tool(srv, "operation_status", operation_status_tool, t) != 0 ||
+        cs_mcp_set_tool(srv, "exec_command", exec_command_tool, t) != 0 ||
+        cs_mcp_set_tool(srv, "write_stdin", write_stdin_tool, t) != 0 ||
+        cs_mcp_set_tool(srv, "read_process", read_process_tool, t) != 0 ||
+        cs_mcp_set_tool(srv, "process_status", process_status_tool, t) != 0 ||
+        cs_mcp_set_tool(srv, "process_resize", process_resize_tool, t) != 0 ||
+        cs_mcp_set_tool(srv, "terminate_process", terminate_process_tool, t) != 0)
         return -1;
     return 0;
 }

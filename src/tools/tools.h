@@ -9,24 +9,44 @@
 #ifndef CS_TOOLS_H
 #define CS_TOOLS_H
 
+#include "base_loop.h"
 #include "mcp_server.h"
 #include "policy.h"
 #include "store.h"
 
-/* Most apply_patch calls waiting on one workspace's lease (runtime.md section 5); past it,
+/* Most calls waiting on one workspace's lease (runtime.md section 5); past it,
  * RESOURCE_QUEUE_FULL. */
 #define CS_TOOLS_LEASE_MAX_WAITERS 64
 
+struct cs_tools;
+struct cs_supervisor;
+
+/* Runs a mutation that now holds its workspace's lease (see tools.c). */
+typedef void (*cs_tools_locked_fn)(struct cs_tools *t, const struct cs_workspace *ws,
+                                   struct cs_mcp_call *call, const void *input);
+
 /*
- * One workspace's mutation lease: a holder flag and a FIFO of waiting calls (a ring of at most
- * CS_TOOLS_LEASE_MAX_WAITERS). apply_patch runs synchronously today, so the lease is always free
- * when a call arrives and the FIFO stays empty; the structure and its cap are here for the
- * process supervisor, whose live processes will hold the lease across calls.
+ * One workspace's exclusive mutation lease (runtime.md section 5): free; held by a running
+ * mutation (apply_patch, or an exec_command being spawned), while later mutations wait in a FIFO
+ * of at most CS_TOOLS_LEASE_MAX_WAITERS; or held by a live process until it finishes, while new
+ * mutations are refused with WORKSPACE_BUSY (and the FIFO was failed when it went live).
  */
+enum cs_tools_lease_state {
+    CS_TOOLS_LEASE_FREE,
+    CS_TOOLS_LEASE_HELD,
+    CS_TOOLS_LEASE_LIVE,
+};
+
 struct cs_tools_lease {
-    bool busy;
-    struct cs_mcp_call *wait[CS_TOOLS_LEASE_MAX_WAITERS];
-    const void *wait_input[CS_TOOLS_LEASE_MAX_WAITERS];
+    struct cs_tools *t;
+    const struct cs_workspace *ws;
+    enum cs_tools_lease_state state;
+    char process_id[48]; /* the live process, when LIVE */
+    struct {
+        struct cs_mcp_call *call;
+        const void *input;
+        cs_tools_locked_fn run;
+    } wait[CS_TOOLS_LEASE_MAX_WAITERS];
     size_t head, n_wait;
 };
 
@@ -39,15 +59,17 @@ struct cs_tools {
     size_t n_info;
     struct cs_store *store;        /* the operation ledger (borrowed) */
     struct cs_tools_lease *leases; /* one per registry workspace, same order */
+    struct cs_supervisor *sup;     /* the managed processes (owned) */
 };
 
 /* Fills t->caps from what this build implements and cfg, and sets the handlers of every
  * implemented tool on srv (the others keep answering "not implemented"). store (borrowed; it must
- * outlive every call) is the operation ledger apply_patch and operation_status use. Returns 0 or
- * -1. */
+ * outlive every call) is the operation ledger apply_patch and operation_status use; loop
+ * (borrowed, outliving t) carries the managed processes. Returns 0 or -1. */
 int cs_tools_register(struct cs_mcp *srv, struct cs_tools *t, const struct cs_config *cfg,
-                      const char *version, struct cs_store *store);
-/* Releases what the handlers cached. Call after the last call completed. */
+                      const char *version, struct cs_store *store, struct cs_loop *loop);
+/* Kills every managed process (their groups, SIGKILL), completes every pending call and
+ * releases what the handlers cached. Call before cs_mcp_free. */
 void cs_tools_free(struct cs_tools *t);
 
 #endif

@@ -1,0 +1,1038 @@
+/*
+ * supervisor: managed processes on the event loop (the state machine is in docs/process.md).
+ *
+ * A process is "live" from its spawn until it has finished: its leader reaped (through its
+ * pidfd) and its output collected (EOF on the pipe or PTY, or a short grace once the leader is
+ * gone). Only then is it reported `exited`, so an exited process's output is complete. When the
+ * leader exits, what is left of its process group is killed: a command leaves no daemon behind.
+ *
+ * Signals go to the leader through its pidfd and to the group through kill(-pgid) only while the
+ * leader is unreaped: the group id is the leader's pid, which cannot be recycled before we reap
+ * it (runtime.md section 5).
+ *
+ * Trust: see supervisor.h. Every buffer has a fixed cap: the ring (limits.ring_bytes), a pending
+ * write (the message that carried it, already capped by the transport).
+ * Entry points: supervisor.h.
+ */
+#include "supervisor_internal.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/random.h>
+#include <termios.h>
+#include <unistd.h>
+
+#ifndef P_PIDFD
+#define P_PIDFD 3
+#endif
+
+/* After the leader is reaped, output still in flight gets this long to reach EOF. */
+#define DRAIN_GRACE_MS 500
+/* A write_stdin that cannot finish (a command that never reads) answers after this long with
+ * the bytes written so far. */
+#define WRITE_DEADLINE_MS 10000
+/* A terminate_process call answers at the latest this long after the SIGKILL. */
+#define TERMINATE_SLACK_MS 3000
+/* Output read in one loop turn at most, so one chatty process cannot starve the loop. */
+#define READ_BUDGET (4u * 1024u * 1024u)
+
+enum waiter_kind { WAIT_EXEC, WAIT_READ, WAIT_TERMINATE };
+
+struct waiter {
+    struct waiter *prev, *next;
+    struct proc *p;
+    enum waiter_kind kind;
+    int64_t cursor; /* WAIT_READ */
+    struct cs_loop_timer *timer;
+    cs_supervisor_done_fn done;
+    void *arg;
+};
+
+struct write_req {
+    struct write_req *next;
+    char *data;
+    size_t n, off, extra; /* extra: trailing bytes we added (the TTY's EOF character) */
+    bool close;
+    cs_supervisor_done_fn done;
+    void *arg;
+};
+
+struct proc {
+    struct proc *prev, *next;
+    struct cs_supervisor *s;
+    char id[CS_SUPERVISOR_ID_SIZE];
+    pid_t pid;
+    int pidfd, in, out;
+    struct cs_loop_fd *pidw, *inw, *outw;
+    bool tty, stdin_closed, input_ended, reaped, out_done, finished;
+    int64_t finished_at;
+    /* set before the end when the server ends it (timeout, terminate); else from the status */
+    bool forced;
+    enum csw_process_termination term;
+    int exit_code, signo;
+    int64_t rows, cols;
+    /* The output ring: positions [total - retained, total) are kept; position q lives at
+     * buf[q % cap] once the buffer has reached cap (before that, at buf[q]: no wrap yet). After
+     * the process finished, the kept bytes are compacted to buf[0 ..) (linear, from base). */
+    uint8_t *buf;
+    size_t alloc, cap;
+    uint64_t total;
+    bool linear;
+    uint64_t base;
+    struct waiter *waiters;
+    struct write_req *wq, *wq_tail;
+    struct cs_loop_timer *limit_timer, *kill_timer, *drain_timer, *write_timer;
+    cs_supervisor_exit_fn on_exit;
+    void *exit_arg;
+};
+
+struct cs_supervisor {
+    struct cs_loop *loop;
+    struct cs_supervisor_limits lim;
+    char *path, *tmpdir;
+    struct proc *procs, *procs_tail; /* in spawn order */
+    size_t live, exited;
+};
+
+static int64_t now_ms(void)
+{
+    return cs_loop_now_ms();
+}
+
+/* ---- ids ---- */
+
+int cs_supervisor_new_id(char out[CS_SUPERVISOR_ID_SIZE])
+{
+    static const char digits[] = "0123456789abcdef";
+    unsigned char b[16];
+    size_t got = 0;
+    while (got < sizeof b) {
+        ssize_t r = getrandom(b + got, sizeof b - got, 0);
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            return -1;
+        }
+        got += (size_t)r;
+    }
+    b[6] = (unsigned char)((b[6] & 0x0F) | 0x40); /* version 4 */
+    b[8] = (unsigned char)((b[8] & 0x3F) | 0x80); /* variant 10 (RFC 9562) */
+    char *p = out;
+    memcpy(p, "proc-", 5);
+    p += 5;
+    for (size_t i = 0; i < 16; i++) {
+        if (i == 4 || i == 6 || i == 8 || i == 10)
+            *p++ = '-';
+        *p++ = digits[b[i] >> 4];
+        *p++ = digits[b[i] & 15];
+    }
+    *p = '\0';
+    return 0;
+}
+
+/* ---- the ring ---- */
+
+static uint64_t retained_from(const struct proc *p)
+{
+    if (p->linear)
+        return p->base;
+    return p->total > p->cap ? p->total - p->cap : 0;
+}
+
+/* Copies [from, to) (within the retained window) to dst. */
+static void ring_copy(const struct proc *p, uint64_t from, uint64_t to, uint8_t *dst)
+{
+    if (p->linear) {
+        memcpy(dst, p->buf + (from - p->base), (size_t)(to - from));
+        return;
+    }
+    while (from < to) {
+        size_t at = p->alloc < p->cap ? (size_t)from : (size_t)(from % p->cap);
+        size_t run = (p->alloc < p->cap ? p->alloc : p->cap) - at;
+        if (run > to - from)
+            run = (size_t)(to - from);
+        memcpy(dst, p->buf + at, run);
+        dst += run;
+        from += run;
+    }
+}
+
+/* Where the next output bytes go and how many fit contiguously; grows the buffer until it
+ * reaches the cap. Returns NULL on OOM (the caller stops reading for this turn). */
+static uint8_t *ring_space(struct proc *p, size_t *space)
+{
+    if (p->alloc < p->cap) {
+        if (p->total == p->alloc) {
+            size_t n = p->alloc ? p->alloc * 2 : 16384;
+            if (n > p->cap)
+                n = p->cap;
+            uint8_t *nb = realloc(p->buf, n);
+            if (!nb)
+                return NULL;
+            p->buf = nb;
+            p->alloc = n;
+        }
+        if (p->alloc < p->cap) {
+            *space = p->alloc - (size_t)p->total;
+            return p->buf + p->total;
+        }
+    }
+    size_t at = (size_t)(p->total % p->cap);
+    *space = p->cap - at;
+    return p->buf + at;
+}
+
+/* Once finished: keep only the retained bytes, in a buffer of their size. */
+static void ring_compact(struct proc *p)
+{
+    uint64_t from = retained_from(p);
+    size_t n = (size_t)(p->total - from);
+    uint8_t *nb = malloc(n ? n : 1);
+    if (!nb)
+        return; /* keep the ring as it is; it reads the same */
+    ring_copy(p, from, p->total, nb);
+    free(p->buf);
+    p->buf = nb;
+    p->alloc = n;
+    p->linear = true;
+    p->base = from;
+}
+
+/* ---- results ---- */
+
+/* The retained output from cursor as a lossy UTF-8 string. Sets *next to the cursor after it.
+ * Returns a new string (free it), or NULL on OOM. */
+static char *chunk_from(const struct proc *p, uint64_t start, uint64_t *next, size_t *len)
+{
+    size_t n = (size_t)(p->total - start);
+    uint8_t *raw = malloc(n ? n : 1);
+    char *text = malloc(3 * n + 1);
+    if (!raw || !text) {
+        free(raw);
+        free(text);
+        return NULL;
+    }
+    ring_copy(p, start, p->total, raw);
+    size_t used = 0;
+    *len = cs_supervisor_utf8_lossy(raw, n, !p->finished, text, &used);
+    free(raw);
+    *next = start + used;
+    return text;
+}
+
+static void fill_end(const struct proc *p, bool *has_exit_code, int64_t *exit_code,
+                     bool *has_termination, enum csw_process_termination *termination)
+{
+    *has_termination = p->finished;
+    *termination = p->term;
+    *has_exit_code = p->finished && p->term == CSW_PROCESS_TERMINATION_EXITED;
+    *exit_code = p->exit_code;
+}
+
+static void answer_exec(struct proc *p, bool with_output, cs_supervisor_done_fn done, void *arg)
+{
+    struct csw_mcp_exec_command_output out;
+    memset(&out, 0, sizeof out);
+    out.process_id.s = p->id;
+    out.process_id.n = strlen(p->id);
+    out.dispatch_status = CSW_MCP_EXEC_COMMAND_OUTPUT_DISPATCH_STATUS_CONFIRMED;
+    char *text = NULL;
+    if (with_output) {
+        uint64_t next = 0;
+        size_t len = 0;
+        text = chunk_from(p, retained_from(p), &next, &len);
+        if (!text) {
+            done(arg, CSW_ERROR_INTERNAL, "out of memory building the output", NULL);
+            return;
+        }
+        out.has_state = true;
+        out.state = p->finished ? CSW_PROCESS_STATE_EXITED : CSW_PROCESS_STATE_RUNNING;
+        out.has_output = true;
+        out.output.s = text;
+        out.output.n = len;
+        out.has_cursor = true;
+        out.cursor = (int64_t)next;
+        out.has_output_lost = true;
+        out.output_lost = retained_from(p) > 0;
+        fill_end(p, &out.has_exit_code, &out.exit_code, &out.has_termination, &out.termination);
+    }
+    done(arg, 0, NULL, &out);
+    free(text);
+}
+
+/* Answers a read at cursor. */
+static void answer_read(struct proc *p, int64_t cursor, cs_supervisor_done_fn done, void *arg)
+{
+    uint64_t from = retained_from(p);
+    uint64_t start = (uint64_t)cursor > from ? (uint64_t)cursor : from;
+    if (start > p->total)
+        start = p->total;
+    if (p->finished && p->term == CSW_PROCESS_TERMINATION_TIMEOUT && start == p->total) {
+        char msg[160];
+        snprintf(msg, sizeof msg,
+                 "the process was killed at its time limit (%lld ms); no output past cursor %llu",
+                 (long long)p->s->lim.timeout_ms, (unsigned long long)p->total);
+        done(arg, CSW_ERROR_TIMEOUT, msg, NULL);
+        return;
+    }
+    uint64_t next = 0;
+    size_t len = 0;
+    char *text = chunk_from(p, start, &next, &len);
+    if (!text) {
+        done(arg, CSW_ERROR_INTERNAL, "out of memory building the output", NULL);
+        return;
+    }
+    struct csw_mcp_read_process_output out = {
+        .process_id = {p->id, strlen(p->id)},
+        .cursor = (int64_t)next,
+        .chunk = {text, len},
+        .eof = p->finished && next == p->total,
+        .output_lost = from > 0,
+        .retained_from = (int64_t)from,
+    };
+    done(arg, 0, NULL, &out);
+    free(text);
+}
+
+/* ---- waiters ---- */
+
+static void waiter_unlink(struct waiter *w)
+{
+    struct proc *p = w->p;
+    if (w->prev)
+        w->prev->next = w->next;
+    else
+        p->waiters = w->next;
+    if (w->next)
+        w->next->prev = w->prev;
+    cs_loop_timer_cancel(w->timer);
+}
+
+/* Answers w with the process's current state and frees it. */
+static void waiter_answer(struct waiter *w)
+{
+    waiter_unlink(w);
+    struct proc *p = w->p;
+    switch (w->kind) {
+    case WAIT_EXEC:
+        answer_exec(p, true, w->done, w->arg);
+        break;
+    case WAIT_READ:
+        answer_read(p, w->cursor, w->done, w->arg);
+        break;
+    case WAIT_TERMINATE: {
+        struct csw_mcp_terminate_process_output out = {
+            .state = p->finished ? CSW_PROCESS_STATE_EXITED : CSW_PROCESS_STATE_RUNNING};
+        w->done(w->arg, 0, NULL, &out);
+        break;
+    }
+    }
+    free(w);
+}
+
+static void waiter_timeout(void *arg)
+{
+    struct waiter *w = arg;
+    w->timer = NULL; /* fired */
+    waiter_answer(w);
+}
+
+static int waiter_add(struct proc *p, enum waiter_kind kind, int64_t cursor, int64_t ms,
+                      cs_supervisor_done_fn done, void *arg)
+{
+    struct waiter *w = calloc(1, sizeof *w);
+    if (!w)
+        return -1;
+    w->p = p;
+    w->kind = kind;
+    w->cursor = cursor;
+    w->done = done;
+    w->arg = arg;
+    w->timer = cs_loop_timer_add(p->s->loop, ms, waiter_timeout, w);
+    if (!w->timer) {
+        free(w);
+        return -1;
+    }
+    w->next = p->waiters;
+    if (p->waiters)
+        p->waiters->prev = w;
+    p->waiters = w;
+    return 0;
+}
+
+/* New output arrived: wake the reads waiting for something past their cursor. */
+static void wake_readers(struct proc *p)
+{
+    for (struct waiter *w = p->waiters, *next; w; w = next) {
+        next = w->next;
+        uint64_t from = retained_from(p);
+        if (w->kind == WAIT_READ &&
+            p->total > ((uint64_t)w->cursor > from ? (uint64_t)w->cursor : from))
+            waiter_answer(w);
+    }
+}
+
+/* ---- signals ---- */
+
+static void signal_group(struct proc *p, int sig)
+{
+    if (p->reaped)
+        return; /* the pid may be recycled now: never signal it */
+    (void)pidfd_send_signal(p->pidfd, sig, NULL, 0);
+    (void)kill(-p->pid, sig);
+}
+
+/* ---- stdin ---- */
+
+static void write_pump(struct proc *p);
+
+static void close_stdin(struct proc *p)
+{
+    cs_loop_fd_del(p->inw);
+    p->inw = NULL;
+    cs_loop_timer_cancel(p->write_timer);
+    p->write_timer = NULL;
+    if (p->in >= 0)
+        close(p->in);
+    p->in = -1;
+    p->stdin_closed = true;
+}
+
+/* Completes the head write request with what it wrote (or an error when nothing was). */
+static void write_finish(struct proc *p, int code, const char *msg)
+{
+    struct write_req *r = p->wq;
+    p->wq = r->next;
+    if (!p->wq)
+        p->wq_tail = NULL;
+    cs_loop_timer_cancel(p->write_timer);
+    p->write_timer = NULL;
+    size_t wrote = r->off > r->n - r->extra ? r->n - r->extra : r->off;
+    if (code != 0) {
+        r->done(r->arg, code, msg, NULL);
+    } else {
+        struct csw_mcp_write_stdin_output out = {.bytes_written = (int64_t)wrote};
+        r->done(r->arg, 0, NULL, &out);
+    }
+    free(r->data);
+    free(r);
+}
+
+static void fail_writes(struct proc *p, const char *why)
+{
+    while (p->wq) {
+        if (p->wq->off > 0)
+            write_finish(p, 0, NULL); /* some bytes went in: say how many */
+        else
+            write_finish(p, CSW_ERROR_PROCESS_NOT_FOUND, why);
+    }
+}
+
+static void write_ready(void *arg, int fd, unsigned events)
+{
+    (void)fd;
+    (void)events;
+    write_pump(arg);
+}
+
+static void write_deadline(void *arg)
+{
+    struct proc *p = arg;
+    p->write_timer = NULL;
+    if (!p->wq)
+        return;
+    bool close_after = p->wq->close;
+    write_finish(p, 0, NULL); /* the command is not reading: report the bytes taken */
+    if (close_after)
+        close_stdin(p);
+    write_pump(p);
+}
+
+static void write_pump(struct proc *p)
+{
+    while (p->wq) {
+        struct write_req *r = p->wq;
+        if (p->stdin_closed) {
+            fail_writes(p, "stdin of this process is closed");
+            return;
+        }
+        while (r->off < r->n) {
+            ssize_t w = write(p->in, r->data + r->off, r->n - r->off);
+            if (w > 0) {
+                r->off += (size_t)w;
+                continue;
+            }
+            if (w < 0 && errno == EINTR)
+                continue;
+            if (w < 0 && errno == EAGAIN) {
+                if (!p->inw)
+                    p->inw = cs_loop_fd_add(p->s->loop, p->in, CS_LOOP_WRITE, write_ready, p);
+                if (!p->write_timer)
+                    p->write_timer =
+                        cs_loop_timer_add(p->s->loop, WRITE_DEADLINE_MS, write_deadline, p);
+                if (p->inw && p->write_timer)
+                    return; /* resumes when the command reads */
+            }
+            /* EPIPE (the command closed its stdin) or no way to wait: stdin is done */
+            close_stdin(p);
+            fail_writes(p, "stdin of this process is closed (the command closed its end)");
+            return;
+        }
+        bool close_after = r->close;
+        write_finish(p, 0, NULL);
+        if (close_after)
+            close_stdin(p);
+    }
+    cs_loop_fd_del(p->inw);
+    p->inw = NULL;
+}
+
+/* ---- the end of a process ---- */
+
+static void proc_free(struct proc *p);
+
+/* Frees exited handles past their retention: older than retain_ms, or beyond retain_max. */
+static void sweep(struct cs_supervisor *s)
+{
+    int64_t now = now_ms();
+    for (struct proc *p = s->procs, *next; p; p = next) {
+        next = p->next;
+        if (p->finished && now - p->finished_at >= s->lim.retain_ms)
+            proc_free(p);
+    }
+    while (s->exited > s->lim.retain_max) {
+        struct proc *oldest = NULL;
+        for (struct proc *p = s->procs; p; p = p->next)
+            if (p->finished && (!oldest || p->finished_at < oldest->finished_at))
+                oldest = p;
+        if (!oldest)
+            break;
+        proc_free(oldest);
+    }
+}
+
+static void maybe_finish(struct proc *p)
+{
+    if (p->finished || !p->reaped || !p->out_done)
+        return;
+    struct cs_supervisor *s = p->s;
+    p->finished = true;
+    p->finished_at = now_ms();
+    cs_loop_timer_cancel(p->drain_timer);
+    p->drain_timer = NULL;
+    cs_loop_fd_del(p->outw);
+    p->outw = NULL;
+    if (p->out >= 0)
+        close(p->out);
+    p->out = -1;
+    if (!p->stdin_closed)
+        close_stdin(p);
+    fail_writes(p, "the process has exited");
+    ring_compact(p);
+    s->live--;
+    s->exited++;
+    while (p->waiters)
+        waiter_answer(p->waiters);
+    cs_supervisor_exit_fn fn = p->on_exit;
+    void *fn_arg = p->exit_arg;
+    char id[CS_SUPERVISOR_ID_SIZE];
+    memcpy(id, p->id, sizeof id);
+    sweep(s); /* may free p (retain_max) */
+    if (fn)
+        fn(fn_arg, id); /* last: it may start another process */
+}
+
+static void drain_deadline(void *arg)
+{
+    struct proc *p = arg;
+    p->drain_timer = NULL;
+    p->out_done = true; /* something outside the group still holds the output open */
+    maybe_finish(p);
+}
+
+static void on_output(void *arg, int fd, unsigned events)
+{
+    struct proc *p = arg;
+    (void)events;
+    size_t budget = READ_BUDGET;
+    bool got = false, eof = false;
+    while (budget > 0) {
+        size_t space = 0;
+        uint8_t *dst = ring_space(p, &space);
+        if (!dst)
+            break;
+        if (space > budget)
+            space = budget;
+        ssize_t n = read(fd, dst, space);
+        if (n > 0) {
+            p->total += (uint64_t)n;
+            budget -= (size_t)n;
+            got = true;
+            continue;
+        }
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && errno == EAGAIN)
+            break;
+        eof = true; /* 0 (pipe EOF), EIO (the PTY's slave side is gone), or an error */
+        break;
+    }
+    if (eof) {
+        cs_loop_fd_del(p->outw);
+        p->outw = NULL;
+        p->out_done = true;
+    }
+    if (got)
+        wake_readers(p);
+    if (eof)
+        maybe_finish(p);
+}
+
+static void on_exit_ready(void *arg, int fd, unsigned events)
+{
+    struct proc *p = arg;
+    (void)events;
+    /* The leader is a zombie: take the rest of its group with it before the pid can go. */
+    (void)kill(-p->pid, SIGKILL);
+    siginfo_t si;
+    memset(&si, 0, sizeof si);
+    if (waitid((idtype_t)P_PIDFD, (id_t)fd, &si, WEXITED | WNOHANG) != 0 || si.si_pid == 0)
+        return; /* not yet (spurious wake-up) */
+    p->reaped = true;
+    cs_loop_fd_del(p->pidw);
+    p->pidw = NULL;
+    close(p->pidfd);
+    p->pidfd = -1;
+    cs_loop_timer_cancel(p->limit_timer);
+    p->limit_timer = NULL;
+    cs_loop_timer_cancel(p->kill_timer);
+    p->kill_timer = NULL;
+    if (si.si_code == CLD_EXITED) {
+        p->exit_code = si.si_status;
+        if (!p->forced)
+            p->term = CSW_PROCESS_TERMINATION_EXITED;
+    } else if (si.si_code == CLD_KILLED || si.si_code == CLD_DUMPED) {
+        p->signo = si.si_status;
+        if (!p->forced)
+            p->term = CSW_PROCESS_TERMINATION_SIGNALED;
+    } else if (!p->forced) {
+        p->term = CSW_PROCESS_TERMINATION_UNKNOWN;
+    }
+    if (!p->out_done) {
+        on_output(p, p->out, CS_LOOP_READ); /* what is already in the pipe */
+        if (!p->out_done && !p->finished)
+            p->drain_timer = cs_loop_timer_add(p->s->loop, DRAIN_GRACE_MS, drain_deadline, p);
+        if (!p->out_done && !p->drain_timer)
+            p->out_done = true;
+    }
+    maybe_finish(p);
+}
+
+static void on_time_limit(void *arg)
+{
+    struct proc *p = arg;
+    p->limit_timer = NULL;
+    if (p->reaped)
+        return;
+    p->forced = true;
+    p->term = CSW_PROCESS_TERMINATION_TIMEOUT;
+    signal_group(p, SIGKILL);
+}
+
+static void on_kill_grace(void *arg)
+{
+    struct proc *p = arg;
+    p->kill_timer = NULL;
+    signal_group(p, SIGKILL);
+}
+
+/* ---- lifetime ---- */
+
+static void proc_unlink(struct proc *p)
+{
+    struct cs_supervisor *s = p->s;
+    if (p->prev)
+        p->prev->next = p->next;
+    else
+        s->procs = p->next;
+    if (p->next)
+        p->next->prev = p->prev;
+    else
+        s->procs_tail = p->prev;
+}
+
+/* Frees a process record. A live one is killed and reaped first (shutdown only). */
+static void proc_free(struct proc *p)
+{
+    struct cs_supervisor *s = p->s;
+    if (!p->reaped && p->pidfd >= 0) {
+        signal_group(p, SIGKILL);
+        siginfo_t si;
+        while (waitid((idtype_t)P_PIDFD, (id_t)p->pidfd, &si, WEXITED) != 0 && errno == EINTR)
+            ;
+        p->reaped = true;
+    }
+    while (p->waiters) {
+        struct waiter *w = p->waiters;
+        waiter_unlink(w);
+        w->done(w->arg, CSW_ERROR_INTERNAL, "the server is shutting down", NULL);
+        free(w);
+    }
+    fail_writes(p, "the server is shutting down");
+    cs_loop_fd_del(p->pidw);
+    cs_loop_fd_del(p->inw);
+    cs_loop_fd_del(p->outw);
+    cs_loop_timer_cancel(p->limit_timer);
+    cs_loop_timer_cancel(p->kill_timer);
+    cs_loop_timer_cancel(p->drain_timer);
+    cs_loop_timer_cancel(p->write_timer);
+    if (p->pidfd >= 0)
+        close(p->pidfd);
+    if (p->in >= 0)
+        close(p->in);
+    if (p->out >= 0)
+        close(p->out);
+    if (p->finished)
+        s->exited--;
+    else
+        s->live--;
+    proc_unlink(p);
+    free(p->buf);
+    free(p);
+}
+
+struct cs_supervisor *cs_supervisor_new(struct cs_loop *loop,
+                                        const struct cs_supervisor_limits *lim)
+{
+    struct cs_supervisor *s = calloc(1, sizeof *s);
+    if (!s)
+        return NULL;
+    s->loop = loop;
+    s->lim = *lim;
+    s->path = strdup(lim->path ? lim->path : "/usr/local/bin:/usr/bin:/bin");
+    s->tmpdir = strdup(lim->tmpdir ? lim->tmpdir : "/tmp");
+    if (!s->path || !s->tmpdir) {
+        cs_supervisor_free(s);
+        errno = ENOMEM;
+        return NULL;
+    }
+    s->lim.path = s->path;
+    s->lim.tmpdir = s->tmpdir;
+    return s;
+}
+
+void cs_supervisor_free(struct cs_supervisor *s)
+{
+    if (!s)
+        return;
+    while (s->procs)
+        proc_free(s->procs);
+    free(s->path);
+    free(s->tmpdir);
+    free(s);
+}
+
+size_t cs_supervisor_live(const struct cs_supervisor *s)
+{
+    return s->live;
+}
+
+/* ---- spawn ---- */
+
+static char *concat(const char *a, const char *b)
+{
+    size_t na = strlen(a), nb = strlen(b);
+    char *r = malloc(na + nb + 1);
+    if (r) {
+        memcpy(r, a, na);
+        memcpy(r + na, b, nb + 1);
+    }
+    return r;
+}
+
+int cs_supervisor_spawn(struct cs_supervisor *s, const struct cs_supervisor_spawn *sp,
+                        cs_supervisor_done_fn done, void *arg, char *msg, size_t msg_cap)
+{
+    sweep(s);
+    if ((int64_t)s->live >= s->lim.max_live) {
+        snprintf(msg, msg_cap, "live process limit reached (%lld processes run)",
+                 (long long)s->lim.max_live);
+        return CSW_ERROR_WORKSPACE_BUSY;
+    }
+    int rc = CSW_ERROR_PROCESS_SPAWN_FAILED;
+    char **argv = calloc(sp->argc + 1, sizeof *argv);
+    enum { NENV = 11 };
+    char *envp[NENV + 1];
+    memset(envp, 0, sizeof envp);
+    struct proc *p = calloc(1, sizeof *p);
+    if (!argv || !p) {
+        snprintf(msg, msg_cap, "out of memory");
+        goto out;
+    }
+    for (size_t i = 0; i < sp->argc; i++) {
+        if (memchr(sp->argv[i].s, '\0', sp->argv[i].n)) {
+            snprintf(msg, msg_cap, "command[%zu] contains a NUL byte", i);
+            goto out;
+        }
+        argv[i] = strndup(sp->argv[i].s, sp->argv[i].n);
+        if (!argv[i]) {
+            snprintf(msg, msg_cap, "out of memory");
+            goto out;
+        }
+    }
+    /* runtime.md section 5: everything cleared, then only these. */
+    size_t ne = 0;
+    envp[ne++] = concat("PATH=", s->path);
+    envp[ne++] = concat("HOME=", sp->root);
+    envp[ne++] = strdup("LANG=C.UTF-8");
+    envp[ne++] = concat("TMPDIR=", s->tmpdir);
+    envp[ne++] = strdup(sp->tty ? "TERM=xterm-256color" : "TERM=dumb");
+    envp[ne++] = strdup("PAGER=cat");
+    envp[ne++] = strdup("GIT_PAGER=cat");
+    envp[ne++] = strdup("GIT_TERMINAL_PROMPT=0");
+    envp[ne++] = strdup("CI=1");
+    if (!sp->tty)
+        envp[ne++] = strdup("NO_COLOR=1");
+    for (size_t i = 0; i < ne; i++) {
+        if (!envp[i]) {
+            snprintf(msg, msg_cap, "out of memory");
+            goto out;
+        }
+    }
+    p->s = s;
+    snprintf(p->id, sizeof p->id, "%s", sp->process_id);
+    p->tty = sp->tty;
+    p->rows = 24;
+    p->cols = 80;
+    p->cap = s->lim.ring_bytes;
+    p->pidfd = p->in = p->out = -1;
+    p->term = CSW_PROCESS_TERMINATION_UNKNOWN;
+    p->on_exit = sp->on_exit;
+    p->exit_arg = sp->exit_arg;
+    struct cs__supervisor_cmd cmd = {
+        .argv = argv,
+        .envp = envp,
+        .root = sp->root,
+        .path = s->path,
+        .tty = sp->tty,
+        .rows = p->rows,
+        .cols = p->cols,
+    };
+    struct cs__supervisor_fds fds;
+    if (cs__supervisor_start(&cmd, &fds, msg, msg_cap) != 0)
+        goto out;
+    p->pid = fds.pid;
+    p->pidfd = fds.pidfd;
+    p->in = fds.in;
+    p->out = fds.out;
+    if (p->in < 0)
+        p->stdin_closed = true;
+    /* From here the process runs: it is ours whatever else fails. */
+    if (p->s->procs_tail) {
+        p->prev = s->procs_tail;
+        s->procs_tail->next = p;
+    } else {
+        s->procs = p;
+    }
+    s->procs_tail = p;
+    s->live++;
+    p->pidw = cs_loop_fd_add(s->loop, p->pidfd, CS_LOOP_READ, on_exit_ready, p);
+    p->outw = cs_loop_fd_add(s->loop, p->out, CS_LOOP_READ, on_output, p);
+    p->limit_timer = cs_loop_timer_add(s->loop, s->lim.timeout_ms, on_time_limit, p);
+    if (!p->pidw || !p->outw || !p->limit_timer) {
+        /* Cannot watch it: it must not run unwatched. */
+        snprintf(msg, msg_cap, "out of resources watching the process: %s", strerror(errno));
+        proc_free(p);
+        p = NULL;
+        goto out;
+    }
+    if (sp->yield_ms <= 0 || waiter_add(p, WAIT_EXEC, 0, sp->yield_ms, done, arg) != 0)
+        answer_exec(p, sp->yield_ms > 0, done, arg); /* no yield, or no memory to wait */
+    p = NULL;
+    rc = 0;
+out:
+    if (argv) {
+        for (size_t i = 0; i < sp->argc; i++)
+            free(argv[i]);
+        free(argv);
+    }
+    for (size_t i = 0; i < NENV; i++)
+        free(envp[i]);
+    free(p);
+    return rc;
+}
+
+/* ---- the process tools ---- */
+
+static struct proc *find(struct cs_supervisor *s, const struct cs_str *id)
+{
+    sweep(s);
+    for (struct proc *p = s->procs; p; p = p->next)
+        if (strlen(p->id) == id->n && memcmp(p->id, id->s, id->n) == 0)
+            return p;
+    return NULL;
+}
+
+static struct proc *find_or_fail(struct cs_supervisor *s, const struct cs_str *id,
+                                 cs_supervisor_done_fn done, void *arg)
+{
+    struct proc *p = find(s, id);
+    if (!p)
+        done(arg, CSW_ERROR_PROCESS_NOT_FOUND,
+             "no process with this process_id (unknown, or evicted after it exited)", NULL);
+    return p;
+}
+
+void cs_supervisor_write_stdin(struct cs_supervisor *s, const struct csw_mcp_write_stdin_input *in,
+                               cs_supervisor_done_fn done, void *arg)
+{
+    struct proc *p = find_or_fail(s, &in->process_id, done, arg);
+    if (!p)
+        return;
+    if (p->finished || p->reaped) {
+        done(arg, CSW_ERROR_PROCESS_NOT_FOUND, "the process has exited; its stdin is closed", NULL);
+        return;
+    }
+    if (p->stdin_closed || p->input_ended) {
+        done(arg, CSW_ERROR_PROCESS_NOT_FOUND, "stdin of this process is closed", NULL);
+        return;
+    }
+    struct write_req *r = calloc(1, sizeof *r);
+    bool close_after = in->has_close && in->close;
+    /* A terminal has no separate input to close: its EOF character ends the line discipline's
+     * input instead (what a user typing ^D does). */
+    size_t extra = close_after && p->tty ? 1 : 0;
+    char *data = malloc(in->data.n + extra + 1);
+    if (!r || !data) {
+        free(r);
+        free(data);
+        done(arg, CSW_ERROR_INTERNAL, "out of memory", NULL);
+        return;
+    }
+    memcpy(data, in->data.s, in->data.n);
+    if (extra) {
+        struct termios tio;
+        data[in->data.n] = tcgetattr(p->in, &tio) == 0 ? (char)tio.c_cc[VEOF] : (char)4;
+    }
+    r->data = data;
+    r->n = in->data.n + extra;
+    r->extra = extra;
+    r->close = close_after && !p->tty;
+    r->done = done;
+    r->arg = arg;
+    if (close_after)
+        p->input_ended = true; /* later writes are refused, as for a closed pipe */
+    if (p->wq_tail)
+        p->wq_tail->next = r;
+    else
+        p->wq = r;
+    p->wq_tail = r;
+    if (p->wq == r)
+        write_pump(p);
+}
+
+void cs_supervisor_read(struct cs_supervisor *s, const struct csw_mcp_read_process_input *in,
+                        cs_supervisor_done_fn done, void *arg)
+{
+    struct proc *p = find_or_fail(s, &in->process_id, done, arg);
+    if (!p)
+        return;
+    int64_t cursor = in->has_cursor ? in->cursor : 0;
+    int64_t wait = in->has_wait_ms ? in->wait_ms : 0;
+    uint64_t from = retained_from(p);
+    uint64_t start = (uint64_t)cursor > from ? (uint64_t)cursor : from;
+    if (wait > 0 && !p->finished && start >= p->total &&
+        waiter_add(p, WAIT_READ, cursor, wait, done, arg) == 0)
+        return;
+    answer_read(p, cursor, done, arg);
+}
+
+void cs_supervisor_status(struct cs_supervisor *s, const struct csw_mcp_process_status_input *in,
+                          cs_supervisor_done_fn done, void *arg)
+{
+    struct proc *p = find_or_fail(s, &in->process_id, done, arg);
+    if (!p)
+        return;
+    struct csw_mcp_process_status_output out;
+    memset(&out, 0, sizeof out);
+    out.process_id.s = p->id;
+    out.process_id.n = strlen(p->id);
+    out.state = p->finished ? CSW_PROCESS_STATE_EXITED : CSW_PROCESS_STATE_RUNNING;
+    fill_end(p, &out.has_exit_code, &out.exit_code, &out.has_termination, &out.termination);
+    char name[24];
+    if (p->finished && p->term == CSW_PROCESS_TERMINATION_SIGNALED && p->signo > 0) {
+        out.has_signal = true;
+        out.signal.number = p->signo;
+        const char *abbrev = sigabbrev_np(p->signo);
+        if (abbrev) {
+            snprintf(name, sizeof name, "SIG%s", abbrev);
+            out.signal.has_name = true;
+            out.signal.name.s = name;
+            out.signal.name.n = strlen(name);
+        }
+    }
+    out.output_total = (int64_t)p->total;
+    out.output_retained_from = (int64_t)retained_from(p);
+    out.eof = p->finished;
+    out.tty = p->tty;
+    done(arg, 0, NULL, &out);
+}
+
+void cs_supervisor_resize(struct cs_supervisor *s, const struct csw_mcp_process_resize_input *in,
+                          cs_supervisor_done_fn done, void *arg)
+{
+    struct proc *p = find_or_fail(s, &in->process_id, done, arg);
+    if (!p)
+        return;
+    if (!p->tty) {
+        done(arg, CSW_ERROR_PROCESS_NOT_TTY, "the process runs with pipes, not a terminal", NULL);
+        return;
+    }
+    if (p->finished || p->reaped || p->out < 0) {
+        done(arg, CSW_ERROR_PROCESS_NOT_RUNNING, "the process has exited", NULL);
+        return;
+    }
+    struct winsize ws = {.ws_row = (unsigned short)in->rows, .ws_col = (unsigned short)in->cols};
+    if (ioctl(p->out, TIOCSWINSZ, &ws) != 0) {
+        char msg[128];
+        snprintf(msg, sizeof msg, "TIOCSWINSZ: %s", strerror(errno));
+        done(arg, CSW_ERROR_INTERNAL, msg, NULL);
+        return;
+    }
+    p->rows = in->rows;
+    p->cols = in->cols;
+    struct csw_mcp_process_resize_output out = {.rows = in->rows, .cols = in->cols};
+    done(arg, 0, NULL, &out);
+}
+
+void cs_supervisor_terminate(struct cs_supervisor *s,
+                             const struct csw_mcp_terminate_process_input *in,
+                             cs_supervisor_done_fn done, void *arg)
+{
+    struct proc *p = find_or_fail(s, &in->process_id, done, arg);
+    if (!p)
+        return;
+    if (!p->finished) {
+        if (!p->reaped && !p->forced) {
+            p->forced = true;
+            p->term = CSW_PROCESS_TERMINATION_TERMINATED;
+        }
+        if (!p->reaped) {
+            signal_group(p, SIGTERM);
+            if (!p->kill_timer)
+                p->kill_timer = cs_loop_timer_add(s->loop, s->lim.kill_grace_ms, on_kill_grace, p);
+            if (!p->kill_timer)
+                signal_group(p, SIGKILL);
+        }
+        if (waiter_add(p, WAIT_TERMINATE, 0, s->lim.kill_grace_ms + TERMINATE_SLACK_MS, done,
+                       arg) == 0)
+            return;
+    }
+    struct csw_mcp_terminate_process_output out = {
+        .state = p->finished ? CSW_PROCESS_STATE_EXITED : CSW_PROCESS_STATE_RUNNING};
+    done(arg, 0, NULL, &out);
+}

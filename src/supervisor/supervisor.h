@@ -1,0 +1,112 @@
+/*
+ * supervisor: the managed processes of one runner (runtime.md section 5). Spawns commands from
+ * an argv without a shell, each in its own session and process group, with pipes or a PTY on the
+ * event loop; keeps each one's combined output in a capped ring; reaps through pidfds; enforces
+ * the time limit and the live-process cap; answers the process tools (contract.md section 3).
+ *
+ * The supervisor knows nothing of MCP sessions or workspaces' leases: it takes the tools' decoded
+ * inputs, fills their generated output structs and completes each request through a callback,
+ * now or later (a long poll, a yield, a terminate waiting for the end, a write waiting for the
+ * pipe to drain). The same code serves the in-process runner and the codespace-runtime worker.
+ *
+ * Trust: inputs are decoded client values (ids, data, sizes within the schema's bounds); argv
+ * comes from the client too and is only ever passed to execve, never to a shell. Process output
+ * is arbitrary bytes; it leaves as lossy UTF-8.
+ * Entry points: cs_supervisor_new/free, cs_supervisor_spawn, cs_supervisor_write_stdin,
+ * cs_supervisor_read, cs_supervisor_status, cs_supervisor_resize, cs_supervisor_terminate.
+ */
+#ifndef CS_SUPERVISOR_H
+#define CS_SUPERVISOR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base_loop.h"
+#include "csw.h"
+
+/* "proc-" + 36-character uuid + NUL. */
+#define CS_SUPERVISOR_ID_SIZE 42
+
+struct cs_supervisor;
+
+struct cs_supervisor_limits {
+    int64_t max_live;      /* live processes at once (CODESPACE_MAX_PROCESSES) */
+    int64_t timeout_ms;    /* time limit of every process (CODESPACE_PROCESS_TIMEOUT_SECS) */
+    size_t ring_bytes;     /* output retained per process (256 KiB) */
+    int64_t retain_ms;     /* an exited handle is kept this long (15 minutes) ... */
+    size_t retain_max;     /* ... and at most this many exited handles (64) */
+    int64_t kill_grace_ms; /* terminate: SIGTERM, then SIGKILL after this long (2 s) */
+    const char *path;      /* PATH given to commands and used to find them (copied) */
+    const char *tmpdir;    /* TMPDIR given to commands (copied) */
+};
+
+/*
+ * Completes one request. code is 0 with out pointing to the tool's output struct (borrowed for
+ * the call: struct csw_mcp_<tool>_output), or a catalogue code with msg (borrowed) saying why and
+ * out NULL. Called exactly once per request, possibly before the request function returns.
+ */
+typedef void (*cs_supervisor_done_fn)(void *arg, int code, const char *msg, const void *out);
+/* A process has finished (reaped and output collected): the lease it held may go. Called once
+ * per successfully spawned process, from the loop, never from inside cs_supervisor_spawn. */
+typedef void (*cs_supervisor_exit_fn)(void *arg, const char *process_id);
+
+/* Returns a new supervisor on loop (borrowed; it must outlive the supervisor), or NULL (errno
+ * set). */
+struct cs_supervisor *cs_supervisor_new(struct cs_loop *loop,
+                                        const struct cs_supervisor_limits *lim);
+/* Kills every live process group (SIGKILL), reaps every child, completes every pending request
+ * with an INTERNAL "shutting down" error and frees everything. Exit callbacks are not called.
+ * Accepts NULL. */
+void cs_supervisor_free(struct cs_supervisor *s);
+
+/* Live (not yet finished) processes. */
+size_t cs_supervisor_live(const struct cs_supervisor *s);
+/* Writes a fresh "proc-<uuid v4>" (getrandom). Returns 0 or -1. */
+int cs_supervisor_new_id(char out[CS_SUPERVISOR_ID_SIZE]);
+
+struct cs_supervisor_spawn {
+    const char *process_id;    /* minted by the caller (cs_supervisor_new_id); copied */
+    const char *root;          /* working directory and HOME (absolute) */
+    const struct cs_str *argv; /* argc > 0 strings, argv[0] not empty; NUL inside is refused */
+    size_t argc;
+    bool tty;
+    int64_t yield_ms; /* 0 … 30000 */
+    cs_supervisor_exit_fn on_exit;
+    void *exit_arg;
+};
+
+/*
+ * Starts a process. Returns 0 when it started: done then receives a struct
+ * csw_mcp_exec_command_output (at once when yield_ms is 0, else when it finished or yield_ms
+ * passed), and on_exit runs once when it finishes. Otherwise returns CSW_ERROR_WORKSPACE_BUSY
+ * (live-process limit reached, nothing spawned) or CSW_ERROR_PROCESS_SPAWN_FAILED (nothing
+ * started: missing executable, bad argv, out of resources) with msg saying why; done and on_exit
+ * are never called then.
+ */
+int cs_supervisor_spawn(struct cs_supervisor *s, const struct cs_supervisor_spawn *sp,
+                        cs_supervisor_done_fn done, void *arg, char *msg, size_t msg_cap);
+
+/* The process tools; each completes through done (outputs: struct csw_mcp_<tool>_output). */
+void cs_supervisor_write_stdin(struct cs_supervisor *s, const struct csw_mcp_write_stdin_input *in,
+                               cs_supervisor_done_fn done, void *arg);
+void cs_supervisor_read(struct cs_supervisor *s, const struct csw_mcp_read_process_input *in,
+                        cs_supervisor_done_fn done, void *arg);
+void cs_supervisor_status(struct cs_supervisor *s, const struct csw_mcp_process_status_input *in,
+                          cs_supervisor_done_fn done, void *arg);
+void cs_supervisor_resize(struct cs_supervisor *s, const struct csw_mcp_process_resize_input *in,
+                          cs_supervisor_done_fn done, void *arg);
+void cs_supervisor_terminate(struct cs_supervisor *s,
+                             const struct csw_mcp_terminate_process_input *in,
+                             cs_supervisor_done_fn done, void *arg);
+
+/*
+ * Lossy UTF-8: appends n bytes at in to out (capacity at least 3 * n + 1, NUL-terminated) with
+ * every invalid or truncated sequence replaced by U+FFFD. When hold_tail is true a trailing
+ * sequence that is incomplete but could still be completed is left out. Returns the bytes
+ * written to out (without the NUL) and sets *used to the input bytes consumed.
+ */
+size_t cs_supervisor_utf8_lossy(const uint8_t *in, size_t n, bool hold_tail, char *out,
+                                size_t *used);
+
+#endif

@@ -1,0 +1,39 @@
+/*
+ * supervisor_internal: what supervisor.c and supervisor_spawn.c share.
+ */
+#ifndef CS_SUPERVISOR_INTERNAL_H
+#define CS_SUPERVISOR_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/pidfd.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+
+#include "supervisor.h"
+
+/* One command to start: everything borrowed for the call. */
+struct cs__supervisor_cmd {
+    char *const *argv; /* NULL-terminated, argv[0] not empty */
+    char *const *envp; /* NULL-terminated */
+    const char *root;  /* working directory */
+    const char *path;  /* where argv[0] is looked up when it has no slash */
+    bool tty;
+    int64_t rows, cols; /* initial terminal size */
+};
+
+/* What a started command leaves the supervisor: all close-on-exec, in and out non-blocking. */
+struct cs__supervisor_fds {
+    pid_t pid;
+    int pidfd;
+    int in;  /* stdin pipe's write end, or a duplicate of the PTY master; -1 if none */
+    int out; /* combined stdout+stderr pipe's read end, or the PTY master */
+};
+
+/* Starts cmd. Returns 0 with fds filled, or -1 with msg saying why (nothing is left running and
+ * no descriptor is left open). */
+int cs__supervisor_start(const struct cs__supervisor_cmd *cmd, struct cs__supervisor_fds *fds,
+                         char *msg, size_t cap);
+
+#endif
