@@ -10,7 +10,8 @@
  *   - the greedy glob matcher agrees with a memoised dynamic-programming model written separately
  *     from the documented grammar (on globs and paths of up to 64 bytes);
  *   - the decoder's output is well-formed UTF-8 no longer than 3 bytes per input byte, equals a
- *     well-formed input, and is lossy exactly when the input is not well-formed.
+ *     well-formed input, and is lossy exactly when the input is not well-formed; with the tail
+ *     held (process output), it leaves out at most a cut sequence's lead and continuation bytes.
  * Entry point: LLVMFuzzerTestOneInput.
  */
 #include <stdbool.h>
@@ -18,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base_utf8.h"
 #include "fs.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -283,6 +285,17 @@ static void fuzz_utf8(const uint8_t *s, size_t n)
     check(lossy == !valid);
     if (valid)
         check(on == n && memcmp(out, s, n) == 0);
+    /* Held tail (process output, cs_utf8_lossy): what it leaves out is a proper prefix of one
+     * sequence at the very end, and the rest decodes exactly as a plain decode of that part. */
+    char *held = malloc(3 * n + 1);
+    check(held != NULL);
+    size_t used = 0;
+    size_t hn = cs_utf8_lossy(s, n, true, held, &used, NULL);
+    check(used <= n && n - used <= 3 && held[hn] == '\0');
+    check(used == n || (s[used] >= 0xC2 && s[used] <= 0xF4));
+    size_t pn = cs_fs_utf8_lossy(s, used, out, &lossy);
+    check(pn == hn && memcmp(out, held, hn) == 0);
+    free(held);
     free(out);
 }
 

@@ -13,6 +13,7 @@
  * bytes are arbitrary. Entry points: cs_fs_read, cs_fs_read_at, cs_fs_utf8_lossy.
  */
 #include "fs.h"
+#include "base_utf8.h"
 
 #include <errno.h>
 #include <openssl/evp.h>
@@ -26,53 +27,7 @@
 
 size_t cs__fs_utf8_step(const unsigned char *s, size_t n, uint32_t *cp, bool *valid)
 {
-    unsigned char b = s[0];
-    if (b < 0x80) {
-        *cp = b;
-        *valid = true;
-        return 1;
-    }
-    size_t need;
-    uint32_t v;
-    unsigned char lo = 0x80, hi = 0xBF;
-    if (b >= 0xC2 && b <= 0xDF) {
-        need = 1;
-        v = b & 0x1Fu;
-    } else if (b >= 0xE0 && b <= 0xEF) {
-        need = 2;
-        v = b & 0x0Fu;
-        if (b == 0xE0)
-            lo = 0xA0; /* no overlong forms */
-        else if (b == 0xED)
-            hi = 0x9F; /* no surrogates */
-    } else if (b >= 0xF0 && b <= 0xF4) {
-        need = 3;
-        v = b & 0x07u;
-        if (b == 0xF0)
-            lo = 0x90; /* no overlong forms */
-        else if (b == 0xF4)
-            hi = 0x8F; /* nothing above U+10FFFF */
-    } else {
-        /* 0x80..0xC1 and 0xF5..0xFF never start a sequence. */
-        *cp = 0xFFFD;
-        *valid = false;
-        return 1;
-    }
-    size_t i = 1;
-    for (; i <= need; i++) {
-        if (i >= n || s[i] < lo || s[i] > hi) {
-            /* The maximal subpart ends before s[i], which is decoded afresh. */
-            *cp = 0xFFFD;
-            *valid = false;
-            return i;
-        }
-        v = (v << 6) | (s[i] & 0x3Fu);
-        lo = 0x80;
-        hi = 0xBF;
-    }
-    *cp = v;
-    *valid = true;
-    return i;
+    return cs_utf8_step(s, n, cp, valid);
 }
 
 bool cs__fs_utf8_valid(const char *s, size_t n)
@@ -95,30 +50,8 @@ bool cs__fs_utf8_valid(const char *s, size_t n)
 
 size_t cs_fs_utf8_lossy(const unsigned char *s, size_t n, char *out, bool *lossy)
 {
-    size_t o = 0, at = 0;
-    bool bad = false;
-    while (at < n) {
-        /* ASCII runs are the common case: copy them without decoding. */
-        if (s[at] < 0x80) {
-            out[o++] = (char)s[at++];
-            continue;
-        }
-        uint32_t cp;
-        bool valid;
-        size_t k = cs__fs_utf8_step(s + at, n - at, &cp, &valid);
-        if (valid) {
-            memcpy(out + o, s + at, k);
-            o += k;
-        } else {
-            memcpy(out + o, "\xEF\xBF\xBD", 3);
-            o += 3;
-            bad = true;
-        }
-        at += k;
-    }
-    out[o] = '\0';
-    *lossy = bad;
-    return o;
+    size_t used;
+    return cs_utf8_lossy(s, n, false, out, &used, lossy);
 }
 
 /* ---- read ---- */

@@ -16,6 +16,8 @@
  */
 #include "supervisor_internal.h"
 
+#include "base_utf8.h"
+
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -218,7 +220,7 @@ static char *chunk_from(const struct proc *p, uint64_t start, uint64_t *next, si
     }
     ring_copy(p, start, p->total, raw);
     size_t used = 0;
-    *len = cs_supervisor_utf8_lossy(raw, n, !p->finished, text, &used);
+    *len = cs_utf8_lossy(raw, n, !p->finished, text, &used, NULL);
     free(raw);
     *next = start + used;
     return text;
@@ -264,13 +266,19 @@ static void answer_exec(struct proc *p, bool with_output, cs_supervisor_done_fn 
     free(text);
 }
 
+/* The effective start of a read at cursor: inside the retained window. */
+static uint64_t read_start(const struct proc *p, int64_t cursor)
+{
+    uint64_t from = retained_from(p);
+    uint64_t start = (uint64_t)cursor > from ? (uint64_t)cursor : from;
+    return start > p->total ? p->total : start;
+}
+
 /* Answers a read at cursor. */
 static void answer_read(struct proc *p, int64_t cursor, cs_supervisor_done_fn done, void *arg)
 {
     uint64_t from = retained_from(p);
-    uint64_t start = (uint64_t)cursor > from ? (uint64_t)cursor : from;
-    if (start > p->total)
-        start = p->total;
+    uint64_t start = read_start(p, cursor);
     if (p->finished && p->term == CSW_PROCESS_TERMINATION_TIMEOUT && start == p->total) {
         char msg[160];
         snprintf(msg, sizeof msg,
@@ -364,14 +372,28 @@ static int waiter_add(struct proc *p, enum waiter_kind kind, int64_t cursor, int
     return 0;
 }
 
+/* True when a read from start would return something: bytes other than the held start of a
+ * UTF-8 sequence that the next output may complete (a long poll keeps waiting for those). */
+static bool readable_from(const struct proc *p, uint64_t start)
+{
+    if (p->total <= start)
+        return false;
+    if (p->finished || p->total - start > 3)
+        return true;
+    uint8_t raw[3];
+    char text[3 * sizeof raw + 1];
+    size_t used = 0;
+    ring_copy(p, start, p->total, raw);
+    cs_utf8_lossy(raw, (size_t)(p->total - start), true, text, &used, NULL);
+    return used > 0;
+}
+
 /* New output arrived: wake the reads waiting for something past their cursor. */
 static void wake_readers(struct proc *p)
 {
     for (struct waiter *w = p->waiters, *next; w; w = next) {
         next = w->next;
-        uint64_t from = retained_from(p);
-        if (w->kind == WAIT_READ &&
-            p->total > ((uint64_t)w->cursor > from ? (uint64_t)w->cursor : from))
+        if (w->kind == WAIT_READ && readable_from(p, read_start(p, w->cursor)))
             waiter_answer(w);
     }
 }
@@ -479,7 +501,7 @@ static void write_pump(struct proc *p)
             }
             /* EPIPE (the command closed its stdin) or no way to wait: stdin is done */
             close_stdin(p);
-            fail_writes(p, "stdin of this process is closed (the command closed its end)");
+            fail_writes(p, "stdin of this process is closed (the command closed it or exited)");
             return;
         }
         bool close_after = r->close;
@@ -943,9 +965,7 @@ void cs_supervisor_read(struct cs_supervisor *s, const struct csw_mcp_read_proce
         return;
     int64_t cursor = in->has_cursor ? in->cursor : 0;
     int64_t wait = in->has_wait_ms ? in->wait_ms : 0;
-    uint64_t from = retained_from(p);
-    uint64_t start = (uint64_t)cursor > from ? (uint64_t)cursor : from;
-    if (wait > 0 && !p->finished && start >= p->total &&
+    if (wait > 0 && !p->finished && !readable_from(p, read_start(p, cursor)) &&
         waiter_add(p, WAIT_READ, cursor, wait, done, arg) == 0)
         return;
     answer_read(p, cursor, done, arg);

@@ -100,13 +100,4 @@ void cs_supervisor_terminate(struct cs_supervisor *s,
                              const struct csw_mcp_terminate_process_input *in,
                              cs_supervisor_done_fn done, void *arg);
 
-/*
- * Lossy UTF-8: appends n bytes at in to out (capacity at least 3 * n + 1, NUL-terminated) with
- * every invalid or truncated sequence replaced by U+FFFD. When hold_tail is true a trailing
- * sequence that is incomplete but could still be completed is left out. Returns the bytes
- * written to out (without the NUL) and sets *used to the input bytes consumed.
- */
-size_t cs_supervisor_utf8_lossy(const uint8_t *in, size_t n, bool hold_tail, char *out,
-                                size_t *used);
-
 #endif

@@ -103,7 +103,7 @@ int cs__supervisor_start(const struct cs__supervisor_cmd *cmd, struct cs__superv
     } else {
         prog = lookup(cmd->path, cmd->argv[0]);
         if (!prog) {
-            msgf(msg, cap, "%s: command not found in PATH (%s)", cmd->argv[0], cmd->path);
+            msgf(msg, cap, "%s: command not found in the runner's PATH", cmd->argv[0]);
             goto out;
         }
     }

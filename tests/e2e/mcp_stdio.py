@@ -1,8 +1,10 @@
 """A codespace-mcp server over stdio for tests: one reader thread per pipe, synchronous
 requests matched by id, tool results checked for the contract's shape (contract.md section 2).
 
-Used by tests/e2e/test_files.py, tests/e2e/test_patch.py and tests/patch_diff/run_diff.py.
-Standard library only (/usr/bin/python3).
+Used by tests/e2e/test_files.py, tests/e2e/test_patch.py, tests/e2e/test_process*.py and
+tests/patch_diff/run_diff.py. Several requests may be outstanding at once: start() sends one and
+returns its id, wait() collects that reply (replies to other ids are kept until asked for), and
+call_start() / call_wait() do the same for tools/call. Standard library only (/usr/bin/python3).
 """
 
 import json
@@ -36,6 +38,7 @@ class StdioServer:
         self.proc = subprocess.Popen([binary] + list(args), stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
         self.replies = queue.Queue()
+        self.stash = {}  # replies that arrived while another id was awaited
         self.stderr = []
         self.next_id = 1
         threading.Thread(target=self._out, daemon=True).start()
@@ -59,24 +62,52 @@ class StdioServer:
         self.proc.stdin.write(json.dumps(msg).encode("utf-8") + b"\n")
         self.proc.stdin.flush()
 
-    def request(self, method, params):
+    def start(self, method, params):
+        """Sends a request without waiting; returns its id for wait()."""
         rid = self.next_id
         self.next_id += 1
         self.send({"jsonrpc": "2.0", "id": rid, "method": method, "params": params})
+        return rid
+
+    def wait(self, rid, timeout=REPLY_TIMEOUT, what="request"):
+        """The reply to request rid; replies to other ids are kept for their own wait()."""
+        if rid in self.stash:
+            return self.stash.pop(rid)
         while True:
             try:
-                msg = self.replies.get(timeout=REPLY_TIMEOUT)
+                msg = self.replies.get(timeout=timeout)
             except queue.Empty:
                 raise AssertionError("no reply to %s within %.0f s; stderr:\n%s"
-                                     % (method, REPLY_TIMEOUT, "".join(self.stderr[-20:])))
+                                     % (what, timeout, "".join(self.stderr[-20:])))
             if msg is EOFError:
+                self.replies.put(EOFError)  # later waits see the exit too
                 raise AssertionError("server exited; stderr:\n" + "".join(self.stderr[-20:]))
             if msg.get("id") == rid:
                 return msg
+            if "id" in msg:
+                self.stash[msg["id"]] = msg
 
-    def call_raw(self, tool, args):
-        """(structuredContent, None) or (None, error body), checked for section 2's shape."""
-        resp = self.request("tools/call", {"name": tool, "arguments": args})
+    def poll(self, rid):
+        """The reply to rid when it has arrived, else None (never blocks)."""
+        while rid not in self.stash:
+            try:
+                msg = self.replies.get_nowait()
+            except queue.Empty:
+                return None
+            if msg is EOFError:
+                self.replies.put(EOFError)
+                return None
+            if "id" in msg:
+                self.stash[msg["id"]] = msg
+        return self.stash.pop(rid)
+
+    def request(self, method, params):
+        return self.wait(self.start(method, params), what=method)
+
+    @staticmethod
+    def tool_result(resp):
+        """(structuredContent, None) or (None, error body) of a tools/call reply, checked for
+        section 2's shape."""
         assert "result" in resp, resp
         res = resp["result"]
         assert len(res["content"]) == 1 and res["content"][0]["type"] == "text", res
@@ -87,6 +118,18 @@ class StdioServer:
             return None, text
         assert text == res["structuredContent"], res
         return res["structuredContent"], None
+
+    def call_raw(self, tool, args):
+        """(structuredContent, None) or (None, error body), checked for section 2's shape."""
+        return self.tool_result(self.request("tools/call", {"name": tool, "arguments": args}))
+
+    def call_start(self, tool, args):
+        """Sends tools/call without waiting; returns the id for call_wait()."""
+        return self.start("tools/call", {"name": tool, "arguments": args})
+
+    def call_wait(self, rid, timeout=REPLY_TIMEOUT):
+        """(structuredContent, None) or (None, error body) of the call started as rid."""
+        return self.tool_result(self.wait(rid, timeout, "tools/call"))
 
     def call(self, tool, args):
         out, err = self.call_raw(tool, args)
