@@ -201,10 +201,12 @@ int main(int argc, char **argv)
     }
     g.loop = cs_loop_new();
     g.srv = g.loop ? cs_mcp_new(CS_VERSION) : NULL;
-    if (!g.srv || cs_tools_register(g.srv, &tools, &cfg, CS_VERSION, store, g.loop) != 0 ||
-        cs_loop_signal(g.loop, SIGINT, on_signal, &g) != 0 ||
-        cs_loop_signal(g.loop, SIGTERM, on_signal, &g) != 0) {
-        cs_log(CS_LOG_ERROR, "startup failed", json_pack("{s:s}", "error", strerror(errno)));
+    char terr[1024] = "";
+    if (!g.srv || cs_loop_signal(g.loop, SIGINT, on_signal, &g) != 0 ||
+        cs_loop_signal(g.loop, SIGTERM, on_signal, &g) != 0 ||
+        cs_tools_register(g.srv, &tools, &cfg, CS_VERSION, store, g.loop, terr, sizeof terr) != 0) {
+        cs_log(CS_LOG_ERROR, "startup failed",
+               json_pack("{s:s}", "error", terr[0] ? terr : strerror(errno)));
         g.exit_code = 1;
         goto out;
     }

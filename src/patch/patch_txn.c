@@ -902,51 +902,13 @@ oom:
 
 /* ---- the transaction ---- */
 
-int cs_patch_txn_run(struct cs_store *store, const char *root,
-                     const struct csw_mcp_apply_patch_input *in,
-                     struct csw_mcp_apply_patch_output *out, char op_id[CS_STORE_ID_SIZE],
-                     char *msg, size_t msg_cap)
+int cs_patch_txn_apply(const char *root, const struct csw_mcp_apply_patch_input *in,
+                       struct csw_mcp_apply_patch_output *out, char *msg, size_t msg_cap)
 {
     struct txn t = {.rootfd = -1};
     struct cs_patch *plan = NULL;
-    char fp[CS_STORE_FINGERPRINT_SIZE];
-    char smsg[MSG_CAP];
     int rc;
     memset(out, 0, sizeof *out);
-    op_id[0] = '\0';
-
-    if (cs_store_fingerprint(in, fp, smsg, sizeof smsg) != CS_STORE_OK) {
-        msgf(msg, msg_cap, "fingerprint: %s", smsg);
-        return CSW_ERROR_INTERNAL;
-    }
-    /* The row first: a replay or a key conflict is decided before anything is looked at. */
-    struct cs_store_existing ex;
-    enum cs_store_status ss = cs_store_mint(store, in->workspace_id.s, in->workspace_id.n,
-                                            in->has_operation_key ? in->operation_key.s : NULL,
-                                            in->has_operation_key ? in->operation_key.n : 0, fp,
-                                            op_id, &ex, smsg, sizeof smsg);
-    if (ss == CS_STORE_KEY_EXISTS) {
-        op_id[0] = '\0';
-        if (strcmp(ex.fingerprint, fp) != 0) {
-            msgf(msg, msg_cap,
-                 "operation_key already names operation %s, a different request (another "
-                 "workspace, patch, expected_versions or check_only)",
-                 ex.id);
-            return CSW_ERROR_OPERATION_KEY_CONFLICT;
-        }
-        if (cs_store_get_result(store, ex.id, out, smsg, sizeof smsg) != CS_STORE_OK) {
-            msgf(msg, msg_cap, "replay of %s: %s", ex.id, smsg);
-            memcpy(op_id, ex.id, CS_STORE_ID_SIZE);
-            return CSW_ERROR_INTERNAL;
-        }
-        return 0;
-    }
-    if (ss != CS_STORE_OK) {
-        op_id[0] = '\0';
-        msgf(msg, msg_cap, "ledger: %s", smsg);
-        return CSW_ERROR_INTERNAL;
-    }
-
     enum csw_patch_status status = CSW_PATCH_STATUS_APPLIED;
     rc = cs_fs_root_open(root, &t.rootfd, msg, msg_cap);
     if (rc == 0)
@@ -960,12 +922,8 @@ int cs_patch_txn_run(struct cs_store *store, const char *root,
     }
     if (rc == 0)
         rc = preflight(&t, plan, msg, msg_cap);
-    if (rc != 0) {
-        /* Rejected before any write: the row is finished without a result to replay. */
-        (void)cs_store_finish(store, op_id, CSW_PATCH_STATUS_REJECTED, NULL, false, smsg,
-                              sizeof smsg);
-        goto out;
-    }
+    if (rc != 0)
+        goto out; /* rejected before any write */
     if (in->has_check_only && in->check_only) {
         status = CSW_PATCH_STATUS_CHECKED;
     } else {
@@ -977,18 +935,10 @@ int cs_patch_txn_run(struct cs_store *store, const char *root,
             status = rollback(&t) == 0 ? CSW_PATCH_STATUS_FAILED_ROLLED_BACK
                                        : CSW_PATCH_STATUS_FAILED_PARTIAL;
     }
-    if (build_output(&t, status, status == CSW_PATCH_STATUS_APPLIED, op_id, out) != 0) {
-        msgf(msg, msg_cap, "out of memory building the result");
-        (void)cs_store_finish(store, op_id, status, NULL, true, smsg, sizeof smsg);
+    if (build_output(&t, status, status == CSW_PATCH_STATUS_APPLIED, "", out) != 0) {
+        msgf(msg, msg_cap, "the patch ended %s but its result could not be built (out of memory)",
+             csw_patch_status_names[status]);
         rc = CSW_ERROR_INTERNAL;
-        goto out;
-    }
-    if (cs_store_finish(store, op_id, status, out, false, smsg, sizeof smsg) != CS_STORE_OK) {
-        msgf(msg, msg_cap, "the patch ended %s but the ledger could not record it: %s",
-             csw_patch_status_names[status], smsg);
-        csw_mcp_apply_patch_output_free(out);
-        rc = CSW_ERROR_INTERNAL;
-        goto out;
     }
 out:
     cs_patch_free(plan);

@@ -12,12 +12,13 @@
  * access goes through cs_fs_open_beneath from a root fd (no symlink is ever followed), and every
  * write, mkdir, rename and unlink is relative to a directory fd that open returned.
  *
- * Entry point: cs_patch_txn_run. The library never logs. Serialization (one transaction per
- * workspace at a time) is the caller's lease.
+ * Entry points: cs_patch_txn_apply, cs_patch_txn_begin. The library never logs. Serialization (one
+ * transaction per workspace at a time) is the caller's lease.
  */
 #ifndef CS_PATCH_TXN_H
 #define CS_PATCH_TXN_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "csw.h"
@@ -27,15 +28,21 @@
 #define CS_PATCH_TXN_MAX_FILE (64u * 1024u * 1024u)
 
 /*
- * Runs the apply_patch in (borrowed, decoded) against the workspace at root (absolute,
- * NUL-terminated) with the ledger store. Returns 0 with *out filled (release it with
- * csw_mcp_apply_patch_output_free): applied, checked, failed_rolled_back, failed_partial, or a
- * replay (replayed true). Otherwise returns an enum csw_error value with msg set and *out zeroed;
- * op_id then holds the operation_id the error carries ("" when no row exists yet).
+ * The transaction in two halves, as the runner applies the patch (possibly in the uds worker)
+ * while the ledger stays with the gateway:
+ *
+ * cs_patch_txn_begin (patch_ledger.c) mints the ledger row for in. Returns 0 (op_id set: apply,
+ * then the caller finishes the row with cs_store_finish),
+ * CS_PATCH_TXN_REPLAYED (the key names the same request: *out holds the recorded result; done),
+ * or an enum csw_error value with msg set (op_id "" unless the error carries one).
  */
-int cs_patch_txn_run(struct cs_store *store, const char *root,
-                     const struct csw_mcp_apply_patch_input *in,
-                     struct csw_mcp_apply_patch_output *out, char op_id[CS_STORE_ID_SIZE],
-                     char *msg, size_t msg_cap);
-
+#define CS_PATCH_TXN_REPLAYED (-1)
+int cs_patch_txn_begin(struct cs_store *store, const struct csw_mcp_apply_patch_input *in,
+                       struct csw_mcp_apply_patch_output *out, char op_id[CS_STORE_ID_SIZE],
+                       char *msg, size_t msg_cap);
+/* Applies in (workspace_id and operation_key are ignored) at root with no ledger. Returns 0 with
+ * *out filled (operation_id empty), or an enum csw_error value (rejected before any write) with
+ * msg set and *out zeroed. */
+int cs_patch_txn_apply(const char *root, const struct csw_mcp_apply_patch_input *in,
+                       struct csw_mcp_apply_patch_output *out, char *msg, size_t msg_cap);
 #endif

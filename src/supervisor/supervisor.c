@@ -67,9 +67,11 @@ struct proc {
     struct proc *prev, *next;
     struct cs_supervisor *s;
     char id[CS_SUPERVISOR_ID_SIZE];
+    char *workspace_id;
     pid_t pid;
     int pidfd, in, out;
     struct cs_loop_fd *pidw, *inw, *outw;
+    bool pinned; /* inside maybe_finish: not to be freed */
     bool tty, stdin_closed, input_ended, reaped, out_done, finished;
     int64_t finished_at;
     /* set before the end when the server ends it (timeout, terminate); else from the status */
@@ -523,13 +525,13 @@ static void sweep(struct cs_supervisor *s)
     int64_t now = now_ms();
     for (struct proc *p = s->procs, *next; p; p = next) {
         next = p->next;
-        if (p->finished && now - p->finished_at >= s->lim.retain_ms)
+        if (p->finished && !p->pinned && now - p->finished_at >= s->lim.retain_ms)
             proc_free(p);
     }
     while (s->exited > s->lim.retain_max) {
         struct proc *oldest = NULL;
         for (struct proc *p = s->procs; p; p = p->next)
-            if (p->finished && (!oldest || p->finished_at < oldest->finished_at))
+            if (p->finished && !p->pinned && (!oldest || p->finished_at < oldest->finished_at))
                 oldest = p;
         if (!oldest)
             break;
@@ -557,15 +559,16 @@ static void maybe_finish(struct proc *p)
     ring_compact(p);
     s->live--;
     s->exited++;
+    /* The exit callback first (the lease goes; over uds the process_exited event leaves before
+     * the answers below), so a client that sees `exited` can start the next command at once.
+     * p survives it: only an exited handle past retention is freed, and p is the newest. */
+    p->pinned = true;
+    if (p->on_exit)
+        p->on_exit(p->exit_arg, p->id);
     while (p->waiters)
         waiter_answer(p->waiters);
-    cs_supervisor_exit_fn fn = p->on_exit;
-    void *fn_arg = p->exit_arg;
-    char id[CS_SUPERVISOR_ID_SIZE];
-    memcpy(id, p->id, sizeof id);
-    sweep(s); /* may free p (retain_max) */
-    if (fn)
-        fn(fn_arg, id); /* last: it may start another process */
+    p->pinned = false;
+    sweep(s);
 }
 
 static void drain_deadline(void *arg)
@@ -723,6 +726,7 @@ static void proc_free(struct proc *p)
     else
         s->live--;
     proc_unlink(p);
+    free(p->workspace_id);
     free(p->buf);
     free(p);
 }
@@ -761,6 +765,14 @@ void cs_supervisor_free(struct cs_supervisor *s)
 size_t cs_supervisor_live(const struct cs_supervisor *s)
 {
     return s->live;
+}
+
+bool cs_supervisor_owns_pid(const struct cs_supervisor *s, pid_t pid)
+{
+    for (const struct proc *p = s->procs; p; p = p->next)
+        if (!p->reaped && p->pid == pid)
+            return true;
+    return false;
 }
 
 /* ---- spawn ---- */
@@ -827,6 +839,11 @@ int cs_supervisor_spawn(struct cs_supervisor *s, const struct cs_supervisor_spaw
     }
     p->s = s;
     snprintf(p->id, sizeof p->id, "%s", sp->process_id);
+    p->workspace_id = strdup(sp->workspace_id ? sp->workspace_id : "");
+    if (!p->workspace_id) {
+        snprintf(msg, msg_cap, "out of memory");
+        goto out;
+    }
     p->tty = sp->tty;
     p->rows = 24;
     p->cols = 80;
@@ -864,7 +881,8 @@ int cs_supervisor_spawn(struct cs_supervisor *s, const struct cs_supervisor_spaw
     s->live++;
     p->pidw = cs_loop_fd_add(s->loop, p->pidfd, CS_LOOP_READ, on_exit_ready, p);
     p->outw = cs_loop_fd_add(s->loop, p->out, CS_LOOP_READ, on_output, p);
-    p->limit_timer = cs_loop_timer_add(s->loop, s->lim.timeout_ms, on_time_limit, p);
+    p->limit_timer = cs_loop_timer_add(
+        s->loop, sp->timeout_ms > 0 ? sp->timeout_ms : s->lim.timeout_ms, on_time_limit, p);
     if (!p->pidw || !p->outw || !p->limit_timer) {
         /* Cannot watch it: it must not run unwatched. */
         snprintf(msg, msg_cap, "out of resources watching the process: %s", strerror(errno));
@@ -884,6 +902,8 @@ out:
     }
     for (size_t i = 0; i < NENV; i++)
         free(envp[i]);
+    if (p)
+        free(p->workspace_id);
     free(p);
     return rc;
 }
@@ -897,6 +917,40 @@ static struct proc *find(struct cs_supervisor *s, const struct cs_str *id)
         if (strlen(p->id) == id->n && memcmp(p->id, id->s, id->n) == 0)
             return p;
     return NULL;
+}
+
+const char *cs_supervisor_workspace_of(struct cs_supervisor *s, const struct cs_str *process_id)
+{
+    struct proc *p = find(s, process_id);
+    return p ? p->workspace_id : NULL;
+}
+
+static void terminate_now(struct cs_supervisor *s, struct proc *p)
+{
+    if (p->finished || p->reaped)
+        return;
+    if (!p->forced) {
+        p->forced = true;
+        p->term = CSW_PROCESS_TERMINATION_TERMINATED;
+    }
+    signal_group(p, SIGTERM);
+    if (!p->kill_timer)
+        p->kill_timer = cs_loop_timer_add(s->loop, s->lim.kill_grace_ms, on_kill_grace, p);
+    if (!p->kill_timer)
+        signal_group(p, SIGKILL);
+}
+
+size_t cs_supervisor_terminate_workspace(struct cs_supervisor *s, const struct cs_str *workspace_id)
+{
+    size_t n = 0;
+    for (struct proc *p = s->procs; p; p = p->next) {
+        if (p->finished || p->reaped || strlen(p->workspace_id) != workspace_id->n ||
+            memcmp(p->workspace_id, workspace_id->s, workspace_id->n) != 0)
+            continue;
+        terminate_now(s, p);
+        n++;
+    }
+    return n;
 }
 
 static struct proc *find_or_fail(struct cs_supervisor *s, const struct cs_str *id,

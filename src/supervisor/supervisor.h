@@ -21,6 +21,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "base_loop.h"
 #include "csw.h"
@@ -62,6 +63,9 @@ void cs_supervisor_free(struct cs_supervisor *s);
 
 /* Live (not yet finished) processes. */
 size_t cs_supervisor_live(const struct cs_supervisor *s);
+/* True when pid is the unreaped leader of one of our processes (its status is ours to take
+ * through its pidfd: a runner reaping stray children must leave it). */
+bool cs_supervisor_owns_pid(const struct cs_supervisor *s, pid_t pid);
 /* Writes a fresh "proc-<uuid v4>" (getrandom). Returns 0 or -1. */
 int cs_supervisor_new_id(char out[CS_SUPERVISOR_ID_SIZE]);
 
@@ -70,8 +74,10 @@ struct cs_supervisor_spawn {
     const char *root;          /* working directory and HOME (absolute) */
     const struct cs_str *argv; /* argc > 0 strings, argv[0] not empty; NUL inside is refused */
     size_t argc;
+    const char *workspace_id; /* the owner, for workspace_of / terminate_workspace; copied */
     bool tty;
-    int64_t yield_ms; /* 0 … 30000 */
+    int64_t timeout_ms; /* the time limit; 0: the supervisor's */
+    int64_t yield_ms;   /* 0 … 30000 */
     cs_supervisor_exit_fn on_exit;
     void *exit_arg;
 };
@@ -86,6 +92,14 @@ struct cs_supervisor_spawn {
  */
 int cs_supervisor_spawn(struct cs_supervisor *s, const struct cs_supervisor_spawn *sp,
                         cs_supervisor_done_fn done, void *arg, char *msg, size_t msg_cap);
+
+/* The workspace id a process (live or retained) was started for, or NULL (borrowed until the
+ * next supervisor call). */
+const char *cs_supervisor_workspace_of(struct cs_supervisor *s, const struct cs_str *process_id);
+/* Terminates (as terminate_process, without waiting) every live process of workspace_id and
+ * returns how many it signalled. */
+size_t cs_supervisor_terminate_workspace(struct cs_supervisor *s,
+                                         const struct cs_str *workspace_id);
 
 /* The process tools; each completes through done (outputs: struct csw_mcp_<tool>_output). */
 void cs_supervisor_write_stdin(struct cs_supervisor *s, const struct csw_mcp_write_stdin_input *in,

@@ -1,10 +1,11 @@
 /*
- * supervisor_spawn: starting one command (runtime.md section 5). posix_spawn from an argv, no
- * shell: a new session (so a new process group, and for a PTY the terminal as controlling
- * terminal), every signal back to its default and unblocked (the server blocks SIGINT/SIGTERM
- * for its signalfd and ignores SIGPIPE; a child must not inherit either), the workspace root as
- * working directory, the cleared and rebuilt environment, and nothing but its stdin, stdout and
- * stderr open (every other descriptor is closed in the child, whatever its close-on-exec flag).
+ * supervisor_spawn: starting one command (runtime.md section 5). A vfork-style clone from an
+ * argv, no shell (posix_spawn cannot set the parent-death signal): a new session (so a new process
+ * group, and for a PTY the terminal as controlling terminal), every signal back to its default and
+ * unblocked (the server blocks SIGINT/SIGTERM for its signalfd and ignores SIGPIPE; a child must
+ * not inherit either), the workspace root as working directory, the cleared and rebuilt
+ * environment, and nothing but its stdin, stdout and stderr open (every other descriptor is closed
+ * in the child, whatever its close-on-exec flag).
  *
  * Trust: argv comes from the client; it is passed to execve only. The program is looked up in
  * the runner's PATH (absolute entries only) unless argv[0] contains a slash, in which case it is
@@ -16,12 +17,16 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
+#include <pthread.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/stat.h>
 #include <termios.h>
 #include <sys/wait.h>
@@ -87,6 +92,128 @@ static int open_pty(int *master, char *slave, size_t cap, int64_t rows, int64_t 
     return 0;
 }
 
+/*
+ * The child, between clone and execve. It shares our memory (CLONE_VM | CLONE_VFORK: we are
+ * suspended until it execs or exits), so it makes raw system calls only and reports a failure
+ * through the struct. Not instrumented: it runs on its own small stack.
+ */
+struct child {
+    char *const *argv;
+    char *const *envp;
+    const char *prog, *root, *slave;
+    int in, out;
+    pid_t parent;
+    int err;          /* errno of the failed step, 0 if execve was reached */
+    const char *step; /* which step failed */
+};
+
+struct ksigaction {
+    void *handler;
+    unsigned long flags;
+    void *restorer;
+    unsigned long mask;
+};
+
+__attribute__((no_sanitize("address", "undefined"))) static int child_main(void *arg)
+{
+    struct child *c = arg;
+    long r;
+    /* Every signal back to its default: the server ignores SIGPIPE and has handlers. */
+    struct ksigaction dfl = {0};
+    for (long sig = 1; sig < 65; sig++)
+        if (sig != SIGKILL && sig != SIGSTOP)
+            (void)syscall(SYS_rt_sigaction, sig, &dfl, NULL, 8L);
+    c->step = "setsid";
+    if ((r = syscall(SYS_setsid)) < 0)
+        goto fail;
+    /* The command's leader dies with its runner (the gateway, or the uds worker): a runner
+     * killed with SIGKILL cannot leave commands behind. */
+    c->step = "prctl";
+    if (syscall(SYS_prctl, (long)PR_SET_PDEATHSIG, (long)SIGKILL, 0L, 0L, 0L) != 0)
+        goto fail;
+    if (syscall(SYS_getppid) != c->parent)
+        syscall(SYS_exit_group, 127L);
+    c->step = "chdir";
+    if (syscall(SYS_chdir, c->root) != 0)
+        goto fail;
+    if (c->slave) {
+        /* The new session's controlling terminal, and its foreground group. */
+        c->step = "open the terminal";
+        long fd = syscall(SYS_openat, (long)AT_FDCWD, c->slave, (long)O_RDWR, 0L);
+        if (fd < 0)
+            goto fail;
+        c->step = "TIOCSCTTY";
+        if (syscall(SYS_ioctl, fd, (long)TIOCSCTTY, 0L) != 0)
+            goto fail;
+        c->step = "dup2";
+        if (syscall(SYS_dup2, fd, 0L) < 0 || syscall(SYS_dup2, fd, 1L) < 0 ||
+            syscall(SYS_dup2, fd, 2L) < 0)
+            goto fail;
+    } else {
+        c->step = "dup2";
+        if (syscall(SYS_dup2, (long)c->in, 0L) < 0 || syscall(SYS_dup2, (long)c->out, 1L) < 0 ||
+            syscall(SYS_dup2, (long)c->out, 2L) < 0)
+            goto fail;
+    }
+    c->step = "close_range";
+    if (syscall(SYS_close_range, 3L, (long)~0U, 0L) != 0)
+        goto fail;
+    unsigned long none = 0;
+    (void)syscall(SYS_rt_sigprocmask, (long)SIG_SETMASK, &none, NULL, 8L);
+    c->step = "execve";
+    syscall(SYS_execve, c->prog, c->argv, c->envp);
+fail:
+    c->err = errno ? errno : EINVAL;
+    syscall(SYS_exit_group, 127L);
+    return 127;
+}
+
+/* Starts the child; returns its pid (it has exec'd), or -1 with msg set (nothing left running). */
+static pid_t spawn_child(const struct cs__supervisor_cmd *cmd, const char *prog, const char *slave,
+                         int in, int out, char *msg, size_t cap)
+{
+    enum { STACK = 64 * 1024 };
+    void *stack =
+        mmap(NULL, STACK, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+    if (stack == MAP_FAILED) {
+        msgf(msg, cap, "cannot spawn: %s", strerror(errno));
+        return -1;
+    }
+    struct child c = {
+        .argv = cmd->argv,
+        .envp = cmd->envp,
+        .prog = prog,
+        .root = cmd->root,
+        .slave = slave,
+        .in = in,
+        .out = out,
+        .parent = getpid(),
+    };
+    /* No handler of ours may run on the child's stack before it resets them. */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, &old);
+    pid_t pid = clone(child_main, (char *)stack + STACK, CLONE_VM | CLONE_VFORK | SIGCHLD, &c);
+    int ce = errno;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    munmap(stack, STACK);
+    if (pid < 0) {
+        msgf(msg, cap, "cannot spawn: clone: %s", strerror(ce));
+        return -1;
+    }
+    if (c.err != 0) {
+        while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+            ;
+        if (strcmp(c.step, "execve") == 0 || strcmp(c.step, "chdir") == 0)
+            msgf(msg, cap, "%s: %s", strcmp(c.step, "chdir") == 0 ? cmd->root : cmd->argv[0],
+                 strerror(c.err));
+        else
+            msgf(msg, cap, "cannot spawn %s: %s: %s", cmd->argv[0], c.step, strerror(c.err));
+        return -1;
+    }
+    return pid;
+}
+
 int cs__supervisor_start(const struct cs__supervisor_cmd *cmd, struct cs__supervisor_fds *fds,
                          char *msg, size_t cap)
 {
@@ -94,9 +221,6 @@ int cs__supervisor_start(const struct cs__supervisor_cmd *cmd, struct cs__superv
     char *prog = NULL;
     int in[2] = {-1, -1}, out[2] = {-1, -1}, master = -1, slave = -1;
     char slave_path[128];
-    bool fa_init = false, attr_init = false;
-    posix_spawn_file_actions_t fa;
-    posix_spawnattr_t attr;
 
     if (strchr(cmd->argv[0], '/')) {
         prog = strdup(cmd->argv[0]);
@@ -130,54 +254,11 @@ int cs__supervisor_start(const struct cs__supervisor_cmd *cmd, struct cs__superv
         (void)fcntl(out[0], F_SETPIPE_SZ, 1024 * 1024);
     }
 
-    int e = posix_spawn_file_actions_init(&fa);
-    fa_init = e == 0;
-    if (e == 0)
-        e = posix_spawnattr_init(&attr);
-    attr_init = fa_init && e == 0;
-    sigset_t none, all;
-    sigemptyset(&none);
-    sigemptyset(&all);
-    for (int sig = 1; sig < NSIG; sig++)
-        if (sig != SIGKILL && sig != SIGSTOP)
-            (void)sigaddset(&all, sig); /* glibc refuses its internal signals: fine */
-    if (e == 0)
-        e = posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK |
-                                                POSIX_SPAWN_SETSIGDEF);
-    if (e == 0)
-        e = posix_spawnattr_setsigmask(&attr, &none);
-    if (e == 0)
-        e = posix_spawnattr_setsigdefault(&attr, &all);
-    if (e == 0)
-        e = posix_spawn_file_actions_addchdir_np(&fa, cmd->root);
-    if (cmd->tty) {
-        /* Opened by the new session leader without O_NOCTTY: it becomes the controlling
-         * terminal, and the command's group its foreground group. */
-        if (e == 0)
-            e = posix_spawn_file_actions_addopen(&fa, 0, slave_path, O_RDWR, 0);
-        if (e == 0)
-            e = posix_spawn_file_actions_adddup2(&fa, 0, 1);
-        if (e == 0)
-            e = posix_spawn_file_actions_adddup2(&fa, 0, 2);
-    } else {
-        if (e == 0)
-            e = posix_spawn_file_actions_adddup2(&fa, in[0], 0);
-        if (e == 0)
-            e = posix_spawn_file_actions_adddup2(&fa, out[1], 1);
-        if (e == 0)
-            e = posix_spawn_file_actions_adddup2(&fa, out[1], 2);
-    }
-    if (e == 0)
-        e = posix_spawn_file_actions_addclosefrom_np(&fa, 3);
-    pid_t pid = -1;
-    if (e == 0)
-        e = posix_spawn(&pid, prog, &fa, &attr, cmd->argv, cmd->envp);
-    if (e != 0) {
-        msgf(msg, cap, "%s: %s", cmd->argv[0], strerror(e));
+    pid_t pid = spawn_child(cmd, prog, cmd->tty ? slave_path : NULL, in[0], out[1], msg, cap);
+    if (pid < 0)
         goto out;
-    }
-    /* glibc's posix_spawn returns once the child has exec'd, so the pid is a child of ours
-     * that nobody else reaps: the pidfd cannot name a recycled process. */
+    /* The child has exec'd (the parent of a CLONE_VFORK child resumes only then), and it is a
+     * child of ours that nobody else reaps: the pidfd cannot name a recycled process. */
     int pidfd = pidfd_open(pid, 0);
     if (pidfd < 0) {
         int pe = errno;
@@ -205,10 +286,6 @@ int cs__supervisor_start(const struct cs__supervisor_cmd *cmd, struct cs__superv
     }
     rc = 0;
 out:
-    if (attr_init)
-        posix_spawnattr_destroy(&attr);
-    if (fa_init)
-        posix_spawn_file_actions_destroy(&fa);
     free(prog);
     for (int i = 0; i < 2; i++) {
         if (in[i] >= 0)

@@ -1,21 +1,23 @@
 /*
- * tools: handler registration and every tool: workspace_info, read, find, apply_patch,
- * operation_status, and exec_command and the process tools over the supervisor.
- * Tools whose work lands later keep the core's "not implemented" answer, and workspace_info says
- * honestly that they are unavailable (cs_runtime_caps below).
+ * tools: handler registration and every tool: workspace_info and operation_status here, the
+ * others through the runner (runner.h: in-process or uds). The tool layer owns the policy gate,
+ * the per-workspace mutation lease and the operation ledger; the runner owns the work.
  */
 #include "tools.h"
 
+#include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "fs.h"
 #include "patch_txn.h"
+#include "runner.h"
 #include "supervisor.h"
 
-/* fs cannot see policy (it will run in the runner too): the caps it enforces must be the ones
+/* fs cannot see policy (it runs in the runner): the caps it enforces must be the ones
  * workspace_info advertises. */
 _Static_assert(CS_FS_READ_MAX_BYTES == CS_POLICY_READ_MAX_BYTES, "read cap differs");
 _Static_assert(CS_FS_FIND_MAX_PATHS == CS_POLICY_FIND_MAX_PATHS, "find cap differs");
@@ -70,24 +72,32 @@ static void workspace_info(void *arg, struct cs_mcp_call *call, const void *inpu
 
 void cs_tools_free(struct cs_tools *t)
 {
-    cs_supervisor_free(t->sup);
-    t->sup = NULL;
+    cs_runner_free(t->runner);
+    t->runner = NULL;
     for (size_t i = 0; i < t->n_info; i++)
         cs_mcp_cached_free(t->info[i]);
     free(t->info);
     t->info = NULL;
     t->n_info = 0;
+    if (t->wsdesc) {
+        for (size_t i = 0; i < t->cfg->n_workspaces; i++)
+            free(t->wsdesc[i].network_allow.v);
+    }
+    free(t->wsdesc);
+    t->wsdesc = NULL;
     free(t->leases);
     t->leases = NULL;
 }
 
+/* ---- the policy gate ---- */
+
 /*
- * The gate of the file tools: the workspace must exist (WORKSPACE_NOT_FOUND) and allow reading
- * from an exec path (UNAUTHORIZED; a linux-container workspace fails closed). Neither error ever
- * carries an operation_id. Returns the workspace, or NULL once the call is completed.
+ * The workspace must exist (WORKSPACE_NOT_FOUND) and allow access (UNAUTHORIZED: the profile, or
+ * a linux-container environment, which fails closed). Neither error ever carries an
+ * operation_id. Returns the workspace, or NULL once the call is completed.
  */
-static const struct cs_workspace *read_gate(struct cs_tools *t, struct cs_mcp_call *call,
-                                            const struct cs_str *id)
+static const struct cs_workspace *gate(struct cs_tools *t, struct cs_mcp_call *call,
+                                       const struct cs_str *id, enum cs_policy_access access)
 {
     char msg[512];
     const struct cs_workspace *ws = cs_config_workspace(t->cfg, id->s, id->n);
@@ -96,7 +106,7 @@ static const struct cs_workspace *read_gate(struct cs_tools *t, struct cs_mcp_ca
                           "no workspace is registered under this workspace_id");
         return NULL;
     }
-    int rc = cs_workspace_check(ws, CS_POLICY_ACCESS_READ, msg, sizeof msg);
+    int rc = cs_workspace_check(ws, access, msg, sizeof msg);
     if (rc != 0) {
         cs_mcp_call_error(call, (enum csw_error)rc, NULL, "%s", msg);
         return NULL;
@@ -104,47 +114,116 @@ static const struct cs_workspace *read_gate(struct cs_tools *t, struct cs_mcp_ca
     return ws;
 }
 
+static const struct csw_runner_workspace *wsdesc(struct cs_tools *t, const struct cs_workspace *ws)
+{
+    return &t->wsdesc[ws - t->cfg->workspaces];
+}
+
+/* ---- runner answers ---- */
+
+/* The MCP output inside a runner result (the wire's data are the tools' output structs). */
+static const void *mcp_output_of(const struct csw_runner_wire_result *r)
+{
+    switch (r->tag) {
+    case CSW_RUNNER_WIRE_RESULT_READ:
+        return &r->u.read.data;
+    case CSW_RUNNER_WIRE_RESULT_FIND:
+        return &r->u.find.data;
+    case CSW_RUNNER_WIRE_RESULT_WRITE_STDIN:
+        return &r->u.write_stdin.data;
+    case CSW_RUNNER_WIRE_RESULT_READ_PROCESS:
+        return &r->u.read_process.data;
+    case CSW_RUNNER_WIRE_RESULT_PROCESS_STATUS:
+        return &r->u.process_status.data;
+    case CSW_RUNNER_WIRE_RESULT_RESIZE:
+        return &r->u.resize.data;
+    case CSW_RUNNER_WIRE_RESULT_TERMINATE:
+        return &r->u.terminate.data;
+    case CSW_RUNNER_WIRE_RESULT_HELLO:
+    case CSW_RUNNER_WIRE_RESULT_VERSION:
+    case CSW_RUNNER_WIRE_RESULT_APPLY_PATCH:
+    case CSW_RUNNER_WIRE_RESULT_EXEC:
+    case CSW_RUNNER_WIRE_RESULT_WORKSPACE_OF:
+    case CSW_RUNNER_WIRE_RESULT_TERMINATE_WORKSPACE:
+        break;
+    }
+    return NULL;
+}
+
+/* Completes a call whose result is the tool's output as it is (read, find, the process tools).
+ * A transport failure, before dispatch or ambiguous, is TIMEOUT: these tools change nothing the
+ * client could double (a lost write_stdin may have been written: the message says so). */
+static void plain_done(void *arg, const struct cs_runner_reply *r)
+{
+    struct cs_mcp_call *call = arg;
+    const void *out;
+    switch (r->outcome) {
+    case CS_RUNNER_OK:
+        out = mcp_output_of(r->result);
+        if (out)
+            cs_mcp_call_ok(call, out);
+        else
+            cs_mcp_call_error(call, CSW_ERROR_INTERNAL, NULL,
+                              "the runner answered %s with another operation's result",
+                              cs_mcp_call_tool(call));
+        return;
+    case CS_RUNNER_ERROR:
+        cs_mcp_call_error(call, (enum csw_error)r->code, NULL, "%s", r->msg ? r->msg : "");
+        return;
+    case CS_RUNNER_BEFORE_DISPATCH:
+    case CS_RUNNER_AMBIGUOUS:
+        break;
+    }
+    cs_mcp_call_error(call, CSW_ERROR_TIMEOUT, NULL, "%s", r->msg ? r->msg : "runner failed");
+}
+
 static void read_tool(void *arg, struct cs_mcp_call *call, const void *input)
 {
+    struct cs_tools *t = arg;
     const struct csw_mcp_read_input *in = input;
-    const struct cs_workspace *ws = read_gate(arg, call, &in->workspace_id);
-    if (ws == NULL)
+    const struct cs_workspace *ws = gate(t, call, &in->workspace_id, CS_POLICY_ACCESS_READ);
+    if (!ws)
         return;
-    struct csw_mcp_read_output out;
-    char msg[512];
-    int rc = cs_fs_read(ws->root, in, &out, msg, sizeof msg);
-    if (rc != 0) {
-        cs_mcp_call_error(call, (enum csw_error)rc, NULL, "%s", msg);
-        return;
-    }
-    cs_mcp_call_ok(call, &out);
-    csw_mcp_read_output_free(&out);
+    struct csw_runner_wire_op op = {.tag = CSW_RUNNER_WIRE_OP_READ};
+    op.u.read.data = (struct csw_runner_wire_read_data){
+        .workspace = *wsdesc(t, ws),
+        .path = in->path,
+        .has_offset = in->has_offset,
+        .offset = in->offset,
+        .has_limit = in->has_limit,
+        .limit = in->limit,
+    };
+    cs_runner_call(t->runner, &op, plain_done, call);
 }
 
 static void find_tool(void *arg, struct cs_mcp_call *call, const void *input)
 {
+    struct cs_tools *t = arg;
     const struct csw_mcp_find_input *in = input;
-    const struct cs_workspace *ws = read_gate(arg, call, &in->workspace_id);
-    if (ws == NULL)
+    const struct cs_workspace *ws = gate(t, call, &in->workspace_id, CS_POLICY_ACCESS_READ);
+    if (!ws)
         return;
-    struct csw_mcp_find_output out;
-    char msg[512];
-    int rc = cs_fs_find(ws->root, in, &out, msg, sizeof msg);
-    if (rc != 0) {
-        cs_mcp_call_error(call, (enum csw_error)rc, NULL, "%s", msg);
-        return;
-    }
-    cs_mcp_call_ok(call, &out);
-    csw_mcp_find_output_free(&out);
+    struct csw_runner_wire_op op = {.tag = CSW_RUNNER_WIRE_OP_FIND};
+    op.u.find.data = (struct csw_runner_wire_find_data){
+        .workspace = *wsdesc(t, ws),
+        .has_glob = in->has_glob,
+        .glob = in->glob,
+        .has_offset = in->has_offset,
+        .offset = in->offset,
+        .has_limit = in->has_limit,
+        .limit = in->limit,
+    };
+    cs_runner_call(t->runner, &op, plain_done, call);
 }
 
 /* ---- the workspace lease ---- */
 
 /*
- * Takes the lease of ws for call: 0 when it was free (the caller now holds it and must call
- * lease_done after running), 1 when a mutation holds it and the call was queued (FIFO;
- * lease_done runs it later, and the input lives until the call completes), or a catalogue code
- * with the call not queued: WORKSPACE_BUSY (a live process holds it), RESOURCE_QUEUE_FULL.
+ * Takes the lease of ws for call: 0 when it was free (the caller now holds it: run, and release
+ * it with lease_release when the work is over, now or later), 1 when a mutation holds it and the
+ * call was queued (FIFO; lease_release runs it later, and the input lives until the call
+ * completes), or a catalogue code with the call not queued: WORKSPACE_BUSY (a live process holds
+ * it), RESOURCE_QUEUE_FULL.
  */
 static int lease_acquire(struct cs_tools_lease *l, struct cs_mcp_call *call, const void *input,
                          cs_tools_locked_fn run)
@@ -180,13 +259,17 @@ static void lease_refuse(struct cs_tools_lease *l, struct cs_mcp_call *call, int
                           "%d calls already wait for this workspace", CS_TOOLS_LEASE_MAX_WAITERS);
 }
 
-/* A mutation holding the lease has run: release it unless a live process took it, then hand it
- * to the waiters in order. Once a process holds it, the remaining waiters fail WORKSPACE_BUSY. */
-static void lease_done(struct cs_tools_lease *l)
+/* The lease goes free (a mutation finished, a spawn failed, a live process ended) and passes to
+ * the waiters in order. Once a process holds it, the remaining waiters fail WORKSPACE_BUSY.
+ * Reentrant: a waiter that completes at once releases it again inside the loop. */
+static void lease_release(struct cs_tools_lease *l)
 {
-    if (l->state == CS_TOOLS_LEASE_HELD)
-        l->state = CS_TOOLS_LEASE_FREE;
-    while (l->n_wait > 0) {
+    l->state = CS_TOOLS_LEASE_FREE;
+    l->process_id[0] = '\0';
+    if (l->draining)
+        return;
+    l->draining = true;
+    while (l->n_wait > 0 && l->state != CS_TOOLS_LEASE_HELD) {
         struct cs_mcp_call *call = l->wait[l->head].call;
         const void *input = l->wait[l->head].input;
         cs_tools_locked_fn run = l->wait[l->head].run;
@@ -198,96 +281,230 @@ static void lease_done(struct cs_tools_lease *l)
         }
         l->state = CS_TOOLS_LEASE_HELD;
         run(l->t, l->ws, call, input);
-        if (l->state == CS_TOOLS_LEASE_HELD)
-            l->state = CS_TOOLS_LEASE_FREE;
     }
+    l->draining = false;
 }
 
-/* The supervisor's exit callback: the live process holding the lease has finished. */
-static void lease_process_exit(void *arg, const char *process_id)
-{
-    struct cs_tools_lease *l = arg;
-    (void)process_id;
-    l->state = CS_TOOLS_LEASE_FREE;
-    l->process_id[0] = '\0';
-    lease_done(l);
-}
-
-/* Runs run under ws's lease: now, queued, or refused. */
+/* Runs run under ws's lease: now, queued, or refused. run releases the lease when done. */
 static void with_lease(struct cs_tools *t, const struct cs_workspace *ws, struct cs_mcp_call *call,
                        const void *input, cs_tools_locked_fn run)
 {
     struct cs_tools_lease *l = &t->leases[ws - t->cfg->workspaces];
     int rc = lease_acquire(l, call, input, run);
     if (rc == 1)
-        return; /* queued: lease_done runs it */
+        return; /* queued: lease_release runs it */
     if (rc != 0) {
         lease_refuse(l, call, rc);
         return;
     }
     run(t, ws, call, input);
-    lease_done(l);
 }
 
-/* The gate of the mutating tools: WORKSPACE_NOT_FOUND, then UNAUTHORIZED (read-only profile,
- * linux-container environment), which never carries an operation_id. */
-static const struct cs_workspace *mutation_gate(struct cs_tools *t, struct cs_mcp_call *call,
-                                                const struct cs_str *id,
-                                                enum cs_policy_access access)
+/* The runner's events: a process finished (its lease goes), or the uds worker is gone (every
+ * process with it). */
+static void on_process_exited(void *arg, const char *process_id)
 {
-    char msg[512];
-    const struct cs_workspace *ws = cs_config_workspace(t->cfg, id->s, id->n);
-    if (ws == NULL) {
-        cs_mcp_call_error(call, CSW_ERROR_WORKSPACE_NOT_FOUND, NULL,
-                          "no workspace is registered under this workspace_id");
-        return NULL;
+    struct cs_tools *t = arg;
+    for (size_t i = 0; i < t->cfg->n_workspaces; i++) {
+        struct cs_tools_lease *l = &t->leases[i];
+        if (l->state == CS_TOOLS_LEASE_LIVE && strcmp(l->process_id, process_id) == 0) {
+            lease_release(l);
+            return;
+        }
     }
-    int rc = cs_workspace_check(ws, access, msg, sizeof msg);
-    if (rc != 0) {
-        cs_mcp_call_error(call, (enum csw_error)rc, NULL, "%s", msg);
-        return NULL;
-    }
-    return ws;
+}
+
+static void on_runner_lost(void *arg)
+{
+    struct cs_tools *t = arg;
+    for (size_t i = 0; i < t->cfg->n_workspaces; i++)
+        if (t->leases[i].state == CS_TOOLS_LEASE_LIVE)
+            lease_release(&t->leases[i]);
 }
 
 /* ---- apply_patch ---- */
+
+struct patch_call {
+    struct cs_tools *t;
+    struct cs_tools_lease *l;
+    struct cs_mcp_call *call;
+    char op_id[CS_STORE_ID_SIZE];
+};
+
+static void patch_done(void *arg, const struct cs_runner_reply *r)
+{
+    struct patch_call *pc = arg;
+    struct cs_tools *t = pc->t;
+    char smsg[512];
+    struct csw_mcp_apply_patch_output out;
+    memset(&out, 0, sizeof out);
+    out.operation_id = (struct cs_str){pc->op_id, strlen(pc->op_id)};
+    switch (r->outcome) {
+    case CS_RUNNER_OK: {
+        const struct csw_runner_wire_apply_patch_result *res = &r->result->u.apply_patch.data;
+        if (r->result->tag != CSW_RUNNER_WIRE_RESULT_APPLY_PATCH) {
+            (void)cs_store_finish(t->store, pc->op_id, CSW_PATCH_STATUS_UNKNOWN, NULL, true, smsg,
+                                  sizeof smsg);
+            cs_mcp_call_error(pc->call, CSW_ERROR_INTERNAL, pc->op_id,
+                              "the runner answered apply_patch with another result");
+            break;
+        }
+        out.status = res->status;
+        out.files.v = res->files.v;
+        out.files.n = res->files.n;
+        out.changes.v = res->changes.v;
+        out.changes.n = res->changes.n;
+        if (cs_store_finish(t->store, pc->op_id, out.status, &out, false, smsg, sizeof smsg) !=
+            CS_STORE_OK) {
+            cs_mcp_call_error(pc->call, CSW_ERROR_INTERNAL, pc->op_id,
+                              "the patch ended %s but the ledger could not record it: %s",
+                              csw_patch_status_names[out.status], smsg);
+            break;
+        }
+        cs_mcp_call_ok(pc->call, &out);
+        break;
+    }
+    case CS_RUNNER_ERROR:
+        /* Rejected before any write: the row is finished without a result to replay. */
+        (void)cs_store_finish(t->store, pc->op_id, CSW_PATCH_STATUS_REJECTED, NULL, false, smsg,
+                              sizeof smsg);
+        cs_mcp_call_error(pc->call, (enum csw_error)r->code, pc->op_id, "%s", r->msg ? r->msg : "");
+        break;
+    case CS_RUNNER_BEFORE_DISPATCH:
+        (void)cs_store_finish(t->store, pc->op_id, CSW_PATCH_STATUS_REJECTED, NULL, false, smsg,
+                              sizeof smsg);
+        cs_mcp_call_error(pc->call, CSW_ERROR_TIMEOUT, pc->op_id, "%s", r->msg ? r->msg : "");
+        break;
+    case CS_RUNNER_AMBIGUOUS:
+        /* The patch may or may not have been written: the row says unknown, for good. */
+        out.status = CSW_PATCH_STATUS_UNKNOWN;
+        if (cs_store_finish(t->store, pc->op_id, out.status, &out, true, smsg, sizeof smsg) !=
+            CS_STORE_OK)
+            cs_mcp_call_error(pc->call, CSW_ERROR_INTERNAL, pc->op_id,
+                              "the runner was lost and the ledger could not record it: %s", smsg);
+        else
+            cs_mcp_call_ok(pc->call, &out);
+        break;
+    }
+    struct cs_tools_lease *l = pc->l;
+    free(pc);
+    lease_release(l);
+}
 
 static void apply_patch_locked(struct cs_tools *t, const struct cs_workspace *ws,
                                struct cs_mcp_call *call, const void *input)
 {
     const struct csw_mcp_apply_patch_input *in = input;
-    struct csw_mcp_apply_patch_output out;
-    char op_id[CS_STORE_ID_SIZE];
-    char msg[512];
-    int rc = cs_patch_txn_run(t->store, ws->root, in, &out, op_id, msg, sizeof msg);
-    if (rc != 0) {
-        cs_mcp_call_error(call, (enum csw_error)rc, op_id[0] ? op_id : NULL, "%s", msg);
+    struct cs_tools_lease *l = &t->leases[ws - t->cfg->workspaces];
+    struct patch_call *pc = calloc(1, sizeof *pc);
+    if (!pc) {
+        cs_mcp_call_error(call, CSW_ERROR_INTERNAL, NULL, "out of memory");
+        lease_release(l);
         return;
     }
-    cs_mcp_call_ok(call, &out);
-    csw_mcp_apply_patch_output_free(&out);
+    pc->t = t;
+    pc->l = l;
+    pc->call = call;
+    struct csw_mcp_apply_patch_output replay;
+    char msg[512];
+    int rc = cs_patch_txn_begin(t->store, in, &replay, pc->op_id, msg, sizeof msg);
+    if (rc == CS_PATCH_TXN_REPLAYED) {
+        cs_mcp_call_ok(call, &replay);
+        csw_mcp_apply_patch_output_free(&replay);
+    } else if (rc != 0) {
+        cs_mcp_call_error(call, (enum csw_error)rc, pc->op_id[0] ? pc->op_id : NULL, "%s", msg);
+    }
+    if (rc != 0) {
+        free(pc);
+        lease_release(l);
+        return;
+    }
+    _Static_assert(sizeof(struct csw_runner_wire_apply_patch_data_expected_versions_entry) ==
+                       sizeof(struct csw_mcp_apply_patch_input_expected_versions_entry),
+                   "expected_versions entries differ");
+    struct csw_runner_wire_op op = {.tag = CSW_RUNNER_WIRE_OP_APPLY_PATCH};
+    op.u.apply_patch.data = (struct csw_runner_wire_apply_patch_data){
+        .workspace = *wsdesc(t, ws),
+        .patch = in->patch,
+        .has_expected_versions = in->has_expected_versions,
+        .expected_versions = {(struct csw_runner_wire_apply_patch_data_expected_versions_entry *)
+                                  in->expected_versions.v,
+                              in->expected_versions.n},
+        .has_check_only = in->has_check_only,
+        .check_only = in->check_only,
+    };
+    cs_runner_call(t->runner, &op, patch_done, pc);
 }
 
 static void apply_patch_tool(void *arg, struct cs_mcp_call *call, const void *input)
 {
     struct cs_tools *t = arg;
     const struct csw_mcp_apply_patch_input *in = input;
-    const struct cs_workspace *ws =
-        mutation_gate(t, call, &in->workspace_id, CS_POLICY_ACCESS_WRITE);
+    const struct cs_workspace *ws = gate(t, call, &in->workspace_id, CS_POLICY_ACCESS_WRITE);
     if (ws)
         with_lease(t, ws, call, input, apply_patch_locked);
 }
 
 /* ---- exec_command and the process tools ---- */
 
-/* Completes an MCP call from a supervisor answer. */
-static void call_done(void *arg, int code, const char *msg, const void *out)
+struct exec_call {
+    struct cs_tools_lease *l;
+    struct cs_mcp_call *call;
+    char process_id[CS_SUPERVISOR_ID_SIZE];
+};
+
+static void exec_done(void *arg, const struct cs_runner_reply *r)
 {
-    struct cs_mcp_call *call = arg;
-    if (code != 0)
-        cs_mcp_call_error(call, (enum csw_error)code, NULL, "%s", msg ? msg : "");
-    else
-        cs_mcp_call_ok(call, out);
+    struct exec_call *ec = arg;
+    struct cs_tools_lease *l = ec->l;
+    struct csw_mcp_exec_command_output out;
+    memset(&out, 0, sizeof out);
+    out.process_id = (struct cs_str){ec->process_id, strlen(ec->process_id)};
+    bool release = false;
+    switch (r->outcome) {
+    case CS_RUNNER_OK: {
+        const struct csw_runner_wire_exec_result *e = &r->result->u.exec.data;
+        if (r->result->tag != CSW_RUNNER_WIRE_RESULT_EXEC) {
+            cs_mcp_call_error(ec->call, CSW_ERROR_INTERNAL, NULL,
+                              "the runner answered exec with another result");
+            break; /* the process may run: the lease stays until its exit or the runner's loss */
+        }
+        out.dispatch_status = CSW_MCP_EXEC_COMMAND_OUTPUT_DISPATCH_STATUS_CONFIRMED;
+        out.has_state = e->has_state;
+        out.state = e->state;
+        out.has_output = e->has_output;
+        out.output = e->output;
+        out.has_cursor = e->has_cursor;
+        out.cursor = e->cursor;
+        out.has_output_lost = e->has_output_lost;
+        out.output_lost = e->output_lost;
+        out.has_exit_code = e->has_exit_code;
+        out.exit_code = e->exit_code;
+        out.has_termination = e->has_termination;
+        out.termination = e->termination;
+        cs_mcp_call_ok(ec->call, &out);
+        break;
+    }
+    case CS_RUNNER_ERROR:
+        /* Nothing started (the runner confirms it): the lease goes at once. */
+        cs_mcp_call_error(ec->call, (enum csw_error)r->code, NULL, "%s", r->msg ? r->msg : "");
+        release = true;
+        break;
+    case CS_RUNNER_BEFORE_DISPATCH:
+        cs_mcp_call_error(ec->call, CSW_ERROR_TIMEOUT, NULL, "%s", r->msg ? r->msg : "");
+        release = true;
+        break;
+    case CS_RUNNER_AMBIGUOUS:
+        /* It may run: do not start a duplicate. The workspace stays busy until the runner is
+         * known to be gone (on_runner_lost). */
+        out.dispatch_status = CSW_MCP_EXEC_COMMAND_OUTPUT_DISPATCH_STATUS_UNKNOWN;
+        cs_mcp_call_ok(ec->call, &out);
+        break;
+    }
+    bool mine = strcmp(l->process_id, ec->process_id) == 0;
+    free(ec);
+    if (release && mine && l->state == CS_TOOLS_LEASE_LIVE)
+        lease_release(l);
 }
 
 static void exec_locked(struct cs_tools *t, const struct cs_workspace *ws, struct cs_mcp_call *call,
@@ -295,41 +512,52 @@ static void exec_locked(struct cs_tools *t, const struct cs_workspace *ws, struc
 {
     const struct csw_mcp_exec_command_input *in = input;
     struct cs_tools_lease *l = &t->leases[ws - t->cfg->workspaces];
-    char id[CS_SUPERVISOR_ID_SIZE];
-    char msg[512];
-    if (cs_supervisor_new_id(id) != 0) {
-        cs_mcp_call_error(call, CSW_ERROR_INTERNAL, NULL, "no random source for a process_id");
+    struct exec_call *ec = calloc(1, sizeof *ec);
+    if (!ec || cs_supervisor_new_id(ec->process_id) != 0) {
+        free(ec);
+        cs_mcp_call_error(call, CSW_ERROR_INTERNAL, NULL, "no memory or random source");
+        lease_release(l);
         return;
     }
-    struct cs_supervisor_spawn sp = {
-        .process_id = id,
-        .root = ws->root,
-        .argv = in->command.v,
-        .argc = in->command.n,
-        .tty = in->has_tty && in->tty,
-        .yield_ms = in->has_yield_ms ? in->yield_ms : 0,
-        .on_exit = lease_process_exit,
-        .exit_arg = l,
-    };
-    /* Mark the lease live first: with yield_ms 0 the call completes inside the spawn. The exit
-     * callback never runs inside it. */
+    ec->l = l;
+    ec->call = call;
+    const struct csw_runner_workspace *w = wsdesc(t, ws);
+    struct csw_runner_wire_op op = {.tag = CSW_RUNNER_WIRE_OP_EXEC};
+    struct csw_runner_wire_exec_data *d = &op.u.exec.data;
+    d->workspace = *w;
+    d->argv.v = in->command.v;
+    d->argv.n = in->command.n;
+    d->process_id = (struct cs_str){ec->process_id, strlen(ec->process_id)};
+    d->env.use_runner_defaults = true;
+    d->timeout_ms = t->cfg->process_timeout_secs * 1000;
+    d->output_bytes_cap = OUTPUT_RING_BYTES;
+    d->tty = in->has_tty && in->tty;
+    d->policy.workspace_profile =
+        (enum csw_runner_wire_exec_data_policy_workspace_profile)w->profile;
+    d->policy.network = (enum csw_runner_wire_exec_data_policy_network)w->network;
+    d->policy.has_network_allow = w->has_network_allow;
+    d->policy.network_allow.v = w->network_allow.v;
+    d->policy.network_allow.n = w->network_allow.n;
+    d->has_yield_ms = in->has_yield_ms;
+    d->yield_ms = in->has_yield_ms ? in->yield_ms : 0;
+    /* Live from here: a confirmed process holds the lease until it exits; with yield_ms 0 the
+     * call may complete inside cs_runner_call. Queued waiters fail at once. */
     l->state = CS_TOOLS_LEASE_LIVE;
-    snprintf(l->process_id, sizeof l->process_id, "%s", id);
-    int rc = cs_supervisor_spawn(t->sup, &sp, call_done, call, msg, sizeof msg);
-    if (rc != 0) {
-        /* Nothing started: the lease goes at once (lease_done). */
-        l->state = CS_TOOLS_LEASE_HELD;
-        l->process_id[0] = '\0';
-        cs_mcp_call_error(call, (enum csw_error)rc, NULL, "%s", msg);
+    snprintf(l->process_id, sizeof l->process_id, "%s", ec->process_id);
+    while (l->n_wait > 0) {
+        struct cs_mcp_call *wc = l->wait[l->head].call;
+        l->head = (l->head + 1) % CS_TOOLS_LEASE_MAX_WAITERS;
+        l->n_wait--;
+        lease_refuse(l, wc, CSW_ERROR_WORKSPACE_BUSY);
     }
+    cs_runner_call(t->runner, &op, exec_done, ec);
 }
 
 static void exec_command_tool(void *arg, struct cs_mcp_call *call, const void *input)
 {
     struct cs_tools *t = arg;
     const struct csw_mcp_exec_command_input *in = input;
-    const struct cs_workspace *ws =
-        mutation_gate(t, call, &in->workspace_id, CS_POLICY_ACCESS_EXEC);
+    const struct cs_workspace *ws = gate(t, call, &in->workspace_id, CS_POLICY_ACCESS_EXEC);
     if (!ws)
         return;
     if (in->command.n == 0 || in->command.v[0].n == 0) {
@@ -343,27 +571,37 @@ static void exec_command_tool(void *arg, struct cs_mcp_call *call, const void *i
 
 static void write_stdin_tool(void *arg, struct cs_mcp_call *call, const void *input)
 {
-    cs_supervisor_write_stdin(((struct cs_tools *)arg)->sup, input, call_done, call);
+    struct csw_runner_wire_op op = {.tag = CSW_RUNNER_WIRE_OP_WRITE_STDIN};
+    op.u.write_stdin.data = *(const struct csw_mcp_write_stdin_input *)input;
+    cs_runner_call(((struct cs_tools *)arg)->runner, &op, plain_done, call);
 }
 
 static void read_process_tool(void *arg, struct cs_mcp_call *call, const void *input)
 {
-    cs_supervisor_read(((struct cs_tools *)arg)->sup, input, call_done, call);
+    struct csw_runner_wire_op op = {.tag = CSW_RUNNER_WIRE_OP_READ_PROCESS};
+    op.u.read_process.data = *(const struct csw_mcp_read_process_input *)input;
+    cs_runner_call(((struct cs_tools *)arg)->runner, &op, plain_done, call);
 }
 
 static void process_status_tool(void *arg, struct cs_mcp_call *call, const void *input)
 {
-    cs_supervisor_status(((struct cs_tools *)arg)->sup, input, call_done, call);
+    struct csw_runner_wire_op op = {.tag = CSW_RUNNER_WIRE_OP_PROCESS_STATUS};
+    op.u.process_status.data = *(const struct csw_mcp_process_status_input *)input;
+    cs_runner_call(((struct cs_tools *)arg)->runner, &op, plain_done, call);
 }
 
 static void process_resize_tool(void *arg, struct cs_mcp_call *call, const void *input)
 {
-    cs_supervisor_resize(((struct cs_tools *)arg)->sup, input, call_done, call);
+    struct csw_runner_wire_op op = {.tag = CSW_RUNNER_WIRE_OP_RESIZE};
+    op.u.resize.data = *(const struct csw_mcp_process_resize_input *)input;
+    cs_runner_call(((struct cs_tools *)arg)->runner, &op, plain_done, call);
 }
 
 static void terminate_process_tool(void *arg, struct cs_mcp_call *call, const void *input)
 {
-    cs_supervisor_terminate(((struct cs_tools *)arg)->sup, input, call_done, call);
+    struct csw_runner_wire_op op = {.tag = CSW_RUNNER_WIRE_OP_TERMINATE};
+    op.u.terminate.data = *(const struct csw_mcp_terminate_process_input *)input;
+    cs_runner_call(((struct cs_tools *)arg)->runner, &op, plain_done, call);
 }
 
 /* ---- operation_status ---- */
@@ -397,50 +635,121 @@ static void operation_status_tool(void *arg, struct cs_mcp_call *call, const voi
     csw_mcp_operation_status_output_free(&out);
 }
 
+/* The sibling codespace-runtime of our own executable (runtime.md section 1). */
+static char *sibling(const char *name)
+{
+    char self[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0)
+        return NULL;
+    self[n] = '\0';
+    char *slash = strrchr(self, '/');
+    if (!slash)
+        return NULL;
+    *slash = '\0';
+    size_t len = strlen(self) + 1 + strlen(name) + 1;
+    char *p = malloc(len);
+    if (p)
+        snprintf(p, len, "%s/%s", self, name);
+    return p;
+}
+
+/* The wire description of every workspace, built once. */
+static int build_wsdesc(struct cs_tools *t)
+{
+    const struct cs_config *cfg = t->cfg;
+    t->wsdesc = calloc(cfg->n_workspaces + 1, sizeof *t->wsdesc);
+    if (!t->wsdesc)
+        return -1;
+    for (size_t i = 0; i < cfg->n_workspaces; i++) {
+        const struct cs_workspace *ws = &cfg->workspaces[i];
+        struct csw_runner_workspace *d = &t->wsdesc[i];
+        d->id = (struct cs_str){ws->id, ws->id_len};
+        d->root = (struct cs_str){ws->root, strlen(ws->root)};
+        d->profile = ws->profile == CS_POLICY_PROFILE_WORKSPACE_WRITE
+                         ? CSW_RUNNER_WORKSPACE_PROFILE_WORKSPACE_WRITE
+                         : CSW_RUNNER_WORKSPACE_PROFILE_READ_ONLY;
+        d->environment_kind = ws->env_kind == CS_POLICY_ENV_HOST
+                                  ? CSW_RUNNER_WORKSPACE_ENVIRONMENT_KIND_HOST
+                                  : CSW_RUNNER_WORKSPACE_ENVIRONMENT_KIND_LINUX_CONTAINER;
+        d->network = ws->network == CS_POLICY_NETWORK_ENABLED
+                         ? CSW_RUNNER_WORKSPACE_NETWORK_ENABLED
+                         : CSW_RUNNER_WORKSPACE_NETWORK_RESTRICTED;
+        d->has_network_allow = ws->has_network_allow;
+        if (ws->n_network_allow > 0) {
+            d->network_allow.v = calloc(ws->n_network_allow, sizeof *d->network_allow.v);
+            if (!d->network_allow.v)
+                return -1;
+            for (size_t k = 0; k < ws->n_network_allow; k++)
+                d->network_allow.v[k] =
+                    (struct cs_str){ws->network_allow[k], strlen(ws->network_allow[k])};
+            d->network_allow.n = ws->n_network_allow;
+        }
+    }
+    return 0;
+}
+
 int cs_tools_register(struct cs_mcp *srv, struct cs_tools *t, const struct cs_config *cfg,
-                      const char *version, struct cs_store *store, struct cs_loop *loop)
+                      const char *version, struct cs_store *store, struct cs_loop *loop, char *err,
+                      size_t err_cap)
 {
     memset(t, 0, sizeof *t);
     t->cfg = cfg;
     t->version = version;
+    t->store = store;
+    snprintf(err, err_cap, "out of memory");
     t->info = calloc(cfg->n_workspaces + 1, sizeof *t->info);
     if (!t->info)
         return -1;
     t->n_info = cfg->n_workspaces + 1;
-    t->store = store;
     t->leases = calloc(cfg->n_workspaces + 1, sizeof *t->leases);
-    if (!t->leases)
+    if (!t->leases || build_wsdesc(t) != 0)
         return -1;
     for (size_t i = 0; i < cfg->n_workspaces; i++) {
         t->leases[i].t = t;
         t->leases[i].ws = &cfg->workspaces[i];
     }
-    const char *path = getenv("PATH");
-    const char *tmpdir = getenv("TMPDIR");
-    struct cs_supervisor_limits lim = {
-        .max_live = cfg->max_processes,
-        .timeout_ms = cfg->process_timeout_secs * 1000,
-        .ring_bytes = OUTPUT_RING_BYTES,
-        .retain_ms = RETAIN_MS,
-        .retain_max = RETAIN_MAX,
-        .kill_grace_ms = KILL_GRACE_MS,
-        .path = path && path[0] ? path : NULL,
-        .tmpdir = tmpdir && tmpdir[0] == '/' ? tmpdir : NULL,
-    };
-    t->sup = cs_supervisor_new(loop, &lim);
-    if (!t->sup)
+    struct cs_runner_events ev = {on_process_exited, on_runner_lost, t};
+    if (cfg->runner == CS_CONFIG_RUNNER_UDS) {
+        char *bin = cfg->runtime_bin ? strdup(cfg->runtime_bin) : sibling("codespace-runtime");
+        struct cs_runner_uds_options opt = {
+            .runtime_bin = bin,
+            .runner_dir = cfg->runner_dir,
+            .max_processes = cfg->max_processes,
+            .version = version,
+        };
+        t->runner = bin ? cs_runner_uds_new(loop, &opt, &ev, err, err_cap) : NULL;
+        free(bin);
+    } else {
+        const char *path = getenv("PATH");
+        const char *tmpdir = getenv("TMPDIR");
+        struct cs_supervisor_limits lim = {
+            .max_live = cfg->max_processes,
+            .timeout_ms = cfg->process_timeout_secs * 1000,
+            .ring_bytes = OUTPUT_RING_BYTES,
+            .retain_ms = RETAIN_MS,
+            .retain_max = RETAIN_MAX,
+            .kill_grace_ms = KILL_GRACE_MS,
+            .path = path && path[0] ? path : NULL,
+            .tmpdir = tmpdir && tmpdir[0] == '/' ? tmpdir : NULL,
+        };
+        t->runner = cs_runner_inproc_new(loop, &lim, &ev);
+    }
+    if (!t->runner)
         return -1;
-    /* Files (src/fs), patches (src/patch, src/store) and processes (src/supervisor, running
-     * unsandboxed in this process: no sandbox probe yet, so command_sandbox none). */
+    /* Files (src/fs), patches (src/patch, src/store) and processes (src/supervisor), in this
+     * process or in the uds worker; commands run unsandboxed until the sandbox probe exists, so
+     * command_sandbox is none. */
     t->caps.files_available = true;
     t->caps.patch_available = true;
     t->caps.process_available = true;
     t->caps.uds_runner = cfg->runner == CS_CONFIG_RUNNER_UDS;
-    t->caps.sandbox = false; /* no probe yet: command_sandbox none, enforcement none */
+    t->caps.sandbox = false;
     t->caps.tty_supported = true;
     t->caps.max_live_processes = cfg->max_processes;
     t->caps.timeout_ms = cfg->process_timeout_secs * 1000;
     t->caps.output_ring_bytes = OUTPUT_RING_BYTES;
+    snprintf(err, err_cap, "internal: a tool is missing from the generated table");
     if (cs_mcp_set_tool(srv, "workspace_info", workspace_info, t) != 0 ||
         cs_mcp_set_tool(srv, "read", read_tool, t) != 0 ||
         cs_mcp_set_tool(srv, "find", find_tool, t) != 0 ||
@@ -453,5 +762,6 @@ int cs_tools_register(struct cs_mcp *srv, struct cs_tools *t, const struct cs_co
         cs_mcp_set_tool(srv, "process_resize", process_resize_tool, t) != 0 ||
         cs_mcp_set_tool(srv, "terminate_process", terminate_process_tool, t) != 0)
         return -1;
+    err[0] = '\0';
     return 0;
 }

@@ -19,7 +19,7 @@
 #define CS_TOOLS_LEASE_MAX_WAITERS 64
 
 struct cs_tools;
-struct cs_supervisor;
+struct cs_runner;
 
 /* Runs a mutation that now holds its workspace's lease (see tools.c). */
 typedef void (*cs_tools_locked_fn)(struct cs_tools *t, const struct cs_workspace *ws,
@@ -42,6 +42,7 @@ struct cs_tools_lease {
     const struct cs_workspace *ws;
     enum cs_tools_lease_state state;
     char process_id[48]; /* the live process, when LIVE */
+    bool draining;       /* lease_release is handing it to waiters */
     struct {
         struct cs_mcp_call *call;
         const void *input;
@@ -57,17 +58,20 @@ struct cs_tools {
     const char *version;
     struct cs_mcp_cached **info; /* workspace_info answers, encoded once (see tools.c) */
     size_t n_info;
-    struct cs_store *store;        /* the operation ledger (borrowed) */
-    struct cs_tools_lease *leases; /* one per registry workspace, same order */
-    struct cs_supervisor *sup;     /* the managed processes (owned) */
+    struct cs_store *store;              /* the operation ledger (borrowed) */
+    struct cs_tools_lease *leases;       /* one per registry workspace, same order */
+    struct cs_runner *runner;            /* where the work runs (owned) */
+    struct csw_runner_workspace *wsdesc; /* each workspace as the wire describes it */
 };
 
 /* Fills t->caps from what this build implements and cfg, and sets the handlers of every
  * implemented tool on srv (the others keep answering "not implemented"). store (borrowed; it must
  * outlive every call) is the operation ledger apply_patch and operation_status use; loop
- * (borrowed, outliving t) carries the managed processes. Returns 0 or -1. */
+ * (borrowed, outliving t) carries the runner (in-process, or the uds worker, started here).
+ * Returns 0, or -1 with err saying why. */
 int cs_tools_register(struct cs_mcp *srv, struct cs_tools *t, const struct cs_config *cfg,
-                      const char *version, struct cs_store *store, struct cs_loop *loop);
+                      const char *version, struct cs_store *store, struct cs_loop *loop, char *err,
+                      size_t err_cap);
 /* Kills every managed process (their groups, SIGKILL), completes every pending call and
  * releases what the handlers cached. Call before cs_mcp_free. */
 void cs_tools_free(struct cs_tools *t);

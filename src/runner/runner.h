@@ -1,0 +1,142 @@
+/*
+ * runner: where the work runs (runtime.md section 4). The gateway holds one runner with an
+ * asynchronous interface: submit an operation of the runner wire protocol (the generated
+ * struct csw_runner_wire_op: read, find, apply_patch, exec, the process operations, ...) and
+ * receive its completion later. Two implementations:
+ *
+ *   - in-process: the executor (runner_exec.c: files, patch engine, supervisor) on the gateway's
+ *     own loop;
+ *   - uds: the same executor inside codespace-runtime, behind a private Unix socket, spoken to
+ *     with the wire protocol (version 5) over the length-prefix framer.
+ *
+ * The tool layer cannot tell them apart except through the outcome kinds a transport can add
+ * (before dispatch, ambiguous) and workspace_info's isolation.runner.
+ *
+ * Trust: operations come from the tool layer, which built them from decoded client input after
+ * the policy checks; the worker trusts its one peer, the gateway that started it, and still
+ * decodes every frame through the generated decoders.
+ * Entry points: cs_runner_inproc_new, cs_runner_uds_new, cs_runner_call, cs_runner_free;
+ * cs_runner_exec_* (the executor, shared with the worker); cs_runner_conn_* (framed JSON on the
+ * loop, shared with the worker).
+ */
+#ifndef CS_RUNNER_H
+#define CS_RUNNER_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base_loop.h"
+#include "csw.h"
+#include "supervisor.h"
+
+/* The wire protocol version this build speaks. */
+#define CS_RUNNER_PROTOCOL 5
+/* Per-call deadline of the uds runner (runtime.md section 4). */
+#define CS_RUNNER_DEADLINE_MS 120000
+/* Responses the worker keeps for replay. */
+#define CS_RUNNER_REPLAY_CACHE 32
+
+enum cs_runner_outcome {
+    CS_RUNNER_OK,              /* result is set */
+    CS_RUNNER_ERROR,           /* the runner answered a catalogue error: code, msg */
+    CS_RUNNER_BEFORE_DISPATCH, /* the transport failed before the request left: nothing ran */
+    CS_RUNNER_AMBIGUOUS,       /* the request left but no answer came: it may have run */
+};
+
+struct cs_runner_reply {
+    enum cs_runner_outcome outcome;
+    int code;        /* CS_RUNNER_ERROR: an enum csw_error value */
+    const char *msg; /* CS_RUNNER_ERROR and the transport outcomes: why */
+    const struct csw_runner_wire_result *result; /* CS_RUNNER_OK */
+};
+
+/* Completes one call; reply and everything it points to are borrowed for the call. Called
+ * exactly once per call, possibly before cs_runner_call returns. */
+typedef void (*cs_runner_done_fn)(void *arg, const struct cs_runner_reply *reply);
+
+/* What a runner reports besides completions. */
+struct cs_runner_events {
+    /* A process finished (it no longer holds its workspace). */
+    void (*process_exited)(void *arg, const char *process_id);
+    /* uds: the worker is gone; every process it owned is dead, every pending call was completed
+     * as ambiguous, later calls fail before dispatch. */
+    void (*lost)(void *arg);
+    void *arg;
+};
+
+struct cs_runner;
+
+/* Submits op (borrowed for the call). */
+void cs_runner_call(struct cs_runner *r, const struct csw_runner_wire_op *op,
+                    cs_runner_done_fn done, void *arg);
+/* Kills every process the runner owns (and the worker), completes pending calls as ambiguous,
+ * removes the runner's socket and directory, frees r. Accepts NULL. */
+void cs_runner_free(struct cs_runner *r);
+
+/* The in-process runner: an executor on loop with lim. Returns NULL on OOM. */
+struct cs_runner *cs_runner_inproc_new(struct cs_loop *loop, const struct cs_supervisor_limits *lim,
+                                       const struct cs_runner_events *ev);
+
+struct cs_runner_uds_options {
+    const char *runtime_bin; /* codespace-runtime */
+    const char *runner_dir;  /* the leaf directory goes under it */
+    int64_t max_processes;
+    const char *version; /* ours, sent as hello's peer */
+};
+
+/* The uds runner: creates the leaf directory, starts the worker, waits for its socket (20 ms
+ * polls, 2 s) and does the hello handshake, blocking. Returns the runner, or NULL with err set
+ * (nothing left behind: no worker, no directory). */
+struct cs_runner *cs_runner_uds_new(struct cs_loop *loop, const struct cs_runner_uds_options *opt,
+                                    const struct cs_runner_events *ev, char *err, size_t err_cap);
+
+/* ---- the executor (runner_exec.c) ---- */
+
+struct cs_runner_exec;
+
+/* process_exited is called (from the loop) when a process finishes. */
+struct cs_runner_exec *cs_runner_exec_new(struct cs_loop *loop,
+                                          const struct cs_supervisor_limits *lim,
+                                          void (*process_exited)(void *arg, const char *id),
+                                          void *arg);
+/* Kills every process and frees. Accepts NULL. */
+void cs_runner_exec_free(struct cs_runner_exec *ex);
+/* Reaps our children that are not process leaders (orphans of commands reparented to a runner
+ * that is a child subreaper). Call on SIGCHLD. */
+void cs_runner_exec_reap_strays(struct cs_runner_exec *ex);
+/* Runs op (every op but hello and replay, which belong to the connection). */
+void cs_runner_exec_op(struct cs_runner_exec *ex, const struct csw_runner_wire_op *op,
+                       cs_runner_done_fn done, void *arg);
+
+/* ---- framed JSON on the loop (runner_conn.c) ---- */
+
+struct cs_runner_conn;
+
+struct cs_runner_conn_callbacks {
+    /* One decoded wire message (borrowed for the call). The callback may close the conn. */
+    void (*message)(void *arg, struct csw_runner_wire *msg);
+    /* A frame that is not a valid wire message: the JSON (or NULL if it was not JSON) and why.
+     * The connection is closed after this callback returns unless it was closed already. */
+    void (*bad)(void *arg, const json_t *raw, const char *why);
+    /* The stream ended (clean EOF between frames, or an error: why). Called once; the conn must
+     * then be freed by the owner (not inside the callback). */
+    void (*closed)(void *arg, const char *why);
+    void *arg;
+};
+
+/* Takes fd (connected, made non-blocking here, closed by cs_runner_conn_free). */
+struct cs_runner_conn *cs_runner_conn_new(struct cs_loop *loop, int fd,
+                                          const struct cs_runner_conn_callbacks *cb);
+void cs_runner_conn_free(struct cs_runner_conn *c);
+/* Queues msg as one frame. Returns 0, or -1 (encoding failed, or the conn is closed). */
+int cs_runner_conn_send(struct cs_runner_conn *c, const struct csw_runner_wire *msg);
+/* Queues an already encoded JSON text as one frame. Returns 0 or -1. */
+int cs_runner_conn_send_text(struct cs_runner_conn *c, const char *text, size_t len);
+/* Writes what is queued, blocking up to ms milliseconds. Returns 0 when all is written. */
+int cs_runner_conn_flush(struct cs_runner_conn *c, int ms);
+/* Stops reading; the next loop turn calls closed(why). */
+void cs_runner_conn_close(struct cs_runner_conn *c, const char *why);
+
+#endif

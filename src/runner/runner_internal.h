@@ -1,0 +1,23 @@
+/*
+ * runner_internal: the runner object shared by runner_core.c and runner_uds.c.
+ */
+#ifndef CS_RUNNER_INTERNAL_H
+#define CS_RUNNER_INTERNAL_H
+
+#include "runner.h"
+
+struct cs__runner_uds;
+
+struct cs_runner {
+    bool uds;
+    struct cs_loop *loop;
+    struct cs_runner_events ev;
+    struct cs_runner_exec *ex; /* in-process */
+    struct cs__runner_uds *u;  /* uds */
+};
+
+void cs__runner_uds_call(struct cs_runner *r, const struct csw_runner_wire_op *op,
+                         cs_runner_done_fn done, void *arg);
+void cs__runner_uds_free(struct cs_runner *r);
+
+#endif

@@ -1,0 +1,647 @@
+/*
+ * runner_uds: the gateway side of `--runner uds` (runtime.md section 4). Creates a private 0700
+ * leaf directory under the runner dir, starts codespace-runtime on `<leaf>/runner.sock`, polls for
+ * the socket (20 ms, up to 2 s, while the worker lives), does the hello handshake, then carries
+ * requests (`rrpc-<n>` ids, a 120 s deadline each) and the worker's events.
+ *
+ * Failure split: a request that could not be queued is "before dispatch" (nothing ran); a
+ * request in flight when the worker goes away, the stream breaks or its deadline passes is
+ * "ambiguous" (it may have run). Worker loss kills the worker and every process tree it owned:
+ * the gateway is a child subreaper, so the worker's orphaned commands become our children, and
+ * their groups are killed and reaped here. The socket and the directory are removed.
+ *
+ * Trust: the worker is our own child, but its frames are still decoded through the generated
+ * decoder; a bad frame is a lost worker.
+ * Entry points: cs_runner_uds_new (runner.h), cs__runner_uds_call/free (runner_internal.h).
+ */
+#include "runner_internal.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/pidfd.h>
+#include <sys/prctl.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "transport_frame.h"
+
+#ifndef P_PIDFD
+#define P_PIDFD 3
+#endif
+
+extern char **environ;
+
+#define POLL_EVERY_MS 20
+#define POLL_FOR_MS   2000
+
+struct call {
+    struct call *prev, *next;
+    uint64_t id;
+    cs_runner_done_fn done;
+    void *arg;
+    struct cs_loop_timer *deadline;
+    struct cs__runner_uds *u;
+};
+
+struct cs__runner_uds {
+    struct cs_runner *r;
+    pid_t pid;
+    int pidfd;
+    struct cs_loop_fd *pidw;
+    struct cs_runner_conn *conn;
+    char *dir, *sock;
+    uint64_t next_id;
+    struct call *calls;
+    bool lost;
+    char lost_why[256];
+};
+
+/* ---- cleanup ---- */
+
+/* Kills and reaps whatever the worker left behind as our children (we are a subreaper): each one
+ * is a command's session leader or a member of its group. A few rounds, as the death of a leader
+ * reparents its own children to us. */
+static void kill_orphans(void)
+{
+    pid_t self = getpid();
+    for (int round = 0; round < 20; round++) {
+        bool any = false;
+        DIR *d = opendir("/proc");
+        struct dirent *e;
+        while (d && (e = readdir(d))) {
+            char *end;
+            long pid = strtol(e->d_name, &end, 10);
+            if (*end || pid <= 0)
+                continue;
+            char path[64], buf[512];
+            snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+            int fd = open(path, O_RDONLY | O_CLOEXEC);
+            if (fd < 0)
+                continue;
+            ssize_t n = read(fd, buf, sizeof buf - 1);
+            close(fd);
+            if (n <= 0)
+                continue;
+            buf[n] = '\0';
+            const char *rp = strrchr(buf, ')'); /* the name may hold spaces and parens */
+            char state = 0;
+            long ppid = 0, pgrp = 0;
+            if (!rp || sscanf(rp + 1, " %c %ld %ld", &state, &ppid, &pgrp) != 3 || ppid != self)
+                continue;
+            any = true;
+            if (pgrp == pid)
+                (void)kill(-(pid_t)pid, SIGKILL);
+            (void)kill((pid_t)pid, SIGKILL);
+            (void)waitpid((pid_t)pid, NULL, 0);
+        }
+        if (d)
+            closedir(d);
+        if (!any)
+            return;
+        struct timespec ts = {0, 10 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+}
+
+static void reap_worker(struct cs__runner_uds *u, int grace_ms)
+{
+    if (u->pidfd < 0)
+        return;
+    struct pollfd p = {.fd = u->pidfd, .events = POLLIN};
+    if (grace_ms <= 0 || poll(&p, 1, grace_ms) <= 0)
+        (void)pidfd_send_signal(u->pidfd, SIGKILL, NULL, 0);
+    siginfo_t si;
+    while (waitid((idtype_t)P_PIDFD, (id_t)u->pidfd, &si, WEXITED) != 0 && errno == EINTR)
+        ;
+    cs_loop_fd_del(u->pidw);
+    u->pidw = NULL;
+    close(u->pidfd);
+    u->pidfd = -1;
+    kill_orphans();
+}
+
+static void remove_files(struct cs__runner_uds *u)
+{
+    if (u->sock)
+        (void)unlink(u->sock);
+    if (u->dir)
+        (void)rmdir(u->dir);
+}
+
+static void complete_all(struct cs__runner_uds *u, enum cs_runner_outcome outcome, const char *why)
+{
+    while (u->calls) {
+        struct call *c = u->calls;
+        u->calls = c->next;
+        if (u->calls)
+            u->calls->prev = NULL;
+        cs_loop_timer_cancel(c->deadline);
+        struct cs_runner_reply rep = {.outcome = outcome, .msg = why};
+        c->done(c->arg, &rep);
+        free(c);
+    }
+}
+
+static void free_conn(void *arg)
+{
+    struct cs__runner_uds *u = arg;
+    cs_runner_conn_free(u->conn);
+    u->conn = NULL;
+}
+
+/* The worker is gone (or must be): every pending call is ambiguous, the worker and its commands
+ * are killed, the files removed, and the tool layer told. */
+static void lose(struct cs__runner_uds *u, const char *why)
+{
+    if (u->lost)
+        return;
+    u->lost = true;
+    snprintf(u->lost_why, sizeof u->lost_why, "%s", why);
+    if (u->conn)
+        cs_runner_conn_close(u->conn, why);
+    reap_worker(u, 0);
+    remove_files(u);
+    char msg[320];
+    snprintf(msg, sizeof msg, "runner transport failed: %s", why);
+    complete_all(u, CS_RUNNER_AMBIGUOUS, msg);
+    if (u->r->ev.lost)
+        u->r->ev.lost(u->r->ev.arg);
+}
+
+/* ---- the connection ---- */
+
+static struct call *take_call(struct cs__runner_uds *u, const struct cs_str *rid)
+{
+    if (rid->n < 6 || memcmp(rid->s, "rrpc-", 5) != 0)
+        return NULL;
+    uint64_t id = 0;
+    for (size_t i = 5; i < rid->n; i++) {
+        if (rid->s[i] < '0' || rid->s[i] > '9' || id > UINT64_MAX / 10)
+            return NULL;
+        id = id * 10 + (uint64_t)(rid->s[i] - '0');
+    }
+    for (struct call *c = u->calls; c; c = c->next) {
+        if (c->id != id)
+            continue;
+        if (c->prev)
+            c->prev->next = c->next;
+        else
+            u->calls = c->next;
+        if (c->next)
+            c->next->prev = c->prev;
+        cs_loop_timer_cancel(c->deadline);
+        return c;
+    }
+    return NULL;
+}
+
+static void on_message(void *arg, struct csw_runner_wire *msg)
+{
+    struct cs__runner_uds *u = arg;
+    if (msg->tag == CSW_RUNNER_WIRE_EVENT) {
+        const struct csw_runner_event *e = &msg->u.event;
+        if (e->event.tag == CSW_RUNNER_WIRE_EVENT_BODY_PROCESS_EXITED && u->r->ev.process_exited) {
+            const struct cs_str *id = &e->event.u.process_exited.data.process_id;
+            char buf[CS_SUPERVISOR_ID_SIZE + 8];
+            if (id->n < sizeof buf) {
+                memcpy(buf, id->s, id->n);
+                buf[id->n] = '\0';
+                u->r->ev.process_exited(u->r->ev.arg, buf);
+            }
+        }
+        return;
+    }
+    if (msg->tag != CSW_RUNNER_WIRE_RESPONSE) {
+        lose(u, "the worker sent a request");
+        return;
+    }
+    const struct csw_runner_response *resp = &msg->u.response;
+    struct call *c = take_call(u, &resp->request_id);
+    if (!c)
+        return; /* a late answer to a call already completed (deadline): dropped */
+    struct cs_runner_reply rep;
+    char text[1024];
+    if (resp->ok && resp->has_result) {
+        rep = (struct cs_runner_reply){.outcome = CS_RUNNER_OK, .result = &resp->result};
+    } else if (!resp->ok && resp->has_error) {
+        snprintf(text, sizeof text, "%.*s", (int)resp->error.message.n, resp->error.message.s);
+        rep = (struct cs_runner_reply){
+            .outcome = CS_RUNNER_ERROR, .code = (int)resp->error.code, .msg = text};
+    } else {
+        rep = (struct cs_runner_reply){.outcome = CS_RUNNER_AMBIGUOUS,
+                                       .msg = "runner transport failed: a response with neither "
+                                              "result nor error"};
+    }
+    c->done(c->arg, &rep);
+    free(c);
+}
+
+static void on_bad(void *arg, const json_t *raw, const char *why)
+{
+    (void)raw;
+    char msg[400];
+    snprintf(msg, sizeof msg, "bad frame from the worker: %s", why);
+    lose(arg, msg);
+}
+
+static void on_closed(void *arg, const char *why)
+{
+    struct cs__runner_uds *u = arg;
+    if (!u->lost) {
+        char msg[320];
+        snprintf(msg, sizeof msg, "worker connection ended: %s", why);
+        lose(u, msg);
+    }
+    (void)cs_loop_defer(u->r->loop, free_conn, u);
+}
+
+static void on_worker_exit(void *arg, int fd, unsigned events)
+{
+    (void)fd;
+    (void)events;
+    lose(arg, "the worker exited");
+}
+
+static void on_deadline(void *arg)
+{
+    struct call *c = arg;
+    struct cs__runner_uds *u = c->u;
+    c->deadline = NULL;
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        u->calls = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    struct cs_runner_reply rep = {.outcome = CS_RUNNER_AMBIGUOUS,
+                                  .msg = "runner transport failed: no answer within 120 s"};
+    c->done(c->arg, &rep);
+    free(c);
+}
+
+void cs__runner_uds_call(struct cs_runner *r, const struct csw_runner_wire_op *op,
+                         cs_runner_done_fn done, void *arg)
+{
+    struct cs__runner_uds *u = r->u;
+    char msg[400];
+    if (u->lost || !u->conn) {
+        snprintf(msg, sizeof msg, "runner transport failed before dispatch: %s",
+                 u->lost_why[0] ? u->lost_why : "no worker");
+        struct cs_runner_reply rep = {.outcome = CS_RUNNER_BEFORE_DISPATCH, .msg = msg};
+        done(arg, &rep);
+        return;
+    }
+    struct call *c = calloc(1, sizeof *c);
+    char rid[32];
+    uint64_t id = u->next_id++;
+    snprintf(rid, sizeof rid, "rrpc-%" PRIu64, id);
+    struct csw_runner_wire w;
+    memset(&w, 0, sizeof w);
+    w.tag = CSW_RUNNER_WIRE_REQUEST;
+    w.u.request.protocol = CS_RUNNER_PROTOCOL;
+    w.u.request.request_id = (struct cs_str){rid, strlen(rid)};
+    w.u.request.op = *op; /* shallow: borrowed for the encode */
+    if (!c || cs_runner_conn_send(u->conn, &w) != 0) {
+        free(c);
+        snprintf(msg, sizeof msg,
+                 "runner transport failed before dispatch: the request could not be written");
+        struct cs_runner_reply rep = {.outcome = CS_RUNNER_BEFORE_DISPATCH, .msg = msg};
+        done(arg, &rep);
+        return;
+    }
+    c->id = id;
+    c->done = done;
+    c->arg = arg;
+    c->u = u;
+    c->deadline = cs_loop_timer_add(r->loop, CS_RUNNER_DEADLINE_MS, on_deadline, c);
+    c->next = u->calls;
+    if (u->calls)
+        u->calls->prev = c;
+    u->calls = c;
+}
+
+void cs__runner_uds_free(struct cs_runner *r)
+{
+    struct cs__runner_uds *u = r->u;
+    if (!u)
+        return;
+    cs_loop_defer_cancel(r->loop, free_conn, u);
+    /* EOF on the socket makes the worker kill its commands and exit; it gets a moment. */
+    cs_runner_conn_free(u->conn);
+    u->conn = NULL;
+    if (!u->lost)
+        reap_worker(u, 2000);
+    else
+        reap_worker(u, 0);
+    remove_files(u);
+    complete_all(u, CS_RUNNER_AMBIGUOUS, "runner transport failed: the gateway is shutting down");
+    free(u->dir);
+    free(u->sock);
+    free(u);
+    r->u = NULL;
+}
+
+/* ---- start ---- */
+
+/* The worker's environment: only what it needs (PATH, TMPDIR, LANG) and the test and sanitizer
+ * switches; never the gateway's token or anything else. */
+static char **worker_env(void)
+{
+    size_t n = 0;
+    for (char **e = environ; *e; e++)
+        n++;
+    char **out = calloc(n + 1, sizeof *out);
+    if (!out)
+        return NULL;
+    size_t k = 0;
+    static const char *const keep[] = {"PATH=", "TMPDIR=", "LANG=", "CODESPACE_TEST_",
+                                       "ASAN_", "UBSAN_",  "LSAN_"};
+    for (char **e = environ; *e; e++)
+        for (size_t i = 0; i < sizeof keep / sizeof *keep; i++)
+            if (strncmp(*e, keep[i], strlen(keep[i])) == 0) {
+                out[k++] = *e;
+                break;
+            }
+    return out;
+}
+
+static int spawn_worker(struct cs__runner_uds *u, const struct cs_runner_uds_options *opt,
+                        char *err, size_t cap)
+{
+    char maxp[32];
+    snprintf(maxp, sizeof maxp, "%" PRId64, opt->max_processes);
+    char *argv[] = {(char *)"codespace-runtime",
+                    (char *)"--socket",
+                    u->sock,
+                    (char *)"--max-processes",
+                    maxp,
+                    NULL};
+    char **envp = worker_env();
+    posix_spawn_file_actions_t fa;
+    posix_spawnattr_t attr;
+    sigset_t none, all;
+    sigemptyset(&none);
+    sigfillset(&all);
+    sigdelset(&all, SIGKILL);
+    sigdelset(&all, SIGSTOP);
+    int e = envp ? 0 : ENOMEM;
+    if (e == 0)
+        e = posix_spawn_file_actions_init(&fa);
+    if (e == 0)
+        e = posix_spawnattr_init(&attr);
+    /* stdout is the MCP channel on stdio: the worker never gets it; stderr is shared (logs). */
+    if (e == 0)
+        e = posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    if (e == 0)
+        e = posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+    if (e == 0)
+        e = posix_spawn_file_actions_addclosefrom_np(&fa, 3);
+    if (e == 0)
+        e = posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+    if (e == 0)
+        e = posix_spawnattr_setsigmask(&attr, &none);
+    if (e == 0)
+        e = posix_spawnattr_setsigdefault(&attr, &all);
+    if (e == 0)
+        e = posix_spawn(&u->pid, opt->runtime_bin, &fa, &attr, argv, envp);
+    free(envp);
+    if (e != 0) {
+        snprintf(err, cap, "cannot start the worker %s: %s", opt->runtime_bin, strerror(e));
+        return -1;
+    }
+    posix_spawn_file_actions_destroy(&fa);
+    posix_spawnattr_destroy(&attr);
+    u->pidfd = pidfd_open(u->pid, 0);
+    if (u->pidfd < 0) {
+        snprintf(err, cap, "pidfd_open: %s", strerror(errno));
+        kill(u->pid, SIGKILL);
+        waitpid(u->pid, NULL, 0);
+        return -1;
+    }
+    return 0;
+}
+
+/* Connects to the worker's socket, polling while the worker lives. Returns the fd or -1. */
+static int connect_worker(struct cs__runner_uds *u, char *err, size_t cap)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", u->sock);
+    for (int waited = 0; waited <= POLL_FOR_MS; waited += POLL_EVERY_MS) {
+        struct pollfd p = {.fd = u->pidfd, .events = POLLIN};
+        if (poll(&p, 1, 0) > 0) {
+            snprintf(err, cap, "the worker exited before its socket appeared (see its log)");
+            return -1;
+        }
+        int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0) {
+            snprintf(err, cap, "socket: %s", strerror(errno));
+            return -1;
+        }
+        if (connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0)
+            return fd;
+        close(fd);
+        (void)poll(NULL, 0, POLL_EVERY_MS);
+    }
+    snprintf(err, cap, "the worker's socket %s did not appear within 2 s", u->sock);
+    return -1;
+}
+
+struct hello_wait {
+    bool got;
+    char err[512];
+};
+
+static int hello_frame(void *arg, const uint8_t *data, size_t len)
+{
+    struct hello_wait *h = arg;
+    h->got = true;
+    json_error_t jerr;
+    json_t *j = json_loadb((const char *)data, len, 0, &jerr);
+    struct csw_runner_wire msg;
+    struct cs_wire_diag diag;
+    if (!j || csw_runner_wire_decode(j, &msg, &diag) != CS_WIRE_OK) {
+        snprintf(h->err, sizeof h->err, "the worker's hello answer is not a wire message%s%s",
+                 j ? ": " : "", j ? diag.text : "");
+        json_decref(j);
+        return 1;
+    }
+    json_decref(j);
+    const struct csw_runner_response *r = &msg.u.response;
+    if (msg.tag != CSW_RUNNER_WIRE_RESPONSE)
+        snprintf(h->err, sizeof h->err, "the worker answered hello with something else");
+    else if (r->protocol != CS_RUNNER_PROTOCOL)
+        snprintf(h->err, sizeof h->err, "protocol mismatch: the worker speaks %" PRId64 ", we %d",
+                 r->protocol, CS_RUNNER_PROTOCOL);
+    else if (!r->ok || !r->has_result || r->result.tag != CSW_RUNNER_WIRE_RESULT_HELLO)
+        snprintf(h->err, sizeof h->err, "the worker refused hello: %.*s",
+                 r->has_error ? (int)r->error.message.n : 0,
+                 r->has_error ? r->error.message.s : "");
+    else if (r->result.u.hello.data.protocol != CS_RUNNER_PROTOCOL)
+        snprintf(h->err, sizeof h->err, "protocol mismatch: the worker speaks %" PRId64 ", we %d",
+                 r->result.u.hello.data.protocol, CS_RUNNER_PROTOCOL);
+    csw_runner_wire_free(&msg);
+    return 1;
+}
+
+/* The handshake, blocking (before the loop runs): hello out, its answer in within 2 s. */
+static int handshake(int fd, const char *version, char *err, size_t cap)
+{
+    char peer[128];
+    snprintf(peer, sizeof peer, "codespace-mcp %s", version);
+    struct csw_runner_wire w;
+    memset(&w, 0, sizeof w);
+    w.tag = CSW_RUNNER_WIRE_REQUEST;
+    w.u.request.protocol = CS_RUNNER_PROTOCOL;
+    w.u.request.request_id = (struct cs_str){(char *)"rrpc-1", 6};
+    w.u.request.op.tag = CSW_RUNNER_WIRE_OP_HELLO;
+    w.u.request.op.u.hello.data.protocol = CS_RUNNER_PROTOCOL;
+    w.u.request.op.u.hello.data.has_peer = true;
+    w.u.request.op.u.hello.data.peer = (struct cs_str){peer, strlen(peer)};
+    json_t *j = NULL;
+    struct cs_wire_diag diag;
+    char *text = NULL;
+    if (csw_runner_wire_encode(&w, &j, &diag) != CS_WIRE_OK ||
+        !(text = json_dumps(j, JSON_COMPACT))) {
+        json_decref(j);
+        snprintf(err, cap, "cannot encode hello");
+        return -1;
+    }
+    json_decref(j);
+    size_t len = strlen(text);
+    uint8_t hdr[CS_LENFRAME_HEADER_SIZE];
+    (void)cs_lenframe_encode_header(hdr, len, CS_FRAME_DEFAULT_CAP);
+    bool sent =
+        write(fd, hdr, sizeof hdr) == (ssize_t)sizeof hdr && write(fd, text, len) == (ssize_t)len;
+    free(text);
+    if (!sent) {
+        snprintf(err, cap, "cannot send hello: %s", strerror(errno));
+        return -1;
+    }
+    struct hello_wait h = {0};
+    struct cs_lenframe fr;
+    cs_lenframe_init(&fr, CS_FRAME_DEFAULT_CAP, hello_frame, &h);
+    int64_t end = cs_loop_now_ms() + POLL_FOR_MS;
+    while (!h.got) {
+        int64_t left = end - cs_loop_now_ms();
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (left <= 0 || poll(&p, 1, (int)left) <= 0) {
+            snprintf(h.err, sizeof h.err, "no answer to hello within 2 s");
+            break;
+        }
+        uint8_t buf[4096];
+        ssize_t n = read(fd, buf, sizeof buf);
+        if (n <= 0) {
+            snprintf(h.err, sizeof h.err, "the worker closed the connection during hello");
+            break;
+        }
+        enum cs_frame_status st = cs_lenframe_feed(&fr, buf, (size_t)n, NULL);
+        if (st != CS_FRAME_OK && st != CS_FRAME_STOPPED) {
+            snprintf(h.err, sizeof h.err, "bad frame during hello: %s", cs_frame_status_str(st));
+            break;
+        }
+        if (h.got && !cs_lenframe_at_boundary(&fr) && !h.err[0])
+            snprintf(h.err, sizeof h.err, "the worker sent more than the hello answer");
+    }
+    cs_lenframe_fini(&fr);
+    if (h.err[0]) {
+        snprintf(err, cap, "%s", h.err);
+        return -1;
+    }
+    return 0;
+}
+
+struct cs_runner *cs_runner_uds_new(struct cs_loop *loop, const struct cs_runner_uds_options *opt,
+                                    const struct cs_runner_events *ev, char *err, size_t err_cap)
+{
+    struct cs_runner *r = calloc(1, sizeof *r);
+    struct cs__runner_uds *u = calloc(1, sizeof *u);
+    if (!r || !u) {
+        free(r);
+        free(u);
+        snprintf(err, err_cap, "out of memory");
+        return NULL;
+    }
+    r->uds = true;
+    r->loop = loop;
+    r->ev = *ev;
+    r->u = u;
+    u->r = r;
+    u->pidfd = -1;
+    u->next_id = 2; /* rrpc-1 is the hello */
+    uint32_t rnd = 0;
+    if (getrandom(&rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd)
+        rnd = (uint32_t)cs_loop_now_ms();
+    char leaf[64];
+    snprintf(leaf, sizeof leaf, "codespace-runner-%d-%08" PRIx32, (int)getpid(), rnd);
+    size_t dn = strlen(opt->runner_dir) + 1 + strlen(leaf) + 1;
+    u->dir = malloc(dn);
+    u->sock = malloc(dn + strlen("/runner.sock"));
+    int fd = -1;
+    if (!u->dir || !u->sock) {
+        snprintf(err, err_cap, "out of memory");
+        goto fail;
+    }
+    snprintf(u->dir, dn, "%s/%s", opt->runner_dir, leaf);
+    snprintf(u->sock, dn + strlen("/runner.sock"), "%s/runner.sock", u->dir);
+    if (strlen(u->sock) >= sizeof((struct sockaddr_un *)0)->sun_path) {
+        snprintf(err, err_cap, "runner dir %s is too long for a Unix socket path", opt->runner_dir);
+        goto fail;
+    }
+    /* Only the leaf is ours: created 0700 (the mode is forced past the umask), the parent is
+     * never touched. */
+    if (mkdir(u->dir, 0700) != 0) {
+        snprintf(err, err_cap, "cannot create %s: %s", u->dir, strerror(errno));
+        free(u->dir);
+        u->dir = NULL;
+        goto fail;
+    }
+    if (chmod(u->dir, 0700) != 0) {
+        snprintf(err, err_cap, "chmod %s: %s", u->dir, strerror(errno));
+        goto fail;
+    }
+    /* Commands orphaned by a lost worker become ours, to be killed and reaped. */
+    (void)prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+    if (spawn_worker(u, opt, err, err_cap) != 0)
+        goto fail;
+    fd = connect_worker(u, err, err_cap);
+    if (fd < 0 || handshake(fd, opt->version, err, err_cap) != 0)
+        goto fail;
+    struct cs_runner_conn_callbacks cb = {on_message, on_bad, on_closed, u};
+    u->conn = cs_runner_conn_new(loop, fd, &cb);
+    if (!u->conn) {
+        snprintf(err, err_cap, "out of memory");
+        goto fail;
+    }
+    fd = -1;
+    u->pidw = cs_loop_fd_add(loop, u->pidfd, CS_LOOP_READ, on_worker_exit, u);
+    if (!u->pidw) {
+        snprintf(err, err_cap, "cannot watch the worker: %s", strerror(errno));
+        goto fail;
+    }
+    return r;
+fail:
+    if (fd >= 0)
+        close(fd);
+    cs_runner_conn_free(u->conn);
+    u->conn = NULL;
+    reap_worker(u, 0);
+    remove_files(u);
+    free(u->dir);
+    free(u->sock);
+    free(u);
+    free(r);
+    return NULL;
+}

@@ -1,0 +1,465 @@
+/*
+ * codespace-runtime: the worker behind `--runner uds` (runtime.md section 4). Started and owned
+ * by the gateway; binds `runner.sock` in the gateway's private leaf directory, accepts exactly one
+ * connection, and serves the runner wire protocol (version 5) on it with the same executor the
+ * in-process runner uses (files, patch engine, supervisor).
+ *
+ * Hardening at start: not dumpable, no core files, every LD_* variable removed from its
+ * environment, SIGKILL when the gateway dies (parent-death signal). None of this sandboxes the
+ * commands it runs.
+ *
+ * Protocol rules: the first request must be hello with protocol 5; any other protocol (in the
+ * envelope or in hello), an undecodable frame, a frame of length 0 or over 16 MiB, or a message
+ * that is not a request gets an error response and the connection is closed. Requests are
+ * served concurrently (responses in completion order); the last 32 responses are kept for
+ * `replay`. A finished process is announced with a process_exited event. When the connection
+ * ends, every process group is killed and the worker exits 0.
+ *
+ * Trust: the peer is the gateway that started us (the socket lives in its 0700 directory); its
+ * frames are still decoded through the generated decoder.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "base_log.h"
+#include "base_loop.h"
+#include "base_version.h"
+#include "runner.h"
+
+extern char **environ;
+
+struct worker {
+    struct cs_loop *loop;
+    struct cs_runner_exec *ex;
+    struct cs_runner_conn *conn;
+    bool hello_done, closing, got_frame;
+    int lfd;
+    struct cs_loop_fd *lw;
+    /* the replay cache: the last CS_RUNNER_REPLAY_CACHE responses, oldest first overwritten */
+    struct {
+        char *request_id;
+        json_t *response;
+    } cache[CS_RUNNER_REPLAY_CACHE];
+    size_t cache_next;
+};
+
+/* One request in flight. */
+struct req {
+    struct worker *w;
+    char *request_id;
+};
+
+static void usage(void)
+{
+    fputs("usage: codespace-runtime --socket <path> [--max-processes N]\n", stderr);
+}
+
+/* Removes every LD_* variable (the loader's knobs) from the environment. */
+static void scrub_env(void)
+{
+    for (;;) {
+        char *name = NULL;
+        for (char **e = environ; *e; e++)
+            if (strncmp(*e, "LD_", 3) == 0) {
+                name = *e;
+                break;
+            }
+        if (!name)
+            return;
+        char buf[256];
+        size_t n = strcspn(name, "=");
+        snprintf(buf, sizeof buf, "%.*s", (int)(n < sizeof buf ? n : sizeof buf - 1), name);
+        if (unsetenv(buf) != 0)
+            return;
+    }
+}
+
+static void cache_put(struct worker *w, const char *rid, json_t *resp)
+{
+    size_t i = w->cache_next++ % CS_RUNNER_REPLAY_CACHE;
+    free(w->cache[i].request_id);
+    json_decref(w->cache[i].response);
+    w->cache[i].request_id = strdup(rid);
+    w->cache[i].response = json_incref(resp);
+    if (!w->cache[i].request_id) {
+        json_decref(w->cache[i].response);
+        w->cache[i].response = NULL;
+    }
+}
+
+/* Sends a response object (kept for replay under rid). */
+static void send_json(struct worker *w, const char *rid, json_t *resp, bool cache)
+{
+    if (!resp)
+        return;
+    char *text = json_dumps(resp, JSON_COMPACT);
+    if (text && w->conn && !w->closing)
+        (void)cs_runner_conn_send_text(w->conn, text, strlen(text));
+    free(text);
+    if (cache)
+        cache_put(w, rid, resp);
+    json_decref(resp);
+}
+
+static json_t *error_response(const char *rid, int code, const char *msg)
+{
+    const char *name = code >= 0 && code < CSW_ERROR__COUNT ? csw_error_names[code] : "INTERNAL";
+    return json_pack("{s:i,s:s,s:s,s:b,s:{s:s,s:s}}", "protocol", CS_RUNNER_PROTOCOL, "kind",
+                     "response", "request_id", rid, "ok", 0, "error", "code", name, "message",
+                     msg ? msg : "");
+}
+
+/* A protocol violation: an error response, then the connection closes. */
+static void refuse(struct worker *w, const char *rid, const char *msg)
+{
+    send_json(w, rid, error_response(rid, CSW_ERROR_INVALID_ARGUMENTS, msg), false);
+    if (w->conn) {
+        (void)cs_runner_conn_flush(w->conn, 1000);
+        cs_runner_conn_close(w->conn, msg);
+    }
+    w->closing = true;
+}
+
+static void req_done(void *arg, const struct cs_runner_reply *rep)
+{
+    struct req *r = arg;
+    struct worker *w = r->w;
+    json_t *resp = NULL;
+    if (rep->outcome == CS_RUNNER_OK) {
+        struct csw_runner_wire m;
+        memset(&m, 0, sizeof m);
+        m.tag = CSW_RUNNER_WIRE_RESPONSE;
+        m.u.response.protocol = CS_RUNNER_PROTOCOL;
+        m.u.response.request_id = (struct cs_str){r->request_id, strlen(r->request_id)};
+        m.u.response.ok = true;
+        m.u.response.has_result = true;
+        m.u.response.result = *rep->result;
+        struct cs_wire_diag diag;
+        if (csw_runner_wire_encode(&m, &resp, &diag) != CS_WIRE_OK) {
+            char msg[600];
+            snprintf(msg, sizeof msg, "result failed its schema at %s: %s", diag.pointer,
+                     diag.text);
+            resp = error_response(r->request_id, CSW_ERROR_INTERNAL, msg);
+        }
+    } else {
+        resp = error_response(r->request_id,
+                              rep->outcome == CS_RUNNER_ERROR ? rep->code : CSW_ERROR_INTERNAL,
+                              rep->msg);
+    }
+    send_json(w, r->request_id, resp, true);
+    free(r->request_id);
+    free(r);
+}
+
+static void on_exited(void *arg, const char *id)
+{
+    struct worker *w = arg;
+    json_t *ev = json_pack("{s:i,s:s,s:{s:s,s:{s:s}}}", "protocol", CS_RUNNER_PROTOCOL, "kind",
+                           "event", "event", "type", "process_exited", "data", "process_id", id);
+    send_json(w, NULL, ev, false);
+}
+
+static void on_message(void *arg, struct csw_runner_wire *msg)
+{
+    struct worker *w = arg;
+    if (w->closing)
+        return;
+    w->got_frame = true;
+    if (msg->tag != CSW_RUNNER_WIRE_REQUEST) {
+        char rid[128] = "rrpc-0";
+        if (msg->tag == CSW_RUNNER_WIRE_RESPONSE && msg->u.response.request_id.n < 120)
+            snprintf(rid, sizeof rid, "%.*s", (int)msg->u.response.request_id.n,
+                     msg->u.response.request_id.s);
+        refuse(w, rid, "the worker accepts requests only");
+        return;
+    }
+    struct csw_runner_request *rq = &msg->u.request;
+    char rid[128];
+    snprintf(rid, sizeof rid, "%.*s", (int)(rq->request_id.n < 120 ? rq->request_id.n : 120),
+             rq->request_id.s);
+    char why[256];
+    if (rq->protocol != CS_RUNNER_PROTOCOL) {
+        snprintf(why, sizeof why, "protocol mismatch: this worker speaks %d, the request %" PRId64,
+                 CS_RUNNER_PROTOCOL, rq->protocol);
+        refuse(w, rid, why);
+        return;
+    }
+    if (!w->hello_done) {
+        if (rq->op.tag != CSW_RUNNER_WIRE_OP_HELLO) {
+            refuse(w, rid, "the first request must be hello");
+            return;
+        }
+        if (rq->op.u.hello.data.protocol != CS_RUNNER_PROTOCOL) {
+            snprintf(why, sizeof why,
+                     "protocol mismatch: this worker speaks %d, the gateway %" PRId64,
+                     CS_RUNNER_PROTOCOL, rq->op.u.hello.data.protocol);
+            refuse(w, rid, why);
+            return;
+        }
+        w->hello_done = true;
+        char peer[128];
+        snprintf(peer, sizeof peer, "codespace-runtime %s", CS_VERSION);
+        struct csw_runner_wire_result res = {.tag = CSW_RUNNER_WIRE_RESULT_HELLO};
+        res.u.hello.data.protocol = CS_RUNNER_PROTOCOL;
+        res.u.hello.data.has_peer = true;
+        res.u.hello.data.peer = (struct cs_str){peer, strlen(peer)};
+        struct req *r = malloc(sizeof *r);
+        if (r && (r->request_id = strdup(rid))) {
+            r->w = w;
+            struct cs_runner_reply rep = {.outcome = CS_RUNNER_OK, .result = &res};
+            req_done(r, &rep);
+        } else {
+            free(r);
+        }
+        return;
+    }
+    if (rq->op.tag == CSW_RUNNER_WIRE_OP_HELLO) {
+        refuse(w, rid, "hello was already done on this connection");
+        return;
+    }
+    if (rq->op.tag == CSW_RUNNER_WIRE_OP_REPLAY) {
+        const struct cs_str *old = &rq->op.u.replay.data.request_id;
+        for (size_t i = 0; i < CS_RUNNER_REPLAY_CACHE; i++) {
+            const char *cid = w->cache[i].request_id;
+            if (!cid || strlen(cid) != old->n || memcmp(cid, old->s, old->n) != 0)
+                continue;
+            json_t *copy = json_deep_copy(w->cache[i].response);
+            if (copy)
+                json_object_set_new(copy, "request_id", json_string(rid));
+            send_json(w, rid, copy, false);
+            return;
+        }
+        send_json(w, rid,
+                  error_response(rid, CSW_ERROR_OPERATION_NOT_FOUND,
+                                 "no cached response for this request_id (the worker keeps the "
+                                 "last 32)"),
+                  false);
+        return;
+    }
+    struct req *r = malloc(sizeof *r);
+    if (!r || !(r->request_id = strdup(rid))) {
+        free(r);
+        send_json(w, rid, error_response(rid, CSW_ERROR_INTERNAL, "out of memory"), false);
+        return;
+    }
+    r->w = w;
+    cs_runner_exec_op(w->ex, &rq->op, req_done, r);
+}
+
+static void on_bad(void *arg, const json_t *raw, const char *why)
+{
+    struct worker *w = arg;
+    w->got_frame = true;
+    const char *rid = "rrpc-0";
+    const json_t *id = raw ? json_object_get(raw, "request_id") : NULL;
+    if (json_is_string(id) && json_string_length(id) > 0 && json_string_length(id) < 120)
+        rid = json_string_value(id);
+    char msg[400];
+    snprintf(msg, sizeof msg, "undecodable frame: %s", why);
+    send_json(w, rid, error_response(rid, CSW_ERROR_INVALID_ARGUMENTS, msg), false);
+    (void)cs_runner_conn_flush(w->conn, 1000);
+    w->closing = true;
+}
+
+static void on_accept(void *arg, int fd, unsigned events);
+
+static void drop_probe(void *arg)
+{
+    struct worker *w = arg;
+    cs_runner_conn_free(w->conn);
+    w->conn = NULL;
+    w->closing = false;
+    w->lw = cs_loop_fd_add(w->loop, w->lfd, CS_LOOP_READ, on_accept, w);
+    if (!w->lw)
+        cs_loop_stop(w->loop);
+}
+
+static void on_closed(void *arg, const char *why)
+{
+    struct worker *w = arg;
+    (void)why;
+    if (!w->got_frame && !w->hello_done) {
+        /* A connection that said nothing (someone probing whether the socket is live) is not
+         * the gateway: keep listening for it. */
+        if (cs_loop_defer(w->loop, drop_probe, w) == 0)
+            return;
+    }
+    w->closing = true;
+    cs_loop_stop(w->loop);
+}
+
+static void on_child(void *arg, int signo)
+{
+    (void)signo;
+    cs_runner_exec_reap_strays(((struct worker *)arg)->ex);
+}
+
+static void on_signal(void *arg, int signo)
+{
+    (void)signo;
+    struct worker *w = arg;
+    w->closing = true;
+    cs_loop_stop(w->loop);
+}
+
+/* Accepts the gateway's connection. Exactly one: the listening socket then stays open (so the
+ * path still probes as live and is never taken over) but is not accepted from again, unless the
+ * connection ends without a single frame (a liveness probe, not the gateway). */
+static void on_accept(void *arg, int fd, unsigned events)
+{
+    struct worker *w = arg;
+    (void)events;
+    int cfd = accept4(fd, NULL, NULL, SOCK_CLOEXEC);
+    if (cfd < 0)
+        return;
+    struct cs_runner_conn_callbacks cb = {on_message, on_bad, on_closed, w};
+    w->conn = cs_runner_conn_new(w->loop, cfd, &cb);
+    if (!w->conn) {
+        close(cfd);
+        return;
+    }
+    cs_loop_fd_del(w->lw);
+    w->lw = NULL;
+}
+
+/* Binds path after probing a leftover: a live socket is an error (never unlinked), a refused one
+ * is unlinked. Returns the listening fd or -1 (a message on stderr). */
+static int bind_socket(const char *path)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    if (strlen(path) >= sizeof sa.sun_path) {
+        fprintf(stderr, "codespace-runtime: socket path too long: %s\n", path);
+        return -1;
+    }
+    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path);
+    struct stat st;
+    if (lstat(path, &st) == 0) {
+        if (!S_ISSOCK(st.st_mode)) {
+            fprintf(stderr, "codespace-runtime: %s exists and is not a socket\n", path);
+            return -1;
+        }
+        int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (probe >= 0 && connect(probe, (struct sockaddr *)&sa, sizeof sa) == 0) {
+            close(probe);
+            fprintf(stderr, "codespace-runtime: %s is a live socket; not touching it\n", path);
+            return -1;
+        }
+        int e = errno;
+        if (probe >= 0)
+            close(probe);
+        if (e != ECONNREFUSED) {
+            fprintf(stderr, "codespace-runtime: cannot probe %s: %s\n", path, strerror(e));
+            return -1;
+        }
+        if (unlink(path) != 0) {
+            fprintf(stderr, "codespace-runtime: cannot remove stale %s: %s\n", path,
+                    strerror(errno));
+            return -1;
+        }
+    }
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 || listen(fd, 1) != 0) {
+        fprintf(stderr, "codespace-runtime: cannot listen on %s: %s\n", path, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+int main(int argc, char **argv)
+{
+    const char *sock = NULL;
+    long long max_procs = 8;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--socket") == 0 && i + 1 < argc) {
+            sock = argv[++i];
+        } else if (strcmp(argv[i], "--max-processes") == 0 && i + 1 < argc) {
+            char *end;
+            max_procs = strtoll(argv[++i], &end, 10);
+            if (*end || max_procs < 1 || max_procs > 1024) {
+                usage();
+                return 2;
+            }
+        } else if (strcmp(argv[i], "--version") == 0) {
+            printf("codespace-runtime %s\n", CS_VERSION);
+            return 0;
+        } else {
+            usage();
+            return 2;
+        }
+    }
+    if (!sock || sock[0] != '/') {
+        usage();
+        return 2;
+    }
+    /* Hardening first (runtime.md section 4, "Worker hardening"). */
+    pid_t parent = getppid();
+    (void)prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+    struct rlimit nocore = {0, 0};
+    (void)setrlimit(RLIMIT_CORE, &nocore);
+    scrub_env();
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0 || getppid() != parent) {
+        fprintf(stderr, "codespace-runtime: the gateway is already gone\n");
+        return 1;
+    }
+    signal(SIGPIPE, SIG_IGN);
+    /* Orphans of our commands (a background child whose shell exited) become ours, not the
+     * gateway's: reaped on SIGCHLD, killed with the tree when we go. */
+    (void)prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+
+    int lfd = bind_socket(sock);
+    if (lfd < 0)
+        return 1;
+
+    struct worker w;
+    memset(&w, 0, sizeof w);
+    w.lfd = lfd;
+    int rc = 1;
+    w.loop = cs_loop_new();
+    const char *path = getenv("PATH");
+    const char *tmpdir = getenv("TMPDIR");
+    struct cs_supervisor_limits lim = {
+        .max_live = max_procs,
+        .timeout_ms = 30000,
+        .ring_bytes = 256 * 1024,
+        .retain_ms = 15 * 60 * 1000,
+        .retain_max = 64,
+        .kill_grace_ms = 2000,
+        .path = path && path[0] ? path : NULL,
+        .tmpdir = tmpdir && tmpdir[0] == '/' ? tmpdir : NULL,
+    };
+    w.ex = w.loop ? cs_runner_exec_new(w.loop, &lim, on_exited, &w) : NULL;
+    w.lw = w.ex ? cs_loop_fd_add(w.loop, lfd, CS_LOOP_READ, on_accept, &w) : NULL;
+    if (!w.lw || cs_loop_signal(w.loop, SIGTERM, on_signal, &w) != 0 ||
+        cs_loop_signal(w.loop, SIGINT, on_signal, &w) != 0 ||
+        cs_loop_signal(w.loop, SIGCHLD, on_child, &w) != 0) {
+        fprintf(stderr, "codespace-runtime: startup failed: %s\n", strerror(errno));
+        goto out;
+    }
+    rc = cs_loop_run(w.loop) == 0 ? 0 : 1;
+out:
+    /* Every command group dies with the connection. */
+    w.closing = true;
+    cs_runner_exec_free(w.ex);
+    cs_loop_defer_cancel(w.loop, drop_probe, &w);
+    cs_loop_fd_del(w.lw);
+    cs_runner_conn_free(w.conn);
+    for (size_t i = 0; i < CS_RUNNER_REPLAY_CACHE; i++) {
+        free(w.cache[i].request_id);
+        json_decref(w.cache[i].response);
+    }
+    cs_loop_free(w.loop);
+    close(lfd);
+    return rc;
+}
