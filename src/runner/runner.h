@@ -83,7 +83,8 @@ struct cs_runner_uds_options {
     const char *runtime_bin; /* codespace-runtime */
     const char *runner_dir;  /* the leaf directory goes under it */
     int64_t max_processes;
-    const char *version; /* ours, sent as hello's peer */
+    const char *version;        /* ours, sent as hello's peer */
+    const char *sandbox_helper; /* the helper whose probe succeeded, or NULL */
 };
 
 /* The uds runner: creates the leaf directory, starts the worker, waits for its socket (20 ms

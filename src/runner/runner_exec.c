@@ -337,6 +337,12 @@ static void op_exec(struct cs_runner_exec *ex, const struct csw_runner_wire_exec
         .argv = d->argv.v,
         .argc = d->argv.n,
         .workspace_id = wsid,
+        .writable = d->policy.workspace_profile ==
+                    CSW_RUNNER_WIRE_EXEC_DATA_POLICY_WORKSPACE_PROFILE_WORKSPACE_WRITE,
+        .network_enabled = d->policy.network == CSW_RUNNER_WIRE_EXEC_DATA_POLICY_NETWORK_ENABLED,
+        .has_network_allow = d->policy.has_network_allow,
+        .network_allow = d->policy.network_allow.v,
+        .n_network_allow = d->policy.network_allow.n,
         .tty = d->tty,
         .timeout_ms = d->timeout_ms,
         .yield_ms = d->has_yield_ms ? d->yield_ms : 0,

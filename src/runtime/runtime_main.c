@@ -61,7 +61,8 @@ struct req {
 
 static void usage(void)
 {
-    fputs("usage: codespace-runtime --socket <path> [--max-processes N]\n", stderr);
+    fputs("usage: codespace-runtime --socket <path> [--max-processes N] [--sandbox <helper>]\n",
+          stderr);
 }
 
 /* Removes every LD_* variable (the loader's knobs) from the environment. */
@@ -380,6 +381,7 @@ static int bind_socket(const char *path)
 int main(int argc, char **argv)
 {
     const char *sock = NULL;
+    const char *sandbox = NULL;
     long long max_procs = 8;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--socket") == 0 && i + 1 < argc) {
@@ -391,6 +393,8 @@ int main(int argc, char **argv)
                 usage();
                 return 2;
             }
+        } else if (strcmp(argv[i], "--sandbox") == 0 && i + 1 < argc) {
+            sandbox = argv[++i]; /* the gateway's probe succeeded with this helper */
         } else if (strcmp(argv[i], "--version") == 0) {
             printf("codespace-runtime %s\n", CS_VERSION);
             return 0;
@@ -438,6 +442,7 @@ int main(int argc, char **argv)
         .kill_grace_ms = 2000,
         .path = path && path[0] ? path : NULL,
         .tmpdir = tmpdir && tmpdir[0] == '/' ? tmpdir : NULL,
+        .sandbox_helper = sandbox,
     };
     w.ex = w.loop ? cs_runner_exec_new(w.loop, &lim, on_exited, &w) : NULL;
     w.lw = w.ex ? cs_loop_fd_add(w.loop, lfd, CS_LOOP_READ, on_accept, &w) : NULL;

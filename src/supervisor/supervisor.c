@@ -97,7 +97,7 @@ struct proc {
 struct cs_supervisor {
     struct cs_loop *loop;
     struct cs_supervisor_limits lim;
-    char *path, *tmpdir;
+    char *path, *tmpdir, *sandbox;
     struct proc *procs, *procs_tail; /* in spawn order */
     size_t live, exited;
 };
@@ -741,13 +741,15 @@ struct cs_supervisor *cs_supervisor_new(struct cs_loop *loop,
     s->lim = *lim;
     s->path = strdup(lim->path ? lim->path : "/usr/local/bin:/usr/bin:/bin");
     s->tmpdir = strdup(lim->tmpdir ? lim->tmpdir : "/tmp");
-    if (!s->path || !s->tmpdir) {
+    s->sandbox = lim->sandbox_helper ? strdup(lim->sandbox_helper) : NULL;
+    if (!s->path || !s->tmpdir || (lim->sandbox_helper && !s->sandbox)) {
         cs_supervisor_free(s);
         errno = ENOMEM;
         return NULL;
     }
     s->lim.path = s->path;
     s->lim.tmpdir = s->tmpdir;
+    s->lim.sandbox_helper = s->sandbox;
     return s;
 }
 
@@ -759,6 +761,7 @@ void cs_supervisor_free(struct cs_supervisor *s)
         proc_free(s->procs);
     free(s->path);
     free(s->tmpdir);
+    free(s->sandbox);
     free(s);
 }
 
@@ -788,6 +791,46 @@ static char *concat(const char *a, const char *b)
     return r;
 }
 
+/* Builds the prepare request for one command and runs prepare. Returns the plan path or NULL. */
+static char *sandbox_prepare(struct cs_supervisor *s, const struct cs_supervisor_spawn *sp,
+                             char **argv, char **envp, size_t ne, char *msg, size_t cap)
+{
+    struct csw_sandbox_prepare_request req;
+    memset(&req, 0, sizeof req);
+    struct cs_str *av = calloc(sp->argc, sizeof *av);
+    struct csw_sandbox_prepare_request_env_entry *env = calloc(ne, sizeof *env);
+    char *path = NULL;
+    if (!av || !env) {
+        snprintf(msg, cap, "out of memory");
+        goto out;
+    }
+    for (size_t i = 0; i < sp->argc; i++)
+        av[i] = (struct cs_str){argv[i], strlen(argv[i])};
+    for (size_t i = 0; i < ne; i++) {
+        const char *eq = strchr(envp[i], '=');
+        env[i].key = (struct cs_str){envp[i], (size_t)(eq - envp[i])};
+        env[i].value = (struct cs_str){(char *)eq + 1, strlen(eq + 1)};
+    }
+    req.workspace_root = (struct cs_str){(char *)sp->root, strlen(sp->root)};
+    req.command_cwd = req.workspace_root;
+    req.writable_workspace = sp->writable;
+    req.network = sp->network_enabled ? CSW_SANDBOX_PREPARE_REQUEST_NETWORK_ENABLED
+                                      : CSW_SANDBOX_PREPARE_REQUEST_NETWORK_RESTRICTED;
+    req.has_network_allow = sp->has_network_allow;
+    req.network_allow.v = (struct cs_str *)sp->network_allow;
+    req.network_allow.n = sp->n_network_allow;
+    req.argv.v = av;
+    req.argv.n = sp->argc;
+    req.env.v = env;
+    req.env.n = ne;
+    req.tty = sp->tty;
+    path = cs__supervisor_sandbox_prepare(s->sandbox, &req, msg, cap);
+out:
+    free(av);
+    free(env);
+    return path;
+}
+
 int cs_supervisor_spawn(struct cs_supervisor *s, const struct cs_supervisor_spawn *sp,
                         cs_supervisor_done_fn done, void *arg, char *msg, size_t msg_cap)
 {
@@ -803,6 +846,9 @@ int cs_supervisor_spawn(struct cs_supervisor *s, const struct cs_supervisor_spaw
     char *envp[NENV + 1];
     memset(envp, 0, sizeof envp);
     struct proc *p = calloc(1, sizeof *p);
+    char *plan = NULL, *tmp_env = NULL;
+    char *run_argv[5], *run_env[2];
+    const char *run_prog = NULL;
     if (!argv || !p) {
         snprintf(msg, msg_cap, "out of memory");
         goto out;
@@ -820,7 +866,7 @@ int cs_supervisor_spawn(struct cs_supervisor *s, const struct cs_supervisor_spaw
     }
     /* runtime.md section 5: everything cleared, then only these. */
     size_t ne = 0;
-    envp[ne++] = concat("PATH=", s->path);
+    envp[ne++] = concat("PATH=", s->sandbox ? CS_SUPERVISOR_SANDBOX_PATH : s->path);
     envp[ne++] = concat("HOME=", sp->root);
     envp[ne++] = strdup("LANG=C.UTF-8");
     envp[ne++] = concat("TMPDIR=", s->tmpdir);
@@ -861,6 +907,40 @@ int cs_supervisor_spawn(struct cs_supervisor *s, const struct cs_supervisor_spaw
         .rows = p->rows,
         .cols = p->cols,
     };
+    if (!s->sandbox && sp->network_enabled) {
+        snprintf(msg, msg_cap,
+                 "network \"enabled\" needs the Linux sandbox helper, whose probe failed: a "
+                 "missing Linux helper is not permission");
+        goto out;
+    }
+    if (s->sandbox) {
+        /* sandbox.md section 1: prepare writes the plan; the helper runs it in place of the
+         * command. A program missing from the sandbox PATH fails here, before anything runs
+         * (the sandbox binds /usr, /bin, ... of this host read-only). */
+        if (!strchr(argv[0], '/')) {
+            char *found = cs__supervisor_lookup(CS_SUPERVISOR_SANDBOX_PATH, argv[0]);
+            if (!found) {
+                snprintf(msg, msg_cap, "%s: command not found in the sandbox PATH (%s)", argv[0],
+                         CS_SUPERVISOR_SANDBOX_PATH);
+                goto out;
+            }
+            free(found);
+        }
+        plan = sandbox_prepare(s, sp, argv, envp, ne, msg, msg_cap);
+        if (!plan)
+            goto out;
+        run_argv[0] = (char *)"codespace-linux-sandbox";
+        run_argv[1] = (char *)"run";
+        run_argv[2] = (char *)"--plan";
+        run_argv[3] = plan;
+        run_argv[4] = NULL;
+        run_env[0] = tmp_env = concat("TMPDIR=", s->tmpdir);
+        run_env[1] = NULL;
+        run_prog = s->sandbox;
+        cmd.argv = run_argv;
+        cmd.envp = run_env;
+        cmd.prog = run_prog;
+    }
     struct cs__supervisor_fds fds;
     if (cs__supervisor_start(&cmd, &fds, msg, msg_cap) != 0)
         goto out;
@@ -905,6 +985,8 @@ out:
     if (p)
         free(p->workspace_id);
     free(p);
+    free(plan);
+    free(tmp_env);
     return rc;
 }
 

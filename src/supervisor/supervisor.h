@@ -40,7 +40,18 @@ struct cs_supervisor_limits {
     int64_t kill_grace_ms; /* terminate: SIGTERM, then SIGKILL after this long (2 s) */
     const char *path;      /* PATH given to commands and used to find them (copied) */
     const char *tmpdir;    /* TMPDIR given to commands (copied) */
+    /* The Linux sandbox helper whose probe succeeded (copied): every command then runs through
+     * it, with no fallback; NULL: commands run unsandboxed, and a workspace with network
+     * enabled cannot exec. */
+    const char *sandbox_helper;
 };
+
+/* The PATH of a sandboxed command (sandbox.md section 3). */
+#define CS_SUPERVISOR_SANDBOX_PATH "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"
+
+/* Runs `helper probe` (stdio null, 5 s). Returns 0 when it succeeded, else -1 with msg saying
+ * why (with the helper's stderr). */
+int cs_supervisor_sandbox_probe(const char *helper, char *msg, size_t cap);
 
 /*
  * Completes one request. code is 0 with out pointing to the tool's output struct (borrowed for
@@ -75,6 +86,11 @@ struct cs_supervisor_spawn {
     const struct cs_str *argv; /* argc > 0 strings, argv[0] not empty; NUL inside is refused */
     size_t argc;
     const char *workspace_id; /* the owner, for workspace_of / terminate_workspace; copied */
+    bool writable;            /* the sandbox mounts the workspace read-write */
+    bool network_enabled;     /* network "enabled" (else restricted) */
+    bool has_network_allow;
+    const struct cs_str *network_allow;
+    size_t n_network_allow;
     bool tty;
     int64_t timeout_ms; /* the time limit; 0: the supervisor's */
     int64_t yield_ms;   /* 0 … 30000 */

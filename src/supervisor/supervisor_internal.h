@@ -17,6 +17,7 @@
 struct cs__supervisor_cmd {
     char *const *argv; /* NULL-terminated, argv[0] not empty */
     char *const *envp; /* NULL-terminated */
+    const char *prog;  /* what to execute; NULL: argv[0], looked up as below */
     const char *root;  /* working directory */
     const char *path;  /* where argv[0] is looked up when it has no slash */
     bool tty;
@@ -30,6 +31,16 @@ struct cs__supervisor_fds {
     int in;  /* stdin pipe's write end, or a duplicate of the PTY master; -1 if none */
     int out; /* combined stdout+stderr pipe's read end, or the PTY master */
 };
+
+/* Finds name in the absolute entries of path (an executable regular file). Returns a new string,
+ * or NULL (not found). */
+char *cs__supervisor_lookup(const char *path, const char *name);
+
+/* Runs the helper's prepare for req (sandbox.md section 1). Returns the plan path (free it), or
+ * NULL with msg saying why. */
+char *cs__supervisor_sandbox_prepare(const char *helper,
+                                     const struct csw_sandbox_prepare_request *req, char *msg,
+                                     size_t cap);
 
 /* Starts cmd. Returns 0 with fds filled, or -1 with msg saying why (nothing is left running and
  * no descriptor is left open). */

@@ -42,7 +42,7 @@ __attribute__((format(printf, 3, 4))) static void msgf(char *msg, size_t cap, co
 }
 
 /* Finds name in the absolute entries of path. Returns a new string, or NULL (not found). */
-static char *lookup(const char *path, const char *name)
+char *cs__supervisor_lookup(const char *path, const char *name)
 {
     size_t nlen = strlen(name);
     for (const char *p = path; p && *p;) {
@@ -222,10 +222,12 @@ int cs__supervisor_start(const struct cs__supervisor_cmd *cmd, struct cs__superv
     int in[2] = {-1, -1}, out[2] = {-1, -1}, master = -1, slave = -1;
     char slave_path[128];
 
-    if (strchr(cmd->argv[0], '/')) {
+    if (cmd->prog) {
+        prog = strdup(cmd->prog);
+    } else if (strchr(cmd->argv[0], '/')) {
         prog = strdup(cmd->argv[0]);
     } else {
-        prog = lookup(cmd->path, cmd->argv[0]);
+        prog = cs__supervisor_lookup(cmd->path, cmd->argv[0]);
         if (!prog) {
             msgf(msg, cap, "%s: command not found in the runner's PATH", cmd->argv[0]);
             goto out;

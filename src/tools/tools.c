@@ -10,6 +10,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/landlock.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "fs.h"
@@ -710,6 +712,27 @@ int cs_tools_register(struct cs_mcp *srv, struct cs_tools *t, const struct cs_co
         t->leases[i].ws = &cfg->workspaces[i];
     }
     struct cs_runner_events ev = {on_process_exited, on_runner_lost, t};
+    /* sandbox.md section 2: probe the helper once; its answer decides how every command spawns
+     * and what workspace_info reports. */
+    char *helper = cfg->sandbox_bin ? strdup(cfg->sandbox_bin) : sibling("codespace-linux-sandbox");
+    char perr[2048] = "no helper";
+    bool sandboxed = helper && cs_supervisor_sandbox_probe(helper, perr, sizeof perr) == 0;
+    if (!sandboxed && cfg->require_linux_sandbox) {
+        snprintf(err, err_cap,
+                 "CODESPACE_REQUIRE_LINUX_SANDBOX=1 and the Linux sandbox probe failed: %s", perr);
+        free(helper);
+        return -1;
+    }
+    if (!sandboxed) {
+        free(helper);
+        helper = NULL;
+    }
+    t->caps.sandbox = sandboxed;
+    if (sandboxed) {
+        long abi = syscall(SYS_landlock_create_ruleset, NULL, 0, LANDLOCK_CREATE_RULESET_VERSION);
+        t->caps.has_landlock_abi = abi > 0;
+        t->caps.landlock_abi = abi > 0 ? abi : 0;
+    }
     if (cfg->runner == CS_CONFIG_RUNNER_UDS) {
         char *bin = cfg->runtime_bin ? strdup(cfg->runtime_bin) : sibling("codespace-runtime");
         struct cs_runner_uds_options opt = {
@@ -717,6 +740,7 @@ int cs_tools_register(struct cs_mcp *srv, struct cs_tools *t, const struct cs_co
             .runner_dir = cfg->runner_dir,
             .max_processes = cfg->max_processes,
             .version = version,
+            .sandbox_helper = helper,
         };
         t->runner = bin ? cs_runner_uds_new(loop, &opt, &ev, err, err_cap) : NULL;
         free(bin);
@@ -732,19 +756,19 @@ int cs_tools_register(struct cs_mcp *srv, struct cs_tools *t, const struct cs_co
             .kill_grace_ms = KILL_GRACE_MS,
             .path = path && path[0] ? path : NULL,
             .tmpdir = tmpdir && tmpdir[0] == '/' ? tmpdir : NULL,
+            .sandbox_helper = helper,
         };
         t->runner = cs_runner_inproc_new(loop, &lim, &ev);
     }
+    free(helper);
     if (!t->runner)
         return -1;
     /* Files (src/fs), patches (src/patch, src/store) and processes (src/supervisor), in this
-     * process or in the uds worker; commands run unsandboxed until the sandbox probe exists, so
-     * command_sandbox is none. */
+     * process or in the uds worker; command_sandbox and enforcement follow the probe above. */
     t->caps.files_available = true;
     t->caps.patch_available = true;
     t->caps.process_available = true;
     t->caps.uds_runner = cfg->runner == CS_CONFIG_RUNNER_UDS;
-    t->caps.sandbox = false;
     t->caps.tty_supported = true;
     t->caps.max_live_processes = cfg->max_processes;
     t->caps.timeout_ms = cfg->process_timeout_secs * 1000;

@@ -1,0 +1,224 @@
+/*
+ * supervisor_sandbox: the runner's side of the Linux command sandbox (sandbox.md sections 1, 2).
+ * It never builds a sandbox itself: it runs the helper, codespace-linux-sandbox, to `probe` once
+ * and to `prepare` each command's plan (the request on stdin, one JSON line back, 5 s and 1 MiB
+ * at most), and the supervisor then starts `codespace-linux-sandbox run --plan <path>` in place
+ * of the command. Only the generated protocol code (schema/sandbox/) is linked here.
+ *
+ * Trust: the helper is the operator's binary (flag, variable or our sibling); its output is
+ * still decoded through the generated decoder and capped.
+ * Entry points: cs_supervisor_sandbox_probe, cs__supervisor_sandbox_prepare.
+ */
+#include "supervisor_internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base_loop.h"
+
+extern char **environ;
+
+#define HELPER_LIMIT_MS  5000
+#define HELPER_MAX_BYTES (1024 * 1024)
+
+/*
+ * Runs helper with args, input (may be NULL) on its stdin, collects at most HELPER_MAX_BYTES of
+ * stdout into *out (NUL-terminated, malloc'd) and of stderr into err (truncated), kills it after
+ * HELPER_LIMIT_MS. Returns its wait status, or -1 (could not run it; err says why).
+ */
+static int run_helper(const char *helper, char *const argv[], const char *input, char **out,
+                      char *err, size_t err_cap)
+{
+    int in[2] = {-1, -1}, o[2] = {-1, -1}, e[2] = {-1, -1};
+    *out = NULL;
+    err[0] = '\0';
+    if (pipe2(in, O_CLOEXEC) != 0 || pipe2(o, O_CLOEXEC) != 0 || pipe2(e, O_CLOEXEC) != 0) {
+        snprintf(err, err_cap, "pipe: %s", strerror(errno));
+        goto fail;
+    }
+    posix_spawn_file_actions_t fa;
+    posix_spawnattr_t attr;
+    sigset_t none, all;
+    sigemptyset(&none);
+    sigfillset(&all);
+    sigdelset(&all, SIGKILL);
+    sigdelset(&all, SIGSTOP);
+    posix_spawn_file_actions_init(&fa);
+    posix_spawnattr_init(&attr);
+    posix_spawn_file_actions_adddup2(&fa, in[0], 0);
+    posix_spawn_file_actions_adddup2(&fa, o[1], 1);
+    posix_spawn_file_actions_adddup2(&fa, e[1], 2);
+    posix_spawn_file_actions_addclosefrom_np(&fa, 3);
+    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+    posix_spawnattr_setsigmask(&attr, &none);
+    posix_spawnattr_setsigdefault(&attr, &all);
+    pid_t pid;
+    int rc = posix_spawn(&pid, helper, &fa, &attr, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    posix_spawnattr_destroy(&attr);
+    close(in[0]);
+    close(o[1]);
+    close(e[1]);
+    in[0] = o[1] = e[1] = -1;
+    if (rc != 0) {
+        snprintf(err, err_cap, "cannot run %s: %s", helper, strerror(rc));
+        goto fail;
+    }
+    if (input) {
+        size_t n = strlen(input), off = 0;
+        while (off < n) {
+            ssize_t w = write(in[1], input + off, n - off);
+            if (w < 0 && errno == EINTR)
+                continue;
+            if (w <= 0)
+                break;
+            off += (size_t)w;
+        }
+    }
+    close(in[1]);
+    in[1] = -1;
+    char *buf = malloc(HELPER_MAX_BYTES + 1);
+    size_t got = 0, egot = 0;
+    int64_t end = cs_loop_now_ms() + HELPER_LIMIT_MS;
+    bool timed_out = false;
+    struct pollfd p[2] = {{.fd = o[0], .events = POLLIN}, {.fd = e[0], .events = POLLIN}};
+    while (buf && (p[0].fd >= 0 || p[1].fd >= 0)) {
+        int64_t left = end - cs_loop_now_ms();
+        if (left <= 0) {
+            timed_out = true;
+            break;
+        }
+        if (poll(p, 2, (int)left) <= 0)
+            continue;
+        if (p[0].fd >= 0 && p[0].revents) {
+            char tmp[4096];
+            ssize_t n = read(o[0], tmp, sizeof tmp);
+            if (n <= 0) {
+                p[0].fd = -1;
+            } else {
+                size_t take = (size_t)n;
+                if (got + take > HELPER_MAX_BYTES)
+                    take = HELPER_MAX_BYTES - got;
+                memcpy(buf + got, tmp, take);
+                got += take;
+            }
+        }
+        if (p[1].fd >= 0 && p[1].revents) {
+            char tmp[1024];
+            ssize_t n = read(e[0], tmp, sizeof tmp);
+            if (n <= 0) {
+                p[1].fd = -1;
+            } else if (egot + 1 < err_cap) {
+                size_t take = (size_t)n < err_cap - 1 - egot ? (size_t)n : err_cap - 1 - egot;
+                memcpy(err + egot, tmp, take);
+                egot += take;
+                err[egot] = '\0';
+            }
+        }
+    }
+    int status = 0;
+    if (timed_out)
+        kill(pid, SIGKILL);
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+        ;
+    close(o[0]);
+    close(e[0]);
+    if (!buf) {
+        snprintf(err, err_cap, "out of memory");
+        return -1;
+    }
+    if (timed_out) {
+        free(buf);
+        snprintf(err, err_cap, "%s %s did not finish within 5 s", helper, argv[1]);
+        return -1;
+    }
+    buf[got] = '\0';
+    *out = buf;
+    return status;
+fail:
+    for (int i = 0; i < 2; i++) {
+        if (in[i] >= 0)
+            close(in[i]);
+        if (o[i] >= 0)
+            close(o[i]);
+        if (e[i] >= 0)
+            close(e[i]);
+    }
+    return -1;
+}
+
+int cs_supervisor_sandbox_probe(const char *helper, char *msg, size_t cap)
+{
+    char *argv[] = {(char *)"codespace-linux-sandbox", (char *)"probe", NULL};
+    char *out = NULL;
+    char err[2048];
+    int st = run_helper(helper, argv, NULL, &out, err, sizeof err);
+    free(out);
+    if (st < 0) {
+        snprintf(msg, cap, "%s", err);
+        return -1;
+    }
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+        snprintf(msg, cap, "%s probe failed (status %d): %s", helper,
+                 WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st), err[0] ? err : "no output");
+        return -1;
+    }
+    return 0;
+}
+
+char *cs__supervisor_sandbox_prepare(const char *helper,
+                                     const struct csw_sandbox_prepare_request *req, char *msg,
+                                     size_t cap)
+{
+    json_t *j = NULL;
+    struct cs_wire_diag diag;
+    if (csw_sandbox_prepare_request_encode(req, &j, &diag) != CS_WIRE_OK) {
+        snprintf(msg, cap, "sandbox prepare request: %s: %s", diag.pointer, diag.text);
+        return NULL;
+    }
+    char *text = json_dumps(j, JSON_COMPACT);
+    json_decref(j);
+    if (!text) {
+        snprintf(msg, cap, "out of memory");
+        return NULL;
+    }
+    char *argv[] = {(char *)"codespace-linux-sandbox", (char *)"prepare", NULL};
+    char *out = NULL;
+    char err[1024];
+    int st = run_helper(helper, argv, text, &out, err, sizeof err);
+    free(text);
+    if (st < 0) {
+        snprintf(msg, cap, "sandbox prepare: %s", err);
+        return NULL;
+    }
+    json_error_t jerr;
+    json_t *r = json_loads(out, JSON_DISABLE_EOF_CHECK, &jerr);
+    free(out);
+    struct csw_sandbox_prepare_response resp;
+    if (!r || csw_sandbox_prepare_response_decode(r, &resp, &diag) != CS_WIRE_OK) {
+        json_decref(r);
+        snprintf(msg, cap, "sandbox prepare answered no valid response (status %d)%s%s", st,
+                 err[0] ? ": " : "", err);
+        return NULL;
+    }
+    json_decref(r);
+    char *path = NULL;
+    if (resp.tag == CSW_SANDBOX_PREPARE_RESPONSE_ERROR)
+        snprintf(msg, cap, "sandbox prepare: %.*s", (int)resp.u.error.message.n,
+                 resp.u.error.message.s);
+    else if (!WIFEXITED(st) || WEXITSTATUS(st) != 0 || resp.u.prepared.plan_path.n == 0 ||
+             resp.u.prepared.plan_path.s[0] != '/' ||
+             memchr(resp.u.prepared.plan_path.s, '\0', resp.u.prepared.plan_path.n))
+        snprintf(msg, cap, "sandbox prepare failed (status %d)", st);
+    else if (!(path = strndup(resp.u.prepared.plan_path.s, resp.u.prepared.plan_path.n)))
+        snprintf(msg, cap, "out of memory");
+    csw_sandbox_prepare_response_free(&resp);
+    return path;
+}
