@@ -395,6 +395,18 @@ int main(int argc, char **argv)
             }
         } else if (strcmp(argv[i], "--sandbox") == 0 && i + 1 < argc) {
             sandbox = argv[++i]; /* the gateway's probe succeeded with this helper */
+        } else if (strcmp(argv[i], "--help") == 0) {
+            printf("usage: codespace-runtime --socket <path> [--max-processes N] [--sandbox "
+                   "<helper>]\n\n"
+                   "The worker of codespace-mcp --runner uds; started by the gateway, never by "
+                   "hand.\n"
+                   "  --socket PATH          bind PATH (in the gateway's 0700 directory), serve "
+                   "one connection\n"
+                   "  --max-processes N      live processes at once (CODESPACE_MAX_PROCESSES)\n"
+                   "  --sandbox HELPER       run every command through this "
+                   "codespace-linux-sandbox\n"
+                   "  --version, --help\n");
+            return 0;
         } else if (strcmp(argv[i], "--version") == 0) {
             printf("codespace-runtime %s\n", CS_VERSION);
             return 0;
