@@ -388,7 +388,14 @@ static int spawn_worker(struct cs__runner_uds *u, const struct cs_runner_uds_opt
                     u->sock,
                     (char *)"--max-processes",
                     maxp,
+                    NULL,
+                    NULL,
                     NULL};
+    /* The gateway's probe passed with this helper: the worker runs every command through it. */
+    if (opt->sandbox_helper) {
+        argv[5] = (char *)"--sandbox";
+        argv[6] = (char *)opt->sandbox_helper;
+    }
     char **envp = worker_env();
     posix_spawn_file_actions_t fa;
     posix_spawnattr_t attr;
