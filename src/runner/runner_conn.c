@@ -27,9 +27,11 @@ struct cs_runner_conn {
     struct cs_runner_conn_callbacks cb;
     uint8_t *out;
     size_t out_n, out_off, out_cap;
-    bool closing, closed_reported, in_frame;
+    bool closing, closed_reported, in_frame, flush_queued;
     char why[256];
 };
+
+static void flush_turn(void *arg);
 
 static void report_closed(void *arg)
 {
@@ -124,6 +126,10 @@ static void on_ready(void *arg, int fd, unsigned events)
                 c->cb.bad(c->cb.arg, NULL, why);
                 cs_runner_conn_close(c, why);
             }
+            /* A short read drained the socket: the level-triggered loop calls again when more
+             * arrives, so no read is spent on EAGAIN. */
+            if ((size_t)n < sizeof buf)
+                return;
             continue;
         }
         if (n < 0 && errno == EINTR)
@@ -167,11 +173,28 @@ void cs_runner_conn_free(struct cs_runner_conn *c)
     if (!c)
         return;
     cs_loop_defer_cancel(c->loop, report_closed, c);
+    cs_loop_defer_cancel(c->loop, flush_turn, c);
     cs_loop_fd_del(c->w);
     cs_lenframe_fini(&c->fr);
     close(c->fd);
     free(c->out);
     free(c);
+}
+
+/* The end of a loop turn: everything queued during it leaves in one write (a response and the
+ * event before it, several answers), so the peer wakes once. */
+static void flush_turn(void *arg)
+{
+    struct cs_runner_conn *c = arg;
+    c->flush_queued = false;
+    if (c->closing || c->out_n == c->out_off)
+        return;
+    if (write_some(c) != 0) {
+        cs_runner_conn_close(c, "write to the peer failed");
+        return;
+    }
+    if (c->out_n > 0 && c->w)
+        cs_loop_fd_mod(c->w, CS_LOOP_READ | CS_LOOP_WRITE);
 }
 
 int cs_runner_conn_send_text(struct cs_runner_conn *c, const char *text, size_t len)
@@ -194,13 +217,11 @@ int cs_runner_conn_send_text(struct cs_runner_conn *c, const char *text, size_t 
     memcpy(c->out + c->out_n, hdr, sizeof hdr);
     memcpy(c->out + c->out_n + sizeof hdr, text, len);
     c->out_n += sizeof hdr + len;
-    if (was_empty) {
-        if (write_some(c) != 0) {
-            cs_runner_conn_close(c, "write to the peer failed");
-            return -1;
-        }
-        if (c->out_n > 0 && c->w)
-            cs_loop_fd_mod(c->w, CS_LOOP_READ | CS_LOOP_WRITE);
+    if (was_empty && !c->flush_queued) {
+        if (cs_loop_defer(c->loop, flush_turn, c) == 0)
+            c->flush_queued = true;
+        else
+            flush_turn(c); /* no memory to defer: write now */
     }
     return 0;
 }

@@ -52,7 +52,7 @@ struct call {
     uint64_t id;
     cs_runner_done_fn done;
     void *arg;
-    struct cs_loop_timer *deadline;
+    int64_t deadline; /* cs_loop_now_ms() after which the call is ambiguous */
     struct cs__runner_uds *u;
 };
 
@@ -65,6 +65,7 @@ struct cs__runner_uds {
     char *dir, *sock;
     uint64_t next_id;
     struct call *calls;
+    struct cs_loop_timer *sweep; /* every second: calls past their deadline */
     bool lost;
     char lost_why[256];
 };
@@ -148,7 +149,6 @@ static void complete_all(struct cs__runner_uds *u, enum cs_runner_outcome outcom
         u->calls = c->next;
         if (u->calls)
             u->calls->prev = NULL;
-        cs_loop_timer_cancel(c->deadline);
         struct cs_runner_reply rep = {.outcome = outcome, .msg = why};
         c->done(c->arg, &rep);
         free(c);
@@ -169,6 +169,8 @@ static void lose(struct cs__runner_uds *u, const char *why)
     if (u->lost)
         return;
     u->lost = true;
+    cs_loop_timer_cancel(u->sweep);
+    u->sweep = NULL;
     snprintf(u->lost_why, sizeof u->lost_why, "%s", why);
     if (u->conn)
         cs_runner_conn_close(u->conn, why);
@@ -202,7 +204,6 @@ static struct call *take_call(struct cs__runner_uds *u, const struct cs_str *rid
             u->calls = c->next;
         if (c->next)
             c->next->prev = c->prev;
-        cs_loop_timer_cancel(c->deadline);
         return c;
     }
     return NULL;
@@ -275,21 +276,30 @@ static void on_worker_exit(void *arg, int fd, unsigned events)
     lose(arg, "the worker exited");
 }
 
-static void on_deadline(void *arg)
+/* One timer for every call's deadline (a timer a call would cost two timerfd updates per call):
+ * every second, the calls past theirs become ambiguous. */
+static void on_sweep(void *arg)
 {
-    struct call *c = arg;
-    struct cs__runner_uds *u = c->u;
-    c->deadline = NULL;
-    if (c->prev)
-        c->prev->next = c->next;
-    else
-        u->calls = c->next;
-    if (c->next)
-        c->next->prev = c->prev;
-    struct cs_runner_reply rep = {.outcome = CS_RUNNER_AMBIGUOUS,
-                                  .msg = "runner transport failed: no answer within 120 s"};
-    c->done(c->arg, &rep);
-    free(c);
+    struct cs__runner_uds *u = arg;
+    u->sweep = NULL;
+    int64_t now = cs_loop_now_ms();
+    for (struct call *c = u->calls, *next; c; c = next) {
+        next = c->next;
+        if (c->deadline > now)
+            continue;
+        if (c->prev)
+            c->prev->next = c->next;
+        else
+            u->calls = c->next;
+        if (c->next)
+            c->next->prev = c->prev;
+        struct cs_runner_reply rep = {.outcome = CS_RUNNER_AMBIGUOUS,
+                                      .msg = "runner transport failed: no answer within 120 s"};
+        c->done(c->arg, &rep);
+        free(c);
+    }
+    if (!u->lost)
+        u->sweep = cs_loop_timer_add(u->r->loop, 1000, on_sweep, u);
 }
 
 void cs__runner_uds_call(struct cs_runner *r, const struct csw_runner_wire_op *op,
@@ -326,7 +336,7 @@ void cs__runner_uds_call(struct cs_runner *r, const struct csw_runner_wire_op *o
     c->done = done;
     c->arg = arg;
     c->u = u;
-    c->deadline = cs_loop_timer_add(r->loop, CS_RUNNER_DEADLINE_MS, on_deadline, c);
+    c->deadline = cs_loop_now_ms() + CS_RUNNER_DEADLINE_MS;
     c->next = u->calls;
     if (u->calls)
         u->calls->prev = c;
@@ -339,6 +349,8 @@ void cs__runner_uds_free(struct cs_runner *r)
     if (!u)
         return;
     cs_loop_defer_cancel(r->loop, free_conn, u);
+    cs_loop_timer_cancel(u->sweep);
+    u->sweep = NULL;
     /* EOF on the socket makes the worker kill its commands and exit; it gets a moment. */
     cs_runner_conn_free(u->conn);
     u->conn = NULL;
@@ -634,7 +646,8 @@ struct cs_runner *cs_runner_uds_new(struct cs_loop *loop, const struct cs_runner
     }
     fd = -1;
     u->pidw = cs_loop_fd_add(loop, u->pidfd, CS_LOOP_READ, on_worker_exit, u);
-    if (!u->pidw) {
+    u->sweep = cs_loop_timer_add(loop, 1000, on_sweep, u);
+    if (!u->pidw || !u->sweep) {
         snprintf(err, err_cap, "cannot watch the worker: %s", strerror(errno));
         goto fail;
     }
@@ -642,6 +655,9 @@ struct cs_runner *cs_runner_uds_new(struct cs_loop *loop, const struct cs_runner
 fail:
     if (fd >= 0)
         close(fd);
+    cs_loop_timer_cancel(u->sweep);
+    cs_loop_fd_del(u->pidw);
+    u->pidw = NULL;
     cs_runner_conn_free(u->conn);
     u->conn = NULL;
     reap_worker(u, 0);

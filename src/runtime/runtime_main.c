@@ -45,6 +45,7 @@ struct worker {
     bool hello_done, closing, got_frame;
     int lfd;
     struct cs_loop_fd *lw;
+    struct cs_loop_timer *reap_timer;
     /* the replay cache: the last CS_RUNNER_REPLAY_CACHE responses, oldest first overwritten */
     struct {
         char *request_id;
@@ -299,10 +300,21 @@ static void on_closed(void *arg, const char *why)
     cs_loop_stop(w->loop);
 }
 
+static void reap_strays(void *arg)
+{
+    struct worker *w = arg;
+    w->reap_timer = NULL;
+    cs_runner_exec_reap_strays(w->ex);
+}
+
+/* A child changed state. Leaders are reaped through their pidfds at once; the scan for strays
+ * (orphans reparented to us) runs a moment later, off the path of the answer. */
 static void on_child(void *arg, int signo)
 {
     (void)signo;
-    cs_runner_exec_reap_strays(((struct worker *)arg)->ex);
+    struct worker *w = arg;
+    if (!w->reap_timer)
+        w->reap_timer = cs_loop_timer_add(w->loop, 200, reap_strays, w);
 }
 
 static void on_signal(void *arg, int signo)
@@ -468,6 +480,7 @@ int main(int argc, char **argv)
 out:
     /* Every command group dies with the connection. */
     w.closing = true;
+    cs_loop_timer_cancel(w.reap_timer);
     cs_runner_exec_free(w.ex);
     cs_loop_defer_cancel(w.loop, drop_probe, &w);
     cs_loop_fd_del(w.lw);
