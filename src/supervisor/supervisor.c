@@ -19,12 +19,14 @@
 #include "base_utf8.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <termios.h>
 #include <unistd.h>
 
@@ -925,6 +927,22 @@ int cs_supervisor_spawn(struct cs_supervisor *s, const struct cs_supervisor_spaw
                 goto out;
             }
             free(found);
+        } else {
+            /* A path (absolute, or relative to the root, where the command starts): what does
+             * not exist here does not exist inside either. */
+            struct stat st;
+            int dfd = open(sp->root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+            int e = dfd < 0                                          ? errno
+                    : fstatat(dfd, argv[0], &st, 0) != 0             ? errno
+                    : !S_ISREG(st.st_mode)                           ? EACCES
+                    : faccessat(dfd, argv[0], X_OK, AT_EACCESS) != 0 ? errno
+                                                                     : 0;
+            if (dfd >= 0)
+                close(dfd);
+            if (e != 0) {
+                snprintf(msg, msg_cap, "%s: %s", argv[0], strerror(e));
+                goto out;
+            }
         }
         plan = sandbox_prepare(s, sp, argv, envp, ne, msg, msg_cap);
         if (!plan)

@@ -5,6 +5,10 @@ Used by tests/e2e/test_files.py, tests/e2e/test_patch.py, tests/e2e/test_process
 tests/patch_diff/run_diff.py. Several requests may be outstanding at once: start() sends one and
 returns its id, wait() collects that reply (replies to other ids are kept until asked for), and
 call_start() / call_wait() do the same for tools/call. Standard library only (/usr/bin/python3).
+
+CS_E2E_RUNNER (in-process or uds; the *_uds CTest copies set uds) adds `--runner <value>` to
+every server the e2e tests start (runner_args()), and runner() is what workspace_info must then
+report. It is not a CODESPACE_* variable because the servers' environments drop those.
 """
 
 import json
@@ -14,6 +18,17 @@ import subprocess
 import threading
 
 REPLY_TIMEOUT = 30.0  # seconds; generous for the ASan build on 2 cores
+
+
+def runner():
+    """The runner the e2e servers run with: CS_E2E_RUNNER, else the default "in-process"."""
+    return os.environ.get("CS_E2E_RUNNER") or "in-process"
+
+
+def runner_args():
+    """["--runner", CS_E2E_RUNNER] when the variable is set, else [] (the server's default)."""
+    value = os.environ.get("CS_E2E_RUNNER")
+    return ["--runner", value] if value else []
 
 
 class ToolError(Exception):
@@ -35,7 +50,7 @@ class StdioServer:
         env = {k: v for k, v in os.environ.items() if not k.startswith("CODESPACE_")}
         env["XDG_STATE_HOME"] = state_dir
         env.update(extra_env or {})
-        self.proc = subprocess.Popen([binary] + list(args), stdin=subprocess.PIPE,
+        self.proc = subprocess.Popen([binary] + list(args) + runner_args(), stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
         self.replies = queue.Queue()
         self.stash = {}  # replies that arrived while another id was awaited

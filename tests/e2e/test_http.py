@@ -2,7 +2,8 @@
 
 Starts `$CODESPACE_MCP_BIN --http --port 0 --workspace <tmpdir>` (plus `--token` for the bearer
 tests), learns the port from the "listening" line of its JSON log on stderr, and talks to it with
-http.client and raw sockets. Standard library only; run with /usr/bin/python3:
+http.client and raw sockets (with `--runner $CS_E2E_RUNNER` when that is set). Standard library
+only; run with /usr/bin/python3:
 
     CODESPACE_MCP_BIN=build/debug/src/main/codespace-mcp \\
         /usr/bin/python3 -m unittest -v test_http          (from tests/e2e/)
@@ -20,6 +21,8 @@ import threading
 import time
 import unittest
 
+import mcp_stdio  # runner_args(): CS_E2E_RUNNER adds --runner
+
 VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26")
 TOKEN = "s3cret"
 START_TIMEOUT = 10.0
@@ -34,7 +37,8 @@ class Server:
         if not binary:
             raise unittest.SkipTest("CODESPACE_MCP_BIN is not set")
         self.tmp = tempfile.TemporaryDirectory(prefix="cs-e2e-http-")
-        argv = [binary, "--http", "--port", "0", "--workspace", self.tmp.name, *extra]
+        argv = [binary, "--http", "--port", "0", "--workspace", self.tmp.name, *extra,
+                *mcp_stdio.runner_args()]
         env = dict(os.environ)
         for var in ("CODESPACE_HTTP_TOKEN", "CODESPACE_HTTP_HOST", "CODESPACE_HTTP_PORT",
                     "CODESPACE_TRANSPORT", "CODESPACE_CONFIG"):

@@ -567,7 +567,8 @@ class LedgerStartCase(unittest.TestCase):
             write(db, b"this is not an SQLite database, not at all" * 100)
             env = {k: v for k, v in os.environ.items() if not k.startswith("CODESPACE_")}
             env["XDG_STATE_HOME"] = tmp
-            p = subprocess.run([binary(), "--workspace", tmp, "--operations-db", db],
+            p = subprocess.run([binary(), "--workspace", tmp, "--operations-db", db]
+                               + mcp_stdio.runner_args(),
                                stdin=subprocess.DEVNULL, capture_output=True, env=env, timeout=30)
             self.assertEqual(p.returncode, 1, p.stderr)
             self.assertIn(db, p.stderr.decode())

@@ -26,6 +26,8 @@ import threading
 import time
 import unittest
 
+import mcp_stdio  # runner_args(): CS_E2E_RUNNER
+
 try:
     import jsonschema
 except ImportError:  # the generator needs it too: scripts/bootstrap.sh installs it
@@ -110,7 +112,7 @@ class StdioServer:
     queued); another keeps stderr. Lines that are not JSON-RPC are recorded in self.bad_lines."""
 
     def __init__(self, args, env=None, wait_listening=True):
-        self.argv = [binary()] + list(args)
+        self.argv = [binary()] + list(args) + mcp_stdio.runner_args()
         self.proc = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, env=env)
         self.queue = queue.Queue()
@@ -321,7 +323,8 @@ class Workspace:
 def start_http(args, env=None, timeout=REPLY_TIMEOUT):
     """Starts codespace-mcp --http --port 0 and returns (proc, port, stderr_lines) once its
     "listening" line names the port. stderr keeps being collected by a thread."""
-    proc = subprocess.Popen([binary(), "--http", "--port", "0"] + list(args),
+    proc = subprocess.Popen([binary(), "--http", "--port", "0"] + list(args)
+                            + mcp_stdio.runner_args(),
                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, env=env)
     lines = []
@@ -748,7 +751,7 @@ class TestTools(StdioCase):
             "conflict_error": "WORKSPACE_BUSY", "queue_full_error": "RESOURCE_QUEUE_FULL"})
         iso = ex["isolation"]
         self.assertIs(iso["file_tools_workspace_scoped"], True)
-        self.assertEqual(iso["runner"], "in-process")
+        self.assertEqual(iso["runner"], mcp_stdio.runner())
         net = ex["network"]
         self.assertEqual(net["policy"], "restricted")
         self.assertIs(net["client_may_escalate"], False)

@@ -1,0 +1,154 @@
+/*
+ * codespace-linux-sandbox: internal interfaces shared by the helper's files.
+ *
+ * Trust: the prepare request (stdin) and the plan file come from the runner and are untrusted
+ * at the parser (docs/security-model.md, S-invariants); proxy input comes from the sandboxed
+ * command and is hostile. Nothing here is a library for other modules: the runner links only
+ * the generated protocol code, never these files.
+ *
+ * Files: sandbox_main.c (CLI, probe), sandbox_plan.c (prepare, plan load, plan validation),
+ * sandbox_run.c (outer helper, init, command), sandbox_setup.c (mounts, capabilities, Landlock,
+ * seccomp), sandbox_proxy.c (the epoll proxy), sandbox_proxy_parse.c (request head parser,
+ * network_allow matching; pure functions, fuzzed).
+ */
+#ifndef CS_SANDBOX_H
+#define CS_SANDBOX_H
+
+#include <netinet/in.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "csw.h"
+
+#define CS_SBX_PROTOCOL   1
+#define CS_SBX_PATH       "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"
+#define CS_SBX_REQ_MAX    (1u << 20) /* prepare request cap (the runner reads 1 MiB back) */
+#define CS_SBX_PLAN_MAX   (2u << 20) /* plan file cap */
+#define CS_SBX_DIR_PREFIX "codespace-sandbox-"
+#define CS_SBX_EXIT_SETUP 125 /* the helper itself failed (setup error) */
+#define CS_SBX_EXIT_USAGE 2
+
+/* ---- sandbox_plan.c ---- */
+
+/*
+ * Parses and validates plan bytes (untrusted): JSON, the generated decoder, then the semantic
+ * rules (absolute canonical-looking paths, cwd inside the workspace, no NUL in argv/env, env
+ * keys without '=', every network_allow entry well formed). Returns 0 with *out filled (free
+ * with csw_sandbox_plan_free) or -1 with out zeroed and a message in err.
+ */
+int cs_sbx_plan_parse(const char *buf, size_t n, struct csw_sandbox_plan *out, char *err,
+                      size_t errcap);
+
+/* Reads the plan at path with every check of sandbox.md section 1, then unlinks it and removes
+ * its directory. Returns 0 or -1 with err set. */
+int cs_sbx_plan_load(const char *path, struct csw_sandbox_plan *out, char *err, size_t errcap);
+
+/* Writes plan into a fresh 0700 mkdtemp directory under tmpdir; *path_out (malloc'd) is the
+ * plan path. Returns 0 or -1 with err set. */
+int cs_sbx_plan_write(const struct csw_sandbox_plan *plan, const char *tmpdir, char **path_out,
+                      char *err, size_t errcap);
+
+/* Validates a request (schema already checked) and writes its plan; *path (malloc'd) is the
+ * plan path. Returns 0 or -1 with err set. */
+int cs_sbx_prepare_request(const struct csw_sandbox_prepare_request *q, char **path, char *err,
+                           size_t cap);
+
+/* `prepare`: stdin -> plan file -> one JSON line on stdout. Returns the exit code. */
+int cs_sbx_prepare_main(void);
+
+/* $TMPDIR if absolute, else /tmp. */
+const char *cs_sbx_tmpdir(void);
+
+/* ---- sandbox_run.c ---- */
+
+/* `run`: builds the sandbox for the (already loaded) plan and runs the command. Never returns:
+ * exits with the command's status (or re-raises its signal), or CS_SBX_EXIT_SETUP. */
+_Noreturn void cs_sbx_run(struct csw_sandbox_plan *plan);
+
+/* Prints "codespace-linux-sandbox: <what>: <strerror(errno)>" and exits CS_SBX_EXIT_SETUP. */
+_Noreturn void cs_sbx_die(const char *what);
+_Noreturn void cs_sbx_diex(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* ---- sandbox_setup.c (all run inside the new namespaces; all die on error) ---- */
+
+void cs_sbx_setup_loopback(void);
+int cs_sbx_setup_proxy_listener(uint16_t *port); /* 127.0.0.1:0 in the sandbox netns */
+void cs_sbx_setup_filesystem(const struct csw_sandbox_plan *plan);
+void cs_sbx_setup_drop_caps(void);
+int cs_sbx_setup_landlock(const struct csw_sandbox_plan *plan); /* returns the ABI used, 0 none */
+void cs_sbx_setup_seccomp(bool network_enabled);
+int cs_sbx_landlock_abi(void);
+
+/* ---- sandbox_proxy_parse.c (pure; fuzzed by fuzz/sandbox_proxy_fuzz.c) ---- */
+
+#define CS_SBX_HEAD_MAX 16384 /* request line + headers */
+#define CS_SBX_HOST_MAX 255
+
+enum cs_sbx_parse {
+    CS_SBX_PARSE_MORE = 0, /* no complete head yet (and under the cap) */
+    CS_SBX_PARSE_OK = 1,
+    CS_SBX_PARSE_BAD = -1, /* reason set */
+};
+
+struct cs_sbx_request {
+    bool connect;                   /* CONNECT host:port, else absolute-form http:// */
+    char host[CS_SBX_HOST_MAX + 1]; /* lower-case, no trailing dot, no brackets */
+    uint16_t port;
+    size_t head_len; /* bytes of the head including the blank line */
+    /* absolute-form only: the rewritten origin-form head (request line, headers minus the
+     * proxy and connection ones, "Connection: close") */
+    char *rewritten; /* malloc'd, NUL-terminated; NULL for CONNECT */
+    size_t rewritten_len;
+    const char *reason; /* static text on BAD */
+};
+
+/* Parses buf[0..n) as one HTTP/1.x proxy request head. On OK, req is filled (free
+ * req->rewritten); MORE means read more (n < CS_SBX_HEAD_MAX); BAD sets req->reason. */
+enum cs_sbx_parse cs_sbx_parse_request(const char *buf, size_t n, struct cs_sbx_request *req);
+
+/* One network_allow entry, parsed. */
+struct cs_sbx_allow {
+    enum { CS_SBX_ALLOW_HOST, CS_SBX_ALLOW_SUFFIX, CS_SBX_ALLOW_IP } kind;
+    char host[CS_SBX_HOST_MAX + 1]; /* HOST: name; SUFFIX: domain without "*."; IP: text */
+    struct sockaddr_storage ip;     /* IP only: family + address (port 0) */
+    uint16_t port;                  /* 0: any */
+};
+
+/* Parses one entry ("host", "*.domain", "1.2.3.4", "[::1]", "::1", each with optional ":port"
+ * where unambiguous). Returns 0 or -1 (malformed). */
+int cs_sbx_allow_parse(const char *s, size_t n, struct cs_sbx_allow *out);
+
+/* Normalizes a host: lower-case, strip one trailing dot; returns -1 if empty/invalid. */
+int cs_sbx_host_normalize(char *host);
+
+/* Whether host:port is admitted by the list by name/literal (before resolution). *by_ip is set
+ * when host is an IP literal. Returns true when admitted (always when n == 0). */
+bool cs_sbx_allow_match(const struct cs_sbx_allow *list, size_t n, const char *host, uint16_t port);
+
+/* Whether a resolved address may be used: public addresses always; loopback, link-local,
+ * private and unspecified ones only when listed as an IP entry (port matching) or when the
+ * list is empty. */
+bool cs_sbx_allow_address(const struct cs_sbx_allow *list, size_t n, const struct sockaddr *sa,
+                          uint16_t port);
+
+/* Whether the address is loopback, link-local, private (RFC 1918, ULA), CGNAT or unspecified. */
+bool cs_sbx_addr_is_internal(const struct sockaddr *sa);
+
+/* ---- sandbox_proxy.c ---- */
+
+/* Serves listen_fd (in the sandbox netns) from the host namespace until the init is reaped.
+ * sig_fd is a signalfd for the forwarded signals and SIGCHLD; on_signal is called for each
+ * signal; it returns true when the loop must end (the init was reaped). */
+struct cs_sbx_proxy_cfg {
+    int listen_fd; /* -1: no proxy, only signals */
+    int sig_fd;
+    const struct cs_sbx_allow *allow;
+    size_t nallow;
+    bool (*on_signal)(void *ctx, int sig);
+    void *ctx;
+};
+void cs_sbx_proxy_serve(const struct cs_sbx_proxy_cfg *cfg);
+
+#endif

@@ -1,0 +1,135 @@
+/*
+ * codespace-linux-sandbox: the command sandbox helper (sandbox.md sections 1, 3, 4).
+ *
+ *   codespace-linux-sandbox probe
+ *   codespace-linux-sandbox prepare          < request.json   > {"type":"prepared",...}
+ *   codespace-linux-sandbox run --plan <absolute path>
+ *
+ * Trust: argv comes from the runner; the helper ignores its own environment except TMPDIR.
+ * helper/README.md is the contract with the runner (exit codes, signals, terminal).
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "sandbox.h"
+
+#define USAGE "usage: codespace-linux-sandbox run --plan <path>\n"
+
+static int usage(void)
+{
+    fputs(USAGE, stderr);
+    fputs("       codespace-linux-sandbox prepare < request.json\n"
+          "       codespace-linux-sandbox probe\n",
+          stderr);
+    return CS_SBX_EXIT_USAGE;
+}
+
+/* Runs `run --plan` for /usr/bin/true in a private probe workspace, 5 s at most. */
+static int probe(void)
+{
+    const char *t = "/usr/bin/true";
+    if (access(t, X_OK) < 0)
+        t = "/bin/true";
+    char ws[4096];
+    snprintf(ws, sizeof ws, "%s/" CS_SBX_DIR_PREFIX "probe-XXXXXX", cs_sbx_tmpdir());
+    if (!mkdtemp(ws)) {
+        fprintf(stderr, "codespace-linux-sandbox: probe workspace: %s\n", strerror(errno));
+        return 1;
+    }
+    char real[4096];
+    if (!realpath(ws, real)) {
+        rmdir(ws);
+        return 1;
+    }
+    struct cs_str argv[1] = {{(char *)t, strlen(t)}};
+    struct csw_sandbox_prepare_request q;
+    memset(&q, 0, sizeof q);
+    q.workspace_root = (struct cs_str){real, strlen(real)};
+    q.command_cwd = q.workspace_root;
+    q.writable_workspace = true;
+    q.network = CSW_SANDBOX_PREPARE_REQUEST_NETWORK_RESTRICTED;
+    q.argv.v = argv;
+    q.argv.n = 1;
+    char err[1024], *plan = NULL;
+    int rc = 1;
+    if (cs_sbx_prepare_request(&q, &plan, err, sizeof err) < 0) {
+        fprintf(stderr, "codespace-linux-sandbox: probe: %s\n", err);
+        goto out;
+    }
+    pid_t pid = fork();
+    if (pid < 0)
+        goto out;
+    if (pid == 0) {
+        int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+        if (null < 0 || dup2(null, 0) < 0 || dup2(null, 1) < 0)
+            _exit(127);
+        char *args[] = {(char *)"codespace-linux-sandbox", (char *)"run", (char *)"--plan", plan,
+                        NULL};
+        execv("/proc/self/exe", args);
+        _exit(127);
+    }
+    struct timespec start, now;
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    int st = 0;
+    for (;;) {
+        pid_t p = waitpid(pid, &st, WNOHANG);
+        if (p == pid)
+            break;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        if (now.tv_sec - start.tv_sec >= 5) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &st, 0);
+            fprintf(stderr, "codespace-linux-sandbox: probe: timed out\n");
+            st = -1;
+            break;
+        }
+        poll(NULL, 0, 5);
+    }
+    rc = st != -1 && WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : 1;
+    if (rc != 0 && st != -1)
+        fprintf(stderr, "codespace-linux-sandbox: probe: the sandboxed true failed (%d)\n", st);
+out:
+    if (plan) { /* normally removed by run already */
+        unlink(plan);
+        char *slash = strrchr(plan, '/');
+        *slash = '\0';
+        rmdir(plan);
+    }
+    free(plan);
+    rmdir(real);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2)
+        return usage();
+    if (strcmp(argv[1], "probe") == 0 && argc == 2)
+        return probe();
+    if (strcmp(argv[1], "prepare") == 0 && argc == 2)
+        return cs_sbx_prepare_main();
+    if (strcmp(argv[1], "run") != 0)
+        return usage();
+    if (argc != 4 || strcmp(argv[2], "--plan") != 0 || argv[3][0] != '/') {
+        fputs(USAGE, stderr);
+        return CS_SBX_EXIT_USAGE;
+    }
+    /* Nothing the runner left open reaches the sandbox. */
+    if (close_range(3, ~0u, 0) < 0)
+        cs_sbx_die("close_range");
+    struct csw_sandbox_plan plan;
+    char err[1024];
+    if (cs_sbx_plan_load(argv[3], &plan, err, sizeof err) < 0)
+        cs_sbx_diex("%s", err);
+    cs_sbx_run(&plan);
+}

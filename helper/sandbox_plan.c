@@ -1,0 +1,406 @@
+/*
+ * sandbox_plan: the plan's life (sandbox.md section 1). `prepare` turns a request read from
+ * stdin into a plan file (0600, in a fresh 0700 mkdtemp directory under $TMPDIR, created
+ * exclusively, no-follow, fsynced) and answers one JSON line; `run` loads the plan with the
+ * owner, mode and type checks, unlinks it and removes its directory before anything else, then
+ * validates it.
+ *
+ * Trust: the request and the plan are untrusted at the parser: the generated decoders check the
+ * schema, cs_sbx_plan_parse the semantic rules (the same rules for both, so a plan that prepare
+ * would refuse is refused by run as well). fuzz/sandbox_plan_run_fuzz.c drives cs_sbx_plan_parse.
+ *
+ * Entry points: cs_sbx_prepare_main, cs_sbx_plan_load, cs_sbx_plan_parse, cs_sbx_plan_write,
+ * cs_sbx_tmpdir.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "sandbox.h"
+
+static int fail(char *err, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int fail(char *err, size_t cap, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, cap, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+const char *cs_sbx_tmpdir(void)
+{
+    const char *t = getenv("TMPDIR");
+    return t && t[0] == '/' ? t : "/tmp";
+}
+
+static bool has_nul(const struct cs_str *s)
+{
+    return strlen(s->s) != s->n;
+}
+
+/* An absolute path in normal form: no empty, "." or ".." component, no trailing slash. */
+static bool normal_abs(const struct cs_str *p)
+{
+    if (has_nul(p) || p->n < 2 || p->n >= PATH_MAX - 64 || p->s[0] != '/' || p->s[p->n - 1] == '/')
+        return false;
+    const char *c = p->s + 1;
+    for (;;) {
+        const char *e = strchr(c, '/');
+        size_t l = e ? (size_t)(e - c) : strlen(c);
+        if (l == 0 || (l == 1 && c[0] == '.') || (l == 2 && c[0] == '.' && c[1] == '.'))
+            return false;
+        if (!e)
+            return true;
+        c = e + 1;
+    }
+}
+
+static bool inside(const struct cs_str *root, const struct cs_str *p)
+{
+    return strncmp(p->s, root->s, root->n) == 0 && (p->s[root->n] == '\0' || p->s[root->n] == '/');
+}
+
+/* The semantic rules shared by the request and the plan. */
+static int check_common(const struct cs_str *root, const struct cs_str *cwd,
+                        const struct cs_str *argv, size_t argc, const struct cs_str *allow,
+                        size_t nallow, char *err, size_t cap)
+{
+    if (!normal_abs(root))
+        return fail(err, cap, "workspace_root must be an absolute normalized path, not /");
+    if (!normal_abs(cwd) || !inside(root, cwd))
+        return fail(err, cap, "the working directory must be inside the workspace");
+    if (argc == 0)
+        return fail(err, cap, "argv is empty");
+    for (size_t i = 0; i < argc; i++)
+        if (has_nul(&argv[i]))
+            return fail(err, cap, "argv[%zu] holds a NUL byte", i);
+    if (argv[0].n == 0)
+        return fail(err, cap, "argv[0] is empty");
+    for (size_t i = 0; i < nallow; i++) {
+        struct cs_sbx_allow a;
+        if (cs_sbx_allow_parse(allow[i].s, allow[i].n, &a) < 0)
+            return fail(err, cap,
+                        "network_allow[%zu] is not a host, *.domain or IP literal "
+                        "with an optional :port",
+                        i);
+    }
+    return 0;
+}
+
+static int check_env_entry(const struct cs_str *k, const struct cs_str *v, char *err, size_t cap)
+{
+    if (k->n == 0 || has_nul(k) || strchr(k->s, '='))
+        return fail(err, cap, "environment names must be non-empty, without '=' or NUL");
+    if (has_nul(v))
+        return fail(err, cap, "environment value of %s holds a NUL byte", k->s);
+    return 0;
+}
+
+int cs_sbx_plan_parse(const char *buf, size_t n, struct csw_sandbox_plan *out, char *err,
+                      size_t errcap)
+{
+    memset(out, 0, sizeof *out);
+    json_error_t jerr;
+    json_t *j = json_loadb(buf, n, JSON_ALLOW_NUL, &jerr);
+    if (!j)
+        return fail(err, errcap, "plan is not JSON: %s", jerr.text);
+    struct cs_wire_diag diag;
+    enum cs_wire_status st = csw_sandbox_plan_decode(j, out, &diag);
+    json_decref(j);
+    if (st != CS_WIRE_OK) {
+        char d[600];
+        return fail(err, errcap, "invalid plan: %s", cs_wire_diag_format(&diag, d, sizeof d));
+    }
+    int rc = check_common(&out->workspace_root, &out->cwd, out->argv.v, out->argv.n,
+                          out->has_network_allow ? out->network_allow.v : NULL,
+                          out->has_network_allow ? out->network_allow.n : 0, err, errcap);
+    for (size_t i = 0; rc == 0 && i < out->env.n; i++)
+        rc = check_env_entry(&out->env.v[i].key, &out->env.v[i].value, err, errcap);
+    if (rc < 0)
+        csw_sandbox_plan_free(out);
+    return rc;
+}
+
+int cs_sbx_plan_load(const char *path, struct csw_sandbox_plan *out, char *err, size_t errcap)
+{
+    memset(out, 0, sizeof *out);
+    size_t pl = strlen(path);
+    if (path[0] != '/' || pl >= PATH_MAX || pl < 6 || strcmp(path + pl - 5, "/plan") != 0)
+        return fail(err, errcap, "the plan path must be an absolute .../plan path");
+    char dir[PATH_MAX];
+    memcpy(dir, path, pl - 5);
+    dir[pl - 5] = '\0';
+    const char *slash = strrchr(dir, '/');
+    if (!slash || strncmp(slash + 1, CS_SBX_DIR_PREFIX, strlen(CS_SBX_DIR_PREFIX)) != 0)
+        return fail(err, errcap, "the plan is not in a " CS_SBX_DIR_PREFIX "* directory");
+
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    if (fd < 0)
+        return fail(err, errcap, "open plan: %s", strerror(errno));
+    struct stat st, dst;
+    char *buf = NULL;
+    int rc = -1;
+    if (fstat(fd, &st) < 0) {
+        fail(err, errcap, "stat plan: %s", strerror(errno));
+        goto out;
+    }
+    if (!S_ISREG(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 07777) != 0600 ||
+        st.st_nlink != 1) {
+        fail(err, errcap, "the plan must be a regular 0600 file owned by the caller");
+        goto out;
+    }
+    if (lstat(dir, &dst) < 0 || !S_ISDIR(dst.st_mode) || dst.st_uid != geteuid() ||
+        (dst.st_mode & 07777) != 0700) {
+        fail(err, errcap, "the plan directory must be a 0700 directory owned by the caller");
+        goto out;
+    }
+    if (st.st_size <= 0 || (size_t)st.st_size > CS_SBX_PLAN_MAX) {
+        fail(err, errcap, "the plan is empty or over %u bytes", CS_SBX_PLAN_MAX);
+        goto out;
+    }
+    size_t n = (size_t)st.st_size, got = 0;
+    buf = malloc(n);
+    if (!buf) {
+        fail(err, errcap, "out of memory");
+        goto out;
+    }
+    while (got < n) {
+        ssize_t r = read(fd, buf + got, n - got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0) {
+            fail(err, errcap, "read plan: %s", r < 0 ? strerror(errno) : "short read");
+            goto out;
+        }
+        got += (size_t)r;
+    }
+    /* The plan is gone before anything else happens, whatever follows. */
+    if (unlink(path) < 0 || rmdir(dir) < 0) {
+        fail(err, errcap, "remove plan: %s", strerror(errno));
+        goto out;
+    }
+    rc = cs_sbx_plan_parse(buf, n, out, err, errcap);
+out:
+    free(buf);
+    close(fd);
+    return rc;
+}
+
+int cs_sbx_plan_write(const struct csw_sandbox_plan *plan, const char *tmpdir, char **path_out,
+                      char *err, size_t errcap)
+{
+    json_t *j = NULL;
+    struct cs_wire_diag diag;
+    if (csw_sandbox_plan_encode(plan, &j, &diag) != CS_WIRE_OK) {
+        char d[600];
+        return fail(err, errcap, "plan: %s", cs_wire_diag_format(&diag, d, sizeof d));
+    }
+    char *text = json_dumps(j, JSON_COMPACT);
+    json_decref(j);
+    if (!text)
+        return fail(err, errcap, "out of memory");
+    char dir[PATH_MAX], path[PATH_MAX];
+    int rc = -1;
+    if (snprintf(dir, sizeof dir, "%s/" CS_SBX_DIR_PREFIX "XXXXXX", tmpdir) >= (int)sizeof dir) {
+        fail(err, errcap, "TMPDIR too long");
+        goto out;
+    }
+    if (!mkdtemp(dir)) { /* 0700 */
+        fail(err, errcap, "mkdtemp under %s: %s", tmpdir, strerror(errno));
+        goto out;
+    }
+    if (snprintf(path, sizeof path, "%s/plan", dir) >= (int)sizeof path) {
+        fail(err, errcap, "TMPDIR too long");
+        rmdir(dir);
+        goto out;
+    }
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        fail(err, errcap, "create plan: %s", strerror(errno));
+        rmdir(dir);
+        goto out;
+    }
+    size_t n = strlen(text), done = 0;
+    bool ok = fchmod(fd, 0600) == 0;
+    while (ok && done < n) {
+        ssize_t w = write(fd, text + done, n - done);
+        if (w < 0 && errno == EINTR)
+            continue;
+        ok = w > 0;
+        done += w > 0 ? (size_t)w : 0;
+    }
+    ok = ok && fsync(fd) == 0;
+    int e = errno;
+    close(fd);
+    if (!ok) {
+        unlink(path);
+        rmdir(dir);
+        fail(err, errcap, "write plan: %s", strerror(e));
+        goto out;
+    }
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+        fsync(dfd);
+        close(dfd);
+    }
+    *path_out = strdup(path);
+    if (!*path_out) {
+        unlink(path);
+        rmdir(dir);
+        fail(err, errcap, "out of memory");
+        goto out;
+    }
+    rc = 0;
+out:
+    free(text);
+    return rc;
+}
+
+static void respond(bool ok, const char *text)
+{
+    struct csw_sandbox_prepare_response r;
+    memset(&r, 0, sizeof r);
+    if (ok) {
+        r.tag = CSW_SANDBOX_PREPARE_RESPONSE_PREPARED;
+        r.u.prepared.plan_path.s = (char *)text;
+        r.u.prepared.plan_path.n = strlen(text);
+    } else {
+        r.tag = CSW_SANDBOX_PREPARE_RESPONSE_ERROR;
+        r.u.error.message.s = (char *)text;
+        r.u.error.message.n = strlen(text);
+    }
+    json_t *j = NULL;
+    char *s = NULL;
+    if (csw_sandbox_prepare_response_encode(&r, &j, NULL) == CS_WIRE_OK)
+        s = json_dumps(j, JSON_COMPACT);
+    if (s)
+        printf("%s\n", s);
+    else
+        printf("{\"type\":\"error\",\"message\":\"cannot encode the response\"}\n");
+    fflush(stdout);
+    free(s);
+    json_decref(j);
+}
+
+/* Prepare-time checks against the file system: the workspace is a real directory reached
+ * without symlinks (so the bind lands where the path says) and the cwd is inside it. */
+static int check_fs(const struct csw_sandbox_prepare_request *q, char *err, size_t cap)
+{
+    char real[PATH_MAX];
+    struct stat st;
+    if (!realpath(q->workspace_root.s, real) || stat(real, &st) < 0 || !S_ISDIR(st.st_mode))
+        return fail(err, cap, "workspace_root is not a directory");
+    if (strcmp(real, q->workspace_root.s) != 0)
+        return fail(err, cap, "workspace_root must not go through a symlink");
+    if (!realpath(q->command_cwd.s, real) || stat(real, &st) < 0 || !S_ISDIR(st.st_mode))
+        return fail(err, cap, "the working directory is not a directory");
+    struct cs_str r = {real, strlen(real)};
+    if (!inside(&q->workspace_root, &r))
+        return fail(err, cap, "the working directory resolves outside the workspace");
+    return 0;
+}
+
+/* Builds the plan from a request (borrowing its strings) and writes it. */
+int cs_sbx_prepare_request(const struct csw_sandbox_prepare_request *q, char **path, char *err,
+                           size_t cap)
+{
+    int rc = check_common(&q->workspace_root, &q->command_cwd, q->argv.v, q->argv.n,
+                          q->has_network_allow ? q->network_allow.v : NULL,
+                          q->has_network_allow ? q->network_allow.n : 0, err, cap);
+    for (size_t i = 0; rc == 0 && i < q->env.n; i++)
+        rc = check_env_entry(&q->env.v[i].key, &q->env.v[i].value, err, cap);
+    if (rc == 0)
+        rc = check_fs(q, err, cap);
+    if (rc < 0)
+        return rc;
+    struct csw_sandbox_plan p;
+    memset(&p, 0, sizeof p);
+    p.argv.v = q->argv.v;
+    p.argv.n = q->argv.n;
+    p.cwd = q->command_cwd;
+    p.workspace_root = q->workspace_root;
+    p.writable_workspace = q->writable_workspace;
+    p.network = q->network == CSW_SANDBOX_PREPARE_REQUEST_NETWORK_ENABLED
+                    ? CSW_SANDBOX_PLAN_NETWORK_ENABLED
+                    : CSW_SANDBOX_PLAN_NETWORK_RESTRICTED;
+    p.has_network_allow = q->has_network_allow;
+    p.network_allow.v = q->network_allow.v;
+    p.network_allow.n = q->network_allow.n;
+    p.tty = q->tty;
+    p.env.n = q->env.n;
+    p.env.v = q->env.n ? calloc(q->env.n, sizeof *p.env.v) : NULL;
+    if (q->env.n && !p.env.v)
+        return fail(err, cap, "out of memory");
+    for (size_t i = 0; i < q->env.n; i++) {
+        p.env.v[i].key = q->env.v[i].key;
+        p.env.v[i].value = q->env.v[i].value;
+    }
+    rc = cs_sbx_plan_write(&p, cs_sbx_tmpdir(), path, err, cap);
+    free(p.env.v);
+    return rc;
+}
+
+int cs_sbx_prepare_main(void)
+{
+    char err[1024];
+    size_t cap = CS_SBX_REQ_MAX + 1, n = 0;
+    char *buf = malloc(cap);
+    if (!buf) {
+        respond(false, "out of memory");
+        return 1;
+    }
+    for (;;) {
+        ssize_t r = read(0, buf + n, cap - n);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0) {
+            free(buf);
+            respond(false, "cannot read the request");
+            return 1;
+        }
+        if (r == 0)
+            break;
+        n += (size_t)r;
+        if (n == cap) {
+            free(buf);
+            respond(false, "request over 1 MiB");
+            return 1;
+        }
+    }
+    json_error_t jerr;
+    json_t *j = json_loadb(buf, n, 0, &jerr);
+    free(buf);
+    if (!j) {
+        snprintf(err, sizeof err, "request is not JSON: %s", jerr.text);
+        respond(false, err);
+        return 1;
+    }
+    struct csw_sandbox_prepare_request q;
+    struct cs_wire_diag diag;
+    enum cs_wire_status st = csw_sandbox_prepare_request_decode(j, &q, &diag);
+    json_decref(j);
+    if (st != CS_WIRE_OK) {
+        char d[600];
+        snprintf(err, sizeof err, "invalid request: %s", cs_wire_diag_format(&diag, d, sizeof d));
+        respond(false, err);
+        return 1;
+    }
+    char *path = NULL;
+    int rc = cs_sbx_prepare_request(&q, &path, err, sizeof err);
+    csw_sandbox_prepare_request_free(&q);
+    if (rc < 0) {
+        respond(false, err);
+        return 1;
+    }
+    respond(true, path);
+    free(path);
+    return 0;
+}

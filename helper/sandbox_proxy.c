@@ -1,0 +1,541 @@
+/*
+ * sandbox_proxy: the enabled-network proxy (sandbox.md section 4), run by the outer helper in
+ * the host network namespace. The listening socket was created inside the sandbox's network
+ * namespace, so only the sandboxed command can reach it.
+ *
+ * One epoll loop, level-triggered, non-blocking sockets. Each connection goes HEAD (reading the
+ * request head, at most CS_SBX_HEAD_MAX bytes) -> RESOLVING (names only) -> CONNECTING
+ * (non-blocking connect, next address on failure) -> TUNNEL (bytes both ways through two bounded
+ * buffers, half-close propagated), or REPLY (a 4xx/5xx answer, then close). A fd is registered only
+ * while some event on it is wanted, so a hung-up peer never spins the loop. The same loop reads the
+ * signalfd: the loop ends when the callback says the init was reaped; every connection is then
+ * closed.
+ *
+ * Trust: everything read from a client socket is hostile (cs_sbx_parse_request checks it).
+ * Names are resolved by getaddrinfo on detached threads (at most MAX_LOOKUPS at once), which hand
+ * the result back through a pipe the loop watches, so a slow DNS answer stalls only its own
+ * connection (ST_RESOLVING); IP literals are parsed at once.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "sandbox.h"
+
+#define BUF_CAP   (64 * 1024)
+#define MAX_CONNS 1024
+
+enum state { ST_HEAD, ST_RESOLVING, ST_CONNECTING, ST_TUNNEL, ST_REPLY };
+
+struct buf {
+    char *d;
+    size_t off, len;
+};
+
+struct conn;
+
+/* A name lookup run by a detached thread; the result comes back through a pipe as this
+ * pointer. c is cleared when the connection goes away first; the loop then frees the job. */
+struct lookup {
+    struct conn *c;
+    char host[CS_SBX_HOST_MAX + 1];
+    char port[8];
+    struct addrinfo *res;
+    int rc;
+    int notify_fd;
+};
+
+struct endpoint {
+    struct conn *c;
+    int side; /* 0 client, 1 upstream */
+};
+
+struct conn {
+    enum state st;
+    int fd[2];
+    int reg[2]; /* registered epoll mask, -1 when not registered */
+    struct endpoint ep[2];
+    char head[CS_SBX_HEAD_MAX];
+    size_t head_n;
+    struct buf c2u, u2c;
+    bool eof[2];  /* side i sent EOF */
+    bool shut[2]; /* we shut down writing to side i */
+    struct addrinfo *ai, *next;
+    struct lookup *lookup; /* in flight while ST_RESOLVING */
+    struct cs_sbx_request req;
+    struct conn *prev_c, *next_c;
+};
+
+struct proxy {
+    int ep;
+    int lookup_pipe[2];
+    size_t lookups; /* threads in flight */
+    const struct cs_sbx_proxy_cfg *cfg;
+    struct conn *conns;
+    size_t nconns;
+};
+
+static char marker_listen, marker_sig, marker_lookup;
+
+#define MAX_LOOKUPS 64
+
+static void buf_compact(struct buf *b)
+{
+    if (b->off && b->len)
+        memmove(b->d, b->d + b->off, b->len);
+    b->off = 0;
+}
+
+static size_t buf_room(const struct buf *b)
+{
+    return BUF_CAP - b->off - b->len;
+}
+
+static void conn_free(struct proxy *px, struct conn *c)
+{
+    for (int i = 0; i < 2; i++)
+        if (c->fd[i] >= 0)
+            close(c->fd[i]); /* closing also removes it from the epoll set */
+    if (c->ai)
+        freeaddrinfo(c->ai);
+    if (c->lookup)
+        c->lookup->c = NULL; /* the loop frees it when the thread reports */
+    free(c->req.rewritten);
+    free(c->c2u.d);
+    free(c->u2c.d);
+    if (c->prev_c)
+        c->prev_c->next_c = c->next_c;
+    else
+        px->conns = c->next_c;
+    if (c->next_c)
+        c->next_c->prev_c = c->prev_c;
+    px->nconns--;
+    free(c);
+}
+
+/* Registers exactly the events each fd needs now. */
+static void conn_update(struct proxy *px, struct conn *c)
+{
+    int want[2] = {0, 0};
+    switch (c->st) {
+    case ST_HEAD:
+        want[0] = EPOLLIN;
+        break;
+    case ST_RESOLVING:
+        break;
+    case ST_CONNECTING:
+        want[1] = EPOLLOUT;
+        break;
+    case ST_REPLY:
+        want[0] = c->u2c.len ? EPOLLOUT : 0;
+        break;
+    case ST_TUNNEL:
+        if (!c->eof[0] && buf_room(&c->c2u))
+            want[0] |= EPOLLIN;
+        if (c->u2c.len)
+            want[0] |= EPOLLOUT;
+        if (!c->eof[1] && buf_room(&c->u2c))
+            want[1] |= EPOLLIN;
+        if (c->c2u.len)
+            want[1] |= EPOLLOUT;
+        break;
+    }
+    for (int i = 0; i < 2; i++) {
+        if (c->fd[i] < 0 || want[i] == c->reg[i] || (want[i] == 0 && c->reg[i] < 0))
+            continue;
+        struct epoll_event ev = {.events = (uint32_t)want[i], .data.ptr = &c->ep[i]};
+        int op = c->reg[i] < 0 ? EPOLL_CTL_ADD : want[i] ? EPOLL_CTL_MOD : EPOLL_CTL_DEL;
+        if (epoll_ctl(px->ep, op, c->fd[i], &ev) == 0)
+            c->reg[i] = op == EPOLL_CTL_DEL ? -1 : want[i];
+    }
+}
+
+static void reply(struct proxy *px, struct conn *c, const char *status, const char *reason)
+{
+    int n = snprintf(c->u2c.d, BUF_CAP,
+                     "HTTP/1.1 %s\r\nContent-Type: text/plain\r\nContent-Length: %zu\r\n"
+                     "Connection: close\r\n\r\n%s\n",
+                     status, strlen(reason) + 1, reason);
+    c->u2c.off = 0;
+    c->u2c.len = n > 0 ? (size_t)n : 0;
+    if (c->fd[1] >= 0) {
+        close(c->fd[1]);
+        c->fd[1] = -1;
+        c->reg[1] = -1;
+    }
+    c->st = ST_REPLY;
+    conn_update(px, c);
+}
+
+/* Starts a connect to the next admissible address; false when none is left. */
+static bool try_connect(struct proxy *px, struct conn *c)
+{
+    for (; c->next; c->next = c->next->ai_next) {
+        struct addrinfo *a = c->next;
+        int s = socket(a->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+        if (s < 0)
+            continue;
+        if (connect(s, a->ai_addr, a->ai_addrlen) == 0 || errno == EINPROGRESS) {
+            c->fd[1] = s;
+            c->reg[1] = -1;
+            c->next = a->ai_next;
+            c->st = ST_CONNECTING;
+            conn_update(px, c);
+            return true;
+        }
+        close(s);
+    }
+    return false;
+}
+
+/* Continues with a finished lookup: the resolved-address rule, then the first connect. */
+static void resolved(struct proxy *px, struct conn *c, int rc, struct addrinfo *res)
+{
+    const struct cs_sbx_proxy_cfg *cfg = px->cfg;
+    if (rc != 0 || !res) {
+        if (res)
+            freeaddrinfo(res);
+        reply(px, c, "502 Bad Gateway", "cannot resolve the destination");
+        return;
+    }
+    /* Keep only admissible addresses (the resolved-address rule). */
+    struct addrinfo **pp = &res;
+    bool refused = false;
+    while (*pp) {
+        struct addrinfo *a = *pp;
+        if (!cs_sbx_allow_address(cfg->allow, cfg->nallow, a->ai_addr, c->req.port)) {
+            *pp = a->ai_next;
+            a->ai_next = NULL;
+            freeaddrinfo(a);
+            refused = true;
+        } else {
+            pp = &a->ai_next;
+        }
+    }
+    if (!res) {
+        reply(px, c, "403 Forbidden",
+              refused ? "destination resolves to a loopback, link-local or private address"
+                      : "no address");
+        return;
+    }
+    c->ai = c->next = res;
+    if (!try_connect(px, c))
+        reply(px, c, "502 Bad Gateway", "cannot connect to the destination");
+}
+
+static void *lookup_thread(void *arg)
+{
+    struct lookup *l = arg;
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};
+    l->rc = getaddrinfo(l->host, l->port, &hints, &l->res);
+    /* a pointer is far below PIPE_BUF: the write is atomic */
+    (void)!write(l->notify_fd, &l, sizeof l);
+    return NULL;
+}
+
+static void start_upstream(struct proxy *px, struct conn *c)
+{
+    const struct cs_sbx_proxy_cfg *cfg = px->cfg;
+    if (!cs_sbx_allow_match(cfg->allow, cfg->nallow, c->req.host, c->req.port)) {
+        reply(px, c, "403 Forbidden", "destination not in network_allow");
+        return;
+    }
+    char port[8];
+    snprintf(port, sizeof port, "%u", c->req.port);
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_NUMERICSERV | AI_NUMERICHOST};
+    struct addrinfo *res = NULL;
+    int rc = getaddrinfo(c->req.host, port, &hints, &res);
+    if (rc != EAI_NONAME) { /* an IP literal: no lookup needed */
+        resolved(px, c, rc, res);
+        return;
+    }
+    /* A name: resolve on a thread so the loop keeps serving every other connection. */
+    if (px->lookups >= MAX_LOOKUPS) {
+        reply(px, c, "503 Service Unavailable", "too many name lookups in flight");
+        return;
+    }
+    struct lookup *l = calloc(1, sizeof *l);
+    pthread_attr_t attr;
+    pthread_t t;
+    if (!l || pthread_attr_init(&attr) != 0) {
+        free(l);
+        reply(px, c, "503 Service Unavailable", "out of memory");
+        return;
+    }
+    l->c = c;
+    snprintf(l->host, sizeof l->host, "%s", c->req.host);
+    snprintf(l->port, sizeof l->port, "%s", port);
+    l->notify_fd = px->lookup_pipe[1];
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_attr_setstacksize(&attr, 256 * 1024);
+    int e = pthread_create(&t, &attr, lookup_thread, l);
+    pthread_attr_destroy(&attr);
+    if (e != 0) {
+        free(l);
+        reply(px, c, "503 Service Unavailable", "cannot start a name lookup");
+        return;
+    }
+    px->lookups++;
+    c->lookup = l;
+    c->st = ST_RESOLVING;
+    conn_update(px, c);
+}
+
+static void on_lookups(struct proxy *px)
+{
+    struct lookup *l;
+    while (read(px->lookup_pipe[0], &l, sizeof l) == (ssize_t)sizeof l) {
+        px->lookups--;
+        struct conn *c = l->c;
+        if (c) {
+            c->lookup = NULL;
+            resolved(px, c, l->rc, l->res);
+        } else if (l->res) {
+            freeaddrinfo(l->res);
+        }
+        free(l);
+    }
+}
+
+static void enter_tunnel(struct proxy *px, struct conn *c)
+{
+    size_t extra = c->head_n - c->req.head_len; /* bytes the client sent after the head */
+    c->u2c.off = c->u2c.len = 0;
+    c->c2u.off = c->c2u.len = 0;
+    if (c->req.connect) {
+        static const char ok[] = "HTTP/1.1 200 Connection established\r\n\r\n";
+        memcpy(c->u2c.d, ok, sizeof ok - 1);
+        c->u2c.len = sizeof ok - 1;
+    } else {
+        memcpy(c->c2u.d, c->req.rewritten, c->req.rewritten_len);
+        c->c2u.len = c->req.rewritten_len;
+    }
+    memcpy(c->c2u.d + c->c2u.len, c->head + c->req.head_len, extra);
+    c->c2u.len += extra;
+    c->st = ST_TUNNEL;
+    conn_update(px, c);
+}
+
+static void on_head(struct proxy *px, struct conn *c)
+{
+    ssize_t r = read(c->fd[0], c->head + c->head_n, sizeof c->head - c->head_n);
+    if (r < 0 && (errno == EAGAIN || errno == EINTR))
+        return;
+    if (r <= 0) {
+        conn_free(px, c);
+        return;
+    }
+    c->head_n += (size_t)r;
+    enum cs_sbx_parse p = cs_sbx_parse_request(c->head, c->head_n, &c->req);
+    if (p == CS_SBX_PARSE_MORE)
+        return;
+    if (p == CS_SBX_PARSE_BAD) {
+        reply(px, c, "400 Bad Request", c->req.reason);
+        return;
+    }
+    start_upstream(px, c);
+}
+
+static void on_connecting(struct proxy *px, struct conn *c)
+{
+    int err = 0;
+    socklen_t l = sizeof err;
+    if (getsockopt(c->fd[1], SOL_SOCKET, SO_ERROR, &err, &l) < 0)
+        err = errno;
+    if (err == 0) {
+        enter_tunnel(px, c);
+        return;
+    }
+    epoll_ctl(px->ep, EPOLL_CTL_DEL, c->fd[1], NULL);
+    close(c->fd[1]);
+    c->fd[1] = -1;
+    c->reg[1] = -1;
+    if (!try_connect(px, c))
+        reply(px, c, "502 Bad Gateway", "cannot connect to the destination");
+}
+
+/* Moves bytes for one side's readiness; returns false when the connection must close. */
+static bool tunnel_io(struct conn *c, int side, uint32_t ev)
+{
+    struct buf *in = side == 0 ? &c->c2u : &c->u2c;  /* what this side sends */
+    struct buf *out = side == 0 ? &c->u2c : &c->c2u; /* what this side receives */
+    int fd = c->fd[side];
+    if ((ev & (EPOLLIN | EPOLLHUP | EPOLLERR)) && !c->eof[side] && buf_room(in)) {
+        if (in->off + in->len == BUF_CAP)
+            buf_compact(in);
+        ssize_t r = read(fd, in->d + in->off + in->len, buf_room(in));
+        if (r > 0)
+            in->len += (size_t)r;
+        else if (r == 0)
+            c->eof[side] = true;
+        else if (errno != EAGAIN && errno != EINTR)
+            return false;
+    }
+    if ((ev & (EPOLLOUT | EPOLLERR)) && out->len) {
+        ssize_t w = send(fd, out->d + out->off, out->len, MSG_NOSIGNAL);
+        if (w > 0) {
+            out->off += (size_t)w;
+            out->len -= (size_t)w;
+            if (!out->len)
+                out->off = 0;
+        } else if (w < 0 && errno != EAGAIN && errno != EINTR) {
+            return false;
+        }
+    }
+    /* Propagate EOFs once everything before them is delivered. */
+    for (int s = 0; s < 2; s++) {
+        struct buf *b = s == 0 ? &c->c2u : &c->u2c; /* from side s to the other */
+        if (c->eof[s] && !b->len && !c->shut[!s]) {
+            shutdown(c->fd[!s], SHUT_WR);
+            c->shut[!s] = true;
+        }
+    }
+    return !(c->shut[0] && c->shut[1]);
+}
+
+static void on_accept(struct proxy *px)
+{
+    for (;;) {
+        int fd = accept4(px->cfg->listen_fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0)
+            return;
+        struct conn *c = px->nconns < MAX_CONNS ? calloc(1, sizeof *c) : NULL;
+        char *b1 = c ? malloc(BUF_CAP) : NULL, *b2 = c ? malloc(BUF_CAP) : NULL;
+        if (!c || !b1 || !b2) {
+            free(b1);
+            free(b2);
+            free(c);
+            close(fd);
+            continue;
+        }
+        c->fd[0] = fd;
+        c->fd[1] = -1;
+        c->reg[0] = c->reg[1] = -1;
+        c->ep[0] = (struct endpoint){c, 0};
+        c->ep[1] = (struct endpoint){c, 1};
+        c->c2u.d = b1;
+        c->u2c.d = b2;
+        c->st = ST_HEAD;
+        c->next_c = px->conns;
+        if (px->conns)
+            px->conns->prev_c = c;
+        px->conns = c;
+        px->nconns++;
+        conn_update(px, c);
+    }
+}
+
+static void on_conn_event(struct proxy *px, struct endpoint *e, uint32_t ev)
+{
+    struct conn *c = e->c;
+    switch (c->st) {
+    case ST_HEAD:
+        on_head(px, c);
+        return;
+    case ST_RESOLVING:
+        return; /* nothing is registered in this state */
+    case ST_CONNECTING:
+        on_connecting(px, c);
+        return;
+    case ST_REPLY: {
+        ssize_t w = send(c->fd[0], c->u2c.d + c->u2c.off, c->u2c.len, MSG_NOSIGNAL);
+        if (w > 0) {
+            c->u2c.off += (size_t)w;
+            c->u2c.len -= (size_t)w;
+        }
+        if ((w < 0 && errno != EAGAIN) || c->u2c.len == 0 || (ev & EPOLLERR)) {
+            conn_free(px, c);
+            return;
+        }
+        break;
+    }
+    case ST_TUNNEL:
+        if (!tunnel_io(c, e->side, ev)) {
+            conn_free(px, c);
+            return;
+        }
+        break;
+    }
+    conn_update(px, c);
+}
+
+void cs_sbx_proxy_serve(const struct cs_sbx_proxy_cfg *cfg)
+{
+    struct proxy px = {.cfg = cfg};
+    px.ep = epoll_create1(EPOLL_CLOEXEC);
+    if (px.ep < 0)
+        cs_sbx_die("epoll_create1");
+    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &marker_sig};
+    if (epoll_ctl(px.ep, EPOLL_CTL_ADD, cfg->sig_fd, &ev) < 0)
+        cs_sbx_die("epoll_ctl signalfd");
+    if (pipe2(px.lookup_pipe, O_CLOEXEC) < 0 || fcntl(px.lookup_pipe[0], F_SETFL, O_NONBLOCK) < 0)
+        cs_sbx_die("lookup pipe");
+    ev.data.ptr = &marker_lookup;
+    if (epoll_ctl(px.ep, EPOLL_CTL_ADD, px.lookup_pipe[0], &ev) < 0)
+        cs_sbx_die("epoll_ctl lookup pipe");
+    if (cfg->listen_fd >= 0) {
+        ev.data.ptr = &marker_listen;
+        if (epoll_ctl(px.ep, EPOLL_CTL_ADD, cfg->listen_fd, &ev) < 0)
+            cs_sbx_die("epoll_ctl listener");
+    }
+    bool done = false;
+    struct epoll_event evs[64];
+    while (!done) {
+        int n = epoll_wait(px.ep, evs, 64, -1);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            cs_sbx_die("epoll_wait");
+        }
+        /* Signals first: a reaped init ends the loop before any pointer below is used. */
+        for (int i = 0; i < n && !done; i++) {
+            if (evs[i].data.ptr != &marker_sig)
+                continue;
+            struct signalfd_siginfo si;
+            while (read(cfg->sig_fd, &si, sizeof si) == (ssize_t)sizeof si)
+                if (cfg->on_signal(cfg->ctx, (int)si.ssi_signo))
+                    done = true;
+        }
+        if (done)
+            break;
+        /* A conn freed by one event may be named by a later one in this batch: each pointer
+         * is looked up in the live list first. */
+        for (int i = 0; i < n; i++) {
+            void *p = evs[i].data.ptr;
+            if (p == &marker_sig)
+                continue;
+            if (p == &marker_listen) {
+                on_accept(&px);
+                continue;
+            }
+            if (p == &marker_lookup) {
+                on_lookups(&px);
+                continue;
+            }
+            /* p is compared, never dereferenced, until it is known to be live */
+            struct endpoint *e = NULL;
+            for (struct conn *c = px.conns; c && !e; c = c->next_c)
+                if (p == (void *)&c->ep[0] || p == (void *)&c->ep[1])
+                    e = p;
+            if (e)
+                on_conn_event(&px, e, evs[i].events);
+        }
+    }
+    while (px.conns)
+        conn_free(&px, px.conns);
+    if (cfg->listen_fd >= 0)
+        close(cfg->listen_fd);
+    /* Lookup threads still running keep the pipe's write end: it stays open, and the helper
+     * exits right after this loop. */
+    close(px.lookup_pipe[0]);
+    close(px.ep);
+}

@@ -1,0 +1,436 @@
+/*
+ * sandbox_run: `run --plan`, after the plan is loaded. Three processes:
+ *
+ *   outer helper  the process the runner spawned (its session, its process group). Clones the
+ *                 init into new namespaces, writes the uid/gid maps, serves the proxy (enabled
+ *                 network), forwards SIGTERM/SIGINT/SIGHUP/SIGQUIT/SIGUSR1/SIGUSR2/SIGWINCH to
+ *                 the init, and exits with the command's status (re-raising its signal).
+ *   init          PID 1 of the new PID namespace, dies with the outer helper (PR_SET_PDEATHSIG
+ *                 SIGKILL). Builds the sandbox (sandbox_setup.c), forks the command, forwards
+ *                 signals to the command's process group, reaps everything, and when the command
+ *                 is gone kills whatever is left and reports the command's wait status.
+ *   command       a new session (controlling terminal = fd 0 when the plan says tty), seccomp
+ *                 last, then execve.
+ *
+ * Trust: the plan is validated; the command is hostile from execve on.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <termios.h>
+#include <unistd.h>
+
+#include "sandbox.h"
+
+extern char **environ;
+
+static const int forwarded[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH};
+
+_Noreturn void cs_sbx_die(const char *what)
+{
+    int e = errno;
+    fprintf(stderr, "codespace-linux-sandbox: %s: %s\n", what, strerror(e));
+    _exit(CS_SBX_EXIT_SETUP);
+}
+
+_Noreturn void cs_sbx_diex(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("codespace-linux-sandbox: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    _exit(CS_SBX_EXIT_SETUP);
+}
+
+static void write_file(const char *path, const char *s)
+{
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    if (fd < 0)
+        cs_sbx_diex("open %s: %s", path, strerror(errno));
+    size_t n = strlen(s);
+    if (write(fd, s, n) != (ssize_t)n)
+        cs_sbx_diex("write %s: %s", path, strerror(errno));
+    close(fd);
+}
+
+static bool env_drop(const struct cs_str *k)
+{
+    static const char *const drop[] = {"NO_PROXY",   "no_proxy",    "PATH",
+                                       "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY",
+                                       "http_proxy", "https_proxy", "all_proxy"};
+    for (size_t i = 0; i < sizeof drop / sizeof *drop; i++)
+        if (strcmp(k->s, drop[i]) == 0)
+            return true;
+    return false;
+}
+
+/* The command's environment: the plan's, PATH fixed, TMPDIR pointing at the private /tmp,
+ * NO_PROXY removed, and the proxy variables in enabled mode. */
+static char **build_env(const struct csw_sandbox_plan *plan, uint16_t proxy_port)
+{
+    size_t n = plan->env.n + 8;
+    char **env = calloc(n, sizeof *env);
+    size_t k = 0;
+    if (!env)
+        cs_sbx_diex("out of memory");
+    for (size_t i = 0; i < plan->env.n; i++) {
+        const struct csw_sandbox_plan_env_entry *e = &plan->env.v[i];
+        if (env_drop(&e->key))
+            continue;
+        const char *val = strcmp(e->key.s, "TMPDIR") == 0 ? "/tmp" : e->value.s;
+        if (asprintf(&env[k++], "%s=%s", e->key.s, val) < 0)
+            cs_sbx_diex("out of memory");
+    }
+    env[k++] = strdup("PATH=" CS_SBX_PATH);
+    if (plan->network == CSW_SANDBOX_PLAN_NETWORK_ENABLED) {
+        static const char *const vars[] = {"HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY",
+                                           "http_proxy", "https_proxy", "all_proxy"};
+        for (size_t i = 0; i < 6; i++)
+            if (asprintf(&env[k++], "%s=http://127.0.0.1:%u", vars[i], proxy_port) < 0)
+                cs_sbx_diex("out of memory");
+    }
+    env[k] = NULL;
+    return env;
+}
+
+static void send_fd(int sock, int fd)
+{
+    char byte = 'P';
+    struct iovec iov = {.iov_base = &byte, .iov_len = 1};
+    union {
+        char buf[CMSG_SPACE(sizeof(int))];
+        struct cmsghdr align;
+    } u;
+    memset(&u, 0, sizeof u);
+    struct msghdr msg = {
+        .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof u.buf};
+    struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(c), &fd, sizeof fd);
+    if (sendmsg(sock, &msg, MSG_NOSIGNAL) != 1)
+        cs_sbx_die("send proxy listener");
+}
+
+static int recv_fd(int sock)
+{
+    char byte;
+    struct iovec iov = {.iov_base = &byte, .iov_len = 1};
+    union {
+        char buf[CMSG_SPACE(sizeof(int))];
+        struct cmsghdr align;
+    } u;
+    struct msghdr msg = {
+        .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof u.buf};
+    ssize_t r;
+    do
+        r = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
+    while (r < 0 && errno == EINTR);
+    if (r != 1)
+        return -1; /* the init died during setup; its status tells why */
+    struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+    if (!c || c->cmsg_type != SCM_RIGHTS || c->cmsg_len != CMSG_LEN(sizeof(int)))
+        return -1;
+    int fd;
+    memcpy(&fd, CMSG_DATA(c), sizeof fd);
+    return fd;
+}
+
+/* ------------------------------------------------------------------ command ---- */
+
+_Noreturn static void command_main(const struct csw_sandbox_plan *plan, char **env)
+{
+    for (int s = 1; s < NSIG; s++)
+        if (s != SIGKILL && s != SIGSTOP)
+            signal(s, SIG_DFL);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    if (setsid() < 0)
+        cs_sbx_die("setsid");
+    /* A PTY command owns its terminal: controlling terminal and foreground process group. */
+    if (plan->tty && isatty(0)) {
+        if (ioctl(0, TIOCSCTTY, 0) < 0)
+            cs_sbx_die("TIOCSCTTY");
+        if (tcgetpgrp(0) != getpgrp())
+            cs_sbx_diex("terminal foreground group not set");
+    }
+    if (close_range(3, ~0u, 0) < 0)
+        cs_sbx_die("close_range");
+    char **argv = calloc(plan->argv.n + 1, sizeof *argv);
+    if (!argv)
+        cs_sbx_diex("out of memory");
+    for (size_t i = 0; i < plan->argv.n; i++)
+        argv[i] = plan->argv.v[i].s;
+    environ = env; /* execvp searches the sandbox PATH */
+    cs_sbx_setup_seccomp(plan->network == CSW_SANDBOX_PLAN_NETWORK_ENABLED);
+    execvp(argv[0], argv);
+    int e = errno;
+    fprintf(stderr, "codespace-linux-sandbox: exec %s: %s\n", argv[0], strerror(e));
+    _exit(e == ENOENT || e == ENOTDIR ? 127 : 126);
+}
+
+/* ---------------------------------------------------------------------- init ---- */
+
+_Noreturn static void init_main(struct csw_sandbox_plan *plan, int go_fd, int status_fd,
+                                int fd_sock, uid_t uid, gid_t gid)
+{
+    /* Die with the outer helper; a parent that died before this line closed go_fd. */
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0)
+        cs_sbx_die("PR_SET_PDEATHSIG");
+    char go;
+    if (read(go_fd, &go, 1) != 1)
+        _exit(CS_SBX_EXIT_SETUP);
+    close(go_fd);
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 || prctl(PR_GET_NO_NEW_PRIVS, 0, 0, 0, 0) != 1)
+        cs_sbx_die("PR_SET_NO_NEW_PRIVS");
+    /* The init runs without the seccomp filter: nothing in the sandbox may open its memory
+     * (/proc/1/mem) or ptrace it, which a non-dumpable process refuses without CAP_SYS_PTRACE. */
+    if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0 || prctl(PR_GET_DUMPABLE, 0, 0, 0, 0) != 0)
+        cs_sbx_die("PR_SET_DUMPABLE");
+    if (getuid() != uid || getgid() != gid || geteuid() != uid || getegid() != gid)
+        cs_sbx_diex("uid/gid map did not hold");
+    if (setsid() < 0) /* out of the runner's process group: signals come through the helper */
+        cs_sbx_die("setsid (init)");
+
+    uint16_t port = 0;
+    cs_sbx_setup_loopback();
+    if (plan->network == CSW_SANDBOX_PLAN_NETWORK_ENABLED) {
+        int l = cs_sbx_setup_proxy_listener(&port);
+        send_fd(fd_sock, l);
+        close(l);
+    }
+    if (fd_sock >= 0)
+        close(fd_sock);
+
+    cs_sbx_setup_filesystem(plan);
+    if (sethostname("codespace", 9) < 0)
+        cs_sbx_die("sethostname");
+    struct rlimit rl = {0, 0};
+    if (setrlimit(RLIMIT_CORE, &rl) < 0 || getrlimit(RLIMIT_CORE, &rl) < 0 || rl.rlim_cur != 0 ||
+        rl.rlim_max != 0)
+        cs_sbx_die("RLIMIT_CORE");
+    if (chdir(plan->cwd.s) < 0)
+        cs_sbx_diex("chdir %s: %s", plan->cwd.s, strerror(errno));
+    cs_sbx_setup_drop_caps();
+    cs_sbx_setup_landlock(plan);
+
+    /* Only 0-2 and the status pipe (as fd 3) stay open. */
+    if (status_fd != 3) {
+        if (dup2(status_fd, 3) < 0)
+            cs_sbx_die("dup2");
+        status_fd = 3;
+    }
+    if (close_range(4, ~0u, 0) < 0)
+        cs_sbx_die("close_range");
+    fcntl(status_fd, F_SETFD, FD_CLOEXEC);
+
+    char **env = build_env(plan, port);
+    sigset_t set;
+    sigemptyset(&set);
+    for (size_t i = 0; i < sizeof forwarded / sizeof *forwarded; i++)
+        sigaddset(&set, forwarded[i]);
+    sigaddset(&set, SIGCHLD);
+    sigprocmask(SIG_BLOCK, &set, NULL);
+
+    pid_t cmd = fork();
+    if (cmd < 0)
+        cs_sbx_die("fork command");
+    if (cmd == 0)
+        command_main(plan, env);
+
+    int cmd_status = 0;
+    for (;;) {
+        siginfo_t si;
+        int sig = sigwaitinfo(&set, &si);
+        if (sig < 0)
+            continue;
+        if (sig != SIGCHLD) {
+            if (kill(-cmd, sig) < 0) /* before its setsid the group does not exist yet */
+                kill(cmd, sig);
+            continue;
+        }
+        bool done = false;
+        int st;
+        pid_t p;
+        while ((p = waitpid(-1, &st, WNOHANG)) > 0)
+            if (p == cmd) {
+                cmd_status = st;
+                done = true;
+            }
+        if (done)
+            break;
+    }
+    /* Nothing the command started survives it. */
+    kill(-1, SIGKILL);
+    while (waitpid(-1, NULL, 0) > 0 || errno == EINTR)
+        ;
+    (void)!write(status_fd, &cmd_status, sizeof cmd_status);
+    if (WIFSIGNALED(cmd_status))
+        _exit(128 + WTERMSIG(cmd_status));
+    _exit(WEXITSTATUS(cmd_status));
+}
+
+/* ---------------------------------------------------------------- outer helper ---- */
+
+struct outer {
+    pid_t init;
+    int init_status;
+    bool reaped;
+};
+
+static bool outer_on_signal(void *ctx, int sig)
+{
+    struct outer *o = ctx;
+    if (sig != SIGCHLD) {
+        kill(o->init, sig);
+        return false;
+    }
+    int st;
+    pid_t p;
+    while ((p = waitpid(-1, &st, WNOHANG)) > 0)
+        if (p == o->init) {
+            o->init_status = st;
+            o->reaped = true;
+        }
+    return o->reaped;
+}
+
+/* Exits with the wait status st: the same exit code, or the same signal re-raised. */
+_Noreturn static void exit_like(int st)
+{
+    if (WIFEXITED(st))
+        _exit(WEXITSTATUS(st));
+    int sig = WTERMSIG(st);
+    struct rlimit rl = {0, 0};
+    setrlimit(RLIMIT_CORE, &rl); /* a re-raised SIGSEGV must not dump the helper */
+    signal(sig, SIG_DFL);
+    sigset_t s;
+    sigemptyset(&s);
+    sigaddset(&s, sig);
+    sigprocmask(SIG_UNBLOCK, &s, NULL);
+    raise(sig);
+    _exit(128 + sig);
+}
+
+_Noreturn void cs_sbx_run(struct csw_sandbox_plan *plan)
+{
+    sigset_t set;
+    sigemptyset(&set);
+    for (size_t i = 0; i < sizeof forwarded / sizeof *forwarded; i++)
+        sigaddset(&set, forwarded[i]);
+    sigaddset(&set, SIGCHLD);
+    if (sigprocmask(SIG_BLOCK, &set, NULL) < 0)
+        cs_sbx_die("sigprocmask");
+    signal(SIGPIPE, SIG_IGN);
+
+    /* If fd 0 is this session's controlling terminal, give it up so the command (in its own
+     * session inside) can take it; the SIGHUP this sends our own group is discarded. */
+    if (plan->tty && isatty(0) && tcgetsid(0) == getsid(0)) {
+        sigset_t hup;
+        sigemptyset(&hup);
+        sigaddset(&hup, SIGHUP);
+        sigprocmask(SIG_BLOCK, &hup, NULL);
+        if (ioctl(0, TIOCNOTTY) < 0)
+            cs_sbx_die("TIOCNOTTY");
+        struct timespec zero = {0, 0};
+        while (sigtimedwait(&hup, NULL, &zero) == SIGHUP)
+            ;
+    }
+
+    int go[2], status[2], sp[2] = {-1, -1};
+    if (pipe2(go, O_CLOEXEC) < 0 || pipe2(status, O_CLOEXEC) < 0)
+        cs_sbx_die("pipe");
+    bool enabled = plan->network == CSW_SANDBOX_PLAN_NETWORK_ENABLED;
+    if (enabled && socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) < 0)
+        cs_sbx_die("socketpair");
+
+    uid_t uid = geteuid();
+    gid_t gid = getegid();
+    long flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC |
+                 CLONE_NEWUTS | CLONE_NEWCGROUP | SIGCHLD;
+    pid_t pid = (pid_t)syscall(SYS_clone, flags, NULL, NULL, NULL, 0L);
+    if (pid < 0)
+        cs_sbx_die("clone (namespaces)");
+    if (pid == 0) {
+        close(go[1]);
+        close(status[0]);
+        if (sp[0] >= 0)
+            close(sp[0]);
+        init_main(plan, go[0], status[1], sp[1], uid, gid);
+    }
+    close(go[0]);
+    close(status[1]);
+    if (sp[1] >= 0)
+        close(sp[1]);
+
+    /* The caller's uid and gid map to themselves (also for root). */
+    char path[64], map[64];
+    snprintf(path, sizeof path, "/proc/%d/setgroups", pid);
+    write_file(path, "deny");
+    snprintf(path, sizeof path, "/proc/%d/uid_map", pid);
+    snprintf(map, sizeof map, "%u %u 1\n", uid, uid);
+    write_file(path, map);
+    snprintf(path, sizeof path, "/proc/%d/gid_map", pid);
+    snprintf(map, sizeof map, "%u %u 1\n", gid, gid);
+    write_file(path, map);
+    if (write(go[1], "g", 1) != 1)
+        cs_sbx_die("start init");
+    close(go[1]);
+
+    int listen_fd = -1;
+    if (enabled) {
+        listen_fd = recv_fd(sp[0]);
+        close(sp[0]);
+        if (listen_fd >= 0 && fcntl(listen_fd, F_SETFL, O_NONBLOCK) < 0)
+            cs_sbx_die("proxy listener O_NONBLOCK");
+    }
+
+    int sfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
+    if (sfd < 0)
+        cs_sbx_die("signalfd");
+    struct outer o = {.init = pid};
+    struct cs_sbx_allow *allow = NULL;
+    size_t nallow = 0;
+    if (plan->has_network_allow && plan->network_allow.n > 0) {
+        allow = calloc(plan->network_allow.n, sizeof *allow);
+        if (!allow)
+            cs_sbx_diex("out of memory");
+        for (size_t i = 0; i < plan->network_allow.n; i++)
+            if (cs_sbx_allow_parse(plan->network_allow.v[i].s, plan->network_allow.v[i].n,
+                                   &allow[nallow++]) < 0)
+                cs_sbx_diex("bad network_allow entry"); /* validated already */
+    }
+    struct cs_sbx_proxy_cfg cfg = {.listen_fd = listen_fd,
+                                   .sig_fd = sfd,
+                                   .allow = allow,
+                                   .nallow = nallow,
+                                   .on_signal = outer_on_signal,
+                                   .ctx = &o};
+    /* A SIGCHLD may have arrived before the signalfd existed: it is still pending, so the
+     * signalfd reports it. */
+    cs_sbx_proxy_serve(&cfg);
+    free(allow);
+
+    int cmd_status;
+    ssize_t r = read(status[0], &cmd_status, sizeof cmd_status);
+    if (r == (ssize_t)sizeof cmd_status)
+        exit_like(cmd_status);
+    exit_like(o.init_status); /* the init failed (setup) or was killed */
+}

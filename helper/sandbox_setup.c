@@ -1,0 +1,640 @@
+/*
+ * sandbox_setup: the privileged setup steps of the sandbox, run by the init process inside the
+ * new user, mount, PID, network, IPC, UTS and cgroup namespaces (sandbox.md section 3).
+ *
+ * Trust: the plan was validated by cs_sbx_plan_parse; every path it names is used only as a
+ * mount target under the new root or as a Landlock rule. Every step dies on error (only the
+ * helper may: cs_sbx_die), and every privilege change is read back.
+ *
+ * Entry points, in the order sandbox_run.c calls them: cs_sbx_setup_loopback,
+ * cs_sbx_setup_proxy_listener, cs_sbx_setup_filesystem, cs_sbx_setup_drop_caps,
+ * cs_sbx_setup_landlock, cs_sbx_setup_seccomp (the last step before execve).
+ */
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/capability.h>
+#include <linux/landlock.h>
+#include <linux/openat2.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <sched.h>
+#include <seccomp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/syscall.h>
+#include <termios.h>
+#include <unistd.h>
+
+#include "sandbox.h"
+
+/* ---------------------------------------------------------------- network ---- */
+
+void cs_sbx_setup_loopback(void)
+{
+    int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (s < 0)
+        cs_sbx_die("socket for loopback");
+    struct ifreq ifr;
+    memset(&ifr, 0, sizeof ifr);
+    snprintf(ifr.ifr_name, sizeof ifr.ifr_name, "lo");
+    if (ioctl(s, SIOCGIFFLAGS, &ifr) < 0)
+        cs_sbx_die("SIOCGIFFLAGS lo");
+    ifr.ifr_flags = (short)(ifr.ifr_flags | IFF_UP | IFF_RUNNING);
+    if (ioctl(s, SIOCSIFFLAGS, &ifr) < 0)
+        cs_sbx_die("SIOCSIFFLAGS lo");
+    close(s);
+}
+
+int cs_sbx_setup_proxy_listener(uint16_t *port)
+{
+    int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (s < 0)
+        cs_sbx_die("proxy socket");
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    if (bind(s, (struct sockaddr *)&a, sizeof a) < 0 || listen(s, 256) < 0 ||
+        getsockname(s, (struct sockaddr *)&a, &len) < 0)
+        cs_sbx_die("proxy listener");
+    *port = ntohs(a.sin_port);
+    return s;
+}
+
+/* ------------------------------------------------------------- filesystem ---- */
+
+static void xmount(const char *src, const char *tgt, const char *type, unsigned long flags,
+                   const char *data)
+{
+    if (mount(src, tgt, type, flags, data) < 0)
+        cs_sbx_diex("mount %s: %s", tgt, strerror(errno));
+}
+
+static void xmkdir(const char *p, mode_t mode)
+{
+    if (mkdir(p, mode) < 0 && errno != EEXIST)
+        cs_sbx_diex("mkdir %s: %s", p, strerror(errno));
+}
+
+static void xcreate(const char *p, mode_t mode)
+{
+    int fd = open(p, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, mode);
+    if (fd < 0)
+        cs_sbx_diex("create %s: %s", p, strerror(errno));
+    close(fd);
+}
+
+static void xsymlink(const char *target, const char *p)
+{
+    if (symlink(target, p) < 0)
+        cs_sbx_diex("symlink %s: %s", p, strerror(errno));
+}
+
+/* mkdir -p of an absolute path under the new root. */
+static void mkdir_p(const char *path)
+{
+    char buf[PATH_MAX];
+    if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf)
+        cs_sbx_diex("path too long: %s", path);
+    for (char *p = buf + 1; *p; p++) {
+        if (*p == '/') {
+            *p = '\0';
+            xmkdir(buf, 0755);
+            *p = '/';
+        }
+    }
+    xmkdir(buf, 0755);
+}
+
+/* Remounts one mount read-only, keeping the flags the kernel locks in a user namespace. */
+static void remount_ro(const char *mp)
+{
+    struct statvfs sv;
+    if (statvfs(mp, &sv) < 0)
+        cs_sbx_diex("statvfs %s: %s", mp, strerror(errno));
+    unsigned long fl = MS_REMOUNT | MS_BIND | MS_RDONLY;
+    if (sv.f_flag & ST_NOSUID)
+        fl |= MS_NOSUID;
+    if (sv.f_flag & ST_NODEV)
+        fl |= MS_NODEV;
+    if (sv.f_flag & ST_NOEXEC)
+        fl |= MS_NOEXEC;
+    if (sv.f_flag & ST_NOATIME)
+        fl |= MS_NOATIME;
+    if (sv.f_flag & ST_NODIRATIME)
+        fl |= MS_NODIRATIME;
+    if (sv.f_flag & ST_RELATIME)
+        fl |= MS_RELATIME;
+    xmount(NULL, mp, NULL, fl, NULL);
+    /* read back: a write-protected mount reports ST_RDONLY */
+    if (statvfs(mp, &sv) < 0 || !(sv.f_flag & ST_RDONLY))
+        cs_sbx_diex("remount %s read-only did not hold", mp);
+}
+
+/* Decodes the octal escapes of /proc/self/mountinfo in place. */
+static void unescape(char *s)
+{
+    char *w = s;
+    for (char *r = s; *r;) {
+        if (r[0] == '\\' && r[1] >= '0' && r[1] <= '7' && r[2] >= '0' && r[2] <= '7' &&
+            r[3] >= '0' && r[3] <= '7') {
+            *w++ = (char)(((r[1] - '0') << 6) | ((r[2] - '0') << 3) | (r[3] - '0'));
+            r += 4;
+        } else {
+            *w++ = *r++;
+        }
+    }
+    *w = '\0';
+}
+
+/* Remounts read-only the mount at dir and every mount below it (a recursive bind brings
+ * submounts along, and MS_REMOUNT applies to one mount only). */
+static void remount_ro_tree(const char *dir)
+{
+    FILE *f = fopen("/oldroot/proc/self/mountinfo", "re");
+    if (!f)
+        cs_sbx_die("open mountinfo");
+    size_t dl = strlen(dir);
+    char *line = NULL;
+    size_t cap = 0;
+    char **mps = NULL;
+    size_t n = 0;
+    while (getline(&line, &cap, f) > 0) {
+        /* fields: id parent major:minor root mountpoint ... */
+        char *save = NULL, *tok = strtok_r(line, " ", &save);
+        for (int i = 0; tok && i < 4; i++)
+            tok = strtok_r(NULL, " ", &save);
+        if (!tok)
+            continue;
+        unescape(tok);
+        if (strncmp(tok, dir, dl) == 0 && (tok[dl] == '\0' || tok[dl] == '/')) {
+            char **nm = realloc(mps, (n + 1) * sizeof *mps);
+            if (!nm || !(nm[n] = strdup(tok)))
+                cs_sbx_diex("out of memory");
+            mps = nm;
+            n++;
+        }
+    }
+    free(line);
+    fclose(f);
+    for (size_t i = 0; i < n; i++) {
+        remount_ro(mps[i]);
+        free(mps[i]);
+    }
+    free(mps);
+}
+
+/* Binds the workspace: the source is opened with RESOLVE_NO_SYMLINKS, so a symlink swapped in
+ * since prepare checked the path is refused instead of followed, and the bind goes through that
+ * very fd. Read-only unless rw. */
+static void bind_workspace(const char *path, const char *dst, bool rw)
+{
+    char src[PATH_MAX], fdpath[64];
+    snprintf(src, sizeof src, "/oldroot%s", path);
+    struct open_how how = {.flags = O_PATH | O_DIRECTORY | O_CLOEXEC,
+                           .resolve = RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS};
+    int fd = (int)syscall(SYS_openat2, AT_FDCWD, src, &how, sizeof how);
+    if (fd < 0)
+        cs_sbx_diex("open workspace %s: %s", path, strerror(errno));
+    snprintf(fdpath, sizeof fdpath, "/oldroot/proc/self/fd/%d", fd);
+    xmount(fdpath, dst, NULL, MS_BIND | MS_REC, NULL);
+    close(fd);
+    if (!rw)
+        remount_ro_tree(dst);
+}
+
+/* Masks /newroot/etc/<rel> with an empty file or directory, if it exists. */
+static void mask(const char *rel)
+{
+    char dst[PATH_MAX];
+    struct stat st;
+    snprintf(dst, sizeof dst, "/newroot/etc/%s", rel);
+    if (lstat(dst, &st) < 0)
+        return;
+    if (S_ISLNK(st.st_mode) && stat(dst, &st) < 0)
+        return;
+    xmount(S_ISDIR(st.st_mode) ? "/mask-dir" : "/mask-file", dst, NULL, MS_BIND, NULL);
+}
+
+static void mask_secrets(void)
+{
+    static const char *const files[] = {"shadow",  "shadow-",   "gshadow",    "gshadow-",
+                                        "sudoers", "sudoers.d", "ssl/private"};
+    for (size_t i = 0; i < sizeof files / sizeof *files; i++)
+        mask(files[i]);
+    DIR *d = opendir("/newroot/etc/ssh");
+    if (!d)
+        return;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (strncmp(e->d_name, "ssh_host_", 9) == 0) {
+            char rel[300];
+            snprintf(rel, sizeof rel, "ssh/%s", e->d_name);
+            mask(rel);
+        }
+    }
+    closedir(d);
+}
+
+static void setup_dev(void)
+{
+    xmkdir("/newroot/dev", 0755);
+    xmount("tmpfs", "/newroot/dev", "tmpfs", MS_NOSUID | MS_NOEXEC, "mode=0755");
+    static const char *const devs[] = {"null", "zero", "full", "random", "urandom", "tty"};
+    for (size_t i = 0; i < sizeof devs / sizeof *devs; i++) {
+        char src[64], dst[64];
+        snprintf(src, sizeof src, "/oldroot/dev/%s", devs[i]);
+        snprintf(dst, sizeof dst, "/newroot/dev/%s", devs[i]);
+        xcreate(dst, 0666);
+        xmount(src, dst, NULL, MS_BIND, NULL);
+    }
+    xmkdir("/newroot/dev/pts", 0755);
+    xmount("devpts", "/newroot/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC,
+           "newinstance,ptmxmode=0666,mode=620");
+    xsymlink("pts/ptmx", "/newroot/dev/ptmx");
+    xmkdir("/newroot/dev/shm", 01777);
+    xmount("tmpfs", "/newroot/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777");
+    xsymlink("/proc/self/fd", "/newroot/dev/fd");
+    xsymlink("/proc/self/fd/0", "/newroot/dev/stdin");
+    xsymlink("/proc/self/fd/1", "/newroot/dev/stdout");
+    xsymlink("/proc/self/fd/2", "/newroot/dev/stderr");
+}
+
+static void setup_proc(void)
+{
+    xmkdir("/newroot/proc", 0555);
+    xmount("proc", "/newroot/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL);
+    /* A root caller keeps uid 0 (host root) inside: kernel tunables must stay read-only. */
+    static const char *const ro[] = {"sys", "sysrq-trigger", "irq", "bus"};
+    for (size_t i = 0; i < sizeof ro / sizeof *ro; i++) {
+        char p[64];
+        snprintf(p, sizeof p, "/newroot/proc/%s", ro[i]);
+        if (access(p, F_OK) < 0)
+            continue;
+        xmount(p, p, NULL, MS_BIND | MS_REC, NULL);
+        remount_ro(p);
+    }
+}
+
+void cs_sbx_setup_filesystem(const struct csw_sandbox_plan *plan)
+{
+    /* Nothing we mount may propagate back to the host. */
+    xmount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL);
+    /* bubblewrap's layout: a tmpfs base holding newroot/ and the pivoted old root, so every
+     * host path stays reachable as /oldroot/... while the new tree is built. */
+    xmount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755");
+    if (chdir("/tmp") < 0)
+        cs_sbx_die("chdir base");
+    xmkdir("newroot", 0755);
+    xmkdir("oldroot", 0755);
+    xcreate("mask-file", 0444);
+    xmkdir("mask-dir", 0555);
+    xmount("tmpfs", "newroot", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755");
+    if (syscall(SYS_pivot_root, ".", "oldroot") < 0)
+        cs_sbx_die("pivot_root (base)");
+    if (chdir("/") < 0)
+        cs_sbx_die("chdir /");
+
+    static const char *const sys[] = {"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc"};
+    for (size_t i = 0; i < sizeof sys / sizeof *sys; i++) {
+        char src[64], dst[64];
+        struct stat st;
+        snprintf(src, sizeof src, "/oldroot%s", sys[i]);
+        snprintf(dst, sizeof dst, "/newroot%s", sys[i]);
+        if (lstat(src, &st) < 0)
+            continue;
+        if (S_ISLNK(st.st_mode)) {
+            char target[PATH_MAX];
+            ssize_t l = readlink(src, target, sizeof target - 1);
+            if (l < 0)
+                cs_sbx_die("readlink");
+            target[l] = '\0';
+            xsymlink(target, dst);
+        } else if (S_ISDIR(st.st_mode)) {
+            xmkdir(dst, 0755);
+            xmount(src, dst, NULL, MS_BIND | MS_REC, NULL);
+            if (strcmp(sys[i], "/etc") == 0)
+                mask_secrets();
+            remount_ro_tree(dst);
+        }
+    }
+
+    xmkdir("/newroot/tmp", 01777);
+    xmount("tmpfs", "/newroot/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777");
+    setup_dev();
+
+    /* The workspace at its own absolute path: mkdir -p on the new root, then the bind. */
+    char dst[PATH_MAX];
+    if (snprintf(dst, sizeof dst, "/newroot%s", plan->workspace_root.s) >= (int)sizeof dst)
+        cs_sbx_diex("workspace path too long");
+    mkdir_p(dst);
+    bind_workspace(plan->workspace_root.s, dst, plan->writable_workspace);
+
+    setup_proc();
+
+    /* The root tmpfs itself becomes read-only: nothing new appears at the top level. */
+    xmount(NULL, "/newroot", NULL, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, "mode=0755");
+
+    /* Enter the new root and drop the old one (and the base tmpfs) entirely. */
+    if (chdir("/newroot") < 0)
+        cs_sbx_die("chdir newroot");
+    if (syscall(SYS_pivot_root, ".", ".") < 0)
+        cs_sbx_die("pivot_root");
+    if (umount2(".", MNT_DETACH) < 0)
+        cs_sbx_die("umount old root");
+    if (chdir("/") < 0)
+        cs_sbx_die("chdir /");
+    /* read back: the host's root must be gone */
+    if (access("/oldroot", F_OK) == 0 || access("/newroot", F_OK) == 0)
+        cs_sbx_diex("old root still visible");
+}
+
+/* ----------------------------------------------------------- capabilities ---- */
+
+#ifndef SECBIT_NOROOT
+#define SECBIT_NOROOT                      (1 << 0)
+#define SECBIT_NOROOT_LOCKED               (1 << 1)
+#define SECBIT_NO_SETUID_FIXUP             (1 << 2)
+#define SECBIT_NO_SETUID_FIXUP_LOCKED      (1 << 3)
+#define SECBIT_KEEP_CAPS_LOCKED            (1 << 5)
+#define SECBIT_NO_CAP_AMBIENT_RAISE        (1 << 6)
+#define SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED (1 << 7)
+#endif
+
+void cs_sbx_setup_drop_caps(void)
+{
+    /* uid 0 inside (a root caller) must never regain capabilities through execve. */
+    unsigned long bits = SECBIT_NOROOT | SECBIT_NOROOT_LOCKED | SECBIT_NO_SETUID_FIXUP |
+                         SECBIT_NO_SETUID_FIXUP_LOCKED | SECBIT_KEEP_CAPS_LOCKED |
+                         SECBIT_NO_CAP_AMBIENT_RAISE | SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED;
+    if (prctl(PR_SET_SECUREBITS, bits, 0, 0, 0) < 0)
+        cs_sbx_die("PR_SET_SECUREBITS");
+    if (prctl(PR_GET_SECUREBITS, 0, 0, 0, 0) != (int)bits)
+        cs_sbx_diex("securebits read back differ");
+
+    int last = -1;
+    for (int c = 0; c < 64; c++) {
+        if (prctl(PR_CAPBSET_READ, (unsigned long)c, 0, 0, 0) < 0)
+            break; /* EINVAL past the last capability */
+        last = c;
+        if (prctl(PR_CAPBSET_DROP, (unsigned long)c, 0, 0, 0) < 0)
+            cs_sbx_die("PR_CAPBSET_DROP");
+    }
+    if (last < 0)
+        cs_sbx_diex("no capability reported by PR_CAPBSET_READ");
+    if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0)
+        cs_sbx_die("PR_CAP_AMBIENT_CLEAR_ALL");
+
+    struct __user_cap_header_struct h = {.version = _LINUX_CAPABILITY_VERSION_3, .pid = 0};
+    struct __user_cap_data_struct d[2];
+    memset(d, 0, sizeof d);
+    if (syscall(SYS_capset, &h, d) < 0)
+        cs_sbx_die("capset");
+
+    /* Read back all five sets. */
+    memset(d, 0xff, sizeof d);
+    h.version = _LINUX_CAPABILITY_VERSION_3;
+    h.pid = 0;
+    if (syscall(SYS_capget, &h, d) < 0)
+        cs_sbx_die("capget");
+    for (int i = 0; i < 2; i++)
+        if (d[i].effective || d[i].permitted || d[i].inheritable)
+            cs_sbx_diex("capabilities still present after capset");
+    for (int c = 0; c <= last; c++) {
+        if (prctl(PR_CAPBSET_READ, (unsigned long)c, 0, 0, 0) != 0)
+            cs_sbx_diex("capability %d still in the bounding set", c);
+        if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_IS_SET, (unsigned long)c, 0, 0) != 0)
+            cs_sbx_diex("capability %d still ambient", c);
+    }
+}
+
+/* ---------------------------------------------------------------- Landlock ---- */
+
+#ifndef LANDLOCK_ACCESS_FS_TRUNCATE
+#define LANDLOCK_ACCESS_FS_TRUNCATE (1ULL << 14)
+#endif
+#ifndef LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET
+#define LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET (1ULL << 0)
+#define LANDLOCK_SCOPE_SIGNAL               (1ULL << 1)
+#endif
+
+/* The kernel's struct landlock_ruleset_attr as of ABI 6; the size passed says which prefix the
+ * running kernel is given (older headers lack the later fields). */
+struct ll_ruleset_attr {
+    uint64_t handled_access_fs;
+    uint64_t handled_access_net;
+    uint64_t scoped;
+};
+
+int cs_sbx_landlock_abi(void)
+{
+    long abi = syscall(SYS_landlock_create_ruleset, NULL, 0, LANDLOCK_CREATE_RULESET_VERSION);
+    return abi < 0 ? 0 : (int)abi;
+}
+
+static void ll_rule(int rs, int fd, uint64_t access, const char *what)
+{
+    struct landlock_path_beneath_attr pb = {.allowed_access = access, .parent_fd = fd};
+    if (syscall(SYS_landlock_add_rule, rs, LANDLOCK_RULE_PATH_BENEATH, &pb, 0) < 0)
+        cs_sbx_diex("landlock rule %s: %s", what, strerror(errno));
+}
+
+static void ll_path(int rs, const char *path, uint64_t access)
+{
+    int fd = open(path, O_PATH | O_CLOEXEC);
+    if (fd < 0) {
+        if (errno == ENOENT)
+            return;
+        cs_sbx_diex("open %s: %s", path, strerror(errno));
+    }
+    struct stat st;
+    if (fstat(fd, &st) < 0)
+        cs_sbx_die("fstat");
+    if (!S_ISDIR(st.st_mode)) /* files take only file rights */
+        access &= LANDLOCK_ACCESS_FS_WRITE_FILE | LANDLOCK_ACCESS_FS_TRUNCATE;
+    ll_rule(rs, fd, access, path);
+    close(fd);
+}
+
+int cs_sbx_setup_landlock(const struct csw_sandbox_plan *plan)
+{
+    int abi = cs_sbx_landlock_abi();
+    if (abi <= 0)
+        return 0;
+    /* Only writes are handled: what can be read is already decided by the mount tree. */
+    uint64_t w = LANDLOCK_ACCESS_FS_WRITE_FILE | LANDLOCK_ACCESS_FS_REMOVE_DIR |
+                 LANDLOCK_ACCESS_FS_REMOVE_FILE | LANDLOCK_ACCESS_FS_MAKE_CHAR |
+                 LANDLOCK_ACCESS_FS_MAKE_DIR | LANDLOCK_ACCESS_FS_MAKE_REG |
+                 LANDLOCK_ACCESS_FS_MAKE_SOCK | LANDLOCK_ACCESS_FS_MAKE_FIFO |
+                 LANDLOCK_ACCESS_FS_MAKE_BLOCK | LANDLOCK_ACCESS_FS_MAKE_SYM;
+    if (abi >= 2)
+        w |= LANDLOCK_ACCESS_FS_REFER;
+    if (abi >= 3)
+        w |= LANDLOCK_ACCESS_FS_TRUNCATE;
+    struct ll_ruleset_attr attr = {.handled_access_fs = w};
+    size_t size = sizeof attr.handled_access_fs;
+    if (abi >= 4)
+        size = offsetof(struct ll_ruleset_attr, scoped);
+    if (abi >= 6) {
+        attr.scoped = LANDLOCK_SCOPE_ABSTRACT_UNIX_SOCKET | LANDLOCK_SCOPE_SIGNAL;
+        size = sizeof attr;
+    }
+    int rs = (int)syscall(SYS_landlock_create_ruleset, &attr, size, 0);
+    if (rs < 0)
+        cs_sbx_die("landlock_create_ruleset");
+    if (plan->writable_workspace)
+        ll_path(rs, plan->workspace_root.s, w);
+    ll_path(rs, "/tmp", w);
+    ll_path(rs, "/dev/shm", w);
+    static const char *const term[] = {"/dev/null", "/dev/zero", "/dev/full", "/dev/tty",
+                                       "/dev/pts"};
+    uint64_t fw = LANDLOCK_ACCESS_FS_WRITE_FILE | (abi >= 3 ? LANDLOCK_ACCESS_FS_TRUNCATE : 0);
+    for (size_t i = 0; i < sizeof term / sizeof *term; i++)
+        ll_path(rs, term[i], fw);
+    /* The caller's terminal (a host devpts file) stays writable through /dev/stdout. */
+    for (int fd = 0; fd <= 2; fd++)
+        if (isatty(fd))
+            ll_rule(rs, fd, fw, "terminal");
+    if (syscall(SYS_landlock_restrict_self, rs, 0) < 0)
+        cs_sbx_die("landlock_restrict_self");
+    close(rs);
+    return abi;
+}
+
+/* ---------------------------------------------------------------- seccomp ---- */
+
+/* SCMP_An() leaves datum_b implicit, which clang's -Wmissing-field-initializers rejects. */
+static struct scmp_arg_cmp cmp(unsigned arg, enum scmp_compare op, uint64_t a, uint64_t b)
+{
+    struct scmp_arg_cmp c = {.arg = arg, .op = op, .datum_a = a, .datum_b = b};
+    return c;
+}
+
+static void sc_add(scmp_filter_ctx ctx, uint32_t action, const char *name, unsigned n,
+                   const struct scmp_arg_cmp *cmp)
+{
+    int nr = seccomp_syscall_resolve_name(name);
+    if (nr == __NR_SCMP_ERROR)
+        return; /* not a syscall of this architecture */
+    int rc = seccomp_rule_add_array(ctx, action, nr, n, cmp);
+    if (rc < 0)
+        cs_sbx_diex("seccomp rule %s: %s", name, strerror(-rc));
+}
+
+void cs_sbx_setup_seccomp(bool network_enabled)
+{
+    scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
+    if (!ctx)
+        cs_sbx_diex("seccomp_init failed");
+    /* Other architectures (i386 int 0x80, x32) kill the whole process. */
+    if (seccomp_attr_set(ctx, SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_KILL_PROCESS) < 0)
+        cs_sbx_diex("seccomp bad-arch action");
+    if (seccomp_attr_set(ctx, SCMP_FLTATR_CTL_NNP, 1) < 0)
+        cs_sbx_diex("seccomp nnp");
+
+    static const char *const denied[] = {
+        "ptrace",
+        "process_vm_readv",
+        "process_vm_writev",
+        "io_uring_setup",
+        "io_uring_enter",
+        "io_uring_register",
+        "keyctl",
+        "add_key",
+        "request_key",
+        "bpf",
+        "perf_event_open",
+        "userfaultfd",
+        "mount",
+        "umount2",
+        "pivot_root",
+        "move_mount",
+        "open_tree",
+        "fsopen",
+        "fsconfig",
+        "fsmount",
+        "fspick",
+        "mount_setattr",
+        "unshare",
+        "setns",
+        "kexec_load",
+        "kexec_file_load",
+        "init_module",
+        "finit_module",
+        "delete_module",
+        "swapon",
+        "swapoff",
+        "reboot",
+        "acct",
+        "quotactl",
+        "quotactl_fd",
+        "open_by_handle_at",
+        "name_to_handle_at",
+        "iopl",
+        "ioperm",
+        "syslog",
+        "chroot",
+        "lookup_dcookie",
+        "vhangup",
+        "nfsservctl",
+        "uselib",
+    };
+    uint32_t eperm = SCMP_ACT_ERRNO(EPERM);
+    for (size_t i = 0; i < sizeof denied / sizeof *denied; i++)
+        sc_add(ctx, eperm, denied[i], 0, NULL);
+
+    /* clone with any namespace flag (CLONE_NEWTIME's bit is CSIGNAL's for clone, skip it). */
+    static const uint64_t ns[] = {CLONE_NEWNS,  CLONE_NEWUTS, CLONE_NEWIPC,   CLONE_NEWUSER,
+                                  CLONE_NEWPID, CLONE_NEWNET, CLONE_NEWCGROUP};
+    for (size_t i = 0; i < sizeof ns / sizeof *ns; i++) {
+        struct scmp_arg_cmp c = cmp(0, SCMP_CMP_MASKED_EQ, ns[i], ns[i]);
+        sc_add(ctx, eperm, "clone", 1, &c);
+    }
+    /* clone3 passes flags in memory the filter cannot read: ENOSYS, and libc falls back. */
+    sc_add(ctx, SCMP_ACT_ERRNO(ENOSYS), "clone3", 0, NULL);
+
+    /* personality: only PER_LINUX (the query 0xffffffff is refused too; libseccomp cannot
+     * compare one argument twice in a rule). */
+    {
+        struct scmp_arg_cmp c = cmp(0, SCMP_CMP_NE, 0, 0);
+        sc_add(ctx, eperm, "personality", 1, &c);
+    }
+    /* Terminal injection: the kernel compares the low 32 bits of the request number. */
+    {
+        struct scmp_arg_cmp c = cmp(1, SCMP_CMP_MASKED_EQ, 0xFFFFFFFFu, TIOCSTI);
+        sc_add(ctx, eperm, "ioctl", 1, &c);
+        struct scmp_arg_cmp d = cmp(1, SCMP_CMP_MASKED_EQ, 0xFFFFFFFFu, TIOCLINUX);
+        sc_add(ctx, eperm, "ioctl", 1, &d);
+    }
+    /* socket(): AF_UNIX only, plus AF_INET and AF_INET6 with the proxy. */
+    if (!network_enabled) {
+        struct scmp_arg_cmp c = cmp(0, SCMP_CMP_NE, AF_UNIX, 0);
+        sc_add(ctx, eperm, "socket", 1, &c);
+    } else {
+        for (uint64_t fam = 0; fam < AF_INET6; fam++) {
+            if (fam == AF_UNIX || fam == AF_INET)
+                continue;
+            struct scmp_arg_cmp c = cmp(0, SCMP_CMP_EQ, fam, 0);
+            sc_add(ctx, eperm, "socket", 1, &c);
+        }
+        struct scmp_arg_cmp c = cmp(0, SCMP_CMP_GT, AF_INET6, 0);
+        sc_add(ctx, eperm, "socket", 1, &c);
+    }
+    int rc = seccomp_load(ctx);
+    seccomp_release(ctx);
+    if (rc < 0)
+        cs_sbx_diex("seccomp_load: %s", strerror(-rc));
+    /* read back */
+    if (prctl(PR_GET_SECCOMP, 0, 0, 0, 0) != 2)
+        cs_sbx_diex("seccomp filter not in force");
+}

@@ -1,0 +1,859 @@
+"""Isolation and proxy suite for codespace-linux-sandbox (sandbox.md section 5).
+
+Drives the real helper binary directly: `prepare` with a JSON request on stdin, then
+`run --plan <path>` as the runner will. Every escape attempt first proves it runs inside the
+sandbox (PID 1 is the helper's init) and touches only paths this suite created.
+
+CODESPACE_REQUIRE_LINUX_SANDBOX=1 turns "no namespaces here" into a failure, never a skip.
+Standard library only; run with /usr/bin/python3.
+"""
+import fcntl
+import http.server
+import json
+import os
+import pty
+import select
+import shutil
+import signal
+import socket
+import socketserver
+import struct
+import subprocess
+import tempfile
+import termios
+import threading
+import time
+import unittest
+
+HELPER = os.environ.get("CODESPACE_SANDBOX_BIN", "")
+INT80 = os.environ.get("CODESPACE_SANDBOX_INT80", "")
+REQUIRE = os.environ.get("CODESPACE_REQUIRE_LINUX_SANDBOX") == "1"
+PY = "/usr/bin/python3"
+
+# Every in-sandbox script starts by proving where it runs.
+INSIDE_SH = ('tr "\\0" " " </proc/1/cmdline | grep -q "^codespace-linux-sandbox run \\|'
+             'codespace-linux-sandbox run --plan" || { echo NOT-INSIDE; exit 99; }; ')
+INSIDE_PY = ("import os,sys\n"
+             "c=open('/proc/1/cmdline','rb').read()\n"
+             "if b'codespace-linux-sandbox' not in c or b'run' not in c: print('NOT-INSIDE'); sys.exit(99)\n")
+
+_probe_result = None
+
+
+def probe():
+    global _probe_result
+    if _probe_result is None:
+        if not HELPER or not os.path.exists(HELPER):
+            _probe_result = (False, "helper binary missing: " + HELPER)
+        else:
+            p = subprocess.run([HELPER, "probe"], capture_output=True, text=True, timeout=10)
+            _probe_result = (p.returncode == 0, p.stderr.strip())
+    return _probe_result
+
+
+class SandboxCase(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        ok, why = probe()
+        if not ok:
+            if REQUIRE:
+                raise AssertionError("CODESPACE_REQUIRE_LINUX_SANDBOX=1 and the probe failed: " + why)
+            raise unittest.SkipTest("no Linux sandbox here: " + why)
+
+    def setUp(self):
+        self.tmp = os.path.realpath(tempfile.mkdtemp(prefix="cs-sbx-test-"))
+        self.ws = os.path.join(self.tmp, "ws")
+        os.mkdir(self.ws)
+        self.outside = os.path.join(self.tmp, "outside")
+        os.mkdir(self.outside)
+
+    def tearDown(self):
+        subprocess.run(["chmod", "-R", "u+rwX", self.tmp], capture_output=True)
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    # -- helpers -------------------------------------------------------------------------
+    def prepare(self, argv, network="restricted", allow=None, writable=True, tty=False, env=None,
+                cwd=None):
+        req = {"protocol": 1, "workspace_root": self.ws, "command_cwd": cwd or self.ws,
+               "writable_workspace": writable, "network": network, "argv": argv,
+               "env": env if env is not None else {"HOME": self.ws, "LANG": "C.UTF-8"},
+               "tty": tty}
+        if allow is not None:
+            req["network_allow"] = allow
+        p = subprocess.run([HELPER, "prepare"], input=json.dumps(req), capture_output=True,
+                           text=True, timeout=10)
+        line = json.loads(p.stdout)
+        self.assertEqual(line["type"], "prepared", line)
+        self.assertEqual(p.returncode, 0)
+        return line["plan_path"]
+
+    def run_plan(self, plan, input=None, timeout=60):
+        return subprocess.run([HELPER, "run", "--plan", plan], input=input, capture_output=True,
+                              timeout=timeout, start_new_session=True)
+
+    def sh(self, script, **kw):
+        inp = kw.pop("input", None)
+        timeout = kw.pop("timeout", 60)
+        plan = self.prepare(["/bin/sh", "-c", INSIDE_SH + script], **kw)
+        return self.run_plan(plan, input=inp, timeout=timeout)
+
+    def py(self, code, **kw):
+        inp = kw.pop("input", None)
+        timeout = kw.pop("timeout", 60)
+        plan = self.prepare([PY, "-c", INSIDE_PY + code], **kw)
+        return self.run_plan(plan, input=inp, timeout=timeout)
+
+    def ok(self, p):
+        self.assertNotIn(b"NOT-INSIDE", p.stdout)
+        self.assertEqual(p.returncode, 0, (p.stdout, p.stderr))
+        return p.stdout.decode()
+
+
+def out(p):
+    return p.stdout.decode() + p.stderr.decode()
+
+
+# Python snippets run inside, through ctypes (raw system calls).
+SYSCALL_PRELUDE = (
+    "import ctypes,errno\n"
+    "libc=ctypes.CDLL(None,use_errno=True)\n"
+    "libc.syscall.restype=ctypes.c_long\n"
+    "def sc(nr,*a):\n"
+    "    r=libc.syscall(ctypes.c_long(nr),*[ctypes.c_long(x) for x in a])\n"
+    "    return r, ctypes.get_errno()\n"
+)
+
+
+class TestProtocol(SandboxCase):
+    def test_usage(self):
+        p = subprocess.run([HELPER, "run"], capture_output=True, text=True)
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("usage: codespace-linux-sandbox run --plan <path>", p.stderr)
+        p = subprocess.run([HELPER, "run", "--plan", "relative/plan"], capture_output=True)
+        self.assertEqual(p.returncode, 2)
+
+    def test_prepare_errors(self):
+        for req in ["not json", json.dumps({"protocol": 2}),
+                    json.dumps({"protocol": 1, "workspace_root": "/nonexistent-cs", "command_cwd":
+                                "/nonexistent-cs", "writable_workspace": True, "network":
+                                "restricted", "argv": ["true"], "env": {}, "tty": False}),
+                    json.dumps({"protocol": 1, "workspace_root": self.ws, "command_cwd": "/etc",
+                                "writable_workspace": True, "network": "restricted",
+                                "argv": ["true"], "env": {}, "tty": False}),
+                    json.dumps({"protocol": 1, "workspace_root": self.ws, "command_cwd": self.ws,
+                                "writable_workspace": True, "network": "enabled",
+                                "network_allow": ["bad host!"], "argv": ["true"], "env": {},
+                                "tty": False})]:
+            p = subprocess.run([HELPER, "prepare"], input=req, capture_output=True, text=True)
+            self.assertEqual(p.returncode, 1, req)
+            line = json.loads(p.stdout)
+            self.assertEqual(line["type"], "error")
+            self.assertTrue(line["message"])
+
+    def test_plan_file_mode_and_removal(self):
+        plan = self.prepare(["/bin/true"])
+        st = os.lstat(plan)
+        self.assertEqual(st.st_mode & 0o7777, 0o600)
+        self.assertEqual(os.lstat(os.path.dirname(plan)).st_mode & 0o7777, 0o700)
+        self.assertNotIn("/bin/true", plan)
+        self.ok(self.run_plan(plan))
+        self.assertFalse(os.path.exists(plan))
+        self.assertFalse(os.path.exists(os.path.dirname(plan)))
+
+    def test_plan_gone_before_command_starts(self):
+        plan = self.prepare(["/bin/sh", "-c", INSIDE_SH + "echo started > started; read x; echo done"])
+        p = subprocess.Popen([HELPER, "run", "--plan", plan], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+        deadline = time.time() + 10
+        while not os.path.exists(os.path.join(self.ws, "started")) and time.time() < deadline:
+            time.sleep(0.01)
+        self.assertFalse(os.path.exists(plan))
+        self.assertFalse(os.path.exists(os.path.dirname(plan)))
+        o, _ = p.communicate(b"x\n", timeout=10)
+        self.assertIn(b"done", o)
+
+    def test_plan_checks(self):
+        plan = self.prepare(["/bin/true"])
+        os.chmod(plan, 0o644)
+        p = self.run_plan(plan)
+        self.assertEqual(p.returncode, 125)
+        os.chmod(plan, 0o600)
+        link = os.path.join(os.path.dirname(plan), "plan2")
+        # a symlink named plan in a sandbox-like directory is refused (no-follow)
+        d2 = tempfile.mkdtemp(prefix="codespace-sandbox-", dir=self.tmp)
+        os.symlink(plan, os.path.join(d2, "plan"))
+        p = self.run_plan(os.path.join(d2, "plan"))
+        self.assertEqual(p.returncode, 125)
+        self.assertIn(b"open plan", p.stderr)
+        self.assertTrue(os.path.exists(plan))  # a refused plan is left alone
+        del link
+        os.unlink(plan)
+        os.rmdir(os.path.dirname(plan))
+
+    def test_workspace_swapped_for_symlink_refused(self):
+        plan = self.prepare(["/bin/sh", "-c", "echo pwned > f"])
+        os.rename(self.ws, self.ws + "-moved")
+        os.symlink(self.outside, self.ws)
+        p = self.run_plan(plan)
+        self.assertEqual(p.returncode, 125, out(p))
+        self.assertIn(b"open workspace", p.stderr)
+        self.assertFalse(os.path.exists(os.path.join(self.outside, "f")))
+        os.unlink(self.ws)
+        os.rename(self.ws + "-moved", self.ws)
+
+    def test_argv_preserved_exit_status(self):
+        plan = self.prepare([PY, "-c", "import sys; print(repr(sys.argv[1:])); sys.exit(7)", "", "a b", ""])
+        p = self.run_plan(plan)
+        self.assertEqual(p.returncode, 7)
+        self.assertEqual(p.stdout.decode().strip(), "['', 'a b', '']")
+
+    def test_signal_status_reraised(self):
+        p = self.sh("kill -USR1 $$")
+        self.assertEqual(p.returncode, -signal.SIGUSR1)
+
+    def test_command_not_found(self):
+        plan = self.prepare(["no-such-command-cs"])
+        p = self.run_plan(plan)
+        self.assertEqual(p.returncode, 127)
+
+
+class TestFilesystem(SandboxCase):
+    def test_workspace_write_visible_on_host(self):
+        self.ok(self.sh("echo hello > made-inside; mkdir d; echo x > d/f"))
+        with open(os.path.join(self.ws, "made-inside")) as f:
+            self.assertEqual(f.read(), "hello\n")
+        self.assertTrue(os.path.exists(os.path.join(self.ws, "d", "f")))
+
+    def test_readonly_workspace(self):
+        with open(os.path.join(self.ws, "existing"), "w") as f:
+            f.write("keep")
+        p = self.sh("cat existing && echo x > existing; echo x > new; test -e new && exit 3; exit 0",
+                    writable=False)
+        self.ok(p)
+        with open(os.path.join(self.ws, "existing")) as f:
+            self.assertEqual(f.read(), "keep")
+
+    def test_outside_files_invisible(self):
+        secret = os.path.join(self.outside, "secret")
+        with open(secret, "w") as f:
+            f.write("s3cret")
+        os.chmod(secret, 0o600)
+        home = os.path.realpath(os.path.expanduser("~"))
+        # the caller's home, unless it is an ancestor of the workspace (then only the empty
+        # directories leading to the workspace mount exist inside)
+        home_check = "" if self.ws.startswith(home + "/") else f"ls {home} 2>/dev/null && exit 5; "
+        p = self.sh(f"cat {secret} 2>/dev/null && exit 3; ls {self.outside} 2>/dev/null && exit 4; "
+                    + home_check +
+                    f"test \"$(ls -A {self.tmp})\" = ws || exit 7; "
+                    "for d in /home /root /run /var /mnt /srv /opt /work; do test -e $d && { echo $d; exit 6; }; done; "
+                    "exit 0")
+        self.ok(p)
+
+    def test_server_files_invisible(self):
+        here = os.path.dirname(os.path.abspath(__file__))
+        self.ok(self.sh(f"test -e {here} && exit 3; test -e {HELPER} && exit 4; exit 0"))
+
+    def test_etc_secrets_masked(self):
+        p = self.sh("for f in /etc/shadow /etc/gshadow /etc/sudoers; do "
+                    "if test -e $f; then n=$(wc -c < $f); test $n -eq 0 || { echo $f $n; exit 3; }; fi; done; "
+                    "for k in /etc/ssh/ssh_host_*; do test -e \"$k\" || continue; n=$(wc -c < \"$k\"); "
+                    "test $n -eq 0 || { echo $k; exit 4; }; done; "
+                    "test -d /etc/ssl/private && test -n \"$(ls -A /etc/ssl/private)\" && exit 5; "
+                    "echo x > /etc/cs-test 2>/dev/null && exit 6; cat /etc/passwd > /dev/null")
+        self.ok(p)
+
+    def test_private_tmp(self):
+        marker = tempfile.mkdtemp(prefix="cs-sbx-hosttmp-", dir="/tmp")
+        try:
+            p = self.sh(f"test -e {marker} && exit 3; echo in > /tmp/cs-sbx-inside-{os.getpid()}; "
+                        "test -d /dev/shm && echo shm > /dev/shm/x")
+            self.ok(p)
+            self.assertFalse(os.path.exists(f"/tmp/cs-sbx-inside-{os.getpid()}"))
+        finally:
+            os.rmdir(marker)
+
+    def test_system_dirs_readonly(self):
+        p = self.sh("for d in /usr /bin /etc /lib /; do touch $d/cs-sbx-x 2>/dev/null && { echo $d; exit 3; }; done; "
+                    "mkdir /cs-new 2>/dev/null && exit 4; exit 0")
+        self.ok(p)
+
+    def test_symlink_escape(self):
+        target = os.path.join(self.outside, "target")
+        with open(target, "w") as f:
+            f.write("orig")
+        os.symlink(target, os.path.join(self.ws, "link-out"))
+        os.symlink("/usr/cs-sbx-x", os.path.join(self.ws, "link-usr"))
+        p = self.sh("echo pwned > link-out 2>/dev/null; echo pwned > link-usr 2>/dev/null; "
+                    "ln -s /etc/passwd pw; echo x >> pw 2>/dev/null && exit 3; exit 0")
+        self.ok(p)
+        with open(target) as f:
+            self.assertEqual(f.read(), "orig")
+        self.assertFalse(os.path.exists("/usr/cs-sbx-x"))
+
+    def test_hardlink_escape(self):
+        p = self.sh("ln /etc/passwd hl 2>/dev/null && exit 3; ln /usr/bin/env hl2 2>/dev/null && exit 4; "
+                    "echo a > a; ln a /tmp/a-link 2>/dev/null && exit 5; exit 0")
+        self.ok(p)
+
+    def test_proc_self_root_escape(self):
+        p = self.sh("echo x > /proc/self/root/etc/cs-sbx 2>/dev/null && exit 3; "
+                    "echo x > /proc/1/root/usr/cs-sbx 2>/dev/null && exit 4; "
+                    "ls /proc/1/root/ | grep -qx home && exit 5; exit 0")
+        self.ok(p)
+        self.assertFalse(os.path.exists("/etc/cs-sbx"))
+
+    def test_rename_escape(self):
+        p = self.sh("echo a > f; mv f /etc/f 2>/dev/null && exit 3; mv f /usr/ 2>/dev/null && exit 4; "
+                    "mv /etc/hostname ./h 2>/dev/null && exit 5; test -e f")
+        self.ok(p)
+
+    def test_proc_sys_readonly(self):
+        p = self.sh("echo 1 > /proc/sys/vm/drop_caches 2>/dev/null && exit 3; "
+                    "echo 1 > /proc/sysrq-trigger 2>/dev/null && exit 4; exit 0")
+        self.ok(p)
+
+    def test_mount_refused(self):
+        p = self.py(SYSCALL_PRELUDE +
+                    "r=libc.mount(b'none',b'/tmp',b'tmpfs',0,None); e=ctypes.get_errno()\n"
+                    "assert r==-1 and e==errno.EPERM,(r,e)\n")
+        self.ok(p)
+
+
+class TestProcess(SandboxCase):
+    def test_pid_one_and_identity(self):
+        p = self.sh("echo $$; id -u; id -g; hostname")
+        lines = self.ok(p).split()
+        self.assertEqual(lines[1], str(os.geteuid()))
+        self.assertEqual(lines[2], str(os.getegid()))
+        self.assertEqual(lines[3], "codespace")
+
+    def test_no_capabilities_nnp(self):
+        p = self.sh("grep -E '^(Cap|NoNewPrivs|Seccomp)' /proc/self/status")
+        st = dict(l.split(":\t") for l in self.ok(p).splitlines())
+        for k in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"):
+            self.assertEqual(int(st[k], 16), 0, k)
+        self.assertEqual(st["NoNewPrivs"], "1")
+        self.assertEqual(st["Seccomp"], "2")
+
+    def test_only_std_fds(self):
+        r, w = os.pipe()
+        plan = self.prepare([PY, "-c", INSIDE_PY +
+                             "import os\nopen_fds=[]\n"
+                             "for fd in range(0,4096):\n"
+                             "    try: os.fstat(fd); open_fds.append(fd)\n"
+                             "    except OSError: pass\n"
+                             "print(open_fds)\n"])
+        p = subprocess.run([HELPER, "run", "--plan", plan], capture_output=True, pass_fds=(r, w),
+                           timeout=30)
+        os.close(r)
+        os.close(w)
+        self.assertEqual(self.ok(p).strip(), "[0, 1, 2]")
+
+    def test_environment_only_listed(self):
+        env = {"HOME": self.ws, "FOO": "bar baz", "EMPTY": "", "TMPDIR": "/host/tmp",
+               "NO_PROXY": "localhost", "no_proxy": "x", "PATH": "/evil"}
+        # /usr/bin/env itself, not Python: Python may add LC_CTYPE (PEP 538)
+        plan = self.prepare(["/usr/bin/env", "-0"], env=env)
+        p = self.run_plan(plan)
+        self.assertEqual(p.returncode, 0, out(p))
+        got = dict(x.split("=", 1) for x in p.stdout.decode().split("\0") if x)
+        self.assertEqual(got, {"HOME": self.ws, "FOO": "bar baz", "EMPTY": "", "TMPDIR": "/tmp",
+                               "PATH": "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"})
+
+    def test_init_memory_unreachable(self):
+        # the init (PID 1) runs without the seccomp filter: its memory must stay out of reach
+        p = self.py("import errno\n"
+                    "for path, mode in (('/proc/1/mem', os.O_RDWR), ('/proc/1/mem', os.O_RDONLY)):\n"
+                    "    try:\n        os.open(path, mode)\n"
+                    "    except PermissionError: continue\n"
+                    "    raise SystemExit('opened ' + path)\n"
+                    "try:\n    os.readlink('/proc/1/cwd'); raise SystemExit('read /proc/1/cwd')\n"
+                    "except PermissionError: pass\n")
+        self.ok(p)
+
+    def test_rlimit_core_zero_and_session(self):
+        p = self.py("import resource\n"
+                    "assert resource.getrlimit(resource.RLIMIT_CORE)==(0,0)\n"
+                    "assert os.getsid(0)==os.getpid(), 'new session'\n"
+                    "try:\n    os.open('/dev/tty', os.O_RDWR); print('HAS-TTY')\n"
+                    "except OSError: pass\n")
+        self.assertNotIn("HAS-TTY", self.ok(p))
+
+    def test_background_processes_gone(self):
+        tag = str(30000 + os.getpid() % 9999)
+        p = self.sh(f"sleep {tag} & (setsid sleep {tag} &) ; "
+                    f"{PY} -c 'import os,time\nif os.fork()==0:\n os.setsid()\n if os.fork()==0: time.sleep({tag})\n' ; "
+                    "echo spawned")
+        self.ok(p)
+        time.sleep(0.2)
+        self.assertEqual(self.host_procs(tag), [])
+
+    def host_procs(self, tag):
+        found = []
+        for pid in os.listdir("/proc"):
+            if not pid.isdigit():
+                continue
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    c = f.read().split(b"\0")
+            except OSError:
+                continue
+            if tag.encode() in c or any(tag.encode() in x and b"sleep" in x for x in c):
+                found.append(pid)
+        return found
+
+    def _start_long(self, tag):
+        plan = self.prepare(["/bin/sh", "-c", INSIDE_SH + f"sleep {tag} & sleep {tag} & echo up > up; wait"])
+        p = subprocess.Popen([HELPER, "run", "--plan", plan], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, start_new_session=True)
+        deadline = time.time() + 10
+        while not os.path.exists(os.path.join(self.ws, "up")) and time.time() < deadline:
+            time.sleep(0.01)
+        self.assertTrue(os.path.exists(os.path.join(self.ws, "up")))
+        time.sleep(0.1)
+        self.assertTrue(self.host_procs(tag))
+        return p
+
+    def test_terminate_kills_tree_within_a_second(self):
+        tag = str(40000 + os.getpid() % 9999)
+        p = self._start_long(tag)
+        t0 = time.time()
+        os.killpg(p.pid, signal.SIGTERM)
+        p.wait(timeout=5)
+        self.assertLess(time.time() - t0, 1.0)
+        self.assertEqual(p.returncode, -signal.SIGTERM)  # sh died of the forwarded SIGTERM
+        time.sleep(0.1)
+        self.assertEqual(self.host_procs(tag), [])
+
+    def test_sigkill_of_helper_kills_tree(self):
+        tag = str(50000 + os.getpid() % 9999)
+        p = self._start_long(tag)
+        t0 = time.time()
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait(timeout=5)
+        deadline = time.time() + 1.0
+        while self.host_procs(tag) and time.time() < deadline:
+            time.sleep(0.01)
+        self.assertEqual(self.host_procs(tag), [])
+        self.assertLess(time.time() - t0, 1.0)
+
+    def test_signal_forwarding(self):
+        plan = self.prepare([PY, "-c", INSIDE_PY +
+                             "import signal,time\n"
+                             "got=[]\n"
+                             "for s in (signal.SIGINT,signal.SIGHUP,signal.SIGUSR1,signal.SIGUSR2,signal.SIGQUIT,signal.SIGWINCH):\n"
+                             "    signal.signal(s, lambda n,f: got.append(n))\n"
+                             "open('ready','w').close()\n"
+                             "t=time.time()\n"
+                             "while len(got)<6 and time.time()-t<10: time.sleep(0.01)\n"
+                             "print(sorted(got))\n"])
+        p = subprocess.Popen([HELPER, "run", "--plan", plan], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, start_new_session=True)
+        deadline = time.time() + 10
+        while not os.path.exists(os.path.join(self.ws, "ready")) and time.time() < deadline:
+            time.sleep(0.01)
+        for s in (signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGQUIT,
+                  signal.SIGWINCH):
+            os.killpg(p.pid, s)
+            time.sleep(0.05)
+        o, e = p.communicate(timeout=15)
+        self.assertEqual(p.returncode, 0, e)
+        self.assertEqual(o.decode().strip(), str(sorted(int(s) for s in (
+            signal.SIGINT, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGQUIT,
+            signal.SIGWINCH))))
+
+
+class TestSyscalls(SandboxCase):
+    def denied(self, body, **kw):
+        p = self.py(SYSCALL_PRELUDE + body, **kw)
+        self.ok(p)
+
+    def test_ptrace(self):
+        self.denied("r,e=sc(101,0,0,0,0)\nassert r==-1 and e==errno.EPERM,(r,e)\n")  # PTRACE_TRACEME
+
+    def test_io_uring(self):
+        self.denied("import ctypes\np=ctypes.create_string_buffer(120)\n"
+                    "r,e=sc(425,8,ctypes.addressof(p))\nassert r==-1 and e==errno.EPERM,(r,e)\n")
+
+    def test_process_vm(self):
+        self.denied("r,e=sc(310,1,0,0,0,0,0)\nassert r==-1 and e==errno.EPERM,(r,e)\n")
+
+    def test_keyrings(self):
+        self.denied("r,e=sc(250,0,-3,0,0)\nassert r==-1 and e==errno.EPERM,(r,e)\n"  # keyctl
+                    "r,e=sc(248,0,0,0,0,0)\nassert r==-1 and e==errno.EPERM,(r,e)\n"  # add_key
+                    "r,e=sc(249,0,0,0,0)\nassert r==-1 and e==errno.EPERM,(r,e)\n")  # request_key
+
+    def test_bpf(self):
+        self.denied("r,e=sc(321,0,0,0)\nassert r==-1 and e==errno.EPERM,(r,e)\n")
+
+    def test_userfaultfd(self):
+        self.denied("r,e=sc(323,0)\nassert r==-1 and e==errno.EPERM,(r,e)\n")
+
+    def test_perf_event_open(self):
+        self.denied("r,e=sc(298,0,0,-1,-1,0)\nassert r==-1 and e==errno.EPERM,(r,e)\n")
+
+    def test_nested_namespaces(self):
+        self.denied("for f in (0x10000000,0x20000,0x20000000,0x40000000,0x04000000,0x08000000,0x02000000):\n"
+                    "    r,e=sc(272,f)\n    assert r==-1 and e==errno.EPERM,('unshare',f,r,e)\n"
+                    "    r,e=sc(56,f|17,0,0,0,0)\n    assert r==-1 and e==errno.EPERM,('clone',f,r,e)\n"
+                    "r,e=sc(435,0,0)\nassert r==-1 and e==errno.ENOSYS,('clone3',r,e)\n"
+                    "r,e=sc(308,0,0)\nassert r==-1 and e==errno.EPERM,('setns',r,e)\n")
+        p = self.sh("unshare -U true 2>/dev/null && exit 3; unshare -n true 2>/dev/null && exit 4; exit 0")
+        self.ok(p)
+
+    def test_fork_still_works(self):
+        self.ok(self.sh("x=$(echo sub); test \"$x\" = sub && (true) && /bin/true"))
+
+    def test_personality(self):
+        self.denied("r,e=sc(135,0x0040000)\nassert r==-1 and e==errno.EPERM,(r,e)\n"
+                    "r,e=sc(135,0)\nassert r==0,(r,e)\n")
+
+    def test_32bit_abi_killed(self):
+        self.assertTrue(INT80 and os.path.exists(INT80), "int80 test program missing")
+        host = subprocess.run([INT80], capture_output=True, timeout=10)
+        self.assertEqual(host.returncode, 0)  # the host runs it: the kill below is the filter's
+        shutil.copy(INT80, os.path.join(self.ws, "int80"))
+        plan = self.prepare(["/bin/sh", "-c", INSIDE_SH + "exec ./int80"])
+        p = self.run_plan(plan)
+        self.assertEqual(p.returncode, -signal.SIGSYS, out(p))
+        self.assertNotIn(b"returned", p.stdout)
+
+    def test_socket_families_restricted(self):
+        self.denied("import socket\n"
+                    "s=socket.socket(socket.AF_UNIX,socket.SOCK_STREAM); s.close()\n"
+                    "a,b=socket.socketpair(); a.send(b'x'); assert b.recv(1)==b'x'\n"
+                    "for fam in (socket.AF_INET,socket.AF_INET6,socket.AF_NETLINK,socket.AF_PACKET):\n"
+                    "    try:\n        socket.socket(fam,socket.SOCK_STREAM if fam in (2,10) else socket.SOCK_RAW)\n"
+                    "    except PermissionError: continue\n"
+                    "    raise SystemExit('family %d allowed'%fam)\n"
+                    "r,e=sc(41,0x100000002,1,0)\nassert r==-1 and e==errno.EPERM,('high bits',r,e)\n")
+
+    def test_socket_families_enabled(self):
+        self.denied("import socket\n"
+                    "socket.socket(socket.AF_INET).close(); socket.socket(socket.AF_INET6).close()\n"
+                    "for fam in (socket.AF_NETLINK,socket.AF_PACKET):\n"
+                    "    try: socket.socket(fam,socket.SOCK_RAW)\n"
+                    "    except PermissionError: continue\n"
+                    "    raise SystemExit('family %d allowed'%fam)\n", network="enabled")
+
+    def test_host_unix_sockets_unreachable(self):
+        path = os.path.join(self.outside, "host.sock")
+        srv = socket.socket(socket.AF_UNIX)
+        srv.bind(path)
+        srv.listen()
+        abstract = socket.socket(socket.AF_UNIX)
+        name = f"\0cs-sbx-test-{os.getpid()}"
+        abstract.bind(name)
+        abstract.listen()
+        try:
+            p = self.py("import socket\n"
+                        f"for addr in ({path!r}, {name!r}):\n"
+                        "    s=socket.socket(socket.AF_UNIX)\n"
+                        "    try: s.connect(addr)\n"
+                        "    except OSError: continue\n"
+                        "    raise SystemExit('connected to %r'%addr)\n")
+            self.ok(p)
+        finally:
+            srv.close()
+            abstract.close()
+
+    def test_tiocsti_pipe_mode(self):
+        # no terminal at all in pipe mode; the masked comparison is exercised in the PTY test
+        self.denied("import fcntl,termios\n"
+                    "r=libc.ioctl(0,ctypes.c_ulong(termios.TIOCSTI),ctypes.c_char_p(b'x')); e=ctypes.get_errno()\n"
+                    "assert r==-1 and e==errno.EPERM,(r,e)\n"
+                    "r=libc.ioctl(0,ctypes.c_ulong(0xdead000000000000|termios.TIOCSTI),ctypes.c_char_p(b'x')); e=ctypes.get_errno()\n"
+                    "assert r==-1 and e==errno.EPERM,(r,e)\n")
+
+
+class TestTerminal(SandboxCase):
+    def spawn_pty(self, argv, rows=24, cols=80):
+        plan = self.prepare(argv, tty=True, env={"HOME": self.ws, "TERM": "xterm-256color"})
+        master, slave = pty.openpty()
+        fcntl.ioctl(master, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
+
+        def pre():  # what the runner does: a new session whose controlling terminal is the pty
+            os.setsid()
+            fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+        p = subprocess.Popen([HELPER, "run", "--plan", plan], stdin=slave, stdout=slave,
+                             stderr=slave, preexec_fn=pre, close_fds=True)
+        os.close(slave)
+        return p, master
+
+    def read_until(self, master, needle, timeout=10):
+        buf = b""
+        deadline = time.time() + timeout
+        while needle not in buf and time.time() < deadline:
+            r, _, _ = select.select([master], [], [], 0.1)
+            if r:
+                try:
+                    chunk = os.read(master, 4096)
+                except OSError:
+                    break
+                if not chunk:
+                    break
+                buf += chunk
+        return buf
+
+    def test_pty_terminal_stdin_size(self):
+        p, m = self.spawn_pty(["/bin/sh", "-c", INSIDE_SH +
+                               "test -t 0 && test -t 1 && echo IS-TTY; stty size; "
+                               "read x; echo got:$x; cat; echo after-eof"])
+        buf = self.read_until(m, b"24 80")
+        self.assertIn(b"IS-TTY", buf)
+        os.write(m, b"hello\n")
+        buf = self.read_until(m, b"got:hello")
+        self.assertIn(b"got:hello", buf)
+        os.write(m, b"\x04")  # ^D ends cat
+        buf = self.read_until(m, b"after-eof")
+        self.assertIn(b"after-eof", buf)
+        self.assertEqual(p.wait(timeout=10), 0)
+        os.close(m)
+
+    def test_pty_sigwinch_and_ctrl_c(self):
+        p, m = self.spawn_pty([PY, "-c", INSIDE_PY +
+                               "import signal,shutil,sys,time\n"
+                               "def w(n,f): os.write(1, ('WINCH %d %d\\n' % tuple(os.get_terminal_size(0))).encode())\n"
+                               "signal.signal(signal.SIGWINCH,w)\n"
+                               "print('fg', os.tcgetpgrp(0)==os.getpgrp()); sys.stdout.flush()\n"
+                               "time.sleep(30)\n"])
+        self.assertIn(b"fg True", self.read_until(m, b"fg True"))
+        fcntl.ioctl(m, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
+        self.assertIn(b"WINCH 120 40", self.read_until(m, b"WINCH 120 40"))
+        os.write(m, b"\x03")  # ^C: SIGINT to the foreground group inside
+        # Python re-raises an uncaught KeyboardInterrupt as SIGINT; the helper re-raises it too
+        self.assertEqual(p.wait(timeout=10), -signal.SIGINT)
+        os.close(m)
+
+    def test_pty_tiocsti_refused(self):
+        p, m = self.spawn_pty([PY, "-c", INSIDE_PY + SYSCALL_PRELUDE +
+                               "import termios\n"
+                               "for req in (termios.TIOCSTI, 0xffffffff00000000|termios.TIOCSTI, termios.TIOCLINUX):\n"
+                               "    r=libc.ioctl(0,ctypes.c_ulong(req),ctypes.c_char_p(b'x')); e=ctypes.get_errno()\n"
+                               "    assert r==-1 and e==errno.EPERM,(hex(req),r,e)\n"
+                               "print('REFUSED-OK')\n"])
+        buf = self.read_until(m, b"REFUSED-OK")
+        self.assertIn(b"REFUSED-OK", buf)
+        self.assertEqual(p.wait(timeout=10), 0)
+        os.close(m)
+
+    def test_pty_write_dev_stdout(self):
+        p, m = self.spawn_pty(["/bin/sh", "-c", INSIDE_SH + "echo via-dev-stdout > /dev/stdout; echo tty > /dev/tty"])
+        buf = self.read_until(m, b"tty\r\n")
+        self.assertIn(b"via-dev-stdout", buf)
+        self.assertEqual(p.wait(timeout=10), 0)
+        os.close(m)
+
+
+# ------------------------------------------------------------------------------- proxy ----
+BIG = 100 * 1024 * 1024
+
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *a):
+        pass
+
+    def do_GET(self):
+        if self.path.startswith("/big"):
+            self.send_response(200)
+            self.send_header("Content-Length", str(BIG))
+            self.end_headers()
+            chunk = b"x" * 65536
+            sent = 0
+            while sent < BIG:
+                self.wfile.write(chunk)
+                sent += len(chunk)
+            return
+        body = f"hello {self.path} host={self.headers.get('Host')}".encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = 1024
+
+
+# Inside: a raw proxy client. argv: method target [host:port for CONNECT tunnels]
+PROXY_CLIENT = r'''
+import os, socket, sys
+proxy = os.environ["HTTP_PROXY"].rsplit(":", 1)
+def req(method, target):
+    s = socket.create_connection((proxy[0].split("//")[1], int(proxy[1])), timeout=20)
+    if method == "CONNECT":
+        s.sendall(f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n".encode())
+    else:
+        s.sendall(f"GET {target} HTTP/1.1\r\nHost: x\r\nProxy-Connection: keep-alive\r\n\r\n".encode())
+    data = b""
+    while b"\r\n\r\n" not in data:
+        c = s.recv(4096)
+        if not c: break
+        data += c
+    status = data.split(b"\r\n", 1)[0].decode()
+    if method == "CONNECT" and " 200 " in status:
+        s.sendall(b"GET /tunneled HTTP/1.0\r\n\r\n")
+        rest = b""
+        while True:
+            c = s.recv(4096)
+            if not c: break
+            rest += c
+        return status + " | " + rest.split(b"\r\n\r\n", 1)[-1].decode()
+    while True:
+        c = s.recv(4096)
+        if not c: break
+        data += c
+    return status + " | " + data.split(b"\r\n\r\n", 1)[-1].decode().strip()
+for a in sys.argv[1:]:
+    m, t = a.split(" ", 1)
+    print(req(m, t))
+'''
+
+
+class TestProxy(SandboxCase):
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.server = Server(("127.0.0.1", 0), Handler)
+        cls.port = cls.server.server_address[1]
+        cls.thread = threading.Thread(target=cls.server.serve_forever, daemon=True)
+        cls.thread.start()
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.shutdown()
+        cls.server.server_close()
+
+    def proxy(self, requests, allow=None):
+        with open(os.path.join(self.ws, "pc.py"), "w") as f:
+            f.write(PROXY_CLIENT)
+        plan = self.prepare([PY, "pc.py"] + requests, network="enabled", allow=allow)
+        p = self.run_plan(plan, timeout=120)
+        self.assertEqual(p.returncode, 0, out(p))
+        return p.stdout.decode().splitlines()
+
+    def test_proxy_variables(self):
+        plan = self.prepare([PY, "-c", "import os,json; print(json.dumps(dict(os.environ)))"],
+                            network="enabled", env={"NO_PROXY": "*", "no_proxy": "*", "A": "b"})
+        env = json.loads(self.ok(self.run_plan(plan)))
+        url = env["HTTP_PROXY"]
+        self.assertRegex(url, r"^http://127\.0\.0\.1:\d+$")
+        for k in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"):
+            self.assertEqual(env[k], url)
+        self.assertNotIn("NO_PROXY", env)
+        self.assertNotIn("no_proxy", env)
+
+    def test_no_allow_list_admits_everything(self):
+        r = self.proxy([f"GET http://127.0.0.1:{self.port}/a", f"GET http://localhost:{self.port}/b",
+                        f"CONNECT 127.0.0.1:{self.port}"])
+        self.assertIn(" 200 ", r[0])
+        self.assertIn(f"hello /a host=x", r[0])
+        self.assertIn(" 200 ", r[1])
+        self.assertIn(" 200 ", r[2])
+        self.assertIn("hello /tunneled", r[2])
+
+    def test_client_through_proxy_and_direct_fails(self):
+        # urllib honours http_proxy like curl and most clients; the direct attempts bypass it
+        p = self.py("import socket,urllib.request\n"
+                    f"print(urllib.request.urlopen('http://127.0.0.1:{self.port}/viaproxy',timeout=20).read().decode())\n"
+                    "noproxy=urllib.request.build_opener(urllib.request.ProxyHandler({}))\n"
+                    "try:\n"
+                    f"    noproxy.open('http://127.0.0.1:{self.port}/direct',timeout=5); print('DIRECT-OK')\n"
+                    "except OSError as e: print('direct failed:', e)\n"
+                    "try:\n"
+                    f"    socket.create_connection(('127.0.0.1',{self.port}),timeout=3); print('DIRECT-OK')\n"
+                    "except OSError as e: print('direct failed:', e)\n", network="enabled")
+        o = self.ok(p)
+        self.assertIn("hello /viaproxy", o)
+        self.assertNotIn("DIRECT-OK", o)
+        self.assertEqual(o.count("direct failed"), 2)
+
+    def test_exact_host_and_resolved_address_rule(self):
+        # 'localhost' alone is admitted by name but resolves to loopback: refused
+        r = self.proxy([f"GET http://localhost:{self.port}/x"], allow=["localhost"])
+        self.assertIn(" 403 ", r[0])
+        self.assertIn("loopback", r[0])
+        # listing the address as well admits it
+        r = self.proxy([f"GET http://localhost:{self.port}/x", f"GET http://LOCALHOST.:{self.port}/y",
+                        f"GET http://otherhost:{self.port}/z"],
+                       allow=["localhost", "127.0.0.1", "::1"])
+        self.assertIn(" 200 ", r[0])
+        self.assertIn(" 200 ", r[1])
+        self.assertIn(" 403 ", r[2])
+
+    def test_ip_literal_rule(self):
+        r = self.proxy([f"GET http://127.0.0.1:{self.port}/ok", f"GET http://127.0.0.2:{self.port}/no",
+                        f"GET http://localhost:{self.port}/name"], allow=["127.0.0.1"])
+        self.assertIn(" 200 ", r[0])
+        self.assertIn(" 403 ", r[1])
+        self.assertIn(" 403 ", r[2])
+
+    def test_port_rule_and_connect_refused_port(self):
+        r = self.proxy([f"CONNECT 127.0.0.1:{self.port}", "CONNECT 127.0.0.1:22",
+                        f"GET http://127.0.0.1:{self.port + 1 if self.port < 65535 else 1}/x"],
+                       allow=[f"127.0.0.1:{self.port}"])
+        self.assertIn(" 200 ", r[0])
+        self.assertIn(" 403 ", r[1])
+        self.assertIn(" 403 ", r[2])
+
+    def test_wildcard_rule(self):
+        # *.example.invalid admits subdomains (which then fail to resolve: 502, not 403)
+        r = self.proxy(["GET http://a.example.invalid/x", "GET http://example.invalid/x",
+                        "CONNECT deep.a.example.invalid:443", "GET http://badexample.invalid/x"],
+                       allow=["*.example.invalid"])
+        self.assertIn(" 502 ", r[0])
+        self.assertIn(" 403 ", r[1])
+        self.assertIn(" 502 ", r[2])
+        self.assertIn(" 403 ", r[3])
+
+    def test_bad_requests(self):
+        r = self.proxy(["GET /relative", "GET https://127.0.0.1/x", "GET http://user@127.0.0.1/x"])
+        for line in r:
+            self.assertIn(" 400 ", line)
+
+    def test_many_parallel_connections(self):
+        code = ("import os,socket,threading\n"
+                "h,p=os.environ['HTTP_PROXY'].split('//')[1].split(':')\n"
+                "ok=[]\n"
+                "def one(i):\n"
+                "    s=socket.create_connection((h,int(p)),timeout=30)\n"
+                f"    s.sendall(b'GET http://127.0.0.1:{self.port}/p%d HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n'%i)\n"
+                "    d=b''\n"
+                "    while True:\n"
+                "        c=s.recv(65536)\n"
+                "        if not c: break\n"
+                "        d+=c\n"
+                "    if b' 200 ' in d and (b'/p%d '%i) in d: ok.append(i)\n"
+                "ts=[threading.Thread(target=one,args=(i,)) for i in range(200)]\n"
+                "[t.start() for t in ts]; [t.join() for t in ts]\n"
+                "print(len(ok))\n")
+        p = self.py(code, network="enabled", timeout=120)
+        self.assertEqual(self.ok(p).strip(), "200")
+
+    def test_100mb_transfer(self):
+        t0 = time.time()
+        p = self.py("import urllib.request\n"
+                    f"r=urllib.request.urlopen('http://127.0.0.1:{self.port}/big',timeout=60)\n"
+                    "n=0\n"
+                    "while True:\n"
+                    "    b=r.read(1<<20)\n"
+                    "    if not b: break\n"
+                    "    n+=len(b)\n"
+                    "print(n)\n", network="enabled", timeout=300)
+        self.assertEqual(self.ok(p).strip(), str(BIG))
+        print(f"\n100 MB through the proxy: {time.time() - t0:.2f} s", flush=True)
+
+    def test_proxy_ends_with_command(self):
+        t0 = time.time()
+        p = self.sh("sleep 0.1", network="enabled")
+        self.ok(p)
+        self.assertLess(time.time() - t0, 5)
+
+
+if __name__ == "__main__":
+    unittest.main()
