@@ -262,6 +262,9 @@ def main():
         root = os.path.join(work, "root")
         os.mkdir(root)
         env = {k: v for k, v in os.environ.items() if not k.startswith("CODESPACE_")}
+        # The targets are for unsandboxed commands: no helper, so the probe fails (restricted
+        # workspaces then run on the host). bench/sandbox.py measures the sandbox.
+        env["CODESPACE_LINUX_SANDBOX_BIN"] = "/nonexistent/codespace-linux-sandbox"
         env["XDG_STATE_HOME"] = os.path.join(work, "state")
         os.mkdir(env["XDG_STATE_HOME"])
         ours_argv = [a.bin, "--workspace", root, "--operations-db", ":memory:"]

@@ -952,7 +952,7 @@ int cs_supervisor_spawn(struct cs_supervisor *s, const struct cs_supervisor_spaw
         run_argv[2] = (char *)"--plan";
         run_argv[3] = plan;
         run_argv[4] = NULL;
-        run_env[0] = tmp_env = concat("TMPDIR=", s->tmpdir);
+        run_env[0] = tmp_env = concat("TMPDIR=", cs__supervisor_helper_tmpdir());
         run_env[1] = NULL;
         run_prog = s->sandbox;
         cmd.argv = run_argv;

@@ -42,6 +42,9 @@ char *cs__supervisor_sandbox_prepare(const char *helper,
                                      const struct csw_sandbox_prepare_request *req, char *msg,
                                      size_t cap);
 
+/* The TMPDIR given to the sandbox helper (static storage). */
+const char *cs__supervisor_helper_tmpdir(void);
+
 /* Starts cmd. Returns 0 with fds filled, or -1 with msg saying why (nothing is left running and
  * no descriptor is left open). */
 int cs__supervisor_start(const struct cs__supervisor_cmd *cmd, struct cs__supervisor_fds *fds,

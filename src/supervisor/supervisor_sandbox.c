@@ -19,11 +19,37 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/magic.h>
+#include <sys/statfs.h>
 #include <unistd.h>
 
 #include "base_loop.h"
 
-extern char **environ;
+/*
+ * Where the helper makes its plan directories (its TMPDIR): /dev/shm when it is a writable
+ * tmpfs, so a plan (created exclusive, 0600 in a 0700 mkdtemp directory, fsynced) never waits on
+ * a disk; else the runner's own TMPDIR, else /tmp. Its whole environment is this and a plain
+ * PATH: the helper runs outside the sandbox, so nothing of ours (LD_*, secrets) reaches it.
+ */
+static const char *helper_tmpdir(void)
+{
+    static char chosen[4096];
+    if (chosen[0])
+        return chosen;
+    struct statfs fs;
+    const char *t = getenv("TMPDIR");
+    if (statfs("/dev/shm", &fs) == 0 && fs.f_type == TMPFS_MAGIC &&
+        access("/dev/shm", W_OK | X_OK) == 0)
+        snprintf(chosen, sizeof chosen, "/dev/shm");
+    else
+        snprintf(chosen, sizeof chosen, "%s", t && t[0] == '/' ? t : "/tmp");
+    return chosen;
+}
+
+const char *cs__supervisor_helper_tmpdir(void)
+{
+    return helper_tmpdir();
+}
 
 #define HELPER_LIMIT_MS  5000
 #define HELPER_MAX_BYTES (1024 * 1024)
@@ -60,7 +86,10 @@ static int run_helper(const char *helper, char *const argv[], const char *input,
     posix_spawnattr_setsigmask(&attr, &none);
     posix_spawnattr_setsigdefault(&attr, &all);
     pid_t pid;
-    int rc = posix_spawn(&pid, helper, &fa, &attr, argv, environ);
+    char tmp_env[4200];
+    snprintf(tmp_env, sizeof tmp_env, "TMPDIR=%s", helper_tmpdir());
+    char *envp[] = {(char *)"PATH=/usr/bin:/bin", tmp_env, NULL};
+    int rc = posix_spawn(&pid, helper, &fa, &attr, argv, envp);
     posix_spawn_file_actions_destroy(&fa);
     posix_spawnattr_destroy(&attr);
     close(in[0]);

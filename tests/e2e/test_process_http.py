@@ -184,6 +184,8 @@ class ProcessHttpCase(ProcHttpCase):
         self.assertIsNone(err, err)
         self.assertEqual(out["chunk"], "x\n")
         self.assertLess(got["t1"] - t_write, 2 * tp.SLOW)
+        # cat exits after its stdin closed; wait for it (it holds the workspace until then).
+        self.drain(a, pid, out["cursor"])
 
 
 class HttpShutdownCase(ProcHttpCase):

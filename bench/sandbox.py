@@ -1,0 +1,227 @@
+#!/usr/bin/python3
+"""The Linux command sandbox's cost: spawn round trip and the enabled-network proxy.
+
+Part 1, spawn: `exec_command ["true"]` with yield_ms (answers once `true` has exited) through the
+real server over stdio, median and p99, in three rows measured in the same run, interleaved in
+blocks:
+  sandboxed     codespace-mcp with codespace-linux-sandbox beside it (probe passes: every
+                command goes through prepare + run --plan)
+  unsandboxed   the same binary with CODESPACE_LINUX_SANDBOX_BIN pointing nowhere (probe fails)
+  bwrap         `bwrap --unshare-all --die-with-parent --ro-bind / / true` run by subprocess from
+                Python (bubblewrap's own spawn time; "unavailable" when bwrap is not installed:
+                apt-get install bubblewrap)
+Target (issue 8): the sandboxed round trip within 2x of bwrap's spawn time.
+
+Part 2, proxy: a workspace with network "enabled" and network_allow naming a loopback HTTP server
+the bench starts on the host (127.0.0.1:<port>, a ThreadingHTTPServer). One sandboxed command
+(python3 inside the sandbox, through the proxy the helper sets in HTTP_PROXY) times N sequential
+1 KiB GETs and one 100 MB GET; the same script runs directly on the host without a proxy. Both
+print their own timings, so process start-up is not counted.
+
+Run: /usr/bin/python3 bench/sandbox.py [--bin build/release/src/main/codespace-mcp] [--runs 200]
+Standard library only. Not a test: timings are not asserted in CI.
+"""
+import argparse
+import http.server
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+from process import Peer  # noqa: E402  (raw stdio client with a tools/call helper)
+
+TARGET_RATIO = 2.0
+BIG_BYTES = 100 * 1024 * 1024
+SMALL_BYTES = 1024
+
+CLIENT = r"""
+import os, sys, time, urllib.request
+url, n = sys.argv[1], int(sys.argv[2])
+opener = urllib.request.build_opener()  # honours HTTP_PROXY when set
+ts = []
+for _ in range(n):
+    t = time.perf_counter()
+    with opener.open(url + "/small") as r:
+        assert len(r.read()) == %d
+    ts.append(time.perf_counter() - t)
+t = time.perf_counter()
+got = 0
+with opener.open(url + "/big") as r:
+    while True:
+        b = r.read(1 << 20)
+        if not b:
+            break
+        got += len(b)
+assert got == %d, got
+big = time.perf_counter() - t
+ts.sort()
+print("small_median_us %%.1f" %% (ts[len(ts) // 2] * 1e6))
+print("small_p99_us %%.1f" %% (ts[min(len(ts) - 1, int(len(ts) * 0.99))] * 1e6))
+print("big_s %%.4f" %% big)
+""" % (SMALL_BYTES, BIG_BYTES)
+
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    chunk = b"x" * (1 << 20)
+
+    def do_GET(self):
+        size = SMALL_BYTES if self.path.endswith("/small") else BIG_BYTES
+        self.send_response(200)
+        self.send_header("Content-Length", str(size))
+        self.end_headers()
+        left = size
+        while left > 0:
+            part = self.chunk[:min(left, len(self.chunk))]
+            self.wfile.write(part)
+            left -= len(part)
+
+    def log_message(self, *args):
+        pass
+
+
+def p99(xs):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(len(xs) * 0.99))]
+
+
+def spawn_ms(peer):
+    t = time.perf_counter()
+    res = peer.call("exec_command", {"workspace_id": "default", "command": ["true"],
+                                     "yield_ms": 5000})
+    dt = (time.perf_counter() - t) * 1e3
+    out = res["structuredContent"]
+    if out.get("state") != "exited" or out.get("exit_code") != 0:
+        raise RuntimeError("true did not exit 0: %r" % out)
+    return dt
+
+
+def bwrap_ms():
+    t = time.perf_counter()
+    subprocess.run(["bwrap", "--unshare-all", "--die-with-parent", "--ro-bind", "/", "/", "true"],
+                   check=True)
+    return (time.perf_counter() - t) * 1e3
+
+
+def parse(text):
+    out = {}
+    for line in text.splitlines():
+        k, _, v = line.partition(" ")
+        if v:
+            out[k] = float(v)
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--bin", default=os.environ.get(
+        "CODESPACE_MCP_BIN", os.path.join(REPO, "build", "release", "src", "main",
+                                          "codespace-mcp")))
+    ap.add_argument("--runs", type=int, default=200, help="timed spawns per row (default 200)")
+    ap.add_argument("--small", type=int, default=200, help="1 KiB requests per side")
+    a = ap.parse_args()
+    helper = os.path.join(os.path.dirname(a.bin), "codespace-linux-sandbox")
+    if not os.access(helper, os.X_OK):
+        sys.exit("sandbox: no codespace-linux-sandbox beside %s (build the release preset)" % a.bin)
+    work = tempfile.mkdtemp(prefix="cs-bench-sbx-")
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    port = httpd.server_address[1]
+    peers = []
+    try:
+        root = os.path.join(work, "root")
+        os.mkdir(root)
+        with open(os.path.join(root, "client.py"), "w") as f:
+            f.write(CLIENT)
+        cfg = os.path.join(work, "registry.json")
+        with open(cfg, "w") as f:
+            json.dump({"workspaces": {"net": {"root": root, "profile": "workspace-write",
+                                              "network": "enabled",
+                                              "network_allow": ["127.0.0.1:%d" % port]}}}, f)
+        base = {k: v for k, v in os.environ.items() if not k.startswith("CODESPACE_")}
+        base["XDG_STATE_HOME"] = work
+        sbx_env = dict(base, CODESPACE_REQUIRE_LINUX_SANDBOX="1")
+        raw_env = dict(base, CODESPACE_LINUX_SANDBOX_BIN="/nonexistent/codespace-linux-sandbox")
+        argv = [a.bin, "--workspace", root, "--config", cfg, "--operations-db", ":memory:"]
+        sbx = Peer(argv, sbx_env)
+        raw = Peer(argv, raw_env)
+        peers = [sbx, raw]
+        have_bwrap = shutil.which("bwrap") is not None
+
+        # ---- part 1: spawn ----
+        rows = {"sandboxed": [], "unsandboxed": [], "bwrap": []}
+        for _ in range(10):  # warm-up
+            spawn_ms(sbx)
+            spawn_ms(raw)
+            if have_bwrap:
+                bwrap_ms()
+        block = 25
+        while len(rows["sandboxed"]) < a.runs:
+            for _ in range(block):
+                rows["sandboxed"].append(spawn_ms(sbx))
+            for _ in range(block):
+                rows["unsandboxed"].append(spawn_ms(raw))
+            if have_bwrap:
+                for _ in range(block):
+                    rows["bwrap"].append(bwrap_ms())
+        print("spawn, %d runs per row, interleaved in blocks of %d" % (a.runs, block))
+        print("%-62s %10s %10s" % ("round trip of `true`", "median ms", "p99 ms"))
+        labels = {"sandboxed": "exec_command [\"true\"] yield_ms, sandboxed",
+                  "unsandboxed": "exec_command [\"true\"] yield_ms, unsandboxed",
+                  "bwrap": "bwrap --unshare-all --die-with-parent --ro-bind / / true"}
+        for k in ("sandboxed", "unsandboxed", "bwrap"):
+            if rows[k]:
+                print("%-62s %10.2f %10.2f" % (labels[k], statistics.median(rows[k]),
+                                               p99(rows[k])))
+            else:
+                print("%-62s %21s" % (labels[k], "unavailable (apt-get install bubblewrap)"))
+        ok = True
+        if rows["bwrap"]:
+            ratio = statistics.median(rows["sandboxed"]) / statistics.median(rows["bwrap"])
+            met = ratio <= TARGET_RATIO
+            ok = ok and met
+            print("sandboxed / bwrap: %.2fx  target <= %.1fx  %s" % (ratio, TARGET_RATIO,
+                                                                    "met" if met else "MISSED"))
+        print()
+
+        # ---- part 2: proxy ----
+        url = "http://127.0.0.1:%d" % port
+        res = sbx.call("exec_command", {"workspace_id": "net", "command": [
+            "python3", "client.py", url, str(a.small)], "yield_ms": 30000})["structuredContent"]
+        if res.get("exit_code") != 0:
+            raise RuntimeError("sandboxed client failed: %r" % res)
+        inside = parse(res["output"])
+        direct = subprocess.run(["/usr/bin/python3", os.path.join(root, "client.py"), url,
+                                 str(a.small)], capture_output=True, text=True, check=True,
+                                env={"PATH": "/usr/bin:/bin"})
+        host = parse(direct.stdout)
+        print("proxy (enabled network, network_allow 127.0.0.1:%d), one client each side" % port)
+        print("%-44s %16s %16s %8s" % ("", "through proxy", "direct (host)", "ratio"))
+        print("%-44s %13.1f µs %13.1f µs %7.2fx" % (
+            "1 KiB GET round trip, median (%d)" % a.small, inside["small_median_us"],
+            host["small_median_us"], inside["small_median_us"] / host["small_median_us"]))
+        print("%-44s %13.1f µs %13.1f µs %7.2fx" % (
+            "1 KiB GET round trip, p99", inside["small_p99_us"], host["small_p99_us"],
+            inside["small_p99_us"] / host["small_p99_us"]))
+        mbs_in = BIG_BYTES / inside["big_s"] / 1e6
+        mbs_host = BIG_BYTES / host["big_s"] / 1e6
+        print("%-44s %11.0f MB/s %11.0f MB/s %7.2fx" % (
+            "100 MB download", mbs_in, mbs_host, host["big_s"] and inside["big_s"] / host["big_s"]))
+        return 0 if ok else 1
+    finally:
+        for p in peers:
+            p.close()
+        httpd.shutdown()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
