@@ -124,6 +124,9 @@ def main():
         with open(os.path.join(root, "small.txt"), "w") as f:
             f.write(("x" * 63 + "\n") * (size // 64))
         env = {k: v for k, v in os.environ.items() if not k.startswith("CODESPACE_")}
+        # The runner's own cost, without the sandbox's (bench/sandbox.py measures that): no
+        # helper, so the probe fails and restricted commands run on the host in both rows.
+        env["CODESPACE_LINUX_SANDBOX_BIN"] = "/nonexistent/codespace-linux-sandbox"
         env["XDG_STATE_HOME"] = os.path.join(work, "state")
         os.mkdir(env["XDG_STATE_HOME"])
         rdir = os.path.join(work, "runner")
