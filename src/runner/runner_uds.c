@@ -185,6 +185,16 @@ static void lose(struct cs__runner_uds *u, const char *why)
 
 /* ---- the connection ---- */
 
+static void call_unlink(struct cs__runner_uds *u, struct call *c)
+{
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        u->calls = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+}
+
 static struct call *take_call(struct cs__runner_uds *u, const struct cs_str *rid)
 {
     if (rid->n < 6 || memcmp(rid->s, "rrpc-", 5) != 0)
@@ -198,12 +208,7 @@ static struct call *take_call(struct cs__runner_uds *u, const struct cs_str *rid
     for (struct call *c = u->calls; c; c = c->next) {
         if (c->id != id)
             continue;
-        if (c->prev)
-            c->prev->next = c->next;
-        else
-            u->calls = c->next;
-        if (c->next)
-            c->next->prev = c->prev;
+        call_unlink(u, c);
         return c;
     }
     return NULL;
@@ -287,12 +292,7 @@ static void on_sweep(void *arg)
         next = c->next;
         if (c->deadline > now)
             continue;
-        if (c->prev)
-            c->prev->next = c->next;
-        else
-            u->calls = c->next;
-        if (c->next)
-            c->next->prev = c->prev;
+        call_unlink(u, c);
         struct cs_runner_reply rep = {.outcome = CS_RUNNER_AMBIGUOUS,
                                       .msg = "runner transport failed: no answer within 120 s"};
         c->done(c->arg, &rep);

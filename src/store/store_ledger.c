@@ -12,6 +12,8 @@
  */
 #include "store.h"
 
+#include "base_id.h"
+
 #include <errno.h>
 #include <limits.h>
 #include <openssl/evp.h>
@@ -21,7 +23,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
 
@@ -149,31 +150,7 @@ static enum cs_store_status db_fail(struct cs_store *store, char *msg, size_t ca
 
 int cs__store_new_id(char out[CS_STORE_ID_SIZE])
 {
-    static const char digits[] = "0123456789abcdef";
-    unsigned char b[16];
-    size_t got = 0;
-    while (got < sizeof b) {
-        ssize_t r = getrandom(b + got, sizeof b - got, 0);
-        if (r < 0) {
-            if (errno == EINTR)
-                continue;
-            return -1;
-        }
-        got += (size_t)r;
-    }
-    b[6] = (unsigned char)((b[6] & 0x0F) | 0x40); /* version 4 */
-    b[8] = (unsigned char)((b[8] & 0x3F) | 0x80); /* variant 10 (RFC 9562) */
-    char *p = out;
-    memcpy(p, "op-", 3);
-    p += 3;
-    for (size_t i = 0; i < 16; i++) {
-        if (i == 4 || i == 6 || i == 8 || i == 10)
-            *p++ = '-';
-        *p++ = digits[b[i] >> 4];
-        *p++ = digits[b[i] & 15];
-    }
-    *p = '\0';
-    return 0;
+    return cs_id_new("op-", out, CS_STORE_ID_SIZE);
 }
 
 void cs__store_now(char out[CS_STORE_TIME_SIZE])

@@ -16,6 +16,7 @@
  */
 #include "supervisor_internal.h"
 
+#include "base_id.h"
 #include "base_utf8.h"
 
 #include <errno.h>
@@ -25,7 +26,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <termios.h>
 #include <unistd.h>
@@ -113,31 +113,7 @@ static int64_t now_ms(void)
 
 int cs_supervisor_new_id(char out[CS_SUPERVISOR_ID_SIZE])
 {
-    static const char digits[] = "0123456789abcdef";
-    unsigned char b[16];
-    size_t got = 0;
-    while (got < sizeof b) {
-        ssize_t r = getrandom(b + got, sizeof b - got, 0);
-        if (r < 0) {
-            if (errno == EINTR)
-                continue;
-            return -1;
-        }
-        got += (size_t)r;
-    }
-    b[6] = (unsigned char)((b[6] & 0x0F) | 0x40); /* version 4 */
-    b[8] = (unsigned char)((b[8] & 0x3F) | 0x80); /* variant 10 (RFC 9562) */
-    char *p = out;
-    memcpy(p, "proc-", 5);
-    p += 5;
-    for (size_t i = 0; i < 16; i++) {
-        if (i == 4 || i == 6 || i == 8 || i == 10)
-            *p++ = '-';
-        *p++ = digits[b[i] >> 4];
-        *p++ = digits[b[i] & 15];
-    }
-    *p = '\0';
-    return 0;
+    return cs_id_new("proc-", out, CS_SUPERVISOR_ID_SIZE);
 }
 
 /* ---- the ring ---- */
