@@ -46,6 +46,7 @@ struct worker {
     int lfd;
     struct cs_loop_fd *lw;
     struct cs_loop_timer *reap_timer;
+    bool exits_since_scan;
     /* the replay cache: the last CS_RUNNER_REPLAY_CACHE responses, oldest first overwritten */
     struct {
         char *request_id;
@@ -166,6 +167,7 @@ static void req_done(void *arg, const struct cs_runner_reply *rep)
 static void on_exited(void *arg, const char *id)
 {
     struct worker *w = arg;
+    w->exits_since_scan = true;
     json_t *ev = json_pack("{s:i,s:s,s:{s:s,s:{s:s}}}", "protocol", CS_RUNNER_PROTOCOL, "kind",
                            "event", "event", "type", "process_exited", "data", "process_id", id);
     send_json(w, NULL, ev, false);
@@ -300,21 +302,17 @@ static void on_closed(void *arg, const char *why)
     cs_loop_stop(w->loop);
 }
 
+/* Orphans of our commands (reparented to us, the subreaper) are reaped by a scan once a second
+ * after processes finished, off the path of any answer; leaders are reaped through their pidfds
+ * at once. (A SIGCHLD handler would put a signalfd read and a timer update on every exit.) */
 static void reap_strays(void *arg)
 {
     struct worker *w = arg;
-    w->reap_timer = NULL;
-    cs_runner_exec_reap_strays(w->ex);
-}
-
-/* A child changed state. Leaders are reaped through their pidfds at once; the scan for strays
- * (orphans reparented to us) runs a moment later, off the path of the answer. */
-static void on_child(void *arg, int signo)
-{
-    (void)signo;
-    struct worker *w = arg;
-    if (!w->reap_timer)
-        w->reap_timer = cs_loop_timer_add(w->loop, 200, reap_strays, w);
+    if (w->exits_since_scan) {
+        w->exits_since_scan = false;
+        cs_runner_exec_reap_strays(w->ex);
+    }
+    w->reap_timer = cs_loop_timer_add(w->loop, 1000, reap_strays, w);
 }
 
 static void on_signal(void *arg, int signo)
@@ -443,7 +441,7 @@ int main(int argc, char **argv)
     }
     signal(SIGPIPE, SIG_IGN);
     /* Orphans of our commands (a background child whose shell exited) become ours, not the
-     * gateway's: reaped on SIGCHLD, killed with the tree when we go. */
+     * gateway's: reaped by a scan once a second, killed with the tree when we go. */
     (void)prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
 
     int lfd = bind_socket(sock);
@@ -472,7 +470,7 @@ int main(int argc, char **argv)
     w.lw = w.ex ? cs_loop_fd_add(w.loop, lfd, CS_LOOP_READ, on_accept, &w) : NULL;
     if (!w.lw || cs_loop_signal(w.loop, SIGTERM, on_signal, &w) != 0 ||
         cs_loop_signal(w.loop, SIGINT, on_signal, &w) != 0 ||
-        cs_loop_signal(w.loop, SIGCHLD, on_child, &w) != 0) {
+        !(w.reap_timer = cs_loop_timer_add(w.loop, 1000, reap_strays, &w))) {
         fprintf(stderr, "codespace-runtime: startup failed: %s\n", strerror(errno));
         goto out;
     }
