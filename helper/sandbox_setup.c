@@ -246,6 +246,27 @@ static void mask_secrets(void)
     closedir(d);
 }
 
+/* fd 0 was opened in the caller's mount namespace, so it cannot be a bind source here; its path
+ * in our copy of that namespace can, once it is checked to be the same inode. Best effort: a
+ * terminal whose path does not resolve here just stays nameless. */
+static void bind_terminal(void)
+{
+    struct stat fdst, pst;
+    char name[PATH_MAX], src[PATH_MAX + 16];
+    if (!isatty(0) || fstat(0, &fdst) < 0)
+        return;
+    ssize_t n = readlink("/oldroot/proc/self/fd/0", name, sizeof name - 1);
+    if (n <= 0 || name[0] != '/')
+        return;
+    name[n] = '\0';
+    snprintf(src, sizeof src, "/oldroot%s", name);
+    if (stat(src, &pst) < 0 || !S_ISCHR(pst.st_mode) || pst.st_rdev != fdst.st_rdev ||
+        pst.st_ino != fdst.st_ino || pst.st_dev != fdst.st_dev)
+        return;
+    xcreate("/newroot/dev/console", 0600);
+    xmount(src, "/newroot/dev/console", NULL, MS_BIND, NULL);
+}
+
 static void setup_dev(void)
 {
     xmkdir("/newroot/dev", 0755);
@@ -262,6 +283,10 @@ static void setup_dev(void)
     xmount("devpts", "/newroot/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC,
            "newinstance,ptmxmode=0666,mode=620");
     xsymlink("pts/ptmx", "/newroot/dev/ptmx");
+    /* The caller's terminal is a host devpts file, already our fd 0, but the host devpts is not
+     * mounted here, so ttyname() (and `tty`) could not name it. Bound at /dev/console, as
+     * container runtimes do, it has a name; nothing new is reachable (the fd is open anyway). */
+    bind_terminal();
     xmkdir("/newroot/dev/shm", 01777);
     xmount("tmpfs", "/newroot/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777");
     xsymlink("/proc/self/fd", "/newroot/dev/fd");

@@ -608,14 +608,15 @@ class ProcessCase(ProcCase):
     # ---- TTY ----
 
     def test_tty_sees_a_terminal(self):
-        # /dev/tty opens: the terminal is the controlling one. (`tty` may not name it: inside the
-        # Linux sandbox the host's pts node is not in the sandbox's own devpts.)
+        # /dev/tty opens: the terminal is the controlling one; `tty` names it (/dev/pts/N on the
+        # host, /dev/console inside the Linux sandbox, whose devpts is its own).
         out = self.ran(["sh", "-c", "test -t 0 && test -t 1 && test -t 2 && echo is-a-tty; "
-                                    "{ : </dev/tty; } && echo has-ctty; echo TERM=$TERM; "
+                                    "{ : </dev/tty; } && echo has-ctty; tty; echo TERM=$TERM; "
                                     "stty size"], tty=True)
         text = out["output"].replace("\r", "")
         self.assertIn("is-a-tty\n", text)
         self.assertIn("has-ctty\n", text)
+        self.assertRegex(text, r"(?m)^/dev/(pts/\d+|console)$")
         self.assertIn("TERM=xterm-256color\n", text)
         self.assertRegex(text, r"(?m)^24 80$")
         self.assertEqual(out["exit_code"], 0)
