@@ -22,7 +22,6 @@
 #include <inttypes.h>
 #include <poll.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -409,40 +408,19 @@ static int spawn_worker(struct cs__runner_uds *u, const struct cs_runner_uds_opt
         argv[6] = (char *)opt->sandbox_helper;
     }
     char **envp = worker_env();
-    posix_spawn_file_actions_t fa;
-    posix_spawnattr_t attr;
-    sigset_t none, all;
-    sigemptyset(&none);
-    sigfillset(&all);
-    sigdelset(&all, SIGKILL);
-    sigdelset(&all, SIGSTOP);
-    int e = envp ? 0 : ENOMEM;
-    if (e == 0)
-        e = posix_spawn_file_actions_init(&fa);
-    if (e == 0)
-        e = posix_spawnattr_init(&attr);
     /* stdout is the MCP channel on stdio: the worker never gets it; stderr is shared (logs). */
+    int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+    int e = !envp ? ENOMEM : null < 0 ? errno : 0;
     if (e == 0)
-        e = posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-    if (e == 0)
-        e = posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
-    if (e == 0)
-        e = posix_spawn_file_actions_addclosefrom_np(&fa, 3);
-    if (e == 0)
-        e = posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-    if (e == 0)
-        e = posix_spawnattr_setsigmask(&attr, &none);
-    if (e == 0)
-        e = posix_spawnattr_setsigdefault(&attr, &all);
-    if (e == 0)
-        e = posix_spawn(&u->pid, opt->runtime_bin, &fa, &attr, argv, envp);
+        e = cs_supervisor_spawn_aux(opt->runtime_bin, argv, envp, (const int[3]){null, null, 2},
+                                    &u->pid);
     free(envp);
+    if (null >= 0)
+        close(null);
     if (e != 0) {
         snprintf(err, cap, "cannot start the worker %s: %s", opt->runtime_bin, strerror(e));
         return -1;
     }
-    posix_spawn_file_actions_destroy(&fa);
-    posix_spawnattr_destroy(&attr);
     u->pidfd = pidfd_open(u->pid, 0);
     if (u->pidfd < 0) {
         snprintf(err, cap, "pidfd_open: %s", strerror(errno));

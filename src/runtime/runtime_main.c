@@ -453,19 +453,9 @@ int main(int argc, char **argv)
     w.lfd = lfd;
     int rc = 1;
     w.loop = cs_loop_new();
-    const char *path = getenv("PATH");
-    const char *tmpdir = getenv("TMPDIR");
-    struct cs_supervisor_limits lim = {
-        .max_live = max_procs,
-        .timeout_ms = 30000,
-        .ring_bytes = 256 * 1024,
-        .retain_ms = 15 * 60 * 1000,
-        .retain_max = 64,
-        .kill_grace_ms = 2000,
-        .path = path && path[0] ? path : NULL,
-        .tmpdir = tmpdir && tmpdir[0] == '/' ? tmpdir : NULL,
-        .sandbox_helper = sandbox,
-    };
+    /* Every exec request carries its own time limit; the default only fills the struct. */
+    struct cs_supervisor_limits lim;
+    cs_supervisor_limits_init(&lim, max_procs, 30000, sandbox);
     w.ex = w.loop ? cs_runner_exec_new(w.loop, &lim, on_exited, &w) : NULL;
     w.lw = w.ex ? cs_loop_fd_add(w.loop, lfd, CS_LOOP_READ, on_accept, &w) : NULL;
     if (!w.lw || cs_loop_signal(w.loop, SIGTERM, on_signal, &w) != 0 ||

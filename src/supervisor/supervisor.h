@@ -46,6 +46,24 @@ struct cs_supervisor_limits {
     const char *sandbox_helper;
 };
 
+/* The fixed limits of runtime.md section 5 (the others come from the configuration). */
+#define CS_SUPERVISOR_RING_BYTES    (256 * 1024)     /* output kept per process */
+#define CS_SUPERVISOR_RETAIN_MS     (15 * 60 * 1000) /* an exited handle lives this long ... */
+#define CS_SUPERVISOR_RETAIN_MAX    64               /* ... and at most this many of them */
+#define CS_SUPERVISOR_KILL_GRACE_MS 2000             /* terminate: SIGTERM, then SIGKILL */
+
+/* Fills *lim with the fixed limits above, max_live and timeout_ms, PATH and TMPDIR from this
+ * process's environment (borrowed: they must outlive cs_supervisor_new, which copies them) and
+ * sandbox_helper (may be NULL). */
+void cs_supervisor_limits_init(struct cs_supervisor_limits *lim, int64_t max_live,
+                               int64_t timeout_ms, const char *sandbox_helper);
+
+/* Starts prog with argv and envp, fds[0..2] as its stdin, stdout and stderr, nothing else open,
+ * every signal at its default and unblocked: for the runner's own helpers (the worker, the
+ * sandbox helper), not commands. Returns 0 with *pid set, or an errno value. */
+int cs_supervisor_spawn_aux(const char *prog, char *const argv[], char *const envp[],
+                            const int fds[3], pid_t *pid);
+
 /* The PATH of a sandboxed command (sandbox.md section 3). */
 #define CS_SUPERVISOR_SANDBOX_PATH "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"
 

@@ -15,7 +15,6 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,29 +68,11 @@ static int run_helper(const char *helper, char *const argv[], const char *input,
         snprintf(err, err_cap, "pipe: %s", strerror(errno));
         goto fail;
     }
-    posix_spawn_file_actions_t fa;
-    posix_spawnattr_t attr;
-    sigset_t none, all;
-    sigemptyset(&none);
-    sigfillset(&all);
-    sigdelset(&all, SIGKILL);
-    sigdelset(&all, SIGSTOP);
-    posix_spawn_file_actions_init(&fa);
-    posix_spawnattr_init(&attr);
-    posix_spawn_file_actions_adddup2(&fa, in[0], 0);
-    posix_spawn_file_actions_adddup2(&fa, o[1], 1);
-    posix_spawn_file_actions_adddup2(&fa, e[1], 2);
-    posix_spawn_file_actions_addclosefrom_np(&fa, 3);
-    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
-    posix_spawnattr_setsigmask(&attr, &none);
-    posix_spawnattr_setsigdefault(&attr, &all);
     pid_t pid;
     char tmp_env[4200];
     snprintf(tmp_env, sizeof tmp_env, "TMPDIR=%s", helper_tmpdir());
     char *envp[] = {(char *)"PATH=/usr/bin:/bin", tmp_env, NULL};
-    int rc = posix_spawn(&pid, helper, &fa, &attr, argv, envp);
-    posix_spawn_file_actions_destroy(&fa);
-    posix_spawnattr_destroy(&attr);
+    int rc = cs_supervisor_spawn_aux(helper, argv, envp, (const int[3]){in[0], o[1], e[1]}, &pid);
     close(in[0]);
     close(o[1]);
     close(e[1]);

@@ -19,6 +19,7 @@
 #include <signal.h>
 #include <pthread.h>
 #include <sched.h>
+#include <spawn.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -300,4 +301,57 @@ out:
     if (master >= 0)
         close(master);
     return rc;
+}
+
+void cs_supervisor_limits_init(struct cs_supervisor_limits *lim, int64_t max_live,
+                               int64_t timeout_ms, const char *sandbox_helper)
+{
+    const char *path = getenv("PATH");
+    const char *tmpdir = getenv("TMPDIR");
+    *lim = (struct cs_supervisor_limits){
+        .max_live = max_live,
+        .timeout_ms = timeout_ms,
+        .ring_bytes = CS_SUPERVISOR_RING_BYTES,
+        .retain_ms = CS_SUPERVISOR_RETAIN_MS,
+        .retain_max = CS_SUPERVISOR_RETAIN_MAX,
+        .kill_grace_ms = CS_SUPERVISOR_KILL_GRACE_MS,
+        .path = path && path[0] ? path : NULL,
+        .tmpdir = tmpdir && tmpdir[0] == '/' ? tmpdir : NULL,
+        .sandbox_helper = sandbox_helper,
+    };
+}
+
+int cs_supervisor_spawn_aux(const char *prog, char *const argv[], char *const envp[],
+                            const int fds[3], pid_t *pid)
+{
+    posix_spawn_file_actions_t fa;
+    posix_spawnattr_t attr;
+    sigset_t none, all;
+    sigemptyset(&none);
+    sigfillset(&all);
+    sigdelset(&all, SIGKILL);
+    sigdelset(&all, SIGSTOP);
+    int e = posix_spawn_file_actions_init(&fa);
+    if (e != 0)
+        return e;
+    e = posix_spawnattr_init(&attr);
+    if (e != 0) {
+        posix_spawn_file_actions_destroy(&fa);
+        return e;
+    }
+    for (int i = 0; i < 3 && e == 0; i++)
+        e = posix_spawn_file_actions_adddup2(&fa, fds[i], i);
+    if (e == 0)
+        e = posix_spawn_file_actions_addclosefrom_np(&fa, 3);
+    if (e == 0)
+        e = posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+    if (e == 0)
+        e = posix_spawnattr_setsigmask(&attr, &none);
+    if (e == 0)
+        e = posix_spawnattr_setsigdefault(&attr, &all);
+    if (e == 0)
+        e = posix_spawn(pid, prog, &fa, &attr, argv, envp);
+    posix_spawnattr_destroy(&attr);
+    posix_spawn_file_actions_destroy(&fa);
+    return e;
 }

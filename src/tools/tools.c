@@ -24,12 +24,6 @@
 _Static_assert(CS_FS_READ_MAX_BYTES == CS_POLICY_READ_MAX_BYTES, "read cap differs");
 _Static_assert(CS_FS_FIND_MAX_PATHS == CS_POLICY_FIND_MAX_PATHS, "find cap differs");
 
-/* Process limits of runtime.md section 5 that are not configurable. */
-#define OUTPUT_RING_BYTES (256 * 1024)     /* output kept per process */
-#define RETAIN_MS         (15 * 60 * 1000) /* an exited handle lives this long ... */
-#define RETAIN_MAX        64               /* ... and at most this many of them */
-#define KILL_GRACE_MS     2000             /* terminate_process: SIGTERM, then SIGKILL */
-
 /*
  * workspace_info depends only on the registry and the runtime's capabilities, both fixed while
  * the server runs, so each answer is encoded (and checked against the outputSchema) once, the
@@ -532,7 +526,7 @@ static void exec_locked(struct cs_tools *t, const struct cs_workspace *ws, struc
     d->process_id = (struct cs_str){ec->process_id, strlen(ec->process_id)};
     d->env.use_runner_defaults = true;
     d->timeout_ms = t->cfg->process_timeout_secs * 1000;
-    d->output_bytes_cap = OUTPUT_RING_BYTES;
+    d->output_bytes_cap = CS_SUPERVISOR_RING_BYTES;
     d->tty = in->has_tty && in->tty;
     d->policy.workspace_profile =
         (enum csw_runner_wire_exec_data_policy_workspace_profile)w->profile;
@@ -745,19 +739,9 @@ int cs_tools_register(struct cs_mcp *srv, struct cs_tools *t, const struct cs_co
         t->runner = bin ? cs_runner_uds_new(loop, &opt, &ev, err, err_cap) : NULL;
         free(bin);
     } else {
-        const char *path = getenv("PATH");
-        const char *tmpdir = getenv("TMPDIR");
-        struct cs_supervisor_limits lim = {
-            .max_live = cfg->max_processes,
-            .timeout_ms = cfg->process_timeout_secs * 1000,
-            .ring_bytes = OUTPUT_RING_BYTES,
-            .retain_ms = RETAIN_MS,
-            .retain_max = RETAIN_MAX,
-            .kill_grace_ms = KILL_GRACE_MS,
-            .path = path && path[0] ? path : NULL,
-            .tmpdir = tmpdir && tmpdir[0] == '/' ? tmpdir : NULL,
-            .sandbox_helper = helper,
-        };
+        struct cs_supervisor_limits lim;
+        cs_supervisor_limits_init(&lim, cfg->max_processes, cfg->process_timeout_secs * 1000,
+                                  helper);
         t->runner = cs_runner_inproc_new(loop, &lim, &ev);
     }
     free(helper);
@@ -772,7 +756,7 @@ int cs_tools_register(struct cs_mcp *srv, struct cs_tools *t, const struct cs_co
     t->caps.tty_supported = true;
     t->caps.max_live_processes = cfg->max_processes;
     t->caps.timeout_ms = cfg->process_timeout_secs * 1000;
-    t->caps.output_ring_bytes = OUTPUT_RING_BYTES;
+    t->caps.output_ring_bytes = CS_SUPERVISOR_RING_BYTES;
     snprintf(err, err_cap, "internal: a tool is missing from the generated table");
     if (cs_mcp_set_tool(srv, "workspace_info", workspace_info, t) != 0 ||
         cs_mcp_set_tool(srv, "read", read_tool, t) != 0 ||
