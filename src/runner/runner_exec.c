@@ -320,40 +320,36 @@ static void op_exec(struct cs_runner_exec *ex, const struct csw_runner_wire_exec
     char *root = root_of(&d->workspace);
     char *pid = strndup(d->process_id.s, d->process_id.n);
     char *wsid = strndup(d->workspace.id.s, d->workspace.id.n);
-    struct pending *p = pending_new(done, arg, CSW_RUNNER_WIRE_RESULT_EXEC);
-    if (!root || !pid || !wsid || !p || d->process_id.n >= CS_SUPERVISOR_ID_SIZE) {
-        if (p)
-            fail(done, arg, CSW_ERROR_INTERNAL,
-                 !root ? "workspace root is not a C string" : "bad process_id or out of memory");
-        free(p);
-        free(root);
-        free(pid);
-        free(wsid);
-        return;
-    }
-    struct cs_supervisor_spawn sp = {
-        .process_id = pid,
-        .root = root,
-        .argv = d->argv.v,
-        .argc = d->argv.n,
-        .workspace_id = wsid,
-        .writable = d->policy.workspace_profile ==
-                    CSW_RUNNER_WIRE_EXEC_DATA_POLICY_WORKSPACE_PROFILE_WORKSPACE_WRITE,
-        .network_enabled = d->policy.network == CSW_RUNNER_WIRE_EXEC_DATA_POLICY_NETWORK_ENABLED,
-        .has_network_allow = d->policy.has_network_allow,
-        .network_allow = d->policy.network_allow.v,
-        .n_network_allow = d->policy.network_allow.n,
-        .tty = d->tty,
-        .timeout_ms = d->timeout_ms,
-        .yield_ms = d->has_yield_ms ? d->yield_ms : 0,
-        .on_exit = exited,
-        .exit_arg = ex,
-    };
-    char msg[512];
-    int rc = cs_supervisor_spawn(ex->sup, &sp, sup_done, p, msg, sizeof msg);
-    if (rc != 0) {
-        fail(done, arg, rc, msg);
-        free(p);
+    struct pending *p = NULL;
+    if (!root || !pid || !wsid || d->process_id.n >= CS_SUPERVISOR_ID_SIZE) {
+        fail(done, arg, CSW_ERROR_INTERNAL,
+             !root ? "workspace root is not a C string" : "bad process_id or out of memory");
+    } else if ((p = pending_new(done, arg, CSW_RUNNER_WIRE_RESULT_EXEC))) {
+        struct cs_supervisor_spawn sp = {
+            .process_id = pid,
+            .root = root,
+            .argv = d->argv.v,
+            .argc = d->argv.n,
+            .workspace_id = wsid,
+            .writable = d->policy.workspace_profile ==
+                        CSW_RUNNER_WIRE_EXEC_DATA_POLICY_WORKSPACE_PROFILE_WORKSPACE_WRITE,
+            .network_enabled =
+                d->policy.network == CSW_RUNNER_WIRE_EXEC_DATA_POLICY_NETWORK_ENABLED,
+            .has_network_allow = d->policy.has_network_allow,
+            .network_allow = d->policy.network_allow.v,
+            .n_network_allow = d->policy.network_allow.n,
+            .tty = d->tty,
+            .timeout_ms = d->timeout_ms,
+            .yield_ms = d->has_yield_ms ? d->yield_ms : 0,
+            .on_exit = exited,
+            .exit_arg = ex,
+        };
+        char msg[512];
+        int rc = cs_supervisor_spawn(ex->sup, &sp, sup_done, p, msg, sizeof msg);
+        if (rc != 0) {
+            fail(done, arg, rc, msg);
+            free(p);
+        }
     }
     free(root);
     free(pid);

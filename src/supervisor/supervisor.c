@@ -826,7 +826,6 @@ int cs_supervisor_spawn(struct cs_supervisor *s, const struct cs_supervisor_spaw
     struct proc *p = calloc(1, sizeof *p);
     char *plan = NULL, *tmp_env = NULL;
     char *run_argv[5], *run_env[2];
-    const char *run_prog = NULL;
     if (!argv || !p) {
         snprintf(msg, msg_cap, "out of memory");
         goto out;
@@ -930,10 +929,9 @@ int cs_supervisor_spawn(struct cs_supervisor *s, const struct cs_supervisor_spaw
         run_argv[4] = NULL;
         run_env[0] = tmp_env = concat("TMPDIR=", cs__supervisor_helper_tmpdir());
         run_env[1] = NULL;
-        run_prog = s->sandbox;
         cmd.argv = run_argv;
         cmd.envp = run_env;
-        cmd.prog = run_prog;
+        cmd.prog = s->sandbox;
     }
     struct cs__supervisor_fds fds;
     if (cs__supervisor_start(&cmd, &fds, msg, msg_cap) != 0)

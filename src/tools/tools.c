@@ -255,6 +255,17 @@ static void lease_refuse(struct cs_tools_lease *l, struct cs_mcp_call *call, int
                           "%d calls already wait for this workspace", CS_TOOLS_LEASE_MAX_WAITERS);
 }
 
+/* A live process took the lease: every queued mutation fails WORKSPACE_BUSY. */
+static void lease_refuse_waiters(struct cs_tools_lease *l)
+{
+    while (l->n_wait > 0) {
+        struct cs_mcp_call *call = l->wait[l->head].call;
+        l->head = (l->head + 1) % CS_TOOLS_LEASE_MAX_WAITERS;
+        l->n_wait--;
+        lease_refuse(l, call, CSW_ERROR_WORKSPACE_BUSY);
+    }
+}
+
 /* The lease goes free (a mutation finished, a spawn failed, a live process ended) and passes to
  * the waiters in order. Once a process holds it, the remaining waiters fail WORKSPACE_BUSY.
  * Reentrant: a waiter that completes at once releases it again inside the loop. */
@@ -265,19 +276,17 @@ static void lease_release(struct cs_tools_lease *l)
     if (l->draining)
         return;
     l->draining = true;
-    while (l->n_wait > 0 && l->state != CS_TOOLS_LEASE_HELD) {
+    while (l->n_wait > 0 && l->state == CS_TOOLS_LEASE_FREE) {
         struct cs_mcp_call *call = l->wait[l->head].call;
         const void *input = l->wait[l->head].input;
         cs_tools_locked_fn run = l->wait[l->head].run;
         l->head = (l->head + 1) % CS_TOOLS_LEASE_MAX_WAITERS;
         l->n_wait--;
-        if (l->state == CS_TOOLS_LEASE_LIVE) {
-            lease_refuse(l, call, CSW_ERROR_WORKSPACE_BUSY);
-            continue;
-        }
         l->state = CS_TOOLS_LEASE_HELD;
         run(l->t, l->ws, call, input);
     }
+    if (l->state == CS_TOOLS_LEASE_LIVE)
+        lease_refuse_waiters(l);
     l->draining = false;
 }
 
@@ -540,12 +549,7 @@ static void exec_locked(struct cs_tools *t, const struct cs_workspace *ws, struc
      * call may complete inside cs_runner_call. Queued waiters fail at once. */
     l->state = CS_TOOLS_LEASE_LIVE;
     snprintf(l->process_id, sizeof l->process_id, "%s", ec->process_id);
-    while (l->n_wait > 0) {
-        struct cs_mcp_call *wc = l->wait[l->head].call;
-        l->head = (l->head + 1) % CS_TOOLS_LEASE_MAX_WAITERS;
-        l->n_wait--;
-        lease_refuse(l, wc, CSW_ERROR_WORKSPACE_BUSY);
-    }
+    lease_refuse_waiters(l);
     cs_runner_call(t->runner, &op, exec_done, ec);
 }
 
