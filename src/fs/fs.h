@@ -87,16 +87,23 @@ int cs_fs_open_beneath(int rootfd, const struct cs_fs_path *p, enum cs_fs_want w
  * The read tool: in is the decoded tool input (workspace_id is ignored here), root the workspace
  * root (absolute, NUL-terminated; cs_fs_read_at takes an fd from cs_fs_root_open instead). Streams
  * the file once through SHA-256 keeping only the window, so the version always belongs to the
- * bytes the window came from, whatever happens to the file meanwhile. Returns 0 with *out filled
- * (release it with csw_mcp_read_output_free), or an error with *out zeroed: CSW_ERROR_OUTPUT_LIMIT
- * (limit 0 or above CS_FS_READ_MAX_BYTES), the errors of cs_fs_path_normalize and
- * cs_fs_open_beneath, CSW_ERROR_FILE_OPERATION_FAILED (root gone, a read error) or
- * CSW_ERROR_INTERNAL (out of memory).
+ * bytes the window came from, whatever happens to the file meanwhile; for a big file unchanged
+ * since an earlier call, only the blocks under the window, proved against that call's hash.
+ * Returns 0 with *out filled (release it with csw_mcp_read_output_free), or an error with *out
+ * zeroed: CSW_ERROR_OUTPUT_LIMIT (limit 0 or above CS_FS_READ_MAX_BYTES), the errors of
+ * cs_fs_path_normalize and cs_fs_open_beneath, CSW_ERROR_FILE_OPERATION_FAILED (root gone, a
+ * read error) or CSW_ERROR_INTERNAL (out of memory).
  */
 int cs_fs_read(const char *root, const struct csw_mcp_read_input *in,
                struct csw_mcp_read_output *out, char *msg, size_t msg_cap);
 int cs_fs_read_at(int rootfd, const struct csw_mcp_read_input *in, struct csw_mcp_read_output *out,
                   char *msg, size_t msg_cap);
+
+/*
+ * Calls answered from the version cache so far in this process (fs_read.c explains the cache).
+ * For tests and benchmarks.
+ */
+uint64_t cs_fs_version_cache_hits(void);
 
 /* ---- find ---- */
 

@@ -6,6 +6,20 @@
  * or be replaced while it is read, and the answer still describes one sequence of bytes).
  * Memory: one chunk buffer and at most limit bytes of window, whatever the file's size.
  *
+ * The version cache: reading a big file window by window would rehash the whole file for every
+ * window. So a full pass over a file of 2 MiB to 1 GiB also keeps, at every block boundary (at
+ * most 128 blocks), the SHA-256 state and the digest of the prefix, and remembers them under the
+ * file's fstat identity (device, inode, size, mtime, ctime). A later call on a file with the same
+ * identity reads only the blocks that cover its window, continues the hash from the state at the
+ * first of them and answers from the cache only if the digest comes out equal to the remembered
+ * prefix digest: the window is then provably (SHA-256 collision resistance) the bytes at that
+ * offset of the sequence the version hashes, just as in a full pass. Anything else (identity
+ * changed, digest differs, a short read, identity changed during the call) falls back to the full
+ * pass. A pass is remembered only if the identity was the same before and after it and the
+ * file's ctime is older than the call's start by more than any timestamp tick (git's "racily
+ * clean" rule): a later write then always leaves a different ctime. See P4 in
+ * docs/security-model.md.
+ *
  * Also here: the UTF-8 decoding shared by the module (maximal-subpart replacement, as the Unicode
  * standard recommends and the WHATWG decoder does).
  *
@@ -18,7 +32,10 @@
 #include <errno.h>
 #include <openssl/evp.h>
 #include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #define CHUNK_BYTES (256 * 1024) /* one read(2); sized to stay in cache while it is hashed */
@@ -66,13 +83,181 @@ static void hex(const unsigned char *d, size_t n, char *out)
     out[2 * n] = '\0';
 }
 
+/* ---- the version cache ---- */
+
+#define VC_SLOTS      16
+#define VC_MIN_BYTES  (2ull * 1024 * 1024)
+#define VC_MAX_BYTES  (1ull << 30)
+#define VC_MAX_BLOCKS 128
+#define VC_BLOCK_UNIT (1024ull * 1024)
+#define VC_RACY_NS    100000000LL /* 100 ms: more than any kernel timestamp tick */
+
+struct vc_key {
+    dev_t dev;
+    ino_t ino;
+    off_t size;
+    struct timespec mtim, ctim;
+};
+
+struct vc_entry {
+    bool used;
+    uint64_t last_use;
+    struct vc_key key;
+    uint64_t block;              /* bytes per block */
+    size_t nblocks;              /* ceil(size / block) */
+    EVP_MD_CTX **state;          /* state[k]: after k blocks; state[0] is NULL (a fresh hash) */
+    unsigned char (*digest)[32]; /* digest[k]: SHA-256 of the first k+1 blocks (the last one is
+                                    the version's) */
+    char version[72];
+};
+
+static struct vc_entry vc[VC_SLOTS];
+static uint64_t vc_clock;
+static uint64_t vc_hits;
+
+uint64_t cs_fs_version_cache_hits(void)
+{
+    return vc_hits;
+}
+
+static struct vc_key key_of(const struct stat *st)
+{
+    struct vc_key k;
+    memset(&k, 0, sizeof k);
+    k.dev = st->st_dev;
+    k.ino = st->st_ino;
+    k.size = st->st_size;
+    k.mtim = st->st_mtim;
+    k.ctim = st->st_ctim;
+    return k;
+}
+
+static bool key_eq(const struct vc_key *a, const struct vc_key *b)
+{
+    return a->dev == b->dev && a->ino == b->ino && a->size == b->size &&
+           a->mtim.tv_sec == b->mtim.tv_sec && a->mtim.tv_nsec == b->mtim.tv_nsec &&
+           a->ctim.tv_sec == b->ctim.tv_sec && a->ctim.tv_nsec == b->ctim.tv_nsec;
+}
+
+static void vc_clear(struct vc_entry *e)
+{
+    if (e->state)
+        for (size_t k = 0; k < e->nblocks; k++)
+            EVP_MD_CTX_free(e->state[k]);
+    free(e->state);
+    free(e->digest);
+    memset(e, 0, sizeof *e);
+}
+
+/* Block size for a file of size bytes: whole MiB, at most VC_MAX_BLOCKS blocks. */
+static uint64_t vc_block_for(uint64_t size)
+{
+    uint64_t units = (size + VC_BLOCK_UNIT * VC_MAX_BLOCKS - 1) / (VC_BLOCK_UNIT * VC_MAX_BLOCKS);
+    return (units ? units : 1) * VC_BLOCK_UNIT;
+}
+
+/* A pass being recorded: states and digests at block boundaries, NULL when not recording. */
+struct vc_build {
+    struct vc_entry e;
+    bool failed; /* out of memory: the pass goes on, nothing is remembered */
+};
+
+static bool vc_build_start(struct vc_build *b, const struct stat *st)
+{
+    memset(b, 0, sizeof *b);
+    uint64_t size = (uint64_t)st->st_size;
+    if (!S_ISREG(st->st_mode) || size < VC_MIN_BYTES || size > VC_MAX_BYTES)
+        return false;
+    b->e.key = key_of(st);
+    b->e.block = vc_block_for(size);
+    b->e.nblocks = (size_t)((size + b->e.block - 1) / b->e.block);
+    b->e.state = calloc(b->e.nblocks, sizeof *b->e.state);
+    b->e.digest = calloc(b->e.nblocks, sizeof *b->e.digest);
+    if (!b->e.state || !b->e.digest) {
+        vc_clear(&b->e);
+        return false;
+    }
+    return true;
+}
+
+/* The hash has just taken in exactly k blocks: keep its state (k > 0) and the prefix digest. */
+static void vc_build_boundary(struct vc_build *b, size_t k, EVP_MD_CTX *ctx)
+{
+    if (b->failed || k == 0 || k > b->e.nblocks)
+        return;
+    EVP_MD_CTX *copy = EVP_MD_CTX_new();
+    EVP_MD_CTX *fin = EVP_MD_CTX_new();
+    unsigned int n = 0;
+    bool ok = copy && fin && EVP_MD_CTX_copy_ex(copy, ctx) == 1 &&
+              EVP_MD_CTX_copy_ex(fin, ctx) == 1 &&
+              EVP_DigestFinal_ex(fin, b->e.digest[k - 1], &n) == 1 && n == 32;
+    EVP_MD_CTX_free(fin);
+    if (!ok) {
+        EVP_MD_CTX_free(copy);
+        b->failed = true;
+        return;
+    }
+    if (k < b->e.nblocks)
+        b->e.state[k] = copy;
+    else
+        EVP_MD_CTX_free(copy); /* the state after the last block is never a starting point */
+}
+
+/*
+ * Remembers a finished pass of total bytes with this version, if the file's identity after the
+ * pass (st_after) is the one it had before, the pass read exactly that many bytes, and its ctime
+ * is older than the call's start (t0) by more than a timestamp tick. Takes b's memory either way.
+ */
+static void vc_build_finish(struct vc_build *b, uint64_t total, const char *version,
+                            const struct stat *st_after, const struct timespec *t0)
+{
+    struct vc_key after = key_of(st_after);
+    int64_t ct = (int64_t)after.ctim.tv_sec * 1000000000LL + after.ctim.tv_nsec;
+    int64_t start = (int64_t)t0->tv_sec * 1000000000LL + t0->tv_nsec;
+    if (b->failed || !key_eq(&after, &b->e.key) || total != (uint64_t)b->e.key.size ||
+        ct >= start - VC_RACY_NS) {
+        vc_clear(&b->e);
+        return;
+    }
+    /* The same file's older entry, else a free slot, else the least recently used. */
+    struct vc_entry *slot = NULL;
+    for (size_t i = 0; i < VC_SLOTS && !slot; i++)
+        if (vc[i].used && vc[i].key.dev == after.dev && vc[i].key.ino == after.ino)
+            slot = &vc[i];
+    for (size_t i = 0; i < VC_SLOTS && !slot; i++)
+        if (!vc[i].used)
+            slot = &vc[i];
+    if (!slot) {
+        slot = &vc[0];
+        for (size_t i = 1; i < VC_SLOTS; i++)
+            if (vc[i].last_use < slot->last_use)
+                slot = &vc[i];
+    }
+    vc_clear(slot);
+    *slot = b->e;
+    slot->used = true;
+    slot->last_use = ++vc_clock;
+    snprintf(slot->version, sizeof slot->version, "%s", version);
+    memset(&b->e, 0, sizeof b->e);
+}
+
+static struct vc_entry *vc_find(const struct stat *st)
+{
+    struct vc_key k = key_of(st);
+    for (size_t i = 0; i < VC_SLOTS; i++)
+        if (vc[i].used && key_eq(&vc[i].key, &k))
+            return &vc[i];
+    return NULL;
+}
+
 /*
  * One pass over fd: hashes every byte into version ("sha256:" + 64 hex, NUL-terminated) and
  * copies the bytes of [offset, offset + limit) into *win (malloc'd, *win_n bytes). *total is the
- * number of bytes read. Returns 0 or an error.
+ * number of bytes read. With build, also records the block boundaries. Returns 0 or an error.
  */
 static int stream(int fd, uint64_t offset, size_t limit, const char *rel, unsigned char **win,
-                  size_t *win_n, uint64_t *total, char version[72], char *msg, size_t cap)
+                  size_t *win_n, uint64_t *total, char version[72], struct vc_build *build,
+                  char *msg, size_t cap)
 {
     int rc = 0;
     unsigned char *chunk = malloc(CHUNK_BYTES);
@@ -97,10 +282,23 @@ static int stream(int fd, uint64_t offset, size_t limit, const char *rel, unsign
         if (r == 0)
             break;
         size_t got = (size_t)r;
-        if (EVP_DigestUpdate(ctx, chunk, got) != 1) {
-            cs__fs_msgf(msg, cap, "hashing %s failed", rel);
-            rc = CSW_ERROR_INTERNAL;
-            goto out;
+        /* Hash the chunk, stopping at each block boundary it crosses when recording. */
+        for (size_t done = 0; done < got;) {
+            size_t part = got - done;
+            uint64_t at = pos + done;
+            if (build && !build->failed) {
+                uint64_t to_boundary = build->e.block - at % build->e.block;
+                if (part > to_boundary)
+                    part = (size_t)to_boundary;
+            }
+            if (EVP_DigestUpdate(ctx, chunk + done, part) != 1) {
+                cs__fs_msgf(msg, cap, "hashing %s failed", rel);
+                rc = CSW_ERROR_INTERNAL;
+                goto out;
+            }
+            done += part;
+            if (build && !build->failed && (pos + done) % build->e.block == 0)
+                vc_build_boundary(build, (size_t)((pos + done) / build->e.block), ctx);
         }
         /* The part of this chunk inside the window, if any. */
         uint64_t end = pos + got;
@@ -130,6 +328,9 @@ static int stream(int fd, uint64_t offset, size_t limit, const char *rel, unsign
         }
         pos = end;
     }
+    /* The last block is usually partial: its digest is the version's. */
+    if (build && !build->failed && pos % build->e.block != 0)
+        vc_build_boundary(build, (size_t)(pos / build->e.block + 1), ctx);
     unsigned char md[EVP_MAX_MD_SIZE];
     unsigned int mdn = 0;
     if (EVP_DigestFinal_ex(ctx, md, &mdn) != 1 || mdn != 32) {
@@ -150,6 +351,64 @@ out:
     return rc;
 }
 
+/*
+ * The window [offset, offset + limit) of the file e remembers, read from fd and proved to be that
+ * sequence's bytes: the blocks covering it are read with pread and hashed on from the state at
+ * the first of them; the digest must equal the remembered prefix digest. Returns true with *win
+ * (malloc'd or NULL) and *win_n, or false (not proved, out of memory, a read error): the caller
+ * makes a full pass, which reports any error itself.
+ */
+static bool vc_window(int fd, const struct vc_entry *e, uint64_t offset, size_t limit,
+                      unsigned char **win, size_t *win_n)
+{
+    uint64_t size = (uint64_t)e->key.size;
+    *win = NULL;
+    *win_n = 0;
+    if (offset >= size)
+        return true; /* no bytes: the identity alone says what the file is */
+    uint64_t wend = size - offset < limit ? size : offset + limit;
+    size_t first = (size_t)(offset / e->block), last = (size_t)((wend - 1) / e->block);
+    uint64_t pos = (uint64_t)first * e->block;
+    uint64_t stop = (uint64_t)(last + 1) * e->block < size ? (uint64_t)(last + 1) * e->block : size;
+    bool ok = false;
+    unsigned char *chunk = malloc(CHUNK_BYTES);
+    unsigned char *w = malloc((size_t)(wend - offset));
+    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+    if (!chunk || !w || !ctx)
+        goto out;
+    if (first == 0 ? EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1
+                   : EVP_MD_CTX_copy_ex(ctx, e->state[first]) != 1)
+        goto out;
+    while (pos < stop) {
+        size_t want = stop - pos < CHUNK_BYTES ? (size_t)(stop - pos) : CHUNK_BYTES;
+        ssize_t r = pread(fd, chunk, want, (off_t)pos);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0 || EVP_DigestUpdate(ctx, chunk, (size_t)r) != 1)
+            goto out;
+        uint64_t end = pos + (uint64_t)r;
+        if (end > offset && pos < wend) {
+            uint64_t from = offset > pos ? offset : pos;
+            uint64_t to = end < wend ? end : wend;
+            memcpy(w + (from - offset), chunk + (from - pos), (size_t)(to - from));
+        }
+        pos = end;
+    }
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int mdn = 0;
+    if (EVP_DigestFinal_ex(ctx, md, &mdn) != 1 || mdn != 32 || memcmp(md, e->digest[last], 32) != 0)
+        goto out;
+    *win = w;
+    *win_n = (size_t)(wend - offset);
+    w = NULL;
+    ok = true;
+out:
+    EVP_MD_CTX_free(ctx);
+    free(chunk);
+    free(w);
+    return ok;
+}
+
 int cs_fs_read_at(int rootfd, const struct csw_mcp_read_input *in, struct csw_mcp_read_output *out,
                   char *msg, size_t msg_cap)
 {
@@ -160,6 +419,8 @@ int cs_fs_read_at(int rootfd, const struct csw_mcp_read_input *in, struct csw_mc
     uint64_t total = 0;
     char version[72];
     struct cs_fs_path p;
+    struct vc_build build;
+    bool building = false;
     memset(out, 0, sizeof *out);
 
     /* The decoder sets the default limit when it is absent. */
@@ -177,14 +438,36 @@ int cs_fs_read_at(int rootfd, const struct csw_mcp_read_input *in, struct csw_mc
     rc = cs_fs_path_normalize(in->path.s, in->path.n, &p, msg, msg_cap);
     if (rc != 0)
         goto out;
-    struct stat st;
+    struct timespec t0;
+    clock_gettime(CLOCK_REALTIME, &t0);
+    struct stat st, st2;
     rc = cs_fs_open_beneath(rootfd, &p, CS_FS_WANT_FILE, &fd, &st, msg, msg_cap);
     if (rc != 0)
         goto out;
     uint64_t offset = (uint64_t)in->offset;
-    rc = stream(fd, offset, (size_t)in->limit, p.rel, &win, &win_n, &total, version, msg, msg_cap);
-    if (rc != 0)
-        goto out;
+    struct vc_entry *e = vc_find(&st);
+    if (e && vc_window(fd, e, offset, (size_t)in->limit, &win, &win_n) && fstat(fd, &st2) == 0 &&
+        vc_find(&st2) == e) {
+        e->last_use = ++vc_clock;
+        vc_hits++;
+        total = (uint64_t)e->key.size;
+        snprintf(version, sizeof version, "%s", e->version);
+    } else {
+        free(win);
+        win = NULL;
+        building = vc_build_start(&build, &st);
+        rc = stream(fd, offset, (size_t)in->limit, p.rel, &win, &win_n, &total, version,
+                    building ? &build : NULL, msg, msg_cap);
+        if (rc != 0)
+            goto out;
+        if (building) {
+            building = false;
+            if (fstat(fd, &st2) == 0)
+                vc_build_finish(&build, total, version, &st2, &t0);
+            else
+                vc_clear(&build.e);
+        }
+    }
 
     char *text = cs_wire_malloc(3 * win_n + 1);
     if (text == NULL || cs_str_set_n(&out->path, p.rel, p.len) != 0 ||
@@ -207,6 +490,8 @@ int cs_fs_read_at(int rootfd, const struct csw_mcp_read_input *in, struct csw_mc
     }
     rc = 0;
 out:
+    if (building)
+        vc_clear(&build.e);
     if (rc != 0)
         csw_mcp_read_output_free(out);
     if (fd >= 0)

@@ -26,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
@@ -603,6 +604,109 @@ static void run_class_cases(bool fallback)
     cs__fs_force_fallback(false);
 }
 
+/*
+ * The version cache (fs_read.c): a big file's later windows are proved against the first pass's
+ * hash instead of rehashing the file, and every change is still seen: an in-place write through
+ * write(2) changes ctime; a write through a live shared mapping may not, and is then caught by
+ * the window's block hash when it falls under the window.
+ */
+static void test_version_cache(void **state)
+{
+    (void)state;
+    size_t n = 5 * 1024 * 1024 + 777;
+    unsigned char *data = malloc(n);
+    assert_non_null(data);
+    for (size_t i = 0; i < n; i++)
+        data[i] = (unsigned char)('a' + (i * 7 + i / 4096) % 26);
+    put("cached.txt", data, n);
+    char path[512], v[72], msg[512];
+    snprintf(path, sizeof path, "%s/cached.txt", fx.root);
+    struct csw_mcp_read_output out;
+    /* A file changed less than a timestamp tick ago is never remembered: wait it out. */
+    usleep(150 * 1000);
+
+    uint64_t hits = cs_fs_version_cache_hits();
+    sha256_hex(data, n, v);
+    assert_int_equal(do_read("cached.txt", 0, 1000, &out, msg), 0);
+    assert_string_equal(out.version.s, v);
+    csw_mcp_read_output_free(&out);
+    assert_int_equal(cs_fs_version_cache_hits(), hits); /* the first pass */
+
+    /* Windows anywhere, across block boundaries, to the end and past it: from the cache. */
+    const int64_t offs[] = {2 * 1024 * 1024 + 5, 1024 * 1024 - 10, (int64_t)n - 100, 0};
+    for (size_t i = 0; i < sizeof offs / sizeof offs[0]; i++) {
+        assert_int_equal(do_read("cached.txt", offs[i], 1048576, &out, msg), 0);
+        size_t want = n - (size_t)offs[i] < 1048576 ? n - (size_t)offs[i] : 1048576;
+        assert_int_equal((size_t)out.byte_count, want);
+        assert_memory_equal(out.content.s, data + offs[i], want);
+        assert_string_equal(out.version.s, v);
+        assert_int_equal(out.truncated, (size_t)offs[i] + want < n);
+        csw_mcp_read_output_free(&out);
+    }
+    assert_int_equal(do_read("cached.txt", (int64_t)n + 10, 10, &out, msg), 0);
+    assert_int_equal(out.byte_count, 0);
+    assert_false(out.truncated);
+    assert_string_equal(out.version.s, v);
+    csw_mcp_read_output_free(&out);
+    assert_int_equal(cs_fs_version_cache_hits(), hits + 5);
+
+    /* An in-place write of one byte (same size) far from the window: a new version at once. */
+    int fd = open(path, O_RDWR);
+    assert_true(fd >= 0);
+    data[10] = 'Z';
+    assert_int_equal(pwrite(fd, "Z", 1, 10), 1);
+    sha256_hex(data, n, v);
+    assert_int_equal(do_read("cached.txt", 4 * 1024 * 1024, 100, &out, msg), 0);
+    assert_string_equal(out.version.s, v);
+    assert_memory_equal(out.content.s, data + 4 * 1024 * 1024, 100);
+    csw_mcp_read_output_free(&out);
+
+    /* A shared mapping: its first write stamps ctime; once the file is remembered again, a second
+     * write to the same (already writable) page need not. The window over it must not be
+     * answered from the cache unless its bytes are the remembered ones. */
+    unsigned char *map = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    assert_true(map != MAP_FAILED);
+    map[3 * 1024 * 1024 + 1] = 'Y';
+    data[3 * 1024 * 1024 + 1] = 'Y';
+    usleep(150 * 1000);
+    sha256_hex(data, n, v);
+    assert_int_equal(do_read("cached.txt", 0, 10, &out, msg), 0); /* remembered again */
+    assert_string_equal(out.version.s, v);
+    csw_mcp_read_output_free(&out);
+    map[3 * 1024 * 1024 + 2] = 'X';
+    data[3 * 1024 * 1024 + 2] = 'X';
+    sha256_hex(data, n, v);
+    assert_int_equal(do_read("cached.txt", 3 * 1024 * 1024 - 50, 100, &out, msg), 0);
+    assert_string_equal(out.version.s, v);
+    assert_memory_equal(out.content.s, data + 3 * 1024 * 1024 - 50, 100);
+    csw_mcp_read_output_free(&out);
+    assert_int_equal(munmap(map, n), 0);
+
+    /* Truncated and regrown to the same size within one tick: a different ctime, a new pass. */
+    assert_int_equal(ftruncate(fd, 0), 0);
+    memset(data, 'q', n);
+    assert_int_equal(pwrite(fd, data, n, 0), (ssize_t)n);
+    close(fd);
+    sha256_hex(data, n, v);
+    assert_int_equal(do_read("cached.txt", 1024 * 1024, 10, &out, msg), 0);
+    assert_string_equal(out.version.s, v);
+    assert_memory_equal(out.content.s, "qqqqqqqqqq", 10);
+    csw_mcp_read_output_free(&out);
+
+    /* Replaced by another file (a new inode): never the old version. */
+    data[0] = 'R';
+    put("cached.new", data, n);
+    char np[512];
+    snprintf(np, sizeof np, "%s/cached.new", fx.root);
+    assert_int_equal(rename(np, path), 0);
+    sha256_hex(data, n, v);
+    assert_int_equal(do_read("cached.txt", 0, 1, &out, msg), 0);
+    assert_string_equal(out.version.s, v);
+    assert_memory_equal(out.content.s, "R", 1);
+    csw_mcp_read_output_free(&out);
+    free(data);
+}
+
 static void test_classify_openat2(void **state)
 {
     (void)state;
@@ -1035,6 +1139,7 @@ int main(void)
         cmocka_unit_test(test_utf8_table),
         cmocka_unit_test(test_read_windows),
         cmocka_unit_test(test_read_large),
+        cmocka_unit_test(test_version_cache),
         cmocka_unit_test(test_classify_openat2),
         cmocka_unit_test(test_classify_fallback),
         cmocka_unit_test(test_classify_messages),
