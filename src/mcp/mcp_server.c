@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base_json.h"
 #include "base_log.h"
 #include "jsonrpc.h"
 
@@ -368,6 +369,64 @@ void cs_mcp_call_error(struct cs_mcp_call *call, enum csw_error code, const char
     json_decref(body);
 }
 
+/*
+ * The CallToolResult for structured (a tool's output, not stolen) in *result, and its JSON text
+ * in *text (malloc'd). The text is spliced, not dumped: jansson serializes structured once and
+ * that text is quoted once for the text item (cs_json_quote); dumping the result would escape a
+ * big string three times (the text item's making, then both copies), which was most of what a
+ * full read window cost. Returns 0, or -1 out of memory (nothing to free).
+ */
+static int ok_result(json_t *structured, json_t **result, char **text)
+{
+    static const char head[] = "{\"content\":[{\"type\":\"text\",\"text\":";
+    static const char mid[] = "}],\"isError\":false,\"structuredContent\":";
+    *result = NULL;
+    *text = NULL;
+    char *s = json_dumps(structured, JSON_COMPACT);
+    if (!s)
+        return -1;
+    size_t n = strlen(s);
+    char *t = malloc(sizeof head - 1 + CS_JSON_QUOTE_MAX(n) + sizeof mid - 1 + n + 2);
+    json_t *item = json_stringn_nocheck(s, n); /* jansson's own output: valid UTF-8 */
+    json_t *r = item ? json_pack("{s:[{s:s,s:O}],s:b,s:O}", "content", "type", "text", "text", item,
+                                 "isError", 0, "structuredContent", structured)
+                     : NULL;
+    json_decref(item);
+    if (!t || !r) {
+        free(s);
+        free(t);
+        json_decref(r);
+        return -1;
+    }
+    size_t at = sizeof head - 1;
+    memcpy(t, head, at);
+    at += cs_json_quote(s, n, t + at);
+    memcpy(t + at, mid, sizeof mid - 1);
+    at += sizeof mid - 1;
+    memcpy(t + at, s, n);
+    at += n;
+    t[at++] = '}';
+    t[at] = '\0';
+    free(s);
+    *result = r;
+    *text = t;
+    return 0;
+}
+
+/* The JSON-RPC response to id carrying result_text (a serialized result), malloc'd, or NULL. */
+static char *response_text(const json_t *id, const char *result_text)
+{
+    char *idt = json_dumps(id, JSON_ENCODE_ANY | JSON_COMPACT);
+    if (!idt)
+        return NULL;
+    size_t n = strlen(idt) + strlen(result_text) + 40;
+    char *text = malloc(n);
+    if (text)
+        snprintf(text, n, "{\"jsonrpc\":\"2.0\",\"id\":%s,\"result\":%s}", idt, result_text);
+    free(idt);
+    return text;
+}
+
 void cs_mcp_call_ok(struct cs_mcp_call *call, const void *output)
 {
     json_t *j = NULL;
@@ -380,7 +439,17 @@ void cs_mcp_call_ok(struct cs_mcp_call *call, const void *output)
                           cs_wire_diag_format(&diag, where, sizeof where));
         return;
     }
-    complete(call, cs_mcp_text_of(j), j, false);
+    json_t *result;
+    char *text;
+    int rc = ok_result(j, &result, &text);
+    json_decref(j);
+    if (rc != 0) {
+        complete_with(call, NULL, NULL); /* answers "out of memory" */
+        return;
+    }
+    char *reply = response_text(call->id, text);
+    free(text);
+    complete_with(call, result, reply);
 }
 
 struct cs_mcp_cached {
@@ -391,15 +460,8 @@ struct cs_mcp_cached {
 struct cs_mcp_cached *cs_mcp_cached_new(json_t *structured)
 {
     struct cs_mcp_cached *c = calloc(1, sizeof *c);
-    json_t *text = cs_mcp_text_of(structured);
-    if (c && text)
-        c->result = json_pack("{s:[{s:s,s:O}],s:b,s:O}", "content", "type", "text", "text", text,
-                              "isError", 0, "structuredContent", structured);
-    json_decref(text);
-    if (c && c->result)
-        c->text = json_dumps(c->result, JSON_COMPACT);
-    if (!c || !c->text) {
-        cs_mcp_cached_free(c);
+    if (c && ok_result(structured, &c->result, &c->text) != 0) {
+        free(c);
         return NULL;
     }
     return c;
@@ -418,16 +480,7 @@ void cs_mcp_call_ok_cached(struct cs_mcp_call *call, const struct cs_mcp_cached 
 {
     /* The reply is spliced from the cached text instead of serialized again: for an answer
      * that never changes, that is most of what a call costs. */
-    char *id = json_dumps(call->id, JSON_ENCODE_ANY | JSON_COMPACT);
-    char *text = NULL;
-    if (id) {
-        size_t n = strlen(id) + strlen(c->text) + 40;
-        text = malloc(n);
-        if (text)
-            snprintf(text, n, "{\"jsonrpc\":\"2.0\",\"id\":%s,\"result\":%s}", id, c->text);
-        free(id);
-    }
-    complete_with(call, json_incref(c->result), text);
+    complete_with(call, json_incref(c->result), response_text(call->id, c->text));
 }
 
 /* tools/call: decode the arguments through the tool's input schema and start the handler. */

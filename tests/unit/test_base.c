@@ -25,6 +25,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include "base_json.h"
 #include "base_log.h"
 #include "base_loop.h"
 #include "csw.h"
@@ -721,6 +722,61 @@ static void test_log_levels_and_redaction(void **state)
     json_decref(j);
 }
 
+/* cs_json_quote writes what jansson writes, for every escape class and for random UTF-8. */
+static void check_quote(const char *s, size_t n)
+{
+    char *out = malloc(CS_JSON_QUOTE_MAX(n));
+    assert_non_null(out);
+    size_t q = cs_json_quote(s, n, out);
+    json_t *j = json_stringn(s, n);
+    assert_non_null(j);
+    char *want = json_dumps(j, JSON_ENCODE_ANY | JSON_COMPACT);
+    assert_non_null(want);
+    assert_int_equal(q, strlen(want));
+    assert_memory_equal(out, want, q);
+    free(want);
+    json_decref(j);
+    free(out);
+}
+
+static void test_json_quote_matches_jansson(void **state)
+{
+    (void)state;
+    check_quote("", 0);
+    check_quote("plain", 5);
+    char all[128];
+    for (int i = 0; i < 128; i++)
+        all[i] = (char)i;
+    check_quote(all, sizeof all); /* NUL, every control character, quote, backslash, slash, DEL */
+    const char *multi = "caf\xc3\xa9 \xe2\x80\xa8 \xf0\x9f\x98\x80 \xed\x9f\xbf";
+    check_quote(multi, strlen(multi));
+    /* Random strings over a small alphabet rich in escapes, multibyte sequences among them. */
+    static const char *const atoms[] = {"a",
+                                        "\"",
+                                        "\\",
+                                        "\n",
+                                        "\x01",
+                                        "\x1f",
+                                        "/",
+                                        "\x7f",
+                                        "\xc3\xa9",
+                                        "\xe2\x82\xac",
+                                        "\xf0\x9f\x98\x80",
+                                        "\t"};
+    uint32_t x = 42;
+    for (int round = 0; round < 500; round++) {
+        char buf[400];
+        size_t n = 0;
+        for (int k = 0; k < 80; k++) {
+            x = x * 1103515245u + 12345u;
+            const char *a = atoms[(x >> 16) % (sizeof atoms / sizeof atoms[0])];
+            memcpy(buf + n, a, strlen(a));
+            n += strlen(a);
+        }
+        check_quote(buf, n);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -737,6 +793,7 @@ int main(void)
         cmocka_unit_test(test_tool_table),
         cmocka_unit_test(test_loop),
         cmocka_unit_test(test_log_levels_and_redaction),
+        cmocka_unit_test(test_json_quote_matches_jansson),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
