@@ -35,9 +35,9 @@
 #include <sys/types.h>
 
 #include <jansson.h>
-#include <microhttpd.h>
 
 #include "base_loop.h"
+#include "http_mhd.h"
 #include "mcp_server.h"
 
 #define SESSION_ID_BYTES ((size_t)16)
@@ -171,7 +171,7 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
 static const char *peer_text(struct MHD_Connection *c, char *buf, size_t cap)
 {
     const union MHD_ConnectionInfo *ci =
-        MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+        cs_mhd.MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
     snprintf(buf, cap, "?");
     if (!ci || !ci->client_addr)
         return buf;
@@ -212,7 +212,7 @@ static void rearm(struct cs_http *h)
     if (h->kicked) {
         h->kicked = false;
         arm(h, 0);
-    } else if (MHD_get_timeout(h->d, &t) == MHD_YES) {
+    } else if (cs_mhd.MHD_get_timeout(h->d, &t) == MHD_YES) {
         arm(h, t > (MHD_UNSIGNED_LONG_LONG)TIMER_MAX_MS ? TIMER_MAX_MS : (int64_t)t);
     } else if (h->timer) {
         cs_loop_timer_cancel(h->timer);
@@ -224,7 +224,7 @@ static void run(struct cs_http *h)
 {
     h->in_run = true;
     h->kicked = false;
-    MHD_run(h->d);
+    cs_mhd.MHD_run(h->d);
     h->in_run = false;
     rearm(h);
 }
@@ -258,7 +258,7 @@ static void resume(struct req *r)
         return;
     unwatch(r); /* before MHD may close the fd */
     r->suspended = false;
-    MHD_resume_connection(r->conn);
+    cs_mhd.MHD_resume_connection(r->conn);
     kick(r->h);
 }
 
@@ -312,7 +312,7 @@ static void on_peer(void *arg, int fd, unsigned events)
 static void watch_peer(struct req *r)
 {
     const union MHD_ConnectionInfo *ci =
-        MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        cs_mhd.MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
     if (!ci)
         return;
     /* On failure the hang-up is noticed only when the reply is written. */
@@ -330,25 +330,25 @@ static enum MHD_Result respond(struct req *r, unsigned status, const char *body,
         json_malloc_t m;
         json_free_t f;
         json_get_alloc_funcs(&m, &f);
-        resp = MHD_create_response_from_buffer_with_free_callback(len, owned, f);
+        resp = cs_mhd.MHD_create_response_from_buffer_with_free_callback(len, owned, f);
         if (!resp)
             f(owned);
     } else {
-        resp = MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
+        resp = cs_mhd.MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
     }
     if (!resp)
         goto out;
-    if (len > 0 &&
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json") != MHD_YES)
+    if (len > 0 && cs_mhd.MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
+                                                  "application/json") != MHD_YES)
         goto out;
-    if (hname && MHD_add_response_header(resp, hname, hvalue) != MHD_YES)
+    if (hname && cs_mhd.MHD_add_response_header(resp, hname, hvalue) != MHD_YES)
         goto out;
-    rc = MHD_queue_response(r->conn, status, resp);
+    rc = cs_mhd.MHD_queue_response(r->conn, status, resp);
     if (rc == MHD_YES)
         r->state = REQ_DONE;
 out:
     if (resp)
-        MHD_destroy_response(resp); /* the queue holds its own reference */
+        cs_mhd.MHD_destroy_response(resp); /* the queue holds its own reference */
     return rc;
 }
 
@@ -489,7 +489,8 @@ static enum MHD_Result count_header(void *cls, enum MHD_ValueKind kind, const ch
  * returns -1. Returns 1 when found, 0 when absent. */
 static int header(struct MHD_Connection *c, const char *name, const char **v, size_t *n)
 {
-    if (MHD_lookup_connection_value_n(c, MHD_HEADER_KIND, name, strlen(name), v, n) != MHD_YES)
+    if (cs_mhd.MHD_lookup_connection_value_n(c, MHD_HEADER_KIND, name, strlen(name), v, n) !=
+        MHD_YES)
         return 0;
     if (!*v || strlen(*v) != *n)
         return -1;
@@ -502,7 +503,7 @@ static unsigned check_origin_and_auth(struct cs_http *h, struct MHD_Connection *
     struct hdr_count cnt = {0, 0, 0};
     const char *v;
     size_t n;
-    MHD_get_connection_values(c, MHD_HEADER_KIND, count_header, &cnt);
+    cs_mhd.MHD_get_connection_values(c, MHD_HEADER_KIND, count_header, &cnt);
     /* A request without Host (HTTP/1.0, or HTTP/1.1 that MHD 0.9.75 lets through) or with two
      * cannot be checked against DNS rebinding, so it is refused like a wrong one. */
     if (cnt.host != 1 || header(c, MHD_HTTP_HEADER_HOST, &v, &n) != 1 || !host_ok(h, v, n)) {
@@ -688,7 +689,7 @@ static struct sess *sess_lru(struct cs_http *h)
 static struct conn *conn_of(struct MHD_Connection *mc)
 {
     const union MHD_ConnectionInfo *ci =
-        MHD_get_connection_info(mc, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+        cs_mhd.MHD_get_connection_info(mc, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
     return ci ? ci->socket_context : NULL;
 }
 
@@ -719,7 +720,7 @@ static void conn_expire(struct cs_http *h, struct conn *c)
     emit(h, "warn", "http_timeout", "peer=%s: request not received within %lld ms",
          peer_text(c->mc, peer, sizeof peer), (long long)h->request_ms);
     const union MHD_ConnectionInfo *ci =
-        MHD_get_connection_info(c->mc, MHD_CONNECTION_INFO_CONNECTION_FD);
+        cs_mhd.MHD_get_connection_info(c->mc, MHD_CONNECTION_INFO_CONNECTION_FD);
     if (ci)
         shutdown(ci->connect_fd, SHUT_RDWR);
 }
@@ -909,7 +910,7 @@ static enum MHD_Result dispatch(struct cs_http *h, struct req *r)
         return send_reply(h, r); /* on_reply already ran */
     r->x = x;
     r->suspended = true;
-    MHD_suspend_connection(r->conn);
+    cs_mhd.MHD_suspend_connection(r->conn);
     watch_peer(r);
     return MHD_YES;
 }
@@ -1137,6 +1138,8 @@ struct cs_http *cs_http_start(struct cs_loop *loop, struct cs_mcp *srv,
     const char *host = opt->host ? opt->host : "127.0.0.1";
     int grc;
 
+    if (cs_mhd_load(err, err_cap) != 0)
+        return NULL;
     h = calloc(1, sizeof *h);
     if (!h) {
         snprintf(err, err_cap, "http: out of memory");
@@ -1172,7 +1175,7 @@ struct cs_http *cs_http_start(struct cs_loop *loop, struct cs_mcp *srv,
         goto out;
     }
 
-    if (MHD_is_feature_supported(MHD_FEATURE_EPOLL) != MHD_YES) {
+    if (cs_mhd.MHD_is_feature_supported(MHD_FEATURE_EPOLL) != MHD_YES) {
         snprintf(err, err_cap, "http: libmicrohttpd was built without epoll support");
         goto out;
     }
@@ -1201,7 +1204,7 @@ struct cs_http *cs_http_start(struct cs_loop *loop, struct cs_mcp *srv,
     unsigned max_conn =
         opt->max_connections ? opt->max_connections : CS_HTTP_DEFAULT_MAX_CONNECTIONS;
     unsigned per_ip = opt->per_ip_connections ? opt->per_ip_connections : CS_HTTP_DEFAULT_PER_IP;
-    h->d = MHD_start_daemon(
+    h->d = cs_mhd.MHD_start_daemon(
         flags, opt->port, NULL, NULL, on_request, h, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, h,
         MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss, MHD_OPTION_CONNECTION_LIMIT, max_conn,
         MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_ip, MHD_OPTION_CONNECTION_TIMEOUT, idle_s,
@@ -1212,9 +1215,9 @@ struct cs_http *cs_http_start(struct cs_loop *loop, struct cs_mcp *srv,
                  errno ? ": " : "", errno ? strerror(errno) : "");
         goto out;
     }
-    const union MHD_DaemonInfo *di = MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_BIND_PORT);
+    const union MHD_DaemonInfo *di = cs_mhd.MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_BIND_PORT);
     h->port = di ? di->port : opt->port;
-    di = MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_EPOLL_FD);
+    di = cs_mhd.MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_EPOLL_FD);
     if (di)
         h->mhd_watch = cs_loop_fd_add(loop, di->epoll_fd, CS_LOOP_READ, on_mhd_ready, h);
     if (!h->mhd_watch) {
@@ -1259,10 +1262,10 @@ void cs_http_stop(struct cs_http *h)
                 resume(r);
             }
         }
-        MHD_run(h->d);
+        cs_mhd.MHD_run(h->d);
         /* Completes every request (on_completed frees them) and reports every connection
          * closed (on_connection frees them). */
-        MHD_stop_daemon(h->d);
+        cs_mhd.MHD_stop_daemon(h->d);
     }
     if (h->timer)
         cs_loop_timer_cancel(h->timer);

@@ -221,6 +221,12 @@ class TestHttp(HttpCase):
         if rc != 0:
             raise AssertionError(f"server exited with {rc}:\n" + cls.server.log()[-4000:])
 
+    def test_libmicrohttpd_is_loaded_for_http(self):
+        # http_mhd.c loads it with dlopen when --http starts the transport (test_stdio checks
+        # that a stdio server never maps it).
+        with open(f"/proc/{self.server.proc.pid}/maps") as f:
+            self.assertIn("libmicrohttpd.so", f.read())
+
     # ---- sessions and versions ----
 
     def test_initialize_each_supported_version(self):

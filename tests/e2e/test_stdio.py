@@ -541,6 +541,18 @@ class TestLifecycle(StdioCase):
                 self.check_initialize_result(result)
                 s.close()
 
+    def test_stdio_server_does_not_map_libmicrohttpd(self):
+        # The HTTP library and the GnuTLS it brings are loaded only for --http (http_mhd.c):
+        # about 2.3 MiB of resident memory a stdio server does not pay.
+        s = self.start()
+        s.request("initialize", {"protocolVersion": VERSIONS[0], "capabilities": {},
+                                 "clientInfo": {"name": "e2e", "version": "1"}})
+        with open(f"/proc/{s.proc.pid}/maps") as f:
+            maps = f.read()
+        self.assertNotIn("libmicrohttpd", maps)
+        self.assertNotIn("libgnutls", maps)
+        s.close()
+
     def test_initialize_unknown_version_gets_preferred(self):
         for asked in ["2024-11-05", "1999-01-01", "draft", ""]:
             with self.subTest(asked=asked):
