@@ -16,8 +16,8 @@
  * offset of the sequence the version hashes, just as in a full pass. Anything else (identity
  * changed, digest differs, a short read, identity changed during the call) falls back to the full
  * pass. A pass is remembered only if the identity was the same before and after it and the
- * file's ctime is older than the call's start by more than any timestamp tick (git's "racily
- * clean" rule): a later write then always leaves a different ctime. See P4 in
+ * file's ctime is older than the call's start by more than the coarsest timestamp step (git's
+ * "racily clean" rule, 2.1 s): a later write then always leaves a different ctime. See P4 in
  * docs/security-model.md.
  *
  * Also here: the UTF-8 decoding shared by the module (maximal-subpart replacement, as the Unicode
@@ -90,7 +90,10 @@ static void hex(const unsigned char *d, size_t n, char *out)
 #define VC_MAX_BYTES  (1ull << 30)
 #define VC_MAX_BLOCKS 128
 #define VC_BLOCK_UNIT (1024ull * 1024)
-#define VC_RACY_NS    100000000LL /* 100 ms: more than any kernel timestamp tick */
+/* A pass is remembered only if the file's ctime is older than the call's start by more than
+ * this: wider than the coarsest timestamp step of a file system Linux mounts (FAT's 2 s; 1 s
+ * on ext4 with 128-byte inodes, ext3, HFS+, sshfs), not only than the kernel's clock tick. */
+#define VC_RACY_NS 2100000000LL
 
 struct vc_key {
     dev_t dev;
@@ -239,6 +242,13 @@ static void vc_build_finish(struct vc_build *b, uint64_t total, const char *vers
     slot->last_use = ++vc_clock;
     snprintf(slot->version, sizeof slot->version, "%s", version);
     memset(&b->e, 0, sizeof b->e);
+}
+
+static void vc_forget(const struct stat *st)
+{
+    for (size_t i = 0; i < VC_SLOTS; i++)
+        if (vc[i].used && vc[i].key.dev == st->st_dev && vc[i].key.ino == st->st_ino)
+            vc_clear(&vc[i]);
 }
 
 static struct vc_entry *vc_find(const struct stat *st)
@@ -438,8 +448,8 @@ int cs_fs_read_at(int rootfd, const struct csw_mcp_read_input *in, struct csw_mc
     rc = cs_fs_path_normalize(in->path.s, in->path.n, &p, msg, msg_cap);
     if (rc != 0)
         goto out;
-    struct timespec t0;
-    clock_gettime(CLOCK_REALTIME, &t0);
+    struct timespec t0 = {0, 0}; /* no clock: nothing is remembered (every ctime is too new) */
+    (void)clock_gettime(CLOCK_REALTIME, &t0);
     struct stat st, st2;
     rc = cs_fs_open_beneath(rootfd, &p, CS_FS_WANT_FILE, &fd, &st, msg, msg_cap);
     if (rc != 0)
@@ -455,6 +465,9 @@ int cs_fs_read_at(int rootfd, const struct csw_mcp_read_input *in, struct csw_mc
     } else {
         free(win);
         win = NULL;
+        /* An entry of this file that did not match, or did not prove the window, is never
+         * used again; the pass below may remember a new one. */
+        vc_forget(&st);
         building = vc_build_start(&build, &st);
         rc = stream(fd, offset, (size_t)in->limit, p.rel, &win, &win_n, &total, version,
                     building ? &build : NULL, msg, msg_cap);
