@@ -529,7 +529,32 @@ static int make_parents(struct txn *t, const struct cs_fs_path *p, char *msg, si
     return 0;
 }
 
-/* Undoes the journal in reverse. Returns 0 when everything was restored. */
+/* Whether p is a regular file holding exactly data (len bytes) with permissions mode: a snapshot
+ * that needs no restore (the action journaled for it failed before it changed anything). */
+static bool holds(int rootfd, const struct cs_fs_path *p, const char *data, size_t len, mode_t mode)
+{
+    char msg[MSG_CAP];
+    int fd = -1;
+    struct stat st;
+    if (cs_fs_open_beneath(rootfd, p, CS_FS_WANT_FILE, &fd, &st, msg, sizeof msg) != 0)
+        return false;
+    bool same = (uint64_t)st.st_size == len && (st.st_mode & 07777) == (mode & 07777);
+    char buf[64 * 1024];
+    for (size_t at = 0; same && at < len;) {
+        size_t want = len - at < sizeof buf ? len - at : sizeof buf;
+        ssize_t r = pread(fd, buf, want, (off_t)at);
+        if (r < 0 && errno == EINTR)
+            continue;
+        same = r > 0 && memcmp(buf, data + at, (size_t)r) == 0;
+        at += r > 0 ? (size_t)r : 0;
+    }
+    close(fd);
+    return same;
+}
+
+/* Undoes the journal in reverse. Returns 0 when everything was restored. A file that already
+ * holds its snapshot is left alone, so a failed write to a file that cannot be written (and was
+ * therefore not changed) is not reported as a failed restore. */
 static int rollback(struct txn *t)
 {
     int bad = 0;
@@ -542,7 +567,8 @@ static int rollback(struct txn *t)
             rc = remove_at(t->rootfd, u->p, false, msg, sizeof msg);
             break;
         case UNDO_RESTORE:
-            rc = write_file(t, u->p, u->data, u->len, u->mode, false, true, msg, sizeof msg);
+            if (!holds(t->rootfd, u->p, u->data, u->len, u->mode))
+                rc = write_file(t, u->p, u->data, u->len, u->mode, false, true, msg, sizeof msg);
             break;
         case UNDO_RMDIR:
             rc = remove_at(t->rootfd, u->p, true, msg, sizeof msg);
@@ -556,8 +582,8 @@ static int rollback(struct txn *t)
 
 /*
  * Runs the writes of every item. Each action is journaled before it runs, so an action that may
- * have happened is always undone: undoing one that did not (restoring an unchanged file, removing
- * a file that is not there) is harmless.
+ * have happened is always undone: undoing one that did not is harmless (the rollback leaves a
+ * file that holds its snapshot alone, so it never writes to an unchanged file).
  */
 static int execute(struct txn *t, char *msg, size_t cap)
 {

@@ -549,14 +549,28 @@ class TxnHookCase(unittest.TestCase):
     def test_failed_restore_is_partial(self):
         p = self.rollback_fixture()
         old = self.tree()
-        # Rollback order: restore c (1), unlink new/b.txt, restore a (2, fails): a stays new.
-        srv = self.start(CODESPACE_TEST_PATCH_FAIL_AT="rename:3,restore:2")
+        # Rollback order: c still holds its old bytes (its rename failed) and is left alone;
+        # unlink new/b.txt; restore a (the first restore, fails): a stays new.
+        srv = self.start(CODESPACE_TEST_PATCH_FAIL_AT="rename:3,restore:1")
         out, err = srv.call_raw("apply_patch", {"workspace_id": "default", "patch": p})
         self.assertIsNone(err, err)
         self.check_finished(srv, out, "failed_partial")
         want = dict(old)
         want["rb/a.txt"] = b"a1\nA2\n"
         self.assertEqual(self.tree(), want)
+
+
+    def test_unchanged_file_is_not_restored(self):
+        # The first rename (a's update) fails, so a was never changed. A restore of it would fail
+        # (the hook), but the rollback sees that a holds its snapshot and leaves it alone: the
+        # workspace is whole again, failed_rolled_back, not failed_partial.
+        p = self.rollback_fixture()
+        old = self.tree()
+        srv = self.start(CODESPACE_TEST_PATCH_FAIL_AT="rename:1,restore:1")
+        out, err = srv.call_raw("apply_patch", {"workspace_id": "default", "patch": p})
+        self.assertIsNone(err, err)
+        self.check_finished(srv, out, "failed_rolled_back")
+        self.assertEqual(self.tree(), old)
 
 
 class LedgerStartCase(unittest.TestCase):
