@@ -8,11 +8,16 @@
  *
  * Trust: the input is valid UTF-8 by contract (the caller's own JSON text); bytes >= 0x80 are
  * copied as they are, so invalid input gives invalid output, never an overrun.
- * Entry point: cs_json_quote.
+ * Also here: cs_json_clamp_numbers, for a message jansson refuses only because a number in it is
+ * out of its range (a request must still be answered under its id; see mcp_server.c).
+ * Entry points: cs_json_quote, cs_json_clamp_numbers.
  */
 #include "base_json.h"
 
+#include <errno.h>
+#include <stdbool.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* 0: copied as is; else the escape's second character ('u' for \u00XX). */
@@ -52,4 +57,82 @@ size_t cs_json_quote(const char *s, size_t n, char *out)
     o += n - run;
     *o++ = '"';
     return (size_t)(o - out);
+}
+
+/* The clamped text of the number token t (n bytes), or NULL when jansson can hold it. */
+static const char *clamped(const char *t, size_t n)
+{
+    char buf[64];
+    char *tok = n < sizeof buf ? buf : malloc(n + 1);
+    if (!tok)
+        return NULL;
+    memcpy(tok, t, n);
+    tok[n] = '\0';
+    bool integer = strpbrk(tok, ".eE") == NULL;
+    bool negative = tok[0] == '-';
+    const char *out = NULL;
+    errno = 0;
+    if (integer) {
+        (void)strtoll(tok, NULL, 10);
+        if (errno == ERANGE)
+            out = negative ? "-9223372036854775808" : "9223372036854775807";
+    } else {
+        double d = strtod(tok, NULL);
+        if (errno == ERANGE && (d > 1.0 || d < -1.0)) /* overflow, not underflow */
+            out = negative ? "-1.7976931348623157e308" : "1.7976931348623157e308";
+    }
+    if (tok != buf)
+        free(tok);
+    return out;
+}
+
+char *cs_json_clamp_numbers(const char *s, size_t n, size_t *out_n)
+{
+    /* Each clamped token is at most 24 bytes; the copy grows as needed. */
+    size_t cap = n + 64, used = 0;
+    char *out = malloc(cap);
+    bool changed = false, in_string = false;
+    if (!out)
+        return NULL;
+    for (size_t i = 0; i < n;) {
+        size_t start = i;
+        const char *rep = NULL;
+        if (in_string) {
+            if (s[i] == '\\' && i + 1 < n)
+                i += 2;
+            else
+                in_string = s[i++] != '"';
+        } else if (s[i] == '"') {
+            in_string = true;
+            i++;
+        } else if (s[i] == '-' || (s[i] >= '0' && s[i] <= '9')) {
+            while (i < n && strchr("0123456789+-.eE", s[i]) != NULL && s[i] != '\0')
+                i++;
+            rep = clamped(s + start, i - start);
+        } else {
+            i++;
+        }
+        const char *src = rep ? rep : s + start;
+        size_t len = rep ? strlen(rep) : i - start;
+        if (used + len + 1 > cap) {
+            size_t nc = cap * 2 + len;
+            char *no = realloc(out, nc);
+            if (!no) {
+                free(out);
+                return NULL;
+            }
+            out = no;
+            cap = nc;
+        }
+        memcpy(out + used, src, len);
+        used += len;
+        changed = changed || rep != NULL;
+    }
+    if (!changed) {
+        free(out);
+        return NULL;
+    }
+    out[used] = '\0';
+    *out_n = used;
+    return out;
 }

@@ -17,4 +17,13 @@
  */
 size_t cs_json_quote(const char *s, size_t n, char *out);
 
+/*
+ * A copy of the JSON text s (n bytes) in which every number jansson cannot hold is clamped: an
+ * integer beyond int64 becomes INT64_MAX or INT64_MIN, a real beyond double becomes +/-DBL_MAX
+ * (1.7976931348623157e308). Strings are copied untouched; nothing else is checked (an invalid
+ * text stays invalid). Returns the malloc'd copy (NUL-terminated, *out_n bytes before the NUL), or
+ * NULL when nothing needed clamping or memory ran out.
+ */
+char *cs_json_clamp_numbers(const char *s, size_t n, size_t *out_n);
+
 #endif

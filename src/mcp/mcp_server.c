@@ -668,6 +668,17 @@ struct cs_mcp_exchange *cs_mcp_session_handle(struct cs_mcp_session *s, const ch
     json_error_t err;
     json_t *msg = json_loadb(data, len, JSON_ALLOW_NUL | JSON_DECODE_ANY, &err);
     if (!msg) {
+        /* Valid JSON that jansson refuses only for a number out of its range (an integer past
+         * int64, a real past double) is read again with those numbers clamped, so the request is
+         * answered under its id: a limit of 2^64 is then too large (OUTPUT_LIMIT) rather than
+         * a parse error nobody can match to the call. */
+        size_t n2 = 0;
+        char *again = cs_json_clamp_numbers(data, len, &n2);
+        json_error_t err2;
+        msg = again ? json_loadb(again, n2, JSON_ALLOW_NUL | JSON_DECODE_ANY, &err2) : NULL;
+        free(again);
+    }
+    if (!msg) {
         char why[256];
         snprintf(why, sizeof why, "Parse error: %s (line %d, column %d)", err.text, err.line,
                  err.column);

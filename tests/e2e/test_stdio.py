@@ -541,6 +541,28 @@ class TestLifecycle(StdioCase):
                 self.check_initialize_result(result)
                 s.close()
 
+    def test_numbers_beyond_jansson_are_answered_under_their_id(self):
+        # Valid JSON, but past int64 / double: clamped and answered as tool errors (contract
+        # section 2: never a JSON-RPC error), each under its own id.
+        s = self.start()
+        s.request("initialize", {"protocolVersion": VERSIONS[0], "capabilities": {},
+                                 "clientInfo": {"name": "e2e", "version": "1"}})
+        s.notify("notifications/initialized")
+        s.send_raw(b'{"jsonrpc":"2.0","id":71,"method":"tools/call","params":{"name":"read",'
+                   b'"arguments":{"workspace_id":"default","path":"x.txt",'
+                   b'"limit":18446744073709551616}}}\n')
+        r = s.recv_id(71)
+        body = json.loads(r["result"]["content"][0]["text"])
+        self.assertTrue(r["result"]["isError"])
+        self.assertEqual(body["code"], "OUTPUT_LIMIT", body)
+        s.send_raw(b'{"jsonrpc":"2.0","id":72,"method":"tools/call","params":{"name":"read",'
+                   b'"arguments":{"workspace_id":"default","path":"x.txt","offset":1e400}}}\n')
+        r = s.recv_id(72)
+        body = json.loads(r["result"]["content"][0]["text"])
+        self.assertEqual(body["code"], "INVALID_ARGUMENTS", body)
+        self.assertIn("/offset", body["message"])
+        s.close()
+
     def test_stdio_server_does_not_map_libmicrohttpd(self):
         # The HTTP library and the GnuTLS it brings are loaded only for --http (http_mhd.c):
         # about 2.3 MiB of resident memory a stdio server does not pay.

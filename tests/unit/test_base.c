@@ -777,6 +777,40 @@ static void test_json_quote_matches_jansson(void **state)
     }
 }
 
+/* cs_json_clamp_numbers: only numbers jansson cannot hold change, and never inside strings. */
+static void check_clamp(const char *in, const char *want)
+{
+    size_t n = 0;
+    char *got = cs_json_clamp_numbers(in, strlen(in), &n);
+    if (!want) {
+        assert_null(got);
+        return;
+    }
+    assert_non_null(got);
+    assert_int_equal(n, strlen(want));
+    assert_string_equal(got, want);
+    json_error_t err;
+    json_t *j = json_loadb(got, n, JSON_DECODE_ANY, &err);
+    assert_non_null(j); /* jansson reads the clamped text */
+    json_decref(j);
+    free(got);
+}
+
+static void test_json_clamp_numbers(void **state)
+{
+    (void)state;
+    check_clamp("[9223372036854775807,-9223372036854775808,1e308,1e-400,0.5]", NULL);
+    check_clamp("[9223372036854775808]", "[9223372036854775807]");
+    check_clamp("{\"a\":-9223372036854775809}", "{\"a\":-9223372036854775808}");
+    check_clamp("{\"limit\":18446744073709551616,\"x\":1}",
+                "{\"limit\":9223372036854775807,\"x\":1}");
+    check_clamp("[1e400,-2.5E+999]", "[1.7976931348623157e308,-1.7976931348623157e308]");
+    /* Digits inside strings, escaped quotes included, are text. */
+    check_clamp("[\"99999999999999999999\",\"a\\\"1e999\",99999999999999999999]",
+                "[\"99999999999999999999\",\"a\\\"1e999\",9223372036854775807]");
+    check_clamp("\"1e999\"", NULL);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -794,6 +828,7 @@ int main(void)
         cmocka_unit_test(test_loop),
         cmocka_unit_test(test_log_levels_and_redaction),
         cmocka_unit_test(test_json_quote_matches_jansson),
+        cmocka_unit_test(test_json_clamp_numbers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
