@@ -27,7 +27,7 @@ __attribute__((format(printf, 3, 4))) static void msgf(char *msg, size_t cap, co
 
 int cs_patch_txn_begin(struct cs_store *store, const struct csw_mcp_apply_patch_input *in,
                        struct csw_mcp_apply_patch_output *out, char op_id[CS_STORE_ID_SIZE],
-                       char *msg, size_t msg_cap)
+                       enum csw_error *error, char *msg, size_t msg_cap)
 {
     char fp[CS_STORE_FINGERPRINT_SIZE];
     char smsg[MSG_CAP];
@@ -51,6 +51,18 @@ int cs_patch_txn_begin(struct cs_store *store, const struct csw_mcp_apply_patch_
                  "workspace, patch, expected_versions or check_only)",
                  ex.id);
             return CSW_ERROR_OPERATION_KEY_CONFLICT;
+        }
+        /* Refused with a tool error: the same error again, under the same operation_id. */
+        enum cs_store_status es =
+            cs_store_get_error(store, ex.id, error, msg, msg_cap, smsg, sizeof smsg);
+        if (es == CS_STORE_OK) {
+            memcpy(op_id, ex.id, CS_STORE_ID_SIZE);
+            return CS_PATCH_TXN_REPLAYED_ERROR;
+        }
+        if (es != CS_STORE_NOT_FOUND) {
+            msgf(msg, msg_cap, "replay of %s: %s", ex.id, smsg);
+            memcpy(op_id, ex.id, CS_STORE_ID_SIZE);
+            return CSW_ERROR_INTERNAL;
         }
         if (cs_store_get_result(store, ex.id, out, smsg, sizeof smsg) != CS_STORE_OK) {
             msgf(msg, msg_cap, "replay of %s: %s", ex.id, smsg);

@@ -32,14 +32,18 @@
  * while the ledger stays with the gateway:
  *
  * cs_patch_txn_begin (patch_ledger.c) mints the ledger row for in. Returns 0 (op_id set: apply,
- * then the caller finishes the row with cs_store_finish),
+ * then the caller finishes the row with cs_store_finish, or cs_store_finish_rejected when the
+ * patch is refused with a tool error),
  * CS_PATCH_TXN_REPLAYED (the key names the same request: *out holds the recorded result; done),
- * or an enum csw_error value with msg set (op_id "" unless the error carries one).
+ * CS_PATCH_TXN_REPLAYED_ERROR (the key names the same request, which was refused with a tool
+ * error: *error and msg hold it and op_id its operation; done), or an enum csw_error value with
+ * msg set (op_id "" unless the error carries one).
  */
-#define CS_PATCH_TXN_REPLAYED (-1)
+#define CS_PATCH_TXN_REPLAYED       (-1)
+#define CS_PATCH_TXN_REPLAYED_ERROR (-2)
 int cs_patch_txn_begin(struct cs_store *store, const struct csw_mcp_apply_patch_input *in,
                        struct csw_mcp_apply_patch_output *out, char op_id[CS_STORE_ID_SIZE],
-                       char *msg, size_t msg_cap);
+                       enum csw_error *error, char *msg, size_t msg_cap);
 /* Applies in (workspace_id and operation_key are ignored) at root with no ledger. Returns 0 with
  * *out filled (operation_id empty), or an enum csw_error value (rejected before any write) with
  * msg set and *out zeroed. */

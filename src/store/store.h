@@ -31,7 +31,7 @@
 #define CS_STORE_ID_SIZE          40 /* "op-" + 36-character uuid + NUL */
 #define CS_STORE_FINGERPRINT_SIZE 72 /* "sha256:" + 64 lowercase hex + NUL */
 #define CS_STORE_TIME_SIZE        25 /* "2026-11-29T10:00:00.123Z" + NUL */
-#define CS_STORE_SCHEMA_VERSION   1  /* PRAGMA user_version this code writes and understands */
+#define CS_STORE_SCHEMA_VERSION   2  /* PRAGMA user_version this code writes and understands */
 #define CS_STORE_APPLICATION_ID   0x43534f50 /* PRAGMA application_id: "CSOP" */
 
 /*
@@ -103,6 +103,25 @@ enum cs_store_status cs_store_finish(struct cs_store *store, const char *id,
                                      enum csw_patch_status status,
                                      const struct csw_mcp_apply_patch_output *result,
                                      bool reason_unknown, char *msg, size_t msg_cap);
+
+/*
+ * Finishes operation id as rejected, keeping the tool error it was answered with (code, message)
+ * in the same transaction, so that a replay answers that error again (cs_store_get_error).
+ * Returns as cs_store_finish; CS_STORE_INVALID for a code outside the catalogue.
+ */
+enum cs_store_status cs_store_finish_rejected(struct cs_store *store, const char *id,
+                                              enum csw_error code, const char *message, char *msg,
+                                              size_t msg_cap);
+
+/*
+ * The tool error operation id (NUL-terminated) was rejected with: CS_STORE_OK with *code and
+ * message (NUL-terminated, cut to message_cap), CS_STORE_NOT_FOUND when there is no such row or
+ * it keeps no error (not rejected, or rejected by a server before schema version 2), or
+ * CS_STORE_ERROR.
+ */
+enum cs_store_status cs_store_get_error(struct cs_store *store, const char *id,
+                                        enum csw_error *code, char *message, size_t message_cap,
+                                        char *msg, size_t msg_cap);
 
 /*
  * operation_status: fills *out (overwritten; release with csw_mcp_operation_status_output_free)

@@ -41,6 +41,7 @@ enum stmt_id {
     ST_GET_ID,
     ST_GET_KEY,
     ST_EVENTS,
+    ST_GET_ERROR,
     ST__COUNT
 };
 
@@ -57,13 +58,14 @@ static const char *const stmt_sql[ST__COUNT] = {
                      "created_at) VALUES (?1, ?2, ?3, ?4, 'patch', 'unknown', ?5)",
     [ST_INSERT_EVENT] = "INSERT INTO operation_events (operation_id, name, at, reason) "
                         "VALUES (?1, ?2, ?3, ?4)",
-    [ST_FINISH] = "UPDATE operations SET status = ?2, result = ?3, finished_at = ?4 "
+    [ST_FINISH] = "UPDATE operations SET status = ?2, result = ?3, finished_at = ?4, error = ?5 "
                   "WHERE id = ?1 AND finished_at IS NULL",
     [ST_FINISHED] = "SELECT finished_at IS NOT NULL FROM operations WHERE id = ?1",
     [ST_GET_ID] = "SELECT " ROW_COLUMNS " FROM operations WHERE id = ?1",
     [ST_GET_KEY] = "SELECT " ROW_COLUMNS " FROM operations WHERE key = ?1",
     [ST_EVENTS] = "SELECT name, at, reason FROM operation_events WHERE operation_id = ?1 "
                   "ORDER BY seq",
+    [ST_GET_ERROR] = "SELECT error FROM operations WHERE id = ?1",
 };
 
 /*
@@ -91,6 +93,9 @@ static const char *const migrations[CS_STORE_SCHEMA_VERSION] = {
     " reason TEXT CHECK (reason IS NULL OR reason IN ('unknown'))"
     ") STRICT;"
     "CREATE INDEX operation_events_by_operation ON operation_events (operation_id, seq);",
+    /* 2: the tool error a rejected operation was answered with, {"code", "message"} as JSON,
+     * so that a replay answers the same error. */
+    "ALTER TABLE operations ADD COLUMN error TEXT;",
 };
 
 struct cs_store {
@@ -598,10 +603,12 @@ out:
     return ret;
 }
 
-enum cs_store_status cs_store_finish(struct cs_store *store, const char *id,
-                                     enum csw_patch_status status,
-                                     const struct csw_mcp_apply_patch_output *result,
-                                     bool reason_unknown, char *msg, size_t cap)
+/* cs_store_finish, with error (JSON text, may be NULL) for the error column. */
+static enum cs_store_status finish_row(struct cs_store *store, const char *id,
+                                       enum csw_patch_status status,
+                                       const struct csw_mcp_apply_patch_output *result,
+                                       bool reason_unknown, const char *error, char *msg,
+                                       size_t cap)
 {
     enum cs_store_status ret = CS_STORE_ERROR;
     json_t *j = NULL;
@@ -649,6 +656,8 @@ enum cs_store_status cs_store_finish(struct cs_store *store, const char *id,
     if (rc == SQLITE_OK)
         rc = bind_text(st, 4, now, strlen(now));
     if (rc == SQLITE_OK)
+        rc = bind_text(st, 5, error, error != NULL ? strlen(error) : 0);
+    if (rc == SQLITE_OK)
         rc = sqlite3_step(st);
     sqlite3_reset(st);
     if (rc != SQLITE_DONE) {
@@ -687,6 +696,79 @@ out:
     rollback(store);
     cs_wire_release(text);
     json_decref(j);
+    return ret;
+}
+
+enum cs_store_status cs_store_finish(struct cs_store *store, const char *id,
+                                     enum csw_patch_status status,
+                                     const struct csw_mcp_apply_patch_output *result,
+                                     bool reason_unknown, char *msg, size_t cap)
+{
+    return finish_row(store, id, status, result, reason_unknown, NULL, msg, cap);
+}
+
+enum cs_store_status cs_store_finish_rejected(struct cs_store *store, const char *id,
+                                              enum csw_error code, const char *message, char *msg,
+                                              size_t cap)
+{
+    if ((unsigned)code >= CSW_ERROR__COUNT) {
+        msgf(msg, cap, "operations database: finish %s: no such error code", id);
+        return CS_STORE_INVALID;
+    }
+    json_t *e =
+        json_pack("{s:s,s:s}", "code", csw_error_names[code], "message", message ? message : "");
+    char *text = e ? json_dumps(e, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
+    json_decref(e);
+    if (!text) {
+        msgf(msg, cap, "operations database: finish %s: the error is not UTF-8, or no memory", id);
+        return CS_STORE_ERROR;
+    }
+    enum cs_store_status ret =
+        finish_row(store, id, CSW_PATCH_STATUS_REJECTED, NULL, false, text, msg, cap);
+    free(text);
+    return ret;
+}
+
+enum cs_store_status cs_store_get_error(struct cs_store *store, const char *id,
+                                        enum csw_error *code, char *message, size_t message_cap,
+                                        char *msg, size_t cap)
+{
+    enum cs_store_status ret = CS_STORE_ERROR;
+    sqlite3_stmt *st = stmt(store, ST_GET_ERROR);
+    int rc = bind_text(st, 1, id, strlen(id));
+    if (rc == SQLITE_OK)
+        rc = sqlite3_step(st);
+    if (rc == SQLITE_DONE) {
+        msgf(msg, cap, "operations database: no operation %s", id);
+        ret = CS_STORE_NOT_FOUND;
+        goto out;
+    }
+    if (rc != SQLITE_ROW) {
+        ret = db_fail(store, msg, cap, "look up an operation's error");
+        goto out;
+    }
+    size_t n;
+    const char *s = col_text(st, 0, &n);
+    if (s == NULL) {
+        ret = CS_STORE_NOT_FOUND; /* not rejected, or rejected before errors were kept */
+        goto out;
+    }
+    json_error_t jerr;
+    json_t *e = json_loadb(s, n, 0, &jerr);
+    const char *c = json_string_value(json_object_get(e, "code"));
+    const char *m = json_string_value(json_object_get(e, "message"));
+    int v = c ? csw_error_from_name(c, strlen(c)) : -1;
+    if (v < 0 || !m) {
+        json_decref(e);
+        msgf(msg, cap, "operations database: operation %s has an invalid stored error", id);
+        goto out;
+    }
+    *code = (enum csw_error)v;
+    snprintf(message, message_cap, "%s", m);
+    json_decref(e);
+    ret = CS_STORE_OK;
+out:
+    sqlite3_reset(st);
     return ret;
 }
 

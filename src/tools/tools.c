@@ -370,14 +370,14 @@ static void patch_done(void *arg, const struct cs_runner_reply *r)
         break;
     }
     case CS_RUNNER_ERROR:
-        /* Rejected before any write: the row is finished without a result to replay. */
-        (void)cs_store_finish(t->store, pc->op_id, CSW_PATCH_STATUS_REJECTED, NULL, false, smsg,
-                              sizeof smsg);
+        /* Rejected before any write: the row keeps the error, which a replay answers again. */
+        (void)cs_store_finish_rejected(t->store, pc->op_id, (enum csw_error)r->code,
+                                       r->msg ? r->msg : "", smsg, sizeof smsg);
         cs_mcp_call_error(pc->call, (enum csw_error)r->code, pc->op_id, "%s", r->msg ? r->msg : "");
         break;
     case CS_RUNNER_BEFORE_DISPATCH:
-        (void)cs_store_finish(t->store, pc->op_id, CSW_PATCH_STATUS_REJECTED, NULL, false, smsg,
-                              sizeof smsg);
+        (void)cs_store_finish_rejected(t->store, pc->op_id, CSW_ERROR_TIMEOUT, r->msg ? r->msg : "",
+                                       smsg, sizeof smsg);
         cs_mcp_call_error(pc->call, CSW_ERROR_TIMEOUT, pc->op_id, "%s", r->msg ? r->msg : "");
         break;
     case CS_RUNNER_AMBIGUOUS:
@@ -412,10 +412,13 @@ static void apply_patch_locked(struct cs_tools *t, const struct cs_workspace *ws
     pc->call = call;
     struct csw_mcp_apply_patch_output replay;
     char msg[512];
-    int rc = cs_patch_txn_begin(t->store, in, &replay, pc->op_id, msg, sizeof msg);
+    enum csw_error replayed_error = CSW_ERROR_INTERNAL;
+    int rc = cs_patch_txn_begin(t->store, in, &replay, pc->op_id, &replayed_error, msg, sizeof msg);
     if (rc == CS_PATCH_TXN_REPLAYED) {
         cs_mcp_call_ok(call, &replay);
         csw_mcp_apply_patch_output_free(&replay);
+    } else if (rc == CS_PATCH_TXN_REPLAYED_ERROR) {
+        cs_mcp_call_error(call, replayed_error, pc->op_id, "%s", msg);
     } else if (rc != 0) {
         cs_mcp_call_error(call, (enum csw_error)rc, pc->op_id[0] ? pc->op_id : NULL, "%s", msg);
     }

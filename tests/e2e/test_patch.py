@@ -362,6 +362,21 @@ class PatchCase(unittest.TestCase):
         self.assertIsNone(e2, e2)
         self.assertEqual(st["status"], "rejected")
 
+    def test_replay_of_a_rejected_request_is_the_same_error(self):
+        # The stored result of a refused request is its tool error: a replay under the same key
+        # answers it again (code, message, operation_id), runs nothing, and never looks like a
+        # success.
+        p = patch("*** Update File: rej/absent.txt", "-x", "+y")
+        err = self.rejected("FILE_NOT_FOUND", p, operation_key="key-rejected")
+        self.put("rej/absent.txt", "x\n")  # would apply now, if it ran again
+        err2 = self.rejected("FILE_NOT_FOUND", p, operation_key="key-rejected")
+        self.assertEqual(err2, err)
+        self.assertEqual(self.get("rej/absent.txt"), b"x\n")
+        st, e2 = self.srv.call_raw("operation_status", {"operation_key": "key-rejected"})
+        self.assertIsNone(e2, e2)
+        self.assertEqual(st["status"], "rejected")
+        self.assertEqual(st["operation_id"], err["operation_id"])
+
     # ---- policy ----
 
     def test_unauthorized(self):

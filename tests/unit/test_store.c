@@ -724,6 +724,106 @@ static void fingerprint(const struct csw_mcp_apply_patch_input *in, char out[72]
     assert_true(matches("^sha256:[0-9a-f]{64}$", out));
 }
 
+/* A rejection keeps its tool error; a replay reads it back. Rows without one say NOT_FOUND. */
+static void test_rejected_keeps_error(void **state)
+{
+    (void)state;
+    char path[256], id[CS_STORE_ID_SIZE], id2[CS_STORE_ID_SIZE], msg[256], text[128];
+    fresh_path(path, sizeof path);
+    struct cs_store *s = open_ok(path);
+    mint_ok(s, "rej", FP_A, id);
+    enum csw_error code = CSW_ERROR_INTERNAL;
+    assert_int_equal(cs_store_get_error(s, id, &code, text, sizeof text, msg, sizeof msg),
+                     CS_STORE_NOT_FOUND); /* not finished yet */
+    assert_int_equal(cs_store_finish_rejected(s, id, CSW_ERROR_INVALID_ARGUMENTS,
+                                              "update of a.txt: \"quoted\" \xc3\xa9", msg,
+                                              sizeof msg),
+                     CS_STORE_OK);
+    assert_int_equal(
+        cs_store_finish_rejected(s, id, CSW_ERROR_INVALID_PATCH, "again", msg, sizeof msg),
+        CS_STORE_INVALID); /* already finished */
+    cs_store_close(s);
+    s = open_ok(path); /* it is in the file */
+    assert_int_equal(cs_store_get_error(s, id, &code, text, sizeof text, msg, sizeof msg),
+                     CS_STORE_OK);
+    assert_int_equal(code, CSW_ERROR_INVALID_ARGUMENTS);
+    assert_string_equal(text, "update of a.txt: \"quoted\" \xc3\xa9");
+    struct csw_mcp_operation_status_output o;
+    assert_int_equal(cs_store_get_by_id(s, id, strlen(id), &o, msg, sizeof msg), CS_STORE_OK);
+    assert_int_equal(o.status, CSW_PATCH_STATUS_REJECTED);
+    csw_mcp_operation_status_output_free(&o);
+    /* An applied row keeps no error; an unknown id is not found. */
+    mint_ok(s, "ok", FP_B, id2);
+    struct csw_mcp_apply_patch_output r;
+    fill_result(&r, id2);
+    assert_int_equal(cs_store_finish(s, id2, CSW_PATCH_STATUS_APPLIED, &r, false, msg, sizeof msg),
+                     CS_STORE_OK);
+    csw_mcp_apply_patch_output_free(&r);
+    assert_int_equal(cs_store_get_error(s, id2, &code, text, sizeof text, msg, sizeof msg),
+                     CS_STORE_NOT_FOUND);
+    assert_int_equal(cs_store_get_error(s, "op-none", &code, text, sizeof text, msg, sizeof msg),
+                     CS_STORE_NOT_FOUND);
+    assert_int_equal(
+        cs_store_finish_rejected(s, id2, (enum csw_error)CSW_ERROR__COUNT, "x", msg, sizeof msg),
+        CS_STORE_INVALID);
+    cs_store_close(s);
+}
+
+/* A schema-1 ledger (before rejected rows kept their error) is migrated in place: its rows stay,
+ * a rejected one reads as having no error, and new rejections keep theirs. */
+static void test_migrates_version_1(void **state)
+{
+    (void)state;
+    char path[256], out[64], msg[256], text[64], id[CS_STORE_ID_SIZE];
+    fresh_path(path, sizeof path);
+    *strrchr(path, '/') = '\0';
+    assert_int_equal(mkdir(path, 0700), 0);
+    path[strlen(path)] = '/';
+    sql(path, "CREATE TABLE operations (id TEXT PRIMARY KEY NOT NULL, key TEXT UNIQUE,"
+              " workspace_id TEXT NOT NULL, fingerprint TEXT NOT NULL,"
+              " kind TEXT NOT NULL CHECK (kind IN ('patch')),"
+              " status TEXT NOT NULL CHECK (status IN ('applied', 'checked', 'rejected',"
+              "  'failed_rolled_back', 'failed_partial', 'unknown')),"
+              " result TEXT, created_at TEXT NOT NULL, finished_at TEXT) STRICT;"
+              "CREATE TABLE operation_events (seq INTEGER PRIMARY KEY,"
+              " operation_id TEXT NOT NULL REFERENCES operations (id) ON DELETE CASCADE,"
+              " name TEXT NOT NULL CHECK (name IN ('minted', 'finished')), at TEXT NOT NULL,"
+              " reason TEXT CHECK (reason IS NULL OR reason IN ('unknown'))) STRICT;"
+              "CREATE INDEX operation_events_by_operation ON operation_events"
+              " (operation_id, seq);"
+              "INSERT INTO operations VALUES ('op-11111111-1111-4111-8111-111111111111', 'old',"
+              " 'default', '" FP_A "', 'patch', 'rejected', NULL,"
+              " '2026-01-01T00:00:00.000Z', '2026-01-01T00:00:00.001Z');"
+              "INSERT INTO operation_events (operation_id, name, at) VALUES"
+              " ('op-11111111-1111-4111-8111-111111111111', 'minted', '2026-01-01T00:00:00.000Z'),"
+              " ('op-11111111-1111-4111-8111-111111111111', 'finished',"
+              " '2026-01-01T00:00:00.001Z');");
+    snprintf(out, sizeof out, "PRAGMA user_version = 1; PRAGMA application_id = %d",
+             CS_STORE_APPLICATION_ID);
+    sql(path, out);
+    struct cs_store *s = open_ok(path);
+    sql_text(path, "PRAGMA user_version", out, sizeof out);
+    assert_int_equal(atoi(out), CS_STORE_SCHEMA_VERSION);
+    enum csw_error code;
+    assert_int_equal(cs_store_get_error(s, "op-11111111-1111-4111-8111-111111111111", &code, text,
+                                        sizeof text, msg, sizeof msg),
+                     CS_STORE_NOT_FOUND);
+    struct csw_mcp_apply_patch_output r;
+    assert_int_equal(
+        cs_store_get_result(s, "op-11111111-1111-4111-8111-111111111111", &r, msg, sizeof msg),
+        CS_STORE_OK);
+    assert_int_equal(r.status, CSW_PATCH_STATUS_REJECTED);
+    csw_mcp_apply_patch_output_free(&r);
+    mint_ok(s, "new", FP_B, id);
+    assert_int_equal(
+        cs_store_finish_rejected(s, id, CSW_ERROR_VERSION_CONFLICT, "v", msg, sizeof msg),
+        CS_STORE_OK);
+    assert_int_equal(cs_store_get_error(s, id, &code, text, sizeof text, msg, sizeof msg),
+                     CS_STORE_OK);
+    assert_int_equal(code, CSW_ERROR_VERSION_CONFLICT);
+    cs_store_close(s);
+}
+
 static void test_fingerprint(void **state)
 {
     (void)state;
@@ -813,6 +913,8 @@ int main(void)
         cmocka_unit_test(test_unknown_after_reopen),
         cmocka_unit_test(test_unknown_after_crash),
         cmocka_unit_test(test_tampered_row),
+        cmocka_unit_test(test_rejected_keeps_error),
+        cmocka_unit_test(test_migrates_version_1),
         cmocka_unit_test(test_fingerprint),
     };
     /* clang-format on */
