@@ -4,6 +4,8 @@
  * (cs_utf8_lossy), quotes the result with cs_json_quote and with jansson's json_dumps, and aborts
  * unless the two are byte for byte the same and within CS_JSON_QUOTE_MAX. It also parses the
  * quoted text back with jansson and aborts unless it is the same string.
+ * The raw bytes also go through cs_json_clamp_numbers: a text jansson parses must come back
+ * unchanged (NULL), and a clamped text must never fail for a number out of range again.
  * Trust: the input is arbitrary. Entry point: LLVMFuzzerTestOneInput.
  */
 #include <jansson.h>
@@ -41,6 +43,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         abort();
     json_decref(back);
     json_decref(s);
+
+    json_t *whole = json_loadb((const char *)data, size, JSON_DECODE_ANY | JSON_ALLOW_NUL, &err);
+    size_t cn = 0;
+    char *clamped = cs_json_clamp_numbers((const char *)data, size, &cn);
+    if (whole && clamped)
+        abort(); /* jansson could hold every number, yet something was clamped */
+    json_decref(whole);
+    if (clamped) {
+        json_t *again = json_loadb(clamped, cn, JSON_DECODE_ANY | JSON_ALLOW_NUL, &err);
+        if (!again && json_error_code(&err) == json_error_numeric_overflow)
+            abort(); /* (the code, not the text: the text quotes the input) */
+        json_decref(again);
+        free(clamped);
+    }
     free(want);
     free(out);
     free(text);
