@@ -7,6 +7,7 @@
  * Logging: this file is the boundary that logs (JSON lines on stderr); stdout carries only MCP
  * messages on the stdio transport.
  */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -101,6 +102,18 @@ static void stdio_eof(void *arg)
 
 /* ---- signals and logging ---- */
 
+/* Whether host names the loopback interface: localhost, ::1 or any 127.0.0.0/8 address. */
+static bool loopback_host(const char *host)
+{
+    struct in_addr a4;
+    struct in6_addr a6;
+    if (strcmp(host, "localhost") == 0)
+        return true;
+    if (inet_pton(AF_INET, host, &a4) == 1)
+        return (ntohl(a4.s_addr) >> 24) == 127;
+    return inet_pton(AF_INET6, host, &a6) == 1 && IN6_IS_ADDR_LOOPBACK(&a6);
+}
+
 static void on_signal(void *arg, int signo)
 {
     struct gateway *g = arg;
@@ -152,8 +165,7 @@ static int serve(struct gateway *g, const struct cs_config *cfg)
         cs_log(CS_LOG_ERROR, "cannot start the HTTP transport", json_pack("{s:s}", "error", err));
         return -1;
     }
-    if (!cfg->token && strcmp(cfg->host, "127.0.0.1") != 0 && strcmp(cfg->host, "::1") != 0 &&
-        strcmp(cfg->host, "localhost") != 0)
+    if (!cfg->token && !loopback_host(cfg->host))
         cs_log(CS_LOG_WARNING, "binding a non-loopback host without a bearer token",
                json_pack("{s:s}", "host", cfg->host));
     cs_log(CS_LOG_INFO, "listening",
@@ -202,8 +214,13 @@ int main(int argc, char **argv)
     g.loop = cs_loop_new();
     g.srv = g.loop ? cs_mcp_new(CS_VERSION) : NULL;
     char terr[1024] = "";
+    /* Every signal that would end the process by default and can be caught ends it through the
+     * shutdown path instead (runtime.md section 5: owned process trees killed, the runner's
+     * socket and directory removed). */
     if (!g.srv || cs_loop_signal(g.loop, SIGINT, on_signal, &g) != 0 ||
         cs_loop_signal(g.loop, SIGTERM, on_signal, &g) != 0 ||
+        cs_loop_signal(g.loop, SIGHUP, on_signal, &g) != 0 ||
+        cs_loop_signal(g.loop, SIGQUIT, on_signal, &g) != 0 ||
         cs_tools_register(g.srv, &tools, &cfg, CS_VERSION, store, g.loop, terr, sizeof terr) != 0) {
         cs_log(CS_LOG_ERROR, "startup failed",
                json_pack("{s:s}", "error", terr[0] ? terr : strerror(errno)));

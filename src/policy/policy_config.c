@@ -17,6 +17,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -296,6 +297,13 @@ static int resolve_operations_db(struct cs_config *cfg, const struct raw *r, cha
  * and those are shared or too valuable. The default ($TMPDIR, else /tmp) is not refused: the
  * leaf the gateway creates under it is private (mode 0700, unique name).
  */
+/* Whether path resolves to the real path real. */
+static bool same_real(const char *real, const char *path)
+{
+    char rp[PATH_MAX];
+    return realpath(path, rp) != NULL && strcmp(real, rp) == 0;
+}
+
 static int resolve_runner_dir(struct cs_config *cfg, const struct raw *r, char **envp,
                               struct cs_config_error *err)
 {
@@ -319,6 +327,12 @@ static int resolve_runner_dir(struct cs_config *cfg, const struct raw *r, char *
     }
     bool refused = strcmp(dir, "/") == 0 || strcmp(dir, "/tmp") == 0 ||
                    strcmp(dir, "/var/tmp") == 0 || (home_n && strcmp(dir, home_n) == 0);
+    /* The same directories reached another way ("/tmp/.", "/tmp/../tmp", a symlink): compared
+     * by their real paths when the directory exists (one that does not fails at start). */
+    char real[PATH_MAX];
+    if (!refused && realpath(dir, real) != NULL)
+        refused = strcmp(real, "/") == 0 || same_real(real, "/tmp") ||
+                  same_real(real, "/var/tmp") || (home_n && same_real(real, home_n));
     free(home_n);
     if (refused) {
         char q[256];

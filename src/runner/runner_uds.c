@@ -67,6 +67,12 @@ struct cs__runner_uds {
     struct cs_loop_timer *sweep; /* every second: calls past their deadline */
     bool lost;
     char lost_why[256];
+    /* The worker's stderr (its JSON log lines): a pipe the gateway relays to its own stderr, so
+     * that no child inherits the server's stdout or stderr (runtime.md section 3). */
+    int logfd;
+    struct cs_loop_fd *logw;
+    char logbuf[4096];
+    size_t logn;
 };
 
 /* ---- cleanup ---- */
@@ -116,6 +122,59 @@ static void kill_orphans(void)
     }
 }
 
+/* Writes n bytes to the gateway's stderr (a log line may be cut there if stderr fails). */
+static void to_stderr(const char *b, size_t n)
+{
+    while (n > 0) {
+        ssize_t w = write(STDERR_FILENO, b, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return;
+        b += w;
+        n -= (size_t)w;
+    }
+}
+
+/* Relays what the worker wrote to its stderr, whole lines only (a line longer than the buffer
+ * goes out in pieces), until the pipe is empty. At the end (the worker is gone) the rest goes
+ * too and the pipe is closed. */
+static void relay_log(struct cs__runner_uds *u, bool end)
+{
+    while (u->logfd >= 0) {
+        ssize_t n = read(u->logfd, u->logbuf + u->logn, sizeof u->logbuf - u->logn);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n > 0) {
+            u->logn += (size_t)n;
+            char *nl = memrchr(u->logbuf, '\n', u->logn);
+            size_t whole = nl                            ? (size_t)(nl - u->logbuf) + 1
+                           : u->logn == sizeof u->logbuf ? u->logn
+                                                         : 0;
+            to_stderr(u->logbuf, whole);
+            memmove(u->logbuf, u->logbuf + whole, u->logn - whole);
+            u->logn -= whole;
+            continue;
+        }
+        if (n < 0 && errno == EAGAIN && !end)
+            return;
+        /* EOF, an error, or the end: the rest, then no more. */
+        to_stderr(u->logbuf, u->logn);
+        u->logn = 0;
+        cs_loop_fd_del(u->logw);
+        u->logw = NULL;
+        close(u->logfd);
+        u->logfd = -1;
+    }
+}
+
+static void on_worker_log(void *arg, int fd, unsigned events)
+{
+    (void)fd;
+    (void)events;
+    relay_log(arg, false);
+}
+
 static void reap_worker(struct cs__runner_uds *u, int grace_ms)
 {
     if (u->pidfd < 0)
@@ -131,6 +190,7 @@ static void reap_worker(struct cs__runner_uds *u, int grace_ms)
     close(u->pidfd);
     u->pidfd = -1;
     kill_orphans();
+    relay_log(u, true); /* the worker's last words, then the pipe is closed */
 }
 
 static void remove_files(struct cs__runner_uds *u)
@@ -357,6 +417,7 @@ void cs__runner_uds_free(struct cs_runner *r)
         reap_worker(u, 2000);
     else
         reap_worker(u, 0);
+    relay_log(u, true);
     remove_files(u);
     complete_all(u, CS_RUNNER_AMBIGUOUS, "runner transport failed: the gateway is shutting down");
     free(u->dir);
@@ -408,15 +469,27 @@ static int spawn_worker(struct cs__runner_uds *u, const struct cs_runner_uds_opt
         argv[6] = (char *)opt->sandbox_helper;
     }
     char **envp = worker_env();
-    /* stdout is the MCP channel on stdio: the worker never gets it; stderr is shared (logs). */
+    /* stdout is the MCP channel on stdio: the worker never gets it, nor the server's stderr; its
+     * log lines come through a pipe the gateway relays (relay_log). */
     int null = open("/dev/null", O_RDWR | O_CLOEXEC);
+    int logp[2] = {-1, -1};
     int e = !envp ? ENOMEM : null < 0 ? errno : 0;
+    if (e == 0 && pipe2(logp, O_CLOEXEC) != 0)
+        e = errno;
     if (e == 0)
-        e = cs_supervisor_spawn_aux(opt->runtime_bin, argv, envp, (const int[3]){null, null, 2},
-                                    &u->pid);
+        e = cs_supervisor_spawn_aux(opt->runtime_bin, argv, envp,
+                                    (const int[3]){null, null, logp[1]}, &u->pid);
     free(envp);
     if (null >= 0)
         close(null);
+    if (logp[1] >= 0)
+        close(logp[1]);
+    if (e == 0) {
+        u->logfd = logp[0];
+        (void)fcntl(u->logfd, F_SETFL, O_NONBLOCK);
+    } else if (logp[0] >= 0) {
+        close(logp[0]);
+    }
     if (e != 0) {
         snprintf(err, cap, "cannot start the worker %s: %s", opt->runtime_bin, strerror(e));
         return -1;
@@ -577,6 +650,7 @@ struct cs_runner *cs_runner_uds_new(struct cs_loop *loop, const struct cs_runner
     r->u = u;
     u->r = r;
     u->pidfd = -1;
+    u->logfd = -1;
     u->next_id = 2; /* rrpc-1 is the hello */
     uint32_t rnd = 0;
     if (getrandom(&rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd)
@@ -623,9 +697,12 @@ struct cs_runner *cs_runner_uds_new(struct cs_loop *loop, const struct cs_runner
         goto fail;
     }
     fd = -1;
+    relay_log(u, false); /* what it said while starting */
     u->pidw = cs_loop_fd_add(loop, u->pidfd, CS_LOOP_READ, on_worker_exit, u);
     u->sweep = cs_loop_timer_add(loop, 1000, on_sweep, u);
-    if (!u->pidw || !u->sweep) {
+    if (u->logfd >= 0)
+        u->logw = cs_loop_fd_add(loop, u->logfd, CS_LOOP_READ, on_worker_log, u);
+    if (!u->pidw || !u->sweep || (u->logfd >= 0 && !u->logw)) {
         snprintf(err, err_cap, "cannot watch the worker: %s", strerror(errno));
         goto fail;
     }
@@ -639,6 +716,7 @@ fail:
     cs_runner_conn_free(u->conn);
     u->conn = NULL;
     reap_worker(u, 0);
+    relay_log(u, true); /* also when the worker was never watched */
     remove_files(u);
     free(u->dir);
     free(u->sock);

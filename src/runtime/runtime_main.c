@@ -460,6 +460,8 @@ int main(int argc, char **argv)
     w.lw = w.ex ? cs_loop_fd_add(w.loop, lfd, CS_LOOP_READ, on_accept, &w) : NULL;
     if (!w.lw || cs_loop_signal(w.loop, SIGTERM, on_signal, &w) != 0 ||
         cs_loop_signal(w.loop, SIGINT, on_signal, &w) != 0 ||
+        cs_loop_signal(w.loop, SIGHUP, on_signal, &w) != 0 ||
+        cs_loop_signal(w.loop, SIGQUIT, on_signal, &w) != 0 ||
         !(w.reap_timer = cs_loop_timer_add(w.loop, 1000, reap_strays, &w))) {
         fprintf(stderr, "codespace-runtime: startup failed: %s\n", strerror(errno));
         goto out;

@@ -663,24 +663,50 @@ class GatewayCase(unittest.TestCase):
                 self.assertEqual(stat.S_IMODE(os.stat(parent).st_mode), mode)
 
     def test_sigterm_removes_everything(self):
+        # SIGHUP and SIGQUIT too: every catchable signal that would end the gateway goes
+        # through the shutdown path.
+        for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
+            with self.subTest(signal=sig.name):
+                srv = self.start()
+                arg = tp.uniq(2)
+                out = srv.call("exec_command", {"workspace_id": "default",
+                                                "command": ["sleep", arg]})
+                self.assertEqual(out["dispatch_status"], "confirmed", out)
+                self.assertTrue(tp.wait_until(lambda: tp.pids_with(arg), 5.0 * SLOW))
+                wpid = self.worker(srv)
+                srv.proc.send_signal(sig)
+                self.assertEqual(srv.proc.wait(10 * SLOW), 0, "".join(srv.stderr[-20:]))
+                self.assertFalse(alive(wpid))
+                self.assertTrue(tp.wait_until(lambda: not tp.pids_with(arg), 3.0 * SLOW))
+                self.assertEqual(leaves(self.rdir), [])
+
+    def test_worker_does_not_share_the_gateway_stdio(self):
+        # runtime.md section 3: no child inherits the server's stdout or stderr. The worker's
+        # stderr is a pipe of its own, which the gateway relays.
         srv = self.start()
-        arg = tp.uniq(2)
-        out = srv.call("exec_command", {"workspace_id": "default", "command": ["sleep", arg]})
-        self.assertEqual(out["dispatch_status"], "confirmed", out)
-        self.assertTrue(tp.wait_until(lambda: tp.pids_with(arg), 5.0 * SLOW))
         wpid = self.worker(srv)
-        srv.proc.send_signal(signal.SIGTERM)
-        self.assertEqual(srv.proc.wait(10 * SLOW), 0, "".join(srv.stderr[-20:]))
-        self.assertFalse(alive(wpid))
-        self.assertTrue(tp.wait_until(lambda: not tp.pids_with(arg), 3.0 * SLOW))
-        self.assertEqual(leaves(self.rdir), [])
+        gw_err = os.readlink("/proc/%d/fd/2" % srv.proc.pid)
+        gw_out = os.readlink("/proc/%d/fd/1" % srv.proc.pid)
+        for fd in (0, 1, 2):
+            target = os.readlink("/proc/%d/fd/%d" % (wpid, fd))
+            self.assertNotEqual(target, gw_err, "worker fd %d is the gateway's stderr" % fd)
+            self.assertNotEqual(target, gw_out, "worker fd %d is the gateway's stdout" % fd)
+        self.assertEqual(os.readlink("/proc/%d/fd/1" % wpid), "/dev/null")
+        self.assertTrue(os.readlink("/proc/%d/fd/2" % wpid).startswith("pipe:"))
+        srv.close()
 
     def test_refused_runner_dirs(self):
         home = os.path.join(self.tmp, "home")
         os.mkdir(home)
+        tmp_link = os.path.join(self.tmp, "tmp-link")
+        os.symlink("/tmp", tmp_link)
         cases = [(["--runner-dir", "/"], {}, "--runner-dir"),
                  (["--runner-dir", "/var/tmp"], {}, "--runner-dir"),
                  (["--runner-dir", "/tmp"], {}, "--runner-dir"),
+                 (["--runner-dir", "/tmp/."], {}, "--runner-dir"),
+                 (["--runner-dir", "/tmp/../tmp"], {}, "--runner-dir"),
+                 (["--runner-dir", tmp_link], {}, "--runner-dir"),
+                 (["--runner-dir", home + "/."], {}, "--runner-dir"),
                  (["--runner-dir", home], {}, "--runner-dir"),
                  ([], {"CODESPACE_RUNNER_DIR": home}, "CODESPACE_RUNNER_DIR"),
                  ([], {"CODESPACE_RUNNER_DIR": "/"}, "CODESPACE_RUNNER_DIR")]
@@ -741,7 +767,7 @@ class GatewayCase(unittest.TestCase):
         """A worker that exits at once fails the start without waiting the 2 s; one that never
         binds fails it after the 2 s of polling and is killed. Either way the leaf is removed."""
         arg = tp.uniq(7)
-        cases = [("exits", "#!/bin/sh\nexit 3\n", 0.0),
+        cases = [("exits", "#!/bin/sh\necho 'worker-last-words-%s' >&2\nexit 3\n" % arg, 0.0),
                  ("never-binds", "#!/bin/sh\nexec sleep %s\n" % arg, 1.9)]
         for name, script, at_least in cases:
             with self.subTest(name):
@@ -761,6 +787,8 @@ class GatewayCase(unittest.TestCase):
                 self.assertNotEqual(p.returncode, 0, err)
                 self.assertEqual(p.stdout, b"")
                 self.assertTrue(err.strip(), "no message")
+                if name == "exits":  # what the worker said reaches the gateway's stderr
+                    self.assertIn("worker-last-words-" + arg, err)
                 self.assertGreaterEqual(took, at_least, err)
                 self.assertLess(took, 1.5 * SLOW if at_least == 0 else 6.0 * SLOW, err)
                 self.assertEqual(leaves(self.rdir), [])
