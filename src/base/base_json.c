@@ -106,8 +106,23 @@ char *cs_json_clamp_numbers(const char *s, size_t n, size_t *out_n)
             in_string = true;
             i++;
         } else if (s[i] == '-' || (s[i] >= '0' && s[i] <= '9')) {
-            while (i < n && strchr("0123456789+-.eE", s[i]) != NULL && s[i] != '\0')
+            /* One number as JSON (and jansson's lexer) reads it:
+             * -?digits(.digits)?([eE][+-]?digits)? so "0-9e999" is two, as jansson sees it. */
+            i += s[i] == '-';
+            if (i < n && s[i] == '0')
+                i++; /* a leading zero is the whole integer part ("01" is "0" then "1") */
+            else
+                while (i < n && s[i] >= '0' && s[i] <= '9')
+                    i++;
+            if (i < n && s[i] == '.')
+                for (i++; i < n && s[i] >= '0' && s[i] <= '9'; i++)
+                    ;
+            if (i < n && (s[i] == 'e' || s[i] == 'E')) {
                 i++;
+                i += i < n && (s[i] == '+' || s[i] == '-');
+                while (i < n && s[i] >= '0' && s[i] <= '9')
+                    i++;
+            }
             rep = clamped(s + start, i - start);
         } else {
             i++;
