@@ -729,24 +729,33 @@ enum cs_store_status cs_store_finish_rejected(struct cs_store *store, const char
     return ret;
 }
 
+/* Steps statement sid (one row by id, bound as ?1) to the row of id: CS_STORE_OK with *st at the
+ * row, CS_STORE_NOT_FOUND or CS_STORE_ERROR. *st is set either way: the caller resets it. */
+static enum cs_store_status row_by_id(struct cs_store *store, enum stmt_id sid, const char *id,
+                                      sqlite3_stmt **st, char *msg, size_t cap)
+{
+    *st = stmt(store, sid);
+    int rc = bind_text(*st, 1, id, strlen(id));
+    if (rc == SQLITE_OK)
+        rc = sqlite3_step(*st);
+    if (rc == SQLITE_ROW)
+        return CS_STORE_OK;
+    if (rc == SQLITE_DONE) {
+        msgf(msg, cap, "operations database: no operation %s", id);
+        return CS_STORE_NOT_FOUND;
+    }
+    return db_fail(store, msg, cap, "look up operation");
+}
+
 enum cs_store_status cs_store_get_error(struct cs_store *store, const char *id,
                                         enum csw_error *code, char *message, size_t message_cap,
                                         char *msg, size_t cap)
 {
-    enum cs_store_status ret = CS_STORE_ERROR;
-    sqlite3_stmt *st = stmt(store, ST_GET_ERROR);
-    int rc = bind_text(st, 1, id, strlen(id));
-    if (rc == SQLITE_OK)
-        rc = sqlite3_step(st);
-    if (rc == SQLITE_DONE) {
-        msgf(msg, cap, "operations database: no operation %s", id);
-        ret = CS_STORE_NOT_FOUND;
+    sqlite3_stmt *st = NULL;
+    enum cs_store_status ret = row_by_id(store, ST_GET_ERROR, id, &st, msg, cap);
+    if (ret != CS_STORE_OK)
         goto out;
-    }
-    if (rc != SQLITE_ROW) {
-        ret = db_fail(store, msg, cap, "look up an operation's error");
-        goto out;
-    }
+    ret = CS_STORE_ERROR;
     size_t n;
     const char *s = col_text(st, 0, &n);
     if (s == NULL) {
@@ -970,21 +979,12 @@ enum cs_store_status cs_store_get_result(struct cs_store *store, const char *id,
                                          struct csw_mcp_apply_patch_output *out, char *msg,
                                          size_t cap)
 {
-    enum cs_store_status ret = CS_STORE_ERROR;
     memset(out, 0, sizeof *out);
-    sqlite3_stmt *st = stmt(store, ST_GET_ID);
-    int rc = bind_text(st, 1, id, strlen(id));
-    if (rc == SQLITE_OK)
-        rc = sqlite3_step(st);
-    if (rc == SQLITE_DONE) {
-        msgf(msg, cap, "operations database: no operation %s", id);
-        ret = CS_STORE_NOT_FOUND;
+    sqlite3_stmt *st = NULL;
+    enum cs_store_status ret = row_by_id(store, ST_GET_ID, id, &st, msg, cap);
+    if (ret != CS_STORE_OK)
         goto out;
-    }
-    if (rc != SQLITE_ROW) {
-        ret = db_fail(store, msg, cap, "look up operation");
-        goto out;
-    }
+    ret = CS_STORE_ERROR;
     size_t n;
     const char *s = col_text(st, 4, &n);
     if (s != NULL) {
