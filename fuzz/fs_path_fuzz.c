@@ -228,8 +228,14 @@ static bool m_glob(const uint8_t *g, size_t gn, const uint8_t *s, size_t sn)
             b--;
         return m_seg(g, gn, s + b, sn - b);
     }
-    while (gn > 0 && g[0] == '/')
-        g++, gn--;
+    for (;;) { /* leading "/" and "./" */
+        if (gn > 0 && g[0] == '/')
+            g++, gn--;
+        else if (gn > 1 && g[0] == '.' && g[1] == '/')
+            g += 2, gn -= 2;
+        else
+            break;
+    }
     if (gn == 0)
         return true;
     size_t gs[MAXG + 1], gl[MAXG + 1], ss[MAXG + 1], sl[MAXG + 1];

@@ -215,12 +215,17 @@ bool cs_fs_glob_match(const char *glob, size_t glob_n, const char *path, size_t 
         size_t off = slash ? (size_t)(slash - s) + 1 : 0;
         return seg_match(g, glob_n, s + off, path_n - off);
     }
-    while (glob_n > 0 && g[0] == '/') {
-        g++;
-        glob_n--;
+    /* A leading "/" or "./" (any run of them) is the root itself: the path is anchored there. */
+    for (;;) {
+        if (glob_n > 0 && g[0] == '/')
+            g++, glob_n--;
+        else if (glob_n > 1 && g[0] == '.' && g[1] == '/')
+            g += 2, glob_n -= 2;
+        else
+            break;
     }
     if (glob_n == 0)
-        return true; /* "/": everything below the root */
+        return true; /* "/" or "./": everything below the root */
     return path_match(g, glob_n, s, path_n);
 }
 

@@ -283,8 +283,14 @@ static void test_glob_table(void **state)
         {"a/**/**/b", "a/b", true},
         {"**/x/**/y", "p/x/q/r/y", true},
         {"**/x/**/y", "p/x/q/r/z", false},
-        {"/src/*.c", "src/a.c", true}, /* a leading '/' is ignored */
-        {"src/", "src/a/b", true},     /* a trailing '/' means everything below */
+        {"/src/*.c", "src/a.c", true},  /* a leading '/' is ignored */
+        {"./src/*.c", "src/a.c", true}, /* so is a leading "./", as read accepts "./a.txt" */
+        {"././/src/*.c", "src/a.c", true},
+        {"./*.c", "a.c", true}, /* anchored: the root's files only */
+        {"./*.c", "src/a.c", false},
+        {"./", "src/a.c", true},
+        {".x/*.c", ".x/a.c", true}, /* a dot that is not "./" stays */
+        {"src/", "src/a/b", true},  /* a trailing '/' means everything below */
         {"src/", "other/a", false},
         {"/", "anything/at/all", true},
         {"a//b", "a/b", false}, /* an empty segment matches nothing */
