@@ -188,7 +188,9 @@ int main(int argc, char **argv)
     case CS_CONFIG_READY:
         break;
     default:
-        fprintf(stderr, "codespace-mcp: %s\n", cerr.text);
+        /* One JSON log line like every other line on stderr (runtime.md section 2), naming the
+         * flag, variable or registry JSON path in "error". */
+        cs_log(CS_LOG_ERROR, "invalid configuration", json_pack("{s:s}", "error", cerr.text));
         return 2;
     }
     enum cs_log_level level = CS_LOG_INFO;

@@ -988,8 +988,8 @@ class TestJsonRpcErrors(StdioCase):
 
 class TestBadConfig(unittest.TestCase):
     """Every invalid value of runtime.md section 2 stops the start: exit status 2, quickly, and
-    one line on stderr "codespace-mcp: <message>" naming the flag, variable or file and JSON
-    path. Nothing on stdout."""
+    one JSON log line on stderr, msg "invalid configuration", whose "error" names the flag,
+    variable or file and JSON path. Nothing on stdout."""
 
     @classmethod
     def setUpClass(cls):
@@ -1026,10 +1026,14 @@ class TestBadConfig(unittest.TestCase):
         self.assertEqual(p.stdout, b"", "nothing may reach stdout")
         lines = err.splitlines()
         self.assertEqual(len(lines), 1, "exactly one line on stderr, got %r" % err)
-        self.assertTrue(lines[0].startswith("codespace-mcp: "), lines[0])
+        # A JSON log line like every other line on stderr (runtime.md section 2).
+        entry = json.loads(lines[0])
+        self.assertEqual(entry["level"], "error", entry)
+        self.assertEqual(entry["msg"], "invalid configuration", entry)
+        text = entry["error"]
         for name in names:
-            self.assertIn(name, lines[0])
-        return lines[0]
+            self.assertIn(name, text)
+        return text
 
     def config(self, doc, name="registry.json"):
         path = os.path.join(self.dir, name)
