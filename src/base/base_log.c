@@ -67,6 +67,27 @@ static bool secret_key(const char *key)
     return false;
 }
 
+/* Writes n bytes to stderr whole, unless it fails for good. */
+static void put(const char *p, size_t left)
+{
+    int waits = 0;
+    while (left > 0) {
+        ssize_t n = write(STDERR_FILENO, p, left);
+        if (n < 0 && (errno == EAGAIN || errno == EINTR) && waits < 50) {
+            /* stderr may share a non-blocking open file description with stdout (a terminal):
+             * wait for it a little rather than cut the line. */
+            struct pollfd pfd = {.fd = STDERR_FILENO, .events = POLLOUT};
+            poll(&pfd, 1, 20);
+            waits++;
+            continue;
+        }
+        if (n <= 0)
+            break;
+        p += n;
+        left -= (size_t)n;
+    }
+}
+
 void cs_log(enum cs_log_level level, const char *msg, json_t *fields)
 {
     if (!cs_log_enabled(level)) {
@@ -104,23 +125,11 @@ void cs_log(enum cs_log_level level, const char *msg, json_t *fields)
     }
     size_t len = strlen(text);
     text[len] = '\n'; /* replaces the NUL; write() takes the length */
-    const char *p = text;
-    size_t left = len + 1;
-    int waits = 0;
-    while (left > 0) {
-        ssize_t n = write(STDERR_FILENO, p, left);
-        if (n < 0 && (errno == EAGAIN || errno == EINTR) && waits < 50) {
-            /* stderr may share a non-blocking open file description with stdout (a terminal):
-             * wait for it a little rather than cut the line. */
-            struct pollfd pfd = {.fd = STDERR_FILENO, .events = POLLOUT};
-            poll(&pfd, 1, 20);
-            waits++;
-            continue;
-        }
-        if (n <= 0)
-            break;
-        p += n;
-        left -= (size_t)n;
-    }
+    put(text, len + 1);
     free(text);
+}
+
+void cs_log_forward(const char *text, size_t n)
+{
+    put(text, n);
 }

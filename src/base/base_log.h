@@ -6,7 +6,7 @@
  * Trust: messages and fields may carry peer data; they are JSON-encoded, so they cannot break
  * the line format. Fields whose names look like secrets (token, authorization, password,
  * secret, cookie) are written as "[redacted]", whatever the caller passed.
- * Entry points: cs_log, cs_log_set_level, cs_log_level_parse, cs_log_level_name.
+ * Entry points: cs_log, cs_log_forward, cs_log_set_level, cs_log_level_parse, cs_log_level_name.
  */
 #ifndef CS_BASE_LOG_H
 #define CS_BASE_LOG_H
@@ -38,5 +38,9 @@ bool cs_log_enabled(enum cs_log_level level);
 /* Writes {"ts":..., "level":..., "msg": msg, ...fields} as one line on stderr. fields (may be
  * NULL) is stolen, even when the message is dropped. */
 void cs_log(enum cs_log_level level, const char *msg, json_t *fields);
+
+/* Writes n bytes that already are log lines (another process's: the uds worker's) to stderr as
+ * they are, with cs_log's retries. text is borrowed for the call. For a relay only. */
+void cs_log_forward(const char *text, size_t n);
 
 #endif

@@ -35,6 +35,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base_log.h"
 #include "transport_frame.h"
 
 #ifndef P_PIDFD
@@ -122,22 +123,9 @@ static void kill_orphans(void)
     }
 }
 
-/* Writes n bytes to the gateway's stderr (a log line may be cut there if stderr fails). */
-static void to_stderr(const char *b, size_t n)
-{
-    while (n > 0) {
-        ssize_t w = write(STDERR_FILENO, b, n);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w <= 0)
-            return;
-        b += w;
-        n -= (size_t)w;
-    }
-}
-
-/* Relays what the worker wrote to its stderr, whole lines only (a line longer than the buffer
- * goes out in pieces), until the pipe is empty. At the end (the worker is gone) the rest goes
+/* Relays what the worker wrote to its stderr (its own JSON log lines, unchanged) to the
+ * gateway's log, whole lines only (a line longer than the buffer goes out in pieces), until the
+ * pipe is empty. At the end (the worker is gone) the rest goes
  * too and the pipe is closed. */
 static void relay_log(struct cs__runner_uds *u, bool end)
 {
@@ -151,7 +139,7 @@ static void relay_log(struct cs__runner_uds *u, bool end)
             size_t whole = nl                            ? (size_t)(nl - u->logbuf) + 1
                            : u->logn == sizeof u->logbuf ? u->logn
                                                          : 0;
-            to_stderr(u->logbuf, whole);
+            cs_log_forward(u->logbuf, whole);
             memmove(u->logbuf, u->logbuf + whole, u->logn - whole);
             u->logn -= whole;
             continue;
@@ -159,7 +147,7 @@ static void relay_log(struct cs__runner_uds *u, bool end)
         if (n < 0 && errno == EAGAIN && !end)
             return;
         /* EOF, an error, or the end: the rest, then no more. */
-        to_stderr(u->logbuf, u->logn);
+        cs_log_forward(u->logbuf, u->logn);
         u->logn = 0;
         cs_loop_fd_del(u->logw);
         u->logw = NULL;
