@@ -188,22 +188,17 @@ static void vc_build_boundary(struct vc_build *b, size_t k, EVP_MD_CTX *ctx)
 {
     if (b->failed || k == 0 || k > b->e.nblocks)
         return;
-    EVP_MD_CTX *copy = EVP_MD_CTX_new();
+    /* The state after the last block is never a starting point: only its digest is kept. */
     EVP_MD_CTX *fin = EVP_MD_CTX_new();
     unsigned int n = 0;
-    bool ok = copy && fin && EVP_MD_CTX_copy_ex(copy, ctx) == 1 &&
-              EVP_MD_CTX_copy_ex(fin, ctx) == 1 &&
+    bool ok = fin && EVP_MD_CTX_copy_ex(fin, ctx) == 1 &&
               EVP_DigestFinal_ex(fin, b->e.digest[k - 1], &n) == 1 && n == 32;
     EVP_MD_CTX_free(fin);
-    if (!ok) {
-        EVP_MD_CTX_free(copy);
-        b->failed = true;
-        return;
+    if (ok && k < b->e.nblocks) {
+        b->e.state[k] = EVP_MD_CTX_new();
+        ok = b->e.state[k] && EVP_MD_CTX_copy_ex(b->e.state[k], ctx) == 1;
     }
-    if (k < b->e.nblocks)
-        b->e.state[k] = copy;
-    else
-        EVP_MD_CTX_free(copy); /* the state after the last block is never a starting point */
+    b->failed = !ok; /* vc_clear frees a state[k] set before the copy failed */
 }
 
 /*

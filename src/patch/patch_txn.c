@@ -533,22 +533,14 @@ static int make_parents(struct txn *t, const struct cs_fs_path *p, char *msg, si
  * that needs no restore (the action journaled for it failed before it changed anything). */
 static bool holds(int rootfd, const struct cs_fs_path *p, const char *data, size_t len, mode_t mode)
 {
-    char msg[MSG_CAP];
-    int fd = -1;
-    struct stat st;
-    if (cs_fs_open_beneath(rootfd, p, CS_FS_WANT_FILE, &fd, &st, msg, sizeof msg) != 0)
+    char msg[MSG_CAP], ver[VERSION_SIZE];
+    char *cur = NULL;
+    size_t n = 0;
+    mode_t m = 0;
+    if (read_file(rootfd, p, &cur, &n, &m, ver, msg, sizeof msg) != 0)
         return false;
-    bool same = (uint64_t)st.st_size == len && (st.st_mode & 07777) == (mode & 07777);
-    char buf[64 * 1024];
-    for (size_t at = 0; same && at < len;) {
-        size_t want = len - at < sizeof buf ? len - at : sizeof buf;
-        ssize_t r = pread(fd, buf, want, (off_t)at);
-        if (r < 0 && errno == EINTR)
-            continue;
-        same = r > 0 && memcmp(buf, data + at, (size_t)r) == 0;
-        at += r > 0 ? (size_t)r : 0;
-    }
-    close(fd);
+    bool same = n == len && m == (mode & 07777) && memcmp(cur, data, len) == 0;
+    free(cur);
     return same;
 }
 
