@@ -5,10 +5,13 @@
  *
  * Invariants asserted (docs/security-model.md, wire invariants): decoding never crashes or
  * leaks; a successful decode re-encodes; the encoding decodes again; and encode(decode(encode(x)))
- * is the same JSON as encode(x) (round trip is stable). Failures carry a non-empty diagnostic.
+ * is the same JSON as encode(x) (round trip is stable); the text encoder writes byte for byte
+ * what json_dumps(JSON_COMPACT) writes for the tree encoder's value (differential). Failures
+ * carry a non-empty diagnostic.
  */
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "csw.h"
 
@@ -43,6 +46,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         abort(); /* our own encoding must satisfy our own schema */
     if (cs_wire_encode(t, b, &e2, &diag) != CS_WIRE_OK || !json_equal(e1, e2))
         abort();
+    char *dumped = json_dumps(e1, JSON_COMPACT | JSON_ENCODE_ANY);
+    char *text = NULL;
+    size_t text_n = 0;
+    if (!dumped || cs_wire_encode_text(t, a, &text, &text_n, &diag) != CS_WIRE_OK ||
+        text_n != strlen(dumped) || memcmp(text, dumped, text_n) != 0 || text[text_n] != '\0')
+        abort(); /* the two encoders disagree */
+    cs_wire_release(text);
+    free(dumped);
     json_decref(e2);
     json_decref(e1);
     cs_wire_free(t, b);

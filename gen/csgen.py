@@ -28,7 +28,7 @@ import sys
 
 import jsonschema
 
-GENERATOR_VERSION = 1
+GENERATOR_VERSION = 2
 WIRE_ABI = 1  # must match CS_WIRE_ABI in src/base/base_wire.h
 META = "https://json-schema.org/draft/2020-12/schema"
 
@@ -715,11 +715,15 @@ class Emitter:
                 t = f"struct csw_{n.cname}"
                 w(f"/* {n.where}\n * decode: fills *out (release with _free) or returns an error "
                   f"with *out zeroed;\n * encode: checks *v against the schema, sets *out to a new "
-                  f"reference or NULL on error. */")
+                  f"reference or NULL on error;\n * encode_text: the same, straight to JSON text "
+                  f"(release with cs_wire_release). */")
                 w(f"enum cs_wire_status csw_{n.cname}_decode(const json_t *j, {t} *out,\n"
                   f"                                         struct cs_wire_diag *diag);")
                 w(f"enum cs_wire_status csw_{n.cname}_encode(const {t} *v, json_t **out,\n"
                   f"                                         struct cs_wire_diag *diag);")
+                w(f"enum cs_wire_status csw_{n.cname}_encode_text(const {t} *v, char **out, "
+                  f"size_t *out_n,\n"
+                  f"                                              struct cs_wire_diag *diag);")
                 w(f"void csw_{n.cname}_free({t} *v);\n")
         w("/* One entry per schema file, sorted by name. */")
         w("struct csw_toplevel {\n    const char *name;        /* e.g. \"mcp_read_input\" */\n"
@@ -790,6 +794,10 @@ class Emitter:
                   f"enum cs_wire_status csw_{n.cname}_encode(const {t} *v, json_t **out,\n"
                   f"                                         struct cs_wire_diag *diag)\n{{\n"
                   f"    return cs_wire_encode(&{n.desc}, v, out, diag);\n}}\n"
+                  f"enum cs_wire_status csw_{n.cname}_encode_text(const {t} *v, char **out, "
+                  f"size_t *out_n,\n"
+                  f"                                              struct cs_wire_diag *diag)\n"
+                  f"{{\n    return cs_wire_encode_text(&{n.desc}, v, out, out_n, diag);\n}}\n"
                   f"void csw_{n.cname}_free({t} *v)\n{{\n"
                   f"    cs_wire_free(&{n.desc}, v);\n}}\n")
         w(self.toplevel_table())

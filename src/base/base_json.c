@@ -10,7 +10,7 @@
  * copied as they are, so invalid input gives invalid output, never an overrun.
  * Also here: cs_json_clamp_numbers, for a message jansson refuses only because a number in it is
  * out of its range (a request must still be answered under its id; see mcp_server.c).
- * Entry points: cs_json_quote, cs_json_clamp_numbers.
+ * Entry points: cs_json_quote, cs_json_escape, cs_json_clamp_numbers.
  */
 #include "base_json.h"
 
@@ -30,12 +30,11 @@ static const char esc[256] = {
     [0x1e] = 'u', [0x1f] = 'u', ['"'] = '"',  ['\\'] = '\\',
 };
 
-size_t cs_json_quote(const char *s, size_t n, char *out)
+size_t cs_json_escape(const char *s, size_t n, char *out)
 {
     static const char hexd[] = "0123456789ABCDEF"; /* jansson writes \u%04X */
     const unsigned char *u = (const unsigned char *)s;
     char *o = out;
-    *o++ = '"';
     size_t run = 0; /* start of the bytes not yet copied */
     for (size_t i = 0; i < n; i++) {
         char e = esc[u[i]];
@@ -55,8 +54,15 @@ size_t cs_json_quote(const char *s, size_t n, char *out)
     }
     memcpy(o, s + run, n - run);
     o += n - run;
-    *o++ = '"';
     return (size_t)(o - out);
+}
+
+size_t cs_json_quote(const char *s, size_t n, char *out)
+{
+    out[0] = '"';
+    size_t len = 1 + cs_json_escape(s, n, out + 1);
+    out[len] = '"';
+    return len + 1;
 }
 
 /* The clamped text of the number token t (n bytes), or NULL when jansson can hold it. */

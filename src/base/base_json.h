@@ -17,6 +17,10 @@
  */
 size_t cs_json_quote(const char *s, size_t n, char *out);
 
+/* The inside of cs_json_quote: the escaped bytes without the quotes, at most 6 * n of them. The
+ * escapes are per byte, so a string may be escaped in pieces split anywhere. */
+size_t cs_json_escape(const char *s, size_t n, char *out);
+
 /*
  * A copy of the JSON text s (n bytes) in which every number jansson cannot hold is clamped: an
  * integer beyond int64 becomes INT64_MAX or INT64_MIN, a real beyond double becomes +/-DBL_MAX

@@ -9,10 +9,13 @@
 #include "base_wire.h"
 
 #include <assert.h>
+#include <inttypes.h>
 #include <stdarg.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
+
+#include "base_json.h"
 
 /* The JSON pointer being decoded, built segment by segment. Truncated pointers end with "...". */
 struct ptr {
@@ -21,9 +24,16 @@ struct ptr {
     bool truncated;
 };
 
+/* The text being written by cs_wire_encode_text. */
+struct tbuf {
+    char *p;
+    size_t n, cap;
+};
+
 struct ctx {
     struct ptr at;
     struct cs_wire_diag *diag;
+    struct tbuf *tb; /* encode: write text here instead of building a jansson value */
 };
 
 void *cs_wire_malloc(size_t n)
@@ -642,6 +652,83 @@ static bool utf8_valid(const char *s, size_t n)
 static enum cs_wire_status enc(const struct cs_wire_type *t, const void *v, json_t **out,
                                struct ctx *c);
 
+/* Makes room for more bytes after what the text holds (jansson's allocator has no realloc). */
+static bool tb_room(struct tbuf *b, size_t more)
+{
+    if (more > SIZE_MAX / 2 - b->n)
+        return false;
+    size_t need = b->n + more;
+    if (need <= b->cap)
+        return true;
+    size_t cap = b->cap ? b->cap : 512;
+    while (cap < need)
+        cap *= 2;
+    char *p = cs_wire_malloc(cap);
+    if (!p)
+        return false;
+    if (b->n)
+        memcpy(p, b->p, b->n);
+    cs_wire_release(b->p);
+    b->p = p;
+    b->cap = cap;
+    return true;
+}
+
+static enum cs_wire_status put(struct ctx *c, const char *s, size_t n)
+{
+    if (!tb_room(c->tb, n))
+        return oom(c);
+    memcpy(c->tb->p + c->tb->n, s, n);
+    c->tb->n += n;
+    return CS_WIRE_OK;
+}
+
+static enum cs_wire_status put_c(struct ctx *c, char ch)
+{
+    return put(c, &ch, 1);
+}
+
+/* A string literal, byte for byte what json_dumps writes for it (cs_json_quote), escaped in
+ * pieces so the buffer never needs six times the whole string at once. */
+static enum cs_wire_status put_quoted(struct ctx *c, const char *s, size_t n)
+{
+    enum { PIECE = 65536 };
+    if (put_c(c, '"') != CS_WIRE_OK)
+        return CS_WIRE_NOMEM;
+    for (size_t at = 0; at < n;) {
+        size_t k = n - at < PIECE ? n - at : PIECE;
+        if (!tb_room(c->tb, 6 * k))
+            return oom(c);
+        c->tb->n += cs_json_escape(s + at, k, c->tb->p + c->tb->n);
+        at += k;
+    }
+    return put_c(c, '"');
+}
+
+static enum cs_wire_status put_int(struct ctx *c, int64_t v)
+{
+    char num[24];
+    int n = snprintf(num, sizeof num, "%" PRId64, v);
+    return put(c, num, (size_t)n);
+}
+
+/* Whether the first i keys of a map's entries hold key (the text encoder has no object to ask).
+ * Maps are small (environment overrides); past 64 keys a jansson object serves as the set. */
+static bool key_seen(const struct cs_wire_type *t, const struct cs_wire_array *arr, size_t i,
+                     const char *k, size_t kn, json_t *set)
+{
+    if (set)
+        return json_object_getn(set, k, kn) != NULL;
+    for (size_t j = 0; j < i; j++) {
+        const struct cs_str *o = (const struct cs_str *)(const void *)((const char *)arr->v +
+                                                                        j * t->entry_size);
+        size_t on = o->s ? o->n : 0;
+        if (on == kn && (kn == 0 || memcmp(o->s, k, kn) == 0))
+            return true;
+    }
+    return false;
+}
+
 /* Wraps a jansson constructor's result: NULL there can only be an allocation failure. */
 static enum cs_wire_status made(json_t *j, json_t **out, struct ctx *c)
 {
@@ -652,9 +739,14 @@ static enum cs_wire_status made(json_t *j, json_t **out, struct ctx *c)
 static enum cs_wire_status enc_object(const struct cs_wire_object *o, const char *base,
                                       json_t **out, struct ctx *c)
 {
-    json_t *obj = json_object();
-    if (!obj)
+    json_t *obj = NULL;
+    if (c->tb) {
+        if (put_c(c, '{') != CS_WIRE_OK)
+            return CS_WIRE_NOMEM;
+    } else if (!(obj = json_object())) {
         return oom(c);
+    }
+    bool first = true;
     for (size_t i = 0; i < o->nfields; i++) {
         const struct cs_wire_field *f = &o->fields[i];
         if (f->has_offset != CS_WIRE_NO_HAS) {
@@ -665,15 +757,26 @@ static enum cs_wire_status enc_object(const struct cs_wire_object *o, const char
         }
         json_t *jv = NULL;
         struct mark m = push(&c->at, f->name);
-        enum cs_wire_status st = enc(f->type, base + f->offset, &jv, c);
-        if (st == CS_WIRE_OK && json_object_set_new(obj, f->name, jv) != 0)
+        enum cs_wire_status st = CS_WIRE_OK;
+        if (c->tb) {
+            if ((!first && put_c(c, ',') != CS_WIRE_OK) ||
+                put_quoted(c, f->name, strlen(f->name)) != CS_WIRE_OK ||
+                put_c(c, ':') != CS_WIRE_OK)
+                st = CS_WIRE_NOMEM;
+        }
+        if (st == CS_WIRE_OK)
+            st = enc(f->type, base + f->offset, &jv, c);
+        if (st == CS_WIRE_OK && !c->tb && json_object_set_new(obj, f->name, jv) != 0)
             st = oom(c); /* set_new released jv */
         if (st != CS_WIRE_OK) {
             json_decref(obj);
             return st;
         }
+        first = false;
         pop(&c->at, m);
     }
+    if (c->tb)
+        return put_c(c, '}');
     *out = obj;
     return CS_WIRE_OK;
 }
@@ -682,7 +785,7 @@ static enum cs_wire_status enc_string(const struct cs_wire_type *t, const struct
                                       json_t **out, struct ctx *c)
 {
     if (!s->s && t->kind == CS_WIRE_NSTRING)
-        return made(json_null(), out, c);
+        return c->tb ? put(c, "null", 4) : made(json_null(), out, c);
     const char *p = s->s ? s->s : "";
     size_t n = s->s ? s->n : 0;
     if (!utf8_valid(p, n))
@@ -690,6 +793,8 @@ static enum cs_wire_status enc_string(const struct cs_wire_type *t, const struct
     enum cs_wire_status st = check_str(t, p, n, c);
     if (st != CS_WIRE_OK)
         return st;
+    if (c->tb)
+        return put_quoted(c, p, n);
     return made(json_stringn(p, n), out, c);
 }
 
@@ -698,21 +803,32 @@ static enum cs_wire_status enc_list(const struct cs_wire_type *t, const void *v,
 {
     struct cs_wire_array arr;
     memcpy(&arr, v, sizeof arr);
-    enum cs_wire_status st = t->kind == CS_WIRE_ARRAY ? check_items(t, arr.n, c) : CS_WIRE_OK;
+    bool array = t->kind == CS_WIRE_ARRAY;
+    enum cs_wire_status st = array ? check_items(t, arr.n, c) : CS_WIRE_OK;
     if (st != CS_WIRE_OK)
         return st;
     if (arr.n && !arr.v)
         return fail(c, CS_WIRE_INVALID, "%zu items but no storage", arr.n);
-    json_t *all = t->kind == CS_WIRE_ARRAY ? json_array() : json_object();
-    if (!all)
+    json_t *all = NULL; /* the value being built, or (text, a big map) the set of its keys */
+    if (c->tb) {
+        if (put_c(c, array ? '[' : '{') != CS_WIRE_OK)
+            return CS_WIRE_NOMEM;
+        if (!array && arr.n > 64 && !(all = json_object()))
+            return oom(c);
+    } else if (!(all = array ? json_array() : json_object())) {
         return oom(c);
+    }
     for (size_t i = 0; i < arr.n; i++) {
         json_t *e = NULL;
         struct mark m;
-        if (t->kind == CS_WIRE_ARRAY) {
+        if (c->tb && i > 0 && put_c(c, ',') != CS_WIRE_OK) {
+            json_decref(all);
+            return CS_WIRE_NOMEM;
+        }
+        if (array) {
             m = push_index(&c->at, i);
             st = enc(t->item, (const char *)arr.v + i * t->item->size, &e, c);
-            if (st == CS_WIRE_OK && json_array_append_new(all, e) != 0)
+            if (st == CS_WIRE_OK && !c->tb && json_array_append_new(all, e) != 0)
                 st = oom(c);
         } else {
             const char *entry = (const char *)arr.v + i * t->entry_size;
@@ -722,11 +838,15 @@ static enum cs_wire_status enc_list(const struct cs_wire_type *t, const void *v,
             m = push_n(&c->at, k, kn);
             if (memchr(k, '\0', kn) || !utf8_valid(k, kn))
                 st = fail(c, CS_WIRE_INVALID, "map key is not valid UTF-8 without NUL");
-            else if (json_object_getn(all, k, kn))
+            else if (c->tb ? key_seen(t, &arr, i, k, kn, all) : json_object_getn(all, k, kn) != NULL)
                 st = fail(c, CS_WIRE_INVALID, "duplicate map key");
+            else if (c->tb && (put_quoted(c, k, kn) != CS_WIRE_OK || put_c(c, ':') != CS_WIRE_OK))
+                st = CS_WIRE_NOMEM;
+            else if (c->tb && all && json_object_setn_new(all, k, kn, json_null()) != 0)
+                st = oom(c);
             else
                 st = enc(t->item, entry + t->value_offset, &e, c);
-            if (st == CS_WIRE_OK && json_object_setn_new(all, k, kn, e) != 0)
+            if (st == CS_WIRE_OK && !c->tb && json_object_setn_new(all, k, kn, e) != 0)
                 st = oom(c);
         }
         if (st != CS_WIRE_OK) {
@@ -734,6 +854,10 @@ static enum cs_wire_status enc_list(const struct cs_wire_type *t, const void *v,
             return st;
         }
         pop(&c->at, m);
+    }
+    if (c->tb) {
+        json_decref(all);
+        return put_c(c, array ? ']' : '}');
     }
     *out = all;
     return CS_WIRE_OK;
@@ -752,11 +876,13 @@ static enum cs_wire_status enc(const struct cs_wire_type *t, const void *v, json
         enum cs_wire_status st = check_int(t, i, c);
         if (st != CS_WIRE_OK)
             return st;
-        return made(json_integer((json_int_t)i), out, c);
+        return c->tb ? put_int(c, i) : made(json_integer((json_int_t)i), out, c);
     }
     case CS_WIRE_BOOL: {
         bool b;
         memcpy(&b, v, sizeof b);
+        if (c->tb)
+            return b ? put(c, "true", 4) : put(c, "false", 5);
         return made(json_boolean(b), out, c);
     }
     case CS_WIRE_ENUM: {
@@ -764,15 +890,22 @@ static enum cs_wire_status enc(const struct cs_wire_type *t, const void *v, json
         memcpy(&e, v, sizeof e);
         if (e < 0 || (size_t)e >= t->nenum)
             return fail(c, CS_WIRE_INVALID, "enum value %d out of range", e);
+        if (c->tb)
+            return put_quoted(c, t->enum_names[e], strlen(t->enum_names[e]));
         return made(json_string(t->enum_names[e]), out, c);
     }
     case CS_WIRE_CONST:
         switch (t->const_kind) {
         case CS_WIRE_CONST_STRING:
+            if (c->tb)
+                return put_quoted(c, t->const_str, strlen(t->const_str));
             return made(json_string(t->const_str), out, c);
         case CS_WIRE_CONST_INT:
-            return made(json_integer((json_int_t)t->const_int), out, c);
+            return c->tb ? put_int(c, t->const_int)
+                         : made(json_integer((json_int_t)t->const_int), out, c);
         case CS_WIRE_CONST_BOOL:
+            if (c->tb)
+                return t->const_int ? put(c, "true", 4) : put(c, "false", 5);
             return made(json_boolean(t->const_int), out, c);
         }
         return fail(c, CS_WIRE_INVALID, "bad constant kind");
@@ -809,6 +942,36 @@ enum cs_wire_status cs_wire_encode(const struct cs_wire_type *t, const void *v, 
     if (st == CS_WIRE_OK)
         *out = j;
     return st;
+}
+
+enum cs_wire_status cs_wire_encode_text(const struct cs_wire_type *t, const void *v, char **out,
+                                        size_t *out_n, struct cs_wire_diag *diag)
+{
+    assert(t && v && out);
+    struct tbuf tb = {NULL, 0, 0};
+    struct ctx c;
+    memset(&c, 0, sizeof c);
+    c.diag = diag;
+    c.tb = &tb;
+    if (diag) {
+        diag->pointer[0] = '\0';
+        diag->text[0] = '\0';
+    }
+    *out = NULL;
+    if (out_n)
+        *out_n = 0;
+    enum cs_wire_status st = enc(t, v, NULL, &c);
+    if (st == CS_WIRE_OK && !tb_room(&tb, 1))
+        st = oom(&c);
+    if (st != CS_WIRE_OK) {
+        cs_wire_release(tb.p);
+        return st;
+    }
+    tb.p[tb.n] = '\0';
+    *out = tb.p;
+    if (out_n)
+        *out_n = tb.n;
+    return CS_WIRE_OK;
 }
 
 const char *cs_wire_diag_format(const struct cs_wire_diag *diag, char *buf, size_t cap)

@@ -7,8 +7,9 @@
  * sizes), encodes a struct back to JSON, and frees what a decode allocated. Input is untrusted:
  * every check is real code, and the first violation is reported with its JSON pointer.
  *
- * Entry points: cs_wire_decode, cs_wire_encode, cs_wire_free (usually through the generated
- * csw_<type>_decode/_encode/_free wrappers), cs_wire_diag_format.
+ * Entry points: cs_wire_decode, cs_wire_encode, cs_wire_encode_text, cs_wire_free (usually
+ * through the generated csw_<type>_decode/_encode/_encode_text/_free wrappers),
+ * cs_wire_diag_format.
  *
  * All memory is obtained through jansson's allocator (json_get_alloc_funcs), so tests that fail
  * the Nth allocation cover the decoder's own allocations as well as jansson's.
@@ -140,6 +141,15 @@ enum cs_wire_status cs_wire_decode(const struct cs_wire_type *t, const json_t *j
  */
 enum cs_wire_status cs_wire_encode(const struct cs_wire_type *t, const void *v, json_t **out,
                                    struct cs_wire_diag *diag);
+
+/*
+ * cs_wire_encode, written straight to JSON text: on CS_WIRE_OK *out is the NUL-terminated text
+ * (release it with cs_wire_release) and *out_n (may be NULL) its length, byte for byte what
+ * json_dumps(JSON_COMPACT) writes for the value cs_wire_encode builds (same key order, same
+ * escapes), with the same checks and errors; no jansson value is built. On error *out is NULL.
+ */
+enum cs_wire_status cs_wire_encode_text(const struct cs_wire_type *t, const void *v, char **out,
+                                        size_t *out_n, struct cs_wire_diag *diag);
 
 /* Frees everything a decode (or the caller, with the same allocator) put in v, then zeroes v.
  * Accepts a zeroed or half-built value. v itself is not freed. */

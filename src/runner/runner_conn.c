@@ -228,16 +228,13 @@ int cs_runner_conn_send_text(struct cs_runner_conn *c, const char *text, size_t 
 
 int cs_runner_conn_send(struct cs_runner_conn *c, const struct csw_runner_wire *msg)
 {
-    json_t *j = NULL;
+    char *text = NULL;
+    size_t n = 0;
     struct cs_wire_diag diag;
-    if (csw_runner_wire_encode(msg, &j, &diag) != CS_WIRE_OK)
+    if (csw_runner_wire_encode_text(msg, &text, &n, &diag) != CS_WIRE_OK)
         return -1;
-    char *text = json_dumps(j, JSON_COMPACT | JSON_ENCODE_ANY);
-    json_decref(j);
-    if (!text)
-        return -1;
-    int rc = cs_runner_conn_send_text(c, text, strlen(text));
-    free(text);
+    int rc = cs_runner_conn_send_text(c, text, n);
+    cs_wire_release(text);
     return rc;
 }
 

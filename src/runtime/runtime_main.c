@@ -47,10 +47,12 @@ struct worker {
     struct cs_loop_fd *lw;
     struct cs_loop_timer *reap_timer;
     bool exits_since_scan;
-    /* the replay cache: the last CS_RUNNER_REPLAY_CACHE responses, oldest first overwritten */
+    /* the replay cache: the last CS_RUNNER_REPLAY_CACHE responses as sent (JSON text), oldest
+     * first overwritten */
     struct {
         char *request_id;
-        json_t *response;
+        char *text;
+        size_t n;
     } cache[CS_RUNNER_REPLAY_CACHE];
     size_t cache_next;
 };
@@ -87,31 +89,43 @@ static void scrub_env(void)
     }
 }
 
-static void cache_put(struct worker *w, const char *rid, json_t *resp)
+/* Keeps text (taken: released here or later) as the response to rid. */
+static void cache_put(struct worker *w, const char *rid, char *text, size_t n)
 {
     size_t i = w->cache_next++ % CS_RUNNER_REPLAY_CACHE;
     free(w->cache[i].request_id);
-    json_decref(w->cache[i].response);
+    cs_wire_release(w->cache[i].text);
     w->cache[i].request_id = strdup(rid);
-    w->cache[i].response = json_incref(resp);
+    w->cache[i].text = text;
+    w->cache[i].n = n;
     if (!w->cache[i].request_id) {
-        json_decref(w->cache[i].response);
-        w->cache[i].response = NULL;
+        cs_wire_release(text);
+        w->cache[i].text = NULL;
     }
 }
 
-/* Sends a response object (kept for replay under rid). */
+/* Sends a response's JSON text (taken), kept for replay under rid when cache is set. */
+static void send_text(struct worker *w, const char *rid, char *text, size_t n, bool cache)
+{
+    if (!text)
+        return;
+    if (w->conn && !w->closing)
+        (void)cs_runner_conn_send_text(w->conn, text, n);
+    if (cache)
+        cache_put(w, rid, text, n);
+    else
+        cs_wire_release(text);
+}
+
+/* Sends a message built as a jansson value (taken): the rare ones (errors, events, replays). */
 static void send_json(struct worker *w, const char *rid, json_t *resp, bool cache)
 {
     if (!resp)
         return;
     char *text = json_dumps(resp, JSON_COMPACT);
-    if (text && w->conn && !w->closing)
-        (void)cs_runner_conn_send_text(w->conn, text, strlen(text));
-    free(text);
-    if (cache)
-        cache_put(w, rid, resp);
     json_decref(resp);
+    if (text)
+        send_text(w, rid, text, strlen(text), cache);
 }
 
 static json_t *error_response(const char *rid, int code, const char *msg)
@@ -138,6 +152,8 @@ static void req_done(void *arg, const struct cs_runner_reply *rep)
     struct req *r = arg;
     struct worker *w = r->w;
     json_t *resp = NULL;
+    char *text = NULL;
+    size_t n = 0;
     if (rep->outcome == CS_RUNNER_OK) {
         struct csw_runner_wire m;
         memset(&m, 0, sizeof m);
@@ -148,7 +164,8 @@ static void req_done(void *arg, const struct cs_runner_reply *rep)
         m.u.response.has_result = true;
         m.u.response.result = *rep->result;
         struct cs_wire_diag diag;
-        if (csw_runner_wire_encode(&m, &resp, &diag) != CS_WIRE_OK) {
+        /* Written straight to text: no jansson value for a result that may be a megabyte. */
+        if (csw_runner_wire_encode_text(&m, &text, &n, &diag) != CS_WIRE_OK) {
             char msg[600];
             snprintf(msg, sizeof msg, "result failed its schema at %s: %s", diag.pointer,
                      diag.text);
@@ -159,7 +176,10 @@ static void req_done(void *arg, const struct cs_runner_reply *rep)
                               rep->outcome == CS_RUNNER_ERROR ? rep->code : CSW_ERROR_INTERNAL,
                               rep->msg);
     }
-    send_json(w, r->request_id, resp, true);
+    if (text)
+        send_text(w, r->request_id, text, n, true);
+    else
+        send_json(w, r->request_id, resp, true);
     free(r->request_id);
     free(r);
 }
@@ -235,12 +255,17 @@ static void on_message(void *arg, struct csw_runner_wire *msg)
         const struct cs_str *old = &rq->op.u.replay.data.request_id;
         for (size_t i = 0; i < CS_RUNNER_REPLAY_CACHE; i++) {
             const char *cid = w->cache[i].request_id;
-            if (!cid || strlen(cid) != old->n || memcmp(cid, old->s, old->n) != 0)
+            if (!cid || !w->cache[i].text || strlen(cid) != old->n ||
+                memcmp(cid, old->s, old->n) != 0)
                 continue;
-            json_t *copy = json_deep_copy(w->cache[i].response);
-            if (copy)
-                json_object_set_new(copy, "request_id", json_string(rid));
-            send_json(w, rid, copy, false);
+            json_t *copy = json_loadb(w->cache[i].text, w->cache[i].n, JSON_ALLOW_NUL, NULL);
+            if (copy && json_object_set_new(copy, "request_id", json_string(rid)) == 0) {
+                send_json(w, rid, copy, false);
+            } else {
+                json_decref(copy);
+                send_json(w, rid, error_response(rid, CSW_ERROR_INTERNAL, "out of memory"),
+                          false);
+            }
             return;
         }
         send_json(w, rid,
@@ -477,7 +502,7 @@ out:
     cs_runner_conn_free(w.conn);
     for (size_t i = 0; i < CS_RUNNER_REPLAY_CACHE; i++) {
         free(w.cache[i].request_id);
-        json_decref(w.cache[i].response);
+        cs_wire_release(w.cache[i].text);
     }
     cs_loop_free(w.loop);
     close(lfd);

@@ -365,7 +365,7 @@ static void test_long_pointer_is_truncated_safely(void **state)
     json_decref(j);
 }
 
-/* Expects encode of v as t to be refused with "<pointer>: <text>" == want. */
+/* Expects encode of v as t to be refused with "<pointer>: <text>" == want, by both encoders. */
 static void expect_encode_refused(const struct cs_wire_type *t, const void *v, const char *want)
 {
     json_t *j = (json_t *)1;
@@ -374,6 +374,90 @@ static void expect_encode_refused(const struct cs_wire_type *t, const void *v, c
     assert_int_equal(cs_wire_encode(t, v, &j, &diag), CS_WIRE_INVALID);
     assert_null(j);
     assert_string_equal(cs_wire_diag_format(&diag, buf, sizeof buf), want);
+    char *text = (char *)1;
+    size_t n = 1;
+    memset(&diag, 0, sizeof diag);
+    assert_int_equal(cs_wire_encode_text(t, v, &text, &n, &diag), CS_WIRE_INVALID);
+    assert_null(text);
+    assert_int_equal(n, 0);
+    assert_string_equal(cs_wire_diag_format(&diag, buf, sizeof buf), want);
+}
+
+/* The text encoder writes what json_dumps(JSON_COMPACT) writes for the tree encoder's value. */
+static void expect_same_text(const struct cs_wire_type *t, const void *v)
+{
+    json_t *j = NULL;
+    struct cs_wire_diag diag;
+    assert_int_equal(cs_wire_encode(t, v, &j, &diag), CS_WIRE_OK);
+    char *dumped = json_dumps(j, JSON_COMPACT);
+    assert_non_null(dumped);
+    char *text = NULL;
+    size_t n = 0;
+    assert_int_equal(cs_wire_encode_text(t, v, &text, &n, &diag), CS_WIRE_OK);
+    assert_int_equal(n, strlen(dumped));
+    assert_memory_equal(text, dumped, n);
+    assert_int_equal(text[n], '\0');
+    cs_wire_release(text);
+    free(dumped);
+    json_decref(j);
+}
+
+static void test_text_encoder_matches_jansson(void **state)
+{
+    (void)state;
+    /* Every escape class, a NUL, multi-byte UTF-8, nested objects, arrays, a map, integers at
+     * both ends of int64, booleans, null, enums and a union (the runner wire message). */
+    const char *doc =
+        "{\"protocol\":5,\"kind\":\"request\",\"request_id\":\"rrpc-1\",\"op\":{\"op\":\"exec\","
+        "\"data\":{\"workspace\":{\"id\":\"w\",\"root\":\"/r\",\"profile\":\"workspace-write\","
+        "\"environment_kind\":\"host\",\"network\":\"restricted\"},\"argv\":[\"sh\","
+        "\"-c\",\"printf '\\\"\\\\/\\b\\f\\n\\r\\t\\u0000\\u001f\\u007f \u00e9\u20ac\\ud83d\\ude00'\"],"
+        "\"process_id\":\"proc_0123456789abcdef0123456789abcdef\",\"cwd\":\"workspace_root\","
+        "\"env\":{\"use_runner_defaults\":true,\"overrides\":{\"A\":\"1\",\"\u00e9\":\"\\n\"}},"
+        "\"timeout_ms\":9223372036854775807,\"output_bytes_cap\":1,\"tty\":false,"
+        "\"policy\":{\"workspace_profile\":\"workspace-write\",\"network\":\"restricted\"},"
+        "\"yield_ms\":0}}}";
+    json_error_t jerr;
+    json_t *j = json_loads(doc, JSON_ALLOW_NUL, &jerr);
+    assert_non_null(j);
+    struct csw_runner_wire w;
+    struct cs_wire_diag diag;
+    if (csw_runner_wire_decode(j, &w, &diag) != CS_WIRE_OK)
+        fail_msg("%s: %s", diag.pointer, diag.text);
+    expect_same_text(&csw_runner_wire_type, &w);
+    csw_runner_wire_free(&w);
+    json_decref(j);
+
+    /* A map past the size where duplicates are found through a set, with and without one. */
+    struct csw_mcp_apply_patch_input in;
+    memset(&in, 0, sizeof in);
+    in.workspace_id = (struct cs_str){"w", 1};
+    in.patch = (struct cs_str){"p", 1};
+    struct csw_mcp_apply_patch_input_expected_versions_entry ev[100];
+    char keys[100][8];
+    for (int i = 0; i < 100; i++) {
+        snprintf(keys[i], sizeof keys[i], "k%d", i);
+        ev[i].key = (struct cs_str){keys[i], strlen(keys[i])};
+        ev[i].value = (struct cs_str){"absent", 6};
+    }
+    in.has_expected_versions = true;
+    in.expected_versions.v = ev;
+    in.expected_versions.n = 100;
+    expect_same_text(&csw_mcp_apply_patch_input_type, &in);
+    ev[99].key = ev[70].key;
+    expect_encode_refused(&csw_mcp_apply_patch_input_type, &in,
+                          "/expected_versions/k70: duplicate map key");
+
+    /* A string longer than one escaping piece (64 KiB), escapes on both sides of the seam. */
+    size_t big = 200000;
+    char *s = malloc(big);
+    assert_non_null(s);
+    for (size_t i = 0; i < big; i++)
+        s[i] = i % 7 == 0 ? '\n' : i % 11 == 0 ? '"' : 'a';
+    in.has_expected_versions = false;
+    in.patch = (struct cs_str){s, big};
+    expect_same_text(&csw_mcp_apply_patch_input_type, &in);
+    free(s);
 }
 
 static void test_encoder_checks_the_schema(void **state)
@@ -821,6 +905,7 @@ int main(void)
         cmocka_unit_test(test_unknown_properties_are_ignored),
         cmocka_unit_test(test_long_pointer_is_truncated_safely),
         cmocka_unit_test(test_encoder_checks_the_schema),
+        cmocka_unit_test(test_text_encoder_matches_jansson),
         cmocka_unit_test(test_pointers_are_printable_utf8),
         cmocka_unit_test(test_fail_nth_allocation),
         cmocka_unit_test(test_error_catalogue),
