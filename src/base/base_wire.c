@@ -720,8 +720,8 @@ static bool key_seen(const struct cs_wire_type *t, const struct cs_wire_array *a
     if (set)
         return json_object_getn(set, k, kn) != NULL;
     for (size_t j = 0; j < i; j++) {
-        const struct cs_str *o = (const struct cs_str *)(const void *)((const char *)arr->v +
-                                                                        j * t->entry_size);
+        const struct cs_str *o =
+            (const struct cs_str *)(const void *)((const char *)arr->v + j * t->entry_size);
         size_t on = o->s ? o->n : 0;
         if (on == kn && (kn == 0 || memcmp(o->s, k, kn) == 0))
             return true;
@@ -838,7 +838,8 @@ static enum cs_wire_status enc_list(const struct cs_wire_type *t, const void *v,
             m = push_n(&c->at, k, kn);
             if (memchr(k, '\0', kn) || !utf8_valid(k, kn))
                 st = fail(c, CS_WIRE_INVALID, "map key is not valid UTF-8 without NUL");
-            else if (c->tb ? key_seen(t, &arr, i, k, kn, all) : json_object_getn(all, k, kn) != NULL)
+            else if (c->tb ? key_seen(t, &arr, i, k, kn, all)
+                           : json_object_getn(all, k, kn) != NULL)
                 st = fail(c, CS_WIRE_INVALID, "duplicate map key");
             else if (c->tb && (put_quoted(c, k, kn) != CS_WIRE_OK || put_c(c, ':') != CS_WIRE_OK))
                 st = CS_WIRE_NOMEM;

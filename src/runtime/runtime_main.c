@@ -263,8 +263,7 @@ static void on_message(void *arg, struct csw_runner_wire *msg)
                 send_json(w, rid, copy, false);
             } else {
                 json_decref(copy);
-                send_json(w, rid, error_response(rid, CSW_ERROR_INTERNAL, "out of memory"),
-                          false);
+                send_json(w, rid, error_response(rid, CSW_ERROR_INTERNAL, "out of memory"), false);
             }
             return;
         }
