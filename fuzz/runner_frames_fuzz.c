@@ -4,12 +4,14 @@
  * (cs_lenframe, cap 16 MiB) exactly as the gateway and codespace-runtime cut their socket
  * streams. Each frame is parsed as JSON (JSON_ALLOW_NUL, as the servers parse) and decoded with
  * the generated envelope decoder (csw_runner_wire, discriminated by "kind"); what decodes is
- * re-encoded, serialised compactly and framed again into an output stream, which is then cut by
- * a second framer in small input-chosen chunks and decoded again.
+ * re-encoded with the text encoder the peers send with (csw_runner_wire_encode_text) and framed
+ * again into an output stream, which is then cut by a second framer in small input-chosen chunks
+ * and decoded again.
  * Trust: the input is arbitrary. Invariants asserted (docs/security-model.md, wire and framing
  * invariants): nothing crashes or leaks; every rejection carries a diagnostic; the envelope
  * decoder agrees with the per-kind decoders (runner_request / runner_response / runner_event:
  * exactly the branch it picked decodes, none when it refuses) and both encode the same JSON;
+ * the text encoder writes byte for byte json_dumps(JSON_COMPACT) of the tree encoder's value;
  * what decodes re-encodes and frames (length 1..cap); the output stream parses into exactly
  * as many frames, each decoding to the same JSON (round trip is stable), with a clean end.
  * Entry point: LLVMFuzzerTestOneInput.
@@ -61,10 +63,13 @@ static const struct cs_wire_type *const kinds[3] = {
     &csw_runner_event_type,
 };
 
-/* Decodes j as the envelope; on success returns its encoding (new reference), else NULL. Checks
- * that the per-kind decoders agree with the envelope decoder. */
-static json_t *decode_encode(const json_t *j)
+/* Decodes j as the envelope; on success returns its encoding (new reference) and its text
+ * encoding in *text (release with cs_wire_release), else NULL. Checks that the per-kind decoders
+ * agree with the envelope decoder and the text encoder with json_dumps. */
+static json_t *decode_encode(const json_t *j, char **text, size_t *text_n)
 {
+    *text = NULL;
+    *text_n = 0;
     struct csw_runner_wire w;
     struct cs_wire_diag diag;
     memset(&diag, 0, sizeof diag);
@@ -77,6 +82,11 @@ static json_t *decode_encode(const json_t *j)
     if (st == CS_WIRE_OK) {
         check(csw_runner_wire_encode(&w, &enc, &diag) == CS_WIRE_OK);
         check(enc != NULL && json_is_object(enc));
+        char *dumped = json_dumps(enc, JSON_COMPACT);
+        check(dumped != NULL);
+        check(csw_runner_wire_encode_text(&w, text, text_n, &diag) == CS_WIRE_OK);
+        check(*text_n == strlen(dumped) && memcmp(*text, dumped, *text_n) == 0);
+        free(dumped);
     }
     for (size_t k = 0; k < 3; k++) {
         const struct cs_wire_type *t = kinds[k];
@@ -113,24 +123,23 @@ static int on_frame_in(void *arg, const uint8_t *frame, size_t len)
     json_t *j = json_loadb((const char *)frame, len, JSON_ALLOW_NUL | JSON_DECODE_ANY, &jerr);
     if (!j)
         return 0; /* the peer answers "undecodable" and closes; nothing to re-frame */
-    json_t *enc = decode_encode(j);
+    char *text;
+    size_t n; /* strings with NUL are escaped as \u0000: no raw NUL in the text */
+    json_t *enc = decode_encode(j, &text, &n);
     json_decref(j);
     if (!enc)
         return 0;
-    char *text = json_dumps(enc, JSON_COMPACT | JSON_ENCODE_ANY);
-    check(text != NULL);
-    size_t n = strlen(text); /* strings with NUL are escaped as \u0000: no raw NUL in the text */
     uint8_t hdr[CS_LENFRAME_HEADER_SIZE];
     if (cs_lenframe_encode_header(hdr, n, CS_FRAME_DEFAULT_CAP) != CS_FRAME_OK) {
         /* Only an output over the cap is refused, and libFuzzer inputs are far smaller. */
         check(n > CS_FRAME_DEFAULT_CAP);
-        free(text);
+        cs_wire_release(text);
         json_decref(enc);
         return 0;
     }
     out_append(o, hdr, sizeof hdr);
     out_append(o, text, n);
-    free(text);
+    cs_wire_release(text);
     check(json_array_append_new(o->encoded, enc) == 0);
     return 0;
 }
@@ -143,8 +152,12 @@ static int on_frame_out(void *arg, const uint8_t *frame, size_t len)
     json_error_t jerr;
     json_t *j = json_loadb((const char *)frame, len, JSON_ALLOW_NUL, &jerr);
     check(j != NULL); /* our own serialisation always parses */
-    json_t *enc = decode_encode(j);
+    char *text;
+    size_t n;
+    json_t *enc = decode_encode(j, &text, &n);
     check(enc != NULL); /* our own encoding always satisfies our own schema */
+    check(n == len && memcmp(text, frame, len) == 0); /* and writes the same text again */
+    cs_wire_release(text);
     check(json_equal(enc, json_array_get(o->encoded, o->checked)));
     json_decref(enc);
     json_decref(j);

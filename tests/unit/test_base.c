@@ -3,10 +3,11 @@
  * tables of every schema (build/gen/csw_tables.c).
  *
  * - every schema: each golden valid case decodes, encodes, decodes again to the same JSON
- *   (tests/golden/<type>/valid/), and each schema has such a case;
+ *   (tests/golden/<type>/valid/), and each schema has such a case; the text encoder writes what
+ *   json_dumps writes for the tree encoder's value;
  * - hand-built structs round trip, defaults apply without setting has_ flags;
  * - rejections name the JSON pointer of the first violation, for every kind of check;
- * - "fail the Nth allocation": for every golden case, decode and encode are run with the Nth
+ * - "fail the Nth allocation": for every golden case, decode and both encoders are run with the Nth
  *   allocation failing, for every N until they succeed, proving no crash and no leak on OOM;
  * - the error catalogue and tool tables generated from the schemas.
  */
@@ -150,8 +151,19 @@ static size_t for_each_case(const struct csw_toplevel *tl, const char *kind, cas
 
 /* ---- round trips ---- */
 
+static void expect_same_text(const struct cs_wire_type *t, const void *v);
+
 static void roundtrip_case(const struct csw_toplevel *tl, const char *path, json_t *j)
 {
+    /* The text encoder agrees with json_dumps of the tree encoder on every golden value. */
+    void *v = malloc(tl->type->size);
+    assert_non_null(v);
+    struct cs_wire_diag diag;
+    if (cs_wire_decode(tl->type, j, v, &diag) != CS_WIRE_OK)
+        fail_msg("%s: %s: %s", path, diag.pointer, diag.text);
+    expect_same_text(tl->type, v);
+    cs_wire_free(tl->type, v);
+    free(v);
     json_t *e = roundtrip(tl->type, j, path);
     /* Nothing the schema knows is lost: the encoding covers the input's known properties.
      * (Unknown input properties are ignored, so check the other direction: every key of the
@@ -582,13 +594,25 @@ static void oom_case(const struct csw_toplevel *tl, const char *path, json_t *j)
         struct cs_wire_diag diag;
         enum cs_wire_status st = cs_wire_decode(t, j, out, &diag);
         json_t *e = NULL;
+        char *text = NULL;
         if (st == CS_WIRE_OK) {
-            /* Encoding may fail too, and must not leak when it does. */
+            /* Encoding may fail too, and must not leak when it does; so may the text encoder,
+             * run on what budget is left. */
             enum cs_wire_status est = cs_wire_encode(t, out, &e, &diag);
             if (est == CS_WIRE_INVALID)
                 fail_msg("%s: encode refused a decoded value: %s", path, diag.text);
             assert_true(est == CS_WIRE_OK ? e != NULL : e == NULL);
             json_decref(e);
+            if (est == CS_WIRE_OK) {
+                size_t tn = 0;
+                est = cs_wire_encode_text(t, out, &text, &tn, &diag);
+                if (est == CS_WIRE_INVALID)
+                    fail_msg("%s: encode_text refused a decoded value: %s", path, diag.text);
+                if (est == CS_WIRE_NOMEM)
+                    assert_string_equal(diag.text, "out of memory");
+                assert_true(est == CS_WIRE_OK ? text != NULL : text == NULL);
+                cs_wire_release(text);
+            }
             cs_wire_free(t, out);
         } else if (st != CS_WIRE_NOMEM) {
             fail_msg("%s: with %ld allocations allowed the decode said %s", path, n, diag.text);
@@ -601,7 +625,7 @@ static void oom_case(const struct csw_toplevel *tl, const char *path, json_t *j)
             fail_msg("%s: %ld allocations leaked with the allocation #%ld failing", path,
                      alloc_live, n + 1);
         oom_iterations++;
-        if (st == CS_WIRE_OK && e)
+        if (st == CS_WIRE_OK && e && text)
             break;
         if (n > 100000)
             fail_msg("%s: no success after %ld allocations", path, n);
