@@ -5,6 +5,7 @@
 # if any harness found something.
 # Usage: fuzz/campaign.sh [SECONDS=60] [JOBS=2] [BUILD=build/fuzz] [OUT=/tmp/cs-campaign]
 set -eu
+self=$(cd "$(dirname "$0")" && pwd)/$(basename "$0")
 cd "$(dirname "$0")/.."
 secs=${1:-60} jobs=${2:-2} build=${3:-build/fuzz} out=${4:-/tmp/cs-campaign}
 mkdir -p "$out"
@@ -23,16 +24,17 @@ run_one() {
     cov=$(grep -o 'cov: [0-9]*' "$out/$name/log" | tail -1 | cut -d' ' -f2)
     printf '%-32s %10s execs  cov %5s  %ss  %s\n' "$name" "${execs:-?}" "${cov:-?}" "$secs" "$rc"
 }
-export out secs
+# One harness per call of this script with --one (the parallel runs come from xargs -P: a job
+# count taken with `jobs -p` inside a pipeline's subshell is always 0 under dash, which once let
+# every harness run at the same time).
+if [ "${5:-}" = "--one" ]; then
+    run_one "$6"
+    exit 0
+fi
 status=0
 for h in "$build"/fuzz/*_fuzz; do
     echo "$h"
-done | {
-    while read -r h; do
-        while [ "$(jobs -p | wc -l)" -ge "$jobs" ]; do sleep 1; done
-        run_one "$h" &
-    done
-    wait
-} | sort | tee "$out/summary.txt"
+done | xargs -P "$jobs" -n 1 sh "$self" "$secs" "$jobs" "$build" "$out" --one | sort |
+    tee "$out/summary.txt"
 grep -q FINDING "$out/summary.txt" && status=1
 exit $status

@@ -371,18 +371,20 @@ void cs_mcp_call_error(struct cs_mcp_call *call, enum csw_error code, const char
 
 /*
  * The CallToolResult for structured (a tool's output, not stolen) in *result, and its JSON text
- * in *text (malloc'd). The text is spliced, not dumped: jansson serializes structured once and
+ * in *text (malloc'd). The text is spliced, not dumped: structured is serialized once (s, taken,
+ * when the caller already has it from the text encoder, which writes what json_dumps would) and
  * that text is quoted once for the text item (cs_json_quote); dumping the result would escape a
  * big string three times (the text item's making, then both copies), which was most of what a
  * full read window cost. Returns 0, or -1 out of memory (nothing to free).
  */
-static int ok_result(json_t *structured, json_t **result, char **text)
+static int ok_result(json_t *structured, char *s, json_t **result, char **text)
 {
     static const char head[] = "{\"content\":[{\"type\":\"text\",\"text\":";
     static const char mid[] = "}],\"isError\":false,\"structuredContent\":";
     *result = NULL;
     *text = NULL;
-    char *s = json_dumps(structured, JSON_COMPACT);
+    if (!s)
+        s = json_dumps(structured, JSON_COMPACT);
     if (!s)
         return -1;
     size_t n = strlen(s);
@@ -393,7 +395,7 @@ static int ok_result(json_t *structured, json_t **result, char **text)
                      : NULL;
     json_decref(item);
     if (!t || !r) {
-        free(s);
+        cs_wire_release(s);
         free(t);
         json_decref(r);
         return -1;
@@ -407,7 +409,7 @@ static int ok_result(json_t *structured, json_t **result, char **text)
     at += n;
     t[at++] = '}';
     t[at] = '\0';
-    free(s);
+    cs_wire_release(s);
     *result = r;
     *text = t;
     return 0;
@@ -430,9 +432,14 @@ static char *response_text(const json_t *id, const char *result_text)
 void cs_mcp_call_ok(struct cs_mcp_call *call, const void *output)
 {
     json_t *j = NULL;
+    char *s = NULL;
     struct cs_wire_diag diag;
     enum cs_wire_status st = cs_wire_encode(call->t->tool->output, output, &j, &diag);
+    /* The text straight from the struct: jansson's dump escapes a big string slowly. */
+    if (st == CS_WIRE_OK)
+        st = cs_wire_encode_text(call->t->tool->output, output, &s, NULL, &diag);
     if (st != CS_WIRE_OK) {
+        json_decref(j);
         char where[600];
         cs_mcp_call_error(call, CSW_ERROR_INTERNAL, NULL,
                           "the %s result broke its output schema: %s", call->t->tool->name,
@@ -441,7 +448,7 @@ void cs_mcp_call_ok(struct cs_mcp_call *call, const void *output)
     }
     json_t *result;
     char *text;
-    int rc = ok_result(j, &result, &text);
+    int rc = ok_result(j, s, &result, &text);
     json_decref(j);
     if (rc != 0) {
         complete_with(call, NULL, NULL); /* answers "out of memory" */
@@ -460,7 +467,7 @@ struct cs_mcp_cached {
 struct cs_mcp_cached *cs_mcp_cached_new(json_t *structured)
 {
     struct cs_mcp_cached *c = calloc(1, sizeof *c);
-    if (c && ok_result(structured, &c->result, &c->text) != 0) {
+    if (c && ok_result(structured, NULL, &c->result, &c->text) != 0) {
         free(c);
         return NULL;
     }
