@@ -18,6 +18,11 @@ socket, the worker's loop wake-up, decode, and the same back. The script exits 1
 target is missed (it is never a CTest: timings on a shared 2-core machine are not a pass/fail
 unit test).
 
+Context, not judged: the machine's floor for that hop, measured in the same run between the
+blocks: bench/pingpong.c (built with cc when there is one), two processes bouncing one byte over
+a socketpair, each waiting in epoll_wait, as the gateway and the worker do. No code of ours runs
+in it; on a VM where waking an idle vCPU is slow it is most of the overhead.
+
 Run (release build; a sanitizer build measures the sanitizer):
     cmake --preset release && cmake --build --preset release -j2
     /usr/bin/python3 bench/uds.py [--runs N] [--warmup W] [--tools read,exec] [--bin PATH]
@@ -91,6 +96,23 @@ def timed(fn):
     return (time.perf_counter() - t0) * 1e6
 
 
+def build_pingpong(work):
+    """Compiles bench/pingpong.c into work; returns its path, or None without a C compiler."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if not cc:
+        return None
+    exe = os.path.join(work, "pingpong")
+    subprocess.run([cc, "-O2", "-D_GNU_SOURCE", "-o", exe, os.path.join(HERE, "pingpong.c")],
+                   check=True)
+    return exe
+
+
+def pingpong(exe, n):
+    """Median round trip of n bare ping-pongs, in µs."""
+    out = subprocess.run([exe, str(n)], capture_output=True, text=True, check=True).stdout
+    return float(out.split()[0])
+
+
 def runner_of(peer):
     info = peer.call("workspace_info", {"workspace_id": "default"})
     return info["execution"]["isolation"]["runner"]
@@ -131,6 +153,8 @@ def main():
         os.mkdir(env["XDG_STATE_HOME"])
         rdir = os.path.join(work, "runner")
         os.mkdir(rdir)
+        floor_exe = build_pingpong(work)
+        floors = []
         base = [a.bin, "--workspace", root, "--operations-db", ":memory:"]
         peers["in-process"] = Peer(base + ["--runner", "in-process"], env, "in-process")
         peers["uds"] = Peer(base + ["--runner", "uds", "--runner-dir", rdir], env, "uds")
@@ -156,6 +180,8 @@ def main():
             n = min(per, a.runs - done)
             for k, fn in fns.items():
                 rows[k] += [timed(fn) for _ in range(n)]
+            if floor_exe:
+                floors.append(pingpong(floor_exe, 20 * n))
             done += n
     finally:
         for p in peers.values():
@@ -181,6 +207,16 @@ def main():
         ok = ok and met
         print("uds overhead per call, %-6s median %+8.1f µs  (p99 %+9.1f µs)  target < %.0f µs  %s"
               % (tool + ":", med, tail, TARGET_US, "met" if met else "MISSED"))
+    if floors:
+        floor = statistics.median(floors)
+        print()
+        print("Context, not judged: this machine's bare round trip between two processes "
+              "(bench/pingpong.c, one byte each way over a socketpair, epoll), median of the "
+              "blocks: %.1f µs (blocks %.1f..%.1f)" % (floor, min(floors), max(floors)))
+        for tool in tools:
+            med = (statistics.median(rows[(tool, "uds")]) -
+                   statistics.median(rows[(tool, "in-process")]))
+            print("uds overhead above that floor, %-6s %+8.1f µs" % (tool + ":", med - floor))
     return 0 if ok else 1
 
 

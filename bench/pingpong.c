@@ -1,0 +1,95 @@
+/*
+ * pingpong: this machine's floor for one request/response between two processes, the part of a
+ * uds runner call no code of ours can remove. A parent and a forked child each wait in
+ * epoll_wait on their end of a Unix stream socketpair; the parent writes one byte, the child
+ * reads it and writes it back, N times. Prints the median and mean round trip in microseconds.
+ *
+ * Built and run by bench/uds.py (cc -O2 -D_GNU_SOURCE); not part of the product.
+ * Usage: pingpong [N=20000]
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static double now_us(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e6 + (double)t.tv_nsec / 1e3;
+}
+
+/* Waits until fd is readable, then reads what is there. Returns the bytes read (0: EOF). */
+static ssize_t wait_read(int ep, int fd, char *buf, size_t cap)
+{
+    struct epoll_event ev;
+    if (epoll_wait(ep, &ev, 1, -1) != 1)
+        return -1;
+    return read(fd, buf, cap);
+}
+
+static int watch(int fd)
+{
+    int ep = epoll_create1(EPOLL_CLOEXEC);
+    struct epoll_event ev = {.events = EPOLLIN};
+    if (ep < 0 || epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev) != 0) {
+        perror("pingpong: epoll");
+        exit(1);
+    }
+    return ep;
+}
+
+static int by_value(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+int main(int argc, char **argv)
+{
+    int n = argc > 1 ? atoi(argv[1]) : 20000;
+    int sp[2];
+    if (n < 1 || socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) != 0) {
+        perror("pingpong: socketpair");
+        return 1;
+    }
+    pid_t pid = fork();
+    if (pid < 0) {
+        perror("pingpong: fork");
+        return 1;
+    }
+    char buf[64];
+    if (pid == 0) {
+        close(sp[0]);
+        int ep = watch(sp[1]);
+        ssize_t r;
+        while ((r = wait_read(ep, sp[1], buf, sizeof buf)) > 0)
+            if (write(sp[1], buf, (size_t)r) != r)
+                _exit(1);
+        _exit(0);
+    }
+    close(sp[1]);
+    int ep = watch(sp[0]);
+    double *rt = malloc(sizeof *rt * (size_t)n);
+    if (!rt)
+        return 1;
+    double sum = 0;
+    for (int i = 0; i < n; i++) {
+        double t0 = now_us();
+        if (write(sp[0], "x", 1) != 1 || wait_read(ep, sp[0], buf, sizeof buf) != 1) {
+            perror("pingpong: round trip");
+            return 1;
+        }
+        rt[i] = now_us() - t0;
+        sum += rt[i];
+    }
+    close(sp[0]);
+    waitpid(pid, NULL, 0);
+    qsort(rt, (size_t)n, sizeof *rt, by_value);
+    printf("%.1f %.1f\n", rt[n / 2], sum / n);
+    free(rt);
+    return 0;
+}
