@@ -447,7 +447,7 @@ static void test_text_encoder_matches_jansson(void **state)
     in.workspace_id = (struct cs_str){"w", 1};
     in.patch = (struct cs_str){"p", 1};
     struct csw_mcp_apply_patch_input_expected_versions_entry ev[100];
-    char keys[100][8];
+    char keys[100][16];
     for (int i = 0; i < 100; i++) {
         snprintf(keys[i], sizeof keys[i], "k%d", i);
         ev[i].key = (struct cs_str){keys[i], strlen(keys[i])};
