@@ -969,6 +969,16 @@ enum cs_wire_status cs_wire_encode_text(const struct cs_wire_type *t, const void
         return st;
     }
     tb.p[tb.n] = '\0';
+    /* A big text may hold up to twice its length after doubling (and the room an escaped piece
+     * needs): give it back, since a caller may keep the text (the worker's replay cache). */
+    if (tb.cap - tb.n > 65536 && tb.cap - tb.n > tb.n / 8) {
+        char *fit = cs_wire_malloc(tb.n + 1);
+        if (fit) {
+            memcpy(fit, tb.p, tb.n + 1);
+            cs_wire_release(tb.p);
+            tb.p = fit;
+        }
+    }
     *out = tb.p;
     if (out_n)
         *out_n = tb.n;

@@ -146,7 +146,8 @@ enum cs_wire_status cs_wire_encode(const struct cs_wire_type *t, const void *v, 
  * cs_wire_encode, written straight to JSON text: on CS_WIRE_OK *out is the NUL-terminated text
  * (release it with cs_wire_release) and *out_n (may be NULL) its length, byte for byte what
  * json_dumps(JSON_COMPACT) writes for the value cs_wire_encode builds (same key order, same
- * escapes), with the same checks and errors; no jansson value is built. On error *out is NULL.
+ * escapes), with the same checks and errors; no jansson value is built (but for the set of keys
+ * that finds duplicates in a map of over 64 entries). On error *out is NULL.
  */
 enum cs_wire_status cs_wire_encode_text(const struct cs_wire_type *t, const void *v, char **out,
                                         size_t *out_n, struct cs_wire_diag *diag);

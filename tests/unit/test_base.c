@@ -417,8 +417,8 @@ static void expect_same_text(const struct cs_wire_type *t, const void *v)
 static void test_text_encoder_matches_jansson(void **state)
 {
     (void)state;
-    /* Every escape class, a NUL, multi-byte UTF-8, nested objects, arrays, a map, integers at
-     * both ends of int64, booleans, null, enums and a union (the runner wire message). */
+    /* Every escape class, a NUL, multi-byte UTF-8, nested objects, arrays, a map, integers up to
+     * INT64_MAX, booleans, enums, constants and a union (the runner wire message). */
     const char *doc =
         "{\"protocol\":5,\"kind\":\"request\",\"request_id\":\"rrpc-1\",\"op\":{\"op\":\"exec\","
         "\"data\":{\"workspace\":{\"id\":\"w\",\"root\":\"/r\",\"profile\":\"workspace-write\","
@@ -631,6 +631,61 @@ static void oom_case(const struct csw_toplevel *tl, const char *path, json_t *j)
             fail_msg("%s: no success after %ld allocations", path, n);
     }
     free(out);
+}
+
+/* The text encoder's own failure paths that no golden case reaches: the key set of a map over 64
+ * entries, and giving back the room of a big text. */
+static void test_text_encoder_fail_nth_allocation(void **state)
+{
+    (void)state;
+    struct csw_mcp_apply_patch_input in;
+    memset(&in, 0, sizeof in);
+    in.workspace_id = (struct cs_str){"w", 1};
+    struct csw_mcp_apply_patch_input_expected_versions_entry ev[100];
+    char keys[100][16];
+    for (int i = 0; i < 100; i++) {
+        snprintf(keys[i], sizeof keys[i], "k%d", i);
+        ev[i].key = (struct cs_str){keys[i], strlen(keys[i])};
+        ev[i].value = (struct cs_str){"absent", 6};
+    }
+    in.has_expected_versions = true;
+    in.expected_versions.v = ev;
+    in.expected_versions.n = 100;
+    size_t big = 300000;
+    char *s = malloc(big);
+    assert_non_null(s);
+    memset(s, 'a', big);
+    in.patch = (struct cs_str){s, big};
+    size_t failures = 0;
+    for (long n = 0;; n++) {
+        json_set_alloc_funcs(counting_malloc, counting_free);
+        alloc_live = 0;
+        alloc_budget = n;
+        char *text = NULL;
+        size_t tn = 0;
+        struct cs_wire_diag diag;
+        enum cs_wire_status st =
+            cs_wire_encode_text(&csw_mcp_apply_patch_input_type, &in, &text, &tn, &diag);
+        if (st == CS_WIRE_NOMEM) {
+            assert_null(text);
+            assert_string_equal(diag.text, "out of memory");
+            failures++;
+        } else {
+            assert_int_equal(st, CS_WIRE_OK);
+            assert_true(tn > big);
+        }
+        cs_wire_release(text);
+        alloc_budget = -1;
+        json_set_alloc_funcs(malloc, free);
+        if (alloc_live != 0)
+            fail_msg("%ld allocations leaked with the allocation #%ld failing", alloc_live, n + 1);
+        if (st == CS_WIRE_OK)
+            break;
+        if (n > 100000)
+            fail_msg("no success after %ld allocations", n);
+    }
+    assert_true(failures > 3);
+    free(s);
 }
 
 static void test_fail_nth_allocation(void **state)
@@ -931,6 +986,7 @@ int main(void)
         cmocka_unit_test(test_long_pointer_is_truncated_safely),
         cmocka_unit_test(test_encoder_checks_the_schema),
         cmocka_unit_test(test_text_encoder_matches_jansson),
+        cmocka_unit_test(test_text_encoder_fail_nth_allocation),
         cmocka_unit_test(test_pointers_are_printable_utf8),
         cmocka_unit_test(test_fail_nth_allocation),
         cmocka_unit_test(test_error_catalogue),
