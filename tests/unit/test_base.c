@@ -414,6 +414,30 @@ static void expect_same_text(const struct cs_wire_type *t, const void *v)
     json_decref(j);
 }
 
+/* An apply_patch input whose expected_versions map has 100 keys (k0..k99): past the size where
+ * the text encoder finds duplicates through a set. in.expected_versions.v must be pointed at ev
+ * by the user of a copy of in. */
+struct big_map {
+    struct csw_mcp_apply_patch_input in;
+    struct csw_mcp_apply_patch_input_expected_versions_entry ev[100];
+    char keys[100][16];
+};
+
+static void big_map_init(struct big_map *m)
+{
+    memset(m, 0, sizeof *m);
+    m->in.workspace_id = (struct cs_str){"w", 1};
+    m->in.patch = (struct cs_str){"p", 1};
+    for (int i = 0; i < 100; i++) {
+        snprintf(m->keys[i], sizeof m->keys[i], "k%d", i);
+        m->ev[i].key = (struct cs_str){m->keys[i], strlen(m->keys[i])};
+        m->ev[i].value = (struct cs_str){"absent", 6};
+    }
+    m->in.has_expected_versions = true;
+    m->in.expected_versions.v = m->ev;
+    m->in.expected_versions.n = 100;
+}
+
 static void test_text_encoder_matches_jansson(void **state)
 {
     (void)state;
@@ -442,20 +466,11 @@ static void test_text_encoder_matches_jansson(void **state)
     json_decref(j);
 
     /* A map past the size where duplicates are found through a set, with and without one. */
-    struct csw_mcp_apply_patch_input in;
-    memset(&in, 0, sizeof in);
-    in.workspace_id = (struct cs_str){"w", 1};
-    in.patch = (struct cs_str){"p", 1};
-    struct csw_mcp_apply_patch_input_expected_versions_entry ev[100];
-    char keys[100][16];
-    for (int i = 0; i < 100; i++) {
-        snprintf(keys[i], sizeof keys[i], "k%d", i);
-        ev[i].key = (struct cs_str){keys[i], strlen(keys[i])};
-        ev[i].value = (struct cs_str){"absent", 6};
-    }
-    in.has_expected_versions = true;
+    struct big_map m;
+    big_map_init(&m);
+    struct csw_mcp_apply_patch_input in = m.in;
+    struct csw_mcp_apply_patch_input_expected_versions_entry *ev = m.ev;
     in.expected_versions.v = ev;
-    in.expected_versions.n = 100;
     expect_same_text(&csw_mcp_apply_patch_input_type, &in);
     ev[99].key = ev[70].key;
     expect_encode_refused(&csw_mcp_apply_patch_input_type, &in,
@@ -638,19 +653,10 @@ static void oom_case(const struct csw_toplevel *tl, const char *path, json_t *j)
 static void test_text_encoder_fail_nth_allocation(void **state)
 {
     (void)state;
-    struct csw_mcp_apply_patch_input in;
-    memset(&in, 0, sizeof in);
-    in.workspace_id = (struct cs_str){"w", 1};
-    struct csw_mcp_apply_patch_input_expected_versions_entry ev[100];
-    char keys[100][16];
-    for (int i = 0; i < 100; i++) {
-        snprintf(keys[i], sizeof keys[i], "k%d", i);
-        ev[i].key = (struct cs_str){keys[i], strlen(keys[i])};
-        ev[i].value = (struct cs_str){"absent", 6};
-    }
-    in.has_expected_versions = true;
-    in.expected_versions.v = ev;
-    in.expected_versions.n = 100;
+    struct big_map m;
+    big_map_init(&m);
+    struct csw_mcp_apply_patch_input in = m.in;
+    in.expected_versions.v = m.ev;
     size_t big = 300000;
     char *s = malloc(big);
     assert_non_null(s);
