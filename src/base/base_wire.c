@@ -676,6 +676,8 @@ static bool tb_room(struct tbuf *b, size_t more)
 
 static enum cs_wire_status put(struct ctx *c, const char *s, size_t n)
 {
+    if (n == 0)
+        return CS_WIRE_OK; /* the buffer may not exist yet */
     if (!tb_room(c->tb, n))
         return oom(c);
     memcpy(c->tb->p + c->tb->n, s, n);
@@ -961,7 +963,10 @@ enum cs_wire_status cs_wire_encode_text(const struct cs_wire_type *t, const void
     *out = NULL;
     if (out_n)
         *out_n = 0;
-    enum cs_wire_status st = enc(t, v, NULL, &c);
+    /* Text mode never builds a value; unused only gives every path a place to write one. */
+    json_t *unused = NULL;
+    enum cs_wire_status st = enc(t, v, &unused, &c);
+    assert(unused == NULL);
     if (st == CS_WIRE_OK && !tb_room(&tb, 1))
         st = oom(&c);
     if (st != CS_WIRE_OK) {
