@@ -7,7 +7,8 @@
  * the generated protocol code, never these files.
  *
  * Files: sandbox_main.c (CLI, probe), sandbox_plan.c (prepare, plan load, plan validation),
- * sandbox_run.c (outer helper, init, command), sandbox_setup.c (mounts, capabilities, Landlock,
+ * sandbox_run.c (outer helper, init, command), sandbox_identity.c (the command's ids and the
+ * workspace tree), sandbox_setup.c (mounts, capabilities, Landlock,
  * seccomp), sandbox_proxy.c (the epoll proxy), sandbox_proxy_parse.c (request head parser,
  * network_allow matching; pure functions, fuzzed).
  */
@@ -19,6 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/socket.h>
+#include <sys/types.h>
 
 #include "csw.h"
 
@@ -71,11 +73,33 @@ _Noreturn void cs_sbx_run(struct csw_sandbox_plan *plan);
 _Noreturn void cs_sbx_die(const char *what);
 _Noreturn void cs_sbx_diex(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/* ---- sandbox_identity.c (run by the outer helper, in the caller's namespaces) ---- */
+
+#define CS_SBX_DEFAULT_ID 65533 /* a root caller's command id when the plan names none */
+
+/* Who the command is (sandbox.md section 3) and how the workspace reaches the sandbox. */
+struct cs_sbx_ids {
+    unsigned inner_uid, inner_gid; /* the ids inside the sandbox (the same as on the host) */
+    unsigned host_uid, host_gid;   /* the command's host ids (never 0 for a root caller) */
+    unsigned owner_uid, owner_gid; /* root caller: the workspace root's owner on disk */
+    int ws_fd;   /* the workspace root directory: the plan's workspace_fd, else opened here */
+    int tree_fd; /* root caller: a detached bind of ws_fd (open_tree), else -1 */
+    bool idmap;  /* the tree maps the root's owner to host_uid/host_gid */
+};
+
+/* Decides the ids from the caller, the workspace root's owner and the plan, and for a root
+ * caller clones the workspace tree; dies on any error (never falls back to host root). */
+void cs_sbx_identity(const struct csw_sandbox_plan *plan, struct cs_sbx_ids *ids);
+
+/* Sets the tree's flags (nosuid, nodev, read-only unless writable) and, when ids->idmap, its
+ * idmapping (root's owner -> the command's ids). No-op without a tree. Dies on error. */
+void cs_sbx_workspace_tree_attr(const struct cs_sbx_ids *ids, bool writable);
+
 /* ---- sandbox_setup.c (all run inside the new namespaces; all die on error) ---- */
 
 void cs_sbx_setup_loopback(void);
 int cs_sbx_setup_proxy_listener(uint16_t *port); /* 127.0.0.1:0 in the sandbox netns */
-void cs_sbx_setup_filesystem(const struct csw_sandbox_plan *plan);
+void cs_sbx_setup_filesystem(const struct csw_sandbox_plan *plan, const struct cs_sbx_ids *ids);
 void cs_sbx_setup_drop_caps(void);
 int cs_sbx_setup_landlock(const struct csw_sandbox_plan *plan); /* returns the ABI used, 0 none */
 void cs_sbx_setup_seccomp(bool network_enabled);

@@ -124,12 +124,16 @@ int main(int argc, char **argv)
         fputs(USAGE, stderr);
         return CS_SBX_EXIT_USAGE;
     }
-    /* Nothing the runner left open reaches the sandbox. */
-    if (close_range(3, ~0u, 0) < 0)
-        cs_sbx_die("close_range");
     struct csw_sandbox_plan plan;
     char err[1024];
     if (cs_sbx_plan_load(argv[3], &plan, err, sizeof err) < 0)
         cs_sbx_diex("%s", err);
+    /* Nothing the runner left open reaches the sandbox, but the held workspace root the plan
+     * names (the runner passes it as fd 3). */
+    unsigned keep = plan.has_workspace_fd ? (unsigned)plan.workspace_fd : 0;
+    if (keep > 3 && close_range(3, keep - 1, 0) < 0)
+        cs_sbx_die("close_range");
+    if (close_range(keep ? keep + 1 : 3, ~0u, 0) < 0)
+        cs_sbx_die("close_range");
     cs_sbx_run(&plan);
 }

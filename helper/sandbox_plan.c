@@ -290,12 +290,21 @@ static void respond(bool ok, const char *text)
     json_decref(j);
 }
 
-/* Prepare-time checks against the file system: the workspace is a real directory reached
- * without symlinks (so the bind lands where the path says) and the cwd is inside it. */
+/* Prepare-time checks against the file system. With workspace_fd (the runner's held root,
+ * inherited), the host path is never resolved: the descriptor must be a directory, and the cwd
+ * is checked inside the root by its text (run enters it inside the sandbox, where the path
+ * leads into the bind of that very descriptor). Without it (a tool calling prepare), the
+ * workspace must be a real directory reached without symlinks and the cwd inside it. */
 static int check_fs(const struct csw_sandbox_prepare_request *q, char *err, size_t cap)
 {
     char real[PATH_MAX];
     struct stat st;
+    if (q->has_workspace_fd) {
+        if (fstat((int)q->workspace_fd, &st) < 0 || !S_ISDIR(st.st_mode))
+            return fail(err, cap, "workspace_fd %lld is not an inherited directory",
+                        (long long)q->workspace_fd);
+        return 0;
+    }
     if (!realpath(q->workspace_root.s, real) || stat(real, &st) < 0 || !S_ISDIR(st.st_mode))
         return fail(err, cap, "workspace_root is not a directory");
     if (strcmp(real, q->workspace_root.s) != 0)
@@ -335,6 +344,12 @@ int cs_sbx_prepare_request(const struct csw_sandbox_prepare_request *q, char **p
     p.network_allow.v = q->network_allow.v;
     p.network_allow.n = q->network_allow.n;
     p.tty = q->tty;
+    p.has_workspace_fd = q->has_workspace_fd;
+    p.workspace_fd = q->workspace_fd;
+    p.has_sandbox_uid = q->has_sandbox_uid;
+    p.sandbox_uid = q->sandbox_uid;
+    p.has_sandbox_gid = q->has_sandbox_gid;
+    p.sandbox_gid = q->sandbox_gid;
     p.env.n = q->env.n;
     p.env.v = q->env.n ? calloc(q->env.n, sizeof *p.env.v) : NULL;
     if (q->env.n && !p.env.v)

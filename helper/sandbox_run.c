@@ -17,6 +17,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -189,7 +190,7 @@ _Noreturn static void command_main(const struct csw_sandbox_plan *plan, char **e
 /* ---------------------------------------------------------------------- init ---- */
 
 _Noreturn static void init_main(struct csw_sandbox_plan *plan, int go_fd, int status_fd,
-                                int fd_sock, uid_t uid, gid_t gid)
+                                int fd_sock, const struct cs_sbx_ids *ids)
 {
     /* Die with the outer helper; a parent that died before this line closed go_fd. */
     if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0)
@@ -204,8 +205,25 @@ _Noreturn static void init_main(struct csw_sandbox_plan *plan, int go_fd, int st
      * (/proc/1/mem) or ptrace it, which a non-dumpable process refuses without CAP_SYS_PTRACE. */
     if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0 || prctl(PR_GET_DUMPABLE, 0, 0, 0, 0) != 0)
         cs_sbx_die("PR_SET_DUMPABLE");
-    if (getuid() != uid || getgid() != gid || geteuid() != uid || getegid() != gid)
+    /* A root caller's init starts with host ids that are unmapped here; it takes the mapped ones
+     * (keeping its capabilities in this namespace until cs_sbx_setup_drop_caps: none of its old
+     * ids was this namespace's root). */
+    if (getuid() != ids->inner_uid || getgid() != ids->inner_gid) {
+        if (setresgid(ids->inner_gid, ids->inner_gid, ids->inner_gid) < 0)
+            cs_sbx_die("setresgid");
+        if (setresuid(ids->inner_uid, ids->inner_uid, ids->inner_uid) < 0)
+            cs_sbx_die("setresuid");
+    }
+    if (getuid() != ids->inner_uid || getgid() != ids->inner_gid || geteuid() != ids->inner_uid ||
+        getegid() != ids->inner_gid)
         cs_sbx_diex("uid/gid map did not hold");
+    /* A change of ids clears the parent-death signal: arm it again, then make sure the outer
+     * helper did not die in between (its end of the status pipe would be closed). */
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0)
+        cs_sbx_die("PR_SET_PDEATHSIG");
+    struct pollfd alive = {.fd = status_fd, .events = POLLOUT};
+    if (poll(&alive, 1, 0) < 0 || (alive.revents & (POLLERR | POLLHUP)))
+        _exit(CS_SBX_EXIT_SETUP);
     if (setsid() < 0) /* out of the runner's process group: signals come through the helper */
         cs_sbx_die("setsid (init)");
 
@@ -219,7 +237,7 @@ _Noreturn static void init_main(struct csw_sandbox_plan *plan, int go_fd, int st
     if (fd_sock >= 0)
         close(fd_sock);
 
-    cs_sbx_setup_filesystem(plan);
+    cs_sbx_setup_filesystem(plan, ids);
     if (sethostname("codespace", 9) < 0)
         cs_sbx_die("sethostname");
     struct rlimit rl = {0, 0};
@@ -361,8 +379,15 @@ _Noreturn void cs_sbx_run(struct csw_sandbox_plan *plan)
     if (enabled && socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) < 0)
         cs_sbx_die("socketpair");
 
-    uid_t uid = geteuid();
-    gid_t gid = getegid();
+    struct cs_sbx_ids ids;
+    cs_sbx_identity(plan, &ids);
+    /* A PTY command owns its terminal, as after a login: /dev/stdout and /dev/tty re-open it by
+     * its host path, as the command's own unprivileged ids. */
+    if (plan->tty && isatty(0) && geteuid() == 0 && fchown(0, ids.host_uid, ids.host_gid) < 0)
+        cs_sbx_die("chown the terminal");
+    /* The workspace tree (a root caller's detached bind of the held root) gets its flags and
+     * idmapping before the init may attach it. */
+    cs_sbx_workspace_tree_attr(&ids, plan->writable_workspace);
     long flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC |
                  CLONE_NEWUTS | CLONE_NEWCGROUP | SIGCHLD;
     pid_t pid = (pid_t)syscall(SYS_clone, flags, NULL, NULL, NULL, 0L);
@@ -373,22 +398,23 @@ _Noreturn void cs_sbx_run(struct csw_sandbox_plan *plan)
         close(status[0]);
         if (sp[0] >= 0)
             close(sp[0]);
-        init_main(plan, go[0], status[1], sp[1], uid, gid);
+        init_main(plan, go[0], status[1], sp[1], &ids);
     }
     close(go[0]);
     close(status[1]);
     if (sp[1] >= 0)
         close(sp[1]);
 
-    /* The caller's uid and gid map to themselves (also for root). */
+    /* sandbox.md section 3: the command's ids map to themselves: the caller's when it is not
+     * root, else the unprivileged ids cs_sbx_identity chose. */
     char path[64], map[64];
     snprintf(path, sizeof path, "/proc/%d/setgroups", pid);
     write_file(path, "deny");
     snprintf(path, sizeof path, "/proc/%d/uid_map", pid);
-    snprintf(map, sizeof map, "%u %u 1\n", uid, uid);
+    snprintf(map, sizeof map, "%u %u 1\n", ids.inner_uid, ids.host_uid);
     write_file(path, map);
     snprintf(path, sizeof path, "/proc/%d/gid_map", pid);
-    snprintf(map, sizeof map, "%u %u 1\n", gid, gid);
+    snprintf(map, sizeof map, "%u %u 1\n", ids.inner_gid, ids.host_gid);
     write_file(path, map);
     if (write(go[1], "g", 1) != 1)
         cs_sbx_die("start init");

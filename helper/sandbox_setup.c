@@ -16,6 +16,7 @@
 #include <fcntl.h>
 #include <linux/capability.h>
 #include <linux/landlock.h>
+#include <linux/mount.h>
 #include <linux/openat2.h>
 #include <net/if.h>
 #include <netinet/in.h>
@@ -116,13 +117,16 @@ static void mkdir_p(const char *path)
     xmkdir(buf, 0755);
 }
 
-/* Remounts one mount read-only, keeping the flags the kernel locks in a user namespace. */
-static void remount_ro(const char *mp)
+/* Remounts one mount with extra (MS_RDONLY, MS_NOSUID, MS_NODEV), keeping the flags the kernel
+ * locks in a user namespace, and reads the result back. */
+static void remount_with(const char *mp, unsigned long extra)
 {
     struct statvfs sv;
     if (statvfs(mp, &sv) < 0)
         cs_sbx_diex("statvfs %s: %s", mp, strerror(errno));
-    unsigned long fl = MS_REMOUNT | MS_BIND | MS_RDONLY;
+    unsigned long fl = MS_REMOUNT | MS_BIND | extra;
+    if (sv.f_flag & ST_RDONLY)
+        fl |= MS_RDONLY;
     if (sv.f_flag & ST_NOSUID)
         fl |= MS_NOSUID;
     if (sv.f_flag & ST_NODEV)
@@ -136,9 +140,15 @@ static void remount_ro(const char *mp)
     if (sv.f_flag & ST_RELATIME)
         fl |= MS_RELATIME;
     xmount(NULL, mp, NULL, fl, NULL);
-    /* read back: a write-protected mount reports ST_RDONLY */
-    if (statvfs(mp, &sv) < 0 || !(sv.f_flag & ST_RDONLY))
-        cs_sbx_diex("remount %s read-only did not hold", mp);
+    if (statvfs(mp, &sv) < 0 || ((extra & MS_RDONLY) && !(sv.f_flag & ST_RDONLY)) ||
+        ((extra & MS_NOSUID) && !(sv.f_flag & ST_NOSUID)) ||
+        ((extra & MS_NODEV) && !(sv.f_flag & ST_NODEV)))
+        cs_sbx_diex("remount %s did not hold", mp);
+}
+
+static void remount_ro(const char *mp)
+{
+    remount_with(mp, MS_RDONLY);
 }
 
 /* Decodes the octal escapes of /proc/self/mountinfo in place. */
@@ -157,9 +167,9 @@ static void unescape(char *s)
     *w = '\0';
 }
 
-/* Remounts read-only the mount at dir and every mount below it (a recursive bind brings
+/* Remounts with extra the mount at dir and every mount below it (a recursive bind brings
  * submounts along, and MS_REMOUNT applies to one mount only). */
-static void remount_ro_tree(const char *dir)
+static void remount_tree_with(const char *dir, unsigned long extra)
 {
     FILE *f = fopen("/oldroot/proc/self/mountinfo", "re");
     if (!f)
@@ -188,17 +198,37 @@ static void remount_ro_tree(const char *dir)
     free(line);
     fclose(f);
     for (size_t i = 0; i < n; i++) {
-        remount_ro(mps[i]);
+        remount_with(mps[i], extra);
         free(mps[i]);
     }
     free(mps);
 }
 
-/* Binds the workspace: the source is opened with RESOLVE_NO_SYMLINKS, so a symlink swapped in
- * since prepare checked the path is refused instead of followed, and the bind goes through that
- * very fd. Read-only unless rw. */
-static void bind_workspace(const char *path, const char *dst, bool rw)
+static void remount_ro_tree(const char *dir)
 {
+    remount_tree_with(dir, MS_RDONLY);
+}
+
+/*
+ * Binds the workspace at dst, nosuid and nodev, read-only unless rw (sandbox.md section 3).
+ * A root caller's tree (sandbox_identity.c) is a detached bind of the held root with its flags
+ * and idmapping already set: it is attached as it is. Otherwise the source is the path, opened
+ * with RESOLVE_NO_SYMLINKS under the old root, and must be the very directory the runner holds
+ * (same device and inode as ids->ws_fd): a root whose ancestor was swapped for a symlink is
+ * refused, never followed.
+ */
+static void bind_workspace(const char *path, const char *dst, bool rw, const struct cs_sbx_ids *ids)
+{
+    if (ids->tree_fd >= 0) {
+        if (syscall(SYS_move_mount, ids->tree_fd, "", AT_FDCWD, dst, MOVE_MOUNT_F_EMPTY_PATH) < 0)
+            cs_sbx_diex("attach the workspace at %s: %s", path, strerror(errno));
+        close(ids->tree_fd);
+        struct statvfs sv;
+        if (statvfs(dst, &sv) < 0 || !(sv.f_flag & ST_NOSUID) || !(sv.f_flag & ST_NODEV) ||
+            (!rw && !(sv.f_flag & ST_RDONLY)))
+            cs_sbx_diex("the workspace bind's flags did not hold");
+        return;
+    }
     char src[PATH_MAX], fdpath[64];
     snprintf(src, sizeof src, "/oldroot%s", path);
     struct open_how how = {.flags = O_PATH | O_DIRECTORY | O_CLOEXEC,
@@ -206,11 +236,14 @@ static void bind_workspace(const char *path, const char *dst, bool rw)
     int fd = (int)syscall(SYS_openat2, AT_FDCWD, src, &how, sizeof how);
     if (fd < 0)
         cs_sbx_diex("open workspace %s: %s", path, strerror(errno));
+    struct stat a, b;
+    if (fstat(fd, &a) < 0 || fstat(ids->ws_fd, &b) < 0 || a.st_dev != b.st_dev ||
+        a.st_ino != b.st_ino)
+        cs_sbx_diex("workspace %s is no longer the directory the runner holds", path);
     snprintf(fdpath, sizeof fdpath, "/oldroot/proc/self/fd/%d", fd);
     xmount(fdpath, dst, NULL, MS_BIND | MS_REC, NULL);
     close(fd);
-    if (!rw)
-        remount_ro_tree(dst);
+    remount_tree_with(dst, MS_NOSUID | MS_NODEV | (rw ? 0 : MS_RDONLY));
 }
 
 /* Masks /newroot/etc/<rel> with an empty file or directory, if it exists. */
@@ -299,7 +332,7 @@ static void setup_proc(void)
 {
     xmkdir("/newroot/proc", 0555);
     xmount("proc", "/newroot/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL);
-    /* A root caller keeps uid 0 (host root) inside: kernel tunables must stay read-only. */
+    /* The init is root of its own user namespace: kernel tunables must stay read-only. */
     static const char *const ro[] = {"sys", "sysrq-trigger", "irq", "bus"};
     for (size_t i = 0; i < sizeof ro / sizeof *ro; i++) {
         char p[64];
@@ -311,7 +344,7 @@ static void setup_proc(void)
     }
 }
 
-void cs_sbx_setup_filesystem(const struct csw_sandbox_plan *plan)
+void cs_sbx_setup_filesystem(const struct csw_sandbox_plan *plan, const struct cs_sbx_ids *ids)
 {
     /* Nothing we mount may propagate back to the host. */
     xmount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL);
@@ -363,7 +396,7 @@ void cs_sbx_setup_filesystem(const struct csw_sandbox_plan *plan)
     if (snprintf(dst, sizeof dst, "/newroot%s", plan->workspace_root.s) >= (int)sizeof dst)
         cs_sbx_diex("workspace path too long");
     mkdir_p(dst);
-    bind_workspace(plan->workspace_root.s, dst, plan->writable_workspace);
+    bind_workspace(plan->workspace_root.s, dst, plan->writable_workspace, ids);
 
     setup_proc();
 
@@ -640,6 +673,30 @@ void cs_sbx_setup_seccomp(bool network_enabled)
         sc_add(ctx, eperm, "ioctl", 1, &c);
         struct scmp_arg_cmp d = cmp(1, SCMP_CMP_MASKED_EQ, 0xFFFFFFFFu, TIOCLINUX);
         sc_add(ctx, eperm, "ioctl", 1, &d);
+    }
+    /* sandbox.md section 3: no set-user-ID or set-group-ID bit can be set, by a mode change or
+     * by a creation mode (arg is where each call takes its mode). openat2 passes its mode in
+     * memory the filter cannot read, and fchmodat2 may be unknown to this libseccomp: both are
+     * refused outright (ENOSYS: libc falls back to openat / fchmodat). */
+    {
+        static const struct {
+            const char *name;
+            unsigned arg;
+        } modes[] = {{"chmod", 1}, {"fchmod", 1}, {"fchmodat", 2}, {"open", 2},  {"openat", 3},
+                     {"creat", 1}, {"mkdir", 1},  {"mkdirat", 2},  {"mknod", 1}, {"mknodat", 2}};
+        static const uint64_t bits[] = {S_ISUID, S_ISGID};
+        for (size_t i = 0; i < sizeof modes / sizeof *modes; i++)
+            for (size_t b = 0; b < 2; b++) {
+                struct scmp_arg_cmp c = cmp(modes[i].arg, SCMP_CMP_MASKED_EQ, bits[b], bits[b]);
+                sc_add(ctx, eperm, modes[i].name, 1, &c);
+            }
+        sc_add(ctx, SCMP_ACT_ERRNO(ENOSYS), "openat2", 0, NULL);
+#ifndef __NR_fchmodat2
+#define __NR_fchmodat2 452
+#endif
+        int rc2 = seccomp_rule_add_array(ctx, SCMP_ACT_ERRNO(ENOSYS), __NR_fchmodat2, 0, NULL);
+        if (rc2 < 0)
+            cs_sbx_diex("seccomp rule fchmodat2: %s", strerror(-rc2));
     }
     /* socket(): AF_UNIX only, plus AF_INET and AF_INET6 with the proxy. */
     if (!network_enabled) {

@@ -12,6 +12,7 @@
  * Entry points: cs_fs_path_normalize, cs_fs_root_open, cs_fs_open_beneath, cs__fs_force_fallback.
  */
 #include "fs.h"
+#include "base_roots.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -162,8 +163,26 @@ int cs_fs_path_normalize(const char *in, size_t n, struct cs_fs_path *out, char 
 
 int cs_fs_root_open(const char *root, int *fd, char *msg, size_t msg_cap)
 {
-    /* The registry holds canonical roots (realpath at load): a root that is a symlink now was
-     * swapped after the fact and is not followed. */
+    /* A process that holds its roots (the gateway, the uds worker) reaches a root only through
+     * the descriptor opened at start: the path is never resolved again, so an ancestor swapped
+     * for a symlink since then redirects nothing (runtime.md section 2). */
+    if (cs_roots_active()) {
+        int held = cs_roots_get(root);
+        if (held < 0) {
+            cs__fs_msgf(msg, msg_cap, "%s is not a workspace root this process holds", root);
+            return CSW_ERROR_FILE_OPERATION_FAILED;
+        }
+        int f = fcntl(held, F_DUPFD_CLOEXEC, 3);
+        if (f < 0) {
+            cs__fs_msgf(msg, msg_cap, "cannot use the workspace root: %s", strerror(errno));
+            return CSW_ERROR_FILE_OPERATION_FAILED;
+        }
+        *fd = f;
+        return 0;
+    }
+    /* Without held roots (tools and tests that pass a path): the registry holds canonical
+     * roots (realpath at load), so a root that is a symlink now was swapped after the fact and
+     * is not followed. */
     int f = open(root, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (f < 0) {
         int e = errno;

@@ -38,8 +38,10 @@
 #define CS_POLICY_DEFAULT_MAX_PROCS    8
 #define CS_POLICY_MAX_TIMEOUT_SECS     2147483 /* so the timeout in ms fits in an int */
 #define CS_POLICY_MAX_PROCS            1024
-#define CS_POLICY_LOCAL_ENV            "local"   /* the built-in host environment */
-#define CS_POLICY_QUICK_START_ID       "default" /* the workspace --workspace registers */
+#define CS_POLICY_DEFAULT_SANDBOX_ID   65533      /* a root server's unprivileged command id */
+#define CS_POLICY_MAX_SANDBOX_ID       4294967294 /* (uid_t)-1 is "no id" */
+#define CS_POLICY_LOCAL_ENV            "local"    /* the built-in host environment */
+#define CS_POLICY_QUICK_START_ID       "default"  /* the workspace --workspace registers */
 
 /* ---- configuration ---- */
 
@@ -79,6 +81,11 @@ struct cs_workspace {
     char *id; /* NUL-terminated, no NUL inside, not empty */
     size_t id_len;
     char *root; /* absolute and canonical (realpath at load time) */
+    /* The root, opened once at load by a no-follow walk from "/" (O_PATH, O_CLOEXEC) and held
+     * for the config's life: every tool and the sandbox use it, never the path again. Valid
+     * when has_root_fd. */
+    int root_fd;
+    bool has_root_fd;
     enum cs_policy_profile profile;
     char *environment; /* environment id */
     enum cs_policy_env_kind env_kind;
@@ -125,6 +132,10 @@ struct cs_config {
      * sibling of the gateway's executable */
     char *runtime_bin;
     char *sandbox_bin;
+    /* --sandbox-uid, CODESPACE_SANDBOX_UID; --sandbox-gid, CODESPACE_SANDBOX_GID (sandbox.md
+     * section 3): 1..CS_POLICY_MAX_SANDBOX_ID, owning no system directory; the gid defaults to
+     * the uid */
+    int64_t sandbox_uid, sandbox_gid;
 
     /* The registry: "local" first, then the file's environments in document order. */
     struct cs_config_environment *environments;

@@ -20,6 +20,7 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <strings.h>
 
 /* Every setting: its flag (NULL: variable only) and its variable. */
@@ -39,6 +40,8 @@ enum slot {
     S_REQUIRE_SANDBOX,
     S_RUNTIME_BIN,
     S_SANDBOX_BIN,
+    S_SANDBOX_UID,
+    S_SANDBOX_GID,
     S__COUNT
 };
 
@@ -63,6 +66,8 @@ static const struct setting settings[S__COUNT] = {
     [S_REQUIRE_SANDBOX] = {NULL, "CODESPACE_REQUIRE_LINUX_SANDBOX"},
     [S_RUNTIME_BIN] = {NULL, "CODESPACE_RUNTIME_BIN"},
     [S_SANDBOX_BIN] = {NULL, "CODESPACE_LINUX_SANDBOX_BIN"},
+    [S_SANDBOX_UID] = {"--sandbox-uid", "CODESPACE_SANDBOX_UID"},
+    [S_SANDBOX_GID] = {"--sandbox-gid", "CODESPACE_SANDBOX_GID"},
 };
 
 /* A setting as given: value NULL when neither the flag nor the variable is set; source names
@@ -119,6 +124,12 @@ static const char usage_text[] =
     "      the codespace-runtime worker (default: next to this executable)\n"
     "                                      CODESPACE_LINUX_SANDBOX_BIN\n"
     "      the codespace-linux-sandbox helper (default: next to this executable)\n"
+    "  --sandbox-uid UID                   CODESPACE_SANDBOX_UID\n"
+    "      a root server only: the unprivileged host uid sandboxed commands run as when\n"
+    "      the workspace root is owned by root; never 0, never the owner of a system\n"
+    "      directory (default 65533)\n"
+    "  --sandbox-gid GID                   CODESPACE_SANDBOX_GID\n"
+    "      the same for the gid (default: the sandbox uid)\n"
     "  --version\n"
     "      print the version and exit\n"
     "  --help\n"
@@ -347,6 +358,42 @@ static int resolve_runner_dir(struct cs_config *cfg, const struct raw *r, char *
     return 0;
 }
 
+/*
+ * sandbox.md section 3: the id a root server's commands run as when the workspace root is owned
+ * by root. Never 0, and never the owner of a system directory: such an id would own host files.
+ */
+static int resolve_sandbox_ids(struct cs_config *cfg, const struct raw *ru, const struct raw *rg,
+                               struct cs_config_error *err)
+{
+    static const char *const system_dirs[] = {"/",        "/etc",      "/usr",  "/usr/bin",
+                                              "/usr/lib", "/usr/sbin", "/bin",  "/sbin",
+                                              "/lib",     "/var",      "/root", "/boot"};
+    cfg->sandbox_uid = CS_POLICY_DEFAULT_SANDBOX_ID;
+    if (ru->value && take_int(ru, 1, CS_POLICY_MAX_SANDBOX_ID, &cfg->sandbox_uid, err) != 0)
+        return CS_CONFIG_ERROR;
+    cfg->sandbox_gid = cfg->sandbox_uid;
+    if (rg->value && take_int(rg, 1, CS_POLICY_MAX_SANDBOX_ID, &cfg->sandbox_gid, err) != 0)
+        return CS_CONFIG_ERROR;
+    for (size_t i = 0; i < sizeof system_dirs / sizeof *system_dirs; i++) {
+        struct stat st;
+        if (lstat(system_dirs[i], &st) != 0)
+            continue;
+        if ((int64_t)st.st_uid == cfg->sandbox_uid)
+            return cs__policy_errf(err,
+                                   "%s: uid %lld owns %s; choose an id that owns no system "
+                                   "files",
+                                   ru->source ? ru->source : "--sandbox-uid",
+                                   (long long)cfg->sandbox_uid, system_dirs[i]);
+        if ((int64_t)st.st_gid == cfg->sandbox_gid)
+            return cs__policy_errf(err,
+                                   "%s: gid %lld owns %s; choose an id that owns no system "
+                                   "files",
+                                   rg->source ? rg->source : "--sandbox-gid",
+                                   (long long)cfg->sandbox_gid, system_dirs[i]);
+    }
+    return 0;
+}
+
 static int resolve_log_level(struct cs_config *cfg, const struct raw *r,
                              struct cs_config_error *err)
 {
@@ -435,6 +482,9 @@ static int resolve(struct cs_config *cfg, const struct raw *raw, char **envp,
     if (raw[S_RUNTIME_BIN].value && take_string(&raw[S_RUNTIME_BIN], &cfg->runtime_bin, err) != 0)
         return CS_CONFIG_ERROR;
     if (raw[S_SANDBOX_BIN].value && take_string(&raw[S_SANDBOX_BIN], &cfg->sandbox_bin, err) != 0)
+        return CS_CONFIG_ERROR;
+
+    if (resolve_sandbox_ids(cfg, &raw[S_SANDBOX_UID], &raw[S_SANDBOX_GID], err) != 0)
         return CS_CONFIG_ERROR;
 
     return cs__policy_registry_load(cfg, cfg->config_path, cfg->workspace_dir,

@@ -7,7 +7,8 @@
  * schema is the single description of its shape), then checked semantically: ids and roots
  * without NUL bytes, roots absolute and existing directories (stored canonical, via realpath),
  * environments known, "local" never redefined. Every message names the file and the JSON path.
- * Roots are resolved once at load; a root replaced later is the file tools' concern.
+ * Roots are resolved once at load, opened by a no-follow walk and held as descriptors
+ * (base_roots.h); no two roots may overlap.
  *
  * Entry points: cs__policy_registry_load (from cs_config_load), cs__policy_workspace_clear,
  * cs_config_workspace, cs_workspace_can_read / _write / _exec, cs_workspace_is_exec_path,
@@ -18,10 +19,13 @@
 #include "policy.h"
 #include "policy_internal.h"
 
+#include "base_roots.h"
+
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <unistd.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -184,6 +188,8 @@ void cs__policy_workspace_clear(struct cs_workspace *ws)
 {
     free(ws->id);
     free(ws->root);
+    if (ws->has_root_fd)
+        close(ws->root_fd);
     free(ws->environment);
     for (size_t i = 0; i < ws->n_network_allow; i++)
         free(ws->network_allow[i]);
@@ -221,7 +227,7 @@ static int environments_load(struct cs_config *cfg, const struct csw_config_regi
  * Checks that path names an existing directory and returns its canonical absolute path in
  * *canon (malloc'd). what prefixes the message ("config F: /workspaces/x/root" or a flag name).
  */
-static int dir_resolve(const char *path, const char *what, char **canon,
+static int dir_resolve(const char *path, const char *what, struct cs_workspace *ws,
                        struct cs_config_error *err)
 {
     struct stat st;
@@ -232,11 +238,47 @@ static int dir_resolve(const char *path, const char *what, char **canon,
     }
     if (!S_ISDIR(st.st_mode))
         return cs__policy_errf(err, "%s: not a directory: %s", what, path);
-    *canon = realpath(path, NULL);
-    if (!*canon)
+    ws->root = realpath(path, NULL);
+    if (!ws->root)
         return errno == ENOMEM
                    ? oom(err)
                    : cs__policy_errf(err, "%s: cannot resolve %s: %s", what, path, strerror(errno));
+    /* Held from now on: opened by a no-follow walk of the canonical path, so what is held is
+     * the directory the operator named, whatever happens to its ancestors later. */
+    int fd = cs_roots_walk(ws->root);
+    if (fd < 0)
+        return cs__policy_errf(err, "%s: cannot open %s without following a symlink: %s", what,
+                               ws->root, strerror(errno));
+    ws->root_fd = fd;
+    ws->has_root_fd = true;
+    return 0;
+}
+
+/* Whether root a is b or lies inside it (both canonical). */
+static bool root_within(const char *a, const char *b)
+{
+    size_t n = strlen(b);
+    if (strcmp(b, "/") == 0)
+        return true;
+    return strncmp(a, b, n) == 0 && (a[n] == '\0' || a[n] == '/');
+}
+
+/* runtime.md section 2: no root may be equal to, inside, or contain another. */
+static int roots_disjoint(const struct cs_config *cfg, struct cs_config_error *err)
+{
+    for (size_t i = 0; i < cfg->n_workspaces; i++)
+        for (size_t j = i + 1; j < cfg->n_workspaces; j++) {
+            const struct cs_workspace *a = &cfg->workspaces[i], *b = &cfg->workspaces[j];
+            const char *how = strcmp(a->root, b->root) == 0   ? "is the same directory as"
+                              : root_within(a->root, b->root) ? "is inside"
+                              : root_within(b->root, a->root) ? "contains"
+                                                              : NULL;
+            if (how)
+                return cs__policy_errf(err,
+                                       "workspace roots overlap: \"%s\" (%s) %s \"%s\" (%s); a "
+                                       "root may not be equal to, inside or contain another",
+                                       a->id, a->root, how, b->id, b->root);
+        }
     return 0;
 }
 
@@ -278,7 +320,7 @@ static int workspace_load(struct cs_config *cfg,
         goto out;
     }
     snprintf(what, sizeof what, "config %s: %s/root", file, w.ptr);
-    if (dir_resolve(v->root.s, what, &ws.root, err) != 0)
+    if (dir_resolve(v->root.s, what, &ws, err) != 0)
         goto out;
 
     ws.profile = profile_of(v->profile);
@@ -346,7 +388,7 @@ static int quick_start(struct cs_config *cfg, const char *dir, const char *sourc
                         source, id, file ? file : "", id);
         goto out;
     }
-    if (dir_resolve(dir, source, &ws.root, err) != 0)
+    if (dir_resolve(dir, source, &ws, err) != 0)
         goto out;
     ws.id = strdup(id);
     ws.id_len = strlen(id);
@@ -399,6 +441,8 @@ int cs__policy_registry_load(struct cs_config *cfg, const char *path, const char
         }
     }
     if (ws_dir && quick_start(cfg, ws_dir, ws_source, path, err) != 0)
+        goto out;
+    if (roots_disjoint(cfg, err) != 0)
         goto out;
     rc = 0;
 out:

@@ -83,12 +83,14 @@ struct cs_runner_uds_options {
     const char *runtime_bin; /* codespace-runtime */
     const char *runner_dir;  /* the leaf directory goes under it */
     int64_t max_processes;
-    const char *version;        /* ours, sent as hello's peer */
-    const char *sandbox_helper; /* the helper whose probe succeeded, or NULL */
+    const char *version;              /* ours, sent as hello's peer */
+    const char *sandbox_helper;       /* the helper whose probe succeeded, or NULL */
+    int64_t sandbox_uid, sandbox_gid; /* a root server's command ids (cs_supervisor_limits) */
 };
 
-/* The uds runner: creates the leaf directory, starts the worker, waits for its socket (20 ms
- * polls, 2 s) and does the hello handshake, blocking. Returns the runner, or NULL with err set
+/* The uds runner: creates the leaf directory, starts the worker (handing it every held root of
+ * base_roots.h as an inherited descriptor: it never opens a root by path), waits for its socket (20
+ * ms polls, 2 s) and does the hello handshake, blocking. Returns the runner, or NULL with err set
  * (nothing left behind: no worker, no directory). */
 struct cs_runner *cs_runner_uds_new(struct cs_loop *loop, const struct cs_runner_uds_options *opt,
                                     const struct cs_runner_events *ev, char *err, size_t err_cap);

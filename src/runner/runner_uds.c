@@ -16,6 +16,8 @@
  */
 #include "runner_internal.h"
 
+#include "base_roots.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -441,21 +443,58 @@ static char **worker_env(void)
 static int spawn_worker(struct cs__runner_uds *u, const struct cs_runner_uds_options *opt,
                         char *err, size_t cap)
 {
-    char maxp[32];
+    char maxp[32], uid[32], gid[32];
     snprintf(maxp, sizeof maxp, "%" PRId64, opt->max_processes);
-    char *argv[] = {(char *)"codespace-runtime",
-                    (char *)"--socket",
-                    u->sock,
-                    (char *)"--max-processes",
-                    maxp,
-                    NULL,
-                    NULL,
-                    NULL};
+    snprintf(uid, sizeof uid, "%" PRId64, opt->sandbox_uid);
+    snprintf(gid, sizeof gid, "%" PRId64, opt->sandbox_gid);
+    /* Every held root goes to the worker as its descriptor 3, 4, ... with "--root N:PATH". */
+    size_t nroots = cs_roots_count();
+    enum { FIXED = 12 };
+    char **argv = calloc(FIXED + 2 * nroots + 1, sizeof *argv);
+    char **rootargs = calloc(nroots + 1, sizeof *rootargs);
+    int *keep = calloc(nroots + 1, sizeof *keep);
+    size_t k = 0;
+    if (!argv || !rootargs || !keep) {
+        free(argv);
+        free(rootargs);
+        free(keep);
+        snprintf(err, cap, "out of memory");
+        return -1;
+    }
+    argv[k++] = (char *)"codespace-runtime";
+    argv[k++] = (char *)"--socket";
+    argv[k++] = u->sock;
+    argv[k++] = (char *)"--max-processes";
+    argv[k++] = maxp;
     /* The gateway's probe passed with this helper: the worker runs every command through it. */
     if (opt->sandbox_helper) {
-        argv[5] = (char *)"--sandbox";
-        argv[6] = (char *)opt->sandbox_helper;
+        argv[k++] = (char *)"--sandbox";
+        argv[k++] = (char *)opt->sandbox_helper;
     }
+    if (opt->sandbox_uid > 0) {
+        argv[k++] = (char *)"--sandbox-uid";
+        argv[k++] = uid;
+    }
+    if (opt->sandbox_gid > 0) {
+        argv[k++] = (char *)"--sandbox-gid";
+        argv[k++] = gid;
+    }
+    for (size_t i = 0; i < nroots; i++) {
+        keep[i] = cs_roots_fd(i);
+        if (asprintf(&rootargs[i], "%zu:%s", 3 + i, cs_roots_path(i)) < 0) {
+            rootargs[i] = NULL;
+            for (size_t j = 0; j < i; j++)
+                free(rootargs[j]);
+            free(argv);
+            free(rootargs);
+            free(keep);
+            snprintf(err, cap, "out of memory");
+            return -1;
+        }
+        argv[k++] = (char *)"--root";
+        argv[k++] = rootargs[i];
+    }
+    argv[k] = NULL;
     char **envp = worker_env();
     /* stdout is the MCP channel on stdio: the worker never gets it, nor the server's stderr; its
      * log lines come through a pipe the gateway relays (relay_log). */
@@ -465,9 +504,15 @@ static int spawn_worker(struct cs__runner_uds *u, const struct cs_runner_uds_opt
     if (e == 0 && pipe2(logp, O_CLOEXEC) != 0)
         e = errno;
     if (e == 0)
-        e = cs_supervisor_spawn_aux(opt->runtime_bin, argv, envp,
-                                    (const int[3]){null, null, logp[1]}, &u->pid);
+        e = cs_supervisor_spawn_aux_keep(opt->runtime_bin, argv, envp,
+                                         (const int[3]){null, null, logp[1]}, keep, nroots,
+                                         &u->pid);
     free(envp);
+    for (size_t i = 0; i < nroots; i++)
+        free(rootargs[i]);
+    free(rootargs);
+    free(argv);
+    free(keep);
     if (null >= 0)
         close(null);
     if (logp[1] >= 0)

@@ -32,6 +32,7 @@
 #include <unistd.h>
 
 #include "base_log.h"
+#include "base_roots.h"
 #include "base_loop.h"
 #include "base_version.h"
 #include "runner.h"
@@ -65,7 +66,8 @@ struct req {
 
 static void usage(void)
 {
-    fputs("usage: codespace-runtime --socket <path> [--max-processes N] [--sandbox <helper>]\n",
+    fputs("usage: codespace-runtime --socket <path> [--max-processes N] [--sandbox <helper>] "
+          "[--sandbox-uid N] [--sandbox-gid N] [--root FD:PATH ...]\n",
           stderr);
 }
 
@@ -412,11 +414,31 @@ static int bind_socket(const char *path)
     return fd;
 }
 
+/* "--root FD:PATH": holds the inherited directory FD as the root PATH. Returns 0 or -1. */
+static int adopt_root(const char *arg)
+{
+    char *end;
+    long fd = strtol(arg, &end, 10);
+    struct stat st;
+    if (end == arg || *end != ':' || end[1] != '/' || fd < 3 || fd > 1023 ||
+        fstat((int)fd, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        fprintf(stderr, "codespace-runtime: --root %s: not an inherited directory descriptor\n",
+                arg);
+        return -1;
+    }
+    if (cs_roots_add(end + 1, (int)fd) != 0) {
+        fprintf(stderr, "codespace-runtime: --root %s: %s\n", arg, strerror(errno));
+        return -1;
+    }
+    close((int)fd); /* the table keeps its own duplicate */
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     const char *sock = NULL;
     const char *sandbox = NULL;
-    long long max_procs = 8;
+    long long max_procs = 8, sandbox_uid = 0, sandbox_gid = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--socket") == 0 && i + 1 < argc) {
             sock = argv[++i];
@@ -429,9 +451,24 @@ int main(int argc, char **argv)
             }
         } else if (strcmp(argv[i], "--sandbox") == 0 && i + 1 < argc) {
             sandbox = argv[++i]; /* the gateway's probe succeeded with this helper */
+        } else if ((strcmp(argv[i], "--sandbox-uid") == 0 ||
+                    strcmp(argv[i], "--sandbox-gid") == 0) &&
+                   i + 1 < argc) {
+            long long *id = argv[i][10] == 'u' ? &sandbox_uid : &sandbox_gid;
+            char *end;
+            *id = strtoll(argv[++i], &end, 10);
+            if (*end || *id < 1 || *id > 4294967294LL) {
+                usage();
+                return 2;
+            }
+        } else if (strcmp(argv[i], "--root") == 0 && i + 1 < argc) {
+            /* A workspace root the gateway holds, inherited as a descriptor: the worker serves
+             * exactly these and never opens a root by path (runtime.md section 2). */
+            if (adopt_root(argv[++i]) != 0)
+                return 2;
         } else if (strcmp(argv[i], "--help") == 0) {
             printf("usage: codespace-runtime --socket <path> [--max-processes N] [--sandbox "
-                   "<helper>]\n\n"
+                   "<helper>] [--sandbox-uid N] [--sandbox-gid N] [--root FD:PATH ...]\n\n"
                    "The worker of codespace-mcp --runner uds; started by the gateway, never by "
                    "hand.\n"
                    "  --socket PATH          bind PATH (in the gateway's 0700 directory), serve "
@@ -439,6 +476,10 @@ int main(int argc, char **argv)
                    "  --max-processes N      live processes at once (CODESPACE_MAX_PROCESSES)\n"
                    "  --sandbox HELPER       run every command through this "
                    "codespace-linux-sandbox\n"
+                   "  --sandbox-uid N, --sandbox-gid N\n"
+                   "                         a root worker's unprivileged command ids\n"
+                   "  --root FD:PATH         serve the workspace root PATH through the inherited "
+                   "directory FD\n"
                    "  --version, --help\n");
             return 0;
         } else if (strcmp(argv[i], "--version") == 0) {
@@ -480,6 +521,8 @@ int main(int argc, char **argv)
     /* Every exec request carries its own time limit; the default only fills the struct. */
     struct cs_supervisor_limits lim;
     cs_supervisor_limits_init(&lim, max_procs, 30000, sandbox);
+    lim.sandbox_uid = sandbox_uid;
+    lim.sandbox_gid = sandbox_gid;
     w.ex = w.loop ? cs_runner_exec_new(w.loop, &lim, on_exited, &w) : NULL;
     w.lw = w.ex ? cs_loop_fd_add(w.loop, lfd, CS_LOOP_READ, on_accept, &w) : NULL;
     if (!w.lw || cs_loop_signal(w.loop, SIGTERM, on_signal, &w) != 0 ||

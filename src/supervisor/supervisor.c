@@ -17,6 +17,7 @@
 #include "supervisor_internal.h"
 
 #include "base_id.h"
+#include "base_roots.h"
 #include "base_utf8.h"
 
 #include <errno.h>
@@ -771,7 +772,7 @@ static char *concat(const char *a, const char *b)
 
 /* Builds the prepare request for one command and runs prepare. Returns the plan path or NULL. */
 static char *sandbox_prepare(struct cs_supervisor *s, const struct cs_supervisor_spawn *sp,
-                             char **argv, char **envp, size_t ne, char *msg, size_t cap)
+                             int rootfd, char **argv, char **envp, size_t ne, char *msg, size_t cap)
 {
     struct csw_sandbox_prepare_request req;
     memset(&req, 0, sizeof req);
@@ -802,7 +803,15 @@ static char *sandbox_prepare(struct cs_supervisor *s, const struct cs_supervisor
     req.env.v = env;
     req.env.n = ne;
     req.tty = sp->tty;
-    path = cs__supervisor_sandbox_prepare(s->sandbox, &req, msg, cap);
+    /* The helper reaches the workspace through the held root, passed as its fd 3 to prepare and
+     * to run; workspace_root is only where the workspace appears inside the sandbox. */
+    req.has_workspace_fd = true;
+    req.workspace_fd = 3;
+    req.has_sandbox_uid = s->lim.sandbox_uid > 0;
+    req.sandbox_uid = s->lim.sandbox_uid;
+    req.has_sandbox_gid = s->lim.sandbox_gid > 0;
+    req.sandbox_gid = s->lim.sandbox_gid;
+    path = cs__supervisor_sandbox_prepare(s->sandbox, &req, rootfd, msg, cap);
 out:
     free(av);
     free(env);
@@ -819,6 +828,16 @@ int cs_supervisor_spawn(struct cs_supervisor *s, const struct cs_supervisor_spaw
         return CSW_ERROR_WORKSPACE_BUSY;
     }
     int rc = CSW_ERROR_PROCESS_SPAWN_FAILED;
+    /* The held root (base_roots.h); a process that holds none (tools, unit tests) opens the
+     * path. Either way everything below uses the descriptor, never the path. */
+    int rootfd = cs_roots_get(sp->root), own_rootfd = -1;
+    if (rootfd < 0 && !cs_roots_active())
+        rootfd = own_rootfd = open(sp->root, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (rootfd < 0) {
+        snprintf(msg, msg_cap, "%s: %s", sp->root,
+                 cs_roots_active() ? "not a workspace root this process holds" : strerror(errno));
+        return rc;
+    }
     char **argv = calloc(sp->argc + 1, sizeof *argv);
     enum { NENV = 11 };
     char *envp[NENV + 1];
@@ -879,6 +898,7 @@ int cs_supervisor_spawn(struct cs_supervisor *s, const struct cs_supervisor_spaw
         .argv = argv,
         .envp = envp,
         .root = sp->root,
+        .root_fd = rootfd,
         .path = s->path,
         .tty = sp->tty,
         .rows = p->rows,
@@ -906,20 +926,16 @@ int cs_supervisor_spawn(struct cs_supervisor *s, const struct cs_supervisor_spaw
             /* A path (absolute, or relative to the root, where the command starts): what does
              * not exist here does not exist inside either. */
             struct stat st;
-            int dfd = open(sp->root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-            int e = dfd < 0                                          ? errno
-                    : fstatat(dfd, argv[0], &st, 0) != 0             ? errno
-                    : !S_ISREG(st.st_mode)                           ? EACCES
-                    : faccessat(dfd, argv[0], X_OK, AT_EACCESS) != 0 ? errno
-                                                                     : 0;
-            if (dfd >= 0)
-                close(dfd);
+            int e = fstatat(rootfd, argv[0], &st, 0) != 0               ? errno
+                    : !S_ISREG(st.st_mode)                              ? EACCES
+                    : faccessat(rootfd, argv[0], X_OK, AT_EACCESS) != 0 ? errno
+                                                                        : 0;
             if (e != 0) {
                 snprintf(msg, msg_cap, "%s: %s", argv[0], strerror(e));
                 goto out;
             }
         }
-        plan = sandbox_prepare(s, sp, argv, envp, ne, msg, msg_cap);
+        plan = sandbox_prepare(s, sp, rootfd, argv, envp, ne, msg, msg_cap);
         if (!plan)
             goto out;
         run_argv[0] = (char *)"codespace-linux-sandbox";
@@ -932,6 +948,7 @@ int cs_supervisor_spawn(struct cs_supervisor *s, const struct cs_supervisor_spaw
         cmd.argv = run_argv;
         cmd.envp = run_env;
         cmd.prog = s->sandbox;
+        cmd.pass_root = true;
     }
     struct cs__supervisor_fds fds;
     if (cs__supervisor_start(&cmd, &fds, msg, msg_cap) != 0)
@@ -979,6 +996,8 @@ out:
     free(p);
     free(plan);
     free(tmp_env);
+    if (own_rootfd >= 0)
+        close(own_rootfd);
     return rc;
 }
 

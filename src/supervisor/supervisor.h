@@ -44,6 +44,9 @@ struct cs_supervisor_limits {
      * it, with no fallback; NULL: commands run unsandboxed, and a workspace with network
      * enabled cannot exec. */
     const char *sandbox_helper;
+    /* A root runner's commands run as this unprivileged host uid and gid when the workspace
+     * root is owned by 0 (sandbox.md section 3); 0: the helper's default (65533). */
+    int64_t sandbox_uid, sandbox_gid;
 };
 
 /* The fixed limits of runtime.md section 5 (the others come from the configuration). */
@@ -63,6 +66,10 @@ void cs_supervisor_limits_init(struct cs_supervisor_limits *lim, int64_t max_liv
  * sandbox helper), not commands. Returns 0 with *pid set, or an errno value. */
 int cs_supervisor_spawn_aux(const char *prog, char *const argv[], char *const envp[],
                             const int fds[3], pid_t *pid);
+/* The same, and the descriptors keep[0..nkeep) (borrowed) are the child's 3, 4, ...
+ * in that order; everything else above 2 is closed. */
+int cs_supervisor_spawn_aux_keep(const char *prog, char *const argv[], char *const envp[],
+                                 const int fds[3], const int *keep, size_t nkeep, pid_t *pid);
 
 /* The PATH of a sandboxed command (sandbox.md section 3). */
 #define CS_SUPERVISOR_SANDBOX_PATH "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"
@@ -70,6 +77,16 @@ int cs_supervisor_spawn_aux(const char *prog, char *const argv[], char *const en
 /* Runs `helper probe` (stdio null, 5 s). Returns 0 when it succeeded, else -1 with msg saying
  * why (with the helper's stderr). */
 int cs_supervisor_sandbox_probe(const char *helper, char *msg, size_t cap);
+
+/*
+ * sandbox.md section 3, for a runner running as root: whether a command in the workspace whose
+ * held root is rootfd can get an unprivileged identity. A root owned by uid or gid 0 needs an
+ * idmapped bind (the root's owner mapped to uid/gid); this makes one, detached, in a throwaway
+ * user namespace, exactly as the helper will. Returns 0 (possible, or not root, or not needed),
+ * or -1 with msg saying why not.
+ */
+int cs_supervisor_sandbox_identity_check(int rootfd, int64_t uid, int64_t gid, char *msg,
+                                         size_t cap);
 
 /*
  * Completes one request. code is 0 with out pointing to the tool's output struct (borrowed for

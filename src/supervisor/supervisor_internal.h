@@ -18,7 +18,9 @@ struct cs__supervisor_cmd {
     char *const *argv; /* NULL-terminated, argv[0] not empty */
     char *const *envp; /* NULL-terminated */
     const char *prog;  /* what to execute; NULL: argv[0], looked up as below */
-    const char *root;  /* working directory */
+    const char *root;  /* working directory (for messages) */
+    int root_fd;       /* the held root: the child's working directory (fchdir) */
+    bool pass_root;    /* the child also gets root_fd as its fd 3 (the sandbox helper) */
     const char *path;  /* where argv[0] is looked up when it has no slash */
     bool tty;
     int64_t rows, cols; /* initial terminal size */
@@ -36,11 +38,12 @@ struct cs__supervisor_fds {
  * or NULL (not found). */
 char *cs__supervisor_lookup(const char *path, const char *name);
 
-/* Runs the helper's prepare for req (sandbox.md section 1). Returns the plan path (free it), or
+/* Runs the helper's prepare for req (sandbox.md section 1), with rootfd (the held workspace
+ * root, or -1) as its fd 3. Returns the plan path (free it), or
  * NULL with msg saying why. */
 char *cs__supervisor_sandbox_prepare(const char *helper,
-                                     const struct csw_sandbox_prepare_request *req, char *msg,
-                                     size_t cap);
+                                     const struct csw_sandbox_prepare_request *req, int rootfd,
+                                     char *msg, size_t cap);
 
 /* The TMPDIR given to the sandbox helper (static storage). */
 const char *cs__supervisor_helper_tmpdir(void);

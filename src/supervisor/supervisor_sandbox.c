@@ -7,7 +7,8 @@
  *
  * Trust: the helper is the operator's binary (flag, variable or our sibling); its output is
  * still decoded through the generated decoder and capped.
- * Entry points: cs_supervisor_sandbox_probe, cs__supervisor_sandbox_prepare.
+ * Entry points: cs_supervisor_sandbox_probe, cs__supervisor_sandbox_prepare,
+ * cs_supervisor_sandbox_identity_check.
  */
 #include "supervisor_internal.h"
 
@@ -19,6 +20,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <linux/magic.h>
+#include <linux/mount.h>
+#include <sched.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
 #include <sys/statfs.h>
 #include <unistd.h>
 
@@ -58,8 +64,8 @@ const char *cs__supervisor_helper_tmpdir(void)
  * stdout into *out (NUL-terminated, malloc'd) and of stderr into err (truncated), kills it after
  * HELPER_LIMIT_MS. Returns its wait status, or -1 (could not run it; err says why).
  */
-static int run_helper(const char *helper, char *const argv[], const char *input, char **out,
-                      char *err, size_t err_cap)
+static int run_helper(const char *helper, char *const argv[], const char *input, int rootfd,
+                      char **out, char *err, size_t err_cap)
 {
     int in[2] = {-1, -1}, o[2] = {-1, -1}, e[2] = {-1, -1};
     *out = NULL;
@@ -72,7 +78,8 @@ static int run_helper(const char *helper, char *const argv[], const char *input,
     char tmp_env[4200];
     snprintf(tmp_env, sizeof tmp_env, "TMPDIR=%s", helper_tmpdir());
     char *envp[] = {(char *)"PATH=/usr/bin:/bin", tmp_env, NULL};
-    int rc = cs_supervisor_spawn_aux(helper, argv, envp, (const int[3]){in[0], o[1], e[1]}, &pid);
+    int rc = cs_supervisor_spawn_aux_keep(helper, argv, envp, (const int[3]){in[0], o[1], e[1]},
+                                          &rootfd, rootfd >= 0 ? 1 : 0, &pid);
     close(in[0]);
     close(o[1]);
     close(e[1]);
@@ -169,7 +176,7 @@ int cs_supervisor_sandbox_probe(const char *helper, char *msg, size_t cap)
     char *argv[] = {(char *)"codespace-linux-sandbox", (char *)"probe", NULL};
     char *out = NULL;
     char err[2048];
-    int st = run_helper(helper, argv, NULL, &out, err, sizeof err);
+    int st = run_helper(helper, argv, NULL, -1, &out, err, sizeof err);
     free(out);
     if (st < 0) {
         snprintf(msg, cap, "%s", err);
@@ -184,8 +191,8 @@ int cs_supervisor_sandbox_probe(const char *helper, char *msg, size_t cap)
 }
 
 char *cs__supervisor_sandbox_prepare(const char *helper,
-                                     const struct csw_sandbox_prepare_request *req, char *msg,
-                                     size_t cap)
+                                     const struct csw_sandbox_prepare_request *req, int rootfd,
+                                     char *msg, size_t cap)
 {
     json_t *j = NULL;
     struct cs_wire_diag diag;
@@ -202,7 +209,7 @@ char *cs__supervisor_sandbox_prepare(const char *helper,
     char *argv[] = {(char *)"codespace-linux-sandbox", (char *)"prepare", NULL};
     char *out = NULL;
     char err[1024];
-    int st = run_helper(helper, argv, text, &out, err, sizeof err);
+    int st = run_helper(helper, argv, text, rootfd, &out, err, sizeof err);
     free(text);
     if (st < 0) {
         snprintf(msg, cap, "sandbox prepare: %s", err);
@@ -231,4 +238,113 @@ char *cs__supervisor_sandbox_prepare(const char *helper,
         snprintf(msg, cap, "out of memory");
     csw_sandbox_prepare_response_free(&resp);
     return path;
+}
+
+static int write_proc(pid_t pid, const char *file, const char *text)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/%s", (int)pid, file);
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    ssize_t n = write(fd, text, strlen(text));
+    int e = errno;
+    close(fd);
+    errno = e;
+    return n == (ssize_t)strlen(text) ? 0 : -1;
+}
+
+int cs_supervisor_sandbox_identity_check(int rootfd, int64_t uid, int64_t gid, char *msg,
+                                         size_t cap)
+{
+    struct stat st;
+    if (geteuid() != 0)
+        return 0;
+    if (fstat(rootfd, &st) != 0) {
+        snprintf(msg, cap, "cannot stat the workspace root: %s", strerror(errno));
+        return -1;
+    }
+    if (st.st_uid != 0 && st.st_gid != 0)
+        return 0; /* the command runs as the root's owner: no idmapped bind needed */
+    /* A throwaway user namespace with the helper's mapping (root's owner -> the sandbox id),
+     * and the same idmapped detached bind the helper makes; nothing is attached anywhere. */
+    /* up: the child says it has entered its namespace; down: closed by us when done. Two
+     * pipes, so neither side can read its own byte back. */
+    int up[2], down[2];
+    if (pipe2(up, O_CLOEXEC) != 0) {
+        snprintf(msg, cap, "pipe: %s", strerror(errno));
+        return -1;
+    }
+    if (pipe2(down, O_CLOEXEC) != 0) {
+        snprintf(msg, cap, "pipe: %s", strerror(errno));
+        close(up[0]);
+        close(up[1]);
+        return -1;
+    }
+    pid_t pid = fork();
+    if (pid < 0) {
+        snprintf(msg, cap, "fork: %s", strerror(errno));
+        close(up[0]);
+        close(up[1]);
+        close(down[0]);
+        close(down[1]);
+        return -1;
+    }
+    if (pid == 0) {
+        close(up[0]);
+        close(down[1]);
+        char c = unshare(CLONE_NEWUSER) == 0 ? 'u' : 'x';
+        (void)!write(up[1], &c, 1);
+        (void)!read(down[0], &c, 1); /* until the parent is done (it closes its end) */
+        _exit(0);
+    }
+    close(up[1]);
+    close(down[0]);
+    char c = 0, map[64];
+    int rc = -1, ns = -1, tree = -1;
+    const char *step = "unshare(CLONE_NEWUSER)";
+    if (read(up[0], &c, 1) != 1 || c != 'u')
+        goto out;
+    step = "write the id maps";
+    snprintf(map, sizeof map, "%u %lld 1\n", (unsigned)st.st_uid,
+             (long long)(st.st_uid ? (int64_t)st.st_uid : uid));
+    if (write_proc(pid, "setgroups", "deny") != 0 || write_proc(pid, "uid_map", map) != 0)
+        goto out;
+    snprintf(map, sizeof map, "%u %lld 1\n", (unsigned)st.st_gid,
+             (long long)(st.st_gid ? (int64_t)st.st_gid : gid));
+    if (write_proc(pid, "gid_map", map) != 0)
+        goto out;
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/ns/user", (int)pid);
+    step = "open the user namespace";
+    if ((ns = open(path, O_RDONLY | O_CLOEXEC)) < 0)
+        goto out;
+    step = "open_tree";
+    tree = (int)syscall(SYS_open_tree, rootfd, "",
+                        OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_EMPTY_PATH | AT_RECURSIVE);
+    if (tree < 0)
+        goto out;
+    step = "mount_setattr(MOUNT_ATTR_IDMAP)";
+    struct mount_attr attr = {.attr_set = MOUNT_ATTR_IDMAP, .userns_fd = (__u64)(unsigned)ns};
+    if (syscall(SYS_mount_setattr, tree, "", AT_EMPTY_PATH | AT_RECURSIVE, &attr, sizeof attr) != 0)
+        goto out;
+    rc = 0;
+out:
+    if (rc != 0)
+        snprintf(msg, cap,
+                 "this server runs as root and the workspace root is owned by root, so commands "
+                 "must run as the unprivileged id %lld through an idmapped bind of the "
+                 "workspace, which this kernel or the workspace's filesystem cannot provide (%s: "
+                 "%s); no command runs as host root instead",
+                 (long long)uid, step, c == 'x' ? "unshare refused" : strerror(errno));
+    if (tree >= 0)
+        close(tree);
+    if (ns >= 0)
+        close(ns);
+    close(up[0]);
+    close(down[1]);
+    kill(pid, SIGKILL);
+    while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+        ;
+    return rc;
 }

@@ -102,7 +102,8 @@ struct child {
     char *const *argv;
     char *const *envp;
     const char *prog, *root, *slave;
-    int in, out;
+    int in, out, root_fd;
+    bool pass_root;
     pid_t parent;
     int err;          /* errno of the failed step, 0 if execve was reached */
     const char *step; /* which step failed */
@@ -134,8 +135,9 @@ __attribute__((no_sanitize("address", "undefined"))) static int child_main(void 
         goto fail;
     if (syscall(SYS_getppid) != c->parent)
         syscall(SYS_exit_group, 127L);
+    /* The held root, never the path: an ancestor swapped since start redirects nothing. */
     c->step = "chdir";
-    if (syscall(SYS_chdir, c->root) != 0)
+    if (syscall(SYS_fchdir, (long)c->root_fd) != 0)
         goto fail;
     if (c->slave) {
         /* The new session's controlling terminal, and its foreground group. */
@@ -156,8 +158,18 @@ __attribute__((no_sanitize("address", "undefined"))) static int child_main(void 
             syscall(SYS_dup2, (long)c->out, 2L) < 0)
             goto fail;
     }
+    long first_closed = 3;
+    if (c->pass_root) {
+        /* The sandbox helper reaches the workspace through this descriptor (the plan's
+         * workspace_fd). dup2 onto itself would keep close-on-exec, hence the fcntl. */
+        c->step = "dup2";
+        if (c->root_fd == 3 ? syscall(SYS_fcntl, 3L, (long)F_SETFD, 0L) != 0
+                            : syscall(SYS_dup2, (long)c->root_fd, 3L) < 0)
+            goto fail;
+        first_closed = 4;
+    }
     c->step = "close_range";
-    if (syscall(SYS_close_range, 3L, (long)~0U, 0L) != 0)
+    if (syscall(SYS_close_range, first_closed, (long)~0U, 0L) != 0)
         goto fail;
     unsigned long none = 0;
     (void)syscall(SYS_rt_sigprocmask, (long)SIG_SETMASK, &none, NULL, 8L);
@@ -185,6 +197,8 @@ static pid_t spawn_child(const struct cs__supervisor_cmd *cmd, const char *prog,
         .envp = cmd->envp,
         .prog = prog,
         .root = cmd->root,
+        .root_fd = cmd->root_fd,
+        .pass_root = cmd->pass_root,
         .slave = slave,
         .in = in,
         .out = out,
@@ -324,6 +338,12 @@ void cs_supervisor_limits_init(struct cs_supervisor_limits *lim, int64_t max_liv
 int cs_supervisor_spawn_aux(const char *prog, char *const argv[], char *const envp[],
                             const int fds[3], pid_t *pid)
 {
+    return cs_supervisor_spawn_aux_keep(prog, argv, envp, fds, NULL, 0, pid);
+}
+
+int cs_supervisor_spawn_aux_keep(const char *prog, char *const argv[], char *const envp[],
+                                 const int fds[3], const int *keep, size_t nkeep, pid_t *pid)
+{
     posix_spawn_file_actions_t fa;
     posix_spawnattr_t attr;
     sigset_t none, all;
@@ -331,18 +351,35 @@ int cs_supervisor_spawn_aux(const char *prog, char *const argv[], char *const en
     sigfillset(&all);
     sigdelset(&all, SIGKILL);
     sigdelset(&all, SIGSTOP);
-    int e = posix_spawn_file_actions_init(&fa);
+    /* The kept descriptors go to 3, 4, ... in the child. They are first duplicated above any
+     * target number here, so moving one into place never overwrites another still to move. */
+    int *high = nkeep ? calloc(nkeep, sizeof *high) : NULL;
+    size_t nhigh = 0;
+    if (nkeep && !high)
+        return ENOMEM;
+    int e = 0;
+    for (; nhigh < nkeep; nhigh++) {
+        high[nhigh] = fcntl(keep[nhigh], F_DUPFD_CLOEXEC, 64);
+        if (high[nhigh] < 0) {
+            e = errno;
+            break;
+        }
+    }
+    if (e == 0)
+        e = posix_spawn_file_actions_init(&fa);
     if (e != 0)
-        return e;
+        goto close_high;
     e = posix_spawnattr_init(&attr);
     if (e != 0) {
         posix_spawn_file_actions_destroy(&fa);
-        return e;
+        goto close_high;
     }
     for (int i = 0; i < 3 && e == 0; i++)
         e = posix_spawn_file_actions_adddup2(&fa, fds[i], i);
+    for (size_t i = 0; i < nkeep && e == 0; i++)
+        e = posix_spawn_file_actions_adddup2(&fa, high[i], 3 + (int)i);
     if (e == 0)
-        e = posix_spawn_file_actions_addclosefrom_np(&fa, 3);
+        e = posix_spawn_file_actions_addclosefrom_np(&fa, 3 + (int)nkeep);
     if (e == 0)
         e = posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
     if (e == 0)
@@ -353,5 +390,9 @@ int cs_supervisor_spawn_aux(const char *prog, char *const argv[], char *const en
         e = posix_spawn(pid, prog, &fa, &attr, argv, envp);
     posix_spawnattr_destroy(&attr);
     posix_spawn_file_actions_destroy(&fa);
+close_high:
+    for (size_t i = 0; i < nhigh; i++)
+        close(high[i]);
+    free(high);
     return e;
 }

@@ -5,6 +5,9 @@
  */
 #include "tools.h"
 
+#include "base_roots.h"
+
+#include <errno.h>
 #include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -49,7 +52,11 @@ static void workspace_info(void *arg, struct cs_mcp_call *call, const void *inpu
     }
     struct csw_mcp_workspace_info_output out;
     char msg[512];
-    int rc = cs_policy_workspace_info(t->cfg, &t->caps, t->version, in, &out, msg, sizeof msg);
+    /* A workspace where no command can start says so: process.available is false there. */
+    struct cs_runtime_caps caps = t->caps;
+    if (slot != SIZE_MAX && slot > 0 && t->no_exec && t->no_exec[slot - 1])
+        caps.process_available = false;
+    int rc = cs_policy_workspace_info(t->cfg, &caps, t->version, in, &out, msg, sizeof msg);
     if (rc != 0) {
         cs_mcp_call_error(call, (enum csw_error)rc, NULL, "%s", msg);
         return;
@@ -83,6 +90,12 @@ void cs_tools_free(struct cs_tools *t)
     t->wsdesc = NULL;
     free(t->leases);
     t->leases = NULL;
+    if (t->no_exec) {
+        for (size_t i = 0; i < t->cfg->n_workspaces; i++)
+            free(t->no_exec[i]);
+    }
+    free(t->no_exec);
+    t->no_exec = NULL;
 }
 
 /* ---- the policy gate ---- */
@@ -569,6 +582,11 @@ static void exec_command_tool(void *arg, struct cs_mcp_call *call, const void *i
                                              : "command[0] is empty: name the program to run");
         return;
     }
+    const char *why = t->no_exec[ws - t->cfg->workspaces];
+    if (why) {
+        cs_mcp_call_error(call, CSW_ERROR_PROCESS_SPAWN_FAILED, NULL, "%s", why);
+        return;
+    }
     with_lease(t, ws, call, input, exec_locked);
 }
 
@@ -692,6 +710,49 @@ static int build_wsdesc(struct cs_tools *t)
     return 0;
 }
 
+/*
+ * sandbox.md section 3, for a server running as root: a command never holds host uid 0. Without
+ * the sandbox there is no unprivileged identity to give it, so no command runs at all (never the
+ * unsandboxed fallback a non-root server has); with it, a workspace whose root is owned by root
+ * needs an idmapped bind, and a workspace whose filesystem cannot have one runs no command
+ * either. Each such workspace gets its reason in t->no_exec (exec_command answers
+ * PROCESS_SPAWN_FAILED with it; workspace_info reports process.available false). probe_err is
+ * why the probe failed. Returns 0, or -1 on OOM with err set.
+ */
+static int identity_rules(struct cs_tools *t, bool sandboxed, const char *probe_err, char *err,
+                          size_t err_cap)
+{
+    const struct cs_config *cfg = t->cfg;
+    t->no_exec = calloc(cfg->n_workspaces + 1, sizeof *t->no_exec);
+    if (!t->no_exec) {
+        snprintf(err, err_cap, "out of memory");
+        return -1;
+    }
+    if (geteuid() != 0)
+        return 0;
+    for (size_t i = 0; i < cfg->n_workspaces; i++) {
+        const struct cs_workspace *ws = &cfg->workspaces[i];
+        char why[1024] = "";
+        if (!sandboxed)
+            snprintf(why, sizeof why,
+                     "this server runs as root and never runs a command as host root: without "
+                     "the Linux sandbox (its probe failed: %s) no command can run",
+                     probe_err);
+        else if (ws->has_root_fd &&
+                 cs_supervisor_sandbox_identity_check(ws->root_fd, cfg->sandbox_uid,
+                                                      cfg->sandbox_gid, why, sizeof why) != 0)
+            ; /* why is set */
+        else
+            continue;
+        t->no_exec[i] = strdup(why);
+        if (!t->no_exec[i]) {
+            snprintf(err, err_cap, "out of memory");
+            return -1;
+        }
+    }
+    return 0;
+}
+
 int cs_tools_register(struct cs_mcp *srv, struct cs_tools *t, const struct cs_config *cfg,
                       const char *version, struct cs_store *store, struct cs_loop *loop, char *err,
                       size_t err_cap)
@@ -712,6 +773,16 @@ int cs_tools_register(struct cs_mcp *srv, struct cs_tools *t, const struct cs_co
         t->leases[i].t = t;
         t->leases[i].ws = &cfg->workspaces[i];
     }
+    /* runtime.md section 2: every root was opened once at load; from here on the file tools,
+     * the supervisor and the sandbox reach a root only through that descriptor. */
+    for (size_t i = 0; i < cfg->n_workspaces; i++) {
+        const struct cs_workspace *ws = &cfg->workspaces[i];
+        if (ws->has_root_fd && cs_roots_get(ws->root) < 0 &&
+            cs_roots_add(ws->root, ws->root_fd) != 0) {
+            snprintf(err, err_cap, "cannot hold workspace root %s: %s", ws->root, strerror(errno));
+            return -1;
+        }
+    }
     struct cs_runner_events ev = {on_process_exited, on_runner_lost, t};
     /* sandbox.md section 2: probe the helper once; its answer decides how every command spawns
      * and what workspace_info reports. */
@@ -728,6 +799,10 @@ int cs_tools_register(struct cs_mcp *srv, struct cs_tools *t, const struct cs_co
         free(helper);
         helper = NULL;
     }
+    if (identity_rules(t, sandboxed, perr, err, err_cap) != 0) {
+        free(helper);
+        return -1;
+    }
     t->caps.sandbox = sandboxed;
     if (sandboxed) {
         long abi = syscall(SYS_landlock_create_ruleset, NULL, 0, LANDLOCK_CREATE_RULESET_VERSION);
@@ -742,6 +817,8 @@ int cs_tools_register(struct cs_mcp *srv, struct cs_tools *t, const struct cs_co
             .max_processes = cfg->max_processes,
             .version = version,
             .sandbox_helper = helper,
+            .sandbox_uid = cfg->sandbox_uid,
+            .sandbox_gid = cfg->sandbox_gid,
         };
         t->runner = bin ? cs_runner_uds_new(loop, &opt, &ev, err, err_cap) : NULL;
         free(bin);
@@ -749,6 +826,8 @@ int cs_tools_register(struct cs_mcp *srv, struct cs_tools *t, const struct cs_co
         struct cs_supervisor_limits lim;
         cs_supervisor_limits_init(&lim, cfg->max_processes, cfg->process_timeout_secs * 1000,
                                   helper);
+        lim.sandbox_uid = cfg->sandbox_uid;
+        lim.sandbox_gid = cfg->sandbox_gid;
         t->runner = cs_runner_inproc_new(loop, &lim, &ev);
     }
     free(helper);

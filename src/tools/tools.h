@@ -62,6 +62,9 @@ struct cs_tools {
     struct cs_tools_lease *leases;       /* one per registry workspace, same order */
     struct cs_runner *runner;            /* where the work runs (owned) */
     struct csw_runner_workspace *wsdesc; /* each workspace as the wire describes it */
+    /* Per registry workspace: why no command can run there (a root server whose commands cannot
+     * get an unprivileged identity, sandbox.md section 3), or NULL. Owned. */
+    char **no_exec;
 };
 
 /* Fills t->caps from what this build implements and cfg, and sets the handlers of every

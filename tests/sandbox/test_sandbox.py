@@ -17,6 +17,7 @@ import shutil
 import signal
 import socket
 import socketserver
+import stat
 import struct
 import subprocess
 import tempfile
@@ -73,15 +74,17 @@ class SandboxCase(unittest.TestCase):
 
     # -- helpers -------------------------------------------------------------------------
     def prepare(self, argv, network="restricted", allow=None, writable=True, tty=False, env=None,
-                cwd=None):
+                cwd=None, extra=None):
         req = {"protocol": 1, "workspace_root": self.ws, "command_cwd": cwd or self.ws,
                "writable_workspace": writable, "network": network, "argv": argv,
                "env": env if env is not None else {"HOME": self.ws, "LANG": "C.UTF-8"},
                "tty": tty}
         if allow is not None:
             req["network_allow"] = allow
+        req.update(extra or {})
+        keep = (req["workspace_fd"],) if "workspace_fd" in req else ()
         p = subprocess.run([HELPER, "prepare"], input=json.dumps(req), capture_output=True,
-                           text=True, timeout=10)
+                           text=True, timeout=10, pass_fds=keep)
         line = json.loads(p.stdout)
         self.assertEqual(line["type"], "prepared", line)
         self.assertEqual(p.returncode, 0)
@@ -323,8 +326,14 @@ class TestProcess(SandboxCase):
     def test_pid_one_and_identity(self):
         p = self.sh("echo $$; id -u; id -g; hostname")
         lines = self.ok(p).split()
-        self.assertEqual(lines[1], str(os.geteuid()))
-        self.assertEqual(lines[2], str(os.getegid()))
+        if os.geteuid() == 0:
+            # sandbox.md section 3: a root caller's command runs as an unprivileged id (the
+            # workspace belongs to root here, so the default sandbox id).
+            self.assertEqual(lines[1], "65533")
+            self.assertEqual(lines[2], "65533")
+        else:
+            self.assertEqual(lines[1], str(os.geteuid()))
+            self.assertEqual(lines[2], str(os.getegid()))
         self.assertEqual(lines[3], "codespace")
 
     def test_no_capabilities_nnp(self):
@@ -853,6 +862,125 @@ class TestProxy(SandboxCase):
         p = self.sh("sleep 0.1", network="enabled")
         self.ok(p)
         self.assertLess(time.time() - t0, 5)
+
+ROOT = os.geteuid() == 0
+
+
+class TestIdentity(SandboxCase):
+    """sandbox.md section 3: who the command is, what it can leave behind, and the workspace
+    reached through the runner's held descriptor (workspace_fd) rather than its path."""
+
+    def ids(self, **kw):
+        p = self.sh("id -u; id -g; cat /proc/self/uid_map /proc/self/gid_map; touch made; "
+                    "mkdir made.d", **kw)
+        return [int(x) for x in self.ok(p).split()]
+
+    def test_root_caller_gets_an_unprivileged_id(self):
+        st = os.stat(self.ws)
+        uid, gid, in_u, host_u, _, in_g, host_g, _ = self.ids()
+        if ROOT:
+            self.assertEqual((uid, gid), (65533, 65533))  # a root-owned workspace
+            self.assertNotEqual(host_u, 0)
+            self.assertNotEqual(host_g, 0)
+        else:
+            self.assertEqual((uid, gid), (os.geteuid(), os.getegid()))
+        self.assertEqual((in_u, in_g), (uid, gid))
+        for n in ("made", "made.d"):  # owned on the host by the workspace root's owner
+            m = os.lstat(os.path.join(self.ws, n))
+            self.assertEqual((m.st_uid, m.st_gid), (st.st_uid, st.st_gid))
+
+    def test_plan_ids_and_workspace_owner(self):
+        if not ROOT:
+            self.assertEqual(self.ids()[0], os.geteuid())
+            return
+        # The plan's sandbox ids apply to a root-owned workspace ...
+        uid, gid = self.ids(extra={"sandbox_uid": 5151, "sandbox_gid": 5252})[:2]
+        self.assertEqual((uid, gid), (5151, 5252))
+        # ... and a workspace owned by someone else runs as that owner, ids or not.
+        for n in ("made", "made.d"):
+            p = os.path.join(self.ws, n)
+            os.rmdir(p) if os.path.isdir(p) else os.unlink(p)
+        os.chown(self.ws, 4242, 4243)
+        uid, gid = self.ids(extra={"sandbox_uid": 5151})[:2]
+        self.assertEqual((uid, gid), (4242, 4243))
+        m = os.lstat(os.path.join(self.ws, "made"))
+        self.assertEqual((m.st_uid, m.st_gid), (4242, 4243))
+
+    def test_root_only_file_unreadable(self):
+        secret = "/etc/codespace-sbx-%d-%s" % (os.getpid(), os.path.basename(self.tmp))
+        fd = os.open(secret, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        self.addCleanup(os.unlink, secret)
+        os.write(fd, b"root-secret")
+        os.close(fd)
+        p = self.sh("cat %s" % secret)
+        self.assertNotIn(b"root-secret", p.stdout)
+        if ROOT:
+            self.assertNotEqual(p.returncode, 0)
+
+    def test_set_id_bits_refused(self):
+        code = SYSCALL_PRELUDE + r"""
+import os, stat
+res = {}
+def t(name, f):
+    try:
+        r = f()
+        res[name] = ctypes.get_errno() if isinstance(r, int) and r < 0 else 0
+    except OSError as e:
+        res[name] = e.errno
+open("plain", "w").close()
+d = os.open(".", os.O_RDONLY | os.O_DIRECTORY)
+for bit in (stat.S_ISUID, stat.S_ISGID):
+    t("chmod%o" % bit, lambda: os.chmod("plain", 0o755 | bit))
+    t("fchmodat%o" % bit, lambda: os.chmod("plain", 0o755 | bit, dir_fd=d))
+    t("openat%o" % bit, lambda: os.close(os.open("x%o" % bit, os.O_CREAT | os.O_WRONLY, 0o755 | bit, dir_fd=d)))
+    t("creat%o" % bit, lambda: libc.creat(b"c%o" % bit, 0o755 | bit))
+    t("mkdir%o" % bit, lambda: os.mkdir("m%o" % bit, 0o755 | bit))
+    t("mknod%o" % bit, lambda: os.mknod("n%o" % bit, stat.S_IFIFO | 0o644 | bit))
+print(sorted(set(res.values())))
+"""
+        p = self.py(code)
+        self.assertEqual(self.ok(p).strip(), "[1]")  # EPERM, every one
+        for dirpath, dirnames, filenames in os.walk(self.ws):
+            for n in dirnames + filenames:
+                m = os.lstat(os.path.join(dirpath, n)).st_mode
+                self.assertFalse(m & (stat.S_ISUID | stat.S_ISGID), n)
+        p = self.sh("grep ' %s ' /proc/self/mountinfo" % self.ws)
+        opts = self.ok(p).split()[5].split(",")
+        self.assertIn("nosuid", opts)
+        self.assertIn("nodev", opts)
+
+    def test_workspace_fd_not_path(self):
+        """With workspace_fd, the held directory is bound even after an ancestor of its path
+        was replaced by a symlink to a decoy; without it, the swapped path is refused."""
+        with open(os.path.join(self.ws, "marker"), "w") as f:
+            f.write("original")
+        decoy = os.path.join(self.tmp, "decoy")
+        os.makedirs(os.path.join(decoy, "ws"))
+        with open(os.path.join(decoy, "ws", "marker"), "w") as f:
+            f.write("decoy")
+        fd = os.open(self.ws, os.O_PATH | os.O_DIRECTORY)
+        self.addCleanup(os.close, fd)
+        plan_fd = self.prepare(["/bin/sh", "-c", INSIDE_SH + "cat marker; echo w > written"],
+                               extra={"workspace_fd": fd})
+        plan_path = self.prepare(["/bin/sh", "-c", INSIDE_SH + "cat marker"])
+        moved = self.tmp + "-moved"
+        os.rename(self.tmp, moved)
+        os.symlink(decoy, self.tmp)
+        try:
+            p = subprocess.run([HELPER, "run", "--plan", plan_fd], capture_output=True,
+                               timeout=30, pass_fds=(fd,))
+            self.assertEqual(p.returncode, 0, p.stderr)
+            self.assertEqual(p.stdout.decode(), "original")
+            with open(os.path.join(moved, "ws", "written")) as f:
+                self.assertEqual(f.read(), "w\n")
+            self.assertFalse(os.path.exists(os.path.join(decoy, "ws", "written")))
+            p = self.run_plan(plan_path)
+            self.assertNotIn(b"decoy", p.stdout)
+            self.assertNotEqual(p.returncode, 0)
+        finally:
+            os.unlink(self.tmp)
+            os.rename(moved, self.tmp)
+
 
 
 if __name__ == "__main__":
