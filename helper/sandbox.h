@@ -27,11 +27,12 @@
 #define CS_SBX_REQ_MAX    (1u << 20) /* prepare request cap (the runner reads 1 MiB back) */
 #define CS_SBX_PLAN_MAX   (2u << 20) /* plan file cap */
 #define CS_SBX_DIR_PREFIX "codespace-sandbox-"
+#define CS_SBX_EXIT_SETUP 125 /* the helper itself failed (setup error) */
+#define CS_SBX_EXIT_USAGE 2
+
 /* Set by a runner to its pid: plan directories are then codespace-sandbox-<pid>-XXXXXX, which
  * that runner's successors may sweep once the pid is gone (sandbox.md section 1). */
 #define CS_SBX_RUNNER_PID_ENV "CODESPACE_SANDBOX_RUNNER_PID"
-#define CS_SBX_EXIT_SETUP 125 /* the helper itself failed (setup error) */
-#define CS_SBX_EXIT_USAGE 2
 
 /* ---- sandbox_plan.c ---- */
 
