@@ -32,6 +32,10 @@
 #define CS_SBX_EXIT_SETUP 125 /* the helper itself failed (setup error) */
 #define CS_SBX_EXIT_USAGE 2
 
+/* Set by a runner to its pid: plan directories are then codespace-sandbox-<pid>-XXXXXX, which
+ * that runner's successors may sweep once the pid is gone (sandbox.md section 1). */
+#define CS_SBX_RUNNER_PID_ENV "CODESPACE_SANDBOX_RUNNER_PID"
+
 /* ---- sandbox_plan.c ---- */
 
 /*
@@ -59,6 +63,10 @@ int cs_sbx_prepare_request(const struct csw_sandbox_prepare_request *q, char **p
 
 /* `prepare`: stdin -> plan file -> one JSON line on stdout. Returns the exit code. */
 int cs_sbx_prepare_main(void);
+
+/* CODESPACE_SANDBOX_RUNNER_PID: 0 with *pid set (0 when the variable is absent), or -1 when it
+ * is not a decimal pid in 1 .. INT_MAX without leading zero. */
+int cs_sbx_runner_pid(long *pid);
 
 /* $TMPDIR if absolute, else /tmp. */
 const char *cs_sbx_tmpdir(void);

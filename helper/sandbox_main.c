@@ -5,7 +5,8 @@
  *   codespace-linux-sandbox prepare          < request.json   > {"type":"prepared",...}
  *   codespace-linux-sandbox run --plan <absolute path>
  *
- * Trust: argv comes from the runner; the helper ignores its own environment except TMPDIR.
+ * Trust: argv comes from the runner; the helper ignores its own environment except TMPDIR and
+ * CODESPACE_SANDBOX_RUNNER_PID (the runner's pid, named in plan directories: sandbox_plan.c).
  * helper/README.md is the contract with the runner (exit codes, signals, terminal).
  */
 #include <errno.h>

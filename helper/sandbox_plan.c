@@ -5,12 +5,18 @@
  * owner, mode and type checks, unlinks it and removes its directory before anything else, then
  * validates it.
  *
+ * Plan directory names: `codespace-sandbox-<runner pid>-XXXXXX` when the runner says who it is
+ * (CODESPACE_SANDBOX_RUNNER_PID, a decimal pid: the server's supervisor sets it to its own pid),
+ * else the plain `codespace-sandbox-XXXXXX` of a tool calling `prepare` by hand. The pid lets a
+ * runner starting up remove what a crashed runner left (a directory whose pid is no live process;
+ * src/supervisor/supervisor_sandbox.c); a plain name is never swept by anyone.
+ *
  * Trust: the request and the plan are untrusted at the parser: the generated decoders check the
  * schema, cs_sbx_plan_parse the semantic rules (the same rules for both, so a plan that prepare
  * would refuse is refused by run as well). fuzz/sandbox_plan_run_fuzz.c drives cs_sbx_plan_parse.
  *
  * Entry points: cs_sbx_prepare_main, cs_sbx_plan_load, cs_sbx_plan_parse, cs_sbx_plan_write,
- * cs_sbx_tmpdir.
+ * cs_sbx_tmpdir, cs_sbx_runner_pid.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -39,6 +45,24 @@ const char *cs_sbx_tmpdir(void)
 {
     const char *t = getenv("TMPDIR");
     return t && t[0] == '/' ? t : "/tmp";
+}
+
+int cs_sbx_runner_pid(long *pid)
+{
+    const char *v = getenv(CS_SBX_RUNNER_PID_ENV);
+    *pid = 0;
+    if (!v)
+        return 0;
+    /* Decimal, no sign, no leading zero, 1 .. INT_MAX: exactly what the runner's sweep parses
+     * back out of the directory name. */
+    long n = 0;
+    size_t i = 0;
+    for (; v[i] >= '0' && v[i] <= '9' && i < 10; i++)
+        n = n * 10 + (v[i] - '0');
+    if (i == 0 || v[i] != '\0' || v[0] == '0' || n > INT_MAX)
+        return -1;
+    *pid = n;
+    return 0;
 }
 
 static bool has_nul(const struct cs_str *s)
@@ -207,9 +231,17 @@ int cs_sbx_plan_write(const struct csw_sandbox_plan *plan, const char *tmpdir, c
     json_decref(j);
     if (!text)
         return fail(err, errcap, "out of memory");
-    char dir[PATH_MAX], path[PATH_MAX];
+    char dir[PATH_MAX], path[PATH_MAX], owner[24] = "";
     int rc = -1;
-    if (snprintf(dir, sizeof dir, "%s/" CS_SBX_DIR_PREFIX "XXXXXX", tmpdir) >= (int)sizeof dir) {
+    long runner;
+    if (cs_sbx_runner_pid(&runner) < 0) {
+        fail(err, errcap, CS_SBX_RUNNER_PID_ENV " must be a decimal process id");
+        goto out;
+    }
+    if (runner > 0)
+        snprintf(owner, sizeof owner, "%ld-", runner);
+    if (snprintf(dir, sizeof dir, "%s/" CS_SBX_DIR_PREFIX "%sXXXXXX", tmpdir, owner) >=
+        (int)sizeof dir) {
         fail(err, errcap, "TMPDIR too long");
         goto out;
     }

@@ -95,6 +95,9 @@ struct proc {
     struct cs_loop_timer *limit_timer, *kill_timer, *drain_timer, *write_timer;
     cs_supervisor_exit_fn on_exit;
     void *exit_arg;
+    /* The plan prepare returned for a sandboxed process (NULL otherwise): removed once the
+     * process is reaped, if `run` did not get as far as removing it (sandbox.md section 1). */
+    char *plan;
 };
 
 struct cs_supervisor {
@@ -379,6 +382,19 @@ static void wake_readers(struct proc *p)
     }
 }
 
+/* ---- the plan ---- */
+
+/* The process is reaped (or was never started): its helper can no longer read the plan, so a
+ * plan still there is removed now (invariant R9; `run` normally removed it first thing). */
+static void drop_plan(struct proc *p)
+{
+    if (!p->plan)
+        return;
+    (void)cs__supervisor_plan_remove(p->plan);
+    free(p->plan);
+    p->plan = NULL;
+}
+
 /* ---- signals ---- */
 
 static void signal_group(struct proc *p, int sig)
@@ -607,6 +623,7 @@ static void on_exit_ready(void *arg, int fd, unsigned events)
     if (waitid((idtype_t)P_PIDFD, (id_t)fd, &si, WEXITED | WNOHANG) != 0 || si.si_pid == 0)
         return; /* not yet (spurious wake-up) */
     p->reaped = true;
+    drop_plan(p);
     cs_loop_fd_del(p->pidw);
     p->pidw = NULL;
     close(p->pidfd);
@@ -680,6 +697,7 @@ static void proc_free(struct proc *p)
             ;
         p->reaped = true;
     }
+    drop_plan(p);
     while (p->waiters) {
         struct waiter *w = p->waiters;
         waiter_unlink(w);
@@ -729,6 +747,9 @@ struct cs_supervisor *cs_supervisor_new(struct cs_loop *loop,
     s->lim.path = s->path;
     s->lim.tmpdir = s->tmpdir;
     s->lim.sandbox_helper = s->sandbox;
+    /* sandbox.md section 1: the plans a runner of ours that is gone left behind (R9). */
+    if (s->sandbox)
+        (void)cs__supervisor_plan_sweep();
     return s;
 }
 
@@ -955,6 +976,8 @@ int cs_supervisor_spawn(struct cs_supervisor *s, const struct cs_supervisor_spaw
         goto out;
     p->pid = fds.pid;
     p->pidfd = fds.pidfd;
+    p->plan = plan; /* removed once the helper is reaped */
+    plan = NULL;
     p->in = fds.in;
     p->out = fds.out;
     if (p->in < 0)
@@ -994,6 +1017,8 @@ out:
     if (p)
         free(p->workspace_id);
     free(p);
+    if (plan) /* prepared, but `run` never started: nobody else will remove it */
+        (void)cs__supervisor_plan_remove(plan);
     free(plan);
     free(tmp_env);
     if (own_rootfd >= 0)

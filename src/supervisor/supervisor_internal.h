@@ -48,6 +48,20 @@ char *cs__supervisor_sandbox_prepare(const char *helper,
 /* The TMPDIR given to the sandbox helper (static storage). */
 const char *cs__supervisor_helper_tmpdir(void);
 
+/* Parses a plan directory name codespace-sandbox-<pid>-XXXXXX (pid decimal, 1 .. INT_MAX, no
+ * leading zero; six mkdtemp characters [A-Za-z0-9]). Returns 0 with *pid set, or -1. */
+int cs__supervisor_plan_dir_pid(const char *name, pid_t *pid);
+
+/* Removes the plan at plan_path (what prepare returned) and its directory, if still there and
+ * only if it has prepare's shape: a codespace-sandbox-* directory of our uid directly under the
+ * helper's TMPDIR, reached without following links. Returns 1 (removed), 0 (already gone) or
+ * -1 (not ours, or an error). */
+int cs__supervisor_plan_remove(const char *plan_path);
+
+/* The start-up sweep: removes the helper TMPDIR's plan directories left by runners that are gone
+ * (pid not alive, or over an hour old), ours only (uid). Returns how many went, or -1. */
+int cs__supervisor_plan_sweep(void);
+
 /* Starts cmd. Returns 0 with fds filled, or -1 with msg saying why (nothing is left running and
  * no descriptor is left open). */
 int cs__supervisor_start(const struct cs__supervisor_cmd *cmd, struct cs__supervisor_fds *fds,

@@ -5,15 +5,36 @@
  * at most), and the supervisor then starts `codespace-linux-sandbox run --plan <path>` in place
  * of the command. Only the generated protocol code (schema/sandbox/) is linked here.
  *
+ * No plan outlives its run (sandbox.md section 1, invariant R9). The helper is given
+ * CODESPACE_SANDBOX_RUNNER_PID=<our pid>, so its plan directories are named
+ * `codespace-sandbox-<pid>-XXXXXX` under the helper's TMPDIR (below). Then:
+ *  - once a sandboxed process is reaped (whatever ended it), or when spawning `run` failed after
+ *    `prepare`, the supervisor removes the exact plan path prepare returned if it is still there
+ *    (`run` removes it itself when it gets that far): cs__supervisor_plan_remove;
+ *  - when a supervisor with a sandbox starts, it removes the plan directories that a runner which
+ *    is gone left (crashed, SIGKILLed, its helper killed during prepare): a name carrying a pid
+ *    that is no live process, or any pid when the directory is over an hour old (a plan is read
+ *    within milliseconds of its prepare; an hour old means its pid was recycled), always only a
+ *    real directory owned by our uid directly under the helper's TMPDIR: cs__supervisor_plan_sweep.
+ *    A live pid's directories, another server's included, are left alone; so are names without a
+ *    pid (`prepare` run by hand). Runners sharing a TMPDIR must share a PID namespace (they do,
+ *    unless /dev/shm is shared into containers), since "live" is decided by kill(pid, 0).
+ * Both runners come here: the in-process gateway and the uds worker (codespace-runtime).
+ *
  * Trust: the helper is the operator's binary (flag, variable or our sibling); its output is
- * still decoded through the generated decoder and capped.
+ * still decoded through the generated decoder and capped. The directories swept are untrusted
+ * names in a shared directory: opened with O_NOFOLLOW relative to a directory fd, checked to be
+ * directories of our uid, and only `plan` inside them is unlinked before the rmdir.
  * Entry points: cs_supervisor_sandbox_probe, cs__supervisor_sandbox_prepare,
+ * cs__supervisor_plan_remove, cs__supervisor_plan_sweep, cs__supervisor_plan_dir_pid,
  * cs_supervisor_sandbox_identity_check.
  */
 #include "supervisor_internal.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
@@ -26,6 +47,7 @@
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <sys/statfs.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "base_loop.h"
@@ -75,9 +97,11 @@ static int run_helper(const char *helper, char *const argv[], const char *input,
         goto fail;
     }
     pid_t pid;
-    char tmp_env[4200];
+    char tmp_env[4200], pid_env[64];
     snprintf(tmp_env, sizeof tmp_env, "TMPDIR=%s", helper_tmpdir());
-    char *envp[] = {(char *)"PATH=/usr/bin:/bin", tmp_env, NULL};
+    /* Our pid in the plan directory's name: what the start-up sweep goes by. */
+    snprintf(pid_env, sizeof pid_env, "CODESPACE_SANDBOX_RUNNER_PID=%ld", (long)getpid());
+    char *envp[] = {(char *)"PATH=/usr/bin:/bin", tmp_env, pid_env, NULL};
     int rc = cs_supervisor_spawn_aux_keep(helper, argv, envp, (const int[3]){in[0], o[1], e[1]},
                                           &rootfd, rootfd >= 0 ? 1 : 0, &pid);
     close(in[0]);
@@ -238,6 +262,118 @@ char *cs__supervisor_sandbox_prepare(const char *helper,
         snprintf(msg, cap, "out of memory");
     csw_sandbox_prepare_response_free(&resp);
     return path;
+}
+
+/* ---- no plan outlives its run ---- */
+
+#define PLAN_PREFIX    "codespace-sandbox-"
+#define PLAN_STALE_SEC 3600 /* a plan this old is nobody's, whatever its pid */
+
+int cs__supervisor_plan_dir_pid(const char *name, pid_t *pid)
+{
+    size_t np = strlen(PLAN_PREFIX);
+    if (strncmp(name, PLAN_PREFIX, np) != 0)
+        return -1;
+    const char *d = name + np;
+    long n = 0;
+    size_t i = 0;
+    for (; d[i] >= '0' && d[i] <= '9' && i < 10; i++)
+        n = n * 10 + (d[i] - '0');
+    if (i == 0 || d[0] == '0' || n > INT_MAX || d[i] != '-')
+        return -1;
+    /* mkdtemp's six characters, nothing after them */
+    const char *x = d + i + 1;
+    for (size_t k = 0; k < 6; k++)
+        if (!((x[k] >= 'a' && x[k] <= 'z') || (x[k] >= 'A' && x[k] <= 'Z') ||
+              (x[k] >= '0' && x[k] <= '9')))
+            return -1;
+    if (x[6] != '\0')
+        return -1;
+    *pid = (pid_t)n;
+    return 0;
+}
+
+/* Removes tmpdir/name/plan and tmpdir/name when name is a real directory of our uid (never
+ * following a link). Returns 1 when the directory went, 0 when it was not there, -1 otherwise. */
+static int remove_plan_dir(int tfd, const char *name)
+{
+    int dfd = openat(tfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (dfd < 0)
+        return errno == ENOENT ? 0 : -1;
+    struct stat st;
+    int rc = -1;
+    if (fstat(dfd, &st) != 0 || !S_ISDIR(st.st_mode) || st.st_uid != geteuid())
+        goto out;
+    if (unlinkat(dfd, "plan", 0) != 0 && errno != ENOENT)
+        goto out;
+    if (unlinkat(tfd, name, AT_REMOVEDIR) == 0)
+        rc = 1;
+    else if (errno == ENOENT)
+        rc = 0;
+out:
+    close(dfd);
+    return rc;
+}
+
+int cs__supervisor_plan_remove(const char *plan_path)
+{
+    /* Only the shape prepare gives: <helper tmpdir>/codespace-sandbox-*\/plan, one component in
+     * between; anything else is not ours to touch. */
+    const char *tmp = helper_tmpdir();
+    size_t nt = strlen(tmp);
+    if (strncmp(plan_path, tmp, nt) != 0 || plan_path[nt] != '/')
+        return -1;
+    const char *name = plan_path + nt + 1;
+    const char *slash = strchr(name, '/');
+    if (!slash || strcmp(slash, "/plan") != 0 || strncmp(name, PLAN_PREFIX, strlen(PLAN_PREFIX)))
+        return -1;
+    char dir[NAME_MAX + 1];
+    size_t nd = (size_t)(slash - name);
+    if (nd > NAME_MAX)
+        return -1;
+    memcpy(dir, name, nd);
+    dir[nd] = '\0';
+    int tfd = open(tmp, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (tfd < 0)
+        return -1;
+    int rc = remove_plan_dir(tfd, dir);
+    close(tfd);
+    return rc;
+}
+
+int cs__supervisor_plan_sweep(void)
+{
+    int tfd = open(helper_tmpdir(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (tfd < 0)
+        return -1;
+    int dup_fd = dup(tfd);
+    DIR *d = dup_fd >= 0 ? fdopendir(dup_fd) : NULL;
+    if (!d) {
+        if (dup_fd >= 0)
+            close(dup_fd);
+        close(tfd);
+        return -1;
+    }
+    int removed = 0;
+    time_t now = time(NULL);
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        pid_t pid;
+        struct stat st;
+        if (cs__supervisor_plan_dir_pid(e->d_name, &pid) != 0 ||
+            fstatat(tfd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISDIR(st.st_mode) ||
+            st.st_uid != geteuid())
+            continue;
+        /* Alive (ESRCH is the only "gone"; EPERM is someone else's live process). */
+        bool alive = kill(pid, 0) == 0 || errno != ESRCH;
+        if (alive && now - st.st_mtime < PLAN_STALE_SEC)
+            continue;
+        if (remove_plan_dir(tfd, e->d_name) > 0)
+            removed++;
+    }
+    closedir(d);
+    close(tfd);
+    return removed;
 }
 
 static int write_proc(pid_t pid, const char *file, const char *text)

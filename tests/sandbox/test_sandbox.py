@@ -12,6 +12,7 @@ import http.server
 import json
 import os
 import pty
+import re
 import select
 import shutil
 import signal
@@ -74,7 +75,7 @@ class SandboxCase(unittest.TestCase):
 
     # -- helpers -------------------------------------------------------------------------
     def prepare(self, argv, network="restricted", allow=None, writable=True, tty=False, env=None,
-                cwd=None, extra=None):
+                cwd=None, extra=None, helper_env=None):
         req = {"protocol": 1, "workspace_root": self.ws, "command_cwd": cwd or self.ws,
                "writable_workspace": writable, "network": network, "argv": argv,
                "env": env if env is not None else {"HOME": self.ws, "LANG": "C.UTF-8"},
@@ -84,7 +85,8 @@ class SandboxCase(unittest.TestCase):
         req.update(extra or {})
         keep = (req["workspace_fd"],) if "workspace_fd" in req else ()
         p = subprocess.run([HELPER, "prepare"], input=json.dumps(req), capture_output=True,
-                           text=True, timeout=10, pass_fds=keep)
+                           text=True, timeout=10, pass_fds=keep,
+                           env=dict(os.environ, **helper_env) if helper_env else None)
         line = json.loads(p.stdout)
         self.assertEqual(line["type"], "prepared", line)
         self.assertEqual(p.returncode, 0)
@@ -164,16 +166,53 @@ class TestProtocol(SandboxCase):
         self.assertFalse(os.path.exists(os.path.dirname(plan)))
 
     def test_plan_gone_before_command_starts(self):
-        plan = self.prepare(["/bin/sh", "-c", INSIDE_SH + "echo started > started; read x; echo done"])
-        p = subprocess.Popen([HELPER, "run", "--plan", plan], stdin=subprocess.PIPE,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
-        deadline = time.time() + 10
-        while not os.path.exists(os.path.join(self.ws, "started")) and time.time() < deadline:
-            time.sleep(0.01)
-        self.assertFalse(os.path.exists(plan))
-        self.assertFalse(os.path.exists(os.path.dirname(plan)))
-        o, _ = p.communicate(b"x\n", timeout=10)
-        self.assertIn(b"done", o)
+        # prepare by hand, and as a runner does (its pid in the directory's name)
+        for helper_env in (None, {"CODESPACE_SANDBOX_RUNNER_PID": str(os.getpid())}):
+            with self.subTest(helper_env=helper_env):
+                started = os.path.join(self.ws, "started")
+                if os.path.exists(started):
+                    os.unlink(started)
+                plan = self.prepare(["/bin/sh", "-c", INSIDE_SH +
+                                     "echo started > started; read x; echo done"],
+                                    helper_env=helper_env)
+                p = subprocess.Popen([HELPER, "run", "--plan", plan], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     start_new_session=True)
+                deadline = time.time() + 10
+                while not os.path.exists(started) and time.time() < deadline:
+                    time.sleep(0.01)
+                self.assertTrue(os.path.exists(started))
+                self.assertFalse(os.path.exists(plan))
+                self.assertFalse(os.path.exists(os.path.dirname(plan)))
+                o, _ = p.communicate(b"x\n", timeout=10)
+                self.assertIn(b"done", o)
+
+    def test_plan_directory_names_the_runner(self):
+        # sandbox.md section 1, R9: a runner passes its pid, which names the plan directory (the
+        # runner's start-up sweep goes by it); prepare by hand keeps the plain name
+        plain = self.prepare(["/bin/true"], helper_env={"TMPDIR": self.tmp})
+        self.assertRegex(plain, "^%s/codespace-sandbox-[A-Za-z0-9]{6}/plan$" % re.escape(self.tmp))
+        self.ok(self.run_plan(plain))
+        pid = os.getpid()
+        named = self.prepare(["/bin/true"], helper_env={"TMPDIR": self.tmp,
+                                                        "CODESPACE_SANDBOX_RUNNER_PID": str(pid)})
+        self.assertRegex(named, "^%s/codespace-sandbox-%d-[A-Za-z0-9]{6}/plan$"
+                         % (re.escape(self.tmp), pid))
+        self.assertEqual(os.lstat(os.path.dirname(named)).st_mode & 0o7777, 0o700)
+        self.ok(self.run_plan(named))
+        self.assertFalse(os.path.lexists(os.path.dirname(named)))
+        req = json.dumps({"protocol": 1, "workspace_root": self.ws, "command_cwd": self.ws,
+                          "writable_workspace": True, "network": "restricted",
+                          "argv": ["/bin/true"], "env": {}, "tty": False})
+        for bad in ["", "0", "012", "-1", "+5", "12a", " 12", "2147483648", "99999999999"]:
+            p = subprocess.run([HELPER, "prepare"], input=req, capture_output=True, text=True,
+                               env=dict(os.environ, TMPDIR=self.tmp,
+                                        CODESPACE_SANDBOX_RUNNER_PID=bad))
+            self.assertEqual(p.returncode, 1, bad)
+            line = json.loads(p.stdout)
+            self.assertEqual(line["type"], "error", bad)
+            self.assertIn("CODESPACE_SANDBOX_RUNNER_PID", line["message"])
+        self.assertEqual([n for n in os.listdir(self.tmp) if n.startswith("codespace-")], [])
 
     def test_plan_checks(self):
         plan = self.prepare(["/bin/true"])

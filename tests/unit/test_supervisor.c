@@ -15,13 +15,17 @@
 #include <cmocka.h>
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "supervisor.h"
+#include "supervisor_internal.h"
 
 /* One answer, copied out of the borrowed output. */
 struct answer {
@@ -491,6 +495,115 @@ static void test_tty_size(void **state)
     assert_int_equal(B.code, CSW_ERROR_PROCESS_NOT_RUNNING);
 }
 
+/* ---- no plan outlives its run (R9): the pure and file-system helpers ---- */
+
+static void test_plan_dir_pid(void **state)
+{
+    (void)state;
+    pid_t pid = 0;
+    assert_int_equal(cs__supervisor_plan_dir_pid("codespace-sandbox-1234-aZ09xY", &pid), 0);
+    assert_int_equal(pid, 1234);
+    assert_int_equal(cs__supervisor_plan_dir_pid("codespace-sandbox-2147483647-abcdef", &pid), 0);
+    assert_int_equal(pid, 2147483647);
+    static const char *const bad[] = {
+        "codespace-sandbox-abcdef",             /* prepare by hand: no pid, never swept */
+        "codespace-sandbox-probe-abcdef",       /* the probe's workspace */
+        "codespace-sandbox-0-abcdef",           /* no pid 0 */
+        "codespace-sandbox-012-abcdef",         /* leading zero */
+        "codespace-sandbox-2147483648-abcdef",  /* over INT_MAX */
+        "codespace-sandbox-99999999999-abcdef", /* eleven digits */
+        "codespace-sandbox--1-abcdef",          /* sign */
+        "codespace-sandbox-12-abcde",           /* five characters */
+        "codespace-sandbox-12-abcdefg",         /* seven */
+        "codespace-sandbox-12-abc.ef",          /* not mkdtemp's alphabet */
+        "codespace-sandbox-12-abcdef/plan",     /* a path */
+        "codespace-sandbox-12",                 /* nothing after the pid */
+        "xcodespace-sandbox-12-abcdef",
+        "",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        pid = 77;
+        assert_int_not_equal(cs__supervisor_plan_dir_pid(bad[i], &pid), 0);
+        assert_int_equal(pid, 77); /* untouched on refusal */
+    }
+}
+
+/* Makes <helper tmpdir>/<name>/plan (0700 directory, 0600 file); writes the directory to dir. */
+static void make_plan(const char *name, char *dir, size_t cap)
+{
+    snprintf(dir, cap, "%s/%s", cs__supervisor_helper_tmpdir(), name);
+    assert_int_equal(mkdir(dir, 0700), 0);
+    char plan[4200];
+    snprintf(plan, sizeof plan, "%s/plan", dir);
+    int fd = open(plan, O_WRONLY | O_CREAT | O_EXCL, 0600);
+    assert_true(fd >= 0);
+    close(fd);
+}
+
+static pid_t dead_pid(void)
+{
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0)
+        _exit(0);
+    assert_int_equal(waitpid(pid, NULL, 0), pid);
+    return pid;
+}
+
+static void test_plan_remove_only_prepare_shape(void **state)
+{
+    (void)state;
+    const char *tmp = cs__supervisor_helper_tmpdir();
+    char name[64], dir[4200], plan[4300];
+    snprintf(name, sizeof name, "codespace-sandbox-%d-tstRmv", (int)getpid());
+    make_plan(name, dir, sizeof dir);
+    snprintf(plan, sizeof plan, "%s/plan", dir);
+    /* not prepare's shape: refused, nothing touched */
+    char other[4300];
+    snprintf(other, sizeof other, "/nonexistent/%s/plan", name);
+    assert_int_equal(cs__supervisor_plan_remove(other), -1);
+    snprintf(other, sizeof other, "%s/%s/other", tmp, name);
+    assert_int_equal(cs__supervisor_plan_remove(other), -1);
+    snprintf(other, sizeof other, "%s/%s/x/plan", tmp, name);
+    assert_int_equal(cs__supervisor_plan_remove(other), -1);
+    snprintf(other, sizeof other, "%s/not-a-plan-dir/plan", tmp);
+    assert_int_equal(cs__supervisor_plan_remove(other), -1);
+    assert_int_equal(access(plan, F_OK), 0);
+    /* prepare's shape: removed, then already gone */
+    assert_int_equal(cs__supervisor_plan_remove(plan), 1);
+    assert_int_not_equal(access(dir, F_OK), 0);
+    assert_int_equal(cs__supervisor_plan_remove(plan), 0);
+    /* a symlink in its place is not followed: the target's plan stays */
+    char target[] = "/tmp/cs-test-plan-target-XXXXXX", tplan[64];
+    assert_non_null(mkdtemp(target));
+    snprintf(tplan, sizeof tplan, "%s/plan", target);
+    int fd = open(tplan, O_WRONLY | O_CREAT | O_EXCL, 0600);
+    assert_true(fd >= 0);
+    close(fd);
+    assert_int_equal(symlink(target, dir), 0);
+    assert_int_equal(cs__supervisor_plan_remove(plan), -1);
+    assert_int_equal(access(tplan, F_OK), 0);
+    assert_int_equal(unlink(dir), 0);
+    assert_int_equal(unlink(tplan), 0);
+    assert_int_equal(rmdir(target), 0);
+}
+
+static void test_plan_sweep_dead_runners_only(void **state)
+{
+    (void)state;
+    char dead[4200], live[4200], name[64];
+    snprintf(name, sizeof name, "codespace-sandbox-%d-tstDed", (int)dead_pid());
+    make_plan(name, dead, sizeof dead);
+    snprintf(name, sizeof name, "codespace-sandbox-%d-tstLiv", (int)getpid());
+    make_plan(name, live, sizeof live);
+    assert_true(cs__supervisor_plan_sweep() >= 1);
+    assert_int_not_equal(access(dead, F_OK), 0);
+    assert_int_equal(access(live, F_OK), 0); /* a live pid: maybe a running server's */
+    char plan[4300];
+    snprintf(plan, sizeof plan, "%s/plan", live);
+    assert_int_equal(cs__supervisor_plan_remove(plan), 1);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -505,6 +618,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_live_cap_and_missing_program, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stdin_and_env, setup, teardown),
         cmocka_unit_test_setup_teardown(test_tty_size, setup, teardown),
+        cmocka_unit_test(test_plan_dir_pid),
+        cmocka_unit_test(test_plan_remove_only_prepare_shape),
+        cmocka_unit_test(test_plan_sweep_dead_runners_only),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
