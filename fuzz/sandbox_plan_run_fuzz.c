@@ -41,8 +41,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (plan.env.v[i].key.n == 0 || strchr(plan.env.v[i].key.s, '='))
             abort();
     for (size_t i = 0; plan.has_network_allow && i < plan.network_allow.n; i++) {
-        struct cs_sbx_allow a;
-        if (cs_sbx_allow_parse(plan.network_allow.v[i].s, plan.network_allow.v[i].n, &a) < 0)
+        struct cs_netallow_entry a;
+        if (cs_netallow_entry_parse(plan.network_allow.v[i].s, plan.network_allow.v[i].n, &a,
+                                    NULL) < 0)
             abort();
     }
     csw_sandbox_plan_free(&plan);

@@ -8,9 +8,10 @@
  *
  * Files: sandbox_main.c (CLI, probe), sandbox_plan.c (prepare, plan load, plan validation),
  * sandbox_run.c (outer helper, init, command), sandbox_identity.c (the command's ids and the
- * workspace tree), sandbox_setup.c (mounts, capabilities, Landlock,
- * seccomp), sandbox_proxy.c (the epoll proxy), sandbox_proxy_parse.c (request head parser,
- * network_allow matching; pure functions, fuzzed).
+ * workspace tree), sandbox_setup.c (mounts, capabilities, Landlock, seccomp), sandbox_proxy.c
+ * (the epoll proxy), sandbox_proxy_parse.c (request head parser; pure, fuzzed). The
+ * network_allow entries and destination rules are src/base/base_netallow.c, shared with the
+ * configuration load.
  */
 #ifndef CS_SANDBOX_H
 #define CS_SANDBOX_H
@@ -22,6 +23,7 @@
 #include <sys/socket.h>
 #include <sys/types.h>
 
+#include "base_netallow.h"
 #include "csw.h"
 
 #define CS_SBX_PROTOCOL   1
@@ -116,7 +118,7 @@ int cs_sbx_landlock_abi(void);
 /* ---- sandbox_proxy_parse.c (pure; fuzzed by fuzz/sandbox_proxy_fuzz.c) ---- */
 
 #define CS_SBX_HEAD_MAX 16384 /* request line + headers */
-#define CS_SBX_HOST_MAX 255
+#define CS_SBX_HOST_MAX CS_NETALLOW_HOST_MAX
 
 enum cs_sbx_parse {
     CS_SBX_PARSE_MORE = 0, /* no complete head yet (and under the cap) */
@@ -140,34 +142,6 @@ struct cs_sbx_request {
  * req->rewritten); MORE means read more (n < CS_SBX_HEAD_MAX); BAD sets req->reason. */
 enum cs_sbx_parse cs_sbx_parse_request(const char *buf, size_t n, struct cs_sbx_request *req);
 
-/* One network_allow entry, parsed. */
-struct cs_sbx_allow {
-    enum { CS_SBX_ALLOW_HOST, CS_SBX_ALLOW_SUFFIX, CS_SBX_ALLOW_IP } kind;
-    char host[CS_SBX_HOST_MAX + 1]; /* HOST: name; SUFFIX: domain without "*."; IP: text */
-    struct sockaddr_storage ip;     /* IP only: family + address (port 0) */
-    uint16_t port;                  /* 0: any */
-};
-
-/* Parses one entry ("host", "*.domain", "1.2.3.4", "[::1]", "::1", each with optional ":port"
- * where unambiguous). Returns 0 or -1 (malformed). */
-int cs_sbx_allow_parse(const char *s, size_t n, struct cs_sbx_allow *out);
-
-/* Normalizes a host: lower-case, strip one trailing dot; returns -1 if empty/invalid. */
-int cs_sbx_host_normalize(char *host);
-
-/* Whether host:port is admitted by the list by name/literal (before resolution). *by_ip is set
- * when host is an IP literal. Returns true when admitted (always when n == 0). */
-bool cs_sbx_allow_match(const struct cs_sbx_allow *list, size_t n, const char *host, uint16_t port);
-
-/* Whether a resolved address may be used: public addresses always; loopback, link-local,
- * private and unspecified ones only when listed as an IP entry (port matching) or when the
- * list is empty. */
-bool cs_sbx_allow_address(const struct cs_sbx_allow *list, size_t n, const struct sockaddr *sa,
-                          uint16_t port);
-
-/* Whether the address is loopback, link-local, private (RFC 1918, ULA), CGNAT or unspecified. */
-bool cs_sbx_addr_is_internal(const struct sockaddr *sa);
-
 /* ---- sandbox_proxy.c ---- */
 
 /* Serves listen_fd (in the sandbox netns) from the host namespace until the init is reaped.
@@ -176,8 +150,7 @@ bool cs_sbx_addr_is_internal(const struct sockaddr *sa);
 struct cs_sbx_proxy_cfg {
     int listen_fd; /* -1: no proxy, only signals */
     int sig_fd;
-    const struct cs_sbx_allow *allow;
-    size_t nallow;
+    const struct cs_netallow_policy *policy; /* every destination is checked against it */
     bool (*on_signal)(void *ctx, int sig);
     void *ctx;
 };

@@ -109,12 +109,13 @@ static int check_common(const struct cs_str *root, const struct cs_str *cwd,
     if (argv[0].n == 0)
         return fail(err, cap, "argv[0] is empty");
     for (size_t i = 0; i < nallow; i++) {
-        struct cs_sbx_allow a;
-        if (cs_sbx_allow_parse(allow[i].s, allow[i].n, &a) < 0)
+        struct cs_netallow_entry a;
+        const char *why = NULL;
+        if (cs_netallow_entry_parse(allow[i].s, allow[i].n, &a, &why) < 0)
             return fail(err, cap,
                         "network_allow[%zu] is not a host, *.domain or IP literal "
-                        "with an optional :port",
-                        i);
+                        "with an optional :port: %s",
+                        i, why);
     }
     return 0;
 }

@@ -32,6 +32,7 @@
 
 #define BUF_CAP   (64 * 1024)
 #define MAX_CONNS 1024
+#define MAX_ADDRS 16 /* addresses tried per destination */
 
 enum state { ST_HEAD, ST_RESOLVING, ST_CONNECTING, ST_TUNNEL, ST_REPLY };
 
@@ -66,9 +67,11 @@ struct conn {
     char head[CS_SBX_HEAD_MAX];
     size_t head_n;
     struct buf c2u, u2c;
-    bool eof[2];  /* side i sent EOF */
-    bool shut[2]; /* we shut down writing to side i */
-    struct addrinfo *ai, *next;
+    bool eof[2];                             /* side i sent EOF */
+    bool shut[2];                            /* we shut down writing to side i */
+    struct sockaddr_storage addr[MAX_ADDRS]; /* checked, normalized, with the port: what connect
+                                              * uses, so no second resolution can differ */
+    size_t naddr, next;
     struct lookup *lookup; /* in flight while ST_RESOLVING */
     struct cs_sbx_request req;
     struct conn *prev_c, *next_c;
@@ -104,8 +107,6 @@ static void conn_free(struct proxy *px, struct conn *c)
     for (int i = 0; i < 2; i++)
         if (c->fd[i] >= 0)
             close(c->fd[i]); /* closing also removes it from the epoll set */
-    if (c->ai)
-        freeaddrinfo(c->ai);
     if (c->lookup)
         c->lookup->c = NULL; /* the loop frees it when the thread reports */
     free(c->req.rewritten);
@@ -175,18 +176,20 @@ static void reply(struct proxy *px, struct conn *c, const char *status, const ch
     conn_update(px, c);
 }
 
-/* Starts a connect to the next admissible address; false when none is left. */
+/* Starts a connect to the next checked address; false when none is left. */
 static bool try_connect(struct proxy *px, struct conn *c)
 {
-    for (; c->next; c->next = c->next->ai_next) {
-        struct addrinfo *a = c->next;
-        int s = socket(a->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    for (; c->next < c->naddr; c->next++) {
+        const struct sockaddr_storage *a = &c->addr[c->next];
+        socklen_t len = a->ss_family == AF_INET ? (socklen_t)sizeof(struct sockaddr_in)
+                                                : (socklen_t)sizeof(struct sockaddr_in6);
+        int s = socket(a->ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
         if (s < 0)
             continue;
-        if (connect(s, a->ai_addr, a->ai_addrlen) == 0 || errno == EINPROGRESS) {
+        if (connect(s, (const struct sockaddr *)a, len) == 0 || errno == EINPROGRESS) {
             c->fd[1] = s;
             c->reg[1] = -1;
-            c->next = a->ai_next;
+            c->next++;
             c->st = ST_CONNECTING;
             conn_update(px, c);
             return true;
@@ -196,45 +199,63 @@ static bool try_connect(struct proxy *px, struct conn *c)
     return false;
 }
 
-/* Continues with a finished lookup: the resolved-address rule, then the first connect. */
+/* The address rule on one candidate: normalized (v4-mapped as IPv4), given the request's port,
+ * checked, and kept for connect only when admitted. Returns the refusal reason or NULL. */
+static const char *add_address(struct proxy *px, struct conn *c, const struct sockaddr *sa)
+{
+    if (sa->sa_family != AF_INET && sa->sa_family != AF_INET6)
+        return "unsupported address family";
+    struct sockaddr_storage a;
+    cs_netallow_addr_normalize(sa, &a);
+    cs_netallow_addr_set_port(&a, c->req.port);
+    const char *why = NULL;
+    if (!cs_netallow_admit_addr(px->cfg->policy, (const struct sockaddr *)&a, c->req.port, &why))
+        return why;
+    for (size_t i = 0; i < c->naddr; i++)
+        if (cs_netallow_addr_equal((const struct sockaddr *)&c->addr[i],
+                                   (const struct sockaddr *)&a))
+            return NULL;
+    if (c->naddr < MAX_ADDRS)
+        c->addr[c->naddr++] = a;
+    return NULL;
+}
+
+/* Connects to the admitted addresses, or answers 403 with the last refusal. */
+static void connect_admitted(struct proxy *px, struct conn *c, const char *refused)
+{
+    if (c->naddr == 0) {
+        reply(px, c, "403 Forbidden", refused ? refused : "no address");
+        return;
+    }
+    c->next = 0;
+    if (!try_connect(px, c))
+        reply(px, c, "502 Bad Gateway", "cannot connect to the destination");
+}
+
+/* Continues with a finished lookup: the address rule on every result, then the first connect. */
 static void resolved(struct proxy *px, struct conn *c, int rc, struct addrinfo *res)
 {
-    const struct cs_sbx_proxy_cfg *cfg = px->cfg;
     if (rc != 0 || !res) {
         if (res)
             freeaddrinfo(res);
         reply(px, c, "502 Bad Gateway", "cannot resolve the destination");
         return;
     }
-    /* Keep only admissible addresses (the resolved-address rule). */
-    struct addrinfo **pp = &res;
-    bool refused = false;
-    while (*pp) {
-        struct addrinfo *a = *pp;
-        if (!cs_sbx_allow_address(cfg->allow, cfg->nallow, a->ai_addr, c->req.port)) {
-            *pp = a->ai_next;
-            a->ai_next = NULL;
-            freeaddrinfo(a);
-            refused = true;
-        } else {
-            pp = &a->ai_next;
-        }
+    const char *refused = NULL;
+    for (struct addrinfo *a = res; a; a = a->ai_next) {
+        const char *why = add_address(px, c, a->ai_addr);
+        if (why)
+            refused = why;
     }
-    if (!res) {
-        reply(px, c, "403 Forbidden",
-              refused ? "destination resolves to a loopback, link-local or private address"
-                      : "no address");
-        return;
-    }
-    c->ai = c->next = res;
-    if (!try_connect(px, c))
-        reply(px, c, "502 Bad Gateway", "cannot connect to the destination");
+    freeaddrinfo(res);
+    connect_admitted(px, c, refused);
 }
 
 static void *lookup_thread(void *arg)
 {
     struct lookup *l = arg;
     struct addrinfo hints = {.ai_socktype = SOCK_STREAM, .ai_flags = AI_NUMERICSERV};
+    /* Whatever the name resolves to, every address is checked before it is used. */
     l->rc = getaddrinfo(l->host, l->port, &hints, &l->res);
     /* a pointer is far below PIPE_BUF: the write is atomic */
     (void)!write(l->notify_fd, &l, sizeof l);
@@ -243,19 +264,18 @@ static void *lookup_thread(void *arg)
 
 static void start_upstream(struct proxy *px, struct conn *c)
 {
-    const struct cs_sbx_proxy_cfg *cfg = px->cfg;
-    if (!cs_sbx_allow_match(cfg->allow, cfg->nallow, c->req.host, c->req.port)) {
-        reply(px, c, "403 Forbidden", "destination not in network_allow");
+    const char *why = NULL;
+    if (!cs_netallow_admit_host(px->cfg->policy, c->req.host, c->req.port, &why)) {
+        reply(px, c, "403 Forbidden", why);
         return;
     }
     char port[8];
     snprintf(port, sizeof port, "%u", c->req.port);
-    struct addrinfo hints = {.ai_socktype = SOCK_STREAM,
-                             .ai_flags = AI_NUMERICSERV | AI_NUMERICHOST};
-    struct addrinfo *res = NULL;
-    int rc = getaddrinfo(c->req.host, port, &hints, &res);
-    if (rc != EAI_NONAME) { /* an IP literal: no lookup needed */
-        resolved(px, c, rc, res);
+    /* Any numeric spelling is the address a resolver would read (base_netallow): no lookup,
+     * the address itself is checked and connected to. */
+    struct sockaddr_storage ip;
+    if (cs_netallow_host_numeric(c->req.host, &ip) == CS_NETALLOW_NUMERIC) {
+        connect_admitted(px, c, add_address(px, c, (const struct sockaddr *)&ip));
         return;
     }
     /* A name: resolve on a thread so the loop keeps serving every other connection. */

@@ -17,6 +17,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <ifaddrs.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
@@ -347,6 +348,32 @@ _Noreturn static void exit_like(int st)
     _exit(128 + sig);
 }
 
+/* Every IPv4 and IPv6 address of the host's interfaces, read in the host network namespace
+ * (the outer helper's) when the proxy starts: the proxy refuses them unless listed, whatever
+ * their range, so the command cannot reach the host's own services through a public address
+ * either. Returns the count, *out malloc'd; dies when the list cannot be read (fail closed). */
+static size_t host_addresses(struct sockaddr_storage **out)
+{
+    struct ifaddrs *ifa = NULL;
+    if (getifaddrs(&ifa) < 0)
+        cs_sbx_die("getifaddrs");
+    size_t n = 0;
+    for (struct ifaddrs *i = ifa; i; i = i->ifa_next)
+        n += i->ifa_addr &&
+             (i->ifa_addr->sa_family == AF_INET || i->ifa_addr->sa_family == AF_INET6);
+    struct sockaddr_storage *v = calloc(n ? n : 1, sizeof *v);
+    if (!v)
+        cs_sbx_diex("out of memory");
+    size_t k = 0;
+    for (struct ifaddrs *i = ifa; i && k < n; i = i->ifa_next)
+        if (i->ifa_addr &&
+            (i->ifa_addr->sa_family == AF_INET || i->ifa_addr->sa_family == AF_INET6))
+            cs_netallow_addr_normalize(i->ifa_addr, &v[k++]);
+    freeifaddrs(ifa);
+    *out = v;
+    return k;
+}
+
 _Noreturn void cs_sbx_run(struct csw_sandbox_plan *plan)
 {
     sigset_t set;
@@ -432,27 +459,35 @@ _Noreturn void cs_sbx_run(struct csw_sandbox_plan *plan)
     if (sfd < 0)
         cs_sbx_die("signalfd");
     struct outer o = {.init = pid};
-    struct cs_sbx_allow *allow = NULL;
-    size_t nallow = 0;
+    /* network_allow absent (public destinations only) and [] (nothing) are different rules:
+     * the policy keeps the difference in has_list. */
+    struct cs_netallow_entry *allow = NULL;
+    struct cs_netallow_policy pol = {.has_list = plan->has_network_allow};
     if (plan->has_network_allow && plan->network_allow.n > 0) {
         allow = calloc(plan->network_allow.n, sizeof *allow);
         if (!allow)
             cs_sbx_diex("out of memory");
         for (size_t i = 0; i < plan->network_allow.n; i++)
-            if (cs_sbx_allow_parse(plan->network_allow.v[i].s, plan->network_allow.v[i].n,
-                                   &allow[nallow++]) < 0)
+            if (cs_netallow_entry_parse(plan->network_allow.v[i].s, plan->network_allow.v[i].n,
+                                        &allow[i], NULL) < 0)
                 cs_sbx_diex("bad network_allow entry"); /* validated already */
+        pol.entries = allow;
+        pol.n = plan->network_allow.n;
     }
+    struct sockaddr_storage *own = NULL;
+    if (enabled)
+        pol.n_own = host_addresses(&own);
+    pol.own = own;
     struct cs_sbx_proxy_cfg cfg = {.listen_fd = listen_fd,
                                    .sig_fd = sfd,
-                                   .allow = allow,
-                                   .nallow = nallow,
+                                   .policy = &pol,
                                    .on_signal = outer_on_signal,
                                    .ctx = &o};
     /* A SIGCHLD may have arrived before the signalfd existed: it is still pending, so the
      * signalfd reports it. */
     cs_sbx_proxy_serve(&cfg);
     free(allow);
+    free(own);
 
     int cmd_status;
     ssize_t r = read(status[0], &cmd_status, sizeof cmd_status);

@@ -19,6 +19,7 @@
 #include "policy.h"
 #include "policy_internal.h"
 
+#include "base_netallow.h"
 #include "base_roots.h"
 
 #include <errno.h>
@@ -342,7 +343,8 @@ static int workspace_load(struct cs_config *cfg,
     }
     ws.env_kind = found->kind;
 
-    /* network_allow: kept as given (the proxy reads it; it only matters for "enabled"). */
+    /* network_allow: each entry validated, then kept as given (the proxy reads it; it only
+     * matters for "enabled"). Absent and [] stay distinct: public only versus nothing. */
     if (v->has_network_allow) {
         ws.has_network_allow = true;
         if (v->network_allow.n) {
@@ -356,6 +358,18 @@ static int workspace_load(struct cs_config *cfg,
             const struct cs_str *a = &v->network_allow.v[i];
             if (has_nul(a)) {
                 REG_ERR(err, &w, "/network_allow/%zu", "%s", i, "contains a NUL byte");
+                goto out;
+            }
+            /* The parser the sandbox helper's proxy runs: what loads here is what it enforces,
+             * and a typo ("http://x", "*", "x:0") stops the start instead of admitting
+             * something else or nothing. */
+            struct cs_netallow_entry parsed;
+            const char *why = NULL;
+            if (cs_netallow_entry_parse(a->s, a->n, &parsed, &why) < 0) {
+                REG_ERR(err, &w, "/network_allow/%zu",
+                        "invalid entry %s: %s (expected a host name, *.domain or IP literal, "
+                        "with an optional :port from 1 to 65535)",
+                        i, cs__policy_quote(q, sizeof q, a->s ? a->s : "", a->n), why);
                 goto out;
             }
             ws.network_allow[i] = strdup(a->s ? a->s : "");

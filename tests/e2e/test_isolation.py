@@ -22,6 +22,7 @@ library only. Run:
         /usr/bin/python3 -m unittest -v test_isolation          (from tests/e2e)
 """
 import ctypes
+import http.server
 import json
 import os
 import re
@@ -31,6 +32,7 @@ import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 import unittest
 
@@ -755,6 +757,125 @@ result({'signaled': os.WIFSIGNALED(status),
         self.assertIn("END", text)
         self.assertNotIn("HAS-TTY", text)
         self.assertNotIn("DEV-TTY-OPENS", text, "the server's controlling terminal leaked")
+
+
+
+class _Hits(http.server.BaseHTTPRequestHandler):
+    """A loopback HTTP server the sandboxed command tries to reach; counts what arrives."""
+    hits = 0
+
+    def log_message(self, *a):
+        pass
+
+    def do_GET(self):
+        _Hits.hits += 1
+        body = b"reached " + self.path.encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.wfile.write(body)
+
+
+# Inside: CONNECT and absolute-form requests through the proxy; each line is "<what> <status
+# line>" (or the error). A 3 s timeout bounds every attempt.
+PROXY_PROBE = """
+import socket
+proxy = os.environ['HTTP_PROXY'].split('//')[1].rsplit(':', 1)
+def ask(head):
+    try:
+        s = socket.create_connection((proxy[0], int(proxy[1])), timeout=3)
+        s.sendall(head.encode())
+        data = b''
+        while not (head.startswith('CONNECT') and b'\\r\\n\\r\\n' in data):
+            c = s.recv(4096)
+            if not c:
+                break
+            data += c
+        return data.decode('utf-8', 'replace').split('\\r\\n')[0] + ' | ' + data.decode(
+            'utf-8', 'replace').split('\\r\\n\\r\\n', 1)[-1]
+    except OSError as e:
+        return 'error %s' % e
+out = []
+for host in sys.argv[1:]:
+    out.append(['CONNECT ' + host, ask('CONNECT %s HTTP/1.1\\r\\nHost: %s\\r\\n\\r\\n' % (host, host))])
+    out.append(['GET ' + host, ask('GET http://%s/probe HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n' % host)])
+result(out)
+"""
+
+
+class NetworkAllowCase(unittest.TestCase):
+    """network_allow through the real server's exec_command (sandbox.md section 4): a
+    workspace with network "enabled" and network_allow [] reaches nothing, not even a loopback
+    server on this machine; one listing that server's address reaches it (the control)."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.helper = required_env("CS_SANDBOX_BIN")
+        cls.tmp = tempfile.mkdtemp(prefix="cs-e2e-netallow-")
+        cls.addClassCleanup(shutil.rmtree, cls.tmp, True)
+        cls.http = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Hits)
+        cls.http.daemon_threads = True
+        cls.port = cls.http.server_address[1]
+        threading.Thread(target=cls.http.serve_forever, daemon=True).start()
+        cls.addClassCleanup(cls.http.server_close)
+        cls.addClassCleanup(cls.http.shutdown)
+        roots = {}
+        for wid in ("none", "listed"):
+            roots[wid] = os.path.join(cls.tmp, wid)
+            os.makedirs(roots[wid])
+        state = os.path.join(cls.tmp, "state")
+        os.makedirs(state)
+        cfg = os.path.join(cls.tmp, "registry.json")
+        with open(cfg, "w") as f:
+            json.dump({"workspaces": {
+                "none": {"root": roots["none"], "profile": "workspace-write",
+                         "network": "enabled", "network_allow": []},
+                "listed": {"root": roots["listed"], "profile": "workspace-write",
+                           "network": "enabled",
+                           "network_allow": ["127.0.0.1:%d" % cls.port]}}}, f)
+        cls.srv = Server(["--config", cfg, "--operations-db", ":memory:"], state,
+                         {"CODESPACE_LINUX_SANDBOX_BIN": cls.helper,
+                          "CODESPACE_REQUIRE_LINUX_SANDBOX": "1"})
+        cls.addClassCleanup(cls.srv.close)
+
+    def probe(self, wid, hosts):
+        out = self.srv.call("exec_command", {
+            "workspace_id": wid, "command": [PY, "-c", PY_PROOF + PROXY_PROBE] + hosts,
+            "yield_ms": int(min(30000, 20000 * SLOW))})
+        self.assertEqual(out["dispatch_status"], "confirmed", out)
+        self.assertEqual(out["state"], "exited", out)
+        text = self.srv.call("read_process", {"process_id": out["process_id"]})["chunk"]
+        self.assertNotIn("NOT-INSIDE", text)
+        m = re.search(r"^RESULT:(.*)$", text, re.M)
+        self.assertTrue(m, "no result: %r" % text)
+        return json.loads(m.group(1))
+
+    def test_empty_list_reaches_nothing(self):
+        info = self.srv.call("workspace_info", {"workspace_id": "none"})
+        self.assertEqual(info["execution"]["network"]["policy"], "enabled", info)
+        self.assertEqual(info["execution"]["network"]["allow"], [], info)
+        before = _Hits.hits
+        hosts = ["127.0.0.1:%d" % self.port, "localhost:%d" % self.port,
+                 "[::ffff:127.0.0.1]:%d" % self.port, "2130706433:%d" % self.port,
+                 "1.1.1.1:443", "example.com:443"]
+        for what, line in self.probe("none", hosts):
+            with self.subTest(request=what):
+                self.assertIn(" 403 ", line)
+                self.assertIn("network_allow is empty", line)
+        self.assertEqual(_Hits.hits, before, "a request reached the loopback server")
+
+    def test_listed_loopback_address_is_reached(self):
+        before = _Hits.hits
+        res = dict(self.probe("listed", ["127.0.0.1:%d" % self.port, "localhost:%d" % self.port,
+                                         "127.0.0.1:%d" % (self.port % 65535 + 1)]))
+        self.assertIn(" 200 ", res["GET 127.0.0.1:%d" % self.port])
+        self.assertIn("reached /probe", res["GET 127.0.0.1:%d" % self.port])
+        self.assertIn(" 200 ", res["CONNECT 127.0.0.1:%d" % self.port])
+        # a name is not the address: "localhost" is not listed
+        self.assertIn(" 403 ", res["GET localhost:%d" % self.port])
+        self.assertIn(" 403 ", res["GET 127.0.0.1:%d" % (self.port % 65535 + 1)])
+        self.assertGreater(_Hits.hits, before)
 
 
 if __name__ == "__main__":

@@ -1123,6 +1123,22 @@ class TestBadConfig(unittest.TestCase):
                 # The same through the variable.
                 self.assertRefused([], {"CODESPACE_CONFIG": path}, path)
 
+    def test_registry_bad_network_allow_entries(self):
+        """Each entry goes through the proxy's own parser at load: a malformed one stops the
+        start (exit 2) with one message naming the entry and its JSON path."""
+        bad = ["", " example.com", "http://example.com", "a/b", "*", "*.", "x:0", "x:99999",
+               "a..b", "a" * 64 + ".com", "0x7f.1", "2130706433", "127.1", "1.2.3.4.5",
+               "*.10.0.0.1", "[::1", "user@example.com"]
+        for i, entry in enumerate(bad):
+            with self.subTest(entry=entry):
+                path = self.config({"workspaces": {"demo": {
+                    "root": self.root, "profile": "workspace-write", "network": "enabled",
+                    "network_allow": ["example.com", "*.example.org", entry]}}})
+                text = self.assertRefused(["--config", path], {}, path,
+                                          "/workspaces/demo/network_allow/2",
+                                          "invalid entry %s" % json.dumps(entry))
+                self.assertIn("host name, *.domain or IP literal", text)
+
     def test_refused_quickly(self):
         path = self.config({"workspaces": {"demo": {"root": self.root, "profile": "host-admin"}}})
         p, elapsed = self.run_server(["--config", path])

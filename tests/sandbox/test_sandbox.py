@@ -704,7 +704,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def log_message(self, *a):
         pass
 
+    hits = 0  # requests that reached a test server: a refused destination adds none
+
     def do_GET(self):
+        Handler.hits += 1
         if self.path.startswith("/big"):
             self.send_response(200)
             self.send_header("Content-Length", str(BIG))
@@ -732,8 +735,9 @@ class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
 PROXY_CLIENT = r'''
 import os, socket, sys
 proxy = os.environ["HTTP_PROXY"].rsplit(":", 1)
+TIMEOUT = float(os.environ.get("PC_TIMEOUT", "20"))
 def req(method, target):
-    s = socket.create_connection((proxy[0].split("//")[1], int(proxy[1])), timeout=20)
+    s = socket.create_connection((proxy[0].split("//")[1], int(proxy[1])), timeout=TIMEOUT)
     if method == "CONNECT":
         s.sendall(f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n".encode())
     else:
@@ -777,13 +781,32 @@ class TestProxy(SandboxCase):
         cls.server.shutdown()
         cls.server.server_close()
 
-    def proxy(self, requests, allow=None):
+    def proxy(self, requests, allow=None, timeout=20):
+        """Runs the raw proxy client inside; one status line (| body) per request. timeout
+        bounds each request: a refusal test that would otherwise try a connection ends fast."""
         with open(os.path.join(self.ws, "pc.py"), "w") as f:
             f.write(PROXY_CLIENT)
-        plan = self.prepare([PY, "pc.py"] + requests, network="enabled", allow=allow)
+        plan = self.prepare([PY, "pc.py"] + requests, network="enabled", allow=allow,
+                            env={"HOME": self.ws, "LANG": "C.UTF-8", "PC_TIMEOUT": str(timeout)})
         p = self.run_plan(plan, timeout=120)
         self.assertEqual(p.returncode, 0, out(p))
-        return p.stdout.decode().splitlines()
+        lines = p.stdout.decode().splitlines()
+        self.assertEqual(len(lines), len(requests), out(p))
+        return lines
+
+    def assert_refused(self, requests, lines, reason=None):
+        for rq, line in zip(requests, lines):
+            with self.subTest(request=rq):
+                self.assertIn(" 403 ", line)
+                if reason:
+                    self.assertIn(reason, line)
+
+    def both_forms(self, hosts, port):
+        """CONNECT and absolute-form requests to each host (already bracketed if IPv6)."""
+        r = []
+        for h in hosts:
+            r += [f"CONNECT {h}:{port}", f"GET http://{h}:{port}/x"]
+        return r
 
     def test_proxy_variables(self):
         plan = self.prepare([PY, "-c", "import os,json; print(json.dumps(dict(os.environ)))"],
@@ -796,14 +819,106 @@ class TestProxy(SandboxCase):
         self.assertNotIn("NO_PROXY", env)
         self.assertNotIn("no_proxy", env)
 
-    def test_no_allow_list_admits_everything(self):
-        r = self.proxy([f"GET http://127.0.0.1:{self.port}/a", f"GET http://localhost:{self.port}/b",
-                        f"CONNECT 127.0.0.1:{self.port}"])
+    # Spellings of loopback (this machine: the test server listens on 127.0.0.1, so a broken
+    # rule shows as a 200) and of other internal ranges (only a 403 is asserted; the proxy
+    # refuses before any connect, and each request is bounded by a short timeout).
+    LOOPBACK_SPELLINGS = [
+        "127.0.0.1", "127.1", "127.0.1", "2130706433", "0x7f000001", "0x7f.0.0.1", "0X7F.1",
+        "0177.0.0.1", "017700000001", "0177.1", "127.0.0.2", "127.255.255.254", "[::1]",
+        "[0:0:0:0:0:0:0:1]", "[::ffff:127.0.0.1]", "[::ffff:7f00:1]", "[::127.0.0.1]",
+        "[::ffff:0:127.0.0.1]", "[64:ff9b::127.0.0.1]", "[64:ff9b::7f00:1]", "[2002:7f00:1::]",
+        "localhost", "LOCALHOST.", "localhost.", "foo.localhost", "a.b.LocalHost",
+        "0", "0.0.0.0", "0x0", "[::]", "[::ffff:0.0.0.0]",
+    ]
+    INTERNAL_SPELLINGS = [
+        "169.254.169.254", "0xa9fea9fe", "2852039166", "0251.0376.0251.0376", "169.254.1",
+        "[::ffff:169.254.169.254]", "[::ffff:a9fe:a9fe]", "[64:ff9b::a9fe:a9fe]",
+        "[2002:a9fe:a9fe::1]", "[fe80::1]", "10.0.0.1", "012.1", "167772161", "172.16.0.1",
+        "172.31.255.255", "192.168.1.1", "[::ffff:192.168.1.1]", "[fc00::1]", "[fd12:3456::1]",
+        "100.64.0.1", "100.127.255.255", "224.0.0.1", "239.255.255.250", "255.255.255.255",
+        "4294967295", "[ff02::1]", "[2001:0:4136:e378:8000:63bf:80ff:fffe]",
+    ]
+
+    def test_empty_list_admits_nothing(self):
+        before = Handler.hits
+        reqs = self.both_forms(["127.0.0.1", "localhost", "[::1]", "1.1.1.1", "example.com",
+                                "10.0.0.1"], self.port)
+        lines = self.proxy(reqs, allow=[], timeout=5)
+        self.assert_refused(reqs, lines, "network_allow is empty")
+        self.assertEqual(Handler.hits, before, "a request reached the test server")
+
+    def test_no_list_refuses_every_internal_spelling(self):
+        before = Handler.hits
+        reqs = self.both_forms(self.LOOPBACK_SPELLINGS + self.INTERNAL_SPELLINGS, self.port)
+        lines = self.proxy(reqs, timeout=5)
+        self.assert_refused(reqs, lines)
+        self.assertEqual(Handler.hits, before, "a request reached the test server")
+
+    def test_no_list_refuses_malformed_numeric_hosts(self):
+        # text that ends in a number but is no address is never sent to a resolver as a name
+        reqs = self.both_forms(["1.2.3.4.5", "127.0.0.256", "0x7f.0x1.0x0.0x0.1", "08.1",
+                                "127.0.0.0x", "example.123"], self.port)
+        lines = self.proxy(reqs, timeout=5)
+        self.assert_refused(reqs, lines, "ends in a number")
+
+    def test_no_list_refuses_host_own_addresses(self):
+        # Every non-loopback address of this machine (e.g. 192.0.2.2 on eth0 here, a range the
+        # classifier does not call internal): the helper enumerates them with getifaddrs when
+        # the proxy starts. A test server listens on each IPv4 one, so a broken rule is a 200.
+        addrs = []
+        for line in subprocess.run(["ip", "-o", "addr", "show"], capture_output=True, text=True,
+                                   check=True).stdout.splitlines():
+            f = line.split()
+            a = f[3].split("/")[0]
+            if f[1] != "lo" and not a.startswith("fe80:"):
+                addrs.append(a)
+        if not addrs:
+            if REQUIRE:
+                self.fail("no non-loopback address on this machine to test")
+            self.skipTest("no non-loopback address")
+        servers = []
+        try:
+            reqs = []
+            for a in addrs:
+                if ":" in a:
+                    reqs += self.both_forms([f"[{a}]"], self.port)
+                    continue
+                srv = Server((a, 0), Handler)
+                threading.Thread(target=srv.serve_forever, daemon=True).start()
+                servers.append(srv)
+                reqs += self.both_forms([a], srv.server_address[1])
+            before = Handler.hits
+            lines = self.proxy(reqs, timeout=5)
+            self.assert_refused(reqs, lines)
+            self.assertEqual(Handler.hits, before, "a request reached the host's own address")
+        finally:
+            for srv in servers:
+                srv.shutdown()
+                srv.server_close()
+
+    def test_listed_loopback_literal_admitted(self):
+        reqs = [f"GET http://127.0.0.1:{self.port}/a", f"CONNECT 127.0.0.1:{self.port}",
+                f"GET http://0x7f.1:{self.port}/b", f"GET http://[::ffff:127.0.0.1]:{self.port}/c",
+                f"GET http://127.0.0.2:{self.port}/other-address",
+                f"GET http://localhost:{self.port}/name"]
+        r = self.proxy(reqs, allow=[f"127.0.0.1:{self.port}"])
         self.assertIn(" 200 ", r[0])
-        self.assertIn(f"hello /a host=x", r[0])
+        self.assertIn("hello /a host=x", r[0])
         self.assertIn(" 200 ", r[1])
-        self.assertIn(" 200 ", r[2])
-        self.assertIn("hello /tunneled", r[2])
+        self.assertIn("hello /tunneled", r[1])
+        # any spelling of the listed address is that address
+        self.assertIn("hello /b", r[2])
+        self.assertIn("hello /c", r[3])
+        self.assertIn(" 403 ", r[4])
+        self.assertIn(" 403 ", r[5])
+
+    def test_listed_name_resolving_to_loopback_refused_unless_address_listed(self):
+        reqs = [f"GET http://localhost:{self.port}/x", f"CONNECT localhost:{self.port}"]
+        r = self.proxy(reqs, allow=[f"localhost:{self.port}"], timeout=5)
+        self.assert_refused(reqs, r, "internal address")
+        r = self.proxy([f"GET http://localhost:{self.port}/x"],
+                       allow=[f"localhost:{self.port}", f"127.0.0.1:{self.port}", "[::1]"])
+        self.assertIn(" 200 ", r[0])
 
     def test_client_through_proxy_and_direct_fails(self):
         # urllib honours http_proxy like curl and most clients; the direct attempts bypass it
@@ -815,7 +930,8 @@ class TestProxy(SandboxCase):
                     "except OSError as e: print('direct failed:', e)\n"
                     "try:\n"
                     f"    socket.create_connection(('127.0.0.1',{self.port}),timeout=3); print('DIRECT-OK')\n"
-                    "except OSError as e: print('direct failed:', e)\n", network="enabled")
+                    "except OSError as e: print('direct failed:', e)\n", network="enabled",
+                    allow=[f"127.0.0.1:{self.port}"])
         o = self.ok(p)
         self.assertIn("hello /viaproxy", o)
         self.assertNotIn("DIRECT-OK", o)
@@ -880,7 +996,7 @@ class TestProxy(SandboxCase):
                 "ts=[threading.Thread(target=one,args=(i,)) for i in range(200)]\n"
                 "[t.start() for t in ts]; [t.join() for t in ts]\n"
                 "print(len(ok))\n")
-        p = self.py(code, network="enabled", timeout=120)
+        p = self.py(code, network="enabled", allow=[f"127.0.0.1:{self.port}"], timeout=120)
         self.assertEqual(self.ok(p).strip(), "200")
 
     def test_100mb_transfer(self):
@@ -892,7 +1008,8 @@ class TestProxy(SandboxCase):
                     "    b=r.read(1<<20)\n"
                     "    if not b: break\n"
                     "    n+=len(b)\n"
-                    "print(n)\n", network="enabled", timeout=300)
+                    "print(n)\n", network="enabled", allow=[f"127.0.0.1:{self.port}"],
+                    timeout=300)
         self.assertEqual(self.ok(p).strip(), str(BIG))
         print(f"\n100 MB through the proxy: {time.time() - t0:.2f} s", flush=True)
 

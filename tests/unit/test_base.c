@@ -29,6 +29,7 @@
 #include "base_json.h"
 #include "base_log.h"
 #include "base_loop.h"
+#include "base_netallow.h"
 #include "csw.h"
 
 #ifndef CS_GOLDEN_DIR
@@ -981,6 +982,328 @@ static void test_json_clamp_numbers(void **state)
     check_clamp("\"1e999\"", NULL);
 }
 
+/* ---- base_netallow: network_allow entries, numeric hosts, the classifier, the rules ---- */
+
+static struct sockaddr_storage nx_addr(const char *text)
+{
+    struct sockaddr_storage ss;
+    assert_int_equal(cs_netallow_host_numeric(text, &ss), CS_NETALLOW_NUMERIC);
+    return ss;
+}
+
+static void test_netallow_entries(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *in;
+        int kind; /* -1: refused */
+        const char *host;
+        unsigned port;
+    } cases[] = {
+        {"example.com", CS_NETALLOW_KIND_HOST, "example.com", 0},
+        {"Example.COM.", CS_NETALLOW_KIND_HOST, "example.com", 0},
+        {"example.com:443", CS_NETALLOW_KIND_HOST, "example.com", 443},
+        {"*.example.org", CS_NETALLOW_KIND_SUFFIX, "example.org", 0},
+        {"*.example.org:8443", CS_NETALLOW_KIND_SUFFIX, "example.org", 8443},
+        {"a_b-c.example", CS_NETALLOW_KIND_HOST, "a_b-c.example", 0},
+        {"localhost:1", CS_NETALLOW_KIND_HOST, "localhost", 1},
+        {"x:65535", CS_NETALLOW_KIND_HOST, "x", 65535},
+        {"127.0.0.1", CS_NETALLOW_KIND_IP, "127.0.0.1", 0},
+        {"127.0.0.1:8080", CS_NETALLOW_KIND_IP, "127.0.0.1", 8080},
+        {"::1", CS_NETALLOW_KIND_IP, "::1", 0},
+        {"[::1]", CS_NETALLOW_KIND_IP, "::1", 0},
+        {"[::1]:80", CS_NETALLOW_KIND_IP, "::1", 80},
+        {"FE80::1", CS_NETALLOW_KIND_IP, "fe80::1", 0},
+        {"[::ffff:10.0.0.1]", CS_NETALLOW_KIND_IP, "::ffff:10.0.0.1", 0},
+        {"", -1, NULL, 0},
+        {" a", -1, NULL, 0},
+        {"a b", -1, NULL, 0},
+        {"a\tb", -1, NULL, 0},
+        {"http://x", -1, NULL, 0},
+        {"x/y", -1, NULL, 0},
+        {"u@x", -1, NULL, 0},
+        {"*", -1, NULL, 0},
+        {"*.", -1, NULL, 0},
+        {"*.:80", -1, NULL, 0},
+        {"**.a", -1, NULL, 0},
+        {"*a.com", -1, NULL, 0},
+        {"a.*.com", -1, NULL, 0},
+        {"*.*.com", -1, NULL, 0},
+        {"*.1.2.3.4", -1, NULL, 0},
+        {"*.[::1]", -1, NULL, 0},
+        {"x:0", -1, NULL, 0},
+        {"x:99999", -1, NULL, 0},
+        {"x:65536", -1, NULL, 0},
+        {"x:", -1, NULL, 0},
+        {"x:+1", -1, NULL, 0},
+        {":80", -1, NULL, 0},
+        {"a..b", -1, NULL, 0},
+        {".a", -1, NULL, 0},
+        {"a..", -1, NULL, 0},
+        {"-a", -1, NULL, 0},
+        {"a-.b", -1, NULL, 0},
+        {"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", -1, NULL, 0},
+        {"0x7f.1", -1, NULL, 0},
+        {"0x7f000001", -1, NULL, 0},
+        {"2130706433", -1, NULL, 0},
+        {"127.1", -1, NULL, 0},
+        {"127.0.1", -1, NULL, 0},
+        {"0177.0.0.1", -1, NULL, 0},
+        {"017700000001", -1, NULL, 0},
+        {"1.2.3.4.5", -1, NULL, 0},
+        {"256.0.0.1", -1, NULL, 0},
+        {"example.123", -1, NULL, 0},
+        {"[1.2.3.4]", -1, NULL, 0},
+        {"[::1", -1, NULL, 0},
+        {"[::1]x", -1, NULL, 0},
+        {"[::1]:0", -1, NULL, 0},
+        {"::1:80x", -1, NULL, 0},
+        {"fe80::1%eth0", -1, NULL, 0},
+        {"caf\xc3\xa9.com", -1, NULL, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        struct cs_netallow_entry e;
+        const char *why = NULL;
+        int rc = cs_netallow_entry_parse(cases[i].in, strlen(cases[i].in), &e, &why);
+        if (cases[i].kind < 0) {
+            if (rc == 0)
+                fail_msg("accepted %s", cases[i].in);
+            assert_non_null(why);
+            continue;
+        }
+        if (rc != 0)
+            fail_msg("refused %s: %s", cases[i].in, why);
+        assert_int_equal(e.kind, cases[i].kind);
+        assert_string_equal(e.host, cases[i].host);
+        assert_int_equal(e.port, cases[i].port);
+    }
+    /* a label of 63 is a name, a name of 253 too, 254 is not */
+    char name[300];
+    memset(name, 'a', 63);
+    name[63] = '\0';
+    struct cs_netallow_entry e;
+    assert_int_equal(cs_netallow_entry_parse(name, 63, &e, NULL), 0);
+    for (size_t i = 0; i < 253; i++)
+        name[i] = i % 2 ? '.' : 'a';
+    name[253] = '\0';
+    assert_int_equal(cs_netallow_entry_parse(name, 253, &e, NULL), 0);
+    memcpy(name, "ab", 2);
+    name[254] = '\0';
+    name[253] = 'a';
+    assert_int_equal(cs_netallow_entry_parse(name, 254, &e, NULL), -1);
+    /* a NUL inside is refused */
+    assert_int_equal(cs_netallow_entry_parse("a\0b", 3, &e, NULL), -1);
+}
+
+static void test_netallow_numeric_hosts(void **state)
+{
+    (void)state;
+    /* every spelling a resolver reads as 127.0.0.1 (or another loopback), and its reading */
+    static const struct {
+        const char *host, *addr;
+    } same[] = {
+        {"127.0.0.1", "127.0.0.1"},        {"127.1", "127.0.0.1"},
+        {"127.0.1", "127.0.0.1"},          {"2130706433", "127.0.0.1"},
+        {"0x7f000001", "127.0.0.1"},       {"0x7f.0.0.1", "127.0.0.1"},
+        {"0X7F.1", "127.0.0.1"},           {"0177.0.0.1", "127.0.0.1"},
+        {"017700000001", "127.0.0.1"},     {"0177.1", "127.0.0.1"},
+        {"000127.0.0.1", "87.0.0.1"},      {"0", "0.0.0.0"},
+        {"4294967295", "255.255.255.255"}, {"0xa9fea9fe", "169.254.169.254"},
+        {"2852039166", "169.254.169.254"}, {"0251.0376.0251.0376", "169.254.169.254"},
+        {"1.2.65535", "1.2.255.255"},      {"::ffff:127.0.0.1", "127.0.0.1"},
+        {"::ffff:7f00:1", "127.0.0.1"},    {"::1", "::1"},
+    };
+    for (size_t i = 0; i < sizeof same / sizeof *same; i++) {
+        struct sockaddr_storage a = nx_addr(same[i].host), b = nx_addr(same[i].addr);
+        if (!cs_netallow_addr_equal((struct sockaddr *)&a, (struct sockaddr *)&b))
+            fail_msg("%s is not %s", same[i].host, same[i].addr);
+    }
+    static const char *const names[] = {"example.com", "localhost", "0x7f.example", "1e100.net",
+                                        "deadbeef",    "0xg",       "a.b-c"};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+        struct sockaddr_storage ss;
+        if (cs_netallow_host_numeric(names[i], &ss) != CS_NETALLOW_NAME)
+            fail_msg("%s is not a name", names[i]);
+    }
+    static const char *const bad[] = {
+        "1.2.3.4.5",  "256.0.0.1",   "1.2.3.256",  "08.1",        "099",    "0x",  "1.0x",
+        "4294967296", "0x100000000", "1.16777216", "example.123", "a.0x1f", "1:2", "::g"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        struct sockaddr_storage ss;
+        if (cs_netallow_host_numeric(bad[i], &ss) != CS_NETALLOW_BAD_NUMERIC)
+            fail_msg("%s is not refused as a malformed number", bad[i]);
+    }
+}
+
+static void test_netallow_classifier(void **state)
+{
+    (void)state;
+    static const char *const internal[] = {"0.0.0.0",
+                                           "0.1.2.3",
+                                           "10.0.0.1",
+                                           "10.255.255.255",
+                                           "100.64.0.1",
+                                           "100.127.255.255",
+                                           "127.0.0.1",
+                                           "127.255.255.255",
+                                           "169.254.0.1",
+                                           "169.254.169.254",
+                                           "172.16.0.1",
+                                           "172.31.255.255",
+                                           "192.0.0.8",
+                                           "192.168.0.1",
+                                           "198.18.0.1",
+                                           "198.19.255.255",
+                                           "224.0.0.1",
+                                           "239.255.255.250",
+                                           "240.0.0.1",
+                                           "255.255.255.255",
+                                           "::",
+                                           "::1",
+                                           "::127.0.0.1",
+                                           "::8.8.8.8",
+                                           "::ffff:127.0.0.1",
+                                           "::ffff:10.1.2.3",
+                                           "::ffff:0:127.0.0.1",
+                                           "64:ff9b::127.0.0.1",
+                                           "64:ff9b::a9fe:a9fe",
+                                           "64:ff9b:1::1",
+                                           "2002:7f00:1::",
+                                           "2002:a9fe:a9fe::1",
+                                           "2002:c0a8:101::",
+                                           "2001:0:4136:e378:8000:63bf:80ff:fffe",
+                                           "2001:0:a00:1::1",
+                                           "fe80::1",
+                                           "febf::1",
+                                           "fec0::1",
+                                           "fc00::1",
+                                           "fd00::2",
+                                           "ff02::1",
+                                           "ff0e::1",
+                                           "100::1"};
+    for (size_t i = 0; i < sizeof internal / sizeof *internal; i++) {
+        struct sockaddr_storage ss = nx_addr(internal[i]);
+        if (!cs_netallow_addr_internal((struct sockaddr *)&ss))
+            fail_msg("%s is not classified internal", internal[i]);
+    }
+    static const char *const public[] = {
+        "1.1.1.1",          "8.8.8.8",
+        "9.255.255.255",    "11.0.0.0",
+        "100.63.255.255",   "100.128.0.0",
+        "126.255.255.255",  "128.0.0.0",
+        "169.253.255.255",  "169.255.0.0",
+        "172.15.255.255",   "172.32.0.0",
+        "192.0.2.2",        "192.167.255.255",
+        "192.169.0.0",      "198.17.255.255",
+        "198.20.0.0",       "223.255.255.255",
+        "2606:4700::1111",  "2001:4860:4860::8888",
+        "64:ff9b::8.8.8.8", "2002:808:808::",
+        "::ffff:1.1.1.1",   "2001:0:4136:e378:8000:63bf:f7f7:f7f7"};
+    for (size_t i = 0; i < sizeof public / sizeof *public; i++) {
+        struct sockaddr_storage ss = nx_addr(public[i]);
+        if (cs_netallow_addr_internal((struct sockaddr *)&ss))
+            fail_msg("%s is classified internal", public[i]);
+    }
+    struct sockaddr unknown = {.sa_family = AF_UNIX};
+    assert_true(cs_netallow_addr_internal(&unknown));
+}
+
+static void test_netallow_rules(void **state)
+{
+    (void)state;
+    struct sockaddr_storage own = nx_addr("192.0.2.2");
+    struct cs_netallow_policy none = {.has_list = false, .own = &own, .n_own = 1};
+    struct cs_netallow_policy empty = {.has_list = true, .own = &own, .n_own = 1};
+    static const char *const spellings[] = {"127.0.0.1",
+                                            "127.1",
+                                            "2130706433",
+                                            "0x7f000001",
+                                            "0x7f.0.0.1",
+                                            "0177.0.0.1",
+                                            "017700000001",
+                                            "::1",
+                                            "::ffff:127.0.0.1",
+                                            "::ffff:7f00:1",
+                                            "64:ff9b::7f00:1",
+                                            "2002:7f00:1::",
+                                            "169.254.169.254",
+                                            "0xa9fea9fe",
+                                            "10.0.0.1",
+                                            "192.168.1.1",
+                                            "100.64.0.1",
+                                            "0",
+                                            "::",
+                                            "224.0.0.1",
+                                            "255.255.255.255",
+                                            "fe80::1",
+                                            "fc00::1",
+                                            "192.0.2.2",
+                                            "localhost",
+                                            "a.localhost",
+                                            "1.2.3.4.5"};
+    const char *why;
+    for (size_t i = 0; i < sizeof spellings / sizeof *spellings; i++) {
+        why = NULL;
+        if (cs_netallow_admit_host(&none, spellings[i], 80, &why))
+            fail_msg("no list admits %s", spellings[i]);
+        assert_non_null(why);
+        if (cs_netallow_admit_host(&empty, spellings[i], 80, &why))
+            fail_msg("[] admits %s", spellings[i]);
+    }
+    /* no list: public names and addresses; []: nothing */
+    assert_true(cs_netallow_admit_host(&none, "example.com", 443, NULL));
+    assert_true(cs_netallow_admit_host(&none, "1.1.1.1", 443, NULL));
+    assert_false(cs_netallow_admit_host(&empty, "example.com", 443, &why));
+    assert_string_equal(why, "network_allow is empty: no destination is admitted");
+    struct sockaddr_storage pub = nx_addr("1.1.1.1"), lo = nx_addr("127.0.0.1");
+    assert_true(cs_netallow_admit_addr(&none, (struct sockaddr *)&pub, 443, NULL));
+    assert_false(cs_netallow_admit_addr(&empty, (struct sockaddr *)&pub, 443, NULL));
+    assert_false(cs_netallow_admit_addr(&none, (struct sockaddr *)&own, 443, &why));
+    assert_string_equal(why, "destination is an address of the host itself");
+
+    /* a list: names by name, IP entries in any spelling, ports */
+    struct cs_netallow_entry e[4];
+    static const char *const list[] = {"localhost:8080", "127.0.0.1:8080", "*.example.org",
+                                       "example.com"};
+    for (size_t i = 0; i < 4; i++)
+        assert_int_equal(cs_netallow_entry_parse(list[i], strlen(list[i]), &e[i], NULL), 0);
+    struct cs_netallow_policy lp = {
+        .has_list = true, .entries = e, .n = 4, .own = &own, .n_own = 1};
+    assert_true(cs_netallow_admit_host(&lp, "localhost", 8080, NULL));
+    assert_false(cs_netallow_admit_host(&lp, "localhost", 8081, NULL));
+    assert_true(cs_netallow_admit_host(&lp, "0x7f.1", 8080, NULL));
+    assert_true(cs_netallow_admit_host(&lp, "::ffff:127.0.0.1", 8080, NULL));
+    assert_false(cs_netallow_admit_host(&lp, "127.0.0.2", 8080, NULL));
+    assert_true(cs_netallow_admit_host(&lp, "a.example.org", 1, NULL));
+    assert_false(cs_netallow_admit_host(&lp, "example.org", 1, NULL));
+    assert_false(cs_netallow_admit_host(&lp, "badexample.org", 1, NULL));
+    assert_true(cs_netallow_admit_host(&lp, "example.com", 1, NULL));
+    assert_false(cs_netallow_admit_host(&lp, "1.2.3.4.5", 8080, NULL));
+    /* the resolved-address rule: internal only when an IP entry lists it (port included) */
+    assert_true(cs_netallow_admit_addr(&lp, (struct sockaddr *)&lo, 8080, NULL));
+    assert_false(cs_netallow_admit_addr(&lp, (struct sockaddr *)&lo, 80, &why));
+    assert_string_equal(why,
+                        "destination is a loopback, link-local, private or other internal address");
+    struct sockaddr_storage lo6 = nx_addr("::1"), mapped = nx_addr("::ffff:127.0.0.1");
+    assert_false(cs_netallow_admit_addr(&lp, (struct sockaddr *)&lo6, 8080, NULL));
+    assert_true(cs_netallow_admit_addr(&lp, (struct sockaddr *)&mapped, 8080, NULL));
+    assert_true(cs_netallow_admit_addr(&lp, (struct sockaddr *)&pub, 1, NULL));
+    assert_false(cs_netallow_admit_addr(&lp, (struct sockaddr *)&own, 1, NULL));
+
+    /* the authority parser the proxy's request parser uses */
+    char host[CS_NETALLOW_HOST_MAX + 1];
+    uint16_t port = 0;
+    assert_int_equal(cs_netallow_authority_parse("[::1]:8080", 10, host, &port, 0, true), 0);
+    assert_string_equal(host, "::1");
+    assert_int_equal(port, 8080);
+    assert_int_equal(cs_netallow_authority_parse("EX.com.", 7, host, &port, 80, false), 0);
+    assert_string_equal(host, "ex.com");
+    assert_int_equal(port, 80);
+    assert_int_equal(cs_netallow_authority_parse("ex.com", 6, host, &port, 0, true), -1);
+    assert_int_equal(cs_netallow_authority_parse("[1.2.3.4]:1", 11, host, &port, 0, true), -1);
+    assert_int_equal(cs_netallow_authority_parse("a b:1", 5, host, &port, 0, true), -1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1001,6 +1324,10 @@ int main(void)
         cmocka_unit_test(test_log_levels_and_redaction),
         cmocka_unit_test(test_json_quote_matches_jansson),
         cmocka_unit_test(test_json_clamp_numbers),
+        cmocka_unit_test(test_netallow_entries),
+        cmocka_unit_test(test_netallow_numeric_hosts),
+        cmocka_unit_test(test_netallow_classifier),
+        cmocka_unit_test(test_netallow_rules),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -740,6 +740,78 @@ static void test_registry_refusals(void **state)
     load_err(ARGV("--config", fx.ws1), BASE_ENV, want);
 }
 
+/* Every network_allow entry is checked at load with the parser the sandbox proxy runs
+ * (base_netallow): a malformed one stops the start, naming the entry and its JSON path. */
+static void test_registry_network_allow_entries(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *json; /* the entry (no quote or backslash: also its JSON string body) */
+        const char *reason;
+    } bad[] = {
+        {"", "empty"},
+        {" example.com", "holds a space, a control or a non-ASCII character"},
+        {"exa mple.com", "holds a space, a control or a non-ASCII character"},
+        {"http://example.com", "a URL scheme is not allowed"},
+        {"a/b", "a path is not allowed"},
+        {"user@example.com", "user information is not allowed"},
+        {"*", "a lone * is not allowed (omit network_allow to admit public destinations)"},
+        {"*.", "* is only allowed as a leading \"*.\" before a domain"},
+        {"*example.com", "* is only allowed as a leading \"*.\" before a domain"},
+        {"a.*.com", "not a host name, *.domain or IP literal"},
+        {"x:0", "the port must be a number from 1 to 65535"},
+        {"x:99999", "the port must be a number from 1 to 65535"},
+        {"x:", "the port must be a number from 1 to 65535"},
+        {"x:8o", "the port must be a number from 1 to 65535"},
+        {"a..b", "not a host name, *.domain or IP literal"},
+        {".a", "not a host name, *.domain or IP literal"},
+        {"-a.com", "not a host name (labels of 1-63 letters, digits, '-' or '_', separated by "
+                   "single dots)"},
+        {"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa.com",
+         "not a host name (labels of 1-63 letters, digits, '-' or '_', separated by single "
+         "dots)"},
+        {"0x7f.1", "write an IPv4 address as a dotted quad (a.b.c.d)"},
+        {"2130706433", "write an IPv4 address as a dotted quad (a.b.c.d)"},
+        {"127.1", "write an IPv4 address as a dotted quad (a.b.c.d)"},
+        {"0177.0.0.1", "write an IPv4 address as a dotted quad (a.b.c.d)"},
+        {"1.2.3.4.5", "ends in a number but is not an IPv4 address"},
+        {"256.1.1.1", "ends in a number but is not an IPv4 address"},
+        {"*.10.0.0.1", "\"*.\" needs a domain name, not an address"},
+        {"::1:80x", "not an IPv6 literal (write [v6]:port to give an IPv6 address a port)"},
+        {"[::1", "not a host name, *.domain or IP literal"},
+        {"[1.2.3.4]", "not a host name, *.domain or IP literal"},
+    };
+    char want[1024];
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        write_cfgf("{\"workspaces\": {\"demo\": {\"root\": \"%s\", \"network\": \"enabled\", "
+                   "\"network_allow\": [\"example.com\", \"%s\"]}}}",
+                   fx.ws1, bad[i].json);
+        snprintf(want, sizeof want,
+                 "/workspaces/demo/network_allow/1: invalid entry \"%s\": %s (expected a host "
+                 "name, *.domain or IP literal, with an optional :port from 1 to 65535)",
+                 bad[i].json, bad[i].reason);
+        cfg_err(want);
+    }
+
+    /* Good entries load, as given; [] stays distinct from an absent list. */
+    write_cfgf("{\"workspaces\": {\"demo\": {\"root\": \"%s\", \"network\": \"enabled\", "
+               "\"network_allow\": [\"Example.COM.\", \"*.example.org:443\", \"127.0.0.1:8080\", "
+               "\"::1\", \"[::1]:80\", \"[::ffff:10.0.0.1]\", \"a_b.example\", \"x:65535\"]},"
+               " \"none\": {\"root\": \"%s\", \"network_allow\": []}}}",
+               fx.ws1, fx.ws2);
+    struct cs_config cfg;
+    load_ok(&cfg, ARGV("--config", fx.cfg), BASE_ENV);
+    const struct cs_workspace *d = cs_config_workspace(&cfg, "demo", 4);
+    assert_non_null(d);
+    assert_int_equal(d->n_network_allow, 8);
+    assert_string_equal(d->network_allow[0], "Example.COM.");
+    const struct cs_workspace *none = cs_config_workspace(&cfg, "none", 4);
+    assert_non_null(none);
+    assert_true(none->has_network_allow);
+    assert_int_equal(none->n_network_allow, 0);
+    cs_config_free(&cfg);
+}
+
 static void test_registry_environment_order(void **state)
 {
     (void)state;
@@ -1286,6 +1358,7 @@ int main(void)
         cmocka_unit_test(test_registry_example),
         cmocka_unit_test(test_registry_root_symlink_is_canonical),
         cmocka_unit_test(test_registry_refusals),
+        cmocka_unit_test(test_registry_network_allow_entries),
         cmocka_unit_test(test_registry_environment_order),
         cmocka_unit_test(test_quick_start),
         cmocka_unit_test(test_config_and_quick_start),
