@@ -1164,9 +1164,11 @@ class TestBadConfig(unittest.TestCase):
             "workspaces": {
                 "demo": {"root": self.root, "profile": "workspace-write", "network": "enabled",
                          "network_allow": ["example.com", "*.example.org", "127.0.0.1:8080"]},
-                "ro": {"root": self.root},
-                "boxed": {"root": self.root, "environment": "box"},
+                "ro": {"root": self.root + "-ro"},
+                "boxed": {"root": self.root + "-boxed", "environment": "box"},
             }}, name="good.json")
+        for d in (self.root + "-ro", self.root + "-boxed"):  # roots may not overlap
+            os.makedirs(d, exist_ok=True)
         env = server_env(os.path.join(self.dir, "state"), {"HOME": self.home})
         s = StdioServer(["--config", path], env=env)
         try:

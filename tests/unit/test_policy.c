@@ -17,6 +17,8 @@
 
 #include <ftw.h>
 #include <limits.h>
+#include <fcntl.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -31,6 +33,7 @@ static struct {
     char dir[128];  /* mkdtemp root, canonical */
     char ws1[256];  /* <dir>/ws1 */
     char ws2[256];  /* <dir>/ws2 */
+    char ws3[256];  /* <dir>/ws3 (roots may not overlap: a third workspace needs its own) */
     char file[256]; /* <dir>/afile, a regular file */
     char cfg[256];  /* <dir>/registry.json, rewritten by each test */
 } fx;
@@ -55,9 +58,10 @@ static int group_setup(void **state)
     memcpy(fx.dir, canon, strlen(canon) + 1);
     snprintf(fx.ws1, sizeof fx.ws1, "%s/ws1", fx.dir);
     snprintf(fx.ws2, sizeof fx.ws2, "%s/ws2", fx.dir);
+    snprintf(fx.ws3, sizeof fx.ws3, "%s/ws3", fx.dir);
     snprintf(fx.file, sizeof fx.file, "%s/afile", fx.dir);
     snprintf(fx.cfg, sizeof fx.cfg, "%s/registry.json", fx.dir);
-    if (mkdir(fx.ws1, 0700) != 0 || mkdir(fx.ws2, 0700) != 0)
+    if (mkdir(fx.ws1, 0700) != 0 || mkdir(fx.ws2, 0700) != 0 || mkdir(fx.ws3, 0700) != 0)
         return -1;
     FILE *f = fopen(fx.file, "w");
     if (!f)
@@ -585,7 +589,7 @@ static void test_registry_example(void **state)
                "    \"docs\": { \"root\": \"%s\", \"network_allow\": [] }\n"
                "  }\n"
                "}\n",
-               fx.ws1, fx.ws2, fx.ws2);
+               fx.ws1, fx.ws3, fx.ws2);
     struct cs_config cfg;
     load_ok(&cfg, ARGV("--config", fx.cfg), BASE_ENV);
     assert_int_equal(cfg.n_environments, 2);
@@ -870,6 +874,103 @@ static void test_quick_start(void **state)
     load_err(NOARGS, ENV("HOME=/h", var), want);
 }
 
+/* runtime.md section 2: no root equal to, inside or containing another (through a symlink
+ * alias too: roots are compared canonical), and each root is held as a descriptor. */
+static void test_roots_disjoint_and_held(void **state)
+{
+    (void)state;
+    char sub[300], alias[300], want[4096];
+    snprintf(sub, sizeof sub, "%s/sub", fx.ws1);
+    snprintf(alias, sizeof alias, "%s/alias", fx.dir);
+    assert_true(mkdir(sub, 0700) == 0 || errno == EEXIST);
+    assert_true(symlink(fx.ws1, alias) == 0 || errno == EEXIST);
+    static const char *const tail =
+        "; a root may not be equal to, inside or contain another";
+
+    write_cfgf("{\"workspaces\": {\"a\": {\"root\": \"%s\"}, \"b\": {\"root\": \"%s/\"}}}",
+               fx.ws1, fx.ws1);
+    snprintf(want, sizeof want,
+             "workspace roots overlap: \"a\" (%s) is the same directory as \"b\" (%s)%s", fx.ws1,
+             fx.ws1, tail);
+    load_err(ARGV("--config", fx.cfg), BASE_ENV, want);
+
+    write_cfgf("{\"workspaces\": {\"a\": {\"root\": \"%s\"}, \"b\": {\"root\": \"%s\"}}}", fx.ws1,
+               sub);
+    snprintf(want, sizeof want, "workspace roots overlap: \"a\" (%s) contains \"b\" (%s)%s",
+             fx.ws1, sub, tail);
+    load_err(ARGV("--config", fx.cfg), BASE_ENV, want);
+
+    write_cfgf("{\"workspaces\": {\"a\": {\"root\": \"%s\"}, \"b\": {\"root\": \"%s\"}}}", sub,
+               fx.ws1);
+    snprintf(want, sizeof want, "workspace roots overlap: \"a\" (%s) is inside \"b\" (%s)%s", sub,
+             fx.ws1, tail);
+    load_err(ARGV("--config", fx.cfg), BASE_ENV, want);
+
+    /* An alias: <dir>/alias/sub is ws1/sub once resolved. */
+    write_cfgf("{\"workspaces\": {\"a\": {\"root\": \"%s\"}, \"b\": {\"root\": \"%s/sub\"}}}",
+               fx.ws1, alias);
+    snprintf(want, sizeof want, "workspace roots overlap: \"a\" (%s) contains \"b\" (%s)%s",
+             fx.ws1, sub, tail);
+    load_err(ARGV("--config", fx.cfg), BASE_ENV, want);
+
+    /* The quick start against the file. */
+    write_cfgf("{\"workspaces\": {\"a\": {\"root\": \"%s\"}}}", fx.ws1);
+    snprintf(want, sizeof want, "workspace roots overlap: \"a\" (%s) contains \"default\" (%s)%s",
+             fx.ws1, sub, tail);
+    load_err(ARGV("--config", fx.cfg, "--workspace", sub), BASE_ENV, want);
+
+    /* Siblings load, each root held: the descriptor is that very directory. */
+    write_cfgf("{\"workspaces\": {\"a\": {\"root\": \"%s\"}, \"b\": {\"root\": \"%s\"}}}", fx.ws1,
+               fx.ws2);
+    struct cs_config cfg;
+    load_ok(&cfg, ARGV("--config", fx.cfg), BASE_ENV);
+    for (size_t i = 0; i < cfg.n_workspaces; i++) {
+        struct stat a, b;
+        assert_true(cfg.workspaces[i].has_root_fd);
+        assert_int_equal(fstat(cfg.workspaces[i].root_fd, &a), 0);
+        assert_int_equal(stat(cfg.workspaces[i].root, &b), 0);
+        assert_true(a.st_dev == b.st_dev && a.st_ino == b.st_ino);
+        assert_true(fcntl(cfg.workspaces[i].root_fd, F_GETFD) & FD_CLOEXEC);
+    }
+    cs_config_free(&cfg);
+    unlink(alias);
+    rmdir(sub);
+}
+
+/* sandbox.md section 3: the ids a root server's commands run as. */
+static void test_sandbox_ids(void **state)
+{
+    (void)state;
+    struct cs_config cfg;
+    load_ok(&cfg, ARGV("--workspace", fx.ws1), BASE_ENV);
+    assert_int_equal(cfg.sandbox_uid, 65533);
+    assert_int_equal(cfg.sandbox_gid, 65533);
+    cs_config_free(&cfg);
+    load_ok(&cfg, ARGV("--workspace", fx.ws1, "--sandbox-uid", "4000"), BASE_ENV);
+    assert_int_equal(cfg.sandbox_uid, 4000);
+    assert_int_equal(cfg.sandbox_gid, 4000); /* the gid follows the uid */
+    cs_config_free(&cfg);
+    load_ok(&cfg, ARGV("--workspace", fx.ws1),
+            ENV("HOME=/h", "CODESPACE_SANDBOX_UID=4001", "CODESPACE_SANDBOX_GID=4002"));
+    assert_int_equal(cfg.sandbox_uid, 4001);
+    assert_int_equal(cfg.sandbox_gid, 4002);
+    cs_config_free(&cfg);
+    load_err_prefix(ARGV("--workspace", fx.ws1, "--sandbox-uid", "0"), BASE_ENV,
+                    "--sandbox-uid: ");
+    load_err_prefix(ARGV("--workspace", fx.ws1, "--sandbox-gid", "4294967295"), BASE_ENV,
+                    "--sandbox-gid: ");
+    load_err_prefix(ARGV("--workspace", fx.ws1), ENV("HOME=/h", "CODESPACE_SANDBOX_UID=x"),
+                    "CODESPACE_SANDBOX_UID: ");
+    /* An id that owns a system directory would own host files. */
+    struct stat st;
+    if (stat("/usr", &st) == 0 && st.st_uid != 0) {
+        char id[32];
+        snprintf(id, sizeof id, "%u", (unsigned)st.st_uid);
+        load_err_prefix(ARGV("--workspace", fx.ws1, "--sandbox-uid", id), BASE_ENV,
+                        "--sandbox-uid: uid ");
+    }
+}
+
 static void test_config_and_quick_start(void **state)
 {
     (void)state;
@@ -916,7 +1017,7 @@ static void load_three(struct cs_config *cfg)
                "  \"ro\": {\"root\": \"%s\"},\n"
                "  \"box\": {\"root\": \"%s\", \"environment\": \"box\",\n"
                "           \"profile\": \"workspace-write\"}}}",
-               fx.ws1, fx.ws2, fx.ws2);
+               fx.ws1, fx.ws2, fx.ws3);
     load_ok(cfg, ARGV("--config", fx.cfg), BASE_ENV);
 }
 
@@ -1362,6 +1463,8 @@ int main(void)
         cmocka_unit_test(test_registry_environment_order),
         cmocka_unit_test(test_quick_start),
         cmocka_unit_test(test_config_and_quick_start),
+        cmocka_unit_test(test_roots_disjoint_and_held),
+        cmocka_unit_test(test_sandbox_ids),
         cmocka_unit_test(test_lookup),
         cmocka_unit_test(test_permissions),
         cmocka_unit_test(test_info_server_only),
