@@ -664,12 +664,24 @@ static int verify(struct txn *t, char *msg, size_t cap)
 
 /* ---- preflight ---- */
 
-static int check_versions(int rootfd, const struct csw_mcp_apply_patch_input *in, char *msg,
-                          size_t cap)
+/* The cancel flag, polled between files until the writes begin (never after: a patch that has
+ * begun writing runs to its end, so that its result, and the ledger row, tell the truth). */
+static int cancelled(const struct cs_cancel *cancel, char *msg, size_t cap)
+{
+    if (!cs_cancel_requested(cancel))
+        return 0;
+    msgf(msg, cap, "the patch was cancelled before any write");
+    return CSW_ERROR_TIMEOUT;
+}
+
+static int check_versions(int rootfd, const struct csw_mcp_apply_patch_input *in,
+                          const struct cs_cancel *cancel, char *msg, size_t cap)
 {
     if (!in->has_expected_versions)
         return 0;
     for (size_t i = 0; i < in->expected_versions.n; i++) {
+        if (cancelled(cancel, msg, cap) != 0)
+            return CSW_ERROR_TIMEOUT;
         const struct csw_mcp_apply_patch_input_expected_versions_entry *e =
             &in->expected_versions.v[i];
         struct cs_fs_path p;
@@ -758,7 +770,8 @@ static int check_duplicates(const struct txn *t, char *msg, size_t cap)
 }
 
 /* Normalises and preflights every operation; reads every old content; computes every new one. */
-static int preflight(struct txn *t, const struct cs_patch *plan, char *msg, size_t cap)
+static int preflight(struct txn *t, const struct cs_patch *plan, const struct cs_cancel *cancel,
+                     char *msg, size_t cap)
 {
     t->items = calloc(plan->n_ops + 1, sizeof *t->items);
     if (t->items == NULL) {
@@ -799,6 +812,8 @@ static int preflight(struct txn *t, const struct cs_patch *plan, char *msg, size
     if (rc != 0)
         return rc;
     for (size_t i = 0; i < t->n_items; i++) {
+        if (cancelled(cancel, msg, cap) != 0)
+            return CSW_ERROR_TIMEOUT;
         struct item *it = &t->items[i];
         const struct cs_fs_path *src =
             it->kind == CSW_PATCH_CHANGE_KIND_MOVE ? &it->from : &it->path;
@@ -921,7 +936,8 @@ oom:
 /* ---- the transaction ---- */
 
 int cs_patch_txn_apply(const char *root, const struct csw_mcp_apply_patch_input *in,
-                       struct csw_mcp_apply_patch_output *out, char *msg, size_t msg_cap)
+                       const struct cs_cancel *cancel, struct csw_mcp_apply_patch_output *out,
+                       char *msg, size_t msg_cap)
 {
     struct txn t = {.rootfd = -1};
     struct cs_patch *plan = NULL;
@@ -930,7 +946,7 @@ int cs_patch_txn_apply(const char *root, const struct csw_mcp_apply_patch_input 
     enum csw_patch_status status = CSW_PATCH_STATUS_APPLIED;
     rc = cs_fs_root_open(root, &t.rootfd, msg, msg_cap);
     if (rc == 0)
-        rc = check_versions(t.rootfd, in, msg, msg_cap);
+        rc = check_versions(t.rootfd, in, cancel, msg, msg_cap);
     if (rc == 0) {
         int prc = cs_patch_parse(in->patch.s, in->patch.n, &plan, msg, msg_cap);
         if (prc == CS_PATCH_ERR_NOMEM)
@@ -939,9 +955,12 @@ int cs_patch_txn_apply(const char *root, const struct csw_mcp_apply_patch_input 
             rc = CSW_ERROR_INVALID_PATCH;
     }
     if (rc == 0)
-        rc = preflight(&t, plan, msg, msg_cap);
+        rc = preflight(&t, plan, cancel, msg, msg_cap);
+    /* The last safe point: past it the writes begin and the transaction runs to its end. */
+    if (rc == 0)
+        rc = cancelled(cancel, msg, msg_cap);
     if (rc != 0)
-        goto out; /* rejected before any write */
+        goto out; /* rejected (or cancelled) before any write */
     if (in->has_check_only && in->check_only) {
         status = CSW_PATCH_STATUS_CHECKED;
     } else {

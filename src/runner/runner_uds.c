@@ -441,20 +441,23 @@ static char **worker_env(void)
 static int spawn_worker(struct cs__runner_uds *u, const struct cs_runner_uds_options *opt,
                         char *err, size_t cap)
 {
-    char maxp[32];
+    char maxp[32], tmo[32];
     snprintf(maxp, sizeof maxp, "%" PRId64, opt->max_processes);
+    snprintf(tmo, sizeof tmo, "%" PRId64, opt->timeout_ms > 0 ? opt->timeout_ms : 30000);
     char *argv[] = {(char *)"codespace-runtime",
                     (char *)"--socket",
                     u->sock,
                     (char *)"--max-processes",
                     maxp,
+                    (char *)"--timeout-ms",
+                    tmo,
                     NULL,
                     NULL,
                     NULL};
     /* The gateway's probe passed with this helper: the worker runs every command through it. */
     if (opt->sandbox_helper) {
-        argv[5] = (char *)"--sandbox";
-        argv[6] = (char *)opt->sandbox_helper;
+        argv[7] = (char *)"--sandbox";
+        argv[8] = (char *)opt->sandbox_helper;
     }
     char **envp = worker_env();
     /* stdout is the MCP channel on stdio: the worker never gets it, nor the server's stderr; its

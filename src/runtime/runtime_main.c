@@ -65,7 +65,8 @@ struct req {
 
 static void usage(void)
 {
-    fputs("usage: codespace-runtime --socket <path> [--max-processes N] [--sandbox <helper>]\n",
+    fputs("usage: codespace-runtime --socket <path> [--max-processes N] [--timeout-ms MS] "
+          "[--sandbox <helper>]\n",
           stderr);
 }
 
@@ -417,6 +418,7 @@ int main(int argc, char **argv)
     const char *sock = NULL;
     const char *sandbox = NULL;
     long long max_procs = 8;
+    long long timeout_ms = 30000;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--socket") == 0 && i + 1 < argc) {
             sock = argv[++i];
@@ -427,16 +429,25 @@ int main(int argc, char **argv)
                 usage();
                 return 2;
             }
+        } else if (strcmp(argv[i], "--timeout-ms") == 0 && i + 1 < argc) {
+            char *end;
+            timeout_ms = strtoll(argv[++i], &end, 10);
+            if (*end || timeout_ms < 1 || timeout_ms > 2147483000LL) {
+                usage();
+                return 2;
+            }
         } else if (strcmp(argv[i], "--sandbox") == 0 && i + 1 < argc) {
             sandbox = argv[++i]; /* the gateway's probe succeeded with this helper */
         } else if (strcmp(argv[i], "--help") == 0) {
-            printf("usage: codespace-runtime --socket <path> [--max-processes N] [--sandbox "
-                   "<helper>]\n\n"
+            printf("usage: codespace-runtime --socket <path> [--max-processes N] [--timeout-ms "
+                   "MS] [--sandbox <helper>]\n\n"
                    "The worker of codespace-mcp --runner uds; started by the gateway, never by "
                    "hand.\n"
                    "  --socket PATH          bind PATH (in the gateway's 0700 directory), serve "
                    "one connection\n"
                    "  --max-processes N      live processes at once (CODESPACE_MAX_PROCESSES)\n"
+                   "  --timeout-ms MS        time limit of file operations "
+                   "(CODESPACE_PROCESS_TIMEOUT_SECS)\n"
                    "  --sandbox HELPER       run every command through this "
                    "codespace-linux-sandbox\n"
                    "  --version, --help\n");
@@ -477,9 +488,10 @@ int main(int argc, char **argv)
     w.lfd = lfd;
     int rc = 1;
     w.loop = cs_loop_new();
-    /* Every exec request carries its own time limit; the default only fills the struct. */
+    /* Every exec request carries its own time limit; file operations (run on the executor's
+     * threads) have the gateway's process time limit, given by --timeout-ms. */
     struct cs_supervisor_limits lim;
-    cs_supervisor_limits_init(&lim, max_procs, 30000, sandbox);
+    cs_supervisor_limits_init(&lim, max_procs, timeout_ms, sandbox);
     w.ex = w.loop ? cs_runner_exec_new(w.loop, &lim, on_exited, &w) : NULL;
     w.lw = w.ex ? cs_loop_fd_add(w.loop, lfd, CS_LOOP_READ, on_accept, &w) : NULL;
     if (!w.lw || cs_loop_signal(w.loop, SIGTERM, on_signal, &w) != 0 ||
