@@ -84,6 +84,10 @@ struct txn {
  *
  *   CODESPACE_TEST_PATCH_STEP_DELAY_MS=N   sleep N ms after each file of the writes step is
  *                                          renamed into place (so a test can SIGKILL mid-way).
+ *   CODESPACE_TEST_PATCH_PREFLIGHT_DELAY_MS=N
+ *                                          sleep N ms (in 10 ms slices that poll the cancel
+ *                                          flag) before each file of the preflight is read (so a
+ *                                          test can hit the time limit before any write).
  *   CODESPACE_TEST_PATCH_FAIL_AT=rename:N[,restore:M]
  *                                          the Nth rename of the writes step (1-based, per
  *                                          transaction) fails with EIO; the Mth snapshot restore
@@ -93,6 +97,7 @@ struct txn {
 static struct {
     pthread_once_t once;
     unsigned delay_ms;
+    unsigned preflight_delay_ms;
     unsigned fail_rename; /* 0: off */
     unsigned fail_restore;
     bool active;
@@ -120,6 +125,12 @@ static void test_hook_read(void)
         if (end != NULL && *end == '\0')
             test_hook.delay_ms = v;
     }
+    const char *pd = getenv("CODESPACE_TEST_PATCH_PREFLIGHT_DELAY_MS");
+    if (pd != NULL) {
+        unsigned v = hook_number(pd, &end);
+        if (end != NULL && *end == '\0')
+            test_hook.preflight_delay_ms = v;
+    }
     const char *f = getenv("CODESPACE_TEST_PATCH_FAIL_AT");
     while (f != NULL && *f != '\0') {
         unsigned *slot;
@@ -135,13 +146,28 @@ static void test_hook_read(void)
         *slot = v;
         f = *end == ',' ? end + 1 : end;
     }
-    test_hook.active = test_hook.delay_ms || test_hook.fail_rename || test_hook.fail_restore;
+    test_hook.active = test_hook.delay_ms || test_hook.preflight_delay_ms ||
+                       test_hook.fail_rename || test_hook.fail_restore;
 }
 
 static bool test_hook_on(void)
 {
     (void)pthread_once(&test_hook.once, test_hook_read);
     return test_hook.active;
+}
+
+/* Test hook: the pause before a file of the preflight, cut short by cancel. */
+static void test_hook_preflight_delay(const struct cs_cancel *cancel)
+{
+    if (!test_hook_on() || test_hook.preflight_delay_ms == 0)
+        return;
+    for (unsigned left = test_hook.preflight_delay_ms; left > 0 && !cs_cancel_requested(cancel);) {
+        unsigned step = left < 10 ? left : 10;
+        struct timespec ts = {0, (long)step * 1000000L};
+        while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+            ;
+        left -= step;
+    }
 }
 
 /* Test hook: whether this rename (restore: of a snapshot in the rollback) must fail. */
@@ -812,6 +838,7 @@ static int preflight(struct txn *t, const struct cs_patch *plan, const struct cs
     if (rc != 0)
         return rc;
     for (size_t i = 0; i < t->n_items; i++) {
+        test_hook_preflight_delay(cancel);
         if (cancelled(cancel, msg, cap) != 0)
             return CSW_ERROR_TIMEOUT;
         struct item *it = &t->items[i];
