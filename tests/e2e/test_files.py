@@ -520,6 +520,17 @@ class TestLoopNotBlocked(unittest.TestCase):
         dt, reply = self.timed("ping", {})
         self.assertLess(dt, LATENCY_MAX)
 
+    def test_shutdown_during_a_big_read(self):
+        """stdio EOF while a file thread hashes: the job is cancelled and joined, the server exits
+        0 at once (a sanitizer build would report a leak or a race as a non-zero status)."""
+        self.srv.call_start("read", {"workspace_id": "default", "path": "sparse.bin",
+                                     "limit": 16})
+        time.sleep(0.3)
+        t0 = time.monotonic()
+        self.srv.proc.stdin.close()
+        self.assertEqual(self.srv.proc.wait(20), 0, "".join(self.srv.stderr[-20:]))
+        self.assertLess(time.monotonic() - t0, 2.5)
+
     def test_two_big_reads_do_not_hold_up_a_small_one(self):
         """Two hashes at once (two pool threads busy) still leave a read its own thread."""
         a = self.srv.call_start("read", {"workspace_id": "default", "path": "sparse.bin",
