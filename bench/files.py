@@ -22,8 +22,8 @@ contract's version is the whole file's SHA-256; later windows of the unchanged f
 version cache, which hashes only the blocks under the window; see docs/file-tools.md).
 
 Sequential calls measure what one client waiting for each answer sees. The pipelined row sends
-all 64 requests before reading any reply; the server is single-threaded, so it measures
-throughput without the client's turn-around, not parallelism.
+all 64 requests before reading any reply; file work runs on the executor's four threads, so
+it measures throughput without the client's turn-around, with some parallelism.
 
 Run: /usr/bin/python3 bench/files.py [--bin build/release/src/main/codespace-mcp] [--dir PARENT]
      [--keep]

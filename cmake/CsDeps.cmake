@@ -1,5 +1,7 @@
 # Third-party dependencies, all Debian packages (scripts/bootstrap.sh installs them).
 find_package(PkgConfig REQUIRED)
+# The file-work thread pool (src/base/base_pool.c); in the C library itself on Debian 12.
+find_package(Threads REQUIRED)
 pkg_check_modules(JANSSON REQUIRED IMPORTED_TARGET jansson)
 pkg_check_modules(CRYPTO REQUIRED IMPORTED_TARGET libcrypto)
 pkg_check_modules(MHD REQUIRED IMPORTED_TARGET libmicrohttpd)

@@ -21,6 +21,12 @@
  * CSW_ERROR_INVALID_ARGUMENTS, which is 0: arguments arrive decoded), write their outputs only on
  * success, and put a human message in msg (always valid UTF-8, never an errno number alone) when
  * msg is not NULL.
+ *
+ * Threads and cancellation: read and find may run on several threads at once (the runners' file
+ * pool, base_pool.h); their only shared state, the version cache, has a lock. Each takes a cancel
+ * flag (NULL: never cancelled) polled between bounded slices of work (a 256 KiB chunk of a read,
+ * a directory entry of a walk); once it is set they stop, release everything and return
+ * CSW_ERROR_TIMEOUT (the caller says why in its own message).
  */
 #ifndef CS_FS_H
 #define CS_FS_H
@@ -30,6 +36,7 @@
 #include <stdint.h>
 #include <sys/stat.h>
 
+#include "base_cancel.h"
 #include "csw.h"
 
 /* ---- caps (contract.md sections 3 and 4) ---- */
@@ -92,12 +99,13 @@ int cs_fs_open_beneath(int rootfd, const struct cs_fs_path *p, enum cs_fs_want w
  * Returns 0 with *out filled (release it with csw_mcp_read_output_free), or an error with *out
  * zeroed: CSW_ERROR_OUTPUT_LIMIT (limit 0 or above CS_FS_READ_MAX_BYTES), the errors of
  * cs_fs_path_normalize and cs_fs_open_beneath, CSW_ERROR_FILE_OPERATION_FAILED (root gone, a
- * read error) or CSW_ERROR_INTERNAL (out of memory).
+ * read error), CSW_ERROR_INTERNAL (out of memory) or CSW_ERROR_TIMEOUT (cancel was set).
  */
 int cs_fs_read(const char *root, const struct csw_mcp_read_input *in,
-               struct csw_mcp_read_output *out, char *msg, size_t msg_cap);
-int cs_fs_read_at(int rootfd, const struct csw_mcp_read_input *in, struct csw_mcp_read_output *out,
-                  char *msg, size_t msg_cap);
+               const struct cs_cancel *cancel, struct csw_mcp_read_output *out, char *msg,
+               size_t msg_cap);
+int cs_fs_read_at(int rootfd, const struct csw_mcp_read_input *in, const struct cs_cancel *cancel,
+                  struct csw_mcp_read_output *out, char *msg, size_t msg_cap);
 
 /*
  * Calls answered from the version cache so far in this process (fs_read.c explains the cache).
@@ -115,12 +123,14 @@ uint64_t cs_fs_version_cache_hits(void);
  * small one); reaching it sets incomplete. Returns 0 with *out filled (release it with
  * csw_mcp_find_output_free), or an error with *out zeroed: CSW_ERROR_OUTPUT_LIMIT (limit 0 or above
  * CS_FS_FIND_MAX_PATHS), CSW_ERROR_FILE_OPERATION_FAILED (the root has gone or cannot be read),
- * CSW_ERROR_INTERNAL (out of memory).
+ * CSW_ERROR_INTERNAL (out of memory), CSW_ERROR_TIMEOUT (cancel was set).
  */
 int cs_fs_find(const char *root, const struct csw_mcp_find_input *in,
-               struct csw_mcp_find_output *out, char *msg, size_t msg_cap);
+               const struct cs_cancel *cancel, struct csw_mcp_find_output *out, char *msg,
+               size_t msg_cap);
 int cs_fs_find_at(int rootfd, const struct csw_mcp_find_input *in, size_t walk_cap,
-                  struct csw_mcp_find_output *out, char *msg, size_t msg_cap);
+                  const struct cs_cancel *cancel, struct csw_mcp_find_output *out, char *msg,
+                  size_t msg_cap);
 
 /*
  * The find tool's glob over a relative path (contract.md section 3): '*' matches within one

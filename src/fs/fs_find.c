@@ -244,6 +244,7 @@ struct walk {
     size_t depth, stack_cap;
     size_t files, dirs, bytes;
     bool incomplete;
+    const struct cs_cancel *cancel; /* polled before every directory entry */
 };
 
 /* Grows *v (elements of size sz) to hold at least need; returns false on OOM. */
@@ -371,6 +372,11 @@ static int read_dir(struct walk *w, const char *rel, size_t len, char *msg, size
     if (len)
         path[len] = '/';
     for (;;) {
+        if (cs_cancel_requested(w->cancel)) {
+            cs__fs_msgf(msg, cap, "listing the workspace was cancelled");
+            rc = CSW_ERROR_TIMEOUT;
+            break;
+        }
         errno = 0;
         struct dirent *e = readdir(d);
         if (e == NULL) {
@@ -455,7 +461,8 @@ out:
 }
 
 int cs_fs_find_at(int rootfd, const struct csw_mcp_find_input *in, size_t walk_cap,
-                  struct csw_mcp_find_output *out, char *msg, size_t msg_cap)
+                  const struct cs_cancel *cancel, struct csw_mcp_find_output *out, char *msg,
+                  size_t msg_cap)
 {
     int rc = 0;
     const char **sorted = NULL;
@@ -464,6 +471,7 @@ int cs_fs_find_at(int rootfd, const struct csw_mcp_find_input *in, size_t walk_c
     memset(out, 0, sizeof *out);
     w.rootfd = rootfd;
     w.cap = walk_cap;
+    w.cancel = cancel;
     if (in->has_glob && in->glob.n > 0) {
         w.glob = in->glob.s;
         w.glob_n = in->glob.n;
@@ -552,14 +560,15 @@ out:
 }
 
 int cs_fs_find(const char *root, const struct csw_mcp_find_input *in,
-               struct csw_mcp_find_output *out, char *msg, size_t msg_cap)
+               const struct cs_cancel *cancel, struct csw_mcp_find_output *out, char *msg,
+               size_t msg_cap)
 {
     int rootfd = -1;
     memset(out, 0, sizeof *out);
     int rc = cs_fs_root_open(root, &rootfd, msg, msg_cap);
     if (rc != 0)
         return rc;
-    rc = cs_fs_find_at(rootfd, in, CS_FS_FIND_WALK_CAP, out, msg, msg_cap);
+    rc = cs_fs_find_at(rootfd, in, CS_FS_FIND_WALK_CAP, cancel, out, msg, msg_cap);
     close(rootfd);
     return rc;
 }

@@ -20,6 +20,14 @@
  * "racily clean" rule, 2.1 s): a later write then always leaves a different ctime. See P4 in
  * docs/security-model.md.
  *
+ * Threads: the runners call cs_fs_read from a pool of file-work threads (base_pool.h), so the cache
+ * is shared state: one mutex guards it, held only to look up, copy out, insert or drop an entry,
+ * never across a read or a hash. A call copies what it needs (the state at its first block, the
+ * digest it must reach, the version) and proves its window against that copy.
+ *
+ * Cancellation: the full pass and the cached window poll the caller's cancel flag before every
+ * chunk (256 KiB), so a cancelled read of any size stops within one chunk's read and hash.
+ *
  * Also here: the UTF-8 decoding shared by the module (maximal-subpart replacement, as the Unicode
  * standard recommends and the WHATWG decoder does).
  *
@@ -31,6 +39,7 @@
 
 #include <errno.h>
 #include <openssl/evp.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
@@ -114,13 +123,18 @@ struct vc_entry {
     char version[72];
 };
 
+/* The cache, its clock and its hit count: under vc_mu. */
+static pthread_mutex_t vc_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct vc_entry vc[VC_SLOTS];
 static uint64_t vc_clock;
 static uint64_t vc_hits;
 
 uint64_t cs_fs_version_cache_hits(void)
 {
-    return vc_hits;
+    pthread_mutex_lock(&vc_mu);
+    uint64_t n = vc_hits;
+    pthread_mutex_unlock(&vc_mu);
+    return n;
 }
 
 static struct vc_key key_of(const struct stat *st)
@@ -218,6 +232,7 @@ static void vc_build_finish(struct vc_build *b, uint64_t total, const char *vers
         return;
     }
     /* The same file's older entry, else a free slot, else the least recently used. */
+    pthread_mutex_lock(&vc_mu);
     struct vc_entry *slot = NULL;
     for (size_t i = 0; i < VC_SLOTS && !slot; i++)
         if (vc[i].used && vc[i].key.dev == after.dev && vc[i].key.ino == after.ino)
@@ -231,38 +246,97 @@ static void vc_build_finish(struct vc_build *b, uint64_t total, const char *vers
             if (vc[i].last_use < slot->last_use)
                 slot = &vc[i];
     }
-    vc_clear(slot);
+    struct vc_entry old = *slot;
     *slot = b->e;
     slot->used = true;
     slot->last_use = ++vc_clock;
     snprintf(slot->version, sizeof slot->version, "%s", version);
+    pthread_mutex_unlock(&vc_mu);
+    vc_clear(&old); /* frees the evicted states outside the lock */
     memset(&b->e, 0, sizeof b->e);
 }
 
 static void vc_forget(const struct stat *st)
 {
+    pthread_mutex_lock(&vc_mu);
     for (size_t i = 0; i < VC_SLOTS; i++)
         if (vc[i].used && vc[i].key.dev == st->st_dev && vc[i].key.ino == st->st_ino)
             vc_clear(&vc[i]);
+    pthread_mutex_unlock(&vc_mu);
 }
 
-static struct vc_entry *vc_find(const struct stat *st)
+static struct vc_entry *vc_find_locked(const struct vc_key *k)
 {
-    struct vc_key k = key_of(st);
     for (size_t i = 0; i < VC_SLOTS; i++)
-        if (vc[i].used && key_eq(&vc[i].key, &k))
+        if (vc[i].used && key_eq(&vc[i].key, k))
             return &vc[i];
     return NULL;
 }
 
+/* What one cached read needs of an entry, copied out under the lock. */
+struct vc_snap {
+    struct vc_key key;
+    uint64_t block;
+    size_t first, last;       /* the blocks under the window */
+    EVP_MD_CTX *state;        /* the state after `first` blocks; NULL when first is 0 */
+    unsigned char digest[32]; /* the digest of the prefix ending with block `last` */
+    char version[72];
+};
+
+/* Copies the entry for st (if any) for the window at offset, limit. Returns true with *s set
+ * (release s->state with EVP_MD_CTX_free), false when there is no entry or out of memory. */
+static bool vc_snapshot(const struct stat *st, uint64_t offset, size_t limit, struct vc_snap *s)
+{
+    memset(s, 0, sizeof *s);
+    struct vc_key k = key_of(st);
+    bool ok = false;
+    pthread_mutex_lock(&vc_mu);
+    const struct vc_entry *e = vc_find_locked(&k);
+    if (e) {
+        uint64_t size = (uint64_t)e->key.size;
+        s->key = e->key;
+        s->block = e->block;
+        snprintf(s->version, sizeof s->version, "%s", e->version);
+        ok = true;
+        if (offset < size) {
+            uint64_t wend = size - offset < limit ? size : offset + limit;
+            s->first = (size_t)(offset / e->block);
+            s->last = (size_t)((wend - 1) / e->block);
+            memcpy(s->digest, e->digest[s->last], sizeof s->digest);
+            if (s->first > 0) {
+                s->state = EVP_MD_CTX_new();
+                ok = s->state && EVP_MD_CTX_copy_ex(s->state, e->state[s->first]) == 1;
+            }
+        }
+    }
+    pthread_mutex_unlock(&vc_mu);
+    if (!ok) {
+        EVP_MD_CTX_free(s->state);
+        s->state = NULL;
+    }
+    return ok;
+}
+
+/* A call answered from the cache: counts it and refreshes the entry's use, if still there. */
+static void vc_hit(const struct vc_key *k)
+{
+    pthread_mutex_lock(&vc_mu);
+    struct vc_entry *e = vc_find_locked(k);
+    if (e)
+        e->last_use = ++vc_clock;
+    vc_hits++;
+    pthread_mutex_unlock(&vc_mu);
+}
+
 /*
- * One pass over fd: hashes every byte into version ("sha256:" + 64 hex, NUL-terminated) and
- * copies the bytes of [offset, offset + limit) into *win (malloc'd, *win_n bytes). *total is the
- * number of bytes read. With build, also records the block boundaries. Returns 0 or an error.
+ * One pass over fd (cancel polled before every chunk: CSW_ERROR_TIMEOUT): hashes every byte into
+ * version ("sha256:" + 64 hex, NUL-terminated) and copies the bytes of [offset, offset + limit)
+ * into *win (malloc'd, *win_n bytes). *total is the number of bytes read. With build, also records
+ * the block boundaries. Returns 0 or an error.
  */
 static int stream(int fd, uint64_t offset, size_t limit, const char *rel, unsigned char **win,
                   size_t *win_n, uint64_t *total, char version[72], struct vc_build *build,
-                  char *msg, size_t cap)
+                  const struct cs_cancel *cancel, char *msg, size_t cap)
 {
     int rc = 0;
     unsigned char *chunk = malloc(CHUNK_BYTES);
@@ -276,6 +350,11 @@ static int stream(int fd, uint64_t offset, size_t limit, const char *rel, unsign
         goto out;
     }
     for (;;) {
+        if (cs_cancel_requested(cancel)) {
+            cs__fs_msgf(msg, cap, "reading %s was cancelled", rel);
+            rc = CSW_ERROR_TIMEOUT;
+            goto out;
+        }
         ssize_t r = read(fd, chunk, CHUNK_BYTES);
         if (r < 0) {
             if (errno == EINTR)
@@ -357,14 +436,14 @@ out:
 }
 
 /*
- * The window [offset, offset + limit) of the file e remembers, read from fd and proved to be that
- * sequence's bytes: the blocks covering it are read with pread and hashed on from the state at
- * the first of them; the digest must equal the remembered prefix digest. Returns true with *win
- * (malloc'd or NULL) and *win_n, or false (not proved, out of memory, a read error): the caller
- * makes a full pass, which reports any error itself.
+ * The window [offset, offset + limit) of the file the snapshot e of an entry remembers, read from
+ * fd and proved to be that sequence's bytes: the blocks covering it are read with pread and hashed
+ * on from the state at the first of them; the digest must equal the remembered prefix digest.
+ * Returns true with *win (malloc'd or NULL) and *win_n, or false (not proved, out of memory, a read
+ * error): the caller makes a full pass, which reports any error itself.
  */
-static bool vc_window(int fd, const struct vc_entry *e, uint64_t offset, size_t limit,
-                      unsigned char **win, size_t *win_n)
+static bool vc_window(int fd, const struct vc_snap *e, uint64_t offset, size_t limit,
+                      const struct cs_cancel *cancel, unsigned char **win, size_t *win_n)
 {
     uint64_t size = (uint64_t)e->key.size;
     *win = NULL;
@@ -372,7 +451,7 @@ static bool vc_window(int fd, const struct vc_entry *e, uint64_t offset, size_t 
     if (offset >= size)
         return true; /* no bytes: the identity alone says what the file is */
     uint64_t wend = size - offset < limit ? size : offset + limit;
-    size_t first = (size_t)(offset / e->block), last = (size_t)((wend - 1) / e->block);
+    size_t first = e->first, last = e->last;
     uint64_t pos = (uint64_t)first * e->block;
     uint64_t stop = (uint64_t)(last + 1) * e->block < size ? (uint64_t)(last + 1) * e->block : size;
     bool ok = false;
@@ -382,9 +461,11 @@ static bool vc_window(int fd, const struct vc_entry *e, uint64_t offset, size_t 
     if (!chunk || !w || !ctx)
         goto out;
     if (first == 0 ? EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1
-                   : EVP_MD_CTX_copy_ex(ctx, e->state[first]) != 1)
+                   : EVP_MD_CTX_copy_ex(ctx, e->state) != 1)
         goto out;
     while (pos < stop) {
+        if (cs_cancel_requested(cancel))
+            goto out; /* the full pass that follows reports it */
         size_t want = stop - pos < CHUNK_BYTES ? (size_t)(stop - pos) : CHUNK_BYTES;
         ssize_t r = pread(fd, chunk, want, (off_t)pos);
         if (r < 0 && errno == EINTR)
@@ -401,7 +482,7 @@ static bool vc_window(int fd, const struct vc_entry *e, uint64_t offset, size_t 
     }
     unsigned char md[EVP_MAX_MD_SIZE];
     unsigned int mdn = 0;
-    if (EVP_DigestFinal_ex(ctx, md, &mdn) != 1 || mdn != 32 || memcmp(md, e->digest[last], 32) != 0)
+    if (EVP_DigestFinal_ex(ctx, md, &mdn) != 1 || mdn != 32 || memcmp(md, e->digest, 32) != 0)
         goto out;
     *win = w;
     *win_n = (size_t)(wend - offset);
@@ -414,8 +495,8 @@ out:
     return ok;
 }
 
-int cs_fs_read_at(int rootfd, const struct csw_mcp_read_input *in, struct csw_mcp_read_output *out,
-                  char *msg, size_t msg_cap)
+int cs_fs_read_at(int rootfd, const struct csw_mcp_read_input *in, const struct cs_cancel *cancel,
+                  struct csw_mcp_read_output *out, char *msg, size_t msg_cap)
 {
     int rc;
     int fd = -1;
@@ -450,14 +531,22 @@ int cs_fs_read_at(int rootfd, const struct csw_mcp_read_input *in, struct csw_mc
     if (rc != 0)
         goto out;
     uint64_t offset = (uint64_t)in->offset;
-    struct vc_entry *e = vc_find(&st);
-    if (e && vc_window(fd, e, offset, (size_t)in->limit, &win, &win_n) && fstat(fd, &st2) == 0 &&
-        vc_find(&st2) == e) {
-        e->last_use = ++vc_clock;
-        vc_hits++;
-        total = (uint64_t)e->key.size;
-        snprintf(version, sizeof version, "%s", e->version);
+    struct vc_snap snap;
+    bool cached = vc_snapshot(&st, offset, (size_t)in->limit, &snap);
+    bool hit = cached && vc_window(fd, &snap, offset, (size_t)in->limit, cancel, &win, &win_n) &&
+               fstat(fd, &st2) == 0;
+    if (hit) {
+        struct vc_key k2 = key_of(&st2); /* the identity must not have changed during the reads */
+        hit = key_eq(&k2, &snap.key);
+    }
+    if (hit) {
+        EVP_MD_CTX_free(snap.state);
+        vc_hit(&snap.key);
+        total = (uint64_t)snap.key.size;
+        snprintf(version, sizeof version, "%s", snap.version);
     } else {
+        if (cached)
+            EVP_MD_CTX_free(snap.state);
         free(win);
         win = NULL;
         /* An entry of this file that did not match, or did not prove the window, is never
@@ -465,7 +554,7 @@ int cs_fs_read_at(int rootfd, const struct csw_mcp_read_input *in, struct csw_mc
         vc_forget(&st);
         building = vc_build_start(&build, &st);
         rc = stream(fd, offset, (size_t)in->limit, p.rel, &win, &win_n, &total, version,
-                    building ? &build : NULL, msg, msg_cap);
+                    building ? &build : NULL, cancel, msg, msg_cap);
         if (rc != 0)
             goto out;
         if (building) {
@@ -509,14 +598,15 @@ out:
 }
 
 int cs_fs_read(const char *root, const struct csw_mcp_read_input *in,
-               struct csw_mcp_read_output *out, char *msg, size_t msg_cap)
+               const struct cs_cancel *cancel, struct csw_mcp_read_output *out, char *msg,
+               size_t msg_cap)
 {
     int rootfd = -1;
     memset(out, 0, sizeof *out);
     int rc = cs_fs_root_open(root, &rootfd, msg, msg_cap);
     if (rc != 0)
         return rc;
-    rc = cs_fs_read_at(rootfd, in, out, msg, msg_cap);
+    rc = cs_fs_read_at(rootfd, in, cancel, out, msg, msg_cap);
     close(rootfd);
     return rc;
 }

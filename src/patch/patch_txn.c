@@ -84,6 +84,10 @@ struct txn {
  *
  *   CODESPACE_TEST_PATCH_STEP_DELAY_MS=N   sleep N ms after each file of the writes step is
  *                                          renamed into place (so a test can SIGKILL mid-way).
+ *   CODESPACE_TEST_PATCH_PREFLIGHT_DELAY_MS=N
+ *                                          sleep N ms (in 10 ms slices that poll the cancel
+ *                                          flag) before each file of the preflight is read (so a
+ *                                          test can hit the time limit before any write).
  *   CODESPACE_TEST_PATCH_FAIL_AT=rename:N[,restore:M]
  *                                          the Nth rename of the writes step (1-based, per
  *                                          transaction) fails with EIO; the Mth snapshot restore
@@ -93,6 +97,7 @@ struct txn {
 static struct {
     pthread_once_t once;
     unsigned delay_ms;
+    unsigned preflight_delay_ms;
     unsigned fail_rename; /* 0: off */
     unsigned fail_restore;
     bool active;
@@ -120,6 +125,12 @@ static void test_hook_read(void)
         if (end != NULL && *end == '\0')
             test_hook.delay_ms = v;
     }
+    const char *pd = getenv("CODESPACE_TEST_PATCH_PREFLIGHT_DELAY_MS");
+    if (pd != NULL) {
+        unsigned v = hook_number(pd, &end);
+        if (end != NULL && *end == '\0')
+            test_hook.preflight_delay_ms = v;
+    }
     const char *f = getenv("CODESPACE_TEST_PATCH_FAIL_AT");
     while (f != NULL && *f != '\0') {
         unsigned *slot;
@@ -135,13 +146,28 @@ static void test_hook_read(void)
         *slot = v;
         f = *end == ',' ? end + 1 : end;
     }
-    test_hook.active = test_hook.delay_ms || test_hook.fail_rename || test_hook.fail_restore;
+    test_hook.active = test_hook.delay_ms || test_hook.preflight_delay_ms ||
+                       test_hook.fail_rename || test_hook.fail_restore;
 }
 
 static bool test_hook_on(void)
 {
     (void)pthread_once(&test_hook.once, test_hook_read);
     return test_hook.active;
+}
+
+/* Test hook: the pause before a file of the preflight, cut short by cancel. */
+static void test_hook_preflight_delay(const struct cs_cancel *cancel)
+{
+    if (!test_hook_on() || test_hook.preflight_delay_ms == 0)
+        return;
+    for (unsigned left = test_hook.preflight_delay_ms; left > 0 && !cs_cancel_requested(cancel);) {
+        unsigned step = left < 10 ? left : 10;
+        struct timespec ts = {0, (long)step * 1000000L};
+        while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+            ;
+        left -= step;
+    }
 }
 
 /* Test hook: whether this rename (restore: of a snapshot in the rollback) must fail. */
@@ -664,12 +690,24 @@ static int verify(struct txn *t, char *msg, size_t cap)
 
 /* ---- preflight ---- */
 
-static int check_versions(int rootfd, const struct csw_mcp_apply_patch_input *in, char *msg,
-                          size_t cap)
+/* The cancel flag, polled between files until the writes begin (never after: a patch that has
+ * begun writing runs to its end, so that its result, and the ledger row, tell the truth). */
+static int cancelled(const struct cs_cancel *cancel, char *msg, size_t cap)
+{
+    if (!cs_cancel_requested(cancel))
+        return 0;
+    msgf(msg, cap, "the patch was cancelled before any write");
+    return CSW_ERROR_TIMEOUT;
+}
+
+static int check_versions(int rootfd, const struct csw_mcp_apply_patch_input *in,
+                          const struct cs_cancel *cancel, char *msg, size_t cap)
 {
     if (!in->has_expected_versions)
         return 0;
     for (size_t i = 0; i < in->expected_versions.n; i++) {
+        if (cancelled(cancel, msg, cap) != 0)
+            return CSW_ERROR_TIMEOUT;
         const struct csw_mcp_apply_patch_input_expected_versions_entry *e =
             &in->expected_versions.v[i];
         struct cs_fs_path p;
@@ -758,7 +796,8 @@ static int check_duplicates(const struct txn *t, char *msg, size_t cap)
 }
 
 /* Normalises and preflights every operation; reads every old content; computes every new one. */
-static int preflight(struct txn *t, const struct cs_patch *plan, char *msg, size_t cap)
+static int preflight(struct txn *t, const struct cs_patch *plan, const struct cs_cancel *cancel,
+                     char *msg, size_t cap)
 {
     t->items = calloc(plan->n_ops + 1, sizeof *t->items);
     if (t->items == NULL) {
@@ -799,6 +838,9 @@ static int preflight(struct txn *t, const struct cs_patch *plan, char *msg, size
     if (rc != 0)
         return rc;
     for (size_t i = 0; i < t->n_items; i++) {
+        test_hook_preflight_delay(cancel);
+        if (cancelled(cancel, msg, cap) != 0)
+            return CSW_ERROR_TIMEOUT;
         struct item *it = &t->items[i];
         const struct cs_fs_path *src =
             it->kind == CSW_PATCH_CHANGE_KIND_MOVE ? &it->from : &it->path;
@@ -921,7 +963,8 @@ oom:
 /* ---- the transaction ---- */
 
 int cs_patch_txn_apply(const char *root, const struct csw_mcp_apply_patch_input *in,
-                       struct csw_mcp_apply_patch_output *out, char *msg, size_t msg_cap)
+                       const struct cs_cancel *cancel, struct csw_mcp_apply_patch_output *out,
+                       char *msg, size_t msg_cap)
 {
     struct txn t = {.rootfd = -1};
     struct cs_patch *plan = NULL;
@@ -930,7 +973,7 @@ int cs_patch_txn_apply(const char *root, const struct csw_mcp_apply_patch_input 
     enum csw_patch_status status = CSW_PATCH_STATUS_APPLIED;
     rc = cs_fs_root_open(root, &t.rootfd, msg, msg_cap);
     if (rc == 0)
-        rc = check_versions(t.rootfd, in, msg, msg_cap);
+        rc = check_versions(t.rootfd, in, cancel, msg, msg_cap);
     if (rc == 0) {
         int prc = cs_patch_parse(in->patch.s, in->patch.n, &plan, msg, msg_cap);
         if (prc == CS_PATCH_ERR_NOMEM)
@@ -939,9 +982,12 @@ int cs_patch_txn_apply(const char *root, const struct csw_mcp_apply_patch_input 
             rc = CSW_ERROR_INVALID_PATCH;
     }
     if (rc == 0)
-        rc = preflight(&t, plan, msg, msg_cap);
+        rc = preflight(&t, plan, cancel, msg, msg_cap);
+    /* The last safe point: past it the writes begin and the transaction runs to its end. */
+    if (rc == 0)
+        rc = cancelled(cancel, msg, msg_cap);
     if (rc != 0)
-        goto out; /* rejected before any write */
+        goto out; /* rejected (or cancelled) before any write */
     if (in->has_check_only && in->check_only) {
         status = CSW_PATCH_STATUS_CHECKED;
     } else {

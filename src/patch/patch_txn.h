@@ -21,6 +21,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "base_cancel.h"
 #include "csw.h"
 #include "store.h"
 
@@ -46,7 +47,11 @@ int cs_patch_txn_begin(struct cs_store *store, const struct csw_mcp_apply_patch_
                        enum csw_error *error, char *msg, size_t msg_cap);
 /* Applies in (workspace_id and operation_key are ignored) at root with no ledger. Returns 0 with
  * *out filled (operation_id empty), or an enum csw_error value (rejected before any write) with
- * msg set and *out zeroed. */
+ * msg set and *out zeroed. cancel (NULL: never) is polled between files of the version checks and
+ * the preflight and once more just before the first write; when it is set there, the result is
+ * CSW_ERROR_TIMEOUT and nothing was written. Once the writes have begun it is no longer looked
+ * at: the transaction runs to its end (applied, or rolled back) and reports that. */
 int cs_patch_txn_apply(const char *root, const struct csw_mcp_apply_patch_input *in,
-                       struct csw_mcp_apply_patch_output *out, char *msg, size_t msg_cap);
+                       const struct cs_cancel *cancel, struct csw_mcp_apply_patch_output *out,
+                       char *msg, size_t msg_cap);
 #endif

@@ -83,6 +83,7 @@ struct cs_runner_uds_options {
     const char *runtime_bin; /* codespace-runtime */
     const char *runner_dir;  /* the leaf directory goes under it */
     int64_t max_processes;
+    int64_t timeout_ms;               /* the process time limit, also the file operations' (> 0) */
     const char *version;              /* ours, sent as hello's peer */
     const char *sandbox_helper;       /* the helper whose probe succeeded, or NULL */
     int64_t sandbox_uid, sandbox_gid; /* a root server's command ids (cs_supervisor_limits) */
@@ -99,12 +100,17 @@ struct cs_runner *cs_runner_uds_new(struct cs_loop *loop, const struct cs_runner
 
 struct cs_runner_exec;
 
-/* process_exited is called (from the loop) when a process finishes. */
+/* process_exited is called (from the loop) when a process finishes. lim->timeout_ms is also the
+ * time limit of every file operation (read, find, version, apply_patch), which runs on a pool of
+ * threads (base_pool.h) and answers TIMEOUT past it. Returns NULL on OOM or when the threads cannot
+ * start. */
 struct cs_runner_exec *cs_runner_exec_new(struct cs_loop *loop,
                                           const struct cs_supervisor_limits *lim,
                                           void (*process_exited)(void *arg, const char *id),
                                           void *arg);
-/* Kills every process and frees. Accepts NULL. */
+/* Cancels every file operation and completes it (INTERNAL "shutting down", or the real result of
+ * a patch that had begun writing and ran to its end), joins the file threads, kills every process
+ * and frees. Call on the loop thread, with the loop still alive. Accepts NULL. */
 void cs_runner_exec_free(struct cs_runner_exec *ex);
 /* Reaps our children that are not process leaders (orphans of commands reparented to a runner
  * that is a child subreaper). Call on SIGCHLD. */

@@ -4,6 +4,13 @@
  * and the supervisor, and completes it with the wire result (whose data are the tools' generated
  * output structs).
  *
+ * File operations (read, find, version, apply_patch) never run on the loop: each becomes a job of
+ * the executor's thread pool (base_pool.h) that owns copies of its inputs, runs the fs or patch
+ * call on a pool thread with a cancel flag, and completes on the loop thread. A loop timer at the
+ * process time limit sets that flag; the call then answers TIMEOUT once the job has stopped (a
+ * patch stops only before its first write; past it, it runs to its end and answers what it did).
+ * See docs/runner.md, "File work off the loop".
+ *
  * Trust: ops come from the gateway's tool layer (in-process) or from the one peer of the worker
  * (the gateway that started it); both built them after the policy checks. The executor still
  * refuses exec for a workspace that is not a writable host workspace (defence in depth).
@@ -11,18 +18,23 @@
  */
 #include "runner.h"
 
+#include <assert.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "base_pool.h"
 #include "fs.h"
 #include "patch_txn.h"
 
 struct cs_runner_exec {
     struct cs_loop *loop;
     struct cs_supervisor *sup;
+    struct cs_pool *pool; /* file work */
+    int64_t timeout_ms;   /* the time limit of a file operation: the process time limit */
     void (*process_exited)(void *arg, const char *id);
     void *arg;
 };
@@ -45,8 +57,11 @@ struct cs_runner_exec *cs_runner_exec_new(struct cs_loop *loop,
     ex->loop = loop;
     ex->process_exited = process_exited;
     ex->arg = arg;
+    ex->timeout_ms = lim->timeout_ms;
     ex->sup = cs_supervisor_new(loop, lim);
-    if (!ex->sup) {
+    ex->pool = ex->sup ? cs_pool_new(loop, CS_POOL_THREADS) : NULL;
+    if (!ex->pool) {
+        cs_supervisor_free(ex->sup);
         free(ex);
         return NULL;
     }
@@ -57,6 +72,8 @@ void cs_runner_exec_free(struct cs_runner_exec *ex)
 {
     if (!ex)
         return;
+    /* File jobs first: cancelled, joined, completed (patches that had begun writing finish). */
+    cs_pool_free(ex->pool);
     cs_supervisor_free(ex->sup);
     free(ex);
 }
@@ -178,135 +195,337 @@ static void exited(void *arg, const char *id)
         ex->process_exited(ex->arg, id);
 }
 
-/* ---- operations ---- */
+/* ---- file operations, on the pool ---- */
 
-static void op_read(const struct csw_runner_wire_read_data *d, cs_runner_done_fn done, void *arg)
-{
-    char *root = root_of(&d->workspace);
-    if (!root) {
-        fail(done, arg, CSW_ERROR_INTERNAL, "workspace root is not a C string");
-        return;
-    }
-    struct csw_mcp_read_input in = {
-        .workspace_id = d->workspace.id,
-        .path = d->path,
-        .has_offset = d->has_offset,
-        .offset = d->offset,
-        .has_limit = d->has_limit,
-        .limit = d->limit,
-    };
-    struct csw_runner_wire_result res = {.tag = CSW_RUNNER_WIRE_RESULT_READ};
+/* One file operation: copies of its inputs (the op is borrowed only for cs_runner_exec_op), its
+ * outputs, and its time limit. Created and completed on the loop thread; between the two, only
+ * the pool thread running file_work touches in, out, rc and msg. */
+struct file_job {
+    struct cs_runner_exec *ex;
+    cs_runner_done_fn done;
+    void *arg;
+    enum csw_runner_wire_op_tag tag;
+    char *root;
+    struct cs_str path, glob, patch;                              /* owned copies */
+    struct csw_mcp_apply_patch_input_expected_versions_entry *ev; /* owned, n_ev entries */
+    size_t n_ev;
+    union {
+        struct csw_mcp_read_input read; /* read and version */
+        struct csw_mcp_find_input find;
+        struct csw_mcp_apply_patch_input patch;
+    } in;
+    union {
+        struct csw_mcp_read_output read;
+        struct csw_mcp_find_output find;
+        struct csw_mcp_apply_patch_output patch;
+    } out;
+    int rc;
     char msg[512];
-    int rc = cs_fs_read(root, &in, &res.u.read.data, msg, sizeof msg);
-    free(root);
-    if (rc != 0) {
-        fail(done, arg, rc, msg);
-        return;
-    }
-    ok(done, arg, &res);
-    csw_mcp_read_output_free(&res.u.read.data);
+    struct cs_pool_job *pj;
+    struct cs_loop_timer *timer; /* the time limit; NULL once fired or cancelled */
+    bool timed_out;
+};
+
+static int str_copy(struct cs_str *dst, const struct cs_str *src)
+{
+    dst->s = malloc(src->n + 1);
+    if (!dst->s)
+        return -1;
+    if (src->n)
+        memcpy(dst->s, src->s, src->n);
+    dst->s[src->n] = '\0';
+    dst->n = src->n;
+    return 0;
 }
 
-static void op_find(const struct csw_runner_wire_find_data *d, cs_runner_done_fn done, void *arg)
+static void job_free(struct file_job *j)
 {
-    char *root = root_of(&d->workspace);
-    if (!root) {
-        fail(done, arg, CSW_ERROR_INTERNAL, "workspace root is not a C string");
-        return;
+    free(j->root);
+    free(j->path.s);
+    free(j->glob.s);
+    free(j->patch.s);
+    for (size_t i = 0; i < j->n_ev; i++) {
+        free(j->ev[i].key.s);
+        free(j->ev[i].value.s);
     }
-    struct csw_mcp_find_input in = {
-        .workspace_id = d->workspace.id,
-        .has_glob = d->has_glob,
-        .glob = d->glob,
-        .has_offset = d->has_offset,
-        .offset = d->offset,
-        .has_limit = d->has_limit,
-        .limit = d->limit,
-    };
-    struct csw_runner_wire_result res = {.tag = CSW_RUNNER_WIRE_RESULT_FIND};
-    char msg[512];
-    int rc = cs_fs_find(root, &in, &res.u.find.data, msg, sizeof msg);
-    free(root);
-    if (rc != 0) {
-        fail(done, arg, rc, msg);
-        return;
-    }
-    ok(done, arg, &res);
-    csw_mcp_find_output_free(&res.u.find.data);
+    free(j->ev);
+    free(j);
 }
 
-static void op_version(const struct csw_runner_wire_version_data *d, cs_runner_done_fn done,
-                       void *arg)
+static struct file_job *job_new(struct cs_runner_exec *ex, enum csw_runner_wire_op_tag tag,
+                                const struct csw_runner_workspace *ws, cs_runner_done_fn done,
+                                void *arg)
 {
-    char *root = root_of(&d->workspace);
-    if (!root) {
-        fail(done, arg, CSW_ERROR_INTERNAL, "workspace root is not a C string");
-        return;
+    struct file_job *j = calloc(1, sizeof *j);
+    if (!j) {
+        fail(done, arg, CSW_ERROR_INTERNAL, "out of memory");
+        return NULL;
     }
-    struct csw_mcp_read_input in = {
-        .workspace_id = d->workspace.id, .path = d->path, .has_limit = true, .limit = 1};
-    struct csw_mcp_read_output out;
-    char msg[512];
-    int rc = cs_fs_read(root, &in, &out, msg, sizeof msg);
-    free(root);
-    struct csw_runner_wire_result res = {.tag = CSW_RUNNER_WIRE_RESULT_VERSION};
-    if (rc == CSW_ERROR_FILE_NOT_FOUND) {
+    j->ex = ex;
+    j->tag = tag;
+    j->done = done;
+    j->arg = arg;
+    j->root = root_of(ws);
+    if (!j->root) {
+        fail(done, arg, CSW_ERROR_INTERNAL, "workspace root is not a C string (or out of memory)");
+        job_free(j);
+        return NULL;
+    }
+    return j;
+}
+
+static const char *op_name(enum csw_runner_wire_op_tag tag)
+{
+    switch (tag) {
+    case CSW_RUNNER_WIRE_OP_READ:
+        return "read";
+    case CSW_RUNNER_WIRE_OP_FIND:
+        return "find";
+    case CSW_RUNNER_WIRE_OP_VERSION:
+        return "the version check";
+    case CSW_RUNNER_WIRE_OP_APPLY_PATCH:
+        return "apply_patch";
+    case CSW_RUNNER_WIRE_OP_HELLO:
+    case CSW_RUNNER_WIRE_OP_EXEC:
+    case CSW_RUNNER_WIRE_OP_WRITE_STDIN:
+    case CSW_RUNNER_WIRE_OP_READ_PROCESS:
+    case CSW_RUNNER_WIRE_OP_PROCESS_STATUS:
+    case CSW_RUNNER_WIRE_OP_RESIZE:
+    case CSW_RUNNER_WIRE_OP_TERMINATE:
+    case CSW_RUNNER_WIRE_OP_WORKSPACE_OF:
+    case CSW_RUNNER_WIRE_OP_TERMINATE_WORKSPACE:
+    case CSW_RUNNER_WIRE_OP_REPLAY:
+        break;
+    }
+    return "the operation";
+}
+
+/* On a pool thread: the fs or patch call, on the job's own copies. */
+static void file_work(void *arg, const struct cs_cancel *cancel)
+{
+    struct file_job *j = arg;
+    switch (j->tag) {
+    case CSW_RUNNER_WIRE_OP_READ:
+    case CSW_RUNNER_WIRE_OP_VERSION:
+        j->rc = cs_fs_read(j->root, &j->in.read, cancel, &j->out.read, j->msg, sizeof j->msg);
+        return;
+    case CSW_RUNNER_WIRE_OP_FIND:
+        j->rc = cs_fs_find(j->root, &j->in.find, cancel, &j->out.find, j->msg, sizeof j->msg);
+        return;
+    case CSW_RUNNER_WIRE_OP_APPLY_PATCH:
+        j->rc =
+            cs_patch_txn_apply(j->root, &j->in.patch, cancel, &j->out.patch, j->msg, sizeof j->msg);
+        return;
+    case CSW_RUNNER_WIRE_OP_HELLO:
+    case CSW_RUNNER_WIRE_OP_EXEC:
+    case CSW_RUNNER_WIRE_OP_WRITE_STDIN:
+    case CSW_RUNNER_WIRE_OP_READ_PROCESS:
+    case CSW_RUNNER_WIRE_OP_PROCESS_STATUS:
+    case CSW_RUNNER_WIRE_OP_RESIZE:
+    case CSW_RUNNER_WIRE_OP_TERMINATE:
+    case CSW_RUNNER_WIRE_OP_WORKSPACE_OF:
+    case CSW_RUNNER_WIRE_OP_TERMINATE_WORKSPACE:
+    case CSW_RUNNER_WIRE_OP_REPLAY:
+        break;
+    }
+    assert(!"file_work: not a file operation");
+}
+
+/* On the loop thread, once file_work has returned: the reply, then the job goes. */
+static void file_done(void *arg)
+{
+    struct file_job *j = arg;
+    cs_loop_timer_cancel(j->timer);
+    j->timer = NULL;
+    struct csw_runner_wire_result res;
+    memset(&res, 0, sizeof res);
+    if (j->rc == CSW_ERROR_TIMEOUT) {
+        /* The job saw its cancel flag: the time limit, or the executor is being freed. */
+        char msg[600];
+        if (j->timed_out)
+            snprintf(msg, sizeof msg,
+                     "%s did not finish within the time limit of %" PRId64
+                     " ms (CODESPACE_PROCESS_TIMEOUT_SECS) and was stopped%s",
+                     op_name(j->tag), j->ex->timeout_ms,
+                     j->tag == CSW_RUNNER_WIRE_OP_APPLY_PATCH ? " before any write" : "");
+        else
+            snprintf(msg, sizeof msg, "%s was stopped: the server is shutting down%s",
+                     op_name(j->tag),
+                     j->tag == CSW_RUNNER_WIRE_OP_APPLY_PATCH ? " (before any write)" : "");
+        fail(j->done, j->arg, j->timed_out ? CSW_ERROR_TIMEOUT : CSW_ERROR_INTERNAL, msg);
+    } else if (j->tag == CSW_RUNNER_WIRE_OP_VERSION && j->rc == CSW_ERROR_FILE_NOT_FOUND) {
+        res.tag = CSW_RUNNER_WIRE_RESULT_VERSION;
         res.u.version.data.version = (struct cs_str){"absent", 6};
-        ok(done, arg, &res);
-        return;
+        ok(j->done, j->arg, &res);
+    } else if (j->rc != 0) {
+        fail(j->done, j->arg, j->rc, j->msg);
+    } else {
+        switch (j->tag) {
+        case CSW_RUNNER_WIRE_OP_READ:
+            res.tag = CSW_RUNNER_WIRE_RESULT_READ;
+            res.u.read.data = j->out.read;
+            break;
+        case CSW_RUNNER_WIRE_OP_VERSION:
+            res.tag = CSW_RUNNER_WIRE_RESULT_VERSION;
+            res.u.version.data.version = j->out.read.version;
+            break;
+        case CSW_RUNNER_WIRE_OP_FIND:
+            res.tag = CSW_RUNNER_WIRE_RESULT_FIND;
+            res.u.find.data = j->out.find;
+            break;
+        case CSW_RUNNER_WIRE_OP_APPLY_PATCH:
+            res.tag = CSW_RUNNER_WIRE_RESULT_APPLY_PATCH;
+            res.u.apply_patch.data.status = j->out.patch.status;
+            res.u.apply_patch.data.files.v = j->out.patch.files.v;
+            res.u.apply_patch.data.files.n = j->out.patch.files.n;
+            res.u.apply_patch.data.changes.v = j->out.patch.changes.v;
+            res.u.apply_patch.data.changes.n = j->out.patch.changes.n;
+            break;
+        case CSW_RUNNER_WIRE_OP_HELLO:
+        case CSW_RUNNER_WIRE_OP_EXEC:
+        case CSW_RUNNER_WIRE_OP_WRITE_STDIN:
+        case CSW_RUNNER_WIRE_OP_READ_PROCESS:
+        case CSW_RUNNER_WIRE_OP_PROCESS_STATUS:
+        case CSW_RUNNER_WIRE_OP_RESIZE:
+        case CSW_RUNNER_WIRE_OP_TERMINATE:
+        case CSW_RUNNER_WIRE_OP_WORKSPACE_OF:
+        case CSW_RUNNER_WIRE_OP_TERMINATE_WORKSPACE:
+        case CSW_RUNNER_WIRE_OP_REPLAY:
+            assert(!"file_done: not a file operation");
+        }
+        ok(j->done, j->arg, &res);
     }
-    if (rc != 0) {
-        fail(done, arg, rc, msg);
-        return;
-    }
-    res.u.version.data.version = out.version;
-    ok(done, arg, &res);
-    csw_mcp_read_output_free(&out);
+    /* Outputs are zeroed on error, so freeing them is always right. */
+    if (j->tag == CSW_RUNNER_WIRE_OP_FIND)
+        csw_mcp_find_output_free(&j->out.find);
+    else if (j->tag == CSW_RUNNER_WIRE_OP_APPLY_PATCH)
+        csw_mcp_apply_patch_output_free(&j->out.patch);
+    else
+        csw_mcp_read_output_free(&j->out.read);
+    job_free(j);
 }
 
-static void op_apply_patch(const struct csw_runner_wire_apply_patch_data *d, cs_runner_done_fn done,
+/* The time limit: ask the job to stop; file_done answers once it has. */
+static void file_timeout(void *arg)
+{
+    struct file_job *j = arg;
+    j->timer = NULL;
+    j->timed_out = true;
+    cs_pool_cancel(j->pj);
+}
+
+static void job_submit(struct file_job *j)
+{
+    struct cs_runner_exec *ex = j->ex;
+    j->timer = cs_loop_timer_add(ex->loop, ex->timeout_ms, file_timeout, j);
+    if (j->timer)
+        j->pj = cs_pool_submit(ex->pool, file_work, file_done, j);
+    if (!j->pj) {
+        cs_loop_timer_cancel(j->timer);
+        fail(j->done, j->arg, CSW_ERROR_INTERNAL, "out of memory (or shutting down)");
+        job_free(j);
+    }
+}
+
+static void op_read(struct cs_runner_exec *ex, const struct csw_runner_wire_read_data *d,
+                    cs_runner_done_fn done, void *arg)
+{
+    struct file_job *j = job_new(ex, CSW_RUNNER_WIRE_OP_READ, &d->workspace, done, arg);
+    if (!j)
+        return;
+    if (str_copy(&j->path, &d->path) != 0) {
+        fail(done, arg, CSW_ERROR_INTERNAL, "out of memory");
+        job_free(j);
+        return;
+    }
+    j->in.read = (struct csw_mcp_read_input){
+        .path = j->path,
+        .has_offset = d->has_offset,
+        .offset = d->offset,
+        .has_limit = d->has_limit,
+        .limit = d->limit,
+    };
+    job_submit(j);
+}
+
+static void op_find(struct cs_runner_exec *ex, const struct csw_runner_wire_find_data *d,
+                    cs_runner_done_fn done, void *arg)
+{
+    struct file_job *j = job_new(ex, CSW_RUNNER_WIRE_OP_FIND, &d->workspace, done, arg);
+    if (!j)
+        return;
+    if (d->has_glob && str_copy(&j->glob, &d->glob) != 0) {
+        fail(done, arg, CSW_ERROR_INTERNAL, "out of memory");
+        job_free(j);
+        return;
+    }
+    j->in.find = (struct csw_mcp_find_input){
+        .has_glob = d->has_glob,
+        .glob = j->glob,
+        .has_offset = d->has_offset,
+        .offset = d->offset,
+        .has_limit = d->has_limit,
+        .limit = d->limit,
+    };
+    job_submit(j);
+}
+
+static void op_version(struct cs_runner_exec *ex, const struct csw_runner_wire_version_data *d,
+                       cs_runner_done_fn done, void *arg)
+{
+    struct file_job *j = job_new(ex, CSW_RUNNER_WIRE_OP_VERSION, &d->workspace, done, arg);
+    if (!j)
+        return;
+    if (str_copy(&j->path, &d->path) != 0) {
+        fail(done, arg, CSW_ERROR_INTERNAL, "out of memory");
+        job_free(j);
+        return;
+    }
+    j->in.read = (struct csw_mcp_read_input){.path = j->path, .has_limit = true, .limit = 1};
+    job_submit(j);
+}
+
+static void op_apply_patch(struct cs_runner_exec *ex,
+                           const struct csw_runner_wire_apply_patch_data *d, cs_runner_done_fn done,
                            void *arg)
 {
     if (d->workspace.profile != CSW_RUNNER_WORKSPACE_PROFILE_WORKSPACE_WRITE) {
         fail(done, arg, CSW_ERROR_UNAUTHORIZED, "the workspace profile does not allow writes");
         return;
     }
-    char *root = root_of(&d->workspace);
-    if (!root) {
-        fail(done, arg, CSW_ERROR_INTERNAL, "workspace root is not a C string");
+    struct file_job *j = job_new(ex, CSW_RUNNER_WIRE_OP_APPLY_PATCH, &d->workspace, done, arg);
+    if (!j)
         return;
-    }
     /* The two expected_versions entry types are generated from the same shape. */
     _Static_assert(sizeof(struct csw_runner_wire_apply_patch_data_expected_versions_entry) ==
                        sizeof(struct csw_mcp_apply_patch_input_expected_versions_entry),
                    "expected_versions entries differ");
-    struct csw_mcp_apply_patch_input in = {
-        .workspace_id = d->workspace.id,
-        .patch = d->patch,
+    bool oom = str_copy(&j->patch, &d->patch) != 0;
+    if (!oom && d->has_expected_versions && d->expected_versions.n > 0) {
+        j->ev = calloc(d->expected_versions.n, sizeof *j->ev);
+        oom = !j->ev;
+        for (size_t i = 0; !oom && i < d->expected_versions.n; i++) {
+            oom = str_copy(&j->ev[i].key, &d->expected_versions.v[i].key) != 0 ||
+                  str_copy(&j->ev[i].value, &d->expected_versions.v[i].value) != 0;
+            j->n_ev = i + 1; /* job_free frees a half-copied entry too (calloc'd) */
+        }
+    }
+    if (oom) {
+        fail(done, arg, CSW_ERROR_INTERNAL, "out of memory");
+        job_free(j);
+        return;
+    }
+    j->in.patch = (struct csw_mcp_apply_patch_input){
+        .patch = j->patch,
         .has_expected_versions = d->has_expected_versions,
-        .expected_versions = {(struct csw_mcp_apply_patch_input_expected_versions_entry *)
-                                  d->expected_versions.v,
-                              d->expected_versions.n},
+        .expected_versions = {j->ev, j->n_ev},
         .has_check_only = d->has_check_only,
         .check_only = d->check_only,
     };
-    struct csw_mcp_apply_patch_output out;
-    char msg[512];
-    int rc = cs_patch_txn_apply(root, &in, &out, msg, sizeof msg);
-    free(root);
-    if (rc != 0) {
-        fail(done, arg, rc, msg);
-        return;
-    }
-    struct csw_runner_wire_result res = {.tag = CSW_RUNNER_WIRE_RESULT_APPLY_PATCH};
-    res.u.apply_patch.data.status = out.status;
-    res.u.apply_patch.data.files.v = out.files.v;
-    res.u.apply_patch.data.files.n = out.files.n;
-    res.u.apply_patch.data.changes.v = out.changes.v;
-    res.u.apply_patch.data.changes.n = out.changes.n;
-    ok(done, arg, &res);
-    csw_mcp_apply_patch_output_free(&out);
+    job_submit(j);
 }
+
+/* ---- process operations, on the supervisor ---- */
 
 static void op_exec(struct cs_runner_exec *ex, const struct csw_runner_wire_exec_data *d,
                     cs_runner_done_fn done, void *arg)
@@ -362,16 +581,16 @@ void cs_runner_exec_op(struct cs_runner_exec *ex, const struct csw_runner_wire_o
     struct pending *p;
     switch (op->tag) {
     case CSW_RUNNER_WIRE_OP_READ:
-        op_read(&op->u.read.data, done, arg);
+        op_read(ex, &op->u.read.data, done, arg);
         return;
     case CSW_RUNNER_WIRE_OP_FIND:
-        op_find(&op->u.find.data, done, arg);
+        op_find(ex, &op->u.find.data, done, arg);
         return;
     case CSW_RUNNER_WIRE_OP_VERSION:
-        op_version(&op->u.version.data, done, arg);
+        op_version(ex, &op->u.version.data, done, arg);
         return;
     case CSW_RUNNER_WIRE_OP_APPLY_PATCH:
-        op_apply_patch(&op->u.apply_patch.data, done, arg);
+        op_apply_patch(ex, &op->u.apply_patch.data, done, arg);
         return;
     case CSW_RUNNER_WIRE_OP_EXEC:
         op_exec(ex, &op->u.exec.data, done, arg);

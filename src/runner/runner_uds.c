@@ -443,13 +443,14 @@ static char **worker_env(void)
 static int spawn_worker(struct cs__runner_uds *u, const struct cs_runner_uds_options *opt,
                         char *err, size_t cap)
 {
-    char maxp[32], uid[32], gid[32];
+    char maxp[32], tmo[32], uid[32], gid[32];
     snprintf(maxp, sizeof maxp, "%" PRId64, opt->max_processes);
+    snprintf(tmo, sizeof tmo, "%" PRId64, opt->timeout_ms > 0 ? opt->timeout_ms : 30000);
     snprintf(uid, sizeof uid, "%" PRId64, opt->sandbox_uid);
     snprintf(gid, sizeof gid, "%" PRId64, opt->sandbox_gid);
     /* Every held root goes to the worker as its descriptor 3, 4, ... with "--root N:PATH". */
     size_t nroots = cs_roots_count();
-    enum { FIXED = 12 };
+    enum { FIXED = 14 };
     char **argv = calloc(FIXED + 2 * nroots + 1, sizeof *argv);
     char **rootargs = calloc(nroots + 1, sizeof *rootargs);
     int *keep = calloc(nroots + 1, sizeof *keep);
@@ -466,6 +467,8 @@ static int spawn_worker(struct cs__runner_uds *u, const struct cs_runner_uds_opt
     argv[k++] = u->sock;
     argv[k++] = (char *)"--max-processes";
     argv[k++] = maxp;
+    argv[k++] = (char *)"--timeout-ms";
+    argv[k++] = tmo;
     /* The gateway's probe passed with this helper: the worker runs every command through it. */
     if (opt->sandbox_helper) {
         argv[k++] = (char *)"--sandbox";

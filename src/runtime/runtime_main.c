@@ -66,8 +66,8 @@ struct req {
 
 static void usage(void)
 {
-    fputs("usage: codespace-runtime --socket <path> [--max-processes N] [--sandbox <helper>] "
-          "[--sandbox-uid N] [--sandbox-gid N] [--root FD:PATH ...]\n",
+    fputs("usage: codespace-runtime --socket <path> [--max-processes N] [--timeout-ms MS] "
+          "[--sandbox <helper>] [--sandbox-uid N] [--sandbox-gid N] [--root FD:PATH ...]\n",
           stderr);
 }
 
@@ -439,6 +439,7 @@ int main(int argc, char **argv)
     const char *sock = NULL;
     const char *sandbox = NULL;
     long long max_procs = 8, sandbox_uid = 0, sandbox_gid = 0;
+    long long timeout_ms = 30000;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--socket") == 0 && i + 1 < argc) {
             sock = argv[++i];
@@ -446,6 +447,13 @@ int main(int argc, char **argv)
             char *end;
             max_procs = strtoll(argv[++i], &end, 10);
             if (*end || max_procs < 1 || max_procs > 1024) {
+                usage();
+                return 2;
+            }
+        } else if (strcmp(argv[i], "--timeout-ms") == 0 && i + 1 < argc) {
+            char *end;
+            timeout_ms = strtoll(argv[++i], &end, 10);
+            if (*end || timeout_ms < 1 || timeout_ms > 2147483000LL) {
                 usage();
                 return 2;
             }
@@ -467,13 +475,16 @@ int main(int argc, char **argv)
             if (adopt_root(argv[++i]) != 0)
                 return 2;
         } else if (strcmp(argv[i], "--help") == 0) {
-            printf("usage: codespace-runtime --socket <path> [--max-processes N] [--sandbox "
-                   "<helper>] [--sandbox-uid N] [--sandbox-gid N] [--root FD:PATH ...]\n\n"
+            printf("usage: codespace-runtime --socket <path> [--max-processes N] [--timeout-ms "
+                   "MS] [--sandbox <helper>] [--sandbox-uid N] [--sandbox-gid N] [--root FD:PATH "
+                   "...]\n\n"
                    "The worker of codespace-mcp --runner uds; started by the gateway, never by "
                    "hand.\n"
                    "  --socket PATH          bind PATH (in the gateway's 0700 directory), serve "
                    "one connection\n"
                    "  --max-processes N      live processes at once (CODESPACE_MAX_PROCESSES)\n"
+                   "  --timeout-ms MS        time limit of file operations "
+                   "(CODESPACE_PROCESS_TIMEOUT_SECS)\n"
                    "  --sandbox HELPER       run every command through this "
                    "codespace-linux-sandbox\n"
                    "  --sandbox-uid N, --sandbox-gid N\n"
@@ -518,9 +529,10 @@ int main(int argc, char **argv)
     w.lfd = lfd;
     int rc = 1;
     w.loop = cs_loop_new();
-    /* Every exec request carries its own time limit; the default only fills the struct. */
+    /* Every exec request carries its own time limit; file operations (run on the executor's
+     * threads) have the gateway's process time limit, given by --timeout-ms. */
     struct cs_supervisor_limits lim;
-    cs_supervisor_limits_init(&lim, max_procs, 30000, sandbox);
+    cs_supervisor_limits_init(&lim, max_procs, timeout_ms, sandbox);
     lim.sandbox_uid = sandbox_uid;
     lim.sandbox_gid = sandbox_gid;
     w.ex = w.loop ? cs_runner_exec_new(w.loop, &lim, on_exited, &w) : NULL;

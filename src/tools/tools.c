@@ -815,6 +815,7 @@ int cs_tools_register(struct cs_mcp *srv, struct cs_tools *t, const struct cs_co
             .runtime_bin = bin,
             .runner_dir = cfg->runner_dir,
             .max_processes = cfg->max_processes,
+            .timeout_ms = cfg->process_timeout_secs * 1000,
             .version = version,
             .sandbox_helper = helper,
             .sandbox_uid = cfg->sandbox_uid,

@@ -412,6 +412,144 @@ class TestRootGone(unittest.TestCase):
             shutil.rmtree(tmp, ignore_errors=True)
 
 
+LATENCY_MAX = 0.050  # seconds: the loop answers within 50 ms whatever a file tool is doing
+
+
+def cpu_ticks(pid):
+    """utime + stime (clock ticks) of pid and of its children (the uds worker), or 0 if gone."""
+    total = 0
+    pids = [pid]
+    try:
+        with open("/proc/%d/task/%d/children" % (pid, pid)) as f:
+            pids += [int(x) for x in f.read().split()]
+    except OSError:
+        pass
+    for p in pids:
+        try:
+            with open("/proc/%d/stat" % p) as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])
+        except (OSError, IndexError, ValueError):
+            pass
+    return total
+
+
+class TestLoopNotBlocked(unittest.TestCase):
+    """Issue #15 point 5: a read of a 64 GiB sparse file (a whole-file hash) runs off the loop.
+    While it runs, ping and a read in another workspace are answered within 50 ms; past
+    CODESPACE_PROCESS_TIMEOUT_SECS the big read ends with TIMEOUT, its hashing stops, and the
+    server goes on working. Runs with both runners (e2e_files and e2e_files_uds)."""
+
+    TIMEOUT_SECS = 3
+
+    def setUp(self):
+        self.tmp = os.path.realpath(tempfile.mkdtemp(prefix="cs-e2e-big-"))
+        self.ws = os.path.join(self.tmp, "ws")
+        self.other = os.path.join(self.tmp, "other")
+        os.makedirs(self.ws)
+        write(os.path.join(self.other, "small.txt"), "small\n")
+        with open(os.path.join(self.ws, "sparse.bin"), "wb"):
+            pass
+        os.truncate(os.path.join(self.ws, "sparse.bin"), 64 << 30)  # 64 GiB of holes
+        reg = {"workspaces": {"other": {"root": self.other, "profile": "read-only"}}}
+        registry = os.path.join(self.tmp, "registry.json")
+        with open(registry, "w") as f:
+            json.dump(reg, f)
+        self.srv = mcp_stdio.StdioServer(
+            binary(), ["--workspace", self.ws, "--config", registry], self.tmp,
+            {"CODESPACE_OPERATIONS_DB": ":memory:",
+             "CODESPACE_PROCESS_TIMEOUT_SECS": str(self.TIMEOUT_SECS)}, client="test_files")
+
+    def tearDown(self):
+        try:
+            self.srv.close()
+        finally:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def timed(self, method, params):
+        t0 = time.monotonic()
+        reply = self.srv.wait(self.srv.start(method, params), what=method)
+        return time.monotonic() - t0, reply
+
+    def test_big_read_leaves_the_loop_free_then_times_out(self):
+        t0 = time.monotonic()
+        big = self.srv.call_start("read", {"workspace_id": "default", "path": "sparse.bin",
+                                           "limit": 16})
+        pings, reads = [], []
+        time.sleep(0.1)  # the hash is under way
+        while time.monotonic() - t0 < self.TIMEOUT_SECS - 1:
+            dt, reply = self.timed("ping", {})
+            self.assertEqual(reply.get("result"), {}, reply)
+            pings.append(dt)
+            dt, reply = self.timed("tools/call", {"name": "read", "arguments": {
+                "workspace_id": "other", "path": "small.txt"}})
+            out, err = mcp_stdio.StdioServer.tool_result(reply)
+            self.assertIsNone(err, err)
+            self.assertEqual(out["content"], "small\n")
+            reads.append(dt)
+            time.sleep(0.05)
+        # The big read was running all along.
+        self.assertIsNone(self.srv.poll(big), "the 64 GiB read finished too early to prove much")
+        sys.stderr.write("\n[%s] during the 64 GiB read: %d pings, max %.1f ms, median %.1f ms; "
+                         "%d small reads, max %.1f ms\n"
+                         % (mcp_stdio.runner(), len(pings), 1000 * max(pings),
+                            1000 * sorted(pings)[len(pings) // 2], len(reads),
+                            1000 * max(reads)))
+        self.assertGreaterEqual(len(pings), 10)
+        self.assertLess(max(pings), LATENCY_MAX, pings)
+        self.assertLess(max(reads), LATENCY_MAX, reads)
+
+        # Past the time limit: TIMEOUT, and nothing goes on hashing after the reply.
+        out, err = self.srv.call_wait(big, timeout=60)
+        elapsed = time.monotonic() - t0
+        self.assertIsNone(out, out)
+        self.assertEqual(err["code"], "TIMEOUT", err)
+        self.assertIn("time limit", err["message"])
+        self.assertGreaterEqual(elapsed, self.TIMEOUT_SECS - 0.1)
+        self.assertLess(elapsed, self.TIMEOUT_SECS + 5)
+        c0 = cpu_ticks(self.srv.proc.pid)
+        time.sleep(1.0)
+        burnt = cpu_ticks(self.srv.proc.pid) - c0
+        self.assertLess(burnt, 30, "the server kept a core busy after the TIMEOUT reply")
+
+        # Still serving: another read, a find, a ping.
+        self.assertEqual(self.srv.call("read", {"workspace_id": "other",
+                                                "path": "small.txt"})["content"], "small\n")
+        self.assertEqual(self.srv.call("find", {"workspace_id": "default"})["paths"],
+                         ["sparse.bin"])
+        dt, reply = self.timed("ping", {})
+        self.assertLess(dt, LATENCY_MAX)
+
+    def test_shutdown_during_a_big_read(self):
+        """stdio EOF while a file thread hashes: the job is cancelled and joined, the server exits
+        0 at once (a sanitizer build would report a leak or a race as a non-zero status)."""
+        self.srv.call_start("read", {"workspace_id": "default", "path": "sparse.bin",
+                                     "limit": 16})
+        time.sleep(0.3)
+        t0 = time.monotonic()
+        self.srv.proc.stdin.close()
+        self.assertEqual(self.srv.proc.wait(20), 0, "".join(self.srv.stderr[-20:]))
+        self.assertLess(time.monotonic() - t0, 2.5)
+
+    def test_two_big_reads_do_not_hold_up_a_small_one(self):
+        """Two hashes at once (two pool threads busy) still leave a read its own thread."""
+        a = self.srv.call_start("read", {"workspace_id": "default", "path": "sparse.bin",
+                                         "limit": 16})
+        b = self.srv.call_start("read", {"workspace_id": "default", "path": "sparse.bin",
+                                         "offset": 1 << 30, "limit": 16})
+        time.sleep(0.2)
+        worst = 0.0
+        for _ in range(5):
+            dt, reply = self.timed("tools/call", {"name": "read", "arguments": {
+                "workspace_id": "other", "path": "small.txt"}})
+            self.assertIsNone(mcp_stdio.StdioServer.tool_result(reply)[1])
+            worst = max(worst, dt)
+        self.assertLess(worst, LATENCY_MAX)
+        for rid in (a, b):
+            out, err = self.srv.call_wait(rid, timeout=60)
+            self.assertEqual(err["code"], "TIMEOUT", err)
+
+
 class TestWalkCap(unittest.TestCase):
     """More than 100000 regular files: the walk stops at its cap and says incomplete."""
 

@@ -607,5 +607,85 @@ class LedgerStartCase(unittest.TestCase):
             shutil.rmtree(tmp, ignore_errors=True)
 
 
+class PatchTimeoutCase(unittest.TestCase):
+    """Issue #15 point 5: apply_patch runs off the loop and honours the process time limit.
+
+    CODESPACE_TEST_PATCH_PREFLIGHT_DELAY_MS makes each file of the preflight take 1.2 s (in
+    slices that poll the cancel flag); the limit is 2 s. A three-file patch is still in its
+    preflight at the limit: TIMEOUT, no file touched, no temporary file left, the ledger row
+    rejected with TIMEOUT. A one-file patch (1.2 s) applies. Meanwhile ping is answered within
+    50 ms. Runs with both runners (e2e_patch, e2e_patch_uds)."""
+
+    def setUp(self):
+        self.tmp = os.path.realpath(tempfile.mkdtemp(prefix="cs-e2e-patch-tmo-"))
+        self.ws = os.path.join(self.tmp, "ws")
+        os.makedirs(self.ws)
+        for n in ("a", "b", "c"):
+            write(os.path.join(self.ws, "t", n + ".txt"), "old %s\n" % n)
+        self.srv = Server(["--workspace", self.ws, "--operations-db",
+                           os.path.join(self.tmp, "ops.db")], self.tmp,
+                          {"CODESPACE_PROCESS_TIMEOUT_SECS": "2",
+                           "CODESPACE_TEST_PATCH_PREFLIGHT_DELAY_MS": "1200"})
+
+    def tearDown(self):
+        try:
+            self.srv.close()
+        finally:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def tree(self):
+        res = {}
+        for d, _, files in os.walk(self.ws):
+            for n in files:
+                with open(os.path.join(d, n), "rb") as f:
+                    res[os.path.relpath(os.path.join(d, n), self.ws)] = f.read()
+        return res
+
+    def pings_while(self, rid):
+        """Pings every 50 ms until rid's reply is there; returns (latencies, the reply)."""
+        lat = []
+        while True:
+            reply = self.srv.poll(rid)
+            if reply is not None:
+                return lat, reply
+            t0 = time.monotonic()
+            self.assertEqual(self.srv.request("ping", {}).get("result"), {})
+            lat.append(time.monotonic() - t0)
+            time.sleep(0.05)
+
+    def test_timeout_before_any_write(self):
+        before = self.tree()
+        t0 = time.monotonic()
+        rid = self.srv.call_start("apply_patch", {"workspace_id": "default", "patch": patch(
+            "*** Update File: t/a.txt", "@@", "-old a", "+new a",
+            "*** Update File: t/b.txt", "@@", "-old b", "+new b",
+            "*** Update File: t/c.txt", "@@", "-old c", "+new c")})
+        lat, reply = self.pings_while(rid)
+        elapsed = time.monotonic() - t0
+        out, err = mcp_stdio.StdioServer.tool_result(reply)
+        self.assertIsNone(out, out)
+        self.assertEqual(err["code"], "TIMEOUT", err)
+        self.assertIn("before any write", err["message"])
+        self.assertRegex(err["operation_id"], OP_ID)
+        self.assertGreaterEqual(elapsed, 1.9)
+        self.assertLess(elapsed, 6)
+        self.assertGreaterEqual(len(lat), 10)
+        self.assertLess(max(lat), 0.050, lat)
+        self.assertEqual(self.tree(), before)  # untouched, no temporary file
+        st = self.srv.call("operation_status", {"operation_id": err["operation_id"]})
+        self.assertEqual(st["status"], "rejected", st)
+
+        # Under the limit, a patch still applies (and ping is still answered meanwhile).
+        rid = self.srv.call_start("apply_patch", {"workspace_id": "default", "patch": patch(
+            "*** Update File: t/a.txt", "@@", "-old a", "+new a")})
+        lat, reply = self.pings_while(rid)
+        out, err = mcp_stdio.StdioServer.tool_result(reply)
+        self.assertIsNone(err, err)
+        self.assertEqual(out["status"], "applied", out)
+        self.assertLess(max(lat), 0.050, lat)
+        with open(os.path.join(self.ws, "t", "a.txt"), "rb") as f:
+            self.assertEqual(f.read(), b"new a\n")
+
+
 if __name__ == "__main__":
     unittest.main()

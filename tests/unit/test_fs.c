@@ -394,7 +394,7 @@ static int do_read(const char *path, int64_t offset, int64_t limit, struct csw_m
                    char *msg)
 {
     struct csw_mcp_read_input in = read_in(path, offset, limit);
-    return cs_fs_read(fx.root, &in, out, msg, 512);
+    return cs_fs_read(fx.root, &in, NULL, out, msg, 512);
 }
 
 static void test_read_windows(void **state)
@@ -801,7 +801,7 @@ static int do_find_in(const char *root, const char *glob, int64_t offset, int64_
     int rc = cs_fs_root_open(root, &rootfd, msg, sizeof msg);
     if (rc != 0)
         return rc;
-    rc = cs_fs_find_at(rootfd, &in, cap, out, msg, sizeof msg);
+    rc = cs_fs_find_at(rootfd, &in, cap, NULL, out, msg, sizeof msg);
     close(rootfd);
     return rc;
 }
@@ -995,16 +995,17 @@ static void test_find_root_gone(void **state)
     struct csw_mcp_find_output out;
     struct csw_mcp_find_input in = find_in(NULL, -1, -1);
     /* By path: the root cannot be opened. */
-    assert_int_equal(cs_fs_find(gone, &in, &out, msg, sizeof msg), CSW_ERROR_FILE_OPERATION_FAILED);
+    assert_int_equal(cs_fs_find(gone, &in, NULL, &out, msg, sizeof msg),
+                     CSW_ERROR_FILE_OPERATION_FAILED);
     assert_non_null(strstr(msg, "gone"));
     /* By an fd opened before: the dead directory cannot be read. */
-    assert_int_equal(cs_fs_find_at(rootfd, &in, 10, &out, msg, sizeof msg),
+    assert_int_equal(cs_fs_find_at(rootfd, &in, 10, NULL, &out, msg, sizeof msg),
                      CSW_ERROR_FILE_OPERATION_FAILED);
     struct csw_mcp_read_input rin = read_in("a", -1, -1);
     struct csw_mcp_read_output rout;
-    assert_int_equal(cs_fs_read(gone, &rin, &rout, msg, sizeof msg),
+    assert_int_equal(cs_fs_read(gone, &rin, NULL, &rout, msg, sizeof msg),
                      CSW_ERROR_FILE_OPERATION_FAILED);
-    assert_int_equal(cs_fs_read_at(rootfd, &rin, &rout, msg, sizeof msg),
+    assert_int_equal(cs_fs_read_at(rootfd, &rin, NULL, &rout, msg, sizeof msg),
                      CSW_ERROR_FILE_OPERATION_FAILED);
     assert_non_null(strstr(msg, "gone"));
     close(rootfd);
@@ -1019,13 +1020,107 @@ static void test_root_replaced_by_symlink(void **state)
     assert_int_equal(symlink(fx.root, link), 0);
     struct csw_mcp_read_input in = read_in("abc.txt", -1, -1);
     struct csw_mcp_read_output out;
-    assert_int_equal(cs_fs_read(link, &in, &out, msg, sizeof msg), CSW_ERROR_FILE_OPERATION_FAILED);
+    assert_int_equal(cs_fs_read(link, &in, NULL, &out, msg, sizeof msg),
+                     CSW_ERROR_FILE_OPERATION_FAILED);
     assert_non_null(strstr(msg, "no longer a directory"));
     struct csw_mcp_find_input fin = find_in(NULL, -1, -1);
     struct csw_mcp_find_output fout;
-    assert_int_equal(cs_fs_find(link, &fin, &fout, msg, sizeof msg),
+    assert_int_equal(cs_fs_find(link, &fin, NULL, &fout, msg, sizeof msg),
                      CSW_ERROR_FILE_OPERATION_FAILED);
     assert_int_equal(unlink(link), 0);
+}
+
+/* A set cancel flag stops read and find with TIMEOUT, outputs zeroed (the runners' time limit). */
+static void test_cancelled(void **state)
+{
+    (void)state;
+    size_t n = 3 * 1024 * 1024;
+    unsigned char *data = calloc(1, n);
+    assert_non_null(data);
+    put("cancel.bin", data, n);
+    free(data);
+    struct cs_cancel cancel = {false};
+    cs_cancel_set(&cancel);
+    char msg[512];
+    struct csw_mcp_read_input in = read_in("cancel.bin", 0, 16);
+    struct csw_mcp_read_output out;
+    assert_int_equal(cs_fs_read(fx.root, &in, &cancel, &out, msg, sizeof msg), CSW_ERROR_TIMEOUT);
+    assert_non_null(strstr(msg, "cancelled"));
+    assert_null(out.version.s);
+    assert_null(out.content.s);
+    struct csw_mcp_find_input fin = find_in(NULL, -1, -1);
+    struct csw_mcp_find_output fout;
+    assert_int_equal(cs_fs_find(fx.root, &fin, &cancel, &fout, msg, sizeof msg), CSW_ERROR_TIMEOUT);
+    assert_non_null(strstr(msg, "cancelled"));
+    assert_null(fout.listing_version.s);
+    assert_int_equal(fout.paths.n, 0);
+    /* A flag that is not set changes nothing. */
+    struct cs_cancel idle = {false};
+    assert_int_equal(cs_fs_read(fx.root, &in, &idle, &out, msg, sizeof msg), 0);
+    assert_int_equal(out.byte_count, 16);
+    csw_mcp_read_output_free(&out);
+}
+
+/* The version cache is shared by the runners' file threads: windows read from four threads at
+ * once all come from it, each proved and each the right bytes. */
+struct cache_reader {
+    const unsigned char *data;
+    size_t n;
+    const char *version;
+    int failures;
+};
+
+static void *cache_reader_main(void *arg)
+{
+    struct cache_reader *r = arg;
+    char msg[512];
+    for (int i = 0; i < 25; i++) {
+        int64_t off = (int64_t)(((size_t)i * 524287u + (size_t)(uintptr_t)arg % 4096) % r->n);
+        struct csw_mcp_read_input in = read_in("shared.bin", off, 65536);
+        struct csw_mcp_read_output out;
+        size_t want = r->n - (size_t)off < 65536 ? r->n - (size_t)off : 65536;
+        if (cs_fs_read(fx.root, &in, NULL, &out, msg, sizeof msg) != 0) {
+            r->failures++;
+            continue;
+        }
+        if ((size_t)out.byte_count != want || strcmp(out.version.s, r->version) != 0 ||
+            memcmp(out.content.s, r->data + off, want) != 0)
+            r->failures++;
+        csw_mcp_read_output_free(&out);
+    }
+    return NULL;
+}
+
+static void test_version_cache_threads(void **state)
+{
+    (void)state;
+    size_t n = 4 * 1024 * 1024 + 321;
+    unsigned char *data = malloc(n);
+    assert_non_null(data);
+    for (size_t i = 0; i < n; i++)
+        data[i] = (unsigned char)('a' + (i * 13 + i / 1000) % 26);
+    put("shared.bin", data, n);
+    char v[72], msg[512];
+    sha256_hex(data, n, v);
+    usleep(2200 * 1000); /* older than the coarsest timestamp step: remembered */
+    struct csw_mcp_read_input in = read_in("shared.bin", 0, 1);
+    struct csw_mcp_read_output out;
+    assert_int_equal(cs_fs_read(fx.root, &in, NULL, &out, msg, sizeof msg), 0);
+    assert_string_equal(out.version.s, v);
+    csw_mcp_read_output_free(&out);
+    uint64_t hits = cs_fs_version_cache_hits();
+    struct cache_reader r[4];
+    pthread_t th[4];
+    for (int i = 0; i < 4; i++) {
+        r[i] = (struct cache_reader){.data = data, .n = n, .version = v};
+        assert_int_equal(pthread_create(&th[i], NULL, cache_reader_main, &r[i]), 0);
+    }
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(pthread_join(th[i], NULL), 0);
+        assert_int_equal(r[i].failures, 0);
+    }
+    assert_int_equal(cs_fs_version_cache_hits(), hits + 100);
+    free(data);
 }
 
 /* The walk in fallback mode lists the same set. */
@@ -1158,6 +1253,8 @@ int main(void)
         cmocka_unit_test(test_find_cap),
         cmocka_unit_test(test_find_root_gone),
         cmocka_unit_test(test_root_replaced_by_symlink),
+        cmocka_unit_test(test_cancelled),
+        cmocka_unit_test(test_version_cache_threads),
         cmocka_unit_test(test_find_fallback),
         cmocka_unit_test(test_race),
     };

@@ -884,11 +884,10 @@ static void test_roots_disjoint_and_held(void **state)
     snprintf(alias, sizeof alias, "%s/alias", fx.dir);
     assert_true(mkdir(sub, 0700) == 0 || errno == EEXIST);
     assert_true(symlink(fx.ws1, alias) == 0 || errno == EEXIST);
-    static const char *const tail =
-        "; a root may not be equal to, inside or contain another";
+    static const char *const tail = "; a root may not be equal to, inside or contain another";
 
-    write_cfgf("{\"workspaces\": {\"a\": {\"root\": \"%s\"}, \"b\": {\"root\": \"%s/\"}}}",
-               fx.ws1, fx.ws1);
+    write_cfgf("{\"workspaces\": {\"a\": {\"root\": \"%s\"}, \"b\": {\"root\": \"%s/\"}}}", fx.ws1,
+               fx.ws1);
     snprintf(want, sizeof want,
              "workspace roots overlap: \"a\" (%s) is the same directory as \"b\" (%s)%s", fx.ws1,
              fx.ws1, tail);
@@ -896,8 +895,8 @@ static void test_roots_disjoint_and_held(void **state)
 
     write_cfgf("{\"workspaces\": {\"a\": {\"root\": \"%s\"}, \"b\": {\"root\": \"%s\"}}}", fx.ws1,
                sub);
-    snprintf(want, sizeof want, "workspace roots overlap: \"a\" (%s) contains \"b\" (%s)%s",
-             fx.ws1, sub, tail);
+    snprintf(want, sizeof want, "workspace roots overlap: \"a\" (%s) contains \"b\" (%s)%s", fx.ws1,
+             sub, tail);
     load_err(ARGV("--config", fx.cfg), BASE_ENV, want);
 
     write_cfgf("{\"workspaces\": {\"a\": {\"root\": \"%s\"}, \"b\": {\"root\": \"%s\"}}}", sub,
@@ -909,8 +908,8 @@ static void test_roots_disjoint_and_held(void **state)
     /* An alias: <dir>/alias/sub is ws1/sub once resolved. */
     write_cfgf("{\"workspaces\": {\"a\": {\"root\": \"%s\"}, \"b\": {\"root\": \"%s/sub\"}}}",
                fx.ws1, alias);
-    snprintf(want, sizeof want, "workspace roots overlap: \"a\" (%s) contains \"b\" (%s)%s",
-             fx.ws1, sub, tail);
+    snprintf(want, sizeof want, "workspace roots overlap: \"a\" (%s) contains \"b\" (%s)%s", fx.ws1,
+             sub, tail);
     load_err(ARGV("--config", fx.cfg), BASE_ENV, want);
 
     /* The quick start against the file. */
@@ -955,8 +954,7 @@ static void test_sandbox_ids(void **state)
     assert_int_equal(cfg.sandbox_uid, 4001);
     assert_int_equal(cfg.sandbox_gid, 4002);
     cs_config_free(&cfg);
-    load_err_prefix(ARGV("--workspace", fx.ws1, "--sandbox-uid", "0"), BASE_ENV,
-                    "--sandbox-uid: ");
+    load_err_prefix(ARGV("--workspace", fx.ws1, "--sandbox-uid", "0"), BASE_ENV, "--sandbox-uid: ");
     load_err_prefix(ARGV("--workspace", fx.ws1, "--sandbox-gid", "4294967295"), BASE_ENV,
                     "--sandbox-gid: ");
     load_err_prefix(ARGV("--workspace", fx.ws1), ENV("HOME=/h", "CODESPACE_SANDBOX_UID=x"),
