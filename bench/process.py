@@ -41,7 +41,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
-from mcp_roundtrip import StdioPeer, request  # noqa: E402  (the shared raw stdio client)
+from mcp_roundtrip import StdioPeer, request, unprivileged  # noqa: E402  (shared stdio client)
 
 DC_PKG = "@wonderwhy-er/desktop-commander"
 DC_VERSION = "0.2.52"
@@ -267,7 +267,8 @@ def main():
         env["CODESPACE_LINUX_SANDBOX_BIN"] = "/nonexistent/codespace-linux-sandbox"
         env["XDG_STATE_HOME"] = os.path.join(work, "state")
         os.mkdir(env["XDG_STATE_HOME"])
-        ours_argv = [a.bin, "--workspace", root, "--operations-db", ":memory:"]
+        ours_argv = unprivileged([a.bin, "--workspace", root, "--operations-db", ":memory:"],
+                                 work)
         dc_argv = dc_env = None
         if entry and node:
             home = os.path.join(work, "dc-home")

@@ -37,6 +37,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 from process import Peer  # noqa: E402  (raw stdio client with a tools/call helper)
+from mcp_roundtrip import unprivileged  # noqa: E402
 
 TARGET_RATIO = 2.0
 BIG_BYTES = 100 * 1024 * 1024
@@ -152,7 +153,16 @@ def main():
         raw_env = dict(base, CODESPACE_LINUX_SANDBOX_BIN="/nonexistent/codespace-linux-sandbox")
         argv = [a.bin, "--workspace", root, "--config", cfg, "--operations-db", ":memory:"]
         sbx = Peer(argv, sbx_env)
-        raw = Peer(argv, raw_env)
+        # The unsandboxed row: as root it runs as nobody in a tree of its own (a root server
+        # runs no command unsandboxed); the sandboxed row stays a root server whose workspace
+        # root owns, as the one-command start has it (its commands then go through the
+        # idmapped bind).
+        rawdir = os.path.join(work, "raw")
+        os.makedirs(os.path.join(rawdir, "root"))
+        os.chmod(work, 0o755)
+        raw_env["XDG_STATE_HOME"] = rawdir
+        raw = Peer(unprivileged([a.bin, "--workspace", os.path.join(rawdir, "root"),
+                                 "--operations-db", ":memory:"], rawdir), raw_env)
         peers = [sbx, raw]
         have_bwrap = shutil.which("bwrap") is not None
 

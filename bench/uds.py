@@ -40,7 +40,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
-from mcp_roundtrip import StdioPeer, request  # noqa: E402  (the shared raw stdio client)
+from mcp_roundtrip import StdioPeer, request, unprivileged  # noqa: E402  (shared stdio client)
 
 TARGET_US = 100.0
 
@@ -156,8 +156,12 @@ def main():
         floor_exe = build_pingpong(work)
         floors = []
         base = [a.bin, "--workspace", root, "--operations-db", ":memory:"]
-        peers["in-process"] = Peer(base + ["--runner", "in-process"], env, "in-process")
-        peers["uds"] = Peer(base + ["--runner", "uds", "--runner-dir", rdir], env, "uds")
+        # No sandbox in either row: as root the servers run as nobody (unprivileged), since a
+        # root server runs no command unsandboxed.
+        peers["in-process"] = Peer(unprivileged(base + ["--runner", "in-process"], work), env,
+                                   "in-process")
+        peers["uds"] = Peer(unprivileged(base + ["--runner", "uds", "--runner-dir", rdir], work),
+                            env, "uds")
         for name, peer in peers.items():
             got = runner_of(peer)
             if got != name:
