@@ -140,11 +140,13 @@ def main():
     try:
         root = os.path.join(work, "root")
         os.mkdir(root)
-        with open(os.path.join(root, "client.py"), "w") as f:
+        netroot = os.path.join(work, "net")  # roots may not overlap: one per workspace
+        os.mkdir(netroot)
+        with open(os.path.join(netroot, "client.py"), "w") as f:
             f.write(CLIENT)
         cfg = os.path.join(work, "registry.json")
         with open(cfg, "w") as f:
-            json.dump({"workspaces": {"net": {"root": root, "profile": "workspace-write",
+            json.dump({"workspaces": {"net": {"root": netroot, "profile": "workspace-write",
                                               "network": "enabled",
                                               "network_allow": ["127.0.0.1:%d" % port]}}}, f)
         base = {k: v for k, v in os.environ.items() if not k.startswith("CODESPACE_")}
@@ -209,7 +211,7 @@ def main():
         if res.get("exit_code") != 0:
             raise RuntimeError("sandboxed client failed: %r" % res)
         inside = parse(res["output"])
-        direct = subprocess.run(["/usr/bin/python3", os.path.join(root, "client.py"), url,
+        direct = subprocess.run(["/usr/bin/python3", os.path.join(netroot, "client.py"), url,
                                  str(a.small)], capture_output=True, text=True, check=True,
                                 env={"PATH": "/usr/bin:/bin"})
         host = parse(direct.stdout)
