@@ -328,7 +328,7 @@ static void file_work(void *arg, const struct cs_cancel *cancel)
     case CSW_RUNNER_WIRE_OP_REPLAY:
         break;
     }
-    assert(!"file_work: not a file operation");
+    assert(0 && "file_work: not a file operation");
 }
 
 /* On the loop thread, once file_work has returned: the reply, then the job goes. */
@@ -391,7 +391,7 @@ static void file_done(void *arg)
         case CSW_RUNNER_WIRE_OP_WORKSPACE_OF:
         case CSW_RUNNER_WIRE_OP_TERMINATE_WORKSPACE:
         case CSW_RUNNER_WIRE_OP_REPLAY:
-            assert(!"file_done: not a file operation");
+            assert(0 && "file_done: not a file operation");
         }
         ok(j->done, j->arg, &res);
     }
