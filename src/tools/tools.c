@@ -154,6 +154,7 @@ static const void *mcp_output_of(const struct csw_runner_wire_result *r)
     case CSW_RUNNER_WIRE_RESULT_EXEC:
     case CSW_RUNNER_WIRE_RESULT_WORKSPACE_OF:
     case CSW_RUNNER_WIRE_RESULT_TERMINATE_WORKSPACE:
+    case CSW_RUNNER_WIRE_RESULT_CANCEL:
         break;
     }
     return NULL;
