@@ -600,7 +600,8 @@ static void op_exec(struct cs_runner_exec *ex, const struct csw_runner_wire_exec
 }
 
 void cs_runner_exec_cancel(struct cs_runner_exec *ex, cs_runner_done_fn done, void *arg,
-                           const struct cs_str *process_id, struct csw_runner_wire_cancel_result *res)
+                           const struct cs_str *process_id,
+                           struct csw_runner_wire_cancel_result *res)
 {
     res->found = false;
     res->killed = false;
