@@ -81,6 +81,8 @@ struct cs_mcp_call {
     json_t *id;
     void *input; /* decoded struct csw_mcp_<tool>_input */
     bool cancelled;
+    cs_mcp_cancel_fn on_cancel; /* the handler's cancel hook, or NULL */
+    void *on_cancel_arg;
     struct cs_mcp_call *prev, *next; /* in the session's list while the session lives */
 };
 
@@ -273,7 +275,42 @@ const char *cs_mcp_call_tool(const struct cs_mcp_call *call)
 
 bool cs_mcp_call_cancelled(const struct cs_mcp_call *call)
 {
-    return call->cancelled || call->x->abandoned || !call->x->s;
+    return call->cancelled || !call->x || call->x->abandoned || !call->x->s;
+}
+
+void cs_mcp_call_on_cancel(struct cs_mcp_call *call, cs_mcp_cancel_fn fn, void *arg)
+{
+    call->on_cancel = fn;
+    call->on_cancel_arg = arg;
+}
+
+/*
+ * Cancels call (contract.md section 2): it leaves its exchange and its session's list, so the
+ * exchange replies (or, abandoned, ends) without waiting for it (on HTTP the POST is answered at
+ * once), then its hook runs, which stops the handler's wait and completes the call into nothing
+ * (complete_with frees a detached call). Nothing happens to a call cancelled before.
+ */
+static void call_cancel(struct cs_mcp_call *call)
+{
+    struct cs_mcp_exchange *x = call->x;
+    if (!x || call->cancelled)
+        return;
+    call->cancelled = true;
+    if (x->s) {
+        if (call->prev)
+            call->prev->next = call->next;
+        else
+            x->s->calls = call->next;
+        if (call->next)
+            call->next->prev = call->prev;
+    }
+    call->prev = call->next = NULL;
+    call->x = NULL;
+    cs_mcp_cancel_fn fn = call->on_cancel;
+    call->on_cancel = NULL;
+    call_done(x); /* may reply (NULL: HTTP 202) and free x */
+    if (fn)
+        fn(call->on_cancel_arg, call); /* may complete and free call */
 }
 
 json_t *cs_mcp_text_of(const json_t *v)
@@ -289,6 +326,15 @@ json_t *cs_mcp_text_of(const json_t *v)
 static void complete_with(struct cs_mcp_call *call, json_t *result, char *reply_text)
 {
     struct cs_mcp_exchange *x = call->x;
+    if (!x) { /* cancelled and detached (call_cancel): its exchange no longer waits for it */
+        free(reply_text);
+        json_decref(result);
+        cs_wire_free(call->t->tool->input, call->input);
+        free(call->input);
+        json_decref(call->id);
+        free(call);
+        return;
+    }
     if (!cs_mcp_call_cancelled(call)) {
         json_t *resp = result
                            ? cs_jsonrpc_result(call->id, json_incref(result))
@@ -510,7 +556,7 @@ static json_t *tools_call(struct cs_mcp_exchange *x, json_t *id, json_t *params,
     }
     json_t *args = json_object_get(params, "arguments");
     json_t *empty = NULL;
-    if (!args || json_is_null(args))
+    if (!args) /* absent means {}; present, it must be an object (null included) */
         args = empty = json_object();
 
     struct cs_mcp_call *call = calloc(1, sizeof *call);
@@ -533,9 +579,19 @@ static json_t *tools_call(struct cs_mcp_exchange *x, json_t *id, json_t *params,
     x->waiting++;
 
     struct cs_wire_diag diag;
-    enum cs_wire_status st = cs_wire_decode(t->tool->input, args, input, &diag);
-    json_decref(empty);
-    if (st == CS_WIRE_INVALID) {
+    bool is_object = json_is_object(args);
+    enum cs_wire_status st =
+        is_object ? cs_wire_decode(t->tool->input, args, input, &diag) : CS_WIRE_INVALID;
+    json_decref(empty); /* args is borrowed from params below when it is not an object */
+    if (!is_object) {
+        cs_mcp_call_error(call, CSW_ERROR_INVALID_ARGUMENTS, NULL,
+                          "arguments: expected an object, got %s (omit arguments for none)",
+                          json_is_null(args)     ? "null"
+                          : json_is_array(args)  ? "an array"
+                          : json_is_string(args) ? "a string"
+                          : json_is_number(args) ? "a number"
+                                                 : "a boolean");
+    } else if (st == CS_WIRE_INVALID) {
         char where[600];
         cs_mcp_call_error(call, CSW_ERROR_INVALID_ARGUMENTS, NULL, "%s",
                           cs_wire_diag_format(&diag, where, sizeof where));
@@ -583,9 +639,15 @@ static void cancel(struct cs_mcp_session *s, json_t *params)
     const json_t *rid = json_object_get(params, "requestId");
     if (!rid)
         return;
-    for (struct cs_mcp_call *c = s->calls; c; c = c->next)
-        if (json_equal(c->id, (json_t *)rid))
-            c->cancelled = true;
+    /* A cancelled call leaves s->calls, and its hook may complete others: scan again each time. */
+    for (;;) {
+        struct cs_mcp_call *c = s->calls;
+        while (c && !json_equal(c->id, (json_t *)rid))
+            c = c->next;
+        if (!c)
+            return;
+        call_cancel(c);
+    }
 }
 
 /* Handles one parsed message into x. */
@@ -748,6 +810,23 @@ void cs_mcp_exchange_abandon(struct cs_mcp_exchange *x)
     if (!x)
         return;
     x->abandoned = true;
+    if (!x->s)
+        return; /* its session is gone: the calls were cancelled with it */
+    /* Every call behind x is cancelled (the 2026-07-28 revision cancels by closing the
+     * connection). x is held while the hooks run, which may complete other calls of it. */
+    bool was_handling = x->handling;
+    x->handling = true;
+    for (;;) {
+        struct cs_mcp_call *c = x->s ? x->s->calls : NULL;
+        while (c && c->x != x)
+            c = c->next;
+        if (!c)
+            break;
+        call_cancel(c);
+    }
+    x->handling = was_handling;
+    if (!was_handling && x->waiting == 0)
+        finish(x); /* abandoned: no reply */
 }
 
 const char *cs_mcp_session_version(const struct cs_mcp_session *s)

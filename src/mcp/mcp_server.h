@@ -73,6 +73,19 @@ void cs_mcp_call_error(struct cs_mcp_call *call, enum csw_error code, const char
 /* True once the client cancelled the request or its transport went away: the handler may stop
  * early but must still complete the call (the reply is then dropped). */
 bool cs_mcp_call_cancelled(const struct cs_mcp_call *call);
+/*
+ * What to do when call is cancelled (contract.md section 2): the client sent
+ * notifications/cancelled naming it, or the transport dropped the exchange that carried it (an
+ * HTTP client closed the connection of a held POST). fn runs once, on the loop, from inside the
+ * session's handling of that notification or from cs_mcp_exchange_abandon; by then the call is
+ * already detached from its exchange (the transport has been answered, or will be without it),
+ * and fn must make the call stop waiting, free what it holds and complete it, now or later (the
+ * reply is dropped). fn NULL removes the hook; a later call replaces the earlier one. It is never
+ * run for a call that is already cancelled when it is set, nor for the calls of a session being
+ * freed (shutdown: the tools free everything themselves).
+ */
+typedef void (*cs_mcp_cancel_fn)(void *arg, struct cs_mcp_call *call);
+void cs_mcp_call_on_cancel(struct cs_mcp_call *call, cs_mcp_cancel_fn fn, void *arg);
 /* The tool's name (static storage). */
 const char *cs_mcp_call_tool(const struct cs_mcp_call *call);
 
@@ -99,7 +112,8 @@ void cs_mcp_session_free(struct cs_mcp_session *s);
  */
 struct cs_mcp_exchange *cs_mcp_session_handle(struct cs_mcp_session *s, const char *data,
                                               size_t len, cs_mcp_reply_fn reply, void *arg);
-/* The transport is gone: reply will not be called for x; the calls behind it are cancelled. */
+/* The transport is gone: reply will not be called for x; the calls behind it are cancelled (their
+ * cancel hooks run inside this call). x is invalid afterwards. */
 void cs_mcp_exchange_abandon(struct cs_mcp_exchange *x);
 
 /* The negotiated protocol version, or NULL before initialize. */

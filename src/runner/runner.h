@@ -71,6 +71,14 @@ struct cs_runner;
 /* Submits op (borrowed for the call). */
 void cs_runner_call(struct cs_runner *r, const struct csw_runner_wire_op *op,
                     cs_runner_done_fn done, void *arg);
+/* The call submitted with (done, arg) was cancelled by its client: if it is waiting (a
+ * read_process long poll, an exec_command yield, a terminate_process wait) it is answered now
+ * (in-process: inside this call; uds: when the worker's answer arrives, a few ms later); a call
+ * that does not wait (a file operation, a write) runs on. process_id (may be NULL): also kill
+ * that process at once (SIGKILL to its group), whether or not the call still waits. Nothing
+ * happens for a call that already completed. */
+void cs_runner_cancel(struct cs_runner *r, cs_runner_done_fn done, void *arg,
+                      const char *process_id);
 /* Kills every process the runner owns (and the worker), completes pending calls as ambiguous,
  * removes the runner's socket and directory, frees r. Accepts NULL. */
 void cs_runner_free(struct cs_runner *r);
@@ -115,7 +123,13 @@ void cs_runner_exec_free(struct cs_runner_exec *ex);
 /* Reaps our children that are not process leaders (orphans of commands reparented to a runner
  * that is a child subreaper). Call on SIGCHLD. */
 void cs_runner_exec_reap_strays(struct cs_runner_exec *ex);
-/* Runs op (every op but hello and replay, which belong to the connection). */
+/* cs_runner_cancel on the executor: kills process_id when given (may be NULL) and answers the
+ * supervisor wait of the call submitted through cs_runner_exec_op with (done, arg) (done may be
+ * NULL: none). res says what was done. */
+void cs_runner_exec_cancel(struct cs_runner_exec *ex, cs_runner_done_fn done, void *arg,
+                           const struct cs_str *process_id,
+                           struct csw_runner_wire_cancel_result *res);
+/* Runs op (every op but hello, replay and cancel, which belong to the connection). */
 void cs_runner_exec_op(struct cs_runner_exec *ex, const struct csw_runner_wire_op *op,
                        cs_runner_done_fn done, void *arg);
 

@@ -5,7 +5,9 @@
  */
 #include "runner_internal.h"
 
+#include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 static void inproc_exited(void *arg, const char *id)
 {
@@ -37,6 +39,18 @@ void cs_runner_call(struct cs_runner *r, const struct csw_runner_wire_op *op,
         cs__runner_uds_call(r, op, done, arg);
     else
         cs_runner_exec_op(r->ex, op, done, arg);
+}
+
+void cs_runner_cancel(struct cs_runner *r, cs_runner_done_fn done, void *arg,
+                      const char *process_id)
+{
+    if (r->uds) {
+        cs__runner_uds_cancel(r, done, arg, process_id);
+        return;
+    }
+    struct cs_str id = {(char *)(uintptr_t)process_id, process_id ? strlen(process_id) : 0};
+    struct csw_runner_wire_cancel_result res;
+    cs_runner_exec_cancel(r->ex, done, arg, process_id ? &id : NULL, &res);
 }
 
 void cs_runner_free(struct cs_runner *r)

@@ -37,10 +37,13 @@ struct cs_runner_exec {
     int64_t timeout_ms;   /* the time limit of a file operation: the process time limit */
     void (*process_exited)(void *arg, const char *id);
     void *arg;
+    struct pending *pending; /* supervisor requests in flight, for cs_runner_exec_cancel */
 };
 
 /* One supervisor request in flight: what to complete and how to wrap the output. */
 struct pending {
+    struct pending *prev, *next;
+    struct cs_runner_exec *ex;
     cs_runner_done_fn done;
     void *arg;
     enum csw_runner_wire_result_tag tag;
@@ -114,9 +117,20 @@ static char *root_of(const struct csw_runner_workspace *ws)
 
 /* ---- supervisor completions ---- */
 
+static void pending_unlink(struct pending *p)
+{
+    if (p->prev)
+        p->prev->next = p->next;
+    else
+        p->ex->pending = p->next;
+    if (p->next)
+        p->next->prev = p->prev;
+}
+
 static void sup_done(void *arg, int code, const char *msg, const void *out)
 {
     struct pending *p = arg;
+    pending_unlink(p);
     if (code != 0) {
         fail(p->done, p->arg, code, msg);
         free(p);
@@ -166,6 +180,7 @@ static void sup_done(void *arg, int code, const char *msg, const void *out)
     case CSW_RUNNER_WIRE_RESULT_APPLY_PATCH:
     case CSW_RUNNER_WIRE_RESULT_WORKSPACE_OF:
     case CSW_RUNNER_WIRE_RESULT_TERMINATE_WORKSPACE:
+    case CSW_RUNNER_WIRE_RESULT_CANCEL:
         fail(p->done, p->arg, CSW_ERROR_INTERNAL, "supervisor answered an unexpected operation");
         free(p);
         return;
@@ -174,14 +189,19 @@ static void sup_done(void *arg, int code, const char *msg, const void *out)
     free(p);
 }
 
-static struct pending *pending_new(cs_runner_done_fn done, void *arg,
+static struct pending *pending_new(struct cs_runner_exec *ex, cs_runner_done_fn done, void *arg,
                                    enum csw_runner_wire_result_tag tag)
 {
-    struct pending *p = malloc(sizeof *p);
+    struct pending *p = calloc(1, sizeof *p);
     if (!p) {
         fail(done, arg, CSW_ERROR_INTERNAL, "out of memory");
         return NULL;
     }
+    p->ex = ex;
+    p->next = ex->pending;
+    if (p->next)
+        p->next->prev = p;
+    ex->pending = p;
     p->done = done;
     p->arg = arg;
     p->tag = tag;
@@ -295,6 +315,7 @@ static const char *op_name(enum csw_runner_wire_op_tag tag)
     case CSW_RUNNER_WIRE_OP_WORKSPACE_OF:
     case CSW_RUNNER_WIRE_OP_TERMINATE_WORKSPACE:
     case CSW_RUNNER_WIRE_OP_REPLAY:
+    case CSW_RUNNER_WIRE_OP_CANCEL:
         break;
     }
     return "the operation";
@@ -326,6 +347,7 @@ static void file_work(void *arg, const struct cs_cancel *cancel)
     case CSW_RUNNER_WIRE_OP_WORKSPACE_OF:
     case CSW_RUNNER_WIRE_OP_TERMINATE_WORKSPACE:
     case CSW_RUNNER_WIRE_OP_REPLAY:
+    case CSW_RUNNER_WIRE_OP_CANCEL:
         break;
     }
     assert(0 && "file_work: not a file operation");
@@ -391,6 +413,7 @@ static void file_done(void *arg)
         case CSW_RUNNER_WIRE_OP_WORKSPACE_OF:
         case CSW_RUNNER_WIRE_OP_TERMINATE_WORKSPACE:
         case CSW_RUNNER_WIRE_OP_REPLAY:
+        case CSW_RUNNER_WIRE_OP_CANCEL:
             assert(0 && "file_done: not a file operation");
         }
         ok(j->done, j->arg, &res);
@@ -543,7 +566,7 @@ static void op_exec(struct cs_runner_exec *ex, const struct csw_runner_wire_exec
     if (!root || !pid || !wsid || d->process_id.n >= CS_SUPERVISOR_ID_SIZE) {
         fail(done, arg, CSW_ERROR_INTERNAL,
              !root ? "workspace root is not a C string" : "bad process_id or out of memory");
-    } else if ((p = pending_new(done, arg, CSW_RUNNER_WIRE_RESULT_EXEC))) {
+    } else if ((p = pending_new(ex, done, arg, CSW_RUNNER_WIRE_RESULT_EXEC))) {
         struct cs_supervisor_spawn sp = {
             .process_id = pid,
             .root = root,
@@ -566,6 +589,7 @@ static void op_exec(struct cs_runner_exec *ex, const struct csw_runner_wire_exec
         char msg[512];
         int rc = cs_supervisor_spawn(ex->sup, &sp, sup_done, p, msg, sizeof msg);
         if (rc != 0) {
+            pending_unlink(p);
             fail(done, arg, rc, msg);
             free(p);
         }
@@ -573,6 +597,25 @@ static void op_exec(struct cs_runner_exec *ex, const struct csw_runner_wire_exec
     free(root);
     free(pid);
     free(wsid);
+}
+
+void cs_runner_exec_cancel(struct cs_runner_exec *ex, cs_runner_done_fn done, void *arg,
+                           const struct cs_str *process_id,
+                           struct csw_runner_wire_cancel_result *res)
+{
+    res->found = false;
+    res->killed = false;
+    /* The kill first: answering the wait below may free what process_id points into. */
+    if (process_id)
+        res->killed = cs_supervisor_kill(ex->sup, process_id);
+    if (!done)
+        return;
+    for (struct pending *p = ex->pending; p; p = p->next) {
+        if (p->done == done && p->arg == arg) {
+            res->found = cs_supervisor_cancel(ex->sup, sup_done, p);
+            return;
+        }
+    }
 }
 
 void cs_runner_exec_op(struct cs_runner_exec *ex, const struct csw_runner_wire_op *op,
@@ -596,23 +639,23 @@ void cs_runner_exec_op(struct cs_runner_exec *ex, const struct csw_runner_wire_o
         op_exec(ex, &op->u.exec.data, done, arg);
         return;
     case CSW_RUNNER_WIRE_OP_WRITE_STDIN:
-        if ((p = pending_new(done, arg, CSW_RUNNER_WIRE_RESULT_WRITE_STDIN)))
+        if ((p = pending_new(ex, done, arg, CSW_RUNNER_WIRE_RESULT_WRITE_STDIN)))
             cs_supervisor_write_stdin(ex->sup, &op->u.write_stdin.data, sup_done, p);
         return;
     case CSW_RUNNER_WIRE_OP_READ_PROCESS:
-        if ((p = pending_new(done, arg, CSW_RUNNER_WIRE_RESULT_READ_PROCESS)))
+        if ((p = pending_new(ex, done, arg, CSW_RUNNER_WIRE_RESULT_READ_PROCESS)))
             cs_supervisor_read(ex->sup, &op->u.read_process.data, sup_done, p);
         return;
     case CSW_RUNNER_WIRE_OP_PROCESS_STATUS:
-        if ((p = pending_new(done, arg, CSW_RUNNER_WIRE_RESULT_PROCESS_STATUS)))
+        if ((p = pending_new(ex, done, arg, CSW_RUNNER_WIRE_RESULT_PROCESS_STATUS)))
             cs_supervisor_status(ex->sup, &op->u.process_status.data, sup_done, p);
         return;
     case CSW_RUNNER_WIRE_OP_RESIZE:
-        if ((p = pending_new(done, arg, CSW_RUNNER_WIRE_RESULT_RESIZE)))
+        if ((p = pending_new(ex, done, arg, CSW_RUNNER_WIRE_RESULT_RESIZE)))
             cs_supervisor_resize(ex->sup, &op->u.resize.data, sup_done, p);
         return;
     case CSW_RUNNER_WIRE_OP_TERMINATE:
-        if ((p = pending_new(done, arg, CSW_RUNNER_WIRE_RESULT_TERMINATE)))
+        if ((p = pending_new(ex, done, arg, CSW_RUNNER_WIRE_RESULT_TERMINATE)))
             cs_supervisor_terminate(ex->sup, &op->u.terminate.data, sup_done, p);
         return;
     case CSW_RUNNER_WIRE_OP_WORKSPACE_OF: {
@@ -635,7 +678,8 @@ void cs_runner_exec_op(struct cs_runner_exec *ex, const struct csw_runner_wire_o
     }
     case CSW_RUNNER_WIRE_OP_HELLO:
     case CSW_RUNNER_WIRE_OP_REPLAY:
+    case CSW_RUNNER_WIRE_OP_CANCEL:
         break;
     }
-    fail(done, arg, CSW_ERROR_INTERNAL, "hello and replay belong to the connection");
+    fail(done, arg, CSW_ERROR_INTERNAL, "hello, replay and cancel belong to the connection");
 }

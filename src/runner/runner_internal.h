@@ -18,6 +18,8 @@ struct cs_runner {
 
 void cs__runner_uds_call(struct cs_runner *r, const struct csw_runner_wire_op *op,
                          cs_runner_done_fn done, void *arg);
+void cs__runner_uds_cancel(struct cs_runner *r, cs_runner_done_fn done, void *arg,
+                           const char *process_id);
 void cs__runner_uds_free(struct cs_runner *r);
 
 #endif

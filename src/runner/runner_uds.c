@@ -392,6 +392,40 @@ void cs__runner_uds_call(struct cs_runner *r, const struct csw_runner_wire_op *o
     u->calls = c;
 }
 
+/* The answer to a cancel request: nothing to do (the cancelled call completes on its own). */
+static void cancel_done(void *arg, const struct cs_runner_reply *reply)
+{
+    (void)arg;
+    (void)reply;
+}
+
+void cs__runner_uds_cancel(struct cs_runner *r, cs_runner_done_fn done, void *arg,
+                           const char *process_id)
+{
+    struct cs__runner_uds *u = r->u;
+    if (u->lost || !u->conn)
+        return; /* the worker is gone, and its processes with it */
+    struct call *c = u->calls;
+    while (c && !(c->done == done && c->arg == arg))
+        c = c->next;
+    if (!c && !process_id)
+        return; /* answered already */
+    /* The wait is in the worker: it stops there, and its answer completes the call. */
+    char rid[32];
+    struct csw_runner_wire_op op = {.tag = CSW_RUNNER_WIRE_OP_CANCEL};
+    struct csw_runner_wire_cancel_data *d = &op.u.cancel.data;
+    if (c) {
+        snprintf(rid, sizeof rid, "rrpc-%" PRIu64, c->id);
+        d->has_request_id = true;
+        d->request_id = (struct cs_str){rid, strlen(rid)};
+    }
+    if (process_id) {
+        d->has_process_id = true;
+        d->process_id = (struct cs_str){(char *)(uintptr_t)process_id, strlen(process_id)};
+    }
+    cs__runner_uds_call(r, &op, cancel_done, NULL);
+}
+
 void cs__runner_uds_free(struct cs_runner *r)
 {
     struct cs__runner_uds *u = r->u;

@@ -56,12 +56,15 @@ struct worker {
         size_t n;
     } cache[CS_RUNNER_REPLAY_CACHE];
     size_t cache_next;
+    struct req *reqs; /* requests the executor has not answered yet, for cancel */
 };
 
 /* One request in flight. */
 struct req {
     struct worker *w;
     char *request_id;
+    bool linked; /* in w->reqs */
+    struct req *prev, *next;
 };
 
 static void usage(void)
@@ -153,6 +156,14 @@ static void req_done(void *arg, const struct cs_runner_reply *rep)
 {
     struct req *r = arg;
     struct worker *w = r->w;
+    if (r->linked) {
+        if (r->prev)
+            r->prev->next = r->next;
+        else
+            w->reqs = r->next;
+        if (r->next)
+            r->next->prev = r->prev;
+    }
     json_t *resp = NULL;
     char *text = NULL;
     size_t n = 0;
@@ -193,6 +204,22 @@ static void on_exited(void *arg, const char *id)
     json_t *ev = json_pack("{s:i,s:s,s:{s:s,s:{s:s}}}", "protocol", CS_RUNNER_PROTOCOL, "kind",
                            "event", "event", "type", "process_exited", "data", "process_id", id);
     send_json(w, NULL, ev, false);
+}
+
+/* cancel: the gateway's client cancelled a call. The request it names, if still waiting in the
+ * supervisor, is answered now (before the cancel's own answer); process_id is killed. */
+static void cancel(struct worker *w, const struct csw_runner_wire_cancel_data *d, struct req *self)
+{
+    struct req *target = NULL;
+    for (struct req *r = w->reqs; d->has_request_id && r && !target; r = r->next)
+        if (strlen(r->request_id) == d->request_id.n &&
+            memcmp(r->request_id, d->request_id.s, d->request_id.n) == 0)
+            target = r;
+    struct csw_runner_wire_result res = {.tag = CSW_RUNNER_WIRE_RESULT_CANCEL};
+    cs_runner_exec_cancel(w->ex, target ? req_done : NULL, target,
+                          d->has_process_id ? &d->process_id : NULL, &res.u.cancel.data);
+    struct cs_runner_reply rep = {.outcome = CS_RUNNER_OK, .result = &res};
+    req_done(self, &rep);
 }
 
 static void on_message(void *arg, struct csw_runner_wire *msg)
@@ -239,7 +266,7 @@ static void on_message(void *arg, struct csw_runner_wire *msg)
         res.u.hello.data.protocol = CS_RUNNER_PROTOCOL;
         res.u.hello.data.has_peer = true;
         res.u.hello.data.peer = (struct cs_str){peer, strlen(peer)};
-        struct req *r = malloc(sizeof *r);
+        struct req *r = calloc(1, sizeof *r);
         if (r && (r->request_id = strdup(rid))) {
             r->w = w;
             struct cs_runner_reply rep = {.outcome = CS_RUNNER_OK, .result = &res};
@@ -276,13 +303,23 @@ static void on_message(void *arg, struct csw_runner_wire *msg)
                   false);
         return;
     }
-    struct req *r = malloc(sizeof *r);
+    struct req *r = calloc(1, sizeof *r);
     if (!r || !(r->request_id = strdup(rid))) {
         free(r);
         send_json(w, rid, error_response(rid, CSW_ERROR_INTERNAL, "out of memory"), false);
         return;
     }
     r->w = w;
+    if (rq->op.tag == CSW_RUNNER_WIRE_OP_CANCEL) {
+        cancel(w, &rq->op.u.cancel.data, r);
+        return;
+    }
+    /* Linked before the op runs: it may be answered inside cs_runner_exec_op. */
+    r->linked = true;
+    r->next = w->reqs;
+    if (r->next)
+        r->next->prev = r;
+    w->reqs = r;
     cs_runner_exec_op(w->ex, &rq->op, req_done, r);
 }
 

@@ -1071,6 +1071,32 @@ size_t cs_supervisor_terminate_workspace(struct cs_supervisor *s, const struct c
     return n;
 }
 
+bool cs_supervisor_kill(struct cs_supervisor *s, const struct cs_str *process_id)
+{
+    struct proc *p = find(s, process_id);
+    if (!p || p->finished || p->reaped)
+        return false;
+    if (!p->forced) {
+        p->forced = true;
+        p->term = CSW_PROCESS_TERMINATION_TERMINATED;
+    }
+    signal_group(p, SIGKILL);
+    return true;
+}
+
+bool cs_supervisor_cancel(struct cs_supervisor *s, cs_supervisor_done_fn done, void *arg)
+{
+    for (struct proc *p = s->procs; p; p = p->next) {
+        for (struct waiter *w = p->waiters; w; w = w->next) {
+            if (w->done == done && w->arg == arg) {
+                waiter_answer(w); /* p is live (a finished one has no waiters): not freed */
+                return true;
+            }
+        }
+    }
+    return false;
+}
+
 static struct proc *find_or_fail(struct cs_supervisor *s, const struct cs_str *id,
                                  cs_supervisor_done_fn done, void *arg)
 {

@@ -152,6 +152,16 @@ const char *cs_supervisor_workspace_of(struct cs_supervisor *s, const struct cs_
 size_t cs_supervisor_terminate_workspace(struct cs_supervisor *s,
                                          const struct cs_str *workspace_id);
 
+/* Kills process_id's group at once (SIGKILL; termination "terminated"): an exec_command the
+ * client cancelled, whose id nobody learned. Returns true when it was live. The waiters are
+ * answered when it has finished, as usual. */
+bool cs_supervisor_kill(struct cs_supervisor *s, const struct cs_str *process_id);
+/* The request that completes through (done, arg) stops waiting (a read_process long poll, an
+ * exec_command yield, a terminate_process wait): it is answered now, with what there is, inside
+ * this call. Returns false when no such request waits (it was answered already, or it is not a
+ * wait: a write_stdin is not cancelled). */
+bool cs_supervisor_cancel(struct cs_supervisor *s, cs_supervisor_done_fn done, void *arg);
+
 /* The process tools; each completes through done (outputs: struct csw_mcp_<tool>_output). */
 void cs_supervisor_write_stdin(struct cs_supervisor *s, const struct csw_mcp_write_stdin_input *in,
                                cs_supervisor_done_fn done, void *arg);

@@ -154,6 +154,7 @@ static const void *mcp_output_of(const struct csw_runner_wire_result *r)
     case CSW_RUNNER_WIRE_RESULT_EXEC:
     case CSW_RUNNER_WIRE_RESULT_WORKSPACE_OF:
     case CSW_RUNNER_WIRE_RESULT_TERMINATE_WORKSPACE:
+    case CSW_RUNNER_WIRE_RESULT_CANCEL:
         break;
     }
     return NULL;
@@ -256,6 +257,30 @@ static int lease_acquire(struct cs_tools_lease *l, struct cs_mcp_call *call, con
     return 1;
 }
 
+bool cs__tools_lease_unqueue(struct cs_tools_lease *l, const struct cs_mcp_call *call)
+{
+    const size_t cap = CS_TOOLS_LEASE_MAX_WAITERS;
+    for (size_t i = 0; i < l->n_wait; i++) {
+        if (l->wait[(l->head + i) % cap].call != call)
+            continue;
+        for (size_t k = i; k + 1 < l->n_wait; k++)
+            l->wait[(l->head + k) % cap] = l->wait[(l->head + k + 1) % cap];
+        l->n_wait--;
+        return true;
+    }
+    return false;
+}
+
+/* The cancel hook of a queued mutation: it leaves the FIFO (held nothing else) and completes
+ * into nothing (contract.md section 2). */
+static void lease_wait_cancelled(void *arg, struct cs_mcp_call *call)
+{
+    struct cs_tools_lease *l = arg;
+    if (cs__tools_lease_unqueue(l, call))
+        cs_mcp_call_error(call, CSW_ERROR_TIMEOUT, NULL,
+                          "cancelled by the client while waiting for the workspace");
+}
+
 static void lease_refuse(struct cs_tools_lease *l, struct cs_mcp_call *call, int code)
 {
     if (code == CSW_ERROR_WORKSPACE_BUSY)
@@ -286,6 +311,7 @@ static void lease_release(struct cs_tools_lease *l)
 {
     l->state = CS_TOOLS_LEASE_FREE;
     l->process_id[0] = '\0';
+    l->killing = false;
     if (l->draining)
         return;
     l->draining = true;
@@ -296,6 +322,7 @@ static void lease_release(struct cs_tools_lease *l)
         l->head = (l->head + 1) % CS_TOOLS_LEASE_MAX_WAITERS;
         l->n_wait--;
         l->state = CS_TOOLS_LEASE_HELD;
+        cs_mcp_call_on_cancel(call, NULL, NULL); /* no longer queued; run sets its own */
         run(l->t, l->ws, call, input);
     }
     if (l->state == CS_TOOLS_LEASE_LIVE)
@@ -309,8 +336,10 @@ static void with_lease(struct cs_tools *t, const struct cs_workspace *ws, struct
 {
     struct cs_tools_lease *l = &t->leases[ws - t->cfg->workspaces];
     int rc = lease_acquire(l, call, input, run);
-    if (rc == 1)
-        return; /* queued: lease_release runs it */
+    if (rc == 1) { /* queued: lease_release runs it, unless its client cancels it first */
+        cs_mcp_call_on_cancel(call, lease_wait_cancelled, l);
+        return;
+    }
     if (rc != 0) {
         lease_refuse(l, call, rc);
         return;
@@ -325,7 +354,8 @@ static void on_process_exited(void *arg, const char *process_id)
     struct cs_tools *t = arg;
     for (size_t i = 0; i < t->cfg->n_workspaces; i++) {
         struct cs_tools_lease *l = &t->leases[i];
-        if (l->state == CS_TOOLS_LEASE_LIVE && strcmp(l->process_id, process_id) == 0) {
+        if ((l->state == CS_TOOLS_LEASE_LIVE || l->killing) &&
+            strcmp(l->process_id, process_id) == 0) {
             lease_release(l);
             return;
         }
@@ -336,7 +366,7 @@ static void on_runner_lost(void *arg)
 {
     struct cs_tools *t = arg;
     for (size_t i = 0; i < t->cfg->n_workspaces; i++)
-        if (t->leases[i].state == CS_TOOLS_LEASE_LIVE)
+        if (t->leases[i].state == CS_TOOLS_LEASE_LIVE || t->leases[i].killing)
             lease_release(&t->leases[i]);
 }
 
@@ -469,6 +499,7 @@ static void apply_patch_tool(void *arg, struct cs_mcp_call *call, const void *in
 /* ---- exec_command and the process tools ---- */
 
 struct exec_call {
+    struct cs_tools *t;
     struct cs_tools_lease *l;
     struct cs_mcp_call *call;
     char process_id[CS_SUPERVISOR_ID_SIZE];
@@ -524,8 +555,30 @@ static void exec_done(void *arg, const struct cs_runner_reply *r)
     }
     bool mine = strcmp(l->process_id, ec->process_id) == 0;
     free(ec);
-    if (release && mine && l->state == CS_TOOLS_LEASE_LIVE)
+    if (release && mine && (l->state == CS_TOOLS_LEASE_LIVE || l->killing))
         lease_release(l);
+}
+
+/*
+ * The cancel hook of a dispatched exec_command (contract.md section 2): its client will never
+ * learn the process id, so the process is killed at once (SIGKILL to its group) and a yield
+ * stops waiting. The lease stays held, as by a running mutation, until the process has finished
+ * (its exit releases it), so the next mutation queues behind the kill instead of failing
+ * WORKSPACE_BUSY. A spawn that failed, or a worker lost meanwhile, releases it as usual.
+ */
+static void exec_cancelled(void *arg, struct cs_mcp_call *call)
+{
+    struct exec_call *ec = arg;
+    (void)call;
+    struct cs_tools_lease *l = ec->l;
+    struct cs_runner *runner = ec->t->runner;
+    char id[CS_SUPERVISOR_ID_SIZE];
+    memcpy(id, ec->process_id, sizeof id); /* ec may be freed inside cs_runner_cancel */
+    if (l->state == CS_TOOLS_LEASE_LIVE && strcmp(l->process_id, id) == 0) {
+        l->state = CS_TOOLS_LEASE_HELD;
+        l->killing = true;
+    }
+    cs_runner_cancel(runner, exec_done, ec, id);
 }
 
 static void exec_locked(struct cs_tools *t, const struct cs_workspace *ws, struct cs_mcp_call *call,
@@ -540,6 +593,7 @@ static void exec_locked(struct cs_tools *t, const struct cs_workspace *ws, struc
         lease_release(l);
         return;
     }
+    ec->t = t;
     ec->l = l;
     ec->call = call;
     const struct csw_runner_workspace *w = wsdesc(t, ws);
@@ -566,6 +620,7 @@ static void exec_locked(struct cs_tools *t, const struct cs_workspace *ws, struc
     l->state = CS_TOOLS_LEASE_LIVE;
     snprintf(l->process_id, sizeof l->process_id, "%s", ec->process_id);
     lease_refuse_waiters(l);
+    cs_mcp_call_on_cancel(call, exec_cancelled, ec);
     cs_runner_call(t->runner, &op, exec_done, ec);
 }
 
@@ -597,10 +652,19 @@ static void write_stdin_tool(void *arg, struct cs_mcp_call *call, const void *in
     cs_runner_call(((struct cs_tools *)arg)->runner, &op, plain_done, call);
 }
 
+/* The cancel hook of a process tool that may wait in the supervisor (read_process with wait_ms,
+ * terminate_process): the wait ends now and its answer completes the call into nothing. */
+static void wait_cancelled(void *arg, struct cs_mcp_call *call)
+{
+    struct cs_tools *t = arg;
+    cs_runner_cancel(t->runner, plain_done, call, NULL);
+}
+
 static void read_process_tool(void *arg, struct cs_mcp_call *call, const void *input)
 {
     struct csw_runner_wire_op op = {.tag = CSW_RUNNER_WIRE_OP_READ_PROCESS};
     op.u.read_process.data = *(const struct csw_mcp_read_process_input *)input;
+    cs_mcp_call_on_cancel(call, wait_cancelled, arg);
     cs_runner_call(((struct cs_tools *)arg)->runner, &op, plain_done, call);
 }
 
@@ -622,6 +686,7 @@ static void terminate_process_tool(void *arg, struct cs_mcp_call *call, const vo
 {
     struct csw_runner_wire_op op = {.tag = CSW_RUNNER_WIRE_OP_TERMINATE};
     op.u.terminate.data = *(const struct csw_mcp_terminate_process_input *)input;
+    cs_mcp_call_on_cancel(call, wait_cancelled, arg);
     cs_runner_call(((struct cs_tools *)arg)->runner, &op, plain_done, call);
 }
 

@@ -41,8 +41,12 @@ struct cs_tools_lease {
     struct cs_tools *t;
     const struct cs_workspace *ws;
     enum cs_tools_lease_state state;
-    char process_id[48]; /* the live process, when LIVE */
+    char process_id[48]; /* the live process, when LIVE (or killing) */
     bool draining;       /* lease_release is handing it to waiters */
+    /* HELD by process_id, an exec_command the client cancelled, being killed: until it has
+     * finished, later mutations queue (as behind a running mutation) instead of failing
+     * WORKSPACE_BUSY; its exit releases the lease to them. */
+    bool killing;
     struct {
         struct cs_mcp_call *call;
         const void *input;
@@ -50,6 +54,10 @@ struct cs_tools_lease {
     } wait[CS_TOOLS_LEASE_MAX_WAITERS];
     size_t head, n_wait;
 };
+
+/* Removes call from l's FIFO (a queued mutation its client cancelled); the later waiters keep
+ * their order. Returns true when it was queued. Internal; exposed for the unit tests. */
+bool cs__tools_lease_unqueue(struct cs_tools_lease *l, const struct cs_mcp_call *call);
 
 /* What the handlers share; borrowed by the handlers for the server's lifetime. */
 struct cs_tools {

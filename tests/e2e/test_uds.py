@@ -521,6 +521,55 @@ class WorkerCase(unittest.TestCase):
         c.close()
         self.assertEqual(w.wait(), 0)
 
+    def test_cancel_ends_a_wait_and_kills(self):
+        """cancel {request_id}: the long poll is answered at once, before the cancel's own answer;
+        cancel {request_id, process_id}: an exec yield ends and its process is killed."""
+        w = self.worker()
+        c = w.handshake()
+        arg = tp.uniq(2)
+        d = exec_data(self.root, ["sleep", arg])
+        self.assertIs(c.call("rrpc-2", "exec", d)["ok"], True)
+        c.send(request("rrpc-3", "read_process", {"process_id": d["process_id"],
+                                                  "wait_ms": 20000}))
+        time.sleep(0.2)
+        t0 = time.monotonic()
+        c.send(request("rrpc-4", "cancel", {"request_id": "rrpc-3"}))
+        resp = c.recv()
+        took = time.monotonic() - t0
+        self.assertEqual(resp["request_id"], "rrpc-3", resp)
+        self.assertIs(resp["ok"], True, resp)
+        self.assertEqual(resp["result"]["data"]["chunk"], "")
+        self.assertLess(took, 0.05 + 0.15 * SLOW, "the wait ended after %.0f ms" % (took * 1000))
+        resp = c.recv()
+        self.assertEqual(resp["request_id"], "rrpc-4", resp)
+        self.assertEqual(resp["result"], {"type": "cancel",
+                                          "data": {"found": True, "killed": False}})
+        # Nothing waits any more: found false; the process still runs.
+        resp = c.call("rrpc-5", "cancel", {"request_id": "rrpc-3"})
+        self.assertEqual(resp["result"]["data"], {"found": False, "killed": False})
+        self.assertTrue(tp.pids_with(arg))
+        # An exec with a yield, cancelled with its process id: answered now, process killed.
+        arg2 = tp.uniq(3)
+        d2 = exec_data(self.root, ["sleep", arg2], yield_ms=20000)
+        c.send(request("rrpc-6", "exec", d2))
+        self.assertTrue(tp.wait_until(lambda: tp.pids_with(arg2), 5.0 * SLOW))
+        c.send(request("rrpc-7", "cancel", {"request_id": "rrpc-6",
+                                            "process_id": d2["process_id"]}))
+        resp = c.recv()
+        self.assertEqual(resp["request_id"], "rrpc-6", resp)
+        self.assertEqual(resp["result"]["data"]["process_id"], d2["process_id"])
+        resp = c.recv()
+        self.assertEqual(resp["result"]["data"], {"found": True, "killed": True})
+        self.assertTrue(tp.wait_until(lambda: not tp.pids_with(arg2), 3.0 * SLOW))
+        st = c.call("rrpc-8", "process_status", {"process_id": d2["process_id"]})
+        self.assertEqual(st["result"]["data"]["termination"], "terminated", st)
+        # The process alone (its exec already answered): killed.
+        resp = c.call("rrpc-9", "cancel", {"process_id": d["process_id"]})
+        self.assertEqual(resp["result"]["data"], {"found": False, "killed": True})
+        self.assertTrue(tp.wait_until(lambda: not tp.pids_with(arg), 3.0 * SLOW))
+        c.close()
+        self.assertEqual(w.wait(), 0)
+
     def test_connection_close_kills_processes(self):
         w = self.worker()
         c = w.handshake()

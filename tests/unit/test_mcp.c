@@ -222,7 +222,8 @@ static void test_invalid_arguments_name_the_pointer(void **state)
     r = ask(sess, "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/call\",\"params\":{"
                   "\"name\":\"read\",\"arguments\":[]}}");
     body = tool_error(r);
-    assert_string_equal(json_string_value(json_object_get(body, "message")), "/: expected object");
+    assert_string_equal(json_string_value(json_object_get(body, "message")),
+                        "arguments: expected an object, got an array (omit arguments for none)");
     json_decref(body);
     r = ask(sess, "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"tools/call\",\"params\":{"
                   "\"name\":\"read\"}}");
@@ -316,11 +317,15 @@ static void test_cancel_and_abandon(void **state)
     send_text(sess, RESIZE("c1"));
     assert_null(send_text(sess, "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/cancelled\","
                                 "\"params\":{\"requestId\":\"c1\",\"reason\":\"user\"}}"));
-    assert_int_equal(nreplies, 1); /* the notification's "no reply" */
-    assert_true(cs_mcp_call_cancelled(held));
-    finish_held(80);
+    /* The cancelled call's exchange is answered at once, with no response (an HTTP POST gets
+     * 202), then the notification's own "no reply". */
     assert_int_equal(nreplies, 2);
-    assert_true(json_is_null(replies[1])); /* no response to a cancelled request */
+    assert_true(json_is_null(replies[0]));
+    assert_true(json_is_null(replies[1]));
+    assert_true(cs_mcp_call_cancelled(held));
+    assert_int_equal(cs_mcp_session_pending(sess), 0);
+    finish_held(80); /* completes into nothing */
+    assert_int_equal(nreplies, 2);
 
     reset();
     struct cs_mcp_exchange *x = send_text(sess, RESIZE(13));
@@ -328,6 +333,87 @@ static void test_cancel_and_abandon(void **state)
     assert_true(cs_mcp_call_cancelled(held));
     finish_held(80);
     assert_int_equal(nreplies, 0); /* the transport is gone: nothing is delivered */
+}
+
+/* A handler with a cancel hook that completes the call from inside the hook. */
+static int hooked;
+
+static void on_cancel(void *arg, struct cs_mcp_call *call)
+{
+    assert_ptr_equal(arg, &hooked);
+    assert_ptr_equal(call, held);
+    assert_true(cs_mcp_call_cancelled(call));
+    hooked++;
+    finish_held(80);
+}
+
+static void hold_hooked(void *arg, struct cs_mcp_call *call, const void *input)
+{
+    hold(arg, call, input);
+    cs_mcp_call_on_cancel(call, on_cancel, &hooked);
+}
+
+static void test_cancel_hook(void **state)
+{
+    (void)state;
+    init("2025-11-25");
+    cs_mcp_set_tool(srv, "process_resize", hold_hooked, NULL);
+    hooked = 0;
+    reset();
+    send_text(sess, RESIZE(20));
+    /* Another id: nothing happens. */
+    send_text(sess, "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/cancelled\","
+                    "\"params\":{\"requestId\":21}}");
+    assert_int_equal(hooked, 0);
+    assert_int_equal(nreplies, 1);
+    send_text(sess, "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/cancelled\","
+                    "\"params\":{\"requestId\":20}}");
+    assert_int_equal(hooked, 1);
+    assert_null(held);
+    assert_int_equal(nreplies, 3);
+    assert_true(json_is_null(replies[1])); /* the cancelled request: no response */
+    /* Twice: nothing more. */
+    send_text(sess, "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/cancelled\","
+                    "\"params\":{\"requestId\":20}}");
+    assert_int_equal(hooked, 1);
+
+    /* The transport drops the exchange: the hook runs too, and nothing is delivered. */
+    reset();
+    struct cs_mcp_exchange *x = send_text(sess, RESIZE(22));
+    cs_mcp_exchange_abandon(x);
+    assert_int_equal(hooked, 2);
+    assert_null(held);
+    assert_int_equal(nreplies, 0);
+    assert_int_equal(cs_mcp_session_pending(sess), 0);
+
+    /* A hook removed before the cancellation does not run. */
+    reset();
+    send_text(sess, RESIZE(23));
+    cs_mcp_call_on_cancel(held, NULL, NULL);
+    send_text(sess, "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/cancelled\","
+                    "\"params\":{\"requestId\":23}}");
+    assert_int_equal(hooked, 2);
+    finish_held(80);
+    assert_int_equal(nreplies, 2);
+}
+
+static void test_arguments_must_be_an_object(void **state)
+{
+    (void)state;
+    init("2025-11-25");
+    static const char *const bad[] = {"null", "\"x\"", "[]", "3", "true"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char msg[256];
+        snprintf(msg, sizeof msg,
+                 "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":"
+                 "\"workspace_info\",\"arguments\":%s}}",
+                 bad[i]);
+        json_t *r = ask(sess, msg);
+        json_t *body = tool_error(r);
+        assert_string_equal(json_string_value(json_object_get(body, "code")), "INVALID_ARGUMENTS");
+        assert_non_null(strstr(json_string_value(json_object_get(body, "message")), "arguments"));
+        json_decref(body);
+    }
 }
 
 static void test_session_freed_while_pending(void **state)
@@ -418,6 +504,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_async_reply_comes_later, setup, teardown),
         cmocka_unit_test_setup_teardown(test_output_schema_is_enforced, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cancel_and_abandon, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cancel_hook, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_arguments_must_be_an_object, setup, teardown),
         cmocka_unit_test_setup_teardown(test_session_freed_while_pending, setup, teardown),
         cmocka_unit_test_setup_teardown(test_batches, setup, teardown),
         cmocka_unit_test_setup_teardown(test_names_with_nul_or_cut_utf8, setup, teardown),
