@@ -209,8 +209,7 @@ static size_t skip_value(const char *s, size_t n, size_t i)
     }
     size_t start = i;
     while (i < n && s[i] != ',' && s[i] != '}' && s[i] != ']' && s[i] != ' ' && s[i] != '\t' &&
-           s[i] != '\n' && s[i] != '\r' && s[i] != ':' && s[i] != '"' && s[i] != '{' &&
-           s[i] != '[')
+           s[i] != '\n' && s[i] != '\r' && s[i] != ':' && s[i] != '"' && s[i] != '{' && s[i] != '[')
         i++;
     return i > start ? i : SIZE_MAX;
 }

@@ -19,9 +19,9 @@
 #define CS_JSONRPC_INVALID_PARAMS   (-32602)
 #define CS_JSONRPC_INTERNAL_ERROR   (-32603)
 /* MCP 2026-07-28 (basic/index.mdx, "Error codes"). */
-#define CS_JSONRPC_HEADER_MISMATCH       (-32020)
-#define CS_JSONRPC_MISSING_CLIENT_CAP    (-32021)
-#define CS_JSONRPC_UNSUPPORTED_PROTOCOL  (-32022)
+#define CS_JSONRPC_HEADER_MISMATCH      (-32020)
+#define CS_JSONRPC_MISSING_CLIENT_CAP   (-32021)
+#define CS_JSONRPC_UNSUPPORTED_PROTOCOL (-32022)
 
 enum cs_jsonrpc_kind {
     CS_JSONRPC_REQUEST,      /* method + id */

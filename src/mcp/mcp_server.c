@@ -98,7 +98,7 @@ struct cs_mcp_call {
     char *raw_id; /* the request's "id" token as written (batch element), or NULL */
     void *input;  /* decoded struct csw_mcp_<tool>_input */
     bool cancelled;
-    bool modern; /* answer under 2026-07-28 */
+    bool modern;                     /* answer under 2026-07-28 */
     struct cs_mcp_call *prev, *next; /* in the session's list while the session lives */
 };
 
@@ -195,8 +195,8 @@ static json_t *modernize(const struct cs_mcp *srv, json_t *result)
 
 static int build_modern(struct cs_mcp *srv)
 {
-    srv->result_meta = json_pack("{s:{s:s,s:s}}", META_SERVER, "name", "codespace", "version",
-                                 srv->version);
+    srv->result_meta =
+        json_pack("{s:{s:s,s:s}}", META_SERVER, "name", "codespace", "version", srv->version);
     if (!srv->result_meta)
         return -1;
     srv->tools_list_modern = json_deep_copy(srv->tools_list);
@@ -208,11 +208,11 @@ static int build_modern(struct cs_mcp *srv)
     json_t *versions = json_pack("[s]", CS_MCP_MODERN_VERSION);
     for (size_t i = 0; versions && i < cs_mcp_version_count; i++)
         json_array_append_new(versions, json_string(cs_mcp_versions[i]));
-    srv->discover = versions ? json_pack("{s:o,s:{s:{s:b},s:{}},s:s,s:i,s:s}", "supportedVersions",
-                                         versions, "capabilities", "tools", "listChanged", 0,
-                                         "logging", "instructions", instructions, "ttlMs",
-                                         CACHE_TTL_MS, "cacheScope", "public")
-                             : NULL;
+    srv->discover =
+        versions ? json_pack("{s:o,s:{s:{s:b},s:{}},s:s,s:i,s:s}", "supportedVersions", versions,
+                             "capabilities", "tools", "listChanged", 0, "logging", "instructions",
+                             instructions, "ttlMs", CACHE_TTL_MS, "cacheScope", "public")
+                 : NULL;
     srv->discover = modernize(srv, srv->discover);
     char *meta = json_dumps(srv->result_meta, JSON_COMPACT);
     if (meta) {
@@ -810,8 +810,8 @@ static long b64_decode(const char *s, size_t n, unsigned char *out)
                 return -1;
             }
         }
-        unsigned w = (unsigned)v[0] << 18 | (unsigned)v[1] << 12 | (unsigned)v[2] << 6 |
-                     (unsigned)v[3];
+        unsigned w =
+            (unsigned)v[0] << 18 | (unsigned)v[1] << 12 | (unsigned)v[2] << 6 | (unsigned)v[3];
         out[o++] = (unsigned char)(w >> 16);
         if (pad < 2)
             out[o++] = (unsigned char)(w >> 8);
@@ -906,10 +906,9 @@ static json_t *modern_check(json_t *id, const char *method, json_t *params,
                             (int)(n > 100 ? 100 : n), v, json_string_value(pv));
     }
     if (!str_is(pv, CS_MCP_MODERN_VERSION))
-        return cs_jsonrpc_error_ex(id, true, CS_JSONRPC_UNSUPPORTED_PROTOCOL,
-                                   "Unsupported protocol version",
-                                   json_pack("{s:[s],s:O}", "supported", CS_MCP_MODERN_VERSION,
-                                             "requested", pv));
+        return cs_jsonrpc_error_ex(
+            id, true, CS_JSONRPC_UNSUPPORTED_PROTOCOL, "Unsupported protocol version",
+            json_pack("{s:[s],s:O}", "supported", CS_MCP_MODERN_VERSION, "requested", pv));
     if (!hdr)
         return NULL;
     if (hdr->has_method == 0)
@@ -941,8 +940,8 @@ static json_t *modern_check(json_t *id, const char *method, json_t *params,
 
 static bool log_level_ok(const json_t *level)
 {
-    static const char *const levels[] = {"debug",    "info",  "notice", "warning",
-                                         "error",    "critical", "alert", "emergency"};
+    static const char *const levels[] = {"debug", "info",     "notice", "warning",
+                                         "error", "critical", "alert",  "emergency"};
     if (!level)
         return true;
     for (size_t i = 0; i < sizeof levels / sizeof levels[0]; i++)
@@ -952,8 +951,8 @@ static bool log_level_ok(const json_t *level)
 }
 
 /* A 2026-07-28 request (m: its classified envelope). */
-static json_t *handle_modern(struct cs_mcp_exchange *x, struct cs_jsonrpc_msg *m,
-                             const char *raw, const struct cs_mcp_headers *hdr, bool *async)
+static json_t *handle_modern(struct cs_mcp_exchange *x, struct cs_jsonrpc_msg *m, const char *raw,
+                             const struct cs_mcp_headers *hdr, bool *async)
 {
     struct cs_mcp *srv = x->s->srv;
     json_t *params = m->params;
@@ -1185,8 +1184,8 @@ struct cs_mcp_exchange *cs_mcp_session_handle_msg(struct cs_mcp_session *s, stru
 {
     if (!m->json) {
         /* 2026-07-28 never answers "id": null; a parse error there has no id at all. */
-        json_t *r = cs_jsonrpc_error_ex(NULL, header_modern(hdr), CS_JSONRPC_PARSE_ERROR, m->why,
-                                        NULL);
+        json_t *r =
+            cs_jsonrpc_error_ex(NULL, header_modern(hdr), CS_JSONRPC_PARSE_ERROR, m->why, NULL);
         char *text = r ? json_dumps(r, JSON_COMPACT) : NULL;
         cs_mcp_msg_free(m);
         reply(arg, r, text, text ? strlen(text) : 0);
