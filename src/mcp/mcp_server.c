@@ -883,9 +883,11 @@ static const char *name_member(const char *method)
  * and Mcp-Name against the body (-32020). Returns the error reply, or NULL when the request may go
  * on. hdr is NULL on stdio (no header checks there).
  */
-static json_t *modern_check(json_t *id, const char *method, json_t *params,
+static json_t *modern_check(json_t *id, const json_t *mj, json_t *params,
                             const struct cs_mcp_headers *hdr)
 {
+    const char *method = json_string_value(mj);
+    size_t mlen = json_string_length(mj); /* a NUL inside never matches a header */
     json_t *meta = json_object_get(params, "_meta");
     json_t *pv = json_object_get(meta, META_VERSION);
     if (!json_is_string(pv))
@@ -915,7 +917,7 @@ static json_t *modern_check(json_t *id, const char *method, json_t *params,
         return mismatch(id, "Header mismatch: the Mcp-Method header is missing");
     if (hdr->has_method < 0 || !header_value(hdr->method, &v, &n))
         return mismatch(id, "Header mismatch: invalid characters in Mcp-Method");
-    if (n != strlen(method) || memcmp(v, method, n) != 0)
+    if (n != mlen || memcmp(v, method, n) != 0)
         return mismatch(id,
                         "Header mismatch: Mcp-Method header value '%.*s' does not match body "
                         "value '%.100s'",
@@ -951,27 +953,29 @@ static bool log_level_ok(const json_t *level)
 }
 
 /* A 2026-07-28 request (m: its classified envelope). */
-static json_t *handle_modern(struct cs_mcp_exchange *x, struct cs_jsonrpc_msg *m, const char *raw,
-                             const struct cs_mcp_headers *hdr, bool *async)
+static json_t *handle_modern(struct cs_mcp_exchange *x, const json_t *msg, struct cs_jsonrpc_msg *m,
+                             const char *raw, const struct cs_mcp_headers *hdr, bool *async)
 {
     struct cs_mcp *srv = x->s->srv;
     json_t *params = m->params;
     if (!json_is_object(params))
         return missing_meta(m->id, META_VERSION);
-    json_t *r = modern_check(m->id, m->method, params, hdr);
+    const json_t *method = json_object_get(msg, "method");
+    json_t *r = modern_check(m->id, method, params, hdr);
     if (r)
         return r;
-    bool known = strcmp(m->method, "server/discover") == 0 ||
-                 strcmp(m->method, "tools/list") == 0 || strcmp(m->method, "tools/call") == 0;
+    /* str_is, not a C string compare: "tools/list\u0000x" is not tools/list. */
+    bool known = str_is(method, "server/discover") || str_is(method, "tools/list") ||
+                 str_is(method, "tools/call");
     if (!known) /* initialize, ping, logging/setLevel... are gone in this revision */
         return cs_jsonrpc_error(m->id, CS_JSONRPC_METHOD_NOT_FOUND, "Method not found");
     if (!log_level_ok(json_object_get(json_object_get(params, "_meta"), META_LOGLEVEL)))
         return cs_jsonrpc_error(m->id, CS_JSONRPC_INVALID_PARAMS,
                                 "Invalid params: _meta[\"" META_LOGLEVEL "\"] must be one of "
                                 "debug, info, notice, warning, error, critical, alert, emergency");
-    if (strcmp(m->method, "server/discover") == 0)
+    if (str_is(method, "server/discover"))
         return cs_jsonrpc_result(m->id, json_incref(srv->discover)); /* shared, never changed */
-    if (strcmp(m->method, "tools/list") == 0)
+    if (str_is(method, "tools/list"))
         return cs_jsonrpc_result(m->id, json_incref(srv->tools_list_modern));
     return tools_call(x, m->id, raw, true, params, async);
 }
@@ -1004,7 +1008,7 @@ static void handle_one(struct cs_mcp_exchange *x, json_t *msg, const char *raw,
     json_t *r;
     bool async = false;
     if (modern) {
-        r = handle_modern(x, &m, raw, hdr, &async);
+        r = handle_modern(x, msg, &m, raw, hdr, &async);
         if (!r && !async)
             r = cs_jsonrpc_error(m.id, CS_JSONRPC_INTERNAL_ERROR, "internal error");
         add_reply(x, r, raw);

@@ -559,6 +559,11 @@ static void test_modern_check_order(void **state)
                 "\"io.modelcontextprotocol/logLevel\":\"loud\"}}}",
                 NULL);
     assert_int_equal(error_code(r), CS_JSONRPC_INVALID_PARAMS);
+    /* a NUL inside the method name is another method */
+    r = ask_hdr(
+        "{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"tools/list\\u0000\",\"params\":{" META_OK "}}",
+        NULL);
+    assert_int_equal(error_code(r), CS_JSONRPC_METHOD_NOT_FOUND);
     /* never "id": null under 2026 */
     r = ask_hdr("{\"jsonrpc\":\"2.0\",\"id\":null,\"method\":\"tools/list\",\"params\":{" META_OK
                 "}}",
