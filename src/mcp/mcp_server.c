@@ -998,8 +998,10 @@ static void handle_one(struct cs_mcp_exchange *x, json_t *msg, const char *raw,
     case CS_JSONRPC_RESPONSE:
         return; /* we send no requests; nothing to match */
     case CS_JSONRPC_NOTIFICATION:
+        /* A 2026-07-28 request on HTTP is cancelled by closing its connection; its requests share
+         * one stateless session, so a cancel by id could reach another client's request. */
         if (str_is(json_object_get(msg, "method"), "notifications/cancelled") &&
-            json_is_object(m.params))
+            json_is_object(m.params) && !(modern && hdr))
             cancel(s, m.params);
         return; /* notifications/initialized and unknown notifications need nothing */
     case CS_JSONRPC_REQUEST:
