@@ -157,3 +157,203 @@ char *cs_json_clamp_numbers(const char *s, size_t n, size_t *out_n)
     *out_n = used;
     return out;
 }
+
+/* ---- member spans (the raw "id" of a request) ---- */
+
+static size_t skip_ws(const char *s, size_t n, size_t i)
+{
+    while (i < n && (s[i] == ' ' || s[i] == '\t' || s[i] == '\n' || s[i] == '\r'))
+        i++;
+    return i;
+}
+
+/* s[i] is '"': the index just past the closing quote, or SIZE_MAX when the string is cut. */
+static size_t skip_string(const char *s, size_t n, size_t i)
+{
+    for (i++; i < n; i++) {
+        if (s[i] == '\\')
+            i++; /* the escaped byte; \uXXXX's hex digits are ordinary bytes */
+        else if (s[i] == '"')
+            return i + 1;
+    }
+    return SIZE_MAX;
+}
+
+/* The index just past the value that starts at s[i], or SIZE_MAX. Nesting is counted, not
+ * recursed into, so a deep input costs no stack. */
+static size_t skip_value(const char *s, size_t n, size_t i)
+{
+    if (i >= n)
+        return SIZE_MAX;
+    if (s[i] == '"')
+        return skip_string(s, n, i);
+    if (s[i] == '{' || s[i] == '[') {
+        size_t depth = 0;
+        while (i < n) {
+            char c = s[i];
+            if (c == '"') {
+                i = skip_string(s, n, i);
+                if (i == SIZE_MAX)
+                    return SIZE_MAX;
+                continue;
+            }
+            if (c == '{' || c == '[') {
+                depth++;
+            } else if (c == '}' || c == ']') {
+                if (--depth == 0)
+                    return i + 1;
+            }
+            i++;
+        }
+        return SIZE_MAX;
+    }
+    size_t start = i;
+    while (i < n && s[i] != ',' && s[i] != '}' && s[i] != ']' && s[i] != ' ' && s[i] != '\t' &&
+           s[i] != '\n' && s[i] != '\r' && s[i] != ':' && s[i] != '"' && s[i] != '{' && s[i] != '[')
+        i++;
+    return i > start ? i : SIZE_MAX;
+}
+
+static int hexval(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+/* Whether the string literal body s[a..b) (between the quotes) decodes to key (ASCII). */
+static bool key_eq(const char *s, size_t a, size_t b, const char *key)
+{
+    size_t k = 0;
+    for (size_t i = a; i < b; i++) {
+        unsigned c = (unsigned char)s[i];
+        if (c == '\\') {
+            if (++i >= b)
+                return false;
+            switch (s[i]) {
+            case 'u': {
+                if (b - i < 5)
+                    return false;
+                unsigned v = 0;
+                for (size_t j = 1; j <= 4; j++) {
+                    int h = hexval(s[i + j]);
+                    if (h < 0)
+                        return false;
+                    v = v * 16 + (unsigned)h;
+                }
+                i += 4;
+                c = v; /* a non-ASCII code point never equals an ASCII key byte */
+                break;
+            }
+            case 'b':
+                c = '\b';
+                break;
+            case 'f':
+                c = '\f';
+                break;
+            case 'n':
+                c = '\n';
+                break;
+            case 'r':
+                c = '\r';
+                break;
+            case 't':
+                c = '\t';
+                break;
+            default:
+                c = (unsigned char)s[i]; /* \" \\ \/ */
+                break;
+            }
+        }
+        if (key[k] == '\0' || c == 0 || c != (unsigned char)key[k])
+            return false;
+        k++;
+    }
+    return key[k] == '\0';
+}
+
+int cs_json_member_span(const char *s, size_t n, const char *key, bool first, size_t *off,
+                        size_t *len)
+{
+    size_t i = skip_ws(s, n, 0);
+    bool found = false;
+    if (i >= n || s[i] != '{')
+        return -1;
+    i = skip_ws(s, n, i + 1);
+    if (i < n && s[i] == '}')
+        return -1;
+    while (i < n) {
+        if (s[i] != '"')
+            return -1;
+        size_t kend = skip_string(s, n, i);
+        if (kend == SIZE_MAX)
+            return -1;
+        bool match = key_eq(s, i + 1, kend - 1, key);
+        i = skip_ws(s, n, kend);
+        if (i >= n || s[i] != ':')
+            return -1;
+        i = skip_ws(s, n, i + 1);
+        size_t vend = skip_value(s, n, i);
+        if (vend == SIZE_MAX)
+            return -1;
+        if (match) {
+            *off = i;
+            *len = vend - i;
+            found = true;
+            if (first)
+                return 0;
+        }
+        i = skip_ws(s, n, vend);
+        if (i < n && s[i] == '}')
+            return found ? 0 : -1;
+        if (i >= n || s[i] != ',')
+            return -1;
+        i = skip_ws(s, n, i + 1);
+    }
+    return -1;
+}
+
+int cs_json_array_spans(const char *s, size_t n, size_t max, size_t *offs, size_t *lens)
+{
+    size_t i = skip_ws(s, n, 0);
+    size_t count = 0;
+    if (i >= n || s[i] != '[')
+        return -1;
+    i = skip_ws(s, n, i + 1);
+    if (i < n && s[i] == ']')
+        return 0;
+    while (i < n) {
+        size_t vend = skip_value(s, n, i);
+        if (vend == SIZE_MAX || count >= max || count >= (size_t)INT32_MAX)
+            return -1;
+        offs[count] = i;
+        lens[count] = vend - i;
+        count++;
+        i = skip_ws(s, n, vend);
+        if (i < n && s[i] == ']')
+            return (int)count;
+        if (i >= n || s[i] != ',')
+            return -1;
+        i = skip_ws(s, n, i + 1);
+    }
+    return -1;
+}
+
+bool cs_json_is_integer_token(const char *t, size_t n)
+{
+    size_t i = 0;
+    if (i < n && t[i] == '-')
+        i++;
+    if (i >= n)
+        return false;
+    if (t[i] == '0')
+        return i + 1 == n;
+    for (; i < n; i++)
+        if (t[i] < '0' || t[i] > '9')
+            return false;
+    return true;
+}

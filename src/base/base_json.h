@@ -4,6 +4,7 @@
 #ifndef CS_BASE_JSON_H
 #define CS_BASE_JSON_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 /* The most bytes cs_json_quote writes for n bytes of input (every byte \u00XX, two quotes). */
@@ -29,5 +30,29 @@ size_t cs_json_escape(const char *s, size_t n, char *out);
  * NULL when nothing needed clamping or memory ran out.
  */
 char *cs_json_clamp_numbers(const char *s, size_t n, size_t *out_n);
+
+/*
+ * The raw token of a member of a JSON object text, for replies that must echo a request's "id"
+ * exactly as written (numbers beyond 64 bits, -0, escapes): s (n bytes) is one JSON value with
+ * optional whitespace around it. When it is an object with a member named key (NUL-terminated,
+ * ASCII; escapes in the member name are decoded before comparing), sets *off and *len to the
+ * span of that member's value token (a string keeps its quotes) and returns 0. first: take the
+ * first occurrence (our own replies); otherwise the last one, the one jansson keeps. Returns -1
+ * when s is not an object, has no such member, or is malformed where the scan went (the scanner
+ * checks structure only, never reads past n, and never recurses; feed it text jansson accepted).
+ */
+int cs_json_member_span(const char *s, size_t n, const char *key, bool first, size_t *off,
+                        size_t *len);
+
+/*
+ * The element spans of the top-level JSON array text s (n bytes): up to max elements into offs
+ * and lens. Returns the number of elements, or -1 when s is not an array, is malformed where the
+ * scan went, or has more than max elements.
+ */
+int cs_json_array_spans(const char *s, size_t n, size_t max, size_t *offs, size_t *lens);
+
+/* True when the token t (n bytes) is a JSON integer literal: an optional minus, then 0 or a
+ * digit string without a leading zero; no fraction, no exponent. */
+bool cs_json_is_integer_token(const char *t, size_t n);
 
 #endif

@@ -38,6 +38,7 @@
 
 #include "base_loop.h"
 #include "http_mhd.h"
+#include "jsonrpc.h"
 #include "mcp_server.h"
 
 #define SESSION_ID_BYTES ((size_t)16)
@@ -95,6 +96,7 @@ struct req {
     struct sess *sess;  /* borrowed from h->sessions, or owned while new_sess */
     bool new_sess;      /* sess is being created by this initialize request */
     bool named_session; /* the request carried Mcp-Session-Id */
+    bool modern;        /* a 2026-07-28 request: stateless, statuses of docs/protocol.md */
     bool suspended;
     char *body;       /* owned, at most h->max_body bytes */
     char *reply_text; /* owned: the reply as the core serialized it */
@@ -124,6 +126,9 @@ struct cs_http {
     size_t max_body;
     uint16_t port;
     struct sess **sessions; /* max_sessions slots, nsessions used */
+    /* The core session 2026-07-28 requests run in: they need no session and get none, so this
+     * one is never initialized and never named to a client. */
+    struct cs_mcp_session *stateless;
     size_t nsessions, nnew, max_sessions;
     uint64_t seq;       /* session use counter (LRU order) */
     struct req *reqs;   /* every live request */
@@ -816,6 +821,32 @@ static bool input_refused(const json_t *reply)
            json_is_null(json_object_get(reply, "id"));
 }
 
+/* The HTTP status of a reply to a 2026-07-28 request (docs/protocol.md, "Errors"): 404 for a
+ * method this revision does not have, 500 for an internal error, 400 for every other error. */
+static unsigned modern_status(const json_t *reply)
+{
+    const json_t *e = json_object_get(reply, "error");
+    if (!e)
+        return MHD_HTTP_OK;
+    json_int_t code = json_integer_value(json_object_get(e, "code"));
+    if (code == CS_JSONRPC_METHOD_NOT_FOUND)
+        return MHD_HTTP_NOT_FOUND;
+    if (code == CS_JSONRPC_INTERNAL_ERROR)
+        return MHD_HTTP_INTERNAL_SERVER_ERROR;
+    return MHD_HTTP_BAD_REQUEST;
+}
+
+/* After initialize the version header is optional but, when present, must be a 2025 version we
+ * speak (2025 rules; a 2026-07-28 request is checked by the core). The initialize POST itself
+ * carries no session and is not checked. */
+static bool version_ok(struct req *r)
+{
+    const char *v;
+    size_t n;
+    int has_ver = header(r->conn, "MCP-Protocol-Version", &v, &n);
+    return has_ver == 0 || (has_ver > 0 && cs_mcp_version_supported(v));
+}
+
 /* Sends the reply of an exchange; finishes or drops a session being created by initialize.
  * Runs in the access handler, never inside the core. */
 static enum MHD_Result send_reply(struct cs_http *h, struct req *r)
@@ -849,7 +880,9 @@ static enum MHD_Result send_reply(struct cs_http *h, struct req *r)
     if (!text)
         return reject(r, MHD_HTTP_INTERNAL_SERVER_ERROR, BODY_INTERNAL, "out of memory");
     unsigned status = MHD_HTTP_OK;
-    if (input_refused(r->reply)) {
+    if (r->modern) {
+        status = modern_status(r->reply);
+    } else if (input_refused(r->reply)) {
         /* Streamable HTTP: input the server cannot accept gets an HTTP error status; the body
          * is still the JSON-RPC error. */
         char peer[INET6_ADDRSTRLEN];
@@ -860,31 +893,49 @@ static enum MHD_Result send_reply(struct cs_http *h, struct req *r)
     return respond(r, status, NULL, strlen(text), text, sid ? "Mcp-Session-Id" : NULL, sid);
 }
 
-static bool is_initialize(const char *body, size_t len)
-{
-    json_t *v = json_loadb(body, len, 0, NULL);
-    bool yes = json_is_object(v) && json_object_get(v, "id") &&
-               json_is_string(json_object_get(v, "method")) &&
-               strcmp(json_string_value(json_object_get(v, "method")), "initialize") == 0;
-    json_decref(v);
-    return yes;
-}
-
-/* The whole body is in: find or create the session and hand the message to the core. */
+/* The whole body is in: classify the message (2026-07-28 or 2025), find or create the session
+ * and hand the message to the core. */
 static enum MHD_Result dispatch(struct cs_http *h, struct req *r)
 {
     conn_received(r->conn);
+    struct cs_mcp_headers hdr;
+    hdr.has_version = header(r->conn, "MCP-Protocol-Version", &hdr.version, &(size_t){0});
+    hdr.has_method = header(r->conn, "Mcp-Method", &hdr.method, &(size_t){0});
+    hdr.has_name = header(r->conn, "Mcp-Name", &hdr.name, &(size_t){0});
+    struct cs_mcp_msg *m = cs_mcp_msg_parse(r->body ? r->body : "", r->len);
+    free(r->body);
+    r->body = NULL;
+    r->len = r->cap = 0;
+    if (!m)
+        return reject(r, MHD_HTTP_INTERNAL_SERVER_ERROR, BODY_INTERNAL, "out of memory");
+    struct cs_mcp_session *core;
+    if (cs_mcp_msg_modern(m, &hdr)) {
+        /* No session is needed or minted; an Mcp-Session-Id on it is ignored, never a 404. */
+        r->modern = true;
+        sess_detach(h, r);
+        core = h->stateless;
+        goto handle;
+    }
+    if (r->sess && !version_ok(r)) {
+        cs_mcp_msg_free(m);
+        return reject(r, MHD_HTTP_BAD_REQUEST, BODY_BAD_VERSION, "protocol version");
+    }
     if (!r->sess) {
+        bool init = cs_mcp_msg_is_initialize(m);
+        if (r->named_session || !init)
+            cs_mcp_msg_free(m);
         if (r->named_session)
-            return reject(r, MHD_HTTP_NOT_FOUND, BODY_BAD_SESSION, "session ended");
-        if (!is_initialize(r->body ? r->body : "", r->len))
+            return reject(r, MHD_HTTP_NOT_FOUND, BODY_BAD_SESSION, "unknown or ended session");
+        if (!init)
             return reject(r, MHD_HTTP_BAD_REQUEST, BODY_NO_SESSION, "no session");
         /* At the cap, make room by ending the least recently used idle session. */
         while (h->nsessions + h->nnew >= h->max_sessions) {
             struct sess *old = sess_lru(h);
-            if (!old)
+            if (!old) {
+                cs_mcp_msg_free(m);
                 return reject(r, MHD_HTTP_SERVICE_UNAVAILABLE, BODY_TOO_MANY,
                               "session cap, every session busy");
+            }
             sess_end(h, old);
             emit(h, "info", "session_ended", "evicted (least recently used), %zu open",
                  h->nsessions);
@@ -894,18 +945,17 @@ static enum MHD_Result dispatch(struct cs_http *h, struct req *r)
             s->mcp = cs_mcp_session_new(h->srv);
         if (!s || !s->mcp) {
             free(s);
+            cs_mcp_msg_free(m);
             return reject(r, MHD_HTTP_INTERNAL_SERVER_ERROR, BODY_INTERNAL, "out of memory");
         }
         r->sess = s;
         r->new_sess = true;
         h->nnew++;
     }
+    core = r->sess->mcp;
+handle:
     r->state = REQ_WAITING;
-    struct cs_mcp_exchange *x =
-        cs_mcp_session_handle(r->sess->mcp, r->body ? r->body : "", r->len, on_reply, r);
-    free(r->body);
-    r->body = NULL;
-    r->len = r->cap = 0;
+    struct cs_mcp_exchange *x = cs_mcp_session_handle_msg(core, m, &hdr, on_reply, r);
     if (!x)
         return send_reply(h, r); /* on_reply already ran */
     r->x = x;
@@ -972,13 +1022,12 @@ static enum MHD_Result first_call(struct cs_http *h, struct req *r, const char *
     if (has_sid != 0) {
         r->named_session = true;
         struct sess *s = has_sid > 0 ? sess_find(h, v, n) : NULL;
-        if (!s)
+        /* A POST's session is judged once its body is in: a 2026-07-28 request ignores it. */
+        if (!s && del)
             return reject(r, MHD_HTTP_NOT_FOUND, BODY_BAD_SESSION, "unknown session");
-        sess_attach(h, r, s);
-        /* After initialize the version header is optional but, when present, must be one we
-         * speak. The initialize POST itself carries no session and is not checked. */
-        int has_ver = header(r->conn, "MCP-Protocol-Version", &v, &n);
-        if (has_ver < 0 || (has_ver > 0 && !cs_mcp_version_supported(v)))
+        if (s)
+            sess_attach(h, r, s);
+        if (del && !version_ok(r))
             return reject(r, MHD_HTTP_BAD_REQUEST, BODY_BAD_VERSION, "protocol version");
     } else if (del) {
         return reject(r, MHD_HTTP_BAD_REQUEST, BODY_NO_SESSION, "DELETE without session");
@@ -1166,11 +1215,12 @@ struct cs_http *cs_http_start(struct cs_loop *loop, struct cs_mcp *srv,
                  1000;
     h->host = dup_host(host);
     h->sessions = calloc(h->max_sessions, sizeof *h->sessions);
+    h->stateless = cs_mcp_session_new(srv);
     if (opt->token && opt->token[0]) {
         h->token = strdup(opt->token);
         h->token_len = strlen(opt->token);
     }
-    if (!h->host || !h->sessions || (opt->token && opt->token[0] && !h->token)) {
+    if (!h->host || !h->sessions || !h->stateless || (opt->token && opt->token[0] && !h->token)) {
         snprintf(err, err_cap, "http: out of memory");
         goto out;
     }
@@ -1277,6 +1327,7 @@ void cs_http_stop(struct cs_http *h)
     for (size_t i = 0; i < h->nsessions; i++)
         sess_free(h->sessions[i]);
     free(h->sessions);
+    cs_mcp_session_free(h->stateless);
     if (h->token) {
         explicit_bzero(h->token, h->token_len);
         free(h->token);

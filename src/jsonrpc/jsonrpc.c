@@ -72,3 +72,15 @@ json_t *cs_jsonrpc_error(json_t *id, int code, const char *message)
     return json_pack("{s:s,s:O,s:{s:i,s:s}}", "jsonrpc", "2.0", "id", id ? id : json_null(),
                      "error", "code", code, "message", message);
 }
+
+json_t *cs_jsonrpc_error_ex(json_t *id, bool omit_null_id, int code, const char *message,
+                            json_t *data)
+{
+    json_t *r = (id || !omit_null_id) ? cs_jsonrpc_error(id, code, message)
+                                      : json_pack("{s:s,s:{s:i,s:s}}", "jsonrpc", "2.0", "error",
+                                                  "code", code, "message", message);
+    if (r && data)
+        json_object_set(json_object_get(r, "error"), "data", data);
+    json_decref(data);
+    return r;
+}

@@ -10,6 +10,7 @@
 #define CS_JSONRPC_H
 
 #include <jansson.h>
+#include <stdbool.h>
 
 /* JSON-RPC 2.0 error codes. */
 #define CS_JSONRPC_PARSE_ERROR      (-32700)
@@ -17,6 +18,10 @@
 #define CS_JSONRPC_METHOD_NOT_FOUND (-32601)
 #define CS_JSONRPC_INVALID_PARAMS   (-32602)
 #define CS_JSONRPC_INTERNAL_ERROR   (-32603)
+/* MCP 2026-07-28 (basic/index.mdx, "Error codes"). */
+#define CS_JSONRPC_HEADER_MISMATCH      (-32020)
+#define CS_JSONRPC_MISSING_CLIENT_CAP   (-32021)
+#define CS_JSONRPC_UNSUPPORTED_PROTOCOL (-32022)
 
 enum cs_jsonrpc_kind {
     CS_JSONRPC_REQUEST,      /* method + id */
@@ -43,5 +48,10 @@ json_t *cs_jsonrpc_result(json_t *id, json_t *result);
 /* Returns a new error response with id (borrowed; NULL means null), code and message. NULL on
  * OOM. */
 json_t *cs_jsonrpc_error(json_t *id, int code, const char *message);
+
+/* Like cs_jsonrpc_error, with data (stolen, may be NULL) as error.data; omit_null_id: no "id"
+ * member at all when id is NULL (MCP 2026-07-28 forbids "id": null). NULL on OOM. */
+json_t *cs_jsonrpc_error_ex(json_t *id, bool omit_null_id, int code, const char *message,
+                            json_t *data);
 
 #endif

@@ -46,11 +46,24 @@ struct tool_entry {
     void *arg;
 };
 
+/* 2026-07-28: the _meta keys of a request (basic/index.mdx) and of a result. */
+#define META_VERSION  "io.modelcontextprotocol/protocolVersion"
+#define META_CAPS     "io.modelcontextprotocol/clientCapabilities"
+#define META_LOGLEVEL "io.modelcontextprotocol/logLevel"
+#define META_SERVER   "io.modelcontextprotocol/serverInfo"
+/* Caching hints (SEP-2549) on server/discover and tools/list: the tools and the instructions
+ * never change while the server runs and hold nothing user-specific. */
+#define CACHE_TTL_MS 3600000
+
 struct cs_mcp {
     char *version;
     struct tool_entry *tools;
     size_t ntools;
-    json_t *tools_list; /* the tools/list result, built once */
+    json_t *tools_list;        /* the tools/list result, built once */
+    json_t *tools_list_modern; /* the same under 2026-07-28 (resultType, hints, _meta) */
+    json_t *discover;          /* the server/discover result */
+    json_t *result_meta;       /* _meta of every 2026-07-28 result (serverInfo) */
+    char *modern_tail;         /* ,"resultType":"complete","_meta":{...}} closing a result text */
 };
 
 struct cs_mcp_session {
@@ -69,7 +82,10 @@ struct cs_mcp_exchange {
     bool abandoned;
     bool handling; /* inside cs_mcp_session_handle: reply after it returns */
     bool batch;
+    bool modern;     /* a 2026-07-28 request (never a batch) */
     json_t *replies; /* batch: array; else the one reply or NULL */
+    char *raw_id;    /* the request's "id" token as written, or NULL */
+    json_t *raw_ids; /* batch: the raw id (string or null) of each reply in replies */
     char *text;      /* the one reply already serialized (cached results), or NULL */
     size_t waiting;  /* tool calls not yet completed */
     struct cs_mcp_exchange *prev, *next;
@@ -79,10 +95,12 @@ struct cs_mcp_call {
     struct cs_mcp_exchange *x;
     const struct tool_entry *t;
     json_t *id;
-    void *input; /* decoded struct csw_mcp_<tool>_input */
+    char *raw_id; /* the request's "id" token as written (batch element), or NULL */
+    void *input;  /* decoded struct csw_mcp_<tool>_input */
     bool cancelled;
     cs_mcp_cancel_fn on_cancel; /* the handler's cancel hook, or NULL */
     void *on_cancel_arg;
+    bool modern;                     /* answer under 2026-07-28 */
     struct cs_mcp_call *prev, *next; /* in the session's list while the session lives */
 };
 
@@ -163,6 +181,52 @@ static json_t *build_tools_list(void)
     return tools ? json_pack("{s:o}", "tools", tools) : NULL;
 }
 
+/* Adds what every 2026-07-28 result carries to result (modified; returned): resultType and
+ * serverInfo in _meta (the result's own _meta, if any, wins). */
+static json_t *modernize(const struct cs_mcp *srv, json_t *result)
+{
+    if (!result)
+        return NULL;
+    if (json_object_set_new(result, "resultType", json_string("complete")) != 0 ||
+        json_object_set_new(result, "_meta", json_deep_copy(srv->result_meta)) != 0) {
+        json_decref(result);
+        return NULL;
+    }
+    return result;
+}
+
+static int build_modern(struct cs_mcp *srv)
+{
+    srv->result_meta =
+        json_pack("{s:{s:s,s:s}}", META_SERVER, "name", "codespace", "version", srv->version);
+    if (!srv->result_meta)
+        return -1;
+    srv->tools_list_modern = json_deep_copy(srv->tools_list);
+    if (srv->tools_list_modern) {
+        json_object_set_new(srv->tools_list_modern, "ttlMs", json_integer(CACHE_TTL_MS));
+        json_object_set_new(srv->tools_list_modern, "cacheScope", json_string("public"));
+        srv->tools_list_modern = modernize(srv, srv->tools_list_modern);
+    }
+    json_t *versions = json_pack("[s]", CS_MCP_MODERN_VERSION);
+    for (size_t i = 0; versions && i < cs_mcp_version_count; i++)
+        json_array_append_new(versions, json_string(cs_mcp_versions[i]));
+    srv->discover =
+        versions ? json_pack("{s:o,s:{s:{s:b},s:{}},s:s,s:i,s:s}", "supportedVersions", versions,
+                             "capabilities", "tools", "listChanged", 0, "logging", "instructions",
+                             instructions, "ttlMs", CACHE_TTL_MS, "cacheScope", "public")
+                 : NULL;
+    srv->discover = modernize(srv, srv->discover);
+    char *meta = json_dumps(srv->result_meta, JSON_COMPACT);
+    if (meta) {
+        size_t n = strlen(meta) + 64;
+        srv->modern_tail = malloc(n);
+        if (srv->modern_tail)
+            snprintf(srv->modern_tail, n, ",\"resultType\":\"complete\",\"_meta\":%s}", meta);
+    }
+    free(meta);
+    return srv->tools_list_modern && srv->discover && srv->modern_tail ? 0 : -1;
+}
+
 struct cs_mcp *cs_mcp_new(const char *version)
 {
     struct cs_mcp *srv = calloc(1, sizeof *srv);
@@ -171,7 +235,7 @@ struct cs_mcp *cs_mcp_new(const char *version)
     srv->version = strdup(version);
     srv->tools = calloc(csw_tool_count ? csw_tool_count : 1, sizeof *srv->tools);
     srv->tools_list = build_tools_list();
-    if (!srv->version || !srv->tools || !srv->tools_list) {
+    if (!srv->version || !srv->tools || !srv->tools_list || build_modern(srv) != 0) {
         cs_mcp_free(srv);
         return NULL;
     }
@@ -186,6 +250,10 @@ void cs_mcp_free(struct cs_mcp *srv)
     if (!srv)
         return;
     json_decref(srv->tools_list);
+    json_decref(srv->tools_list_modern);
+    json_decref(srv->discover);
+    json_decref(srv->result_meta);
+    free(srv->modern_tail);
     free(srv->tools);
     free(srv->version);
     free(srv);
@@ -205,15 +273,17 @@ int cs_mcp_set_tool(struct cs_mcp *srv, const char *name, cs_mcp_tool_fn fn, voi
 
 /* ---- exchanges ---- */
 
-/* Adds reply r (stolen, may be NULL) to x; text (stolen, may be NULL) is r serialized. */
-static void add_reply_text(struct cs_mcp_exchange *x, json_t *r, char *text)
+/* Adds reply r (stolen, may be NULL) to x; text (stolen, may be NULL) is r serialized. raw: in
+ * a batch, the raw id token of the request r answers (borrowed, may be NULL). */
+static void add_reply_text(struct cs_mcp_exchange *x, json_t *r, char *text, const char *raw)
 {
     if (!r) {
         free(text);
         return;
     }
     if (x->batch) {
-        json_array_append_new(x->replies, r);
+        if (json_array_append_new(x->replies, r) == 0)
+            json_array_append_new(x->raw_ids, raw ? json_string_nocheck(raw) : json_null());
         free(text);
     } else {
         json_decref(x->replies);
@@ -223,9 +293,73 @@ static void add_reply_text(struct cs_mcp_exchange *x, json_t *r, char *text)
     }
 }
 
-static void add_reply(struct cs_mcp_exchange *x, json_t *r)
+static void add_reply(struct cs_mcp_exchange *x, json_t *r, const char *raw)
 {
-    add_reply_text(x, r, NULL);
+    add_reply_text(x, r, NULL, raw);
+}
+
+/*
+ * text (a reply r serialized; taken) with its "id" replaced by raw, the request's id token as
+ * written: jansson holds an id past 64 bits only clamped (and re-spells -0, escapes), and the
+ * contract wants the id back exactly. Only a reply that carries the request's id (not null) is
+ * touched. Returns the text to send (text itself, or a new one), NULL when out of memory.
+ */
+static char *splice_id(char *text, const json_t *r, const char *raw)
+{
+    const json_t *id = json_object_get(r, "id");
+    size_t off, len, n = text ? strlen(text) : 0, rn = raw ? strlen(raw) : 0;
+    if (!text || !raw || !id || json_is_null(id) ||
+        cs_json_member_span(text, n, "id", true, &off, &len) != 0 ||
+        (len == rn && memcmp(text + off, raw, rn) == 0))
+        return text;
+    char *t = malloc(n - len + rn + 1);
+    if (t) {
+        memcpy(t, text, off);
+        memcpy(t + off, raw, rn);
+        memcpy(t + off + rn, text + off + len, n - off - len + 1);
+    }
+    free(text);
+    return t;
+}
+
+/* The text of a batch reply: each element serialized and spliced with its raw id. */
+static char *batch_text(const json_t *replies, const json_t *raw_ids)
+{
+    size_t cap = 64, used = 1, i;
+    char *out = malloc(cap);
+    const json_t *one;
+    if (!out)
+        return NULL;
+    out[0] = '[';
+    json_array_foreach(replies, i, one)
+    {
+        char *t = json_dumps(one, JSON_COMPACT);
+        t = splice_id(t, one, json_string_value(json_array_get(raw_ids, i)));
+        size_t n = t ? strlen(t) : 0;
+        if (t && used + n + 3 > cap) {
+            while (used + n + 3 > cap)
+                cap *= 2;
+            char *p = realloc(out, cap);
+            if (!p) {
+                free(t);
+                t = NULL;
+            } else {
+                out = p;
+            }
+        }
+        if (!t) {
+            free(out);
+            return NULL;
+        }
+        if (i > 0)
+            out[used++] = ',';
+        memcpy(out + used, t, n);
+        used += n;
+        free(t);
+    }
+    out[used++] = ']';
+    out[used] = '\0';
+    return out;
 }
 
 /* Replies (unless abandoned) and frees x. */
@@ -248,13 +382,21 @@ static void finish(struct cs_mcp_exchange *x)
     char *text = x->text;
     x->text = NULL;
     if (!x->abandoned) {
-        if (r && !text)
-            text = json_dumps(r, JSON_COMPACT);
+        if (r && x->batch) {
+            free(text);
+            text = batch_text(r, x->raw_ids);
+        } else if (r) {
+            if (!text)
+                text = json_dumps(r, JSON_COMPACT);
+            text = splice_id(text, r, x->raw_id);
+        }
         x->reply(x->arg, r, text, text ? strlen(text) : 0);
     } else {
         json_decref(r);
     }
     free(text);
+    free(x->raw_id);
+    json_decref(x->raw_ids);
     free(x);
 }
 
@@ -332,8 +474,15 @@ static void complete_with(struct cs_mcp_call *call, json_t *result, char *reply_
         cs_wire_free(call->t->tool->input, call->input);
         free(call->input);
         json_decref(call->id);
+        free(call->raw_id);
         free(call);
         return;
+    }
+    if (call->modern && result && !cs_mcp_call_cancelled(call)) {
+        /* A copy: a cached result is shared. The content itself is the same in every revision. */
+        json_t *copy = json_copy(result);
+        json_decref(result);
+        result = modernize(x->s->srv, copy);
     }
     if (!cs_mcp_call_cancelled(call)) {
         json_t *resp = result
@@ -343,7 +492,7 @@ static void complete_with(struct cs_mcp_call *call, json_t *result, char *reply_
             free(reply_text);
             reply_text = NULL;
         }
-        add_reply_text(x, resp, reply_text);
+        add_reply_text(x, resp, reply_text, call->raw_id);
     } else {
         free(reply_text);
     }
@@ -360,6 +509,7 @@ static void complete_with(struct cs_mcp_call *call, json_t *result, char *reply_
     cs_wire_free(call->t->tool->input, call->input);
     free(call->input);
     json_decref(call->id);
+    free(call->raw_id);
     free(call);
     call_done(x);
 }
@@ -461,16 +611,25 @@ static int ok_result(json_t *structured, char *s, json_t **result, char **text)
     return 0;
 }
 
-/* The JSON-RPC response to id carrying result_text (a serialized result), malloc'd, or NULL. */
-static char *response_text(const json_t *id, const char *result_text)
+/* The JSON-RPC response to call carrying result_text (a serialized result object), malloc'd, or
+ * NULL. Under 2026-07-28 the result's closing brace becomes the srv's modern tail (resultType,
+ * _meta): the content before it is byte for byte the same in every revision. */
+static char *response_text(const struct cs_mcp_call *call, const char *result_text)
 {
-    char *idt = json_dumps(id, JSON_ENCODE_ANY | JSON_COMPACT);
+    const char *tail = call->modern && call->x->s ? call->x->s->srv->modern_tail : "}";
+    if (call->modern && !call->x->s)
+        return NULL; /* the session is gone: nothing will be sent */
+    char *idt = json_dumps(call->id, JSON_ENCODE_ANY | JSON_COMPACT);
     if (!idt)
         return NULL;
-    size_t n = strlen(idt) + strlen(result_text) + 40;
+    size_t rn = strlen(result_text);
+    size_t n = strlen(idt) + rn + strlen(tail) + 40;
     char *text = malloc(n);
-    if (text)
-        snprintf(text, n, "{\"jsonrpc\":\"2.0\",\"id\":%s,\"result\":%s}", idt, result_text);
+    if (text && rn > 0)
+        snprintf(text, n, "{\"jsonrpc\":\"2.0\",\"id\":%s,\"result\":%.*s%s}", idt, (int)(rn - 1),
+                 result_text, tail);
+    else if (text)
+        text[0] = '\0';
     free(idt);
     return text;
 }
@@ -500,7 +659,7 @@ void cs_mcp_call_ok(struct cs_mcp_call *call, const void *output)
         complete_with(call, NULL, NULL); /* answers "out of memory" */
         return;
     }
-    char *reply = response_text(call->id, text);
+    char *reply = response_text(call, text);
     free(text);
     complete_with(call, result, reply);
 }
@@ -533,11 +692,12 @@ void cs_mcp_call_ok_cached(struct cs_mcp_call *call, const struct cs_mcp_cached 
 {
     /* The reply is spliced from the cached text instead of serialized again: for an answer
      * that never changes, that is most of what a call costs. */
-    complete_with(call, json_incref(c->result), response_text(call->id, c->text));
+    complete_with(call, json_incref(c->result), response_text(call, c->text));
 }
 
 /* tools/call: decode the arguments through the tool's input schema and start the handler. */
-static json_t *tools_call(struct cs_mcp_exchange *x, json_t *id, json_t *params, bool *async)
+static json_t *tools_call(struct cs_mcp_exchange *x, json_t *id, const char *raw, bool modern,
+                          json_t *params, bool *async)
 {
     struct cs_mcp *srv = x->s->srv;
     const json_t *name = json_object_get(params, "name");
@@ -561,7 +721,9 @@ static json_t *tools_call(struct cs_mcp_exchange *x, json_t *id, json_t *params,
 
     struct cs_mcp_call *call = calloc(1, sizeof *call);
     void *input = calloc(1, t->tool->input->size);
-    if (!call || !input) {
+    char *raw_id = raw ? strdup(raw) : NULL;
+    if (!call || !input || (raw && !raw_id)) {
+        free(raw_id);
         free(call);
         free(input);
         json_decref(empty);
@@ -571,6 +733,8 @@ static json_t *tools_call(struct cs_mcp_exchange *x, json_t *id, json_t *params,
     call->x = x;
     call->t = t;
     call->id = json_incref(id);
+    call->raw_id = raw_id;
+    call->modern = modern;
     call->input = input;
     call->next = x->s->calls;
     if (call->next)
@@ -650,32 +814,276 @@ static void cancel(struct cs_mcp_session *s, json_t *params)
     }
 }
 
-/* Handles one parsed message into x. */
-static void handle_one(struct cs_mcp_exchange *x, json_t *msg)
+/* ---- 2026-07-28 requests (docs/protocol.md) ---- */
+
+static bool ows(char c)
+{
+    return c == ' ' || c == '\t';
+}
+
+/* A header value with optional whitespace trimmed (RFC 9110 section 5.5): *v, *n. Returns false
+ * when the value holds a character no header of ours may carry (controls, DEL, non-ASCII). */
+static bool header_value(const char *raw, const char **v, size_t *n)
+{
+    size_t a = 0, b = strlen(raw);
+    while (a < b && ows(raw[a]))
+        a++;
+    while (b > a && ows(raw[b - 1]))
+        b--;
+    for (size_t i = a; i < b; i++) {
+        unsigned char c = (unsigned char)raw[i];
+        if ((c < 0x20 && c != '\t') || c >= 0x7f)
+            return false;
+    }
+    *v = raw + a;
+    *n = b - a;
+    return true;
+}
+
+static int b64val(char c)
+{
+    if (c >= 'A' && c <= 'Z')
+        return c - 'A';
+    if (c >= 'a' && c <= 'z')
+        return c - 'a' + 26;
+    if (c >= '0' && c <= '9')
+        return c - '0' + 52;
+    if (c == '+')
+        return 62;
+    if (c == '/')
+        return 63;
+    return -1;
+}
+
+/* Decodes the standard Base64 text s (n bytes, padded to a multiple of 4) into out (room for
+ * 3 * n / 4 bytes). Returns the decoded length, or -1 when s is not canonical Base64. */
+static long b64_decode(const char *s, size_t n, unsigned char *out)
+{
+    size_t o = 0;
+    if (n % 4 != 0)
+        return -1;
+    for (size_t i = 0; i < n; i += 4) {
+        int v[4];
+        size_t pad = 0;
+        for (size_t k = 0; k < 4; k++) {
+            if (s[i + k] == '=' && i + 4 == n && k >= 2) {
+                v[k] = 0;
+                pad++;
+            } else if (pad > 0 || (v[k] = b64val(s[i + k])) < 0) {
+                return -1;
+            }
+        }
+        unsigned w =
+            (unsigned)v[0] << 18 | (unsigned)v[1] << 12 | (unsigned)v[2] << 6 | (unsigned)v[3];
+        out[o++] = (unsigned char)(w >> 16);
+        if (pad < 2)
+            out[o++] = (unsigned char)(w >> 8);
+        if (pad < 1)
+            out[o++] = (unsigned char)w;
+    }
+    return (long)o;
+}
+
+/* Whether the header value (already trimmed, n bytes) names the body string body: literally, or
+ * in the Base64 form =?base64?...?= (SEP-2243), which is decoded first. *bad: the Base64 form
+ * was malformed. */
+static bool header_names(const char *v, size_t n, const json_t *body, bool *bad)
+{
+    static const char pre[] = "=?base64?", suf[] = "?=";
+    const char *b = json_string_value(body);
+    size_t bn = json_string_length(body);
+    *bad = false;
+    if (n >= sizeof pre - 1 + sizeof suf - 1 && memcmp(v, pre, sizeof pre - 1) == 0 &&
+        memcmp(v + n - (sizeof suf - 1), suf, sizeof suf - 1) == 0) {
+        size_t en = n - (sizeof pre - 1) - (sizeof suf - 1);
+        unsigned char *out = malloc(en / 4 * 3 + 1);
+        long dn = out ? b64_decode(v + sizeof pre - 1, en, out) : -1;
+        bool same = dn >= 0 && (size_t)dn == bn && memcmp(out, b, bn) == 0;
+        *bad = dn < 0;
+        free(out);
+        return same;
+    }
+    return n == bn && memcmp(v, b, n) == 0;
+}
+
+static json_t *mismatch(json_t *id, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* A -32020 HeaderMismatch error (HTTP 400). */
+static json_t *mismatch(json_t *id, const char *fmt, ...)
+{
+    char msg[400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    utf8_tidy(msg);
+    return cs_jsonrpc_error_ex(id, true, CS_JSONRPC_HEADER_MISMATCH, msg, NULL);
+}
+
+/* The -32602 answer to a request whose _meta lacks key (HTTP 400). */
+static json_t *missing_meta(json_t *id, const char *key)
+{
+    char msg[200];
+    snprintf(msg, sizeof msg, "Invalid params: missing or invalid _meta[\"%s\"]", key);
+    return cs_jsonrpc_error_ex(id, true, CS_JSONRPC_INVALID_PARAMS, msg,
+                               json_pack("{s:[s]}", "missing", key));
+}
+
+/* The body member that Mcp-Name must repeat for method, or NULL when none is required. */
+static const char *name_member(const char *method)
+{
+    if (strcmp(method, "tools/call") == 0 || strcmp(method, "prompts/get") == 0)
+        return "name";
+    if (strcmp(method, "resources/read") == 0)
+        return "uri";
+    return NULL;
+}
+
+/*
+ * The checks of a 2026-07-28 request before its method runs, in the order the revision and its
+ * conformance suite fix (docs/protocol.md, "Errors"): required _meta keys (-32602), the
+ * MCP-Protocol-Version header against the body (-32020), the version itself (-32022), Mcp-Method
+ * and Mcp-Name against the body (-32020). Returns the error reply, or NULL when the request may go
+ * on. hdr is NULL on stdio (no header checks there).
+ */
+static json_t *modern_check(json_t *id, const json_t *mj, json_t *params,
+                            const struct cs_mcp_headers *hdr)
+{
+    const char *method = json_string_value(mj);
+    size_t mlen = json_string_length(mj); /* a NUL inside never matches a header */
+    json_t *meta = json_object_get(params, "_meta");
+    json_t *pv = json_object_get(meta, META_VERSION);
+    if (!json_is_string(pv))
+        return missing_meta(id, META_VERSION);
+    if (!json_is_object(json_object_get(meta, META_CAPS)))
+        return missing_meta(id, META_CAPS);
+    const char *v;
+    size_t n;
+    if (hdr) {
+        if (hdr->has_version == 0)
+            return mismatch(id, "Header mismatch: the MCP-Protocol-Version header is missing");
+        if (hdr->has_version < 0 || !header_value(hdr->version, &v, &n))
+            return mismatch(id, "Header mismatch: invalid characters in MCP-Protocol-Version");
+        if (n != json_string_length(pv) || memcmp(v, json_string_value(pv), n) != 0)
+            return mismatch(id,
+                            "Header mismatch: MCP-Protocol-Version header value '%.*s' does not "
+                            "match body value '%.100s'",
+                            (int)(n > 100 ? 100 : n), v, json_string_value(pv));
+    }
+    if (!str_is(pv, CS_MCP_MODERN_VERSION))
+        return cs_jsonrpc_error_ex(
+            id, true, CS_JSONRPC_UNSUPPORTED_PROTOCOL, "Unsupported protocol version",
+            json_pack("{s:[s],s:O}", "supported", CS_MCP_MODERN_VERSION, "requested", pv));
+    if (!hdr)
+        return NULL;
+    if (hdr->has_method == 0)
+        return mismatch(id, "Header mismatch: the Mcp-Method header is missing");
+    if (hdr->has_method < 0 || !header_value(hdr->method, &v, &n))
+        return mismatch(id, "Header mismatch: invalid characters in Mcp-Method");
+    if (n != mlen || memcmp(v, method, n) != 0)
+        return mismatch(id,
+                        "Header mismatch: Mcp-Method header value '%.*s' does not match body "
+                        "value '%.100s'",
+                        (int)(n > 100 ? 100 : n), v, method);
+    const char *member = name_member(method);
+    json_t *body = member ? json_object_get(params, member) : NULL;
+    if (!json_is_string(body))
+        return NULL; /* nothing to compare with: the method itself answers -32602 */
+    bool bad;
+    if (hdr->has_name == 0)
+        return mismatch(id, "Header mismatch: the Mcp-Name header is missing");
+    if (hdr->has_name < 0 || !header_value(hdr->name, &v, &n))
+        return mismatch(id, "Header mismatch: invalid characters in Mcp-Name");
+    if (!header_names(v, n, body, &bad))
+        return bad ? mismatch(id, "Header mismatch: Mcp-Name is not valid Base64")
+                   : mismatch(id,
+                              "Header mismatch: Mcp-Name header value '%.*s' does not match "
+                              "body value '%.100s'",
+                              (int)(n > 100 ? 100 : n), v, json_string_value(body));
+    return NULL;
+}
+
+static bool log_level_ok(const json_t *level)
+{
+    static const char *const levels[] = {"debug", "info",     "notice", "warning",
+                                         "error", "critical", "alert",  "emergency"};
+    if (!level)
+        return true;
+    for (size_t i = 0; i < sizeof levels / sizeof levels[0]; i++)
+        if (str_is(level, levels[i]))
+            return true;
+    return false;
+}
+
+/* A 2026-07-28 request (m: its classified envelope). */
+static json_t *handle_modern(struct cs_mcp_exchange *x, const json_t *msg, struct cs_jsonrpc_msg *m,
+                             const char *raw, const struct cs_mcp_headers *hdr, bool *async)
+{
+    struct cs_mcp *srv = x->s->srv;
+    json_t *params = m->params;
+    if (!json_is_object(params))
+        return missing_meta(m->id, META_VERSION);
+    const json_t *method = json_object_get(msg, "method");
+    json_t *r = modern_check(m->id, method, params, hdr);
+    if (r)
+        return r;
+    /* str_is, not a C string compare: "tools/list\u0000x" is not tools/list. */
+    bool known = str_is(method, "server/discover") || str_is(method, "tools/list") ||
+                 str_is(method, "tools/call");
+    if (!known) /* initialize, ping, logging/setLevel... are gone in this revision */
+        return cs_jsonrpc_error(m->id, CS_JSONRPC_METHOD_NOT_FOUND, "Method not found");
+    if (!log_level_ok(json_object_get(json_object_get(params, "_meta"), META_LOGLEVEL)))
+        return cs_jsonrpc_error(m->id, CS_JSONRPC_INVALID_PARAMS,
+                                "Invalid params: _meta[\"" META_LOGLEVEL "\"] must be one of "
+                                "debug, info, notice, warning, error, critical, alert, emergency");
+    if (str_is(method, "server/discover"))
+        return cs_jsonrpc_result(m->id, json_incref(srv->discover)); /* shared, never changed */
+    if (str_is(method, "tools/list"))
+        return cs_jsonrpc_result(m->id, json_incref(srv->tools_list_modern));
+    return tools_call(x, m->id, raw, true, params, async);
+}
+
+static bool is_modern(const json_t *msg, const struct cs_mcp_headers *hdr);
+
+/* Handles one parsed message into x. raw: its "id" token as written (borrowed, may be NULL). */
+static void handle_one(struct cs_mcp_exchange *x, json_t *msg, const char *raw,
+                       const struct cs_mcp_headers *hdr)
 {
     struct cs_mcp_session *s = x->s;
     struct cs_jsonrpc_msg m;
+    bool modern = !x->batch && is_modern(msg, hdr);
+    x->modern = modern;
     switch (cs_jsonrpc_classify(msg, &m)) {
     case CS_JSONRPC_INVALID:
-        add_reply(x, cs_jsonrpc_error(m.id, CS_JSONRPC_INVALID_REQUEST, m.why));
+        add_reply(x, cs_jsonrpc_error_ex(m.id, modern, CS_JSONRPC_INVALID_REQUEST, m.why, NULL),
+                  raw);
         return;
     case CS_JSONRPC_RESPONSE:
         return; /* we send no requests; nothing to match */
     case CS_JSONRPC_NOTIFICATION:
+        /* A 2026-07-28 request on HTTP is cancelled by closing its connection; its requests share
+         * one stateless session, so a cancel by id could reach another client's request. */
         if (str_is(json_object_get(msg, "method"), "notifications/cancelled") &&
-            json_is_object(m.params))
+            json_is_object(m.params) && !(modern && hdr))
             cancel(s, m.params);
         return; /* notifications/initialized and unknown notifications need nothing */
     case CS_JSONRPC_REQUEST:
         break;
+    }
+    json_t *r;
+    bool async = false;
+    if (modern) {
+        r = handle_modern(x, msg, &m, raw, hdr, &async);
+        if (!r && !async)
+            r = cs_jsonrpc_error(m.id, CS_JSONRPC_INTERNAL_ERROR, "internal error");
+        add_reply(x, r, raw);
+        return;
     }
     json_t *params = json_is_object(m.params) ? m.params : NULL;
     json_t *empty = NULL;
     if (!params)
         params = empty = json_object();
     const json_t *method = json_object_get(msg, "method");
-    json_t *r;
-    bool async = false;
     if (str_is(method, "initialize") && s->initialized)
         r = cs_jsonrpc_error(m.id, CS_JSONRPC_INVALID_REQUEST,
                              "the session is already initialized");
@@ -689,7 +1097,7 @@ static void handle_one(struct cs_mcp_exchange *x, json_t *msg)
     else if (str_is(method, "tools/list"))
         r = cs_jsonrpc_result(m.id, json_incref(s->srv->tools_list)); /* shared, never changed */
     else if (str_is(method, "tools/call"))
-        r = tools_call(x, m.id, params, &async);
+        r = tools_call(x, m.id, raw, false, params, &async);
     else if (str_is(method, "logging/setLevel"))
         r = set_level(s, m.id, params);
     else
@@ -697,7 +1105,7 @@ static void handle_one(struct cs_mcp_exchange *x, json_t *msg)
     json_decref(empty);
     if (!r && !async) /* building the reply failed: a request is still answered */
         r = cs_jsonrpc_error(m.id, CS_JSONRPC_INTERNAL_ERROR, "internal error");
-    add_reply(x, r);
+    add_reply(x, r, raw);
 }
 
 /* ---- sessions ---- */
@@ -731,16 +1139,40 @@ void cs_mcp_session_free(struct cs_mcp_session *s)
     free(s);
 }
 
-struct cs_mcp_exchange *cs_mcp_session_handle(struct cs_mcp_session *s, const char *data,
-                                              size_t len, cs_mcp_reply_fn reply, void *arg)
+/* ---- messages ---- */
+
+struct cs_mcp_msg {
+    json_t *json;   /* NULL: not JSON (why says where) */
+    char why[256];  /* the parse error */
+    char *raw_id;   /* an object's "id" token as written, or NULL */
+    char **raw_ids; /* a batch: each element's, or NULL (nraw of them) */
+    size_t nraw;
+};
+
+/* A copy of the value token of member "id" of the object text s[0..n), or NULL. Only a string
+ * or integer token is kept: any other id is not an id (the reply says null, or nothing). */
+static char *raw_id_of(const char *s, size_t n)
 {
+    size_t off, len;
+    if (cs_json_member_span(s, n, "id", false, &off, &len) != 0)
+        return NULL;
+    if (s[off] != '"' && !cs_json_is_integer_token(s + off, len))
+        return NULL;
+    return strndup(s + off, len);
+}
+
+struct cs_mcp_msg *cs_mcp_msg_parse(const char *data, size_t len)
+{
+    struct cs_mcp_msg *m = calloc(1, sizeof *m);
+    if (!m)
+        return NULL;
     json_error_t err;
     json_t *msg = json_loadb(data, len, JSON_ALLOW_NUL | JSON_DECODE_ANY, &err);
     if (!msg) {
         /* Valid JSON that jansson refuses only for a number out of its range (an integer past
          * int64, a real past double) is read again with those numbers clamped, so the request is
          * answered under its id: a limit of 2^64 is then too large (OUTPUT_LIMIT) rather than
-         * a parse error nobody can match to the call. */
+         * a parse error nobody can match to the call. The reply's id is the raw token anyway. */
         size_t n2 = 0;
         char *again = cs_json_clamp_numbers(data, len, &n2);
         json_error_t err2;
@@ -748,19 +1180,91 @@ struct cs_mcp_exchange *cs_mcp_session_handle(struct cs_mcp_session *s, const ch
         free(again);
     }
     if (!msg) {
-        char why[256];
-        snprintf(why, sizeof why, "Parse error: %s (line %d, column %d)", err.text, err.line,
+        snprintf(m->why, sizeof m->why, "Parse error: %s (line %d, column %d)", err.text, err.line,
                  err.column);
-        utf8_tidy(why);
-        json_t *r = cs_jsonrpc_error(NULL, CS_JSONRPC_PARSE_ERROR, why);
+        utf8_tidy(m->why);
+        return m;
+    }
+    m->json = msg;
+    if (json_is_object(msg)) {
+        m->raw_id = raw_id_of(data, len);
+    } else if (json_is_array(msg) && json_array_size(msg) > 0 &&
+               json_array_size(msg) <= MAX_BATCH) {
+        size_t offs[MAX_BATCH], lens[MAX_BATCH];
+        int k = cs_json_array_spans(data, len, MAX_BATCH, offs, lens);
+        if (k > 0 && (size_t)k == json_array_size(msg) &&
+            (m->raw_ids = calloc((size_t)k, sizeof *m->raw_ids)) != NULL) {
+            m->nraw = (size_t)k;
+            for (size_t i = 0; i < m->nraw; i++)
+                m->raw_ids[i] = raw_id_of(data + offs[i], lens[i]);
+        }
+    }
+    return m;
+}
+
+void cs_mcp_msg_free(struct cs_mcp_msg *m)
+{
+    if (!m)
+        return;
+    json_decref(m->json);
+    free(m->raw_id);
+    for (size_t i = 0; i < m->nraw; i++)
+        free(m->raw_ids[i]);
+    free(m->raw_ids);
+    free(m);
+}
+
+/* Whether the HTTP headers alone make a request 2026-07-28: MCP-Protocol-Version says so. Any
+ * other value keeps the 2025 rules (checked against the session's version after initialize). */
+static bool header_modern(const struct cs_mcp_headers *hdr)
+{
+    const char *v;
+    size_t n;
+    return hdr && hdr->has_version > 0 && header_value(hdr->version, &v, &n) &&
+           n == strlen(CS_MCP_MODERN_VERSION) && memcmp(v, CS_MCP_MODERN_VERSION, n) == 0;
+}
+
+static bool is_modern(const json_t *msg, const struct cs_mcp_headers *hdr)
+{
+    if (!json_is_object(msg))
+        return !json_is_array(msg) && header_modern(hdr);
+    if (str_is(json_object_get(msg, "method"), "server/discover"))
+        return true;
+    const json_t *meta = json_object_get(json_object_get(msg, "params"), "_meta");
+    if (json_is_object(meta) && json_object_get(meta, META_VERSION))
+        return true;
+    return header_modern(hdr);
+}
+
+bool cs_mcp_msg_modern(const struct cs_mcp_msg *m, const struct cs_mcp_headers *hdr)
+{
+    return m->json ? is_modern(m->json, hdr) : header_modern(hdr);
+}
+
+bool cs_mcp_msg_is_initialize(const struct cs_mcp_msg *m)
+{
+    return json_is_object(m->json) && json_object_get(m->json, "id") &&
+           str_is(json_object_get(m->json, "method"), "initialize");
+}
+
+struct cs_mcp_exchange *cs_mcp_session_handle_msg(struct cs_mcp_session *s, struct cs_mcp_msg *m,
+                                                  const struct cs_mcp_headers *hdr,
+                                                  cs_mcp_reply_fn reply, void *arg)
+{
+    if (!m->json) {
+        /* 2026-07-28 never answers "id": null; a parse error there has no id at all. */
+        json_t *r =
+            cs_jsonrpc_error_ex(NULL, header_modern(hdr), CS_JSONRPC_PARSE_ERROR, m->why, NULL);
         char *text = r ? json_dumps(r, JSON_COMPACT) : NULL;
+        cs_mcp_msg_free(m);
         reply(arg, r, text, text ? strlen(text) : 0);
         free(text);
         return NULL;
     }
+    json_t *msg = m->json;
     struct cs_mcp_exchange *x = calloc(1, sizeof *x);
     if (!x) {
-        json_decref(msg);
+        cs_mcp_msg_free(m);
         reply(arg, NULL, NULL, 0); /* out of memory: nothing can be said */
         return NULL;
     }
@@ -768,6 +1272,8 @@ struct cs_mcp_exchange *cs_mcp_session_handle(struct cs_mcp_session *s, const ch
     x->reply = reply;
     x->arg = arg;
     x->handling = true;
+    x->raw_id = m->raw_id;
+    m->raw_id = NULL;
     x->next = s->exchanges;
     if (x->next)
         x->next->prev = x;
@@ -775,34 +1281,50 @@ struct cs_mcp_exchange *cs_mcp_session_handle(struct cs_mcp_session *s, const ch
 
     if (json_is_array(msg)) {
         if (strcmp(s->version, BATCH_VERSION) != 0) {
-            add_reply(x, cs_jsonrpc_error(NULL, CS_JSONRPC_INVALID_REQUEST,
-                                          "JSON-RPC batches are only accepted on protocol "
-                                          "version " BATCH_VERSION));
+            add_reply(x,
+                      cs_jsonrpc_error(NULL, CS_JSONRPC_INVALID_REQUEST,
+                                       "JSON-RPC batches are only accepted on protocol "
+                                       "version " BATCH_VERSION),
+                      NULL);
         } else if (json_array_size(msg) == 0) {
-            add_reply(x, cs_jsonrpc_error(NULL, CS_JSONRPC_INVALID_REQUEST, "empty batch"));
+            add_reply(x, cs_jsonrpc_error(NULL, CS_JSONRPC_INVALID_REQUEST, "empty batch"), NULL);
         } else if (json_array_size(msg) > MAX_BATCH) {
-            add_reply(x, cs_jsonrpc_error(NULL, CS_JSONRPC_INVALID_REQUEST,
-                                          "a batch may hold at most 64 messages"));
+            add_reply(x,
+                      cs_jsonrpc_error(NULL, CS_JSONRPC_INVALID_REQUEST,
+                                       "a batch may hold at most 64 messages"),
+                      NULL);
         } else {
             x->batch = true;
             x->replies = json_array();
+            x->raw_ids = json_array();
             size_t i;
             json_t *one;
             json_array_foreach(msg, i, one)
             {
-                handle_one(x, one);
+                handle_one(x, one, i < m->nraw ? m->raw_ids[i] : NULL, hdr);
             }
         }
     } else {
-        handle_one(x, msg);
+        handle_one(x, msg, x->raw_id, hdr);
     }
-    json_decref(msg);
+    cs_mcp_msg_free(m);
     x->handling = false;
     if (x->waiting == 0) {
         finish(x);
         return NULL;
     }
     return x;
+}
+
+struct cs_mcp_exchange *cs_mcp_session_handle(struct cs_mcp_session *s, const char *data,
+                                              size_t len, cs_mcp_reply_fn reply, void *arg)
+{
+    struct cs_mcp_msg *m = cs_mcp_msg_parse(data, len);
+    if (!m) {
+        reply(arg, NULL, NULL, 0); /* out of memory: nothing can be said */
+        return NULL;
+    }
+    return cs_mcp_session_handle_msg(s, m, NULL, reply, arg);
 }
 
 void cs_mcp_exchange_abandon(struct cs_mcp_exchange *x)

@@ -27,10 +27,15 @@ struct cs_mcp_session;
 struct cs_mcp_call;
 struct cs_mcp_exchange;
 
-/* Protocol versions, newest first; the first is what an unknown request gets. */
+/* The revision served per request, statelessly (params._meta carries version and capabilities;
+ * see docs/protocol.md). */
+#define CS_MCP_MODERN_VERSION "2026-07-28"
+
+/* The 2025 protocol versions (initialize handshake), newest first; the first is what an
+ * initialize asking for an unknown version gets. */
 extern const char *const cs_mcp_versions[];
 extern const size_t cs_mcp_version_count;
-/* Returns true when v (NUL-terminated) is a supported protocol version. */
+/* Returns true when v (NUL-terminated) is a supported 2025 protocol version. */
 bool cs_mcp_version_supported(const char *v);
 
 /*
@@ -112,6 +117,40 @@ void cs_mcp_session_free(struct cs_mcp_session *s);
  */
 struct cs_mcp_exchange *cs_mcp_session_handle(struct cs_mcp_session *s, const char *data,
                                               size_t len, cs_mcp_reply_fn reply, void *arg);
+/*
+ * What the Streamable HTTP transport read from a POST's headers, for the 2026-07-28 checks
+ * (SEP-2243); stdio passes NULL. has_*: 1 present, 0 absent, -1 present but unusable (an embedded
+ * NUL). Values are borrowed for the call (NUL-terminated, untrimmed).
+ */
+struct cs_mcp_headers {
+    const char *version; /* MCP-Protocol-Version */
+    const char *method;  /* Mcp-Method */
+    const char *name;    /* Mcp-Name */
+    int has_version, has_method, has_name;
+};
+
+/* One received message, parsed once: the transport classifies it, then hands it to a session.
+ * Returns NULL only when out of memory; a text that is not JSON is kept as a parse error. The
+ * request's "id" token is kept as written, to be echoed byte for byte in every reply. */
+struct cs_mcp_msg;
+struct cs_mcp_msg *cs_mcp_msg_parse(const char *data, size_t len);
+/* Frees m. Accepts NULL. */
+void cs_mcp_msg_free(struct cs_mcp_msg *m);
+/*
+ * Whether m is a 2026-07-28 request (docs/protocol.md, "Which revision"): its method is
+ * server/discover, or its params._meta names a protocol version, or (HTTP, hdr non-NULL) the
+ * MCP-Protocol-Version header says 2026-07-28. Such a message needs no session and gets none;
+ * anything else follows the 2025 rules (initialize, sessions). A batch is never 2026.
+ */
+bool cs_mcp_msg_modern(const struct cs_mcp_msg *m, const struct cs_mcp_headers *hdr);
+/* Whether m is an initialize request (a 2025 session would start with it). */
+bool cs_mcp_msg_is_initialize(const struct cs_mcp_msg *m);
+/* cs_mcp_session_handle for a parsed message (taken, freed even on failure), with the HTTP
+ * headers (NULL on stdio; used during the call only). */
+struct cs_mcp_exchange *cs_mcp_session_handle_msg(struct cs_mcp_session *s, struct cs_mcp_msg *m,
+                                                  const struct cs_mcp_headers *hdr,
+                                                  cs_mcp_reply_fn reply, void *arg);
+
 /* The transport is gone: reply will not be called for x; the calls behind it are cancelled (their
  * cancel hooks run inside this call). x is invalid afterwards. */
 void cs_mcp_exchange_abandon(struct cs_mcp_exchange *x);

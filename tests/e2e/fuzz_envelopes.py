@@ -17,6 +17,11 @@ message jansson refused for a number's range), no lone surrogates, no NUL in obj
 strict UTF-8) predicts the outcome; where the contract leaves a choice (very deep nesting, an
 empty line) every allowed outcome is accepted.
 
+2026-07-28 requests (per-request params._meta, no session) are mixed in, valid and broken: the
+oracle applies the classification rule and the check order of docs/protocol.md (-32602 for
+missing _meta keys, -32022 for another version, -32601 for methods that revision lacks, never
+"id": null). Ids are expected back exactly as written, also past 64 bits.
+
 Only read-only tools are ever called (workspace_info, read, find, operation_status,
 process_status, and unknown names): a mutated envelope can never start a process or write.
 
@@ -75,9 +80,10 @@ def depth_of(text):
 
 
 def _int(s):
-    # jansson refuses integers past int64; the server then reads the message again with them
-    # clamped (cs_json_clamp_numbers), so they arrive as the int64 bounds.
-    return max(INT64_MIN, min(INT64_MAX, int(s)))
+    # jansson refuses integers past int64 (the server then reads the message again with them
+    # clamped), but every reply carries the request's id token as written: ids come back exact.
+    # Elsewhere the oracle never looks at a number's value.
+    return int(s)
 
 
 def _float(s):
@@ -129,6 +135,28 @@ def valid_id(v):
     return isinstance(v, str) or (isinstance(v, int) and not isinstance(v, bool))
 
 
+ABSENT = object()  # a reply with no "id" member at all (2026-07-28, id unreadable)
+MODERN = "2026-07-28"
+META_VERSION = "io.modelcontextprotocol/protocolVersion"
+META_CAPS = "io.modelcontextprotocol/clientCapabilities"
+META_LOGLEVEL = "io.modelcontextprotocol/logLevel"
+
+
+def is_modern(msg):
+    """docs/protocol.md's rule on stdio: server/discover, or params._meta names a version."""
+    if msg.get("method") == "server/discover":
+        return True
+    params = msg.get("params")
+    meta = params.get("_meta") if isinstance(params, dict) else None
+    return isinstance(meta, dict) and META_VERSION in meta
+
+
+def modern_result(res):
+    return isinstance(res, dict) and res.get("resultType") == "complete" and \
+        res.get("_meta", {}).get("io.modelcontextprotocol/serverInfo", {}).get("name") == \
+        "codespace"
+
+
 class Reply:
     """One expected reply: a result (check(result) must hold) or an error with code."""
 
@@ -136,9 +164,12 @@ class Reply:
         self.rid, self.code, self.check, self.what = rid, code, check, what
 
     def matches(self, r):
-        if not isinstance(r, dict) or r.get("jsonrpc") != "2.0" or "id" not in r:
+        if not isinstance(r, dict) or r.get("jsonrpc") != "2.0":
             return False
-        if r["id"] != self.rid or type(r["id"]) is not type(self.rid):
+        if self.rid is ABSENT:
+            if "id" in r:
+                return False
+        elif "id" not in r or r["id"] != self.rid or type(r["id"]) is not type(self.rid):
             return False
         if self.code is not None:
             err = r.get("error")
@@ -174,13 +205,43 @@ def is_tool_result(res):
             and isinstance(res.get("isError", False), bool))
 
 
-def expect_one(msg, state):
+def expect_modern(msg, rid, method):
+    """The expected reply to a well-formed 2026-07-28 request (stdio: no header checks)."""
+    params = msg.get("params")
+    meta = params.get("_meta") if isinstance(params, dict) else None
+    meta = meta if isinstance(meta, dict) else {}
+    if not isinstance(params, dict) or not isinstance(meta.get(META_VERSION), str) \
+            or not isinstance(meta.get(META_CAPS), dict):
+        return Reply(rid, -32602, what=" (2026 _meta)")
+    if meta[META_VERSION] != MODERN:
+        return Reply(rid, -32022, check=None, what=" (2026 version %r)" % meta[META_VERSION][:20])
+    if method not in ("server/discover", "tools/list", "tools/call"):
+        return Reply(rid, -32601, what=" (2026 method %r)" % method[:40])
+    if META_LOGLEVEL in meta and meta[META_LOGLEVEL] not in LEVELS:
+        return Reply(rid, -32602, what=" (2026 logLevel)")
+    if method == "server/discover":
+        return Reply(rid, check=lambda res: modern_result(res)
+                     and res.get("supportedVersions", [None])[0] == MODERN
+                     and isinstance(res.get("ttlMs"), int), what=" (discover)")
+    if method == "tools/list":
+        return Reply(rid, check=lambda res: modern_result(res)
+                     and [t.get("name") for t in res.get("tools", [])] == e2e.TOOLS
+                     and res.get("cacheScope") in ("public", "private"), what=" (2026 tools/list)")
+    name = params.get("name")
+    if not isinstance(name, str) or name not in e2e.TOOLS:
+        return Reply(rid, -32602, what=" (2026 tool name)")
+    return Reply(rid, check=lambda res: is_tool_result(res) and modern_result(res),
+                 what=" (2026 tool result)")
+
+
+def expect_one(msg, state, in_batch=False):
     """The expected reply (Reply/Either) to one parsed message, or None for no reply."""
     if not isinstance(msg, dict):
         return Reply(None, -32600)
+    modern = not in_batch and is_modern(msg)
     rid = msg.get("id")
     rid_ok = "id" in msg and valid_id(rid)
-    echo = rid if rid_ok else None
+    echo = rid if rid_ok else (ABSENT if modern else None)
     if msg.get("jsonrpc") != "2.0":
         return Reply(echo, -32600, what=" (jsonrpc)")
     if "method" not in msg:
@@ -195,7 +256,9 @@ def expect_one(msg, state):
     if "id" not in msg:
         return None  # a notification
     if not rid_ok:
-        return Reply(None, -32600, what=" (id type)")
+        return Reply(echo, -32600, what=" (id type)")
+    if modern:
+        return expect_modern(msg, rid, method)
     params = msg.get("params") if isinstance(msg.get("params"), dict) else {}
     if method == "initialize":
         # The session is initialized already: the contract does not say whether a second
@@ -243,7 +306,7 @@ def expect(line, state):
         elif not msg:
             outcomes.append(Reply(None, -32600, what=" (empty batch)"))
         else:
-            each = [e for e in (expect_one(m, state) for m in msg) if e is not None]
+            each = [e for e in (expect_one(m, state, True) for m in msg) if e is not None]
             outcomes.append(each if each else None)
     else:
         outcomes.append(expect_one(msg, state))
@@ -295,8 +358,30 @@ def rand_id(rng):
 
 def base_message(rng):
     """A well-formed envelope (object) that the oracle can reason about."""
-    kind = rng.randrange(12)
+    kind = rng.randrange(16)
     rid = rng.choice([rng.randint(0, 10 ** 6), "r-%d" % rng.randint(0, 10 ** 6)])
+    if kind >= 12:
+        # 2026-07-28: usually a complete _meta, sometimes a key missing or another version.
+        meta = {META_VERSION: MODERN, META_CAPS: {}}
+        op = rng.randrange(8)
+        if op == 0:
+            del meta[rng.choice([META_VERSION, META_CAPS])]
+        elif op == 1:
+            meta[META_VERSION] = rng.choice(["2025-11-25", "v999.0.0", "", 2026, None])
+        elif op == 2:
+            meta[META_LOGLEVEL] = rng.choice(LEVELS + ["loud", 3, None])
+        elif op == 3:
+            meta[META_CAPS] = rng.choice([[], None, {"sampling": {}}])
+        method = rng.choice(["server/discover", "tools/list", "tools/call", "tools/call", "ping",
+                             "initialize", "logging/setLevel", "prompts/list", "x/y"])
+        params = {"_meta": meta}
+        if method == "tools/call":
+            params["name"] = rng.choice(SAFE_TOOLS + ["no_such_tool"])
+            params["arguments"] = rng.choice([{}, {"workspace_id": "default"},
+                                              {"path": "hello.txt", "workspace_id": "default"}])
+        if method == "logging/setLevel":
+            params["level"] = "info"
+        return {"jsonrpc": "2.0", "id": rid, "method": method, "params": params}
     if kind == 0:
         return {"jsonrpc": "2.0", "id": rid, "method": "ping"}
     if kind == 1:
@@ -576,7 +661,7 @@ def run(seed, count, max_seconds, verbose):
     for line, outcomes, replies, why in failures[:15]:
         print("MISMATCH (%s)\n  line:     %r\n  expected: %s\n  got:      %s"
               % (why, line[:300], " | ".join(repr(o) for o in outcomes),
-                 json.dumps(replies)[:400]))
+                 json.dumps(replies, default=repr)[:400]))
     if len(failures) > 15:
         print("... and %d more mismatches" % (len(failures) - 15))
     if failures or verbose:

@@ -93,7 +93,9 @@ def is_jsonrpc_message(msg):
         return False
     if "method" in msg:
         return isinstance(msg["method"], str)
-    if "id" not in msg or (("result" in msg) == ("error" in msg)):
+    if ("result" in msg) == ("error" in msg):
+        return False
+    if "id" not in msg and "error" not in msg:  # 2026-07-28: an error whose id was unreadable
         return False
     if "error" in msg:
         err = msg["error"]

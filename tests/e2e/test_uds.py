@@ -561,8 +561,16 @@ class WorkerCase(unittest.TestCase):
         resp = c.recv()
         self.assertEqual(resp["result"]["data"], {"found": True, "killed": True})
         self.assertTrue(tp.wait_until(lambda: not tp.pids_with(arg2), 3.0 * SLOW))
-        st = c.call("rrpc-8", "process_status", {"process_id": d2["process_id"]})
-        self.assertEqual(st["result"]["data"]["termination"], "terminated", st)
+        # Gone from /proc before the worker's loop has reaped it: poll its status until it has.
+        n = [0]
+
+        def status():
+            n[0] += 1
+            return c.call("rrpc-8-%d" % n[0], "process_status",
+                          {"process_id": d2["process_id"]})["result"]["data"]
+        self.assertTrue(tp.wait_until(lambda: "termination" in status(), 3.0 * SLOW))
+        st = status()
+        self.assertEqual(st["termination"], "terminated", st)
         # The process alone (its exec already answered): killed.
         resp = c.call("rrpc-9", "cancel", {"process_id": d["process_id"]})
         self.assertEqual(resp["result"]["data"], {"found": False, "killed": True})

@@ -5,6 +5,7 @@
  */
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -493,6 +494,202 @@ static void test_names_with_nul_or_cut_utf8(void **state)
     assert_int_equal(json_integer_value(json_object_get(r, "id")), 3);
 }
 
+/* ---- 2026-07-28 (docs/protocol.md) ---- */
+
+#define META_OK                                                                                    \
+    "\"_meta\":{\"io.modelcontextprotocol/protocolVersion\":\"2026-07-28\","                       \
+    "\"io.modelcontextprotocol/clientCapabilities\":{}}"
+
+static char last_text[4096];
+
+static void text_cb(void *arg, json_t *reply, const char *text, size_t len)
+{
+    (void)arg;
+    assert_true(nreplies < 16);
+    snprintf(last_text, sizeof last_text, "%.*s", (int)len, text ? text : "");
+    replies[nreplies++] = reply ? reply : json_null();
+}
+
+/* Sends text with hdr (NULL: stdio) and returns the one immediate reply (borrowed). */
+static json_t *ask_hdr(const char *text, const struct cs_mcp_headers *hdr)
+{
+    reset();
+    struct cs_mcp_msg *m = cs_mcp_msg_parse(text, strlen(text));
+    assert_non_null(m);
+    assert_null(cs_mcp_session_handle_msg(sess, m, hdr, text_cb, NULL));
+    assert_int_equal(nreplies, 1);
+    return replies[0];
+}
+
+static bool modern(const char *text, const struct cs_mcp_headers *hdr)
+{
+    struct cs_mcp_msg *m = cs_mcp_msg_parse(text, strlen(text));
+    assert_non_null(m);
+    bool yes = cs_mcp_msg_modern(m, hdr);
+    cs_mcp_msg_free(m);
+    return yes;
+}
+
+static void test_classification(void **state)
+{
+    (void)state;
+    struct cs_mcp_headers h26 = {"2026-07-28", NULL, NULL, 1, 0, 0};
+    struct cs_mcp_headers h26ws = {" 2026-07-28\t", NULL, NULL, 1, 0, 0};
+    struct cs_mcp_headers h25 = {"2025-11-25", NULL, NULL, 1, 0, 0};
+    struct cs_mcp_headers hbogus = {"bogus", NULL, NULL, 1, 0, 0};
+    const char *discover = "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"server/discover\"}";
+    const char *meta = "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\",\"params\":{\"_meta\":{"
+                       "\"io.modelcontextprotocol/protocolVersion\":\"1999\"}}}";
+    const char *plain = "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{}}";
+    const char *batch = "[{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"server/discover\"}]";
+    assert_true(modern(discover, NULL));
+    assert_true(modern(meta, NULL));
+    assert_false(modern(plain, NULL));
+    assert_true(modern(plain, &h26));
+    assert_true(modern(plain, &h26ws));
+    assert_false(modern(plain, &h25));
+    assert_false(modern(plain, &hbogus)); /* 2025 rules: not checked on initialize */
+    assert_false(modern(batch, &h26));    /* batches are never 2026 */
+    assert_false(modern("{nope", NULL));
+    assert_true(modern("{nope", &h26));
+    struct cs_mcp_msg *m = cs_mcp_msg_parse(plain, strlen(plain));
+    assert_true(cs_mcp_msg_is_initialize(m));
+    cs_mcp_msg_free(m);
+}
+
+static void test_modern_without_initialize(void **state)
+{
+    (void)state;
+    json_t *r = ask_hdr(
+        "{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"server/discover\",\"params\":{" META_OK "}}",
+        NULL);
+    const json_t *res = json_object_get(r, "result");
+    assert_string_equal(json_string_value(json_object_get(res, "resultType")), "complete");
+    assert_string_equal(
+        json_string_value(json_array_get(json_object_get(res, "supportedVersions"), 0)),
+        "2026-07-28");
+    assert_int_equal(json_integer_value(json_object_get(res, "ttlMs")), 3600000);
+    assert_non_null(
+        json_object_get(json_object_get(res, "_meta"), "io.modelcontextprotocol/serverInfo"));
+    r = ask_hdr("{\"jsonrpc\":\"2.0\",\"id\":8,\"method\":\"tools/list\",\"params\":{" META_OK "}}",
+                NULL);
+    res = json_object_get(r, "result");
+    assert_string_equal(json_string_value(json_object_get(res, "cacheScope")), "public");
+    assert_int_equal(json_array_size(json_object_get(res, "tools")), csw_tool_count);
+    /* The session is still not initialized: a 2025 request needs initialize. */
+    assert_false(cs_mcp_session_initialized(sess));
+    r = ask_hdr("{\"jsonrpc\":\"2.0\",\"id\":9,\"method\":\"tools/list\"}", NULL);
+    assert_int_equal(error_code(r), CS_JSONRPC_INVALID_REQUEST);
+}
+
+static void test_modern_check_order(void **state)
+{
+    (void)state;
+    struct cs_mcp_headers ok = {"2026-07-28", "tools/call", "t", 1, 1, 1};
+    const char *call = "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"tools/call\",\"params\":{"
+                       "\"name\":\"t\",\"arguments\":{}," META_OK "}}";
+    /* missing _meta keys first, even with a header mismatch */
+    struct cs_mcp_headers bad = {"2025-06-18", "x", NULL, 1, 1, 0};
+    json_t *r = ask_hdr(
+        "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"server/discover\",\"params\":{}}", &bad);
+    assert_int_equal(error_code(r), CS_JSONRPC_INVALID_PARAMS);
+    assert_int_equal(json_integer_value(json_object_get(r, "id")), 3);
+    r = ask_hdr(
+        "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"server/discover\",\"params\":{\"_meta\":"
+        "{\"io.modelcontextprotocol/protocolVersion\":\"2026-07-28\"}}}",
+        NULL);
+    assert_int_equal(error_code(r), CS_JSONRPC_INVALID_PARAMS);
+    /* then the version header against the body, before support */
+    r = ask_hdr(
+        "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"server/discover\",\"params\":{\"_meta\":{"
+        "\"io.modelcontextprotocol/protocolVersion\":\"v9\","
+        "\"io.modelcontextprotocol/clientCapabilities\":{}}}}",
+        &ok);
+    assert_int_equal(error_code(r), CS_JSONRPC_HEADER_MISMATCH);
+    struct cs_mcp_headers v9 = {"v9", "server/discover", NULL, 1, 1, 0};
+    r = ask_hdr(
+        "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"server/discover\",\"params\":{\"_meta\":{"
+        "\"io.modelcontextprotocol/protocolVersion\":\"v9\","
+        "\"io.modelcontextprotocol/clientCapabilities\":{}}}}",
+        &v9);
+    assert_int_equal(error_code(r), CS_JSONRPC_UNSUPPORTED_PROTOCOL);
+    const json_t *data = json_object_get(json_object_get(r, "error"), "data");
+    assert_string_equal(json_string_value(json_object_get(data, "requested")), "v9");
+    assert_string_equal(json_string_value(json_array_get(json_object_get(data, "supported"), 0)),
+                        "2026-07-28");
+    /* then Mcp-Method and Mcp-Name */
+    struct cs_mcp_headers nomethod = {"2026-07-28", NULL, "t", 1, 0, 1};
+    assert_int_equal(error_code(ask_hdr(call, &nomethod)), CS_JSONRPC_HEADER_MISMATCH);
+    struct cs_mcp_headers upper = {"2026-07-28", "TOOLS/CALL", "t", 1, 1, 1};
+    assert_int_equal(error_code(ask_hdr(call, &upper)), CS_JSONRPC_HEADER_MISMATCH);
+    struct cs_mcp_headers noname = {"2026-07-28", "tools/call", NULL, 1, 1, 0};
+    assert_int_equal(error_code(ask_hdr(call, &noname)), CS_JSONRPC_HEADER_MISMATCH);
+    struct cs_mcp_headers wrong = {"2026-07-28", "tools/call", "u", 1, 1, 1};
+    assert_int_equal(error_code(ask_hdr(call, &wrong)), CS_JSONRPC_HEADER_MISMATCH);
+    struct cs_mcp_headers badb64 = {"2026-07-28", "tools/call", "=?base64?dA?=", 1, 1, 1};
+    assert_int_equal(error_code(ask_hdr(call, &badb64)), CS_JSONRPC_HEADER_MISMATCH);
+    struct cs_mcp_headers ctl = {"2026-07-28", "tools/call", "t\x01", 1, 1, 1};
+    assert_int_equal(error_code(ask_hdr(call, &ctl)), CS_JSONRPC_HEADER_MISMATCH);
+    /* accepted forms: trimmed, Base64 ("t" is dA==); the unknown tool then answers -32602 */
+    struct cs_mcp_headers spaces = {" 2026-07-28 ", " tools/call\t", "  t  ", 1, 1, 1};
+    assert_int_equal(error_code(ask_hdr(call, &spaces)), CS_JSONRPC_INVALID_PARAMS);
+    struct cs_mcp_headers b64 = {"2026-07-28", "tools/call", "=?base64?dA==?=", 1, 1, 1};
+    assert_int_equal(error_code(ask_hdr(call, &b64)), CS_JSONRPC_INVALID_PARAMS);
+    /* removed methods, then the log level */
+    r = ask_hdr("{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"ping\",\"params\":{" META_OK "}}",
+                NULL);
+    assert_int_equal(error_code(r), CS_JSONRPC_METHOD_NOT_FOUND);
+    r = ask_hdr("{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"tools/list\",\"params\":{\"_meta\":{"
+                "\"io.modelcontextprotocol/protocolVersion\":\"2026-07-28\","
+                "\"io.modelcontextprotocol/clientCapabilities\":{},"
+                "\"io.modelcontextprotocol/logLevel\":\"loud\"}}}",
+                NULL);
+    assert_int_equal(error_code(r), CS_JSONRPC_INVALID_PARAMS);
+    /* a NUL inside the method name is another method */
+    r = ask_hdr(
+        "{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"tools/list\\u0000\",\"params\":{" META_OK "}}",
+        NULL);
+    assert_int_equal(error_code(r), CS_JSONRPC_METHOD_NOT_FOUND);
+    /* never "id": null under 2026 */
+    r = ask_hdr("{\"jsonrpc\":\"2.0\",\"id\":null,\"method\":\"tools/list\",\"params\":{" META_OK
+                "}}",
+                NULL);
+    assert_int_equal(error_code(r), CS_JSONRPC_INVALID_REQUEST);
+    assert_null(json_object_get(r, "id"));
+}
+
+static void test_ids_echoed_as_written(void **state)
+{
+    (void)state;
+    static const char *const ids[] = {"9223372036854775808", "-9223372036854775809",
+                                      "12345678901234567890123", "-0", "\"\\u0041\""};
+    init("2025-03-26");
+    for (size_t i = 0; i < sizeof ids / sizeof ids[0]; i++) {
+        char msg[256], want[128];
+        snprintf(msg, sizeof msg, "{\"jsonrpc\":\"2.0\",\"method\":\"ping\",\"id\":%s}", ids[i]);
+        snprintf(want, sizeof want, "{\"jsonrpc\":\"2.0\",\"id\":%s,\"result\":{}}", ids[i]);
+        ask_hdr(msg, NULL);
+        assert_string_equal(last_text, want);
+        snprintf(msg, sizeof msg,
+                 "{\"jsonrpc\":\"2.0\",\"method\":\"tools/list\",\"id\":%s,\"params\":{" META_OK
+                 "}}",
+                 ids[i]);
+        ask_hdr(msg, NULL);
+        snprintf(want, sizeof want, "{\"jsonrpc\":\"2.0\",\"id\":%s,\"result\":", ids[i]);
+        assert_memory_equal(last_text, want, strlen(want));
+    }
+    ask_hdr("[{\"jsonrpc\":\"2.0\",\"method\":\"ping\",\"id\":99999999999999999999},"
+            "{\"jsonrpc\":\"2.0\",\"method\":\"ping\",\"id\":-1}]",
+            NULL);
+    assert_string_equal(last_text,
+                        "[{\"jsonrpc\":\"2.0\",\"id\":99999999999999999999,\"result\":{}},"
+                        "{\"jsonrpc\":\"2.0\",\"id\":-1,\"result\":{}}]");
+    /* not an integer: not an id */
+    ask_hdr("{\"jsonrpc\":\"2.0\",\"method\":\"ping\",\"id\":1e400}", NULL);
+    assert_string_equal(last_text, "{\"jsonrpc\":\"2.0\",\"id\":null,\"error\":{\"code\":-32600,"
+                                   "\"message\":\"\\\"id\\\" must be a string or an integer\"}}");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -509,6 +706,10 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_session_freed_while_pending, setup, teardown),
         cmocka_unit_test_setup_teardown(test_batches, setup, teardown),
         cmocka_unit_test_setup_teardown(test_names_with_nul_or_cut_utf8, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_classification, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_modern_without_initialize, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_modern_check_order, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_ids_echoed_as_written, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
