@@ -1,7 +1,9 @@
 /*
  * libFuzzer harness for the MCP core: arbitrary bytes as one JSON-RPC message (or batch) to an
  * initialized session, then the same bytes again as a second message of a session on the batch
- * version (2025-03-26). Every tool answers through the generated decoders.
+ * version (2025-03-26), then as a first message with no handshake, the way a 2026-07-28 request
+ * arrives (classified by its own _meta; over stdio, and with HTTP routing headers that may or may
+ * not match it). Every tool answers through the generated decoders.
  *
  * Invariants (docs/security-model.md M1, M2): no input crashes or leaks; every handled message
  * is answered exactly once (a reply or "no reply"); every reply is a JSON-RPC 2.0 object or a
@@ -69,6 +71,21 @@ static void run(struct cs_mcp *srv, const char *version, const uint8_t *data, si
     cs_mcp_session_free(s);
 }
 
+/* No initialize: a 2026-07-28 request needs none, anything else gets the 2025 answer. */
+static void run_modern(struct cs_mcp *srv, const struct cs_mcp_headers *hdr, const uint8_t *data,
+                       size_t size)
+{
+    struct cs_mcp_session *s = cs_mcp_session_new(srv);
+    struct cs_mcp_msg *m = cs_mcp_msg_parse((const char *)data, size);
+    if (!s || !m)
+        abort();
+    (void)cs_mcp_msg_modern(m, hdr);
+    replies = 0;
+    if (cs_mcp_session_handle_msg(s, m, hdr, on_reply, NULL) != NULL || replies != 1)
+        abort();
+    cs_mcp_session_free(s);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     static struct cs_mcp *srv;
@@ -76,5 +93,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         abort();
     run(srv, "2025-11-25", data, size);
     run(srv, "2025-03-26", data, size);
+    run_modern(srv, NULL, data, size);
+    /* The headers a 2026 HTTP client sends for a tools/call of read: they match some inputs and
+     * contradict the rest. */
+    struct cs_mcp_headers hdr = {.version = "2026-07-28",
+                                 .method = "tools/call",
+                                 .name = "read",
+                                 .has_version = 1,
+                                 .has_method = 1,
+                                 .has_name = 1};
+    run_modern(srv, &hdr, data, size);
     return 0;
 }
