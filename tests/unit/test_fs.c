@@ -219,8 +219,8 @@ struct glob_case {
     bool match;
 };
 
-/* The deny matcher (contract.md section 7): gitignore anchoring, "**", trailing slash (alone or after "**"),
- * dotfiles, ancestors, byte-wise and case-sensitive. */
+/* The deny matcher (contract.md section 7): gitignore anchoring, "**", trailing slash (alone or
+ * after "**"), dotfiles, ancestors, byte-wise and case-sensitive. */
 static void test_deny_table(void **state)
 {
     (void)state;
@@ -345,8 +345,8 @@ static void test_deny_read_find(void **state)
     free(masks);
 
     struct csw_mcp_read_input in = {.limit = 100};
-    static const char *const denied[] = {".env", "./.env", "sub/../.env", "sub/.env", "nope/.env",
-                                         "k.pem", ".env/"};
+    static const char *const denied[] = {".env",      "./.env", "sub/../.env", "sub/.env",
+                                         "nope/.env", "k.pem",  ".env/"};
     for (size_t i = 0; i < sizeof denied / sizeof *denied; i++) {
         in.path = (struct cs_str){(char *)denied[i], strlen(denied[i])};
         struct csw_mcp_read_output out;

@@ -267,9 +267,10 @@ static void parse_leading_ws_before_headers(void **state)
               "line 6: expected \"@@\", \"*** Add File: \", \"*** Delete File: \", \"*** Update "
               "File: \" or \"*** End Patch\" after \"*** End of File\", got \" *** Add File: d\"");
     /* Only operation headers: other markers keep their rules. */
-    parse_err(BEGIN " *** Move to: x\n" END,
-              "line 2: expected \"*** Add File: \", \"*** Delete File: \", \"*** Update File: \" or "
-              "\"*** End Patch\", got \" *** Move to: x\"");
+    parse_err(
+        BEGIN " *** Move to: x\n" END,
+        "line 2: expected \"*** Add File: \", \"*** Delete File: \", \"*** Update File: \" or "
+        "\"*** End Patch\", got \" *** Move to: x\"");
 }
 
 static void parse_no_final_newline(void **state)
