@@ -120,6 +120,29 @@ static int check_common(const struct cs_str *root, const struct cs_str *cwd,
     return 0;
 }
 
+/* deny_mask: workspace-relative paths in normal form (no leading '/', no empty, "." or ".."
+ * component, no NUL); the helper walks each without following links. */
+static int check_deny_mask(const struct cs_str *v, size_t n, char *err, size_t cap)
+{
+    for (size_t i = 0; i < n; i++) {
+        const struct cs_str *p = &v[i];
+        bool ok = !has_nul(p) && p->n > 0 && p->n < PATH_MAX - 64 && p->s[0] != '/' &&
+                  p->s[p->n - 1] != '/';
+        for (const char *c = p->s; ok;) {
+            const char *e = strchr(c, '/');
+            size_t l = e ? (size_t)(e - c) : strlen(c);
+            if (l == 0 || (l == 1 && c[0] == '.') || (l == 2 && c[0] == '.' && c[1] == '.'))
+                ok = false;
+            if (!e)
+                break;
+            c = e + 1;
+        }
+        if (!ok)
+            return fail(err, cap, "deny_mask[%zu] is not a normalised relative path", i);
+    }
+    return 0;
+}
+
 static int check_env_entry(const struct cs_str *k, const struct cs_str *v, char *err, size_t cap)
 {
     if (k->n == 0 || has_nul(k) || strchr(k->s, '='))
@@ -149,6 +172,8 @@ int cs_sbx_plan_parse(const char *buf, size_t n, struct csw_sandbox_plan *out, c
                           out->has_network_allow ? out->network_allow.n : 0, err, errcap);
     for (size_t i = 0; rc == 0 && i < out->env.n; i++)
         rc = check_env_entry(&out->env.v[i].key, &out->env.v[i].value, err, errcap);
+    if (rc == 0 && out->has_deny_mask)
+        rc = check_deny_mask(out->deny_mask.v, out->deny_mask.n, err, errcap);
     if (rc < 0)
         csw_sandbox_plan_free(out);
     return rc;
@@ -359,6 +384,8 @@ int cs_sbx_prepare_request(const struct csw_sandbox_prepare_request *q, char **p
                           q->has_network_allow ? q->network_allow.n : 0, err, cap);
     for (size_t i = 0; rc == 0 && i < q->env.n; i++)
         rc = check_env_entry(&q->env.v[i].key, &q->env.v[i].value, err, cap);
+    if (rc == 0 && q->has_deny_mask)
+        rc = check_deny_mask(q->deny_mask.v, q->deny_mask.n, err, cap);
     if (rc == 0)
         rc = check_fs(q, err, cap);
     if (rc < 0)
@@ -376,6 +403,9 @@ int cs_sbx_prepare_request(const struct csw_sandbox_prepare_request *q, char **p
     p.has_network_allow = q->has_network_allow;
     p.network_allow.v = q->network_allow.v;
     p.network_allow.n = q->network_allow.n;
+    p.has_deny_mask = q->has_deny_mask;
+    p.deny_mask.v = q->deny_mask.v;
+    p.deny_mask.n = q->deny_mask.n;
     p.tty = q->tty;
     p.has_workspace_fd = q->has_workspace_fd;
     p.workspace_fd = q->workspace_fd;

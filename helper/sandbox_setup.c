@@ -282,6 +282,79 @@ static void mask_secrets(void)
 /* fd 0 was opened in the caller's mount namespace, so it cannot be a bind source here; its path
  * in our copy of that namespace can, once it is checked to be the same inode. Best effort: a
  * terminal whose path does not resolve here just stays nameless. */
+/*
+ * The sandbox half of the deny rules (contract.md section 7): every path in the plan's deny_mask
+ * (resolved by the runner with the rules when the command starts) is covered by the empty
+ * read-only file or directory, inside the workspace attached at dst. Each path is reached by a
+ * no-follow walk from the attached workspace (O_PATH, O_NOFOLLOW per component, never the string
+ * resolved again), and the mask is bound onto that very descriptor through /proc/self/fd, so a
+ * symlink cannot redirect it. The mask sources are read-only mounts of their own, and a bind
+ * keeps its source's flags, so each mask is read-only from the start; every mask is read back
+ * (the path now opens to the mask, on a read-only mount). A path that has gone since the runner
+ * resolved it needs no mask; anything else unexpected stops the setup (fail closed).
+ */
+static int walk_nofollow(int dirfd, const char *rel)
+{
+    char buf[PATH_MAX];
+    if (snprintf(buf, sizeof buf, "%s", rel) >= (int)sizeof buf)
+        cs_sbx_diex("deny_mask path too long");
+    int fd = dup(dirfd);
+    if (fd < 0)
+        cs_sbx_die("dup");
+    char *save = NULL;
+    for (char *c = strtok_r(buf, "/", &save); c; c = strtok_r(NULL, "/", &save)) {
+        int nfd = openat(fd, c, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+        int e = errno;
+        close(fd);
+        if (nfd < 0) {
+            if (e == ENOENT)
+                return -1;
+            cs_sbx_diex("deny mask %s: %s", rel, strerror(e));
+        }
+        fd = nfd;
+    }
+    return fd;
+}
+
+static void mask_workspace(const char *dst, const struct csw_sandbox_plan *plan)
+{
+    if (!plan->has_deny_mask || plan->deny_mask.n == 0)
+        return;
+    struct stat mf, md;
+    if (stat("/mask-file", &mf) < 0 || stat("/mask-dir", &md) < 0)
+        cs_sbx_die("stat mask sources");
+    int wfd = open(dst, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (wfd < 0)
+        cs_sbx_diex("open the attached workspace: %s", strerror(errno));
+    for (size_t i = 0; i < plan->deny_mask.n; i++) {
+        const char *rel = plan->deny_mask.v[i].s;
+        int fd = walk_nofollow(wfd, rel);
+        if (fd < 0)
+            continue; /* gone since the runner resolved it: nothing to hide */
+        struct stat st;
+        if (fstat(fd, &st) < 0)
+            cs_sbx_die("fstat deny mask");
+        if (!S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)) {
+            close(fd); /* a link or special file now: the walk never reads through it */
+            continue;
+        }
+        bool dir = S_ISDIR(st.st_mode);
+        char target[64];
+        snprintf(target, sizeof target, "/oldroot/proc/self/fd/%d", fd);
+        xmount(dir ? "/mask-dir" : "/mask-file", target, NULL, MS_BIND, NULL);
+        close(fd);
+        /* read back: the name now reaches the mask, and the mask is read-only */
+        fd = walk_nofollow(wfd, rel);
+        struct statvfs sv;
+        const struct stat *want = dir ? &md : &mf;
+        if (fd < 0 || fstat(fd, &st) < 0 || fstatvfs(fd, &sv) < 0 || st.st_dev != want->st_dev ||
+            st.st_ino != want->st_ino || !(sv.f_flag & ST_RDONLY))
+            cs_sbx_diex("deny mask %s did not hold", rel);
+        close(fd);
+    }
+    close(wfd);
+}
+
 static void bind_terminal(void)
 {
     struct stat fdst, pst;
@@ -357,6 +430,11 @@ void cs_sbx_setup_filesystem(const struct csw_sandbox_plan *plan, const struct c
     xmkdir("oldroot", 0755);
     xcreate("mask-file", 0444);
     xmkdir("mask-dir", 0555);
+    /* Read-only mounts of their own: every bind of them (the deny masks) is read-only too. */
+    xmount("mask-file", "mask-file", NULL, MS_BIND, NULL);
+    remount_with("mask-file", MS_RDONLY | MS_NOSUID | MS_NODEV);
+    xmount("mask-dir", "mask-dir", NULL, MS_BIND, NULL);
+    remount_with("mask-dir", MS_RDONLY | MS_NOSUID | MS_NODEV);
     xmount("tmpfs", "newroot", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755");
     if (syscall(SYS_pivot_root, ".", "oldroot") < 0)
         cs_sbx_die("pivot_root (base)");
@@ -397,6 +475,7 @@ void cs_sbx_setup_filesystem(const struct csw_sandbox_plan *plan, const struct c
         cs_sbx_diex("workspace path too long");
     mkdir_p(dst);
     bind_workspace(plan->workspace_root.s, dst, plan->writable_workspace, ids);
+    mask_workspace(dst, plan);
 
     setup_proc();
 

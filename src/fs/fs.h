@@ -143,6 +143,81 @@ int cs_fs_find_at(int rootfd, const struct csw_mcp_find_input *in, size_t walk_c
  */
 bool cs_fs_glob_match(const char *glob, size_t glob_n, const char *path, size_t path_n);
 
+/* ---- deny rules (contract.md section 7; fs_deny.c) ---- */
+
+#define CS_FS_DENY_MAX_RULES 1024    /* rules per workspace */
+#define CS_FS_DENY_SCAN_CAP  100000  /* entries one identity scan looks at */
+#define CS_FS_DENY_MAX_MASKS 4096    /* paths one spawn may mask (the plan's maxItems) */
+#define CS_FS_DENY_MAX_IDS   1048576 /* identities remembered per workspace */
+
+/*
+ * Whether rule (n bytes, as the registry gives it) is a deny rule this matcher accepts: not
+ * empty, no NUL, valid UTF-8, at most CS_FS_PATH_MAX bytes, no leading '!' (gitignore's negation
+ * is not supported), no empty, "." or ".." component, every '[' closed within its segment, no
+ * lone trailing '\', and something left once the anchoring '/' and the trailing "/" or '/' followed
+ * by "**" are taken off. Returns true, or false with *why (may be NULL) a static reason. Pure.
+ */
+bool cs_fs_deny_rule_valid(const char *rule, size_t n, const char **why);
+
+/*
+ * Whether the normalised relative path (path_n bytes, not "") is denied by the valid rule:
+ * the path itself or one of its ancestors matches it, gitignore-style. A rule with no '/' except
+ * a trailing one matches a component at any depth ("*.pem", ".env", "secrets/"); any other '/'
+ * anchors it at the root ("config/local.json", "/build", "**" + "/x"); a trailing "/" or '/'
+ * followed by "**" covers the whole tree below (and, since a path's ancestors count, the directory
+ * itself). Globs are find's (cs_fs_glob_match: '*' and '?' within a segment, "**" across, classes);
+ * '*' matches a leading dot. Byte-wise and case-sensitive. Pure; no allocation.
+ */
+bool cs_fs_deny_rule_match(const char *rule, size_t rule_n, const char *path, size_t path_n);
+
+/*
+ * A workspace's deny rules and its identity memory: the (device, inode) of every denied file
+ * or directory seen so far (at the first operation, at each spawn, at each listing), so that a
+ * file renamed or hard-linked by a command stays denied (contract.md section 7). The memory is
+ * shared by the file-work threads: every call here is thread-safe.
+ */
+struct cs_fs_deny;
+
+/* Compiles n valid rules (cs_fs_deny_rule_valid; n <= CS_FS_DENY_MAX_RULES). Returns the new
+ * object (free it with cs_fs_deny_free), or NULL on OOM or an invalid rule. */
+struct cs_fs_deny *cs_fs_deny_new(const struct cs_str *rules, size_t n);
+void cs_fs_deny_free(struct cs_fs_deny *d);
+
+/* The rule (NUL-terminated, as given; borrowed for d's life) denying the normalised path rel, or
+ * NULL. d may be NULL (no rules). */
+const char *cs_fs_deny_path(const struct cs_fs_deny *d, const char *rel, size_t rel_n);
+
+/* Whether the file st describes has a remembered denied identity. d may be NULL. */
+bool cs_fs_deny_known(struct cs_fs_deny *d, const struct stat *st);
+/* Remembers st's identity as denied (quietly nothing once CS_FS_DENY_MAX_IDS are held). */
+void cs_fs_deny_remember(struct cs_fs_deny *d, const struct stat *st);
+
+/*
+ * The spawn-time (and first-use) scan: walks the tree under rootfd without following links,
+ * at most CS_FS_DENY_SCAN_CAP entries, remembering the identity of every denied entry and of
+ * everything below a denied directory. When masks is not NULL it receives the paths to mask in
+ * the sandbox: each topmost denied file or directory, and every other regular file whose
+ * identity is remembered (a hard link of a denied file); *n_masks their number. Returns 0 (the
+ * caller frees each string and the array), CSW_ERROR_FILE_OPERATION_FAILED when the root cannot
+ * be read or more than CS_FS_DENY_MAX_MASKS paths would need a mask (msg says so: the spawn must
+ * fail closed), or CSW_ERROR_INTERNAL on OOM.
+ */
+int cs_fs_deny_scan(struct cs_fs_deny *d, int rootfd, char ***masks, size_t *n_masks, char *msg,
+                    size_t msg_cap);
+
+/*
+ * read and find with deny rules (d may be NULL: none): read answers CSW_ERROR_PATH_DENIED for a
+ * denied path (after PATH_ESCAPE, before any file check: whether or not it exists) and for a file
+ * whose identity is remembered; find never lists a denied path or a remembered identity, never
+ * descends into a denied directory, and remembers the denied entries it meets.
+ */
+int cs_fs_read_deny(const char *root, struct cs_fs_deny *d, const struct csw_mcp_read_input *in,
+                    const struct cs_cancel *cancel, struct csw_mcp_read_output *out, char *msg,
+                    size_t msg_cap);
+int cs_fs_find_deny(const char *root, struct cs_fs_deny *d, const struct csw_mcp_find_input *in,
+                    size_t walk_cap, const struct cs_cancel *cancel,
+                    struct csw_mcp_find_output *out, char *msg, size_t msg_cap);
+
 /* ---- UTF-8 ---- */
 
 /*
@@ -165,6 +240,15 @@ bool cs__fs_utf8_valid(const char *s, size_t n);
 int cs__fs_clip(const char *s, size_t n, size_t max);
 /* snprintf into msg (may be NULL) that never leaves a truncated UTF-8 sequence at the end. */
 void cs__fs_msgf(char *msg, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/* find's glob engine, shared with the deny matcher: one glob segment against one path segment,
+ * and a glob's segments against a path's ("**" across segments). */
+bool cs__fs_seg_match(const unsigned char *p, size_t pn, const unsigned char *s, size_t sn);
+bool cs__fs_path_match(const unsigned char *g, size_t gn, const unsigned char *s, size_t sn);
+/* The PATH_DENIED check of a normalised path: 0, or CSW_ERROR_PATH_DENIED with msg naming the
+ * rule (never anything about the file). */
+int cs__fs_deny_check(const struct cs_fs_deny *d, const struct cs_fs_path *p, char *msg,
+                      size_t cap);
 
 /* ---- test hooks (internal) ---- */
 

@@ -90,7 +90,7 @@ static size_t class_match(const unsigned char *p, size_t n, uint32_t c, bool *hi
  * the last '*' only: everything between stars is matched at its leftmost position, which is
  * enough because a star matches any run. O(pn * sn).
  */
-static bool seg_match(const unsigned char *p, size_t pn, const unsigned char *s, size_t sn)
+bool cs__fs_seg_match(const unsigned char *p, size_t pn, const unsigned char *s, size_t sn)
 {
     size_t pi = 0, si = 0, star_p = NONE, star_s = 0;
     while (si < sn) {
@@ -160,7 +160,7 @@ static bool globstar(const unsigned char *g, size_t gn, size_t o, size_t e)
  * is a star over whole segments. Positions are byte offsets of segment starts; n + 1 means "no
  * segment left".
  */
-static bool path_match(const unsigned char *g, size_t gn, const unsigned char *s, size_t sn)
+bool cs__fs_path_match(const unsigned char *g, size_t gn, const unsigned char *s, size_t sn)
 {
     size_t gi = 0, si = 0, star_g = NONE, star_s = 0;
     while (si <= sn) {
@@ -174,7 +174,7 @@ static bool path_match(const unsigned char *g, size_t gn, const unsigned char *s
                 gi = star_g;
                 continue;
             }
-            if (seg_match(g + gi, ge - gi, s + si, se - si)) {
+            if (cs__fs_seg_match(g + gi, ge - gi, s + si, se - si)) {
                 gi = ge + 1;
                 si = se + 1;
                 ok = true;
@@ -213,7 +213,7 @@ bool cs_fs_glob_match(const char *glob, size_t glob_n, const char *path, size_t 
             }
         }
         size_t off = slash ? (size_t)(slash - s) + 1 : 0;
-        return seg_match(g, glob_n, s + off, path_n - off);
+        return cs__fs_seg_match(g, glob_n, s + off, path_n - off);
     }
     /* A leading "/" or "./" (any run of them) is the root itself: the path is anchored there. */
     for (;;) {
@@ -226,7 +226,7 @@ bool cs_fs_glob_match(const char *glob, size_t glob_n, const char *path, size_t 
     }
     if (glob_n == 0)
         return true; /* "/" or "./": everything below the root */
-    return path_match(g, glob_n, s, path_n);
+    return cs__fs_path_match(g, glob_n, s, path_n);
 }
 
 /* ---- walk ---- */
@@ -245,6 +245,7 @@ struct walk {
     size_t files, dirs, bytes;
     bool incomplete;
     const struct cs_cancel *cancel; /* polled before every directory entry */
+    struct cs_fs_deny *deny;        /* NULL: no deny rules */
 };
 
 /* Grows *v (elements of size sz) to hold at least need; returns false on OOM. */
@@ -405,6 +406,20 @@ static int read_dir(struct walk *w, const char *rel, size_t len, char *msg, size
         memcpy(path + base, name, nl + 1);
         size_t plen = base + nl;
         int r = 0;
+        if (w->deny != NULL) {
+            /* Never listed, never descended into: a denied path, or a file whose identity was
+             * denied under another name. What is denied here is remembered (contract.md
+             * section 7: "at each listing"). */
+            struct stat st;
+            bool have = fstatat(dirfd(d), name, &st, AT_SYMLINK_NOFOLLOW) == 0;
+            if (cs_fs_deny_path(w->deny, path, plen) != NULL) {
+                if (have)
+                    cs_fs_deny_remember(w->deny, &st);
+                continue;
+            }
+            if (!have || cs_fs_deny_known(w->deny, &st))
+                continue;
+        }
         if (type == DT_DIR)
             r = push_dir(w, path, plen);
         else if (w->glob == NULL || cs_fs_glob_match(w->glob, w->glob_n, path, plen))
@@ -460,9 +475,9 @@ out:
     return ok ? 0 : -1;
 }
 
-int cs_fs_find_at(int rootfd, const struct csw_mcp_find_input *in, size_t walk_cap,
-                  const struct cs_cancel *cancel, struct csw_mcp_find_output *out, char *msg,
-                  size_t msg_cap)
+static int find_at(int rootfd, struct cs_fs_deny *deny, const struct csw_mcp_find_input *in,
+                   size_t walk_cap, const struct cs_cancel *cancel, struct csw_mcp_find_output *out,
+                   char *msg, size_t msg_cap)
 {
     int rc = 0;
     const char **sorted = NULL;
@@ -472,6 +487,7 @@ int cs_fs_find_at(int rootfd, const struct csw_mcp_find_input *in, size_t walk_c
     w.rootfd = rootfd;
     w.cap = walk_cap;
     w.cancel = cancel;
+    w.deny = deny;
     if (in->has_glob && in->glob.n > 0) {
         w.glob = in->glob.s;
         w.glob_n = in->glob.n;
@@ -556,6 +572,27 @@ out:
     free(w.arena);
     free(w.offs);
     free(sorted);
+    return rc;
+}
+
+int cs_fs_find_at(int rootfd, const struct csw_mcp_find_input *in, size_t walk_cap,
+                  const struct cs_cancel *cancel, struct csw_mcp_find_output *out, char *msg,
+                  size_t msg_cap)
+{
+    return find_at(rootfd, NULL, in, walk_cap, cancel, out, msg, msg_cap);
+}
+
+int cs_fs_find_deny(const char *root, struct cs_fs_deny *d, const struct csw_mcp_find_input *in,
+                    size_t walk_cap, const struct cs_cancel *cancel,
+                    struct csw_mcp_find_output *out, char *msg, size_t msg_cap)
+{
+    int rootfd = -1;
+    memset(out, 0, sizeof *out);
+    int rc = cs_fs_root_open(root, &rootfd, msg, msg_cap);
+    if (rc != 0)
+        return rc;
+    rc = find_at(rootfd, d, in, walk_cap, cancel, out, msg, msg_cap);
+    close(rootfd);
     return rc;
 }
 

@@ -495,8 +495,9 @@ out:
     return ok;
 }
 
-int cs_fs_read_at(int rootfd, const struct csw_mcp_read_input *in, const struct cs_cancel *cancel,
-                  struct csw_mcp_read_output *out, char *msg, size_t msg_cap)
+static int read_at(int rootfd, struct cs_fs_deny *deny, const struct csw_mcp_read_input *in,
+                   const struct cs_cancel *cancel, struct csw_mcp_read_output *out, char *msg,
+                   size_t msg_cap)
 {
     int rc;
     int fd = -1;
@@ -522,6 +523,8 @@ int cs_fs_read_at(int rootfd, const struct csw_mcp_read_input *in, const struct 
         goto out;
     }
     rc = cs_fs_path_normalize(in->path.s, in->path.n, &p, msg, msg_cap);
+    if (rc == 0)
+        rc = cs__fs_deny_check(deny, &p, msg, msg_cap); /* before any look at the file */
     if (rc != 0)
         goto out;
     struct timespec t0 = {0, 0}; /* no clock: nothing is remembered (every ctime is too new) */
@@ -530,6 +533,15 @@ int cs_fs_read_at(int rootfd, const struct csw_mcp_read_input *in, const struct 
     rc = cs_fs_open_beneath(rootfd, &p, CS_FS_WANT_FILE, &fd, &st, msg, msg_cap);
     if (rc != 0)
         goto out;
+    if (cs_fs_deny_known(deny, &st)) {
+        /* A denied file under another name: renamed or hard-linked since it was seen. */
+        cs__fs_msgf(msg, msg_cap,
+                    "path \"%.*s\" is denied: the file is one the workspace's deny rules matched "
+                    "under another name",
+                    cs__fs_clip(p.rel, p.len, 200), p.rel);
+        rc = CSW_ERROR_PATH_DENIED;
+        goto out;
+    }
     uint64_t offset = (uint64_t)in->offset;
     struct vc_snap snap;
     bool cached = vc_snapshot(&st, offset, (size_t)in->limit, &snap);
@@ -594,6 +606,33 @@ out:
     if (fd >= 0)
         close(fd);
     free(win);
+    return rc;
+}
+
+int cs_fs_read_at(int rootfd, const struct csw_mcp_read_input *in, const struct cs_cancel *cancel,
+                  struct csw_mcp_read_output *out, char *msg, size_t msg_cap)
+{
+    return read_at(rootfd, NULL, in, cancel, out, msg, msg_cap);
+}
+
+int cs_fs_read_deny(const char *root, struct cs_fs_deny *d, const struct csw_mcp_read_input *in,
+                    const struct cs_cancel *cancel, struct csw_mcp_read_output *out, char *msg,
+                    size_t msg_cap)
+{
+    int rootfd = -1;
+    memset(out, 0, sizeof *out);
+    /* PATH_DENIED does not depend on the root or the file: answer it before either is opened
+     * (read_at checks again, after the same normalisation, with the limit checks first). */
+    struct cs_fs_path p;
+    if (in->limit > 0 && in->limit <= CS_FS_READ_MAX_BYTES && in->offset >= 0 &&
+        cs_fs_path_normalize(in->path.s, in->path.n, &p, NULL, 0) == 0 &&
+        cs__fs_deny_check(d, &p, msg, msg_cap) != 0)
+        return CSW_ERROR_PATH_DENIED;
+    int rc = cs_fs_root_open(root, &rootfd, msg, msg_cap);
+    if (rc != 0)
+        return rc;
+    rc = read_at(rootfd, d, in, cancel, out, msg, msg_cap);
+    close(rootfd);
     return rc;
 }
 

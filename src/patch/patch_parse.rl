@@ -320,6 +320,22 @@ static int step(struct parser *ps, size_t no, size_t end_no, char *s, size_t n)
 {
     enum line_class cls = classify(s, n);
 
+    /* contract.md section 6: where no chunk is open (right after "*** Begin Patch", between
+     * operations, after an Add File body), leading white space before an operation header is
+     * tolerated, as models emit it and Codex's apply_patch accepts it. Inside a chunk such a
+     * line stays chunk content (a context line, or an error), never a header. */
+    if ((ps->st == ST_TOP || ps->st == ST_ADD) && n > 0 && is_ws(s[0])) {
+        size_t k = 0;
+        while (k < n && is_ws(s[k]))
+            k++;
+        enum line_class inner = classify(s + k, n - k);
+        if (is_op(inner)) {
+            s += k;
+            n -= k;
+            cls = inner;
+        }
+    }
+
     if (cls == L_END) {
         cs__patch_msg(ps->msg, ps->msg_cap,
                       "line %zu: \"*** End Patch\" before the end of the patch (it must be the "

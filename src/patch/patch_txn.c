@@ -68,6 +68,7 @@ struct undo {
 
 struct txn {
     int rootfd;
+    struct cs_fs_deny *deny; /* the workspace's deny rules and identity memory; NULL: none */
     struct item *items;
     size_t n_items;
     struct undo *undo;
@@ -256,14 +257,22 @@ static int hash(const char *data, size_t len, char out[VERSION_SIZE])
 
 /* Reads the regular file p whole (at most CS_PATCH_TXN_MAX_FILE bytes) with its mode and
  * version. *data is a new NUL-terminated buffer. */
-static int read_file(int rootfd, const struct cs_fs_path *p, char **data, size_t *len, mode_t *mode,
-                     char ver[VERSION_SIZE], char *msg, size_t cap)
+static int read_file(int rootfd, struct cs_fs_deny *deny, const struct cs_fs_path *p, char **data,
+                     size_t *len, mode_t *mode, char ver[VERSION_SIZE], char *msg, size_t cap)
 {
     int fd = -1;
     struct stat st;
     int rc = cs_fs_open_beneath(rootfd, p, CS_FS_WANT_FILE, &fd, &st, msg, cap);
     if (rc != 0)
         return rc;
+    if (cs_fs_deny_known(deny, &st)) { /* a denied file renamed or linked by a command */
+        msgf(msg, cap,
+             "%s is denied: it is a file the workspace's deny rules matched under "
+             "another name",
+             p->rel);
+        close(fd);
+        return CSW_ERROR_PATH_DENIED;
+    }
     char *buf = NULL;
     size_t n = 0, room = (size_t)st.st_size + 1;
     if ((uint64_t)st.st_size > CS_PATCH_TXN_MAX_FILE) {
@@ -389,9 +398,12 @@ static int probe(int rootfd, const struct cs_fs_path *p, bool *is_dir, char *msg
 }
 
 /* Normalises a patch path: fs rules, and it must name a file (no trailing "/", not the root). */
-static int norm(const char *s, size_t n, struct cs_fs_path *out, char *msg, size_t cap)
+static int norm(const struct cs_fs_deny *deny, const char *s, size_t n, struct cs_fs_path *out,
+                char *msg, size_t cap)
 {
     int rc = cs_fs_path_normalize(s, n, out, msg, cap);
+    if (rc == 0) /* PATH_DENIED before any other check of the path or the file */
+        rc = cs__fs_deny_check(deny, out, msg, cap);
     if (rc != 0)
         return rc;
     if (out->len == 0 || out->dir_only) {
@@ -563,7 +575,7 @@ static bool holds(int rootfd, const struct cs_fs_path *p, const char *data, size
     char *cur = NULL;
     size_t n = 0;
     mode_t m = 0;
-    if (read_file(rootfd, p, &cur, &n, &m, ver, msg, sizeof msg) != 0)
+    if (read_file(rootfd, NULL, p, &cur, &n, &m, ver, msg, sizeof msg) != 0)
         return false;
     bool same = n == len && m == (mode & 07777) && memcmp(cur, data, len) == 0;
     free(cur);
@@ -675,7 +687,7 @@ static int verify(struct txn *t, char *msg, size_t cap)
         size_t len;
         mode_t mode;
         char ver[VERSION_SIZE];
-        int rc = read_file(t->rootfd, &it->path, &data, &len, &mode, ver, msg, cap);
+        int rc = read_file(t->rootfd, NULL, &it->path, &data, &len, &mode, ver, msg, cap);
         free(data);
         if (rc != 0)
             return rc;
@@ -700,7 +712,8 @@ static int cancelled(const struct cs_cancel *cancel, char *msg, size_t cap)
     return CSW_ERROR_TIMEOUT;
 }
 
-static int check_versions(int rootfd, const struct csw_mcp_apply_patch_input *in,
+static int check_versions(int rootfd, struct cs_fs_deny *deny,
+                          const struct csw_mcp_apply_patch_input *in,
                           const struct cs_cancel *cancel, char *msg, size_t cap)
 {
     if (!in->has_expected_versions)
@@ -711,7 +724,7 @@ static int check_versions(int rootfd, const struct csw_mcp_apply_patch_input *in
         const struct csw_mcp_apply_patch_input_expected_versions_entry *e =
             &in->expected_versions.v[i];
         struct cs_fs_path p;
-        int rc = norm(e->key.s, e->key.n, &p, msg, cap);
+        int rc = norm(deny, e->key.s, e->key.n, &p, msg, cap);
         if (rc != 0)
             return rc;
         bool want_absent = e->value.n == 6 && memcmp(e->value.s, "absent", 6) == 0;
@@ -734,7 +747,7 @@ static int check_versions(int rootfd, const struct csw_mcp_apply_patch_input *in
         size_t len;
         mode_t mode;
         char ver[VERSION_SIZE];
-        rc = read_file(rootfd, &p, &data, &len, &mode, ver, msg, cap);
+        rc = read_file(rootfd, deny, &p, &data, &len, &mode, ver, msg, cap);
         free(data);
         if (rc != 0)
             return rc;
@@ -810,7 +823,7 @@ static int preflight(struct txn *t, const struct cs_patch *plan, const struct cs
         const struct cs_patch_op *op = &plan->ops[i];
         struct item *it = &t->items[i];
         it->op = op;
-        int rc = norm(op->path, op->path_len, &it->path, msg, cap);
+        int rc = norm(t->deny, op->path, op->path_len, &it->path, msg, cap);
         if (rc != 0)
             return rc;
         switch (op->kind) {
@@ -824,7 +837,7 @@ static int preflight(struct txn *t, const struct cs_patch *plan, const struct cs
             it->kind = CSW_PATCH_CHANGE_KIND_UPDATE;
             if (op->move_to != NULL) {
                 it->from = it->path;
-                rc = norm(op->move_to, op->move_to_len, &it->path, msg, cap);
+                rc = norm(t->deny, op->move_to, op->move_to_len, &it->path, msg, cap);
                 if (rc != 0)
                     return rc;
                 /* A move onto itself is an update. */
@@ -858,7 +871,8 @@ static int preflight(struct txn *t, const struct cs_patch *plan, const struct cs
             it->new_content[it->op->content_len] = '\0';
             it->new_len = it->op->content_len;
         } else {
-            rc = read_file(t->rootfd, src, &it->old, &it->old_len, &it->mode, it->before, msg, cap);
+            rc = read_file(t->rootfd, t->deny, src, &it->old, &it->old_len, &it->mode, it->before,
+                           msg, cap);
             if (rc != 0)
                 return rc;
             if (it->kind == CSW_PATCH_CHANGE_KIND_MOVE) {
@@ -966,14 +980,22 @@ int cs_patch_txn_apply(const char *root, const struct csw_mcp_apply_patch_input 
                        const struct cs_cancel *cancel, struct csw_mcp_apply_patch_output *out,
                        char *msg, size_t msg_cap)
 {
-    struct txn t = {.rootfd = -1};
+    return cs_patch_txn_apply_deny(root, NULL, in, cancel, out, msg, msg_cap);
+}
+
+int cs_patch_txn_apply_deny(const char *root, struct cs_fs_deny *deny,
+                            const struct csw_mcp_apply_patch_input *in,
+                            const struct cs_cancel *cancel, struct csw_mcp_apply_patch_output *out,
+                            char *msg, size_t msg_cap)
+{
+    struct txn t = {.rootfd = -1, .deny = deny};
     struct cs_patch *plan = NULL;
     int rc;
     memset(out, 0, sizeof *out);
     enum csw_patch_status status = CSW_PATCH_STATUS_APPLIED;
     rc = cs_fs_root_open(root, &t.rootfd, msg, msg_cap);
     if (rc == 0)
-        rc = check_versions(t.rootfd, in, cancel, msg, msg_cap);
+        rc = check_versions(t.rootfd, deny, in, cancel, msg, msg_cap);
     if (rc == 0) {
         int prc = cs_patch_parse(in->patch.s, in->patch.n, &plan, msg, msg_cap);
         if (prc == CS_PATCH_ERR_NOMEM)

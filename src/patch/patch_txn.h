@@ -54,4 +54,14 @@ int cs_patch_txn_begin(struct cs_store *store, const struct csw_mcp_apply_patch_
 int cs_patch_txn_apply(const char *root, const struct csw_mcp_apply_patch_input *in,
                        const struct cs_cancel *cancel, struct csw_mcp_apply_patch_output *out,
                        char *msg, size_t msg_cap);
+/* As cs_patch_txn_apply, with the workspace's deny rules (contract.md section 7; deny may be
+ * NULL): a path of the patch or of expected_versions that a rule denies (added, updated, deleted,
+ * moved from or to) answers CSW_ERROR_PATH_DENIED before any file is looked at, and a file whose
+ * identity deny remembers (renamed or linked by a command) answers it in preflight; nothing is
+ * written either way. */
+struct cs_fs_deny;
+int cs_patch_txn_apply_deny(const char *root, struct cs_fs_deny *deny,
+                            const struct csw_mcp_apply_patch_input *in,
+                            const struct cs_cancel *cancel, struct csw_mcp_apply_patch_output *out,
+                            char *msg, size_t msg_cap);
 #endif

@@ -93,6 +93,9 @@ struct cs_workspace {
     bool has_network_allow; /* the file gave network_allow (even empty) */
     char **network_allow;   /* host patterns, as given */
     size_t n_network_allow;
+    /* deny rules (contract.md section 7), as given, each checked by cs_fs_deny_rule_valid */
+    char **deny;
+    size_t n_deny;
 };
 
 /*

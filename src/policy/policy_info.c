@@ -88,7 +88,8 @@ static void fill_process(struct csw_mcp_workspace_info_output_execution_process 
     c->limits.output_ring_bytes = caps->output_ring_bytes;
 }
 
-/* Fills execution (no allocation but network.allow). Returns 0 or -1 on OOM. */
+/* Fills execution (no allocation but permissions.deny and network.allow). Returns 0 or -1 on
+ * OOM. */
 static int fill_execution(struct csw_mcp_workspace_info_output_execution *x,
                           const struct cs_workspace *ws, const struct cs_runtime_caps *caps)
 {
@@ -98,6 +99,11 @@ static int fill_execution(struct csw_mcp_workspace_info_output_execution *x,
     x->permissions.read = cs_workspace_can_read(ws);
     x->permissions.write = cs_workspace_can_write(ws);
     x->permissions.exec = cs_workspace_can_exec(ws);
+    /* contract.md section 7: the model knows what it cannot see (absent when no rules). */
+    x->permissions.has_deny = ws->n_deny > 0;
+    if (set_strings(&x->permissions.deny.v, &x->permissions.deny.n, (const char *const *)ws->deny,
+                    ws->n_deny) != 0)
+        return -1;
 
     x->files.read.available = x->permissions.read && caps->files_available && exec_path;
     x->files.find.available = x->permissions.read && caps->files_available && exec_path;

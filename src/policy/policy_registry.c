@@ -21,6 +21,7 @@
 
 #include "base_netallow.h"
 #include "base_roots.h"
+#include "fs.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -195,6 +196,9 @@ void cs__policy_workspace_clear(struct cs_workspace *ws)
     for (size_t i = 0; i < ws->n_network_allow; i++)
         free(ws->network_allow[i]);
     free(ws->network_allow);
+    for (size_t i = 0; i < ws->n_deny; i++)
+        free(ws->deny[i]);
+    free(ws->deny);
     memset(ws, 0, sizeof *ws);
 }
 
@@ -380,6 +384,37 @@ static int workspace_load(struct cs_config *cfg,
             ws.n_network_allow = i + 1;
         }
     }
+    /* deny: each rule checked by the matcher the file tools and the sandbox use, so what loads
+     * is what is enforced, and a typo stops the start instead of protecting nothing. */
+    if (v->has_deny && v->deny.n > 0) {
+        if (v->deny.n > CS_FS_DENY_MAX_RULES) {
+            REG_ERR(err, &w, "/deny", "%zu rules; at most %d are allowed", v->deny.n,
+                    CS_FS_DENY_MAX_RULES);
+            goto out;
+        }
+        ws.deny = calloc(v->deny.n, sizeof *ws.deny);
+        if (!ws.deny) {
+            rc = oom(err);
+            goto out;
+        }
+        for (size_t i = 0; i < v->deny.n; i++) {
+            const struct cs_str *a = &v->deny.v[i];
+            const char *why = "invalid";
+            if (!cs_fs_deny_rule_valid(a->s, a->n, &why)) {
+                REG_ERR(err, &w, "/deny/%zu",
+                        "invalid deny rule %s: %s (expected a gitignore-style glob relative to "
+                        "the root, such as \".env\", \"**/*.pem\" or \"secrets/\")",
+                        i, cs__policy_quote(q, sizeof q, a->s ? a->s : "", a->n), why);
+                goto out;
+            }
+            ws.deny[i] = strndup(a->s, a->n);
+            if (!ws.deny[i]) {
+                rc = oom(err);
+                goto out;
+            }
+            ws.n_deny = i + 1;
+        }
+    }
     rc = ws_add_take(cfg, &ws, err);
 out:
     cs__policy_workspace_clear(&ws);
@@ -420,6 +455,92 @@ out:
     return rc;
 }
 
+/*
+ * Refuses the first object key the schema does not describe, walking the document along the
+ * generated type tables (so the schema stays the one description of the shape): object fields,
+ * map values and array items. Values of the wrong type are left to the decoder, which reports
+ * them with the same pointer style. Returns 0 or CS_CONFIG_ERROR with err naming the key.
+ */
+static int unknown_keys_at(const json_t *j, const struct cs_wire_type *t, struct where *w,
+                           struct cs_config_error *err)
+{
+    char q[256];
+    size_t mark = strlen(w->ptr);
+    switch (t->kind) {
+    case CS_WIRE_OBJECT: {
+        if (!json_is_object(j))
+            return 0;
+        const char *key;
+        json_t *v;
+        json_object_foreach((json_t *)j, key, v)
+        {
+            const struct cs_wire_field *f = NULL;
+            for (size_t i = 0; i < t->obj->nfields; i++)
+                if (strcmp(t->obj->fields[i].name, key) == 0)
+                    f = &t->obj->fields[i];
+            ptr_push(w, key, strlen(key));
+            if (!f)
+                return cs__policy_errf(err,
+                                       "config %s: %s: unknown key %s (misspelled? unknown "
+                                       "keys are refused so that no setting is silently "
+                                       "ignored)",
+                                       w->file, w->ptr,
+                                       cs__policy_quote(q, sizeof q, key, strlen(key)));
+            if (unknown_keys_at(v, f->type, w, err) != 0)
+                return CS_CONFIG_ERROR;
+            w->ptr[mark] = '\0';
+        }
+        return 0;
+    }
+    case CS_WIRE_MAP: {
+        if (!json_is_object(j))
+            return 0;
+        const char *key;
+        json_t *v;
+        json_object_foreach((json_t *)j, key, v)
+        {
+            ptr_push(w, key, strlen(key));
+            if (unknown_keys_at(v, t->item, w, err) != 0)
+                return CS_CONFIG_ERROR;
+            w->ptr[mark] = '\0';
+        }
+        return 0;
+    }
+    case CS_WIRE_ARRAY: {
+        if (!json_is_array(j))
+            return 0;
+        size_t i;
+        json_t *v;
+        json_array_foreach(j, i, v)
+        {
+            char idx[32];
+            int l = snprintf(idx, sizeof idx, "%zu", i);
+            ptr_push(w, idx, (size_t)l);
+            if (unknown_keys_at(v, t->item, w, err) != 0)
+                return CS_CONFIG_ERROR;
+            w->ptr[mark] = '\0';
+        }
+        return 0;
+    }
+    case CS_WIRE_STRING:
+    case CS_WIRE_NSTRING:
+    case CS_WIRE_INT:
+    case CS_WIRE_BOOL:
+    case CS_WIRE_ENUM:
+    case CS_WIRE_CONST:
+    case CS_WIRE_UNION: /* the registry has none; the decoder checks the rest */
+        break;
+    }
+    return 0;
+}
+
+static int unknown_keys(const json_t *doc, const struct cs_wire_type *t, const char *file,
+                        struct cs_config_error *err)
+{
+    struct where w = {file, ""};
+    return unknown_keys_at(doc, t, &w, err);
+}
+
 int cs__policy_registry_load(struct cs_config *cfg, const char *path, const char *ws_dir,
                              const char *ws_source, struct cs_config_error *err)
 {
@@ -433,6 +554,11 @@ int cs__policy_registry_load(struct cs_config *cfg, const char *path, const char
     if (path) {
         doc = load_json(path, err);
         if (!doc)
+            goto out;
+        /* runtime.md section 2: an unknown key anywhere fails the load (the wire decoder ignores
+         * unknown properties by design; the registry is stricter, so that a misspelled "deny"
+         * or "network_allow" cannot silently protect nothing). */
+        if (unknown_keys(doc, &csw_config_registry_type, path, err) != 0)
             goto out;
         struct cs_wire_diag diag;
         enum cs_wire_status st = csw_config_registry_decode(doc, &reg, &diag);

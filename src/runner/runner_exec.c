@@ -38,6 +38,15 @@ struct cs_runner_exec {
     void (*process_exited)(void *arg, const char *id);
     void *arg;
     struct pending *pending; /* supervisor requests in flight, for cs_runner_exec_cancel */
+    struct ws_deny *denies;  /* one per workspace with deny rules, created at its first op */
+    size_t n_denies;
+};
+
+/* A workspace's deny rules and identity memory (fs.h), for the executor's life: the file-work
+ * threads use d while it lives, so it goes only after the pool has been joined. */
+struct ws_deny {
+    char *id, *root;
+    struct cs_fs_deny *d;
 };
 
 /* One supervisor request in flight: what to complete and how to wrap the output. */
@@ -78,6 +87,12 @@ void cs_runner_exec_free(struct cs_runner_exec *ex)
     /* File jobs first: cancelled, joined, completed (patches that had begun writing finish). */
     cs_pool_free(ex->pool);
     cs_supervisor_free(ex->sup);
+    for (size_t i = 0; i < ex->n_denies; i++) {
+        free(ex->denies[i].id);
+        free(ex->denies[i].root);
+        cs_fs_deny_free(ex->denies[i].d);
+    }
+    free(ex->denies);
     free(ex);
 }
 
@@ -113,6 +128,52 @@ static char *root_of(const struct csw_runner_workspace *ws)
     if (memchr(ws->root.s, '\0', ws->root.n))
         return NULL;
     return strndup(ws->root.s, ws->root.n);
+}
+
+/*
+ * The deny state of ws (on the loop thread): NULL with *rc 0 when ws has no deny rules. Created
+ * at the workspace's first operation in this process, with a bounded scan that remembers the
+ * identity of every denied file existing then (contract.md section 7, "at start"). *rc is an
+ * error (msg set) when the rules do not compile (the gateway validated them: an invariant broke)
+ * or on OOM: the operation then fails closed.
+ */
+static struct cs_fs_deny *deny_of(struct cs_runner_exec *ex, const struct csw_runner_workspace *ws,
+                                  int *rc, const char **msg)
+{
+    *rc = 0;
+    if (!ws->has_deny || ws->deny.n == 0)
+        return NULL;
+    for (size_t i = 0; i < ex->n_denies; i++) {
+        struct ws_deny *w = &ex->denies[i];
+        if (strlen(w->id) == ws->id.n && memcmp(w->id, ws->id.s, ws->id.n) == 0 &&
+            strlen(w->root) == ws->root.n && memcmp(w->root, ws->root.s, ws->root.n) == 0)
+            return w->d;
+    }
+    *rc = CSW_ERROR_INTERNAL;
+    *msg = "out of memory";
+    struct ws_deny *v = realloc(ex->denies, (ex->n_denies + 1) * sizeof *v);
+    if (!v)
+        return NULL;
+    ex->denies = v;
+    struct ws_deny w = {strndup(ws->id.s, ws->id.n), root_of(ws), NULL};
+    if (w.id && w.root) {
+        w.d = cs_fs_deny_new(ws->deny.v, ws->deny.n);
+        if (!w.d)
+            *msg = "the workspace's deny rules do not compile (or out of memory)";
+    }
+    if (!w.d) {
+        free(w.id);
+        free(w.root);
+        return NULL;
+    }
+    int rootfd = -1;
+    if (cs_fs_root_open(w.root, &rootfd, NULL, 0) == 0) {
+        (void)cs_fs_deny_scan(w.d, rootfd, NULL, NULL, NULL, 0);
+        close(rootfd);
+    }
+    ex->denies[ex->n_denies++] = w;
+    *rc = 0;
+    return w.d;
 }
 
 /* ---- supervisor completions ---- */
@@ -226,6 +287,7 @@ struct file_job {
     void *arg;
     enum csw_runner_wire_op_tag tag;
     char *root;
+    struct cs_fs_deny *deny;                                      /* borrowed from the executor */
     struct cs_str path, glob, patch;                              /* owned copies */
     struct csw_mcp_apply_patch_input_expected_versions_entry *ev; /* owned, n_ev entries */
     size_t n_ev;
@@ -291,6 +353,14 @@ static struct file_job *job_new(struct cs_runner_exec *ex, enum csw_runner_wire_
         job_free(j);
         return NULL;
     }
+    int rc;
+    const char *why = NULL;
+    j->deny = deny_of(ex, ws, &rc, &why);
+    if (rc != 0) {
+        fail(done, arg, rc, why);
+        job_free(j);
+        return NULL;
+    }
     return j;
 }
 
@@ -328,14 +398,16 @@ static void file_work(void *arg, const struct cs_cancel *cancel)
     switch (j->tag) {
     case CSW_RUNNER_WIRE_OP_READ:
     case CSW_RUNNER_WIRE_OP_VERSION:
-        j->rc = cs_fs_read(j->root, &j->in.read, cancel, &j->out.read, j->msg, sizeof j->msg);
+        j->rc = cs_fs_read_deny(j->root, j->deny, &j->in.read, cancel, &j->out.read, j->msg,
+                                sizeof j->msg);
         return;
     case CSW_RUNNER_WIRE_OP_FIND:
-        j->rc = cs_fs_find(j->root, &j->in.find, cancel, &j->out.find, j->msg, sizeof j->msg);
+        j->rc = cs_fs_find_deny(j->root, j->deny, &j->in.find, CS_FS_FIND_WALK_CAP, cancel,
+                                &j->out.find, j->msg, sizeof j->msg);
         return;
     case CSW_RUNNER_WIRE_OP_APPLY_PATCH:
-        j->rc =
-            cs_patch_txn_apply(j->root, &j->in.patch, cancel, &j->out.patch, j->msg, sizeof j->msg);
+        j->rc = cs_patch_txn_apply_deny(j->root, j->deny, &j->in.patch, cancel, &j->out.patch,
+                                        j->msg, sizeof j->msg);
         return;
     case CSW_RUNNER_WIRE_OP_HELLO:
     case CSW_RUNNER_WIRE_OP_EXEC:
@@ -563,9 +635,31 @@ static void op_exec(struct cs_runner_exec *ex, const struct csw_runner_wire_exec
     char *pid = strndup(d->process_id.s, d->process_id.n);
     char *wsid = strndup(d->workspace.id.s, d->workspace.id.n);
     struct pending *p = NULL;
+    char **masks = NULL;
+    size_t n_masks = 0;
+    int drc = 0;
+    const char *dwhy = NULL;
+    char dmsg[512] = "";
+    struct cs_fs_deny *deny = deny_of(ex, &d->workspace, &drc, &dwhy);
+    if (drc == 0 && deny) {
+        /* At each spawn: what the rules deny now (and the files known under other names) is
+         * remembered and masked in the sandbox; a mask list that cannot be built fails the
+         * spawn instead of running the command with the secrets visible. */
+        int rootfd = -1;
+        drc = root ? cs_fs_root_open(root, &rootfd, dmsg, sizeof dmsg) : 0;
+        if (drc == 0 && rootfd >= 0) {
+            drc = cs_fs_deny_scan(deny, rootfd, &masks, &n_masks, dmsg, sizeof dmsg);
+            close(rootfd);
+        }
+        if (drc != 0)
+            drc = CSW_ERROR_PROCESS_SPAWN_FAILED;
+        dwhy = dmsg;
+    }
     if (!root || !pid || !wsid || d->process_id.n >= CS_SUPERVISOR_ID_SIZE) {
         fail(done, arg, CSW_ERROR_INTERNAL,
              !root ? "workspace root is not a C string" : "bad process_id or out of memory");
+    } else if (drc != 0) {
+        fail(done, arg, drc, dwhy);
     } else if ((p = pending_new(ex, done, arg, CSW_RUNNER_WIRE_RESULT_EXEC))) {
         struct cs_supervisor_spawn sp = {
             .process_id = pid,
@@ -580,6 +674,8 @@ static void op_exec(struct cs_runner_exec *ex, const struct csw_runner_wire_exec
             .has_network_allow = d->policy.has_network_allow,
             .network_allow = d->policy.network_allow.v,
             .n_network_allow = d->policy.network_allow.n,
+            .deny_mask = masks,
+            .n_deny_mask = n_masks,
             .tty = d->tty,
             .timeout_ms = d->timeout_ms,
             .yield_ms = d->has_yield_ms ? d->yield_ms : 0,
@@ -594,6 +690,9 @@ static void op_exec(struct cs_runner_exec *ex, const struct csw_runner_wire_exec
             free(p);
         }
     }
+    for (size_t i = 0; i < n_masks; i++)
+        free(masks[i]);
+    free(masks);
     free(root);
     free(pid);
     free(wsid);

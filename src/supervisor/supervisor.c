@@ -797,7 +797,7 @@ static char *sandbox_prepare(struct cs_supervisor *s, const struct cs_supervisor
 {
     struct csw_sandbox_prepare_request req;
     memset(&req, 0, sizeof req);
-    struct cs_str *av = calloc(sp->argc, sizeof *av);
+    struct cs_str *av = calloc(sp->argc, sizeof *av), *dm = NULL;
     struct csw_sandbox_prepare_request_env_entry *env = calloc(ne, sizeof *env);
     char *path = NULL;
     if (!av || !env) {
@@ -819,6 +819,18 @@ static char *sandbox_prepare(struct cs_supervisor *s, const struct cs_supervisor
     req.has_network_allow = sp->has_network_allow;
     req.network_allow.v = (struct cs_str *)sp->network_allow;
     req.network_allow.n = sp->n_network_allow;
+    req.has_deny_mask = sp->n_deny_mask > 0;
+    if (sp->n_deny_mask > 0) {
+        dm = calloc(sp->n_deny_mask, sizeof *dm);
+        if (!dm) {
+            snprintf(msg, cap, "out of memory");
+            goto out;
+        }
+        for (size_t i = 0; i < sp->n_deny_mask; i++)
+            dm[i] = (struct cs_str){sp->deny_mask[i], strlen(sp->deny_mask[i])};
+        req.deny_mask.v = dm;
+        req.deny_mask.n = sp->n_deny_mask;
+    }
     req.argv.v = av;
     req.argv.n = sp->argc;
     req.env.v = env;
@@ -835,6 +847,7 @@ static char *sandbox_prepare(struct cs_supervisor *s, const struct cs_supervisor
     path = cs__supervisor_sandbox_prepare(s->sandbox, &req, rootfd, msg, cap);
 out:
     free(av);
+    free(dm);
     free(env);
     return path;
 }

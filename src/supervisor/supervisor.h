@@ -126,6 +126,10 @@ struct cs_supervisor_spawn {
     bool has_network_allow;
     const struct cs_str *network_allow;
     size_t n_network_allow;
+    /* Workspace-relative paths of the denied files and directories existing now (resolved by
+     * the caller with the deny rules, fs.h cs_fs_deny_scan): the sandbox masks each. */
+    char *const *deny_mask;
+    size_t n_deny_mask;
     bool tty;
     int64_t timeout_ms; /* the time limit; 0: the supervisor's */
     int64_t yield_ms;   /* 0 … 30000 */

@@ -83,8 +83,10 @@ void cs_tools_free(struct cs_tools *t)
     t->info = NULL;
     t->n_info = 0;
     if (t->wsdesc) {
-        for (size_t i = 0; i < t->cfg->n_workspaces; i++)
+        for (size_t i = 0; i < t->cfg->n_workspaces; i++) {
             free(t->wsdesc[i].network_allow.v);
+            free(t->wsdesc[i].deny.v);
+        }
     }
     free(t->wsdesc);
     t->wsdesc = NULL;
@@ -770,6 +772,17 @@ static int build_wsdesc(struct cs_tools *t)
                 d->network_allow.v[k] =
                     (struct cs_str){ws->network_allow[k], strlen(ws->network_allow[k])};
             d->network_allow.n = ws->n_network_allow;
+        }
+        /* The deny rules travel with every operation, so the executor (in this process or the
+         * uds worker) applies the same rules the registry validated. */
+        if (ws->n_deny > 0) {
+            d->has_deny = true;
+            d->deny.v = calloc(ws->n_deny, sizeof *d->deny.v);
+            if (!d->deny.v)
+                return -1;
+            for (size_t k = 0; k < ws->n_deny; k++)
+                d->deny.v[k] = (struct cs_str){ws->deny[k], strlen(ws->deny[k])};
+            d->deny.n = ws->n_deny;
         }
     }
     return 0;

@@ -311,6 +311,10 @@ def hand_cases():
     add("add_marker_no_space", {}, P("*** Add File:a.txt", "+a"))
     add("path_trailing_space", {}, P("*** Add File: a.txt ", "+a"))
     add("header_leading_space", {}, P(" *** Add File: a.txt", "+a"))
+    # contract.md section 6: tolerated where no chunk is open, as the reference does
+    add("header_leading_space_after_add", {}, P("*** Add File: a.txt", "+a", "\t*** Add File: b.txt", "+b"))
+    add("header_leading_space_in_chunk", {"f.txt": TEN},
+        P("*** Update File: f.txt", "-line 1", "+one", " *** Add File: b.txt"))
     add("blank_between_ops", {}, P("*** Add File: a.txt", "+a", "", "*** Add File: b.txt", "+b"))
     add("blank_after_eof_marker", {"f.txt": TEN},
         P("*** Update File: f.txt", " line 10", "+x", "*** End of File", "",
@@ -587,8 +591,6 @@ EXPECTED = {
                                  "the reference writes ../escape.txt"),
     "path_trailing_space": ("content", "paths are verbatim: the reference trims the header, "
                                        "so it creates 'a.txt' where we create 'a.txt '"),
-    "header_leading_space": ("we_reject", "operation headers start at column 0 (the reference "
-                                          "trims leading white space)"),
     "pure_insert_with_at": ("content", "a pure insertion with '@@ text' goes right after that "
                                        "line; the reference appends it at the end of the file"),
     "match_unicode_em_space": ("we_reject", "typographic folding covers only the listed "

@@ -219,6 +219,176 @@ struct glob_case {
     bool match;
 };
 
+/* The deny matcher (contract.md section 7): gitignore anchoring, "**", trailing slash (alone or
+ * after "**"), dotfiles, ancestors, byte-wise and case-sensitive. */
+static void test_deny_table(void **state)
+{
+    (void)state;
+    static const struct glob_case cases[] = {
+        /* no '/': a component at any depth */
+        {".env", ".env", true},
+        {".env", "sub/.env", true},
+        {".env", "a/b/c/.env", true},
+        {".env", ".env/inside", true}, /* a directory named .env: everything below */
+        {".env", ".envrc", false},
+        {".env", "env", false},
+        {".env", "x.env", false},
+        {".env", ".ENV", false},
+        {".env.*", ".env.local", true},
+        {".env.*", "a/.env.prod", true},
+        {".env.*", ".env", false},
+        {"*.pem", "k.pem", true},
+        {"*.pem", "a/b/k.pem", true},
+        {"*.pem", ".pem", true}, /* '*' matches a leading dot */
+        {"*.pem", "k.pem.bak", false},
+        {"*", ".hidden", true},
+        /* trailing '/': a directory pattern at any depth, itself and below */
+        {"secrets/", "secrets", true},
+        {"secrets/", "secrets/a", true},
+        {"secrets/", "x/secrets/a/b", true},
+        {"secrets/", "secretsfile", false},
+        {"secrets/", "my-secrets/a", false},
+        /* a '/' elsewhere anchors at the root */
+        {"config/local.json", "config/local.json", true},
+        {"config/local.json", "x/config/local.json", false},
+        {"config/local.json", "config/app.json", false},
+        {"/build", "build", true},
+        {"/build", "build/out.o", true},
+        {"/build", "sub/build", false},
+        {"secrets/**", "secrets", true},
+        {"secrets/**", "secrets/a/b", true},
+        {"secrets/**", "x/secrets/a", false},
+        {"./tmp/*.log", "tmp/a.log", true},
+        {"./tmp/*.log", "x/tmp/a.log", false},
+        /* "**" crosses directories */
+        {"**/*.pem", "k.pem", true},
+        {"**/*.pem", "a/b/k.pem", true},
+        {"**/*.pem", "a/b/k.pub", false},
+        {"a/**/b", "a/b", true},
+        {"a/**/b", "a/x/y/b", true},
+        {"a/**/b", "a/x/y/b/c", true},
+        {"a/**/b", "z/a/x/b", false},
+        {"**/cache", "x/y/cache/z", true},
+        /* classes and '?', byte-wise */
+        {"key[0-9].txt", "k/key7.txt", true},
+        {"key[0-9].txt", "key.txt", false},
+        {"?.key", "a.key", true},
+        {"?.key", "ab.key", false},
+        {"caf\xc3\xa9", "caf\xc3\xa9", true},
+        {"caf\xc3\xa9", "cafe", false},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        const struct glob_case *c = &cases[i];
+        const char *why = NULL;
+        if (!cs_fs_deny_rule_valid(c->glob, strlen(c->glob), &why))
+            fail_msg("case %zu: rule '%s' refused: %s", i, c->glob, why);
+        bool got = cs_fs_deny_rule_match(c->glob, strlen(c->glob), c->path, strlen(c->path));
+        if (got != c->match)
+            fail_msg("case %zu: rule '%s' path '%s': got %d", i, c->glob, c->path, got);
+    }
+    static const struct {
+        const char *rule;
+        const char *why;
+    } bad[] = {
+        {"", "empty pattern"},
+        {"!x", "negation ('!') is not supported: deny rules only add"},
+        {"/", "matches the workspace root itself"},
+        {"/**", "matches the workspace root itself"},
+        {"./", "has a '.' or '..' component, which no normalised path holds"},
+        {"a//b", "has an empty path component"},
+        {"a/../b", "has a '.' or '..' component, which no normalised path holds"},
+        {"a/./b", "has a '.' or '..' component, which no normalised path holds"},
+        {"[abc", "has a '[' class with no closing ']'"},
+        {"x/[]", "has a '[' class with no closing ']'"},
+        {"x\\", "ends with a lone backslash"},
+        {"\xff", "not valid UTF-8"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        const char *why = NULL;
+        assert_false(cs_fs_deny_rule_valid(bad[i].rule, strlen(bad[i].rule), &why));
+        assert_string_equal(why, bad[i].why);
+    }
+    assert_false(cs_fs_deny_rule_valid("a\0b", 3, NULL));
+    assert_true(cs_fs_deny_rule_valid("\\[x", 3, NULL)); /* an escaped '[' is literal */
+    assert_true(cs_fs_deny_rule_valid("**", 2, NULL));
+}
+
+/* read and find with rules, and the identity memory, on a real tree. */
+static void test_deny_read_find(void **state)
+{
+    (void)state;
+    char root[] = "/tmp/cs-fs-deny-XXXXXX";
+    assert_non_null(mkdtemp(root));
+    char p[512];
+    snprintf(p, sizeof p, "%s/sub", root);
+    assert_int_equal(mkdir(p, 0755), 0);
+    const char *files[] = {".env", "sub/.env", "sub/ok.txt", "k.pem"};
+    for (size_t i = 0; i < 4; i++) {
+        snprintf(p, sizeof p, "%s/%s", root, files[i]);
+        FILE *f = fopen(p, "w");
+        assert_non_null(f);
+        fputs("secret", f);
+        fclose(f);
+    }
+    struct cs_str rules[] = {{".env", 4}, {"*.pem", 5}};
+    struct cs_fs_deny *d = cs_fs_deny_new(rules, 2);
+    assert_non_null(d);
+    int rootfd = -1;
+    assert_int_equal(cs_fs_root_open(root, &rootfd, NULL, 0), 0);
+    char **masks = NULL;
+    size_t n = 0;
+    char msg[512];
+    assert_int_equal(cs_fs_deny_scan(d, rootfd, &masks, &n, msg, sizeof msg), 0);
+    assert_int_equal(n, 3);
+    for (size_t i = 0; i < n; i++)
+        free(masks[i]);
+    free(masks);
+
+    struct csw_mcp_read_input in = {.limit = 100};
+    static const char *const denied[] = {".env",      "./.env", "sub/../.env", "sub/.env",
+                                         "nope/.env", "k.pem",  ".env/"};
+    for (size_t i = 0; i < sizeof denied / sizeof *denied; i++) {
+        in.path = (struct cs_str){(char *)denied[i], strlen(denied[i])};
+        struct csw_mcp_read_output out;
+        assert_int_equal(cs_fs_read_deny(root, d, &in, NULL, &out, msg, sizeof msg),
+                         CSW_ERROR_PATH_DENIED);
+        assert_null(strstr(msg, "secret"));
+    }
+    in.path = (struct cs_str){"../.env", 7};
+    struct csw_mcp_read_output out;
+    assert_int_equal(cs_fs_read_deny(root, d, &in, NULL, &out, msg, sizeof msg),
+                     CSW_ERROR_PATH_ESCAPE);
+    /* a hard link made later is refused through the remembered identity */
+    char a[512], b[512];
+    snprintf(a, sizeof a, "%s/k.pem", root);
+    snprintf(b, sizeof b, "%s/sub/link.txt", root);
+    assert_int_equal(link(a, b), 0);
+    in.path = (struct cs_str){"sub/link.txt", 12};
+    assert_int_equal(cs_fs_read_deny(root, d, &in, NULL, &out, msg, sizeof msg),
+                     CSW_ERROR_PATH_DENIED);
+    in.path = (struct cs_str){"sub/ok.txt", 10};
+    assert_int_equal(cs_fs_read_deny(root, d, &in, NULL, &out, msg, sizeof msg), 0);
+    csw_mcp_read_output_free(&out);
+
+    struct csw_mcp_find_input fin = {.limit = 100};
+    struct csw_mcp_find_output fout;
+    assert_int_equal(cs_fs_find_deny(root, d, &fin, 1000, NULL, &fout, msg, sizeof msg), 0);
+    assert_int_equal(fout.paths.n, 1);
+    assert_string_equal(fout.paths.v[0].s, "sub/ok.txt");
+    csw_mcp_find_output_free(&fout);
+
+    close(rootfd);
+    cs_fs_deny_free(d);
+    const char *rm[] = {".env", "sub/.env", "sub/ok.txt", "k.pem", "sub/link.txt"};
+    for (size_t i = 0; i < 5; i++) {
+        snprintf(p, sizeof p, "%s/%s", root, rm[i]);
+        unlink(p);
+    }
+    snprintf(p, sizeof p, "%s/sub", root);
+    rmdir(p);
+    rmdir(root);
+}
+
 static void test_glob_table(void **state)
 {
     (void)state;
@@ -1238,6 +1408,8 @@ int main(void)
         cmocka_unit_test(test_normalize_table),
         cmocka_unit_test(test_normalize_length),
         cmocka_unit_test(test_glob_table),
+        cmocka_unit_test(test_deny_table),
+        cmocka_unit_test(test_deny_read_find),
         cmocka_unit_test(test_utf8_table),
         cmocka_unit_test(test_read_windows),
         cmocka_unit_test(test_read_large),

@@ -235,6 +235,44 @@ static void parse_whitespace_around_markers(void **state)
     cs_patch_free(p);
 }
 
+/* contract.md section 6: leading white space before an operation header is tolerated where no
+ * chunk is open (after "*** Begin Patch", between operations, after an Add body), as Codex's
+ * apply_patch accepts; inside a chunk such a line stays chunk content. */
+static void parse_leading_ws_before_headers(void **state)
+{
+    (void)state;
+    struct cs_patch *p = parse_ok(BEGIN "  *** Add File: a\n+x\n\t *** Delete File: b\n"
+                                        "   *** Update File: c\n@@\n-1\n+2\n" END);
+    assert_int_equal(p->n_ops, 3);
+    assert_int_equal(p->ops[0].kind, CS_PATCH_OP_ADD);
+    assert_string_equal(p->ops[0].path, "a");
+    assert_string_equal(p->ops[0].content, "x\n");
+    assert_int_equal(p->ops[1].kind, CS_PATCH_OP_DELETE);
+    assert_string_equal(p->ops[1].path, "b");
+    assert_int_equal(p->ops[2].kind, CS_PATCH_OP_UPDATE);
+    assert_string_equal(p->ops[2].path, "c");
+    cs_patch_free(p);
+
+    /* Inside a chunk the same line is a context line, not a header. */
+    p = parse_ok(BEGIN "*** Update File: c\n@@\n-1\n *** Add File: d\n" END);
+    assert_int_equal(p->n_ops, 1);
+    assert_int_equal(p->ops[0].n_chunks, 1);
+    assert_int_equal(p->ops[0].chunks[0].n_lines, 2);
+    assert_int_equal(p->ops[0].chunks[0].lines[1].kind, CS_PATCH_LINE_CONTEXT);
+    assert_string_equal(p->ops[0].chunks[0].lines[1].text, "*** Add File: d");
+    cs_patch_free(p);
+
+    /* After "*** End of File" a chunk may follow: no tolerance there (Codex refuses it too). */
+    parse_err(BEGIN "*** Update File: c\n@@\n-1\n*** End of File\n *** Add File: d\n+x\n" END,
+              "line 6: expected \"@@\", \"*** Add File: \", \"*** Delete File: \", \"*** Update "
+              "File: \" or \"*** End Patch\" after \"*** End of File\", got \" *** Add File: d\"");
+    /* Only operation headers: other markers keep their rules. */
+    parse_err(
+        BEGIN " *** Move to: x\n" END,
+        "line 2: expected \"*** Add File: \", \"*** Delete File: \", \"*** Update File: \" or "
+        "\"*** End Patch\", got \" *** Move to: x\"");
+}
+
 static void parse_no_final_newline(void **state)
 {
     (void)state;
@@ -882,6 +920,7 @@ int main(void)
         cmocka_unit_test(parse_end_of_file),
         cmocka_unit_test(parse_empty_patch),
         cmocka_unit_test(parse_whitespace_around_markers),
+        cmocka_unit_test(parse_leading_ws_before_headers),
         cmocka_unit_test(parse_no_final_newline),
         cmocka_unit_test(parse_crlf_patch),
         cmocka_unit_test(parse_heredoc_quoted),

@@ -816,6 +816,44 @@ static void test_registry_network_allow_entries(void **state)
     cs_config_free(&cfg);
 }
 
+/* deny (contract.md section 7): rules load as given; a bad glob fails the load naming the
+ * entry; unknown keys anywhere fail the load naming the key (runtime.md section 2). */
+static void test_registry_deny_and_unknown_keys(void **state)
+{
+    (void)state;
+    write_cfgf("{\"workspaces\": {\"demo\": {\"root\": \"%s\", \"deny\": [\".env\", "
+               "\"**/*.pem\", \"secrets/\"]}}}",
+               fx.ws1);
+    struct cs_config cfg;
+    load_ok(&cfg, ARGV("--config", fx.cfg), BASE_ENV);
+    const struct cs_workspace *d = cs_config_workspace(&cfg, "demo", 4);
+    assert_non_null(d);
+    assert_int_equal(d->n_deny, 3);
+    assert_string_equal(d->deny[1], "**/*.pem");
+    cs_config_free(&cfg);
+
+    write_cfgf("{\"workspaces\": {\"demo\": {\"root\": \"%s\", \"deny\": [\".env\", "
+               "\"[abc\"]}}}",
+               fx.ws1);
+    cfg_err("/workspaces/demo/deny/1: invalid deny rule \"[abc\": has a '[' class with no "
+            "closing ']' (expected a gitignore-style glob relative to the root, such as \".env\", "
+            "\"**/*.pem\" or \"secrets/\")");
+    write_cfgf("{\"workspaces\": {\"demo\": {\"root\": \"%s\", \"deny\": [\"!x\"]}}}", fx.ws1);
+    cfg_err("/workspaces/demo/deny/0: invalid deny rule \"!x\": negation ('!') is not supported: "
+            "deny rules only add (expected a gitignore-style glob relative to the root, such as "
+            "\".env\", \"**/*.pem\" or \"secrets/\")");
+
+    write_cfgf("{\"workspaces\": {\"demo\": {\"root\": \"%s\", \"dney\": [\".env\"]}}}", fx.ws1);
+    cfg_err("/workspaces/demo/dney: unknown key \"dney\" (misspelled? unknown keys are refused so "
+            "that no setting is silently ignored)");
+    write_cfgf("{\"workspaces\": {}, \"workspace\": {}}");
+    cfg_err("/workspace: unknown key \"workspace\" (misspelled? unknown keys are refused so that "
+            "no setting is silently ignored)");
+    write_cfgf("{\"environments\": {\"box\": {\"kind\": \"host\", \"x\": 1}}}");
+    cfg_err("/environments/box/x: unknown key \"x\" (misspelled? unknown keys are refused so "
+            "that no setting is silently ignored)");
+}
+
 static void test_registry_environment_order(void **state)
 {
     (void)state;
@@ -1458,6 +1496,7 @@ int main(void)
         cmocka_unit_test(test_registry_root_symlink_is_canonical),
         cmocka_unit_test(test_registry_refusals),
         cmocka_unit_test(test_registry_network_allow_entries),
+        cmocka_unit_test(test_registry_deny_and_unknown_keys),
         cmocka_unit_test(test_registry_environment_order),
         cmocka_unit_test(test_quick_start),
         cmocka_unit_test(test_config_and_quick_start),

@@ -1,0 +1,513 @@
+/*
+ * fs_deny: the workspace's deny rules (contract.md section 7), one matcher for read, find,
+ * apply_patch and the sandbox's masks, and the identity memory that keeps a renamed or
+ * hard-linked denied file denied.
+ *
+ * The matcher is gitignore's reading of a pattern on top of find's glob engine (fs_find.c): a
+ * rule with no '/' except a trailing one matches one path component at any depth, any other '/'
+ * anchors it at the root, a trailing "/" or '/' followed by "**" covers the tree below; a path is
+ * denied when it or one of its ancestors matches. It runs on normalised relative paths only,
+ * byte-wise and case-sensitive, so every spelling of a path ("./x", "a/../x", "x/") gets one
+ * answer.
+ *
+ * Trust: rules come from the operator's registry (checked at load by cs_fs_deny_rule_valid, the
+ * same function the runner's compile step trusts); paths are the client's, already normalised by
+ * cs_fs_path_normalize; the tree under the root may change at any moment (the scan never follows
+ * a link and opens every directory beneath the root fd).
+ *
+ * Threads: the rules are immutable after cs_fs_deny_new; the identity set has a mutex, since
+ * reads, finds and patches run on the executor's file-work threads while a spawn scans on the
+ * loop thread.
+ *
+ * Entry points: fs.h (cs_fs_deny_*, cs_fs_read_deny / cs_fs_find_deny are in fs_read.c and
+ * fs_find.c).
+ */
+
+#include "fs.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* ---- the matcher ---- */
+
+/* A rule reduced to its glob: b[0..n) without the anchoring '/' or "./" and the trailing "/" or
+ * '/' followed by "**" runs; anchored when the rule holds a '/' that is not trailing. */
+struct shape {
+    const char *b;
+    size_t n;
+    bool anchored;
+};
+
+static void shape_of(const char *r, size_t n, struct shape *sh)
+{
+    size_t t = n;
+    while (t > 0 && r[t - 1] == '/')
+        t--;
+    sh->anchored = memchr(r, '/', t) != NULL;
+    size_t e = n;
+    for (;;) {
+        if (e > 0 && r[e - 1] == '/')
+            e--;
+        else if (e >= 3 && r[e - 3] == '/' && r[e - 2] == '*' && r[e - 1] == '*')
+            e -= 3;
+        else
+            break;
+    }
+    size_t s = 0;
+    for (;;) {
+        if (s < e && r[s] == '/')
+            s++;
+        else if (s + 1 < e && r[s] == '.' && r[s + 1] == '/')
+            s += 2;
+        else
+            break;
+    }
+    sh->b = r + s;
+    sh->n = e > s ? e - s : 0;
+}
+
+/* Whether the segment [o, e) of r closes every '[' it opens (find's class rules: '!' or '^'
+ * first negates, a ']' first is literal, '\' escapes). */
+static bool classes_closed(const char *r, size_t o, size_t e)
+{
+    for (size_t i = o; i < e; i++) {
+        if (r[i] == '\\') {
+            i++;
+            continue;
+        }
+        if (r[i] != '[')
+            continue;
+        size_t j = i + 1;
+        if (j < e && (r[j] == '!' || r[j] == '^'))
+            j++;
+        bool first = true, closed = false;
+        while (j < e) {
+            if (r[j] == ']' && !first) {
+                closed = true;
+                break;
+            }
+            first = false;
+            j += r[j] == '\\' && j + 1 < e ? 2 : 1;
+        }
+        if (!closed)
+            return false;
+        i = j;
+    }
+    return true;
+}
+
+bool cs_fs_deny_rule_valid(const char *rule, size_t n, const char **why)
+{
+    const char *w = NULL;
+    struct shape sh;
+    if (n == 0)
+        w = "empty pattern";
+    else if (memchr(rule, '\0', n) != NULL)
+        w = "contains a NUL byte";
+    else if (n > CS_FS_PATH_MAX)
+        w = "longer than 4095 bytes";
+    else if (!cs__fs_utf8_valid(rule, n))
+        w = "not valid UTF-8";
+    else if (rule[0] == '!')
+        w = "negation ('!') is not supported: deny rules only add";
+    if (w == NULL) {
+        size_t bs = 0; /* backslashes ending the rule */
+        while (bs < n && rule[n - 1 - bs] == '\\')
+            bs++;
+        if (bs % 2 == 1)
+            w = "ends with a lone backslash";
+    }
+    if (w == NULL) {
+        shape_of(rule, n, &sh);
+        if (sh.n == 0)
+            w = "matches the workspace root itself";
+    }
+    for (size_t o = 0; w == NULL && o <= sh.n;) {
+        const char *slash = memchr(sh.b + o, '/', sh.n - o);
+        size_t e = slash ? (size_t)(slash - sh.b) : sh.n;
+        size_t l = e - o;
+        if (l == 0)
+            w = "has an empty path component";
+        else if ((l == 1 && sh.b[o] == '.') || (l == 2 && sh.b[o] == '.' && sh.b[o + 1] == '.'))
+            w = "has a '.' or '..' component, which no normalised path holds";
+        else if (!classes_closed(sh.b, o, e))
+            w = "has a '[' class with no closing ']'";
+        o = e + 1;
+    }
+    if (w != NULL && why != NULL)
+        *why = w;
+    return w == NULL;
+}
+
+static bool shape_match(const struct shape *sh, const char *path, size_t path_n)
+{
+    const unsigned char *g = (const unsigned char *)sh->b;
+    const unsigned char *s = (const unsigned char *)path;
+    if (sh->n == 0 || path_n == 0)
+        return false;
+    if (!sh->anchored) {
+        /* One component at any depth: the path or an ancestor is denied when any of its
+         * components matches. */
+        for (size_t o = 0; o <= path_n;) {
+            const unsigned char *slash = memchr(s + o, '/', path_n - o);
+            size_t e = slash ? (size_t)(slash - s) : path_n;
+            if (cs__fs_seg_match(g, sh->n, s + o, e - o))
+                return true;
+            o = e + 1;
+        }
+        return false;
+    }
+    /* Anchored: the whole path, or one of its ancestors (each prefix ending before a '/'). */
+    for (size_t e = 0; e <= path_n; e++) {
+        if (e < path_n && s[e] != '/')
+            continue;
+        if (cs__fs_path_match(g, sh->n, s, e))
+            return true;
+    }
+    return false;
+}
+
+bool cs_fs_deny_rule_match(const char *rule, size_t rule_n, const char *path, size_t path_n)
+{
+    struct shape sh;
+    shape_of(rule, rule_n, &sh);
+    return shape_match(&sh, path, path_n);
+}
+
+/* ---- rules and identities ---- */
+
+struct ident {
+    uint64_t dev, ino; /* ino 0: an empty slot (no file has inode 0 on Linux file systems) */
+};
+
+struct cs_fs_deny {
+    char **text; /* the rules as given */
+    struct shape *shapes;
+    size_t n;
+    pthread_mutex_t mu; /* guards ids, ids_cap, ids_n */
+    struct ident *ids;  /* open addressing, power-of-two capacity, at most half full */
+    size_t ids_cap, ids_n;
+};
+
+struct cs_fs_deny *cs_fs_deny_new(const struct cs_str *rules, size_t n)
+{
+    if (n > CS_FS_DENY_MAX_RULES)
+        return NULL;
+    struct cs_fs_deny *d = calloc(1, sizeof *d);
+    if (d == NULL)
+        return NULL;
+    if (pthread_mutex_init(&d->mu, NULL) != 0) {
+        free(d);
+        return NULL;
+    }
+    d->text = calloc(n + 1, sizeof *d->text);
+    d->shapes = calloc(n + 1, sizeof *d->shapes);
+    if (d->text == NULL || d->shapes == NULL)
+        goto fail;
+    for (size_t i = 0; i < n; i++) {
+        if (!cs_fs_deny_rule_valid(rules[i].s, rules[i].n, NULL))
+            goto fail;
+        d->text[i] = malloc(rules[i].n + 1);
+        if (d->text[i] == NULL)
+            goto fail;
+        memcpy(d->text[i], rules[i].s, rules[i].n);
+        d->text[i][rules[i].n] = '\0';
+        d->n = i + 1;
+        shape_of(d->text[i], rules[i].n, &d->shapes[i]);
+    }
+    return d;
+fail:
+    cs_fs_deny_free(d);
+    return NULL;
+}
+
+void cs_fs_deny_free(struct cs_fs_deny *d)
+{
+    if (d == NULL)
+        return;
+    for (size_t i = 0; i < d->n; i++)
+        free(d->text[i]);
+    free(d->text);
+    free(d->shapes);
+    free(d->ids);
+    pthread_mutex_destroy(&d->mu);
+    free(d);
+}
+
+const char *cs_fs_deny_path(const struct cs_fs_deny *d, const char *rel, size_t rel_n)
+{
+    if (d == NULL)
+        return NULL;
+    for (size_t i = 0; i < d->n; i++)
+        if (shape_match(&d->shapes[i], rel, rel_n))
+            return d->text[i];
+    return NULL;
+}
+
+int cs__fs_deny_check(const struct cs_fs_deny *d, const struct cs_fs_path *p, char *msg, size_t cap)
+{
+    const char *rule = cs_fs_deny_path(d, p->rel, p->len);
+    if (rule == NULL)
+        return 0;
+    /* The rule is the operator's text; the path is the client's own, normalised. Nothing about
+     * the file (whether it exists, its type) is said. */
+    cs__fs_msgf(msg, cap, "path \"%.*s\" is denied by the workspace's deny rule \"%.*s\"",
+                cs__fs_clip(p->rel, p->len, 200), p->rel, cs__fs_clip(rule, strlen(rule), 200),
+                rule);
+    return CSW_ERROR_PATH_DENIED;
+}
+
+static size_t slot_of(const struct ident *id, size_t cap)
+{
+    uint64_t h = id->ino * 0x9e3779b97f4a7c15ull ^ (id->dev + 0x632be59bd9b4e019ull);
+    h ^= h >> 29;
+    return (size_t)h & (cap - 1);
+}
+
+/* Under d->mu. */
+static bool ids_find(const struct cs_fs_deny *d, const struct ident *id)
+{
+    if (d->ids_cap == 0)
+        return false;
+    for (size_t i = slot_of(id, d->ids_cap);; i = (i + 1) & (d->ids_cap - 1)) {
+        const struct ident *s = &d->ids[i];
+        if (s->ino == 0)
+            return false;
+        if (s->ino == id->ino && s->dev == id->dev)
+            return true;
+    }
+}
+
+/* Under d->mu. */
+static void ids_put(struct ident *v, size_t cap, const struct ident *id)
+{
+    for (size_t i = slot_of(id, cap);; i = (i + 1) & (cap - 1)) {
+        if (v[i].ino == 0) {
+            v[i] = *id;
+            return;
+        }
+        if (v[i].ino == id->ino && v[i].dev == id->dev)
+            return;
+    }
+}
+
+static struct ident ident_of(const struct stat *st)
+{
+    return (struct ident){(uint64_t)st->st_dev, (uint64_t)st->st_ino};
+}
+
+bool cs_fs_deny_known(struct cs_fs_deny *d, const struct stat *st)
+{
+    if (d == NULL || st->st_ino == 0)
+        return false;
+    struct ident id = ident_of(st);
+    pthread_mutex_lock(&d->mu);
+    bool hit = ids_find(d, &id);
+    pthread_mutex_unlock(&d->mu);
+    return hit;
+}
+
+void cs_fs_deny_remember(struct cs_fs_deny *d, const struct stat *st)
+{
+    if (d == NULL || st->st_ino == 0)
+        return;
+    struct ident id = ident_of(st);
+    pthread_mutex_lock(&d->mu);
+    if (ids_find(d, &id) || d->ids_n >= CS_FS_DENY_MAX_IDS)
+        goto out;
+    if (2 * (d->ids_n + 1) > d->ids_cap) {
+        size_t nc = d->ids_cap ? 2 * d->ids_cap : 64;
+        struct ident *nv = calloc(nc, sizeof *nv);
+        if (nv == NULL)
+            goto out; /* not remembered: the rules still hold for the name */
+        for (size_t i = 0; i < d->ids_cap; i++)
+            if (d->ids[i].ino != 0)
+                ids_put(nv, nc, &d->ids[i]);
+        free(d->ids);
+        d->ids = nv;
+        d->ids_cap = nc;
+    }
+    ids_put(d->ids, d->ids_cap, &id);
+    d->ids_n++;
+out:
+    pthread_mutex_unlock(&d->mu);
+}
+
+/* ---- the scan ---- */
+
+struct scan_dir {
+    char *rel;
+    bool denied; /* inside a denied directory: remember everything, mask nothing more */
+};
+
+struct scan {
+    struct cs_fs_deny *d;
+    int rootfd;
+    struct scan_dir *stack;
+    size_t depth, stack_cap;
+    size_t seen;
+    char **masks;
+    size_t n_masks, masks_cap;
+    bool want_masks, too_many;
+};
+
+static int scan_push(struct scan *s, const char *rel, size_t len, bool denied)
+{
+    if (s->depth == s->stack_cap) {
+        size_t nc = s->stack_cap ? 2 * s->stack_cap : 32;
+        struct scan_dir *nv = realloc(s->stack, nc * sizeof *nv);
+        if (nv == NULL)
+            return -1;
+        s->stack = nv;
+        s->stack_cap = nc;
+    }
+    char *copy = strndup(rel, len);
+    if (copy == NULL)
+        return -1;
+    s->stack[s->depth++] = (struct scan_dir){copy, denied};
+    return 0;
+}
+
+static int scan_mask(struct scan *s, const char *rel, size_t len)
+{
+    if (!s->want_masks)
+        return 0;
+    if (s->n_masks >= CS_FS_DENY_MAX_MASKS) {
+        s->too_many = true;
+        return 0;
+    }
+    if (s->n_masks == s->masks_cap) {
+        size_t nc = s->masks_cap ? 2 * s->masks_cap : 16;
+        char **nv = realloc(s->masks, nc * sizeof *nv);
+        if (nv == NULL)
+            return -1;
+        s->masks = nv;
+        s->masks_cap = nc;
+    }
+    s->masks[s->n_masks] = strndup(rel, len);
+    if (s->masks[s->n_masks] == NULL)
+        return -1;
+    s->n_masks++;
+    return 0;
+}
+
+/* Reads one directory (rel, "" for the root). Returns 0, 1 at the cap, -1 on OOM; a directory
+ * that cannot be opened beneath the root is skipped (the root itself: -2). */
+static int scan_dir(struct scan *s, const char *rel, bool denied)
+{
+    int fd;
+    size_t len = strlen(rel);
+    if (len == 0) {
+        fd = openat(s->rootfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (fd < 0)
+            return -2;
+    } else {
+        struct cs_fs_path p;
+        memcpy(p.rel, rel, len + 1);
+        p.len = len;
+        p.dir_only = true;
+        struct stat st;
+        if (cs_fs_open_beneath(s->rootfd, &p, CS_FS_WANT_DIR, &fd, &st, NULL, 0) != 0)
+            return 0;
+    }
+    DIR *dir = fdopendir(fd);
+    if (dir == NULL) {
+        close(fd);
+        return len == 0 ? -2 : 0;
+    }
+    int rc = 0;
+    char path[CS_FS_PATH_MAX + 1];
+    memcpy(path, rel, len);
+    size_t base = len ? len + 1 : 0;
+    if (len)
+        path[len] = '/';
+    struct dirent *e;
+    while ((e = readdir(dir)) != NULL) {
+        const char *name = e->d_name;
+        if (name[0] == '.' && (name[1] == '\0' || (name[1] == '.' && name[2] == '\0')))
+            continue;
+        if (++s->seen > CS_FS_DENY_SCAN_CAP) {
+            rc = 1;
+            break;
+        }
+        size_t nl = strlen(name);
+        if (base + nl > CS_FS_PATH_MAX)
+            continue; /* no tool can name it */
+        memcpy(path + base, name, nl + 1);
+        size_t plen = base + nl;
+        struct stat st;
+        if (fstatat(dirfd(dir), name, &st, AT_SYMLINK_NOFOLLOW) != 0)
+            continue;
+        bool is_dir = S_ISDIR(st.st_mode), is_reg = S_ISREG(st.st_mode);
+        if (!is_dir && !is_reg)
+            continue; /* links and special files: the tools refuse them anyway */
+        bool here = !denied && cs_fs_deny_path(s->d, path, plen) != NULL;
+        if (denied || here)
+            cs_fs_deny_remember(s->d, &st);
+        if (here || (!denied && is_reg && cs_fs_deny_known(s->d, &st))) {
+            if (scan_mask(s, path, plen) != 0) {
+                rc = -1;
+                break;
+            }
+        }
+        if (is_dir && scan_push(s, path, plen, denied || here) != 0) {
+            rc = -1;
+            break;
+        }
+    }
+    closedir(dir);
+    return rc;
+}
+
+int cs_fs_deny_scan(struct cs_fs_deny *d, int rootfd, char ***masks, size_t *n_masks, char *msg,
+                    size_t msg_cap)
+{
+    struct scan s;
+    memset(&s, 0, sizeof s);
+    s.d = d;
+    s.rootfd = rootfd;
+    s.want_masks = masks != NULL;
+    if (masks != NULL) {
+        *masks = NULL;
+        *n_masks = 0;
+    }
+    int rc = 0;
+    if (d == NULL || d->n == 0)
+        return 0;
+    int r = scan_dir(&s, "", false);
+    while (r == 0 && s.depth > 0) {
+        struct scan_dir top = s.stack[--s.depth];
+        r = scan_dir(&s, top.rel, top.denied);
+        free(top.rel);
+    }
+    if (r == -2) {
+        cs__fs_msgf(msg, msg_cap, "cannot read the workspace root to resolve its deny rules");
+        rc = CSW_ERROR_FILE_OPERATION_FAILED;
+    } else if (r == -1) {
+        cs__fs_msgf(msg, msg_cap, "out of memory resolving the workspace's deny rules");
+        rc = CSW_ERROR_INTERNAL;
+    } else if (s.too_many) {
+        cs__fs_msgf(msg, msg_cap,
+                    "more than %d existing paths match the workspace's deny rules: too many to "
+                    "mask in the sandbox",
+                    CS_FS_DENY_MAX_MASKS);
+        rc = CSW_ERROR_FILE_OPERATION_FAILED;
+    }
+    while (s.depth > 0)
+        free(s.stack[--s.depth].rel);
+    free(s.stack);
+    if (rc != 0 || masks == NULL) {
+        for (size_t i = 0; i < s.n_masks; i++)
+            free(s.masks[i]);
+        free(s.masks);
+        return rc;
+    }
+    *masks = s.masks;
+    *n_masks = s.n_masks;
+    return 0;
+}
