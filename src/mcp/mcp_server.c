@@ -12,6 +12,7 @@
  */
 #include "mcp_server.h"
 
+#include <malloc.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -669,8 +670,46 @@ void cs_mcp_session_free(struct cs_mcp_session *s)
     free(s);
 }
 
+/* A message over the parse budget (M8): refused before jansson sees it, under its id when the
+ * pre-pass found a readable one (a string or an integer), else under null. */
+static bool over_budget(const char *data, size_t len, cs_mcp_reply_fn reply, void *arg)
+{
+    struct cs_json_budget b = {0};
+    char why[200], msg[260];
+    if (cs_json_budget_check(data, len, &b, why, sizeof why) == 0)
+        return false;
+    json_t *id = b.id_len ? json_loadb(data + b.id_off, b.id_len, JSON_DECODE_ANY, NULL) : NULL;
+    if (id && !json_is_string(id) && !json_is_integer(id)) {
+        json_decref(id);
+        id = NULL;
+    }
+    snprintf(msg, sizeof msg, "message over the parse budget: %s", why);
+    json_t *r = cs_jsonrpc_error(id, CS_JSONRPC_INVALID_REQUEST, msg);
+    char *text = r ? json_dumps(r, JSON_COMPACT) : NULL;
+    reply(arg, r, text, text ? strlen(text) : 0);
+    free(text);
+    return true;
+}
+
+/* After a large message, the freed tree goes back to the system (thousands of small chunks in
+ * the heap that free() alone keeps): RSS returns to its level before the message. */
+#define TRIM_AFTER ((size_t)1024 * 1024)
+
+static struct cs_mcp_exchange *handle(struct cs_mcp_session *s, const char *data, size_t len,
+                                      cs_mcp_reply_fn reply, void *arg);
+
 struct cs_mcp_exchange *cs_mcp_session_handle(struct cs_mcp_session *s, const char *data,
                                               size_t len, cs_mcp_reply_fn reply, void *arg)
+{
+    struct cs_mcp_exchange *x = over_budget(data, len, reply, arg) ? NULL
+                                                                    : handle(s, data, len, reply, arg);
+    if (len >= TRIM_AFTER)
+        (void)malloc_trim(0);
+    return x;
+}
+
+static struct cs_mcp_exchange *handle(struct cs_mcp_session *s, const char *data, size_t len,
+                                      cs_mcp_reply_fn reply, void *arg)
 {
     json_error_t err;
     json_t *msg = json_loadb(data, len, JSON_ALLOW_NUL | JSON_DECODE_ANY, &err);

@@ -37,6 +37,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base_json.h"
 #include "base_log.h"
 #include "transport_frame.h"
 
@@ -575,7 +576,7 @@ static int hello_frame(void *arg, const uint8_t *data, size_t len)
     struct hello_wait *h = arg;
     h->got = true;
     json_error_t jerr;
-    json_t *j = json_loadb((const char *)data, len, 0, &jerr);
+    json_t *j = cs_json_loadb_budget((const char *)data, len, 0, &jerr);
     struct csw_runner_wire msg;
     struct cs_wire_diag diag;
     if (!j || csw_runner_wire_decode(j, &msg, &diag) != CS_WIRE_OK) {
