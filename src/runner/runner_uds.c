@@ -890,6 +890,72 @@ fail:
     return -1;
 }
 
+/* The pid in a leaf name "codespace-runner-<pid>-<8 hex>" (the exact shape cs_runner_uds_new
+ * makes), or 0 when name is not one. */
+static pid_t leaf_pid(const char *name)
+{
+    static const char pre[] = "codespace-runner-";
+    if (strncmp(name, pre, sizeof pre - 1) != 0)
+        return 0;
+    const char *p = name + sizeof pre - 1;
+    long pid = 0;
+    const char *q = p;
+    while (*q >= '0' && *q <= '9' && q - p < 10)
+        pid = pid * 10 + (*q++ - '0');
+    if (q == p || *p == '0' || *q != '-' || pid <= 0 || pid > INT32_MAX)
+        return 0;
+    q++;
+    for (int i = 0; i < 8; i++, q++)
+        if (!((*q >= '0' && *q <= '9') || (*q >= 'a' && *q <= 'f')))
+            return 0;
+    return *q == '\0' ? (pid_t)pid : 0;
+}
+
+/* Clean restart (invariant R11): removes the leaf directories a dead gateway of ours left in the
+ * runner dir (a kill -9 gives it no chance to). A leaf is removed only when its name has the exact
+ * shape, it is a real directory (not followed) owned by our uid, and its pid is not alive (ESRCH;
+ * a live pid, ours or anyone's, keeps it). Inside it only runner.sock is unlinked, then the
+ * directory is removed if empty: anything else in it keeps it. Everything goes through directory
+ * descriptors. Returns the number removed. */
+static int sweep_leaves(const char *runner_dir)
+{
+    int pfd = open(runner_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int dup_fd = pfd >= 0 ? dup(pfd) : -1;
+    DIR *d = dup_fd >= 0 ? fdopendir(dup_fd) : NULL;
+    if (!d) {
+        if (dup_fd >= 0)
+            close(dup_fd);
+        if (pfd >= 0)
+            close(pfd);
+        return 0;
+    }
+    int removed = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        pid_t pid = leaf_pid(e->d_name);
+        struct stat st, st2;
+        if (pid <= 0 || pid == getpid() ||
+            fstatat(pfd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISDIR(st.st_mode) ||
+            st.st_uid != geteuid() || !(kill(pid, 0) != 0 && errno == ESRCH))
+            continue;
+        int lfd = openat(pfd, e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (lfd < 0)
+            continue;
+        if (fstat(lfd, &st2) == 0 && st2.st_dev == st.st_dev && st2.st_ino == st.st_ino &&
+            st2.st_uid == geteuid()) {
+            struct stat ss;
+            if (fstatat(lfd, "runner.sock", &ss, AT_SYMLINK_NOFOLLOW) == 0 && S_ISSOCK(ss.st_mode))
+                (void)unlinkat(lfd, "runner.sock", 0);
+            if (unlinkat(pfd, e->d_name, AT_REMOVEDIR) == 0)
+                removed++;
+        }
+        close(lfd);
+    }
+    closedir(d);
+    close(pfd);
+    return removed;
+}
+
 static char *dup_or_null(const char *s, bool *oom)
 {
     char *d = s ? strdup(s) : NULL;
@@ -930,6 +996,10 @@ struct cs_runner *cs_runner_uds_new(struct cs_loop *loop, const struct cs_runner
         snprintf(err, err_cap, "out of memory");
         goto fail;
     }
+    int swept = sweep_leaves(u->runner_dir);
+    if (swept > 0)
+        cs_log(CS_LOG_INFO, "removed runner directories left by dead gateways",
+               json_pack("{s:s,s:i}", "runner_dir", u->runner_dir, "count", swept));
     /* Commands orphaned by a lost worker become ours, to be killed and reaped. */
     (void)prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
     u->starts[u->nstarts++ % RESTART_PER_MIN] = cs_loop_now_ms();
