@@ -45,9 +45,9 @@ char *cs_json_clamp_numbers(const char *s, size_t n, size_t *out_n);
 /* Defaults: the deepest nesting of arrays and objects, and the budget of a message of n bytes
  * (a fixed floor, for small messages, plus twice the text: with the text itself and the reply
  * a message then costs at most about 4x its size). */
-#define CS_JSON_BUDGET_DEPTH        128
-#define CS_JSON_BUDGET_FLOOR        ((size_t)4 * 1024 * 1024)
-#define CS_JSON_BUDGET_BYTES(n)     (CS_JSON_BUDGET_FLOOR + 2 * (size_t)(n))
+#define CS_JSON_BUDGET_DEPTH    128
+#define CS_JSON_BUDGET_FLOOR    ((size_t)4 * 1024 * 1024)
+#define CS_JSON_BUDGET_BYTES(n) (CS_JSON_BUDGET_FLOOR + 2 * (size_t)(n))
 /* The longest top-level "id" value cs_json_budget_check reports (longer ones are unreadable). */
 #define CS_JSON_BUDGET_ID_MAX 1024
 

@@ -71,8 +71,7 @@ static size_t pow2_at_least(size_t n)
     return p;
 }
 
-int cs_json_budget_check(const char *buf, size_t n, struct cs_json_budget *b, char *why,
-                         size_t cap)
+int cs_json_budget_check(const char *buf, size_t n, struct cs_json_budget *b, char *why, size_t cap)
 {
     const unsigned char *s = (const unsigned char *)buf;
     size_t max_depth = b->max_depth ? b->max_depth : CS_JSON_BUDGET_DEPTH;
@@ -155,8 +154,8 @@ int cs_json_budget_check(const char *buf, size_t n, struct cs_json_budget *b, ch
                 i++;
             values++;
             bytes += COST_SLOT;
-            if (!((i - start == 4 && (memcmp(s + start, "true", 4) == 0 ||
-                                      memcmp(s + start, "null", 4) == 0)) ||
+            if (!((i - start == 4 &&
+                   (memcmp(s + start, "true", 4) == 0 || memcmp(s + start, "null", 4) == 0)) ||
                   (i - start == 5 && memcmp(s + start, "false", 5) == 0)))
                 bytes += COST_NUMBER;
             last_string = false;

@@ -701,8 +701,8 @@ static struct cs_mcp_exchange *handle(struct cs_mcp_session *s, const char *data
 struct cs_mcp_exchange *cs_mcp_session_handle(struct cs_mcp_session *s, const char *data,
                                               size_t len, cs_mcp_reply_fn reply, void *arg)
 {
-    struct cs_mcp_exchange *x = over_budget(data, len, reply, arg) ? NULL
-                                                                    : handle(s, data, len, reply, arg);
+    struct cs_mcp_exchange *x =
+        over_budget(data, len, reply, arg) ? NULL : handle(s, data, len, reply, arg);
     if (len >= TRIM_AFTER)
         (void)malloc_trim(0);
     return x;

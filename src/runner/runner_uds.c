@@ -294,9 +294,9 @@ static void lose(struct cs__runner_uds *u, const char *why)
     int64_t now = cs_loop_now_ms();
     u->young = now - u->started_at < RESTART_YOUNG_MS ? u->young + 1 : 0;
     u->not_before = now + backoff_ms(u->young);
-    cs_log(CS_LOG_WARNING, "runner worker lost",
-           json_pack("{s:s,s:I}", "error", why, "next_start_in_ms",
-                     (json_int_t)backoff_ms(u->young)));
+    cs_log(
+        CS_LOG_WARNING, "runner worker lost",
+        json_pack("{s:s,s:I}", "error", why, "next_start_in_ms", (json_int_t)backoff_ms(u->young)));
     char msg[320];
     snprintf(msg, sizeof msg, "runner transport failed: %s", why);
     complete_all(u, CS_RUNNER_AMBIGUOUS, msg);
@@ -445,8 +445,9 @@ static int replace_worker(struct cs__runner_uds *u, char *why, size_t cap)
         return -1;
     }
     if (u->nstarts >= RESTART_PER_MIN && now - oldest < 60000) {
-        snprintf(why, cap, "%s; %d workers started within a minute, the next starts in %" PRId64
-                 " ms", u->lost_why, RESTART_PER_MIN, oldest + 60000 - now);
+        snprintf(why, cap,
+                 "%s; %d workers started within a minute, the next starts in %" PRId64 " ms",
+                 u->lost_why, RESTART_PER_MIN, oldest + 60000 - now);
         return -1;
     }
     char err[512];
@@ -934,9 +935,9 @@ static int sweep_leaves(const char *runner_dir)
     while ((e = readdir(d))) {
         pid_t pid = leaf_pid(e->d_name);
         struct stat st, st2;
-        if (pid <= 0 || pid == getpid() ||
-            fstatat(pfd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISDIR(st.st_mode) ||
-            st.st_uid != geteuid() || !(kill(pid, 0) != 0 && errno == ESRCH))
+        if (pid <= 0 || pid == getpid() || fstatat(pfd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 ||
+            !S_ISDIR(st.st_mode) || st.st_uid != geteuid() ||
+            !(kill(pid, 0) != 0 && errno == ESRCH))
             continue;
         int lfd = openat(pfd, e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         if (lfd < 0)
