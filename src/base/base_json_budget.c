@@ -17,9 +17,9 @@
  *   slot       every value's pointer in its parent's table (arrays) or
  *              bucket (objects); tables double, and the old one is live
  *              while it is copied: at worst 24 bytes a value                   24
- *   lexer      the raw text of the longest string (a buffer that doubles:
- *              the next power of two), plus a key's decoded copy while the
- *              member is inserted                                  2^k + longest key
+ *   lexer      the raw text of the longest token (a buffer that doubles to 2^k,
+ *              the old half live while it is copied), plus a key's decoded
+ *              copy while the member is inserted         1.5 x 2^k - longest + longest key
  *
  * The pass is a tokenizer, not a validator: invalid text is counted as far as it goes (a run of
  * other bytes is one number, a string runs to its closing quote or the end), which is never less
@@ -77,7 +77,7 @@ int cs_json_budget_check(const char *buf, size_t n, struct cs_json_budget *b, ch
     size_t max_depth = b->max_depth ? b->max_depth : CS_JSON_BUDGET_DEPTH;
     size_t max_bytes = b->max_bytes ? b->max_bytes : CS_JSON_BUDGET_BYTES(n);
     size_t values = 0, containers = 0, members = 0, depth = 0, deepest = 0;
-    size_t bytes = COST_BASE, longest = 0, longest_key = 0, id_off = 0, id_len = 0;
+    size_t bytes = COST_BASE, longest = 0, longest_run = 0, longest_key = 0, id_off = 0, id_len = 0;
     bool seen_top = false, top_object = false;
     /* The last token, so that a ':' can turn the string just counted as a value into a key. */
     bool last_string = false, last_is_id = false, want_id = false;
@@ -154,6 +154,8 @@ int cs_json_budget_check(const char *buf, size_t n, struct cs_json_budget *b, ch
                 i++;
             values++;
             bytes += COST_SLOT;
+            if (i - start > longest_run)
+                longest_run = i - start; /* the lexer keeps the run's text too */
             if (!((i - start == 4 &&
                    (memcmp(s + start, "true", 4) == 0 || memcmp(s + start, "null", 4) == 0)) ||
                   (i - start == 5 && memcmp(s + start, "false", 5) == 0)))
@@ -169,8 +171,14 @@ int cs_json_budget_check(const char *buf, size_t n, struct cs_json_budget *b, ch
         }
         want_id = false;
     }
-    if (longest > 0 || longest_key > 0)
-        bytes += pow2_at_least(longest + 1) + longest_key + 32;
+    {
+        /* The lexer's buffer grows by doubling, the old one live while it is copied: cap + cap/2
+         * at the last growth; after it, cap + the decoded string, whose bytes the sum holds. */
+        size_t top = longest > longest_run ? longest : longest_run;
+        size_t cap_ = pow2_at_least(top + 2); /* the opening quote and a NUL too */
+        size_t half = cap_ / 2 > longest ? cap_ / 2 - longest : 0;
+        bytes += cap_ + half + longest_key + 64;
+    }
     b->values = values;
     b->containers = containers;
     b->members = members;
