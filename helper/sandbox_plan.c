@@ -29,6 +29,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base_json.h"
 #include "sandbox.h"
 
 static int fail(char *err, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -157,7 +158,7 @@ int cs_sbx_plan_parse(const char *buf, size_t n, struct csw_sandbox_plan *out, c
 {
     memset(out, 0, sizeof *out);
     json_error_t jerr;
-    json_t *j = json_loadb(buf, n, JSON_ALLOW_NUL, &jerr);
+    json_t *j = cs_json_loadb_budget(buf, n, JSON_ALLOW_NUL, &jerr);
     if (!j)
         return fail(err, errcap, "plan is not JSON: %s", jerr.text);
     struct cs_wire_diag diag;
@@ -454,7 +455,7 @@ int cs_sbx_prepare_main(void)
         }
     }
     json_error_t jerr;
-    json_t *j = json_loadb(buf, n, 0, &jerr);
+    json_t *j = cs_json_loadb_budget(buf, n, 0, &jerr);
     free(buf);
     if (!j) {
         snprintf(err, sizeof err, "request is not JSON: %s", jerr.text);

@@ -5,6 +5,7 @@
 #define CS_BASE_JSON_H
 
 #include <stdbool.h>
+#include <jansson.h>
 #include <stddef.h>
 
 /* The most bytes cs_json_quote writes for n bytes of input (every byte \u00XX, two quotes). */
@@ -54,5 +55,63 @@ int cs_json_array_spans(const char *s, size_t n, size_t max, size_t *offs, size_
 /* True when the token t (n bytes) is a JSON integer literal: an optional minus, then 0 or a
  * digit string without a leading zero; no fraction, no exponent. */
 bool cs_json_is_integer_token(const char *t, size_t n);
+
+/*
+ * The parse budget (security-model.md M8): a pre-pass over raw JSON text, before jansson builds
+ * a tree of it, that counts what jansson would allocate and refuses text whose tree would cost
+ * more than a budget. It is a tokenizer, not a validator: whatever jansson could build from the
+ * text, valid or not, up to the point where it stops, is made of tokens counted here, so the
+ * estimate bounds jansson's allocations also for text it refuses half way.
+ *
+ * The costs are jansson 2.14's on 64-bit glibc, measured as malloc chunk sizes (see the comment
+ * in base_json_budget.c); the fuzz harness json_budget_fuzz checks them against jansson's real
+ * allocations for every input it parses.
+ */
+/* Defaults: the deepest nesting of arrays and objects, and the budget of a message of n bytes
+ * (a fixed floor, for small messages, plus twice the text: with the text itself and the reply
+ * a message then costs at most about 4x its size). */
+#define CS_JSON_BUDGET_DEPTH    128
+#define CS_JSON_BUDGET_FLOOR    ((size_t)4 * 1024 * 1024)
+#define CS_JSON_BUDGET_BYTES(n) (CS_JSON_BUDGET_FLOOR + 2 * (size_t)(n))
+/* The longest top-level "id" value cs_json_budget_check reports (longer ones are unreadable). */
+#define CS_JSON_BUDGET_ID_MAX 1024
+
+struct cs_json_budget {
+    /* limits, set by the caller */
+    size_t max_depth; /* 0: CS_JSON_BUDGET_DEPTH */
+    size_t max_bytes; /* 0: CS_JSON_BUDGET_BYTES(n) */
+    /* counts, written by cs_json_budget_check (for valid JSON exactly what a jansson walk of
+     * the tree finds) */
+    size_t values;     /* every value: containers, strings, numbers, true/false/null */
+    size_t containers; /* arrays and objects */
+    size_t members;    /* object members (their keys are not values) */
+    size_t depth;      /* deepest nesting of containers (a scalar alone: 0) */
+    size_t bytes;      /* the estimated peak bytes jansson allocates parsing the text */
+    /* Where the top-level object's "id" member's value is, when it is a scalar token of at
+     * most CS_JSON_BUDGET_ID_MAX bytes (spelt "id" without escapes): id_len is 0 otherwise. */
+    size_t id_off, id_len;
+};
+
+/*
+ * Scans the n bytes at buf (any bytes; NUL allowed) and fills the counts of b. Returns 0 when
+ * the text is within b's limits, -1 when not, with a one-line reason in why (cap bytes, may be
+ * 0). Reads only buf[0..n), allocates nothing, runs in O(n) time and O(1) space: the whole text
+ * is always scanned, so the counts and the id are complete even when it is refused.
+ */
+int cs_json_budget_check(const char *buf, size_t n, struct cs_json_budget *b, char *why,
+                         size_t cap);
+
+/* json_loadb behind cs_json_budget_check with the default limits: NULL when the text is over
+ * budget (error->text says why, error->position is 0) or jansson refuses it. For every parse of
+ * peer text. */
+json_t *cs_json_loadb_budget(const char *buf, size_t n, size_t flags, json_error_t *error);
+
+/* Texts of at least this many bytes are "large": their tree, once freed, should be handed back
+ * to the system (malloc_trim), which the caller of a parse cannot do before it frees the tree. */
+#define CS_JSON_LARGE ((size_t)1024 * 1024)
+/* Sets the function cs_json_loadb_budget calls (with arg) before parsing a large text: main
+ * arms a short timer that trims. Set once, before serving; NULL: none. Not thread-safe: call
+ * cs_json_loadb_budget for large texts from one thread (the loop) only. */
+void cs_json_set_large_hook(void (*fn)(void *arg), void *arg);
 
 #endif

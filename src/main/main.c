@@ -9,6 +9,7 @@
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <malloc.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <signal.h>
@@ -17,6 +18,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base_json.h"
 #include "base_log.h"
 #include "base_loop.h"
 #include "base_version.h"
@@ -41,6 +43,7 @@ struct gateway {
     int64_t eof_deadline;
     bool output_lost;
     int exit_code;
+    struct cs_loop_timer *trim; /* armed after a large parse */
 };
 
 /* ---- stdio ---- */
@@ -76,6 +79,22 @@ static void stdio_overlong(void *arg)
     char *text = r ? json_dumps(r, JSON_COMPACT) : NULL;
     stdio_reply(g, r, text, text ? strlen(text) : 0);
     free(text);
+}
+
+/* After a large message was parsed (its tree is freed by then), free memory goes back to the
+ * system (M8): the HTTP transport's own parse has no later point to do it at. */
+static void trim_now(void *arg)
+{
+    struct gateway *g = arg;
+    g->trim = NULL;
+    (void)malloc_trim(0);
+}
+
+static void trim_soon(void *arg)
+{
+    struct gateway *g = arg;
+    if (!g->trim)
+        g->trim = cs_loop_timer_add(g->loop, 100, trim_now, g);
 }
 
 /* After EOF: replies still in flight get up to this long to complete before shutdown. */
@@ -176,6 +195,10 @@ static int serve(struct gateway *g, const struct cs_config *cfg)
 
 int main(int argc, char **argv)
 {
+    /* Large buffers (message texts, bodies, big strings) always come from mmap and go back to
+     * the system when freed: a fixed threshold stops glibc from raising it after the first
+     * large free, which would put the next 16 MiB message in the heap for good (M8). */
+    (void)mallopt(M_MMAP_THRESHOLD, 256 * 1024);
     struct cs_config cfg;
     struct cs_config_error cerr;
     switch (cs_config_load(&cfg, argc, argv, environ, &cerr)) {
@@ -232,6 +255,7 @@ int main(int argc, char **argv)
     cs_log(CS_LOG_INFO, "starting",
            json_pack("{s:s,s:i,s:s}", "version", CS_VERSION, "workspaces", (int)cfg.n_workspaces,
                      "runner", cfg.runner == CS_CONFIG_RUNNER_UDS ? "uds" : "in-process"));
+    cs_json_set_large_hook(trim_soon, &g);
     if (serve(&g, &cfg) != 0) {
         g.exit_code = 1;
         goto out;
@@ -253,6 +277,8 @@ out:
     cs_tools_free(&tools);
     cs_mcp_free(g.srv);
     cs_store_close(store);
+    cs_json_set_large_hook(NULL, NULL);
+    cs_loop_timer_cancel(g.trim);
     cs_loop_free(g.loop);
     cs_config_free(&cfg);
     return g.exit_code;

@@ -12,6 +12,7 @@
  */
 #include "mcp_server.h"
 
+#include <malloc.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -1142,10 +1143,12 @@ void cs_mcp_session_free(struct cs_mcp_session *s)
 /* ---- messages ---- */
 
 struct cs_mcp_msg {
-    json_t *json;   /* NULL: not JSON (why says where) */
-    char why[256];  /* the parse error */
-    char *raw_id;   /* an object's "id" token as written, or NULL */
-    char **raw_ids; /* a batch: each element's, or NULL (nraw of them) */
+    json_t *json;     /* NULL: not JSON, or over the parse budget (why says which) */
+    char why[256];    /* the parse error */
+    bool over_budget; /* refused by the pre-pass (M8), answered -32600 under raw_id */
+    size_t len;       /* of the text: a large one's memory is handed back when it is freed */
+    char *raw_id;     /* an object's "id" token as written, or NULL */
+    char **raw_ids;   /* a batch: each element's, or NULL (nraw of them) */
     size_t nraw;
 };
 
@@ -1166,6 +1169,19 @@ struct cs_mcp_msg *cs_mcp_msg_parse(const char *data, size_t len)
     struct cs_mcp_msg *m = calloc(1, sizeof *m);
     if (!m)
         return NULL;
+    m->len = len;
+    /* The parse budget (M8): refused before jansson builds anything, under its id when the
+     * pre-pass found a readable one (a string or an integer token). */
+    struct cs_json_budget b = {0};
+    char bwhy[200];
+    if (cs_json_budget_check(data, len, &b, bwhy, sizeof bwhy) != 0) {
+        m->over_budget = true;
+        snprintf(m->why, sizeof m->why, "message over the parse budget: %s", bwhy);
+        const char *t = data + b.id_off;
+        if (b.id_len && (t[0] == '"' || cs_json_is_integer_token(t, b.id_len)))
+            m->raw_id = strndup(t, b.id_len);
+        return m;
+    }
     json_error_t err;
     json_t *msg = json_loadb(data, len, JSON_ALLOW_NUL | JSON_DECODE_ANY, &err);
     if (!msg) {
@@ -1206,12 +1222,17 @@ void cs_mcp_msg_free(struct cs_mcp_msg *m)
 {
     if (!m)
         return;
+    bool large = m->len >= CS_JSON_LARGE;
     json_decref(m->json);
     free(m->raw_id);
     for (size_t i = 0; i < m->nraw; i++)
         free(m->raw_ids[i]);
     free(m->raw_ids);
     free(m);
+    /* The tree of a large message, once freed, goes back to the system (thousands of small
+     * chunks that free() alone keeps in the heap): RSS returns to its level before it (M8). */
+    if (large)
+        (void)malloc_trim(0);
 }
 
 /* Whether the HTTP headers alone make a request 2026-07-28: MCP-Protocol-Version says so. Any
@@ -1252,10 +1273,16 @@ struct cs_mcp_exchange *cs_mcp_session_handle_msg(struct cs_mcp_session *s, stru
                                                   cs_mcp_reply_fn reply, void *arg)
 {
     if (!m->json) {
-        /* 2026-07-28 never answers "id": null; a parse error there has no id at all. */
-        json_t *r =
-            cs_jsonrpc_error_ex(NULL, header_modern(hdr), CS_JSONRPC_PARSE_ERROR, m->why, NULL);
+        /* 2026-07-28 never answers "id": null; a parse error there has no id at all. A message
+         * over the budget is answered under its id when it was readable (a placeholder id, then
+         * the raw token spliced in). */
+        json_t *id = m->over_budget && m->raw_id ? json_string("") : NULL;
+        json_t *r = cs_jsonrpc_error_ex(
+            id, header_modern(hdr),
+            m->over_budget ? CS_JSONRPC_INVALID_REQUEST : CS_JSONRPC_PARSE_ERROR, m->why, NULL);
+        json_decref(id);
         char *text = r ? json_dumps(r, JSON_COMPACT) : NULL;
+        text = splice_id(text, r, m->raw_id);
         cs_mcp_msg_free(m);
         reply(arg, r, text, text ? strlen(text) : 0);
         free(text);

@@ -17,6 +17,7 @@
 #endif
 #include "patch_txn.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
@@ -455,6 +456,49 @@ static int write_all(int fd, const char *data, size_t len)
     return 0;
 }
 
+/* Leftover temporary files (invariant R11): a write interrupted by a crash (kill -9 of the
+ * gateway or worker between the temporary file's creation and its rename) leaves a
+ * .cs-patch-<16 hex>.tmp beside its target. Before writing into a directory, the engine removes
+ * those it finds there: exactly that name shape, a regular file (never followed), owned by our
+ * uid, last modified at least TEMP_STALE_SEC ago (so another server's write in progress in the
+ * same directory is left alone). At most TEMP_SWEEP_MAX entries of the directory are looked at.
+ * Best effort: a failure changes nothing in the patch. */
+#define TEMP_STALE_SEC 60
+#define TEMP_SWEEP_MAX 4096
+
+static bool temp_name(const char *s)
+{
+    static const char pre[] = ".cs-patch-", suf[] = ".tmp";
+    if (strlen(s) != sizeof pre - 1 + 16 + sizeof suf - 1 || strncmp(s, pre, sizeof pre - 1) != 0 ||
+        strcmp(s + sizeof pre - 1 + 16, suf) != 0)
+        return false;
+    for (size_t i = sizeof pre - 1; i < sizeof pre - 1 + 16; i++)
+        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
+            return false;
+    return true;
+}
+
+static void sweep_temps(int dfd)
+{
+    int fd = openat(dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    if (!d) {
+        if (fd >= 0)
+            close(fd);
+        return;
+    }
+    time_t now = time(NULL);
+    struct dirent *e;
+    for (int seen = 0; seen < TEMP_SWEEP_MAX && (e = readdir(d)); seen++) {
+        struct stat st;
+        if (!temp_name(e->d_name) || fstatat(dfd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 ||
+            !S_ISREG(st.st_mode) || st.st_uid != geteuid() || now - st.st_mtime < TEMP_STALE_SEC)
+            continue;
+        (void)unlinkat(dfd, e->d_name, 0);
+    }
+    closedir(d);
+}
+
 /* Writes data to a temporary file beside p (mode mode), fsyncs it and renames it over p (or, with
  * noreplace, onto p only while nothing is there: an add or a move target that appeared since the
  * preflight is not clobbered), then fsyncs the directory. */
@@ -468,6 +512,7 @@ static int write_file(struct txn *t, const struct cs_fs_path *p, const char *dat
     int rc = open_parent(rootfd, p, &dfd, &leaf, msg, cap);
     if (rc != 0)
         return rc;
+    sweep_temps(dfd);
     unsigned char rnd[8];
     if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd) {
         msgf(msg, cap, "getrandom failed: %s", strerror(errno));

@@ -12,12 +12,17 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <malloc.h>
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "base_json.h"
 #include "transport_frame.h"
+
+/* After a frame this large, free memory is handed back (malloc_trim). */
+#define TRIM_AFTER ((size_t)1024 * 1024)
 
 struct cs_runner_conn {
     struct cs_loop *loop;
@@ -60,7 +65,9 @@ static int on_frame(void *arg, const uint8_t *data, size_t len)
     if (c->closing)
         return 1;
     json_error_t jerr;
-    json_t *j = json_loadb((const char *)data, len, JSON_ALLOW_NUL, &jerr);
+    /* The peer's frame is parsed within the parse budget (M8): a frame of a million empty
+     * arrays is a bad frame, not 130 MB of tree. */
+    json_t *j = cs_json_loadb_budget((const char *)data, len, JSON_ALLOW_NUL, &jerr);
     if (!j) {
         char why[300];
         snprintf(why, sizeof why, "frame is not JSON: %s", jerr.text);
@@ -81,6 +88,8 @@ static int on_frame(void *arg, const uint8_t *data, size_t len)
     json_decref(j);
     c->cb.message(c->cb.arg, &msg);
     csw_runner_wire_free(&msg);
+    if (len >= TRIM_AFTER)
+        (void)malloc_trim(0); /* a large frame's tree goes back to the system */
     return c->closing ? 1 : 0;
 }
 

@@ -10,6 +10,12 @@
  * the gateway is a child subreaper, so the worker's orphaned commands become our children, and
  * their groups are killed and reaped here. The socket and the directory are removed.
  *
+ * A lost worker is replaced (runtime.md section 5, invariant R12): the next call after the loss
+ * starts a fresh worker in a fresh leaf directory, blocking like the first start, with a back-off
+ * after workers that die young (RESTART_*), at most RESTART_PER_MIN starts a minute, each start
+ * logged. Each worker's connection has its own link, so a late callback of the old connection
+ * never touches the new one.
+ *
  * Trust: the worker is our own child, but its frames are still decoded through the generated
  * decoder; a bad frame is a lost worker.
  * Entry points: cs_runner_uds_new (runner.h), cs__runner_uds_call/free (runner_internal.h).
@@ -37,6 +43,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base_json.h"
 #include "base_log.h"
 #include "transport_frame.h"
 
@@ -48,6 +55,25 @@ extern char **environ;
 
 #define POLL_EVERY_MS 20
 #define POLL_FOR_MS   2000
+
+/* Replacing a lost worker: at most RESTART_PER_MIN starts (the first one included) in any 60 s.
+ * A worker that lived less than RESTART_YOUNG_MS, or a start that failed, is a failure; the
+ * first one in a row is replaced at once, the second waits RESTART_BACKOFF_MS, each further one
+ * twice as long as the last, up to RESTART_BACKOFF_MAX_MS. */
+#define RESTART_PER_MIN        5
+#define RESTART_YOUNG_MS       10000
+#define RESTART_BACKOFF_MS     500
+#define RESTART_BACKOFF_MAX_MS 30000
+
+struct cs__runner_uds;
+
+/* One worker's connection. The callbacks get the link, not the runner: a link that is no longer
+ * the runner's current one belongs to a lost worker and is only waiting to be freed. */
+struct link {
+    struct cs__runner_uds *u;
+    struct cs_runner_conn *conn;
+    struct link *next; /* in u->dying */
+};
 
 struct call {
     struct call *prev, *next;
@@ -63,8 +89,16 @@ struct cs__runner_uds {
     pid_t pid;
     int pidfd;
     struct cs_loop_fd *pidw;
-    struct cs_runner_conn *conn;
-    char *dir, *sock;
+    struct link *link;  /* the live worker's connection, NULL once lost */
+    struct link *dying; /* lost workers' connections, closed, freed on the next turn */
+    char *dir, *sock;   /* the current worker's leaf and socket (NULL when none) */
+    /* What a (re)start needs: copies of the options. */
+    char *runtime_bin, *runner_dir, *version, *sandbox_helper;
+    int64_t max_processes, timeout_ms, sandbox_uid, sandbox_gid;
+    int64_t starts[RESTART_PER_MIN]; /* the last starts' times, a ring */
+    uint64_t nstarts;
+    int64_t started_at, not_before;
+    unsigned young; /* workers in a row that died young or did not start */
     uint64_t next_id;
     struct call *calls;
     struct cs_loop_timer *sweep; /* every second: calls past their deadline */
@@ -189,6 +223,9 @@ static void remove_files(struct cs__runner_uds *u)
         (void)unlink(u->sock);
     if (u->dir)
         (void)rmdir(u->dir);
+    free(u->sock);
+    free(u->dir);
+    u->sock = u->dir = NULL;
 }
 
 static void complete_all(struct cs__runner_uds *u, enum cs_runner_outcome outcome, const char *why)
@@ -204,15 +241,39 @@ static void complete_all(struct cs__runner_uds *u, enum cs_runner_outcome outcom
     }
 }
 
-static void free_conn(void *arg)
+static void free_options(struct cs__runner_uds *u)
 {
-    struct cs__runner_uds *u = arg;
-    cs_runner_conn_free(u->conn);
-    u->conn = NULL;
+    free(u->runtime_bin);
+    free(u->runner_dir);
+    free(u->version);
+    free(u->sandbox_helper);
+}
+
+/* Frees a lost worker's link (deferred: never inside its own callbacks). */
+static void free_link(void *arg)
+{
+    struct link *l = arg;
+    for (struct link **p = &l->u->dying; *p; p = &(*p)->next)
+        if (*p == l) {
+            *p = l->next;
+            break;
+        }
+    cs_runner_conn_free(l->conn);
+    free(l);
+}
+
+static int64_t backoff_ms(unsigned young)
+{
+    if (young <= 1)
+        return 0;
+    int64_t ms = RESTART_BACKOFF_MS;
+    for (unsigned i = 2; i < young && ms < RESTART_BACKOFF_MAX_MS; i++)
+        ms *= 2;
+    return ms < RESTART_BACKOFF_MAX_MS ? ms : RESTART_BACKOFF_MAX_MS;
 }
 
 /* The worker is gone (or must be): every pending call is ambiguous, the worker and its commands
- * are killed, the files removed, and the tool layer told. */
+ * are killed, the files removed, and the tool layer told. The next call starts a new worker. */
 static void lose(struct cs__runner_uds *u, const char *why)
 {
     if (u->lost)
@@ -221,10 +282,21 @@ static void lose(struct cs__runner_uds *u, const char *why)
     cs_loop_timer_cancel(u->sweep);
     u->sweep = NULL;
     snprintf(u->lost_why, sizeof u->lost_why, "%s", why);
-    if (u->conn)
-        cs_runner_conn_close(u->conn, why);
+    struct link *l = u->link;
+    u->link = NULL;
+    if (l) {
+        cs_runner_conn_close(l->conn, why); /* its closed callback frees it */
+        l->next = u->dying;
+        u->dying = l;
+    }
     reap_worker(u, 0);
     remove_files(u);
+    int64_t now = cs_loop_now_ms();
+    u->young = now - u->started_at < RESTART_YOUNG_MS ? u->young + 1 : 0;
+    u->not_before = now + backoff_ms(u->young);
+    cs_log(
+        CS_LOG_WARNING, "runner worker lost",
+        json_pack("{s:s,s:I}", "error", why, "next_start_in_ms", (json_int_t)backoff_ms(u->young)));
     char msg[320];
     snprintf(msg, sizeof msg, "runner transport failed: %s", why);
     complete_all(u, CS_RUNNER_AMBIGUOUS, msg);
@@ -265,7 +337,10 @@ static struct call *take_call(struct cs__runner_uds *u, const struct cs_str *rid
 
 static void on_message(void *arg, struct csw_runner_wire *msg)
 {
-    struct cs__runner_uds *u = arg;
+    struct link *l = arg;
+    struct cs__runner_uds *u = l->u;
+    if (l != u->link)
+        return; /* a lost worker's */
     if (msg->tag == CSW_RUNNER_WIRE_EVENT) {
         const struct csw_runner_event *e = &msg->u.event;
         if (e->event.tag == CSW_RUNNER_WIRE_EVENT_BODY_PROCESS_EXITED && u->r->ev.process_exited) {
@@ -307,20 +382,25 @@ static void on_message(void *arg, struct csw_runner_wire *msg)
 static void on_bad(void *arg, const json_t *raw, const char *why)
 {
     (void)raw;
+    struct link *l = arg;
+    if (l != l->u->link)
+        return;
     char msg[400];
     snprintf(msg, sizeof msg, "bad frame from the worker: %s", why);
-    lose(arg, msg);
+    lose(l->u, msg);
 }
 
 static void on_closed(void *arg, const char *why)
 {
-    struct cs__runner_uds *u = arg;
-    if (!u->lost) {
+    struct link *l = arg;
+    struct cs__runner_uds *u = l->u;
+    if (l == u->link) {
         char msg[320];
         snprintf(msg, sizeof msg, "worker connection ended: %s", why);
-        lose(u, msg);
+        lose(u, msg); /* moves l to u->dying */
     }
-    (void)cs_loop_defer(u->r->loop, free_conn, u);
+    /* Without memory to defer, l stays in u->dying until the runner is freed. */
+    (void)cs_loop_defer(u->r->loop, free_link, l);
 }
 
 static void on_worker_exit(void *arg, int fd, unsigned events)
@@ -351,14 +431,50 @@ static void on_sweep(void *arg)
         u->sweep = cs_loop_timer_add(u->r->loop, 1000, on_sweep, u);
 }
 
+static int start_worker(struct cs__runner_uds *u, char *err, size_t cap);
+
+/* After a loss: starts a new worker unless the back-off or the per-minute cap says not yet.
+ * Returns 0 with a live worker, or -1 with why set. */
+static int replace_worker(struct cs__runner_uds *u, char *why, size_t cap)
+{
+    int64_t now = cs_loop_now_ms();
+    int64_t oldest = u->starts[u->nstarts % RESTART_PER_MIN];
+    if (now < u->not_before) {
+        snprintf(why, cap, "%s; the next worker starts in %" PRId64 " ms", u->lost_why,
+                 u->not_before - now);
+        return -1;
+    }
+    if (u->nstarts >= RESTART_PER_MIN && now - oldest < 60000) {
+        snprintf(why, cap,
+                 "%s; %d workers started within a minute, the next starts in %" PRId64 " ms",
+                 u->lost_why, RESTART_PER_MIN, oldest + 60000 - now);
+        return -1;
+    }
+    char err[512];
+    u->starts[u->nstarts++ % RESTART_PER_MIN] = now;
+    cs_log(CS_LOG_INFO, "runner worker starting",
+           json_pack("{s:s,s:I}", "replacing", u->lost_why, "start", (json_int_t)u->nstarts));
+    if (start_worker(u, err, sizeof err) != 0) {
+        u->young++;
+        u->not_before = cs_loop_now_ms() + backoff_ms(u->young);
+        cs_log(CS_LOG_ERROR, "runner worker did not start",
+               json_pack("{s:s,s:I}", "error", err, "next_start_in_ms",
+                         (json_int_t)backoff_ms(u->young)));
+        snprintf(why, cap, "%.160s; a new worker did not start: %.160s", u->lost_why, err);
+        return -1;
+    }
+    cs_log(CS_LOG_INFO, "runner worker replaced",
+           json_pack("{s:I,s:s}", "pid", (json_int_t)u->pid, "replaced", u->lost_why));
+    return 0;
+}
+
 void cs__runner_uds_call(struct cs_runner *r, const struct csw_runner_wire_op *op,
                          cs_runner_done_fn done, void *arg)
 {
     struct cs__runner_uds *u = r->u;
-    char msg[400];
-    if (u->lost || !u->conn) {
-        snprintf(msg, sizeof msg, "runner transport failed before dispatch: %s",
-                 u->lost_why[0] ? u->lost_why : "no worker");
+    char msg[420], why[360];
+    if (u->lost && replace_worker(u, why, sizeof why) != 0) {
+        snprintf(msg, sizeof msg, "runner transport failed before dispatch: %s", why);
         struct cs_runner_reply rep = {.outcome = CS_RUNNER_BEFORE_DISPATCH, .msg = msg};
         done(arg, &rep);
         return;
@@ -373,7 +489,7 @@ void cs__runner_uds_call(struct cs_runner *r, const struct csw_runner_wire_op *o
     w.u.request.protocol = CS_RUNNER_PROTOCOL;
     w.u.request.request_id = (struct cs_str){rid, strlen(rid)};
     w.u.request.op = *op; /* shallow: borrowed for the encode */
-    if (!c || cs_runner_conn_send(u->conn, &w) != 0) {
+    if (!c || cs_runner_conn_send(u->link->conn, &w) != 0) {
         free(c);
         snprintf(msg, sizeof msg,
                  "runner transport failed before dispatch: the request could not be written");
@@ -403,7 +519,7 @@ void cs__runner_uds_cancel(struct cs_runner *r, cs_runner_done_fn done, void *ar
                            const char *process_id)
 {
     struct cs__runner_uds *u = r->u;
-    if (u->lost || !u->conn)
+    if (u->lost || !u->link)
         return; /* the worker is gone, and its processes with it */
     struct call *c = u->calls;
     while (c && !(c->done == done && c->arg == arg))
@@ -431,12 +547,21 @@ void cs__runner_uds_free(struct cs_runner *r)
     struct cs__runner_uds *u = r->u;
     if (!u)
         return;
-    cs_loop_defer_cancel(r->loop, free_conn, u);
+    while (u->dying) {
+        struct link *l = u->dying;
+        u->dying = l->next;
+        cs_loop_defer_cancel(r->loop, free_link, l);
+        cs_runner_conn_free(l->conn);
+        free(l);
+    }
     cs_loop_timer_cancel(u->sweep);
     u->sweep = NULL;
     /* EOF on the socket makes the worker kill its commands and exit; it gets a moment. */
-    cs_runner_conn_free(u->conn);
-    u->conn = NULL;
+    if (u->link) {
+        cs_runner_conn_free(u->link->conn);
+        free(u->link);
+        u->link = NULL;
+    }
     if (!u->lost)
         reap_worker(u, 2000);
     else
@@ -444,8 +569,7 @@ void cs__runner_uds_free(struct cs_runner *r)
     relay_log(u, true);
     remove_files(u);
     complete_all(u, CS_RUNNER_AMBIGUOUS, "runner transport failed: the gateway is shutting down");
-    free(u->dir);
-    free(u->sock);
+    free_options(u);
     free(u);
     r->u = NULL;
 }
@@ -609,7 +733,7 @@ static int hello_frame(void *arg, const uint8_t *data, size_t len)
     struct hello_wait *h = arg;
     h->got = true;
     json_error_t jerr;
-    json_t *j = json_loadb((const char *)data, len, 0, &jerr);
+    json_t *j = cs_json_loadb_budget((const char *)data, len, 0, &jerr);
     struct csw_runner_wire msg;
     struct cs_wire_diag diag;
     if (!j || csw_runner_wire_decode(j, &msg, &diag) != CS_WIRE_OK) {
@@ -703,6 +827,178 @@ static int handshake(int fd, const char *version, char *err, size_t cap)
     return 0;
 }
 
+/* Starts a worker: a fresh leaf directory, the process, its socket, the handshake (blocking, up
+ * to 2 s + 2 s), then its watches on the loop. Returns 0, or -1 with err set and nothing of the
+ * attempt left (no worker, no directory). */
+static int start_worker(struct cs__runner_uds *u, char *err, size_t err_cap)
+{
+    struct cs_runner_uds_options opt = {
+        .runtime_bin = u->runtime_bin,
+        .runner_dir = u->runner_dir,
+        .max_processes = u->max_processes,
+        .timeout_ms = u->timeout_ms,
+        .version = u->version,
+        .sandbox_helper = u->sandbox_helper,
+        .sandbox_uid = u->sandbox_uid,
+        .sandbox_gid = u->sandbox_gid,
+    };
+    u->logn = 0;
+    uint32_t rnd = 0;
+    if (getrandom(&rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd)
+        rnd = (uint32_t)cs_loop_now_ms();
+    char leaf[64];
+    snprintf(leaf, sizeof leaf, "codespace-runner-%d-%08" PRIx32, (int)getpid(), rnd);
+    size_t dn = strlen(opt.runner_dir) + 1 + strlen(leaf) + 1;
+    u->dir = malloc(dn);
+    u->sock = malloc(dn + strlen("/runner.sock"));
+    int fd = -1;
+    if (!u->dir || !u->sock) {
+        snprintf(err, err_cap, "out of memory");
+        goto fail;
+    }
+    snprintf(u->dir, dn, "%s/%s", opt.runner_dir, leaf);
+    snprintf(u->sock, dn + strlen("/runner.sock"), "%s/runner.sock", u->dir);
+    if (strlen(u->sock) >= sizeof((struct sockaddr_un *)0)->sun_path) {
+        snprintf(err, err_cap, "runner dir %s is too long for a Unix socket path", opt.runner_dir);
+        goto fail;
+    }
+    /* Only the leaf is ours: created 0700 (the mode is forced past the umask), the parent is
+     * never touched. */
+    if (mkdir(u->dir, 0700) != 0) {
+        snprintf(err, err_cap, "cannot create %s: %s", u->dir, strerror(errno));
+        free(u->dir);
+        u->dir = NULL;
+        goto fail;
+    }
+    if (chmod(u->dir, 0700) != 0) {
+        snprintf(err, err_cap, "chmod %s: %s", u->dir, strerror(errno));
+        goto fail;
+    }
+    if (spawn_worker(u, &opt, err, err_cap) != 0)
+        goto fail;
+    fd = connect_worker(u, err, err_cap);
+    if (fd < 0 || handshake(fd, opt.version, err, err_cap) != 0)
+        goto fail;
+    u->link = calloc(1, sizeof *u->link);
+    if (!u->link) {
+        snprintf(err, err_cap, "out of memory");
+        goto fail;
+    }
+    u->link->u = u;
+    struct cs_runner_conn_callbacks cb = {on_message, on_bad, on_closed, u->link};
+    u->link->conn = cs_runner_conn_new(u->r->loop, fd, &cb);
+    if (!u->link->conn) {
+        snprintf(err, err_cap, "out of memory");
+        goto fail;
+    }
+    fd = -1;
+    relay_log(u, false); /* what it said while starting */
+    u->pidw = cs_loop_fd_add(u->r->loop, u->pidfd, CS_LOOP_READ, on_worker_exit, u);
+    u->sweep = cs_loop_timer_add(u->r->loop, 1000, on_sweep, u);
+    if (u->logfd >= 0)
+        u->logw = cs_loop_fd_add(u->r->loop, u->logfd, CS_LOOP_READ, on_worker_log, u);
+    if (!u->pidw || !u->sweep || (u->logfd >= 0 && !u->logw)) {
+        snprintf(err, err_cap, "cannot watch the worker: %s", strerror(errno));
+        goto fail;
+    }
+    u->lost = false;
+    u->started_at = cs_loop_now_ms();
+    u->next_id = 2; /* request ids count from 1 per connection; rrpc-1 was the hello */
+    return 0;
+fail:
+    if (fd >= 0)
+        close(fd);
+    cs_loop_timer_cancel(u->sweep);
+    u->sweep = NULL;
+    cs_loop_fd_del(u->pidw);
+    u->pidw = NULL;
+    cs_loop_fd_del(u->logw);
+    u->logw = NULL;
+    if (u->link) {
+        cs_runner_conn_free(u->link->conn);
+        free(u->link);
+        u->link = NULL;
+    }
+    reap_worker(u, 0);
+    relay_log(u, true); /* also when the worker was never watched */
+    remove_files(u);
+    return -1;
+}
+
+/* The pid in a leaf name "codespace-runner-<pid>-<8 hex>" (the exact shape cs_runner_uds_new
+ * makes), or 0 when name is not one. */
+static pid_t leaf_pid(const char *name)
+{
+    static const char pre[] = "codespace-runner-";
+    if (strncmp(name, pre, sizeof pre - 1) != 0)
+        return 0;
+    const char *p = name + sizeof pre - 1;
+    long pid = 0;
+    const char *q = p;
+    while (*q >= '0' && *q <= '9' && q - p < 10)
+        pid = pid * 10 + (*q++ - '0');
+    if (q == p || *p == '0' || *q != '-' || pid <= 0 || pid > INT32_MAX)
+        return 0;
+    q++;
+    for (int i = 0; i < 8; i++, q++)
+        if (!((*q >= '0' && *q <= '9') || (*q >= 'a' && *q <= 'f')))
+            return 0;
+    return *q == '\0' ? (pid_t)pid : 0;
+}
+
+/* Clean restart (invariant R11): removes the leaf directories a dead gateway of ours left in the
+ * runner dir (a kill -9 gives it no chance to). A leaf is removed only when its name has the exact
+ * shape, it is a real directory (not followed) owned by our uid, and its pid is not alive (ESRCH;
+ * a live pid, ours or anyone's, keeps it). Inside it only runner.sock is unlinked, then the
+ * directory is removed if empty: anything else in it keeps it. Everything goes through directory
+ * descriptors. Returns the number removed. */
+static int sweep_leaves(const char *runner_dir)
+{
+    int pfd = open(runner_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int dup_fd = pfd >= 0 ? dup(pfd) : -1;
+    DIR *d = dup_fd >= 0 ? fdopendir(dup_fd) : NULL;
+    if (!d) {
+        if (dup_fd >= 0)
+            close(dup_fd);
+        if (pfd >= 0)
+            close(pfd);
+        return 0;
+    }
+    int removed = 0;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        pid_t pid = leaf_pid(e->d_name);
+        struct stat st, st2;
+        if (pid <= 0 || pid == getpid() || fstatat(pfd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 ||
+            !S_ISDIR(st.st_mode) || st.st_uid != geteuid() ||
+            !(kill(pid, 0) != 0 && errno == ESRCH))
+            continue;
+        int lfd = openat(pfd, e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (lfd < 0)
+            continue;
+        if (fstat(lfd, &st2) == 0 && st2.st_dev == st.st_dev && st2.st_ino == st.st_ino &&
+            st2.st_uid == geteuid()) {
+            struct stat ss;
+            if (fstatat(lfd, "runner.sock", &ss, AT_SYMLINK_NOFOLLOW) == 0 && S_ISSOCK(ss.st_mode))
+                (void)unlinkat(lfd, "runner.sock", 0);
+            if (unlinkat(pfd, e->d_name, AT_REMOVEDIR) == 0)
+                removed++;
+        }
+        close(lfd);
+    }
+    closedir(d);
+    close(pfd);
+    return removed;
+}
+
+static char *dup_or_null(const char *s, bool *oom)
+{
+    char *d = s ? strdup(s) : NULL;
+    if (s && !d)
+        *oom = true;
+    return d;
+}
+
 struct cs_runner *cs_runner_uds_new(struct cs_loop *loop, const struct cs_runner_uds_options *opt,
                                     const struct cs_runner_events *ev, char *err, size_t err_cap)
 {
@@ -721,75 +1017,32 @@ struct cs_runner *cs_runner_uds_new(struct cs_loop *loop, const struct cs_runner
     u->r = r;
     u->pidfd = -1;
     u->logfd = -1;
-    u->next_id = 2; /* rrpc-1 is the hello */
-    uint32_t rnd = 0;
-    if (getrandom(&rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd)
-        rnd = (uint32_t)cs_loop_now_ms();
-    char leaf[64];
-    snprintf(leaf, sizeof leaf, "codespace-runner-%d-%08" PRIx32, (int)getpid(), rnd);
-    size_t dn = strlen(opt->runner_dir) + 1 + strlen(leaf) + 1;
-    u->dir = malloc(dn);
-    u->sock = malloc(dn + strlen("/runner.sock"));
-    int fd = -1;
-    if (!u->dir || !u->sock) {
+    u->next_id = 2; /* rrpc-1 is each worker's hello */
+    bool oom = false;
+    u->runtime_bin = dup_or_null(opt->runtime_bin, &oom);
+    u->runner_dir = dup_or_null(opt->runner_dir, &oom);
+    u->version = dup_or_null(opt->version, &oom);
+    u->sandbox_helper = dup_or_null(opt->sandbox_helper, &oom);
+    u->max_processes = opt->max_processes;
+    u->timeout_ms = opt->timeout_ms;
+    u->sandbox_uid = opt->sandbox_uid;
+    u->sandbox_gid = opt->sandbox_gid;
+    if (oom || !u->runner_dir || !u->runtime_bin || !u->version) {
         snprintf(err, err_cap, "out of memory");
         goto fail;
     }
-    snprintf(u->dir, dn, "%s/%s", opt->runner_dir, leaf);
-    snprintf(u->sock, dn + strlen("/runner.sock"), "%s/runner.sock", u->dir);
-    if (strlen(u->sock) >= sizeof((struct sockaddr_un *)0)->sun_path) {
-        snprintf(err, err_cap, "runner dir %s is too long for a Unix socket path", opt->runner_dir);
-        goto fail;
-    }
-    /* Only the leaf is ours: created 0700 (the mode is forced past the umask), the parent is
-     * never touched. */
-    if (mkdir(u->dir, 0700) != 0) {
-        snprintf(err, err_cap, "cannot create %s: %s", u->dir, strerror(errno));
-        free(u->dir);
-        u->dir = NULL;
-        goto fail;
-    }
-    if (chmod(u->dir, 0700) != 0) {
-        snprintf(err, err_cap, "chmod %s: %s", u->dir, strerror(errno));
-        goto fail;
-    }
+    int swept = sweep_leaves(u->runner_dir);
+    if (swept > 0)
+        cs_log(CS_LOG_INFO, "removed runner directories left by dead gateways",
+               json_pack("{s:s,s:i}", "runner_dir", u->runner_dir, "count", swept));
     /* Commands orphaned by a lost worker become ours, to be killed and reaped. */
     (void)prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
-    if (spawn_worker(u, opt, err, err_cap) != 0)
+    u->starts[u->nstarts++ % RESTART_PER_MIN] = cs_loop_now_ms();
+    if (start_worker(u, err, err_cap) != 0)
         goto fail;
-    fd = connect_worker(u, err, err_cap);
-    if (fd < 0 || handshake(fd, opt->version, err, err_cap) != 0)
-        goto fail;
-    struct cs_runner_conn_callbacks cb = {on_message, on_bad, on_closed, u};
-    u->conn = cs_runner_conn_new(loop, fd, &cb);
-    if (!u->conn) {
-        snprintf(err, err_cap, "out of memory");
-        goto fail;
-    }
-    fd = -1;
-    relay_log(u, false); /* what it said while starting */
-    u->pidw = cs_loop_fd_add(loop, u->pidfd, CS_LOOP_READ, on_worker_exit, u);
-    u->sweep = cs_loop_timer_add(loop, 1000, on_sweep, u);
-    if (u->logfd >= 0)
-        u->logw = cs_loop_fd_add(loop, u->logfd, CS_LOOP_READ, on_worker_log, u);
-    if (!u->pidw || !u->sweep || (u->logfd >= 0 && !u->logw)) {
-        snprintf(err, err_cap, "cannot watch the worker: %s", strerror(errno));
-        goto fail;
-    }
     return r;
 fail:
-    if (fd >= 0)
-        close(fd);
-    cs_loop_timer_cancel(u->sweep);
-    cs_loop_fd_del(u->pidw);
-    u->pidw = NULL;
-    cs_runner_conn_free(u->conn);
-    u->conn = NULL;
-    reap_worker(u, 0);
-    relay_log(u, true); /* also when the worker was never watched */
-    remove_files(u);
-    free(u->dir);
-    free(u->sock);
+    free_options(u);
     free(u);
     free(r);
     return NULL;

@@ -50,6 +50,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base_json.h"
 #include "base_loop.h"
 
 /*
@@ -240,7 +241,7 @@ char *cs__supervisor_sandbox_prepare(const char *helper,
         return NULL;
     }
     json_error_t jerr;
-    json_t *r = json_loads(out, JSON_DISABLE_EOF_CHECK, &jerr);
+    json_t *r = cs_json_loadb_budget(out, strlen(out), JSON_DISABLE_EOF_CHECK, &jerr);
     free(out);
     struct csw_sandbox_prepare_response resp;
     if (!r || csw_sandbox_prepare_response_decode(r, &resp, &diag) != CS_WIRE_OK) {

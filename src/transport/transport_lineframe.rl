@@ -16,6 +16,8 @@
 
 /* Smallest line buffer; it then doubles up to the cap. */
 #define LINEFRAME_MIN_BUF 256
+/* A buffer grown past this for one line is freed once the line is handled. */
+#define LINEFRAME_KEEP_BUF ((size_t)1024 * 1024)
 
 /*
  * States: main is a two-state chart. In start, runs of text are appended to the line (one action
@@ -153,6 +155,12 @@ static int deliver(struct cs_lineframe *fr, size_t len)
     fr->busy = true;
     int rc = fr->on_line(fr->arg, fr->buf, len);
     fr->busy = false;
+    if (fr->buf_cap > LINEFRAME_KEEP_BUF && fr->len == 0) {
+        /* One large line must not keep its buffer (up to the cap) resident for good. */
+        free(fr->buf);
+        fr->buf = NULL;
+        fr->buf_cap = 0;
+    }
     return rc;
 }
 

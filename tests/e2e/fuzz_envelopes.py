@@ -47,6 +47,7 @@ VERSIONS = e2e.VERSIONS
 BATCH_VERSION = "2025-03-26"
 LATE_WAIT = 5.0  # seconds a line's late replies (file tools, off the loop) may take
 DEEP = 512  # from this nesting depth on, the server may refuse to parse (-32700) or not
+BUDGET_DEPTH = 128  # deeper nesting is over the parse budget (M8): -32600, under a readable id
 LEVELS = ["debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"]
 
 
@@ -298,6 +299,14 @@ def expect(line, state):
     except ParseError:
         return [Reply(None, -32700)]
     outcomes = []
+    if depth_of(body.decode("utf-8")) > BUDGET_DEPTH:
+        # Refused by the pre-pass before parsing: under the top-level id when it is a string or
+        # an integer (the pre-pass reads an id spelt plainly; with escapes or duplicates, null).
+        rid = msg.get("id") if isinstance(msg, dict) else None
+        if not isinstance(rid, str) and (not isinstance(rid, int) or isinstance(rid, bool)):
+            rid = None
+        return [Reply(rid, -32600, what=" (over the parse budget)"),
+                Reply(None, -32600, what=" (over the parse budget)")]
     if depth_of(body.decode("utf-8")) >= DEEP:
         outcomes.append(Reply(None, -32700))
     if isinstance(msg, list):

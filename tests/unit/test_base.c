@@ -1305,6 +1305,99 @@ static void test_netallow_rules(void **state)
     assert_int_equal(cs_netallow_authority_parse("a b:1", 5, host, &port, 0, true), -1);
 }
 
+/* The parse budget's pre-pass (M8): exact counts for a table of shapes, depth and the refusals. */
+static void test_json_budget_shapes(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *text;
+        size_t values, containers, members, depth;
+        int rc; /* with the default limits */
+        const char *id;
+    } cases[] = {
+        {"", 0, 0, 0, 0, 0, NULL},
+        {"1", 1, 0, 0, 0, 0, NULL},
+        {"[]", 1, 1, 0, 1, 0, NULL},
+        {"[[],[],[]]", 4, 4, 0, 2, 0, NULL},
+        {"{}", 1, 1, 0, 1, 0, NULL},
+        {"{\"a\":1,\"b\":[true,false,null],\"c\":{\"d\":\"e\"}}", 8, 3, 4, 2, 0, NULL},
+        {"{\"jsonrpc\":\"2.0\",\"id\":42,\"method\":\"ping\"}", 4, 1, 3, 1, 0, "42"},
+        {"{\"id\":\"x y\",\"p\":{\"id\":7}}", 4, 2, 3, 2, 0, "\"x y\""},
+        {"{\"id\":[1]}", 3, 2, 1, 2, 0, NULL},
+        {"[\"a\\\"b\",\"\\u00e9\"]", 3, 1, 0, 1, 0, NULL},
+        {"[1,2.5e3,-0,\"s\"]", 5, 1, 0, 1, 0, NULL},
+        {"[\"unterminated", 2, 1, 0, 1, 0, NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        struct cs_json_budget b = {0};
+        char why[160];
+        const char *t = cases[i].text;
+        int rc = cs_json_budget_check(t, strlen(t), &b, why, sizeof why);
+        assert_int_equal(rc, cases[i].rc);
+        assert_int_equal(b.values, cases[i].values);
+        assert_int_equal(b.containers, cases[i].containers);
+        assert_int_equal(b.members, cases[i].members);
+        assert_int_equal(b.depth, cases[i].depth);
+        if (cases[i].id) {
+            assert_int_equal(b.id_len, strlen(cases[i].id));
+            assert_memory_equal(t + b.id_off, cases[i].id, b.id_len);
+        } else {
+            assert_int_equal(b.id_len, 0);
+        }
+    }
+}
+
+static void test_json_budget_refusals(void **state)
+{
+    (void)state;
+    char why[160];
+    /* Depth: 128 nested arrays pass, 129 do not. */
+    char deep[2 * 129 + 1];
+    for (size_t d = 128; d <= 129; d++) {
+        memset(deep, '[', d);
+        memset(deep + d, ']', d);
+        struct cs_json_budget b = {0};
+        int rc = cs_json_budget_check(deep, 2 * d, &b, why, sizeof why);
+        assert_int_equal(b.depth, d);
+        assert_int_equal(rc, d <= CS_JSON_BUDGET_DEPTH ? 0 : -1);
+        if (rc)
+            assert_non_null(strstr(why, "nested 129 deep"));
+    }
+    /* 2 M empty arrays (6 MB of text) would be 300 MB of tree: refused, counted to the end, and
+     * the id found after the bulk. */
+    size_t n = 2000000, len = 0;
+    char *t = malloc(3 * n + 64);
+    assert_non_null(t);
+    len += (size_t)sprintf(t, "{\"a\":[");
+    for (size_t i = 0; i < n; i++) {
+        memcpy(t + len, i ? ",[]" : "[]", i ? 3 : 2);
+        len += i ? 3 : 2;
+    }
+    len += (size_t)sprintf(t + len, "],\"id\":\"late\"}");
+    struct cs_json_budget b = {0};
+    assert_int_equal(cs_json_budget_check(t, len, &b, why, sizeof why), -1);
+    assert_int_equal(b.values, n + 3);
+    assert_int_equal(b.members, 2);
+    assert_int_equal(b.id_len, 6);
+    assert_memory_equal(t + b.id_off, "\"late\"", 6);
+    assert_non_null(strstr(why, "MiB"));
+    json_error_t err;
+    assert_null(cs_json_loadb_budget(t, len, 0, &err));
+    assert_string_equal(err.source, "<budget>");
+    /* One big string of the same size is well within the budget. */
+    memset(t, 'a', len);
+    t[0] = t[len - 1] = '"';
+    b = (struct cs_json_budget){0};
+    assert_int_equal(cs_json_budget_check(t, len, &b, why, sizeof why), 0);
+    json_t *j = cs_json_loadb_budget(t, len, JSON_DECODE_ANY, &err);
+    assert_true(json_is_string(j));
+    json_decref(j);
+    /* An explicit smaller budget refuses it. */
+    b = (struct cs_json_budget){.max_bytes = len};
+    assert_int_equal(cs_json_budget_check(t, len, &b, why, sizeof why), -1);
+    free(t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1324,6 +1417,8 @@ int main(void)
         cmocka_unit_test(test_loop),
         cmocka_unit_test(test_log_levels_and_redaction),
         cmocka_unit_test(test_json_quote_matches_jansson),
+        cmocka_unit_test(test_json_budget_shapes),
+        cmocka_unit_test(test_json_budget_refusals),
         cmocka_unit_test(test_json_clamp_numbers),
         cmocka_unit_test(test_netallow_entries),
         cmocka_unit_test(test_netallow_numeric_hosts),
