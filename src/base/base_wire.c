@@ -265,15 +265,14 @@ static unsigned json_type_bits(const json_t *j)
 }
 
 /* Checks an open (x-cs-json) value against its allowed JSON types. */
-static enum cs_wire_status check_json(const struct cs_wire_type *t, const json_t *j,
-                                      struct ctx *c)
+static enum cs_wire_status check_json(const struct cs_wire_type *t, const json_t *j, struct ctx *c)
 {
     static const struct {
         unsigned bit;
         const char *name;
-    } types[] = {{CS_WIRE_JSON_OBJECT, "object"},   {CS_WIRE_JSON_ARRAY, "array"},
-                 {CS_WIRE_JSON_STRING, "string"},   {CS_WIRE_JSON_INTEGER, "integer"},
-                 {CS_WIRE_JSON_REAL, "number"},     {CS_WIRE_JSON_BOOLEAN, "boolean"},
+    } types[] = {{CS_WIRE_JSON_OBJECT, "object"}, {CS_WIRE_JSON_ARRAY, "array"},
+                 {CS_WIRE_JSON_STRING, "string"}, {CS_WIRE_JSON_INTEGER, "integer"},
+                 {CS_WIRE_JSON_REAL, "number"},   {CS_WIRE_JSON_BOOLEAN, "boolean"},
                  {CS_WIRE_JSON_NULL, "null"}};
     if (!j)
         return fail(c, CS_WIRE_INVALID, "no value");

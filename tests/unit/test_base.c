@@ -495,9 +495,10 @@ static void test_open_values(void **state)
 {
     (void)state;
     json_error_t jerr;
-    json_t *j = json_loads("{\"jsonrpc\":\"2.0\",\"id\":\"r\\u00e9\",\"error\":{\"code\":-32022,"
-                           "\"message\":\"m\",\"data\":{\"supported\":[\"a\"],\"x\":1.5,\"n\":null}}}",
-                           0, &jerr);
+    json_t *j =
+        json_loads("{\"jsonrpc\":\"2.0\",\"id\":\"r\\u00e9\",\"error\":{\"code\":-32022,"
+                   "\"message\":\"m\",\"data\":{\"supported\":[\"a\"],\"x\":1.5,\"n\":null}}}",
+                   0, &jerr);
     assert_non_null(j);
     struct csw_protocol_jsonrpc_error e;
     struct cs_wire_diag diag;
