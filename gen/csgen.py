@@ -28,8 +28,8 @@ import sys
 
 import jsonschema
 
-GENERATOR_VERSION = 2
-WIRE_ABI = 1  # must match CS_WIRE_ABI in src/base/base_wire.h
+GENERATOR_VERSION = 3
+WIRE_ABI = 2  # must match CS_WIRE_ABI in src/base/base_wire.h
 META = "https://json-schema.org/draft/2020-12/schema"
 
 # Keywords the generator understands. Annotation-only keywords are accepted anywhere.
@@ -38,8 +38,11 @@ ROOT_ONLY = {"$schema", "$id", "$defs", "x-cs-major", "x-cs-direction", "x-cs-to
 STRUCTURAL = {
     "type", "properties", "required", "additionalProperties", "items", "minItems", "maxItems",
     "minLength", "maxLength", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
-    "enum", "const", "$ref", "oneOf", "$defs", "x-cs-c-name", "x-cs-enum-descriptions",
+    "enum", "const", "$ref", "oneOf", "$defs", "x-cs-c-name", "x-cs-enum-descriptions", "x-cs-json",
 }
+# JSON types an x-cs-json value may be restricted to, as the runtime's CS_WIRE_JSON_* bits.
+JSON_TYPE_BITS = {"object": 1, "array": 2, "string": 4, "integer": 8, "number": 8 | 16,
+                  "boolean": 32, "null": 64}
 TOOL_KEYS = {"name", "index", "title", "annotations"}
 ANNOTATION_HINTS = {"readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint"}
 C_KEYWORDS = {
@@ -190,6 +193,7 @@ class Node:
         self.disc = None  # union: discriminator
         self.branches = []  # union: [(tag, member ident, object Node)]
         self.public = False  # gets decode/encode/free wrappers
+        self.json_types = 0  # json: CS_WIRE_JSON_* bits
 
 
 class Field:
@@ -282,6 +286,8 @@ class Builder:
                                   f"supported")
             target, frag = self.resolve(sf, s["$ref"], where)
             return self.named(target, frag)
+        if "x-cs-json" in s:
+            return self.build_json(s, where)
         if "oneOf" in s:
             return self.build_union(sf, s, pointer, cname, where)
         if "const" in s:
@@ -353,6 +359,23 @@ class Builder:
         for b in (n.min, n.max):
             if b is not None and not INT64_MIN <= b <= INT64_MAX:
                 raise SchemaError(f"{where}: integer bound outside int64")
+        return n
+
+    def build_json(self, s, where):
+        """A value kept as a jansson value (json_t *): a shape the protocol leaves open (a
+        JSON-RPC result before its method is known, error data, a JSON Schema). Only its JSON
+        type is checked, against `type` (absent: any; a name or a list of names)."""
+        self.only(s, where, {"type", "x-cs-json"})
+        if s["x-cs-json"] is not True:
+            raise SchemaError(f"{where}: x-cs-json must be true")
+        t = s.get("type", list(JSON_TYPE_BITS))
+        names = [t] if isinstance(t, str) else t
+        if not names or not all(isinstance(x, str) and x in JSON_TYPE_BITS for x in names):
+            raise SchemaError(f"{where}: x-cs-json type must name JSON types")
+        n = Node("json", None, where)
+        n.json_types = 0
+        for x in names:
+            n.json_types |= JSON_TYPE_BITS[x]
         return n
 
     def build_enum(self, s, cname, where):
@@ -633,6 +656,8 @@ class Emitter:
             return f"enum csw_{n.cname}"
         if k in ("object", "union"):
             return f"struct csw_{n.cname}"
+        if k == "json":
+            return "json_t *"
         if k == "array":
             return None  # declared inline as { item *v; size_t n; }
         if k == "map":
@@ -650,6 +675,8 @@ class Emitter:
         if n.kind == "map":
             return (f"struct {{\n        struct csw_{n.cname}_entry *v;\n        size_t n;\n"
                     f"    }} {name};")
+        if n.kind == "json":
+            return f"json_t *{name}; /* a reference, released by _free */"
         return f"{self.ctype(n)} {name};"
 
     def header(self):
@@ -844,6 +871,11 @@ class Emitter:
             w(head + "    .kind = CS_WIRE_CONST,\n    .name = \"const\",\n    .size = 0,\n"
                      "    .min_len = -1,\n    .max_len = -1,\n" + val +
               "    .min_items = -1,\n    .max_items = -1,\n};")
+        elif k == "json":
+            w(head + "    .kind = CS_WIRE_JSON,\n    .name = \"json\",\n"
+                     "    .size = sizeof(json_t *),\n    .min_len = -1,\n    .max_len = -1,\n"
+                     f"    .json_types = {n.json_types},\n"
+                     "    .min_items = -1,\n    .max_items = -1,\n};")
         elif k == "array":
             w(head + "    .kind = CS_WIRE_ARRAY,\n    .name = \"array\",\n"
                      "    .size = sizeof(struct cs_wire_array),\n    .min_len = -1,\n"

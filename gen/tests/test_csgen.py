@@ -166,6 +166,20 @@ class Refusals(unittest.TestCase):
         self.refused({"a.json": schema("a.json", obj({"x": {"type": ["integer", "null"]}}))},
                      "is not supported")
 
+    def test_open_values(self):
+        g = Gen(self)
+        g.put("a.json", schema("a.json", obj({"any": {"x-cs-json": True},
+                                              "id": {"x-cs-json": True,
+                                                     "type": ["string", "integer"]},
+                                              "o": {"x-cs-json": True, "type": "object"}})))
+        rc, _, err = g.run("--check")
+        self.assertEqual(rc, 0, err)
+        self.refused({"a.json": schema("a.json", obj({"x": {"x-cs-json": False}}))},
+                     "x-cs-json must be true")
+        self.refused({"a.json": schema("a.json", obj({"x": {"x-cs-json": True,
+                                                             "minLength": 1}}))},
+                     "not supported with this type")
+
     def test_required_not_in_properties(self):
         self.refused({"a.json": schema("a.json", obj({"x": {"type": "string"}}, ["y"]))},
                      "required property 'y' is not in properties")

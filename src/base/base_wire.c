@@ -239,6 +239,59 @@ static void enum_list(const char *const *names, size_t n, char *buf, size_t cap)
 
 /* ---- checks shared by decode and encode ---- */
 
+/* The CS_WIRE_JSON_* bit of j's JSON type (an integral real is an integer and a real). */
+static unsigned json_type_bits(const json_t *j)
+{
+    switch (json_typeof(j)) {
+    case JSON_OBJECT:
+        return CS_WIRE_JSON_OBJECT;
+    case JSON_ARRAY:
+        return CS_WIRE_JSON_ARRAY;
+    case JSON_STRING:
+        return CS_WIRE_JSON_STRING;
+    case JSON_INTEGER:
+        return CS_WIRE_JSON_INTEGER;
+    case JSON_REAL: {
+        double d = json_real_value(j);
+        return CS_WIRE_JSON_REAL | (isfinite(d) && floor(d) == d ? CS_WIRE_JSON_INTEGER : 0u);
+    }
+    case JSON_TRUE:
+    case JSON_FALSE:
+        return CS_WIRE_JSON_BOOLEAN;
+    case JSON_NULL:
+        return CS_WIRE_JSON_NULL;
+    }
+    return 0;
+}
+
+/* Checks an open (x-cs-json) value against its allowed JSON types. */
+static enum cs_wire_status check_json(const struct cs_wire_type *t, const json_t *j, struct ctx *c)
+{
+    static const struct {
+        unsigned bit;
+        const char *name;
+    } types[] = {{CS_WIRE_JSON_OBJECT, "object"}, {CS_WIRE_JSON_ARRAY, "array"},
+                 {CS_WIRE_JSON_STRING, "string"}, {CS_WIRE_JSON_INTEGER, "integer"},
+                 {CS_WIRE_JSON_REAL, "number"},   {CS_WIRE_JSON_BOOLEAN, "boolean"},
+                 {CS_WIRE_JSON_NULL, "null"}};
+    if (!j)
+        return fail(c, CS_WIRE_INVALID, "no value");
+    if (json_type_bits(j) & t->json_types)
+        return CS_WIRE_OK;
+    char list[120];
+    size_t at = 0;
+    list[0] = '\0';
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++) {
+        if ((t->json_types & types[i].bit) == 0 ||
+            (types[i].bit == CS_WIRE_JSON_INTEGER && (t->json_types & CS_WIRE_JSON_REAL)))
+            continue; /* "number" says it */
+        int w = snprintf(list + at, sizeof list - at, "%s%s", at ? " or " : "", types[i].name);
+        if (w > 0 && (size_t)w < sizeof list - at)
+            at += (size_t)w;
+    }
+    return fail(c, CS_WIRE_INVALID, "expected %s", list);
+}
+
 static enum cs_wire_status check_str(const struct cs_wire_type *t, const char *s, size_t n,
                                      struct ctx *c)
 {
@@ -301,6 +354,7 @@ static enum cs_wire_status set_default(const struct cs_wire_field *f, void *slot
     case CS_WIRE_ARRAY:
     case CS_WIRE_MAP:
     case CS_WIRE_UNION:
+    case CS_WIRE_JSON:
         break;
     }
     return CS_WIRE_OK; /* the generator emits defaults only for scalar kinds */
@@ -534,6 +588,14 @@ static enum cs_wire_status dec(const struct cs_wire_type *t, const json_t *j, vo
         return dec_map(t, j, out, c);
     case CS_WIRE_UNION:
         return dec_union(t, j, out, c);
+    case CS_WIRE_JSON: {
+        enum cs_wire_status st = check_json(t, j, c);
+        if (st != CS_WIRE_OK)
+            return st;
+        json_t *ref = json_incref((json_t *)(uintptr_t)j); /* shared with the input, not copied */
+        memcpy(out, &ref, sizeof ref);
+        return CS_WIRE_OK;
+    }
     }
     return fail(c, CS_WIRE_INVALID, "unsupported type kind");
 }
@@ -609,6 +671,14 @@ static void free_value(const struct cs_wire_type *t, void *v)
         memcpy(&tag, v, sizeof tag);
         if (tag >= 0 && (size_t)tag < t->nbranches)
             free_object(t->branches[tag].type->obj, (char *)v + t->union_offset);
+        return;
+    }
+    case CS_WIRE_JSON: {
+        json_t *ref;
+        memcpy(&ref, v, sizeof ref);
+        json_decref(ref);
+        ref = NULL;
+        memcpy(v, &ref, sizeof ref);
         return;
     }
     }
@@ -923,6 +993,22 @@ static enum cs_wire_status enc(const struct cs_wire_type *t, const void *v, json
         if (tag < 0 || (size_t)tag >= t->nbranches)
             return fail(c, CS_WIRE_INVALID, "union tag %d out of range", tag);
         return enc_object(t->branches[tag].type->obj, (const char *)v + t->union_offset, out, c);
+    }
+    case CS_WIRE_JSON: {
+        json_t *ref;
+        memcpy(&ref, v, sizeof ref);
+        enum cs_wire_status st = check_json(t, ref, c);
+        if (st != CS_WIRE_OK)
+            return st;
+        if (!c->tb)
+            return made(json_incref(ref), out, c);
+        /* What json_dumps writes for the enclosing value, since that is this same writer. */
+        char *text = json_dumps(ref, JSON_COMPACT | JSON_ENCODE_ANY);
+        if (!text)
+            return oom(c);
+        st = put(c, text, strlen(text));
+        cs_wire_release(text);
+        return st;
     }
     }
     return fail(c, CS_WIRE_INVALID, "unsupported type kind");

@@ -23,7 +23,7 @@
 #include <stdint.h>
 
 /* Generated code checks this with #error: tables and runtime must agree on layout. */
-#define CS_WIRE_ABI 1
+#define CS_WIRE_ABI 2
 
 /* A byte string with its length; may hold NUL bytes. s is NUL-terminated as well. A nullable
  * string (JSON type ["string","null"]) is null when s == NULL. */
@@ -49,6 +49,19 @@ enum cs_wire_kind {
     CS_WIRE_ARRAY,   /* struct cs_wire_array of item */
     CS_WIRE_MAP,     /* struct cs_wire_array of entries { struct cs_str key; value } */
     CS_WIRE_UNION,   /* int tag at offset 0, branch object at union_offset */
+    CS_WIRE_JSON,    /* json_t * (a reference): a value the schema leaves open (x-cs-json) */
+};
+
+/* The JSON types a CS_WIRE_JSON value may have (json_types; "number" is INTEGER | REAL; an
+ * integral real counts as an integer, as JSON Schema says). */
+enum {
+    CS_WIRE_JSON_OBJECT = 1,
+    CS_WIRE_JSON_ARRAY = 2,
+    CS_WIRE_JSON_STRING = 4,
+    CS_WIRE_JSON_INTEGER = 8,
+    CS_WIRE_JSON_REAL = 16,
+    CS_WIRE_JSON_BOOLEAN = 32,
+    CS_WIRE_JSON_NULL = 64,
 };
 
 enum cs_wire_const_kind { CS_WIRE_CONST_STRING, CS_WIRE_CONST_INT, CS_WIRE_CONST_BOOL };
@@ -107,6 +120,8 @@ struct cs_wire_type {
     const struct cs_wire_branch *branches;
     size_t nbranches;
     size_t union_offset;
+    /* JSON: CS_WIRE_JSON_* bits */
+    unsigned json_types;
 };
 
 /* Where and why a decode or encode failed. pointer is a JSON pointer ("" is the whole document),

@@ -817,18 +817,18 @@ static void on_reply(void *arg, json_t *reply, const char *text, size_t len)
  * carry an id answer a request the server did accept, and a batch reply is a list. */
 static bool input_refused(const json_t *reply)
 {
-    return json_is_object(reply) && json_object_get(reply, "error") &&
-           json_is_null(json_object_get(reply, "id"));
+    struct cs_jsonrpc_reply info;
+    return cs_jsonrpc_reply_info(reply, &info) && info.is_error && info.id_null;
 }
 
 /* The HTTP status of a reply to a 2026-07-28 request (docs/protocol.md, "Errors"): 404 for a
  * method this revision does not have, 500 for an internal error, 400 for every other error. */
 static unsigned modern_status(const json_t *reply)
 {
-    const json_t *e = json_object_get(reply, "error");
-    if (!e)
+    struct cs_jsonrpc_reply info;
+    if (!cs_jsonrpc_reply_info(reply, &info) || !info.is_error)
         return MHD_HTTP_OK;
-    json_int_t code = json_integer_value(json_object_get(e, "code"));
+    int64_t code = info.code;
     if (code == CS_JSONRPC_METHOD_NOT_FOUND)
         return MHD_HTTP_NOT_FOUND;
     if (code == CS_JSONRPC_INTERNAL_ERROR)
@@ -857,7 +857,8 @@ static enum MHD_Result send_reply(struct cs_http *h, struct req *r)
         r->sess = NULL;
         r->new_sess = false;
         h->nnew--;
-        bool ok = json_is_object(r->reply) && json_object_get(r->reply, "result") &&
+        struct cs_jsonrpc_reply info;
+        bool ok = cs_jsonrpc_reply_info(r->reply, &info) && info.has_result &&
                   cs_mcp_session_initialized(s->mcp);
         if (ok && sess_make_id(s) == 0 && h->nsessions < h->max_sessions) {
             h->sessions[h->nsessions++] = s;

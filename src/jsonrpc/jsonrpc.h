@@ -4,13 +4,16 @@
  * Trust: messages come from the client. Classification checks the envelope only ("jsonrpc" is
  * "2.0", method a string, id a string or an integer, params an object or array when present);
  * the method's own parameters are the caller's business.
- * Entry points: cs_jsonrpc_classify, cs_jsonrpc_result, cs_jsonrpc_error.
+ * Every envelope goes through the generated code of schema/protocol/ (jsonrpc_message.json read,
+ * jsonrpc_result.json and jsonrpc_error.json written).
+ * Entry points: cs_jsonrpc_classify, cs_jsonrpc_result, cs_jsonrpc_error, cs_jsonrpc_reply_info.
  */
 #ifndef CS_JSONRPC_H
 #define CS_JSONRPC_H
 
 #include <jansson.h>
 #include <stdbool.h>
+#include <stdint.h>
 
 /* JSON-RPC 2.0 error codes. */
 #define CS_JSONRPC_PARSE_ERROR      (-32700)
@@ -33,6 +36,7 @@ enum cs_jsonrpc_kind {
 /* The parts of a classified message, borrowed from it. */
 struct cs_jsonrpc_msg {
     const char *method; /* REQUEST, NOTIFICATION */
+    size_t method_len;  /* its length (a NUL inside never matches a name) */
     json_t *id;         /* REQUEST, RESPONSE; for INVALID the id when it was usable, else NULL */
     json_t *params;     /* may be NULL */
     const char *why;    /* INVALID: a static description of the defect */
@@ -40,6 +44,21 @@ struct cs_jsonrpc_msg {
 
 /* Classifies msg (borrowed). Fills *out with pointers into msg. */
 enum cs_jsonrpc_kind cs_jsonrpc_classify(const json_t *msg, struct cs_jsonrpc_msg *out);
+
+/* Whether m's method is exactly name. */
+bool cs_jsonrpc_method_is(const struct cs_jsonrpc_msg *m, const char *name);
+
+/* What a reply built here says, for a transport choosing its status. */
+struct cs_jsonrpc_reply {
+    bool has_result;
+    bool is_error;
+    int64_t code;   /* is_error: error.code */
+    bool id_null;   /* "id": null */
+    bool id_absent; /* no "id" member */
+};
+
+/* Fills *out from reply (borrowed). Returns false when reply is not an object. */
+bool cs_jsonrpc_reply_info(const json_t *reply, struct cs_jsonrpc_reply *out);
 
 /* Returns a new response {"jsonrpc":"2.0","id":id,"result":result}. id is borrowed (NULL means
  * null); result is stolen. NULL on OOM. */

@@ -63,7 +63,6 @@ struct cs_mcp {
     json_t *tools_list;        /* the tools/list result, built once */
     json_t *tools_list_modern; /* the same under 2026-07-28 (resultType, hints, _meta) */
     json_t *discover;          /* the server/discover result */
-    json_t *result_meta;       /* _meta of every 2026-07-28 result (serverInfo) */
     char *modern_tail;         /* ,"resultType":"complete","_meta":{...}} closing a result text */
 };
 
@@ -134,6 +133,29 @@ static void utf8_tidy(char *s)
         s[i - 1] = '\0';
 }
 
+/* A struct cs_str borrowing the C string c (the encoders only read it). */
+static struct cs_str cstr(const char *c)
+{
+    return (struct cs_str){(char *)(uintptr_t)c, strlen(c)};
+}
+
+/* The encoder's jansson value of v as type t, or NULL (out of memory, or a server bug that
+ * breaks the schema: the caller answers an internal error). */
+static json_t *encode(const struct cs_wire_type *t, const void *v)
+{
+    json_t *j = NULL;
+    return cs_wire_encode(t, v, &j, NULL) == CS_WIRE_OK ? j : NULL;
+}
+
+/* The capabilities every revision announces: tools (never changing) and logging. */
+static struct csw_protocol_common_server_capabilities capabilities(void)
+{
+    struct csw_protocol_common_server_capabilities c;
+    memset(&c, 0, sizeof c);
+    c.tools.listchanged = false;
+    return c;
+}
+
 /* Whether the JSON string j equals the NUL-terminated name exactly (a NUL inside j never
  * matches). */
 static bool str_is(const json_t *j, const char *name)
@@ -153,78 +175,90 @@ static void not_implemented(void *arg, struct cs_mcp_call *call, const void *inp
                       cs_mcp_call_tool(call));
 }
 
-static json_t *build_tools_list(void)
+/* The tools/list result (schema/protocol/list_tools_result.json), with the 2026-07-28 members
+ * when meta is given (the serverInfo of every such result). */
+static json_t *build_tools_list(const struct csw_protocol_common_result_meta *meta)
 {
-    json_t *tools = json_array();
-    for (size_t i = 0; tools && i < csw_tool_count; i++) {
+    struct csw_protocol_list_tools_result lt;
+    memset(&lt, 0, sizeof lt);
+    lt.tools.v = calloc(csw_tool_count ? csw_tool_count : 1, sizeof *lt.tools.v);
+    json_t *out = NULL;
+    bool ok = lt.tools.v != NULL;
+    for (size_t i = 0; ok && i < csw_tool_count; i++) {
         const struct csw_tool *t = &csw_tools[i];
-        json_error_t err;
-        json_t *in = json_loads(t->input_schema_json, 0, &err);
-        json_t *out = json_loads(t->output_schema_json, 0, &err);
-        json_t *ann = json_loads(t->annotations_json, 0, &err);
-        if (ann)
-            json_object_set_new(ann, "title", json_string(t->title));
-        json_t *one = (in && out && ann)
-                          ? json_pack("{s:s,s:s,s:s,s:o,s:o,s:o}", "name", t->name, "title",
-                                      t->title, "description", t->description, "inputSchema", in,
-                                      "outputSchema", out, "annotations", ann)
-                          : NULL;
-        if (!one || json_array_append_new(tools, one) != 0) {
-            if (!one) {
-                json_decref(in);
-                json_decref(out);
-                json_decref(ann);
-            }
-            json_decref(tools);
-            return NULL;
-        }
+        struct csw_protocol_list_tools_result_tool *one = &lt.tools.v[i];
+        lt.tools.n = i + 1;
+        one->name = cstr(t->name);
+        one->title = cstr(t->title);
+        one->description = cstr(t->description);
+        one->inputschema = json_loads(t->input_schema_json, 0, NULL);
+        one->outputschema = json_loads(t->output_schema_json, 0, NULL);
+        /* The hints of x-cs-tool, then the title (only booleans are decoded: nothing to free). */
+        json_t *ann = json_loads(t->annotations_json, 0, NULL);
+        ok = one->inputschema && one->outputschema && ann &&
+             csw_protocol_list_tools_result_annotations_decode(ann, &one->annotations, NULL) ==
+                 CS_WIRE_OK;
+        json_decref(ann);
+        one->annotations.has_title = true;
+        one->annotations.title = cstr(t->title);
     }
-    return tools ? json_pack("{s:o}", "tools", tools) : NULL;
+    if (ok && meta) {
+        lt.has_ttlms = lt.has_cachescope = lt.has_resulttype = lt.has_meta = true;
+        lt.ttlms = CACHE_TTL_MS;
+        lt.cachescope = CSW_PROTOCOL_COMMON_CACHE_SCOPE_PUBLIC;
+        lt.resulttype = CSW_PROTOCOL_COMMON_RESULT_TYPE_COMPLETE;
+        lt.meta = *meta;
+    }
+    if (ok)
+        out = encode(&csw_protocol_list_tools_result_type, &lt);
+    for (size_t i = 0; i < lt.tools.n; i++) { /* the strings are borrowed: only the schemas */
+        json_decref(lt.tools.v[i].inputschema);
+        json_decref(lt.tools.v[i].outputschema);
+    }
+    free(lt.tools.v);
+    return out;
 }
 
-/* Adds what every 2026-07-28 result carries to result (modified; returned): resultType and
- * serverInfo in _meta (the result's own _meta, if any, wins). */
-static json_t *modernize(const struct cs_mcp *srv, json_t *result)
+/* The serverInfo of every 2026-07-28 result (strings borrowed from srv). */
+static struct csw_protocol_common_result_meta result_meta(const struct cs_mcp *srv)
 {
-    if (!result)
-        return NULL;
-    if (json_object_set_new(result, "resultType", json_string("complete")) != 0 ||
-        json_object_set_new(result, "_meta", json_deep_copy(srv->result_meta)) != 0) {
-        json_decref(result);
-        return NULL;
-    }
-    return result;
+    struct csw_protocol_common_result_meta m;
+    m.io_modelcontextprotocol_serverinfo.name = cstr("codespace");
+    m.io_modelcontextprotocol_serverinfo.version = cstr(srv->version);
+    return m;
 }
 
 static int build_modern(struct cs_mcp *srv)
 {
-    srv->result_meta =
-        json_pack("{s:{s:s,s:s}}", META_SERVER, "name", "codespace", "version", srv->version);
-    if (!srv->result_meta)
-        return -1;
-    srv->tools_list_modern = json_deep_copy(srv->tools_list);
-    if (srv->tools_list_modern) {
-        json_object_set_new(srv->tools_list_modern, "ttlMs", json_integer(CACHE_TTL_MS));
-        json_object_set_new(srv->tools_list_modern, "cacheScope", json_string("public"));
-        srv->tools_list_modern = modernize(srv, srv->tools_list_modern);
-    }
-    json_t *versions = json_pack("[s]", CS_MCP_MODERN_VERSION);
-    for (size_t i = 0; versions && i < cs_mcp_version_count; i++)
-        json_array_append_new(versions, json_string(cs_mcp_versions[i]));
-    srv->discover =
-        versions ? json_pack("{s:o,s:{s:{s:b},s:{}},s:s,s:i,s:s}", "supportedVersions", versions,
-                             "capabilities", "tools", "listChanged", 0, "logging", "instructions",
-                             instructions, "ttlMs", CACHE_TTL_MS, "cacheScope", "public")
-                 : NULL;
-    srv->discover = modernize(srv, srv->discover);
-    char *meta = json_dumps(srv->result_meta, JSON_COMPACT);
-    if (meta) {
-        size_t n = strlen(meta) + 64;
+    struct csw_protocol_common_result_meta meta = result_meta(srv);
+    srv->tools_list_modern = build_tools_list(&meta);
+
+    struct cs_str versions[1 + sizeof cs_mcp_versions / sizeof cs_mcp_versions[0]];
+    versions[0] = cstr(CS_MCP_MODERN_VERSION);
+    for (size_t i = 0; i < cs_mcp_version_count; i++)
+        versions[i + 1] = cstr(cs_mcp_versions[i]);
+    struct csw_protocol_discover_result d;
+    memset(&d, 0, sizeof d);
+    d.supportedversions.v = versions;
+    d.supportedversions.n = 1 + cs_mcp_version_count;
+    d.capabilities = capabilities();
+    d.instructions = cstr(instructions);
+    d.ttlms = CACHE_TTL_MS;
+    d.cachescope = CSW_PROTOCOL_COMMON_CACHE_SCOPE_PUBLIC;
+    d.resulttype = CSW_PROTOCOL_COMMON_RESULT_TYPE_COMPLETE;
+    d.meta = meta;
+    srv->discover = encode(&csw_protocol_discover_result_type, &d);
+
+    /* What closes a 2026-07-28 result spliced from text: the members call_tool_result.json
+     * writes after the content, in its order. */
+    char *text = NULL;
+    if (csw_protocol_common_result_meta_encode_text(&meta, &text, NULL, NULL) == CS_WIRE_OK) {
+        size_t n = strlen(text) + 64;
         srv->modern_tail = malloc(n);
         if (srv->modern_tail)
-            snprintf(srv->modern_tail, n, ",\"resultType\":\"complete\",\"_meta\":%s}", meta);
+            snprintf(srv->modern_tail, n, ",\"resultType\":\"complete\",\"_meta\":%s}", text);
     }
-    free(meta);
+    cs_wire_release(text);
     return srv->tools_list_modern && srv->discover && srv->modern_tail ? 0 : -1;
 }
 
@@ -235,7 +269,7 @@ struct cs_mcp *cs_mcp_new(const char *version)
         return NULL;
     srv->version = strdup(version);
     srv->tools = calloc(csw_tool_count ? csw_tool_count : 1, sizeof *srv->tools);
-    srv->tools_list = build_tools_list();
+    srv->tools_list = build_tools_list(NULL);
     if (!srv->version || !srv->tools || !srv->tools_list || build_modern(srv) != 0) {
         cs_mcp_free(srv);
         return NULL;
@@ -253,7 +287,6 @@ void cs_mcp_free(struct cs_mcp *srv)
     json_decref(srv->tools_list);
     json_decref(srv->tools_list_modern);
     json_decref(srv->discover);
-    json_decref(srv->result_meta);
     free(srv->modern_tail);
     free(srv->tools);
     free(srv->version);
@@ -307,9 +340,9 @@ static void add_reply(struct cs_mcp_exchange *x, json_t *r, const char *raw)
  */
 static char *splice_id(char *text, const json_t *r, const char *raw)
 {
-    const json_t *id = json_object_get(r, "id");
+    struct cs_jsonrpc_reply info;
     size_t off, len, n = text ? strlen(text) : 0, rn = raw ? strlen(raw) : 0;
-    if (!text || !raw || !id || json_is_null(id) ||
+    if (!text || !raw || !cs_jsonrpc_reply_info(r, &info) || info.id_absent || info.id_null ||
         cs_json_member_span(text, n, "id", true, &off, &len) != 0 ||
         (len == rn && memcmp(text + off, raw, rn) == 0))
         return text;
@@ -479,12 +512,6 @@ static void complete_with(struct cs_mcp_call *call, json_t *result, char *reply_
         free(call);
         return;
     }
-    if (call->modern && result && !cs_mcp_call_cancelled(call)) {
-        /* A copy: a cached result is shared. The content itself is the same in every revision. */
-        json_t *copy = json_copy(result);
-        json_decref(result);
-        result = modernize(x->s->srv, copy);
-    }
     if (!cs_mcp_call_cancelled(call)) {
         json_t *resp = result
                            ? cs_jsonrpc_result(call->id, json_incref(result))
@@ -515,17 +542,61 @@ static void complete_with(struct cs_mcp_call *call, json_t *result, char *reply_
     call_done(x);
 }
 
-/* Completes call with a text item (a JSON string, stolen) and structuredContent (stolen, may be
- * NULL). */
-static void complete(struct cs_mcp_call *call, json_t *text, json_t *structured, bool is_error)
+/* The server whose 2026-07-28 members call's result carries, or NULL (a 2025 call; a call whose
+ * session is gone is never answered). */
+static const struct cs_mcp *modern_srv(const struct cs_mcp_call *call)
 {
-    json_t *result = text ? json_pack("{s:[{s:s,s:O}],s:b}", "content", "type", "text", "text",
-                                      text, "isError", is_error)
-                          : NULL;
-    if (result && structured)
-        json_object_set(result, "structuredContent", structured);
-    json_decref(text);
-    json_decref(structured);
+    return call->modern && call->x && call->x->s ? call->x->s->srv : NULL;
+}
+
+/*
+ * A CallToolResult (schema/protocol/call_tool_result.json): one text item (text[0..n), valid
+ * UTF-8), structuredContent (borrowed, may be NULL) and, when srv is given, the 2026-07-28
+ * members. The content is the same in every revision. NULL when out of memory.
+ */
+static json_t *call_result(const char *text, size_t n, json_t *structured, bool is_error,
+                           const struct cs_mcp *srv)
+{
+    struct csw_protocol_call_tool_result_text_content item = {.text = {(char *)(uintptr_t)text, n}};
+    struct csw_protocol_call_tool_result r;
+    memset(&r, 0, sizeof r);
+    r.content.v = &item;
+    r.content.n = 1;
+    r.iserror = is_error;
+    r.has_structuredcontent = structured != NULL;
+    r.structuredcontent = structured;
+    if (srv) {
+        r.has_resulttype = r.has_meta = true;
+        r.resulttype = CSW_PROTOCOL_COMMON_RESULT_TYPE_COMPLETE;
+        r.meta = result_meta(srv);
+    }
+    return encode(&csw_protocol_call_tool_result_type, &r);
+}
+
+/* result (a 2025 CallToolResult, stolen) with the 2026-07-28 members of srv added. */
+static json_t *modernize_result(const struct cs_mcp *srv, json_t *result)
+{
+    struct csw_protocol_call_tool_result r;
+    json_t *out = NULL;
+    if (result && csw_protocol_call_tool_result_decode(result, &r, NULL) == CS_WIRE_OK) {
+        r.has_resulttype = r.has_meta = true;
+        r.resulttype = CSW_PROTOCOL_COMMON_RESULT_TYPE_COMPLETE;
+        r.meta = result_meta(srv);
+        out = encode(&csw_protocol_call_tool_result_type, &r);
+        r.has_meta = false; /* borrowed from srv: not for _free */
+        memset(&r.meta, 0, sizeof r.meta);
+        csw_protocol_call_tool_result_free(&r);
+    }
+    json_decref(result);
+    return out;
+}
+
+/* Completes call with a tool error: the text item is body's JSON text. */
+static void complete_error(struct cs_mcp_call *call, json_t *body)
+{
+    char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+    json_t *result = text ? call_result(text, strlen(text), NULL, true, modern_srv(call)) : NULL;
+    free(text);
     complete_with(call, result, NULL);
 }
 
@@ -562,7 +633,7 @@ void cs_mcp_call_error(struct cs_mcp_call *call, enum csw_error code, const char
     va_end(ap);
     utf8_tidy(msg);
     json_t *body = error_body(code, operation_id, msg);
-    complete(call, body ? cs_mcp_text_of(body) : NULL, NULL, true);
+    complete_error(call, body);
     json_decref(body);
 }
 
@@ -574,8 +645,11 @@ void cs_mcp_call_error(struct cs_mcp_call *call, enum csw_error code, const char
  * big string three times (the text item's making, then both copies), which was most of what a
  * full read window cost. Returns 0, or -1 out of memory (nothing to free).
  */
-static int ok_result(json_t *structured, char *s, json_t **result, char **text)
+static int ok_result(json_t *structured, char *s, const struct cs_mcp *srv, json_t **result,
+                     char **text)
 {
+    /* The text call_tool_result.json's encoder writes, up to the content's text and from its
+     * end to structuredContent (test_mcp checks the splice against the encoder). */
     static const char head[] = "{\"content\":[{\"type\":\"text\",\"text\":";
     static const char mid[] = "}],\"isError\":false,\"structuredContent\":";
     *result = NULL;
@@ -586,11 +660,7 @@ static int ok_result(json_t *structured, char *s, json_t **result, char **text)
         return -1;
     size_t n = strlen(s);
     char *t = malloc(sizeof head - 1 + CS_JSON_QUOTE_MAX(n) + sizeof mid - 1 + n + 2);
-    json_t *item = json_stringn_nocheck(s, n); /* jansson's own output: valid UTF-8 */
-    json_t *r = item ? json_pack("{s:[{s:s,s:O}],s:b,s:O}", "content", "type", "text", "text", item,
-                                 "isError", 0, "structuredContent", structured)
-                     : NULL;
-    json_decref(item);
+    json_t *r = t ? call_result(s, n, structured, false, srv) : NULL;
     if (!t || !r) {
         cs_wire_release(s);
         free(t);
@@ -654,7 +724,7 @@ void cs_mcp_call_ok(struct cs_mcp_call *call, const void *output)
     }
     json_t *result;
     char *text;
-    int rc = ok_result(j, s, &result, &text);
+    int rc = ok_result(j, s, modern_srv(call), &result, &text);
     json_decref(j);
     if (rc != 0) {
         complete_with(call, NULL, NULL); /* answers "out of memory" */
@@ -673,7 +743,7 @@ struct cs_mcp_cached {
 struct cs_mcp_cached *cs_mcp_cached_new(json_t *structured)
 {
     struct cs_mcp_cached *c = calloc(1, sizeof *c);
-    if (c && ok_result(structured, NULL, &c->result, &c->text) != 0) {
+    if (c && ok_result(structured, NULL, NULL, &c->result, &c->text) != 0) {
         free(c);
         return NULL;
     }
@@ -693,7 +763,9 @@ void cs_mcp_call_ok_cached(struct cs_mcp_call *call, const struct cs_mcp_cached 
 {
     /* The reply is spliced from the cached text instead of serialized again: for an answer
      * that never changes, that is most of what a call costs. */
-    complete_with(call, json_incref(c->result), response_text(call, c->text));
+    const struct cs_mcp *srv = modern_srv(call);
+    json_t *result = srv ? modernize_result(srv, json_incref(c->result)) : json_incref(c->result);
+    complete_with(call, result, result ? response_text(call, c->text) : NULL);
 }
 
 /* tools/call: decode the arguments through the tool's input schema and start the handler. */
@@ -701,21 +773,25 @@ static json_t *tools_call(struct cs_mcp_exchange *x, json_t *id, const char *raw
                           json_t *params, bool *async)
 {
     struct cs_mcp *srv = x->s->srv;
-    const json_t *name = json_object_get(params, "name");
-    if (!json_is_string(name))
+    struct csw_protocol_call_tool_params p; /* schema/protocol/call_tool_params.json */
+    if (csw_protocol_call_tool_params_decode(params, &p, NULL) != CS_WIRE_OK)
         return cs_jsonrpc_error(id, CS_JSONRPC_INVALID_PARAMS,
                                 "tools/call needs params.name, a string");
     const struct tool_entry *t = NULL;
-    for (size_t i = 0; i < srv->ntools; i++)
-        if (str_is(name, srv->tools[i].tool->name))
+    for (size_t i = 0; i < srv->ntools; i++) /* a NUL inside the name never matches */
+        if (p.name.n == strlen(srv->tools[i].tool->name) &&
+            memcmp(p.name.s, srv->tools[i].tool->name, p.name.n) == 0)
             t = &srv->tools[i];
     if (!t) {
         char msg[300];
-        snprintf(msg, sizeof msg, "Unknown tool: %.200s", json_string_value(name));
+        snprintf(msg, sizeof msg, "Unknown tool: %.200s", p.name.s);
         utf8_tidy(msg);
+        csw_protocol_call_tool_params_free(&p);
         return cs_jsonrpc_error(id, CS_JSONRPC_INVALID_PARAMS, msg);
     }
-    json_t *args = json_object_get(params, "arguments");
+    /* Borrowed from params, which outlives this call; the tool's decoder reads it below. */
+    json_t *args = p.has_arguments ? p.arguments : NULL;
+    csw_protocol_call_tool_params_free(&p);
     json_t *empty = NULL;
     if (!args) /* absent means {}; present, it must be an object (null included) */
         args = empty = json_object();
@@ -770,28 +846,38 @@ static json_t *tools_call(struct cs_mcp_exchange *x, json_t *id, const char *raw
 
 static json_t *initialize(struct cs_mcp_session *s, json_t *id, json_t *params)
 {
-    const json_t *asked = json_object_get(params, "protocolVersion");
+    /* A version we do not speak, or none (or params that do not decode), gets the newest. */
+    struct csw_protocol_initialize_params p;
     const char *v = cs_mcp_versions[0];
-    if (json_is_string(asked) && json_string_length(asked) == strlen(json_string_value(asked)) &&
-        cs_mcp_version_supported(json_string_value(asked)))
-        v = json_string_value(asked);
-    snprintf(s->version, sizeof s->version, "%s", v);
+    if (csw_protocol_initialize_params_decode(params, &p, NULL) == CS_WIRE_OK) {
+        if (p.has_protocolversion && p.protocolversion.n == strlen(p.protocolversion.s) &&
+            cs_mcp_version_supported(p.protocolversion.s))
+            snprintf(s->version, sizeof s->version, "%s", p.protocolversion.s);
+        else
+            snprintf(s->version, sizeof s->version, "%s", v);
+        csw_protocol_initialize_params_free(&p);
+    } else {
+        snprintf(s->version, sizeof s->version, "%s", v);
+    }
     s->initialized = true;
-    json_t *result =
-        json_pack("{s:s,s:{s:{s:b},s:{}},s:{s:s,s:s},s:s}", "protocolVersion", s->version,
-                  "capabilities", "tools", "listChanged", 0, "logging", "serverInfo", "name",
-                  "codespace", "version", s->srv->version, "instructions", instructions);
+    struct csw_protocol_initialize_result r;
+    memset(&r, 0, sizeof r);
+    r.protocolversion = cstr(s->version);
+    r.capabilities = capabilities();
+    r.serverinfo.name = cstr("codespace");
+    r.serverinfo.version = cstr(s->srv->version);
+    r.instructions = cstr(instructions);
+    json_t *result = encode(&csw_protocol_initialize_result_type, &r);
     return result ? cs_jsonrpc_result(id, result)
                   : cs_jsonrpc_error(id, CS_JSONRPC_INTERNAL_ERROR, "out of memory");
 }
 
 static json_t *set_level(struct cs_mcp_session *s, json_t *id, json_t *params)
 {
-    const json_t *level = json_object_get(params, "level");
+    struct csw_protocol_set_level_params p; /* only enum values: nothing to free */
     enum cs_log_level l;
-    if (!json_is_string(level) || json_string_length(level) != strlen(json_string_value(level)) ||
-        cs_log_level_parse(json_string_value(level), &l) != 0 ||
-        strcmp(json_string_value(level), "warn") == 0)
+    if (csw_protocol_set_level_params_decode(params, &p, NULL) != CS_WIRE_OK ||
+        cs_log_level_parse(csw_protocol_logging_level_names[p.level], &l) != 0)
         return cs_jsonrpc_error(id, CS_JSONRPC_INVALID_PARAMS,
                                 "params.level must be one of debug, info, notice, warning, "
                                 "error, critical, alert, emergency");
@@ -801,18 +887,19 @@ static json_t *set_level(struct cs_mcp_session *s, json_t *id, json_t *params)
 
 static void cancel(struct cs_mcp_session *s, json_t *params)
 {
-    const json_t *rid = json_object_get(params, "requestId");
-    if (!rid)
-        return;
+    struct csw_protocol_cancelled_params p;
+    if (csw_protocol_cancelled_params_decode(params, &p, NULL) != CS_WIRE_OK)
+        return; /* no request id: nothing to cancel */
     /* A cancelled call leaves s->calls, and its hook may complete others: scan again each time. */
     for (;;) {
         struct cs_mcp_call *c = s->calls;
-        while (c && !json_equal(c->id, (json_t *)rid))
+        while (c && !json_equal(c->id, p.requestid))
             c = c->next;
         if (!c)
-            return;
+            break;
         call_cancel(c);
     }
+    csw_protocol_cancelled_params_free(&p);
 }
 
 /* ---- 2026-07-28 requests (docs/protocol.md) ---- */
@@ -926,8 +1013,10 @@ static json_t *missing_meta(json_t *id, const char *key)
 {
     char msg[200];
     snprintf(msg, sizeof msg, "Invalid params: missing or invalid _meta[\"%s\"]", key);
+    struct cs_str k = cstr(key);
+    struct csw_protocol_jsonrpc_error_missing_data d = {.missing = {&k, 1}};
     return cs_jsonrpc_error_ex(id, true, CS_JSONRPC_INVALID_PARAMS, msg,
-                               json_pack("{s:[s]}", "missing", key));
+                               encode(&csw_protocol_jsonrpc_error_missing_data_type, &d));
 }
 
 /* The body member that Mcp-Name must repeat for method, or NULL when none is required. */
@@ -947,16 +1036,17 @@ static const char *name_member(const char *method)
  * and Mcp-Name against the body (-32020). Returns the error reply, or NULL when the request may go
  * on. hdr is NULL on stdio (no header checks there).
  */
-static json_t *modern_check(json_t *id, const json_t *mj, json_t *params,
+static json_t *modern_check(json_t *id, const char *method, size_t mlen,
+                            const struct csw_protocol_request_params *rp,
                             const struct cs_mcp_headers *hdr)
 {
-    const char *method = json_string_value(mj);
-    size_t mlen = json_string_length(mj); /* a NUL inside never matches a header */
-    json_t *meta = json_object_get(params, "_meta");
-    json_t *pv = json_object_get(meta, META_VERSION);
-    if (!json_is_string(pv))
+    /* The members are open in the schema (request_params.json): the order is checked here. */
+    const json_t *pv = rp->meta.io_modelcontextprotocol_protocolversion;
+    if (!rp->has_meta || !rp->meta.has_io_modelcontextprotocol_protocolversion ||
+        !json_is_string(pv))
         return missing_meta(id, META_VERSION);
-    if (!json_is_object(json_object_get(meta, META_CAPS)))
+    if (!rp->meta.has_io_modelcontextprotocol_clientcapabilities ||
+        !json_is_object(rp->meta.io_modelcontextprotocol_clientcapabilities))
         return missing_meta(id, META_CAPS);
     const char *v;
     size_t n;
@@ -971,10 +1061,15 @@ static json_t *modern_check(json_t *id, const json_t *mj, json_t *params,
                             "match body value '%.100s'",
                             (int)(n > 100 ? 100 : n), v, json_string_value(pv));
     }
-    if (!str_is(pv, CS_MCP_MODERN_VERSION))
+    if (!str_is(pv, CS_MCP_MODERN_VERSION)) {
+        struct cs_str supported = cstr(CS_MCP_MODERN_VERSION);
+        struct csw_protocol_jsonrpc_error_unsupported_version_data d = {
+            .supported = {&supported, 1},
+            .requested = {(char *)(uintptr_t)json_string_value(pv), json_string_length(pv)}};
         return cs_jsonrpc_error_ex(
             id, true, CS_JSONRPC_UNSUPPORTED_PROTOCOL, "Unsupported protocol version",
-            json_pack("{s:[s],s:O}", "supported", CS_MCP_MODERN_VERSION, "requested", pv));
+            encode(&csw_protocol_jsonrpc_error_unsupported_version_data_type, &d));
+    }
     if (!hdr)
         return NULL;
     if (hdr->has_method == 0)
@@ -987,7 +1082,9 @@ static json_t *modern_check(json_t *id, const json_t *mj, json_t *params,
                         "value '%.100s'",
                         (int)(n > 100 ? 100 : n), v, method);
     const char *member = name_member(method);
-    json_t *body = member ? json_object_get(params, member) : NULL;
+    const json_t *body = !member                      ? NULL
+                         : strcmp(member, "uri") == 0 ? (rp->has_uri ? rp->uri : NULL)
+                                                      : (rp->has_name ? rp->name : NULL);
     if (!json_is_string(body))
         return NULL; /* nothing to compare with: the method itself answers -32602 */
     bool bad;
@@ -1017,29 +1114,34 @@ static bool log_level_ok(const json_t *level)
 }
 
 /* A 2026-07-28 request (m: its classified envelope). */
-static json_t *handle_modern(struct cs_mcp_exchange *x, const json_t *msg, struct cs_jsonrpc_msg *m,
-                             const char *raw, const struct cs_mcp_headers *hdr, bool *async)
+static json_t *handle_modern(struct cs_mcp_exchange *x, struct cs_jsonrpc_msg *m, const char *raw,
+                             const struct cs_mcp_headers *hdr, bool *async)
 {
     struct cs_mcp *srv = x->s->srv;
     json_t *params = m->params;
-    if (!json_is_object(params))
-        return missing_meta(m->id, META_VERSION);
-    const json_t *method = json_object_get(msg, "method");
-    json_t *r = modern_check(m->id, method, params, hdr);
+    struct csw_protocol_request_params rp; /* schema/protocol/request_params.json */
+    if (!json_is_object(params) ||
+        csw_protocol_request_params_decode(params, &rp, NULL) != CS_WIRE_OK)
+        return missing_meta(m->id, META_VERSION); /* params or its _meta not an object */
+    json_t *r = modern_check(m->id, m->method, m->method_len, &rp, hdr);
+    /* cs_jsonrpc_method_is, not a C string compare: "tools/list\u0000x" is not tools/list. */
+    bool known = cs_jsonrpc_method_is(m, "server/discover") ||
+                 cs_jsonrpc_method_is(m, "tools/list") || cs_jsonrpc_method_is(m, "tools/call");
+    bool level_ok = log_level_ok(rp.meta.has_io_modelcontextprotocol_loglevel
+                                     ? rp.meta.io_modelcontextprotocol_loglevel
+                                     : NULL);
+    csw_protocol_request_params_free(&rp);
     if (r)
         return r;
-    /* str_is, not a C string compare: "tools/list\u0000x" is not tools/list. */
-    bool known = str_is(method, "server/discover") || str_is(method, "tools/list") ||
-                 str_is(method, "tools/call");
     if (!known) /* initialize, ping, logging/setLevel... are gone in this revision */
         return cs_jsonrpc_error(m->id, CS_JSONRPC_METHOD_NOT_FOUND, "Method not found");
-    if (!log_level_ok(json_object_get(json_object_get(params, "_meta"), META_LOGLEVEL)))
+    if (!level_ok)
         return cs_jsonrpc_error(m->id, CS_JSONRPC_INVALID_PARAMS,
                                 "Invalid params: _meta[\"" META_LOGLEVEL "\"] must be one of "
                                 "debug, info, notice, warning, error, critical, alert, emergency");
-    if (str_is(method, "server/discover"))
+    if (cs_jsonrpc_method_is(m, "server/discover"))
         return cs_jsonrpc_result(m->id, json_incref(srv->discover)); /* shared, never changed */
-    if (str_is(method, "tools/list"))
+    if (cs_jsonrpc_method_is(m, "tools/list"))
         return cs_jsonrpc_result(m->id, json_incref(srv->tools_list_modern));
     return tools_call(x, m->id, raw, true, params, async);
 }
@@ -1064,8 +1166,8 @@ static void handle_one(struct cs_mcp_exchange *x, json_t *msg, const char *raw,
     case CS_JSONRPC_NOTIFICATION:
         /* A 2026-07-28 request on HTTP is cancelled by closing its connection; its requests share
          * one stateless session, so a cancel by id could reach another client's request. */
-        if (str_is(json_object_get(msg, "method"), "notifications/cancelled") &&
-            json_is_object(m.params) && !(modern && hdr))
+        if (cs_jsonrpc_method_is(&m, "notifications/cancelled") && json_is_object(m.params) &&
+            !(modern && hdr))
             cancel(s, m.params);
         return; /* notifications/initialized and unknown notifications need nothing */
     case CS_JSONRPC_REQUEST:
@@ -1074,7 +1176,7 @@ static void handle_one(struct cs_mcp_exchange *x, json_t *msg, const char *raw,
     json_t *r;
     bool async = false;
     if (modern) {
-        r = handle_modern(x, msg, &m, raw, hdr, &async);
+        r = handle_modern(x, &m, raw, hdr, &async);
         if (!r && !async)
             r = cs_jsonrpc_error(m.id, CS_JSONRPC_INTERNAL_ERROR, "internal error");
         add_reply(x, r, raw);
@@ -1084,22 +1186,21 @@ static void handle_one(struct cs_mcp_exchange *x, json_t *msg, const char *raw,
     json_t *empty = NULL;
     if (!params)
         params = empty = json_object();
-    const json_t *method = json_object_get(msg, "method");
-    if (str_is(method, "initialize") && s->initialized)
+    if (cs_jsonrpc_method_is(&m, "initialize") && s->initialized)
         r = cs_jsonrpc_error(m.id, CS_JSONRPC_INVALID_REQUEST,
                              "the session is already initialized");
-    else if (str_is(method, "initialize"))
+    else if (cs_jsonrpc_method_is(&m, "initialize"))
         r = initialize(s, m.id, params);
-    else if (str_is(method, "ping"))
+    else if (cs_jsonrpc_method_is(&m, "ping"))
         r = cs_jsonrpc_result(m.id, json_object());
     else if (!s->initialized)
         r = cs_jsonrpc_error(m.id, CS_JSONRPC_INVALID_REQUEST,
                              "the session is not initialized: send initialize first");
-    else if (str_is(method, "tools/list"))
+    else if (cs_jsonrpc_method_is(&m, "tools/list"))
         r = cs_jsonrpc_result(m.id, json_incref(s->srv->tools_list)); /* shared, never changed */
-    else if (str_is(method, "tools/call"))
+    else if (cs_jsonrpc_method_is(&m, "tools/call"))
         r = tools_call(x, m.id, raw, false, params, &async);
-    else if (str_is(method, "logging/setLevel"))
+    else if (cs_jsonrpc_method_is(&m, "logging/setLevel"))
         r = set_level(s, m.id, params);
     else
         r = cs_jsonrpc_error(m.id, CS_JSONRPC_METHOD_NOT_FOUND, "Method not found");
@@ -1249,12 +1350,19 @@ static bool is_modern(const json_t *msg, const struct cs_mcp_headers *hdr)
 {
     if (!json_is_object(msg))
         return !json_is_array(msg) && header_modern(hdr);
-    if (str_is(json_object_get(msg, "method"), "server/discover"))
-        return true;
-    const json_t *meta = json_object_get(json_object_get(msg, "params"), "_meta");
-    if (json_is_object(meta) && json_object_get(meta, META_VERSION))
-        return true;
-    return header_modern(hdr);
+    /* Open decodes (jsonrpc_message.json, request_params.json): only presence matters here. */
+    struct csw_protocol_jsonrpc_message m;
+    if (csw_protocol_jsonrpc_message_decode(msg, &m, NULL) != CS_WIRE_OK)
+        return header_modern(hdr);
+    bool modern = m.has_method && str_is(m.method, "server/discover");
+    struct csw_protocol_request_params rp;
+    if (!modern && m.has_params &&
+        csw_protocol_request_params_decode(m.params, &rp, NULL) == CS_WIRE_OK) {
+        modern = rp.has_meta && rp.meta.has_io_modelcontextprotocol_protocolversion;
+        csw_protocol_request_params_free(&rp);
+    }
+    csw_protocol_jsonrpc_message_free(&m);
+    return modern || header_modern(hdr);
 }
 
 bool cs_mcp_msg_modern(const struct cs_mcp_msg *m, const struct cs_mcp_headers *hdr)
@@ -1264,8 +1372,13 @@ bool cs_mcp_msg_modern(const struct cs_mcp_msg *m, const struct cs_mcp_headers *
 
 bool cs_mcp_msg_is_initialize(const struct cs_mcp_msg *m)
 {
-    return json_is_object(m->json) && json_object_get(m->json, "id") &&
-           str_is(json_object_get(m->json, "method"), "initialize");
+    struct csw_protocol_jsonrpc_message j;
+    if (!json_is_object(m->json) ||
+        csw_protocol_jsonrpc_message_decode(m->json, &j, NULL) != CS_WIRE_OK)
+        return false;
+    bool yes = j.has_id && j.has_method && str_is(j.method, "initialize");
+    csw_protocol_jsonrpc_message_free(&j);
+    return yes;
 }
 
 struct cs_mcp_exchange *cs_mcp_session_handle_msg(struct cs_mcp_session *s, struct cs_mcp_msg *m,

@@ -284,3 +284,43 @@ class DepsTest(TmpCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class HandJsonTest(TmpCase):
+    """check_handjson.py: no hand-built or hand-walked JSON outside its allowlist."""
+
+    def copy(self):
+        for top in ("src", "helper"):
+            shutil.copytree(os.path.join(REPO, top), os.path.join(self.tmp, top))
+
+    def plant(self, rel, text):
+        with open(os.path.join(self.tmp, rel), "a") as f:
+            f.write(text)
+
+    def test_repository_passes(self):
+        self.assertPasses(run("check_handjson.py"))
+
+    def test_json_pack_in_the_envelope_fails(self):
+        self.copy()
+        self.plant("src/mcp/mcp_server.c",
+                   "\njson_t *planted(void);\njson_t *planted(void)\n{\n"
+                   "    return json_pack(\"{s:s}\", \"jsonrpc\", \"2.0\");\n}\n")
+        self.assertFailsWith(run("check_handjson.py", "--root", self.tmp),
+                             "src/mcp/mcp_server.c", "planted: json_pack")
+
+    def test_hand_walk_and_set_fail(self):
+        self.copy()
+        self.plant("src/jsonrpc/jsonrpc.c",
+                   "\nstatic void walk(json_t *m)\n{\n"
+                   "    json_object_set_new(m, \"x\", json_object_get(m, \"id\"));\n}\n")
+        self.assertFailsWith(run("check_handjson.py", "--root", self.tmp),
+                             "walk: json_object_set_new", "walk: json_object_get")
+
+    def test_allowlisted_function_only(self):
+        """An allowlist entry for one function does not cover its neighbours."""
+        self.copy()
+        self.plant("src/store/store_ledger.c",
+                   "\nstatic json_t *other(json_t *e)\n{\n"
+                   "    return json_object_get(e, \"code\");\n}\n")
+        self.assertFailsWith(run("check_handjson.py", "--root", self.tmp),
+                             "src/store/store_ledger.c", "other: json_object_get")

@@ -489,6 +489,49 @@ static void test_text_encoder_matches_jansson(void **state)
     free(s);
 }
 
+/* x-cs-json values: kept as the input's own jansson value, checked for their JSON type only,
+ * written back as jansson writes them. */
+static void test_open_values(void **state)
+{
+    (void)state;
+    json_error_t jerr;
+    json_t *j =
+        json_loads("{\"jsonrpc\":\"2.0\",\"id\":\"r\\u00e9\",\"error\":{\"code\":-32022,"
+                   "\"message\":\"m\",\"data\":{\"supported\":[\"a\"],\"x\":1.5,\"n\":null}}}",
+                   0, &jerr);
+    assert_non_null(j);
+    struct csw_protocol_jsonrpc_error e;
+    struct cs_wire_diag diag;
+    assert_int_equal(csw_protocol_jsonrpc_error_decode(j, &e, &diag), CS_WIRE_OK);
+    assert_ptr_equal(e.error.data, json_object_get(json_object_get(j, "error"), "data"));
+    expect_same_text(&csw_protocol_jsonrpc_error_type, &e);
+    csw_protocol_jsonrpc_error_free(&e);
+    json_decref(j);
+
+    j = json_loads("{\"jsonrpc\":\"2.0\",\"id\":1.5,\"result\":{}}", 0, &jerr);
+    struct csw_protocol_jsonrpc_result r;
+    assert_int_equal(csw_protocol_jsonrpc_result_decode(j, &r, &diag), CS_WIRE_INVALID);
+    assert_string_equal(diag.pointer, "/id");
+    assert_string_equal(diag.text, "expected string or integer");
+    json_decref(j);
+    j = json_loads("{\"jsonrpc\":\"2.0\",\"id\":2.0,\"result\":{}}", 0, &jerr);
+    assert_int_equal(csw_protocol_jsonrpc_result_decode(j, &r, &diag), CS_WIRE_OK);
+    csw_protocol_jsonrpc_result_free(&r);
+    json_decref(j);
+
+    /* Encoding checks the type too, and a missing value is refused. */
+    memset(&r, 0, sizeof r);
+    r.id = json_integer(3);
+    expect_encode_refused(&csw_protocol_jsonrpc_result_type, &r, "/result: no value");
+    r.result = json_array();
+    expect_encode_refused(&csw_protocol_jsonrpc_result_type, &r, "/result: expected object");
+    json_decref(r.result);
+    r.result = json_object();
+    expect_same_text(&csw_protocol_jsonrpc_result_type, &r);
+    csw_protocol_jsonrpc_result_free(&r);
+    assert_null(r.id);
+}
+
 static void test_encoder_checks_the_schema(void **state)
 {
     (void)state;
@@ -1409,6 +1452,7 @@ int main(void)
         cmocka_unit_test(test_long_pointer_is_truncated_safely),
         cmocka_unit_test(test_encoder_checks_the_schema),
         cmocka_unit_test(test_text_encoder_matches_jansson),
+        cmocka_unit_test(test_open_values),
         cmocka_unit_test(test_text_encoder_fail_nth_allocation),
         cmocka_unit_test(test_pointers_are_printable_utf8),
         cmocka_unit_test(test_fail_nth_allocation),
