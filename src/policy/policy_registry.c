@@ -492,6 +492,8 @@ static int unknown_keys_at(const json_t *j, const struct cs_wire_type *t, struct
         }
         return 0;
     }
+    case CS_WIRE_JSON:
+        return 0; /* an open value: any keys */
     case CS_WIRE_MAP: {
         if (!json_is_object(j))
             return 0;
