@@ -31,6 +31,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "base_json.h"
 #include "base_log.h"
 #include "base_roots.h"
 #include "base_loop.h"
@@ -122,34 +123,72 @@ static void send_text(struct worker *w, const char *rid, char *text, size_t n, b
         cs_wire_release(text);
 }
 
-/* Sends a message built as a jansson value (taken): the rare ones (errors, events, replays). */
-static void send_json(struct worker *w, const char *rid, json_t *resp, bool cache)
+/* Sends one wire message, written straight to text by the generated encoder. */
+static bool send_wire(struct worker *w, const char *rid, const struct csw_runner_wire *m,
+                      bool cache)
 {
-    if (!resp)
-        return;
-    char *text = json_dumps(resp, JSON_COMPACT);
-    json_decref(resp);
-    if (text)
-        send_text(w, rid, text, strlen(text), cache);
+    char *text = NULL;
+    size_t n = 0;
+    struct cs_wire_diag diag;
+    if (csw_runner_wire_encode_text(m, &text, &n, &diag) != CS_WIRE_OK)
+        return false;
+    send_text(w, rid, text, n, cache);
+    return true;
 }
 
-static json_t *error_response(const char *rid, int code, const char *msg)
+/* An error response to request rid (a catalogue code, or INTERNAL outside it). */
+static void send_error(struct worker *w, const char *rid, int code, const char *msg, bool cache)
 {
-    const char *name = code >= 0 && code < CSW_ERROR__COUNT ? csw_error_names[code] : "INTERNAL";
-    return json_pack("{s:i,s:s,s:s,s:b,s:{s:s,s:s}}", "protocol", CS_RUNNER_PROTOCOL, "kind",
-                     "response", "request_id", rid, "ok", 0, "error", "code", name, "message",
-                     msg ? msg : "");
+    struct csw_runner_wire m;
+    memset(&m, 0, sizeof m);
+    m.tag = CSW_RUNNER_WIRE_RESPONSE;
+    m.u.response.protocol = CS_RUNNER_PROTOCOL;
+    m.u.response.request_id = (struct cs_str){(char *)rid, strlen(rid)};
+    m.u.response.ok = false;
+    m.u.response.has_error = true;
+    m.u.response.error.code =
+        code >= 0 && code < CSW_ERROR__COUNT ? (enum csw_error)code : CSW_ERROR_INTERNAL;
+    m.u.response.error.message = (struct cs_str){(char *)(msg ? msg : ""), msg ? strlen(msg) : 0};
+    if (send_wire(w, rid, &m, cache))
+        return;
+    /* A message the schema refuses (not UTF-8, too long): the code alone still goes out. */
+    m.u.response.error.message = (struct cs_str){(char *)"(message not sendable)", 22};
+    (void)send_wire(w, rid, &m, cache);
 }
 
 /* A protocol violation: an error response, then the connection closes. */
 static void refuse(struct worker *w, const char *rid, const char *msg)
 {
-    send_json(w, rid, error_response(rid, CSW_ERROR_INVALID_ARGUMENTS, msg), false);
+    send_error(w, rid, CSW_ERROR_INVALID_ARGUMENTS, msg, false);
     if (w->conn) {
         (void)cs_runner_conn_flush(w->conn, 1000);
         cs_runner_conn_close(w->conn, msg);
     }
     w->closing = true;
+}
+
+/* A copy of the frame text (n bytes, our own encoder's) with its request_id replaced by rid, or
+ * NULL when out of memory or the text has no request_id. Allocated like the encoder's texts
+ * (jansson's allocator), so send_text releases both the same way. */
+static char *restamp(const char *text, size_t n, const char *rid)
+{
+    size_t off, len, rn = strlen(rid);
+    if (cs_json_member_span(text, n, "request_id", true, &off, &len) != 0)
+        return NULL;
+    json_malloc_t jm;
+    json_free_t jf;
+    json_get_alloc_funcs(&jm, &jf);
+    char *q = malloc(CS_JSON_QUOTE_MAX(rn));
+    size_t qn = q ? cs_json_quote(rid, rn, q) : 0;
+    char *out = q ? jm(n - len + qn + 1) : NULL;
+    if (out) {
+        memcpy(out, text, off);
+        memcpy(out + off, q, qn);
+        memcpy(out + off + qn, text + off + len, n - off - len);
+        out[n - len + qn] = '\0';
+    }
+    free(q);
+    return out;
 }
 
 static void req_done(void *arg, const struct cs_runner_reply *rep)
@@ -164,9 +203,11 @@ static void req_done(void *arg, const struct cs_runner_reply *rep)
         if (r->next)
             r->next->prev = r->prev;
     }
-    json_t *resp = NULL;
     char *text = NULL;
     size_t n = 0;
+    char emsg[600] = "";
+    const char *why = emsg;
+    int ecode = CSW_ERROR_INTERNAL;
     if (rep->outcome == CS_RUNNER_OK) {
         struct csw_runner_wire m;
         memset(&m, 0, sizeof m);
@@ -178,21 +219,17 @@ static void req_done(void *arg, const struct cs_runner_reply *rep)
         m.u.response.result = *rep->result;
         struct cs_wire_diag diag;
         /* Written straight to text: no jansson value for a result that may be a megabyte. */
-        if (csw_runner_wire_encode_text(&m, &text, &n, &diag) != CS_WIRE_OK) {
-            char msg[600];
-            snprintf(msg, sizeof msg, "result failed its schema at %s: %s", diag.pointer,
+        if (csw_runner_wire_encode_text(&m, &text, &n, &diag) != CS_WIRE_OK)
+            snprintf(emsg, sizeof emsg, "result failed its schema at %s: %s", diag.pointer,
                      diag.text);
-            resp = error_response(r->request_id, CSW_ERROR_INTERNAL, msg);
-        }
     } else {
-        resp = error_response(r->request_id,
-                              rep->outcome == CS_RUNNER_ERROR ? rep->code : CSW_ERROR_INTERNAL,
-                              rep->msg);
+        ecode = rep->outcome == CS_RUNNER_ERROR ? rep->code : CSW_ERROR_INTERNAL;
+        why = rep->msg;
     }
     if (text)
         send_text(w, r->request_id, text, n, true);
     else
-        send_json(w, r->request_id, resp, true);
+        send_error(w, r->request_id, ecode, why, true);
     free(r->request_id);
     free(r);
 }
@@ -201,9 +238,13 @@ static void on_exited(void *arg, const char *id)
 {
     struct worker *w = arg;
     w->exits_since_scan = true;
-    json_t *ev = json_pack("{s:i,s:s,s:{s:s,s:{s:s}}}", "protocol", CS_RUNNER_PROTOCOL, "kind",
-                           "event", "event", "type", "process_exited", "data", "process_id", id);
-    send_json(w, NULL, ev, false);
+    struct csw_runner_wire m;
+    memset(&m, 0, sizeof m);
+    m.tag = CSW_RUNNER_WIRE_EVENT;
+    m.u.event.protocol = CS_RUNNER_PROTOCOL;
+    m.u.event.event.tag = CSW_RUNNER_WIRE_EVENT_BODY_PROCESS_EXITED;
+    m.u.event.event.u.process_exited.data.process_id = (struct cs_str){(char *)id, strlen(id)};
+    (void)send_wire(w, NULL, &m, false);
 }
 
 /* cancel: the gateway's client cancelled a call. The request it names, if still waiting in the
@@ -287,26 +328,23 @@ static void on_message(void *arg, struct csw_runner_wire *msg)
             if (!cid || !w->cache[i].text || strlen(cid) != old->n ||
                 memcmp(cid, old->s, old->n) != 0)
                 continue;
-            json_t *copy = json_loadb(w->cache[i].text, w->cache[i].n, JSON_ALLOW_NUL, NULL);
-            if (copy && json_object_set_new(copy, "request_id", json_string(rid)) == 0) {
-                send_json(w, rid, copy, false);
-            } else {
-                json_decref(copy);
-                send_json(w, rid, error_response(rid, CSW_ERROR_INTERNAL, "out of memory"), false);
-            }
+            /* The cached text under the new request_id: its old id token swapped for the new
+             * one, the rest byte for byte (the text the encoder wrote, never re-parsed). */
+            char *copy = restamp(w->cache[i].text, w->cache[i].n, rid);
+            if (copy)
+                send_text(w, rid, copy, strlen(copy), false);
+            else
+                send_error(w, rid, CSW_ERROR_INTERNAL, "out of memory", false);
             return;
         }
-        send_json(w, rid,
-                  error_response(rid, CSW_ERROR_OPERATION_NOT_FOUND,
-                                 "no cached response for this request_id (the worker keeps the "
-                                 "last 32)"),
-                  false);
+        send_error(w, rid, CSW_ERROR_OPERATION_NOT_FOUND,
+                   "no cached response for this request_id (the worker keeps the last 32)", false);
         return;
     }
     struct req *r = calloc(1, sizeof *r);
     if (!r || !(r->request_id = strdup(rid))) {
         free(r);
-        send_json(w, rid, error_response(rid, CSW_ERROR_INTERNAL, "out of memory"), false);
+        send_error(w, rid, CSW_ERROR_INTERNAL, "out of memory", false);
         return;
     }
     r->w = w;
@@ -333,7 +371,7 @@ static void on_bad(void *arg, const json_t *raw, const char *why)
         rid = json_string_value(id);
     char msg[400];
     snprintf(msg, sizeof msg, "undecodable frame: %s", why);
-    send_json(w, rid, error_response(rid, CSW_ERROR_INVALID_ARGUMENTS, msg), false);
+    send_error(w, rid, CSW_ERROR_INVALID_ARGUMENTS, msg, false);
     (void)cs_runner_conn_flush(w->conn, 1000);
     w->closing = true;
 }

@@ -715,17 +715,21 @@ enum cs_store_status cs_store_finish_rejected(struct cs_store *store, const char
         msgf(msg, cap, "operations database: finish %s: no such error code", id);
         return CS_STORE_INVALID;
     }
-    json_t *e =
-        json_pack("{s:s,s:s}", "code", csw_error_names[code], "message", message ? message : "");
-    char *text = e ? json_dumps(e, JSON_COMPACT | JSON_SORT_KEYS) : NULL;
-    json_decref(e);
+    /* The stored body is the error schema's (errors.json), written by its generated encoder. */
+    struct csw_errors e = {
+        .code = code, .message = {(char *)(message ? message : ""), message ? strlen(message) : 0}};
+    char *text = NULL;
+    size_t n = 0;
+    struct cs_wire_diag diag;
+    if (csw_errors_encode_text(&e, &text, &n, &diag) != CS_WIRE_OK)
+        text = NULL;
     if (!text) {
         msgf(msg, cap, "operations database: finish %s: the error is not UTF-8, or no memory", id);
         return CS_STORE_ERROR;
     }
     enum cs_store_status ret =
         finish_row(store, id, CSW_PATCH_STATUS_REJECTED, NULL, false, text, msg, cap);
-    free(text);
+    cs_wire_release(text);
     return ret;
 }
 
@@ -762,19 +766,20 @@ enum cs_store_status cs_store_get_error(struct cs_store *store, const char *id,
         ret = CS_STORE_NOT_FOUND; /* not rejected, or rejected before errors were kept */
         goto out;
     }
+    /* Read back through the error schema's generated decoder. */
     json_error_t jerr;
-    json_t *e = json_loadb(s, n, 0, &jerr);
-    const char *c = json_string_value(json_object_get(e, "code"));
-    const char *m = json_string_value(json_object_get(e, "message"));
-    int v = c ? csw_error_from_name(c, strlen(c)) : -1;
-    if (v < 0 || !m) {
-        json_decref(e);
+    json_t *j = json_loadb(s, n, 0, &jerr);
+    struct csw_errors e;
+    struct cs_wire_diag diag;
+    if (!j || csw_errors_decode(j, &e, &diag) != CS_WIRE_OK) {
+        json_decref(j);
         msgf(msg, cap, "operations database: operation %s has an invalid stored error", id);
         goto out;
     }
-    *code = (enum csw_error)v;
-    snprintf(message, message_cap, "%s", m);
-    json_decref(e);
+    *code = e.code;
+    snprintf(message, message_cap, "%.*s", (int)e.message.n, e.message.s);
+    csw_errors_free(&e);
+    json_decref(j);
     ret = CS_STORE_OK;
 out:
     sqlite3_reset(st);

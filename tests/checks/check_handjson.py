@@ -32,14 +32,9 @@ ALLOWLIST = {
     # Pending: these shapes have schemas but were built by hand before issue 16; converting
     # them is outside the envelope work and is tracked as a follow-up.
     "src/store/store_ledger.c": {
-        "cs_store_finish_rejected": "pending: the stored error is schema/errors.json",
-        "cs_store_get_error": "pending: the stored error is schema/errors.json",
         "cs_store_fingerprint": "pending: the fingerprint is mcp/apply_patch.input.json "
                                 "canonicalised (key order fixed by the stored hashes)"},
     "src/runtime/runtime_main.c": {
-        "error_response": "pending: a runner wire error response (runner/wire.json)",
-        "on_exited": "pending: a runner wire exited event (runner/wire.json)",
-        "on_message": "pending: the replay cache re-stamps request_id on a cached frame",
         "on_bad": "a frame that failed to decode: only its request_id is looked for"},
 }
 
