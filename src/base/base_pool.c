@@ -8,6 +8,8 @@
 #include "base_pool.h"
 
 #include <errno.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdbool.h>
@@ -45,6 +47,10 @@ struct cs_pool {
 static void *thread_main(void *arg)
 {
     struct cs_pool *p = arg;
+    /* File work gives way to the loop: on a box whose CPUs busy jobs fill, the loop thread
+     * (replies, pings, timers) runs at a better priority than the pool's threads. Raising one's
+     * own nice value needs no privilege; a failure only loses the preference. */
+    (void)setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), CS_POOL_NICE);
     pthread_mutex_lock(&p->mu);
     for (;;) {
         while (!p->queue_head && !p->stopping)

@@ -19,6 +19,9 @@
 #include <stddef.h>
 
 #include "base_cancel.h"
+
+/* The nice value of the pool threads: below the loop thread's. */
+#define CS_POOL_NICE 5
 #include "base_loop.h"
 
 struct cs_pool;

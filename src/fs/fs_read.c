@@ -38,6 +38,7 @@
 #include "base_utf8.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <openssl/evp.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -350,6 +351,10 @@ static int stream(int fd, uint64_t offset, size_t limit, const char *rel, unsign
         goto out;
     }
     for (;;) {
+        /* A whole-file hash is the one long CPU burn of the file tools: between chunks it lets
+         * another runnable thread go first (another call's job, on a box with fewer CPUs than
+         * busy hashes), so a small call never waits behind a big one's time slice. */
+        (void)sched_yield();
         if (cs_cancel_requested(cancel)) {
             cs__fs_msgf(msg, cap, "reading %s was cancelled", rel);
             rc = CSW_ERROR_TIMEOUT;
@@ -464,6 +469,7 @@ static bool vc_window(int fd, const struct vc_snap *e, uint64_t offset, size_t l
                    : EVP_MD_CTX_copy_ex(ctx, e->state) != 1)
         goto out;
     while (pos < stop) {
+        (void)sched_yield(); /* as in the full pass */
         if (cs_cancel_requested(cancel))
             goto out; /* the full pass that follows reports it */
         size_t want = stop - pos < CHUNK_BYTES ? (size_t)(stop - pos) : CHUNK_BYTES;
