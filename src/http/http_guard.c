@@ -151,11 +151,12 @@ enum cs_http_length cs_http_content_length(const char *v, size_t n, uint64_t cap
         /* Once over the cap it stays over: stop accumulating so nothing can wrap. */
         if (over)
             continue;
-        if (x > (UINT64_MAX - 9) / 10) {
+        uint64_t d = (uint64_t)(v[i] - '0');
+        if (x > (UINT64_MAX - d) / 10) { /* past UINT64_MAX, so past any cap */
             over = true;
             continue;
         }
-        x = x * 10 + (uint64_t)(v[i] - '0');
+        x = x * 10 + d;
         over = x > cap;
     }
     if (over)
