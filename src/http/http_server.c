@@ -3,9 +3,11 @@
  * http_server.h and docs/http.md).
  *
  * Trust: request lines, headers and bodies are untrusted. The order of checks is fixed: Host and
- * Origin (403), the bearer token (401), then path, method, headers, body size and session. Bodies
- * are buffered up to max_body and never further. Session ids are compared in constant time; the
- * token is never logged, echoed or copied anywhere but h->token.
+ * Origin (403), the bearer token (401), then path, method, headers, body size, the body budget
+ * (503) and session; the header decisions are http_guard.c's. Bodies are buffered up to
+ * max_body and never further, and all bodies in flight together up to body_budget (M9). Slow
+ * or idle connections are cut by the request deadline or evicted for new ones. Session ids are
+ * compared in constant time; the token is never logged, echoed or copied anywhere but h->token.
  *
  * Entry points: cs_http_start, cs_http_port, cs_http_stop. Everything else runs from MHD_run
  * (called by the loop when MHD's epoll fd is readable or its timer expires) or from the MCP

@@ -29,9 +29,9 @@ static bool origin(const struct cs_http_guard *g, const char *v)
 static void host_checks(void **state)
 {
     (void)state;
-    static const char *const good[] = {"localhost",      "LOCALHOST:1",        "127.0.0.1",
-                                       "127.0.0.1:8787", "[::1]",              "[::1]:65535",
-                                       "myhost.example", "MyHost.Example:8787"};
+    static const char *const good[] = {
+        "localhost", "LOCALHOST:1", "127.0.0.1",      "127.0.0.1:8787",
+        "[::1]",     "[::1]:65535", "myhost.example", "MyHost.Example:8787"};
     static const char *const bad[] = {"",
                                       "evil.example",
                                       "myhost.example:8788",
@@ -91,8 +91,7 @@ static void check_order_and_token(void **state)
     assert_int_equal(cs_http_guard_check(&cfg_token, &h1, &h0, &h0), CS_HTTP_GUARD_BAD_TOKEN);
     assert_int_equal(cs_http_guard_check(&cfg_token, &h1, &h0, &a_bad), CS_HTTP_GUARD_BAD_TOKEN);
     assert_int_equal(cs_http_guard_check(&cfg_token, &h1, &h0, &a_two), CS_HTTP_GUARD_BAD_TOKEN);
-    assert_int_equal(cs_http_guard_check(&cfg_token, &h1, &h0, &a_basic),
-                     CS_HTTP_GUARD_BAD_TOKEN);
+    assert_int_equal(cs_http_guard_check(&cfg_token, &h1, &h0, &a_basic), CS_HTTP_GUARD_BAD_TOKEN);
     struct cs_http_guard_header a_long = {1, "Bearer s3cretX", 14};
     assert_int_equal(cs_http_guard_check(&cfg_token, &h1, &h0, &a_long), CS_HTTP_GUARD_BAD_TOKEN);
 }
@@ -148,9 +147,9 @@ static void ct_equal(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(host_checks),    cmocka_unit_test(origin_checks),
+        cmocka_unit_test(host_checks),           cmocka_unit_test(origin_checks),
         cmocka_unit_test(check_order_and_token), cmocka_unit_test(content_type),
-        cmocka_unit_test(content_length), cmocka_unit_test(ct_equal),
+        cmocka_unit_test(content_length),        cmocka_unit_test(ct_equal),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
