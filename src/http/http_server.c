@@ -3,9 +3,11 @@
  * http_server.h and docs/http.md).
  *
  * Trust: request lines, headers and bodies are untrusted. The order of checks is fixed: Host and
- * Origin (403), the bearer token (401), then path, method, headers, body size and session. Bodies
- * are buffered up to max_body and never further. Session ids are compared in constant time; the
- * token is never logged, echoed or copied anywhere but h->token.
+ * Origin (403), the bearer token (401), then path, method, headers, body size, the body budget
+ * (503) and session; the header decisions are http_guard.c's. Bodies are buffered up to
+ * max_body and never further, and all bodies in flight together up to body_budget (M9). Slow
+ * or idle connections are cut by the request deadline or evicted for new ones. Session ids are
+ * compared in constant time; the token is never logged, echoed or copied anywhere but h->token.
  *
  * Entry points: cs_http_start, cs_http_port, cs_http_stop. Everything else runs from MHD_run
  * (called by the loop when MHD's epoll fd is readable or its timer expires) or from the MCP
@@ -31,12 +33,14 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/types.h>
 
 #include <jansson.h>
 
 #include "base_loop.h"
+#include "http_guard.h"
 #include "http_mhd.h"
 #include "jsonrpc.h"
 #include "mcp_server.h"
@@ -60,6 +64,8 @@
 #define BODY_TOO_LARGE   RPC_ERROR("-32600", "request body too large")
 #define BODY_MEDIA_TYPE  RPC_ERROR("-32600", "Content-Type must be application/json")
 #define BODY_TOO_MANY    RPC_ERROR("-32000", "too many sessions")
+#define BODY_BUSY        RPC_ERROR("-32000", "server busy: request body budget in use, retry")
+#define RETRY_AFTER_S    "1" /* every 503: the budget frees as uploads end (within seconds) */
 #define BODY_INTERNAL    RPC_ERROR("-32603", "internal error")
 
 struct sess {
@@ -75,6 +81,13 @@ struct conn {
     struct MHD_Connection *mc;
     struct conn *prev, *next; /* h->conns */
     int64_t deadline;         /* ms: the request being received must be in by then; 0: none */
+    /* Eviction order: while deadline is set (waiting for or receiving a request, never while a
+     * reply is pending or being written) the connection may be evicted; those that never
+     * completed a request go first, then the one waiting longest (lowest since). */
+    int64_t since;
+    uint64_t served;
+    bool evicted;                 /* shut down already; MHD closes it on its next run */
+    struct sockaddr_storage addr; /* the peer (family 0 when unknown) */
 };
 
 enum req_state {
@@ -102,6 +115,8 @@ struct req {
     char *reply_text; /* owned: the reply as the core serialized it */
     size_t len, cap;
     size_t discarded;          /* REQ_DISCARD: bytes thrown away so far */
+    size_t announced;          /* Content-Length (0: none, chunked) */
+    size_t charged;            /* bytes of h->body_budget this request holds */
     unsigned discard_status;   /* REQ_DISCARD: the answer once the body ends */
     struct cs_mcp_exchange *x; /* pending exchange, or NULL */
     json_t *reply;             /* owned once state is REQ_REPLIED; NULL means 202 */
@@ -120,10 +135,13 @@ struct cs_http {
     int64_t sweep_at;            /* when sweep fires (valid while sweep is non-NULL) */
     int64_t request_ms;          /* time allowed to receive one request */
     int64_t idle_ms;             /* session idle timeout */
+    int64_t idle_ms_conn;        /* MHD's connection idle timeout */
     char *host;  /* configured host as it appears in a Host header ("[::1]" for IPv6) */
     char *token; /* NULL: no bearer check */
     size_t token_len;
     size_t max_body;
+    size_t body_budget, body_used; /* the total for bodies being received, and what is held */
+    unsigned nconns, max_conns, evict_at, per_ip;
     uint16_t port;
     struct sess **sessions; /* max_sessions slots, nsessions used */
     /* The core session 2026-07-28 requests run in: they need no session and get none, so this
@@ -375,101 +393,14 @@ static enum MHD_Result reject(struct req *r, unsigned status, const char *body, 
     } else if (status == MHD_HTTP_METHOD_NOT_ALLOWED) {
         hname = MHD_HTTP_HEADER_ALLOW;
         hvalue = "POST, DELETE";
+    } else if (status == MHD_HTTP_SERVICE_UNAVAILABLE) {
+        hname = MHD_HTTP_HEADER_RETRY_AFTER;
+        hvalue = RETRY_AFTER_S;
     }
     return respond(r, status, body, strlen(body), NULL, hname, hvalue);
 }
 
-/* ---- header checks ---- */
-
-/* Compares without an early exit: the time depends on the lengths only. */
-static bool ct_equal(const char *a, size_t alen, const char *b, size_t blen)
-{
-    size_t n = alen > blen ? alen : blen;
-    volatile unsigned acc = alen != blen;
-    for (size_t i = 0; i < n; i++) {
-        unsigned x = i < alen ? (unsigned char)a[i] : 0u;
-        unsigned y = i < blen ? (unsigned char)b[i] : 0u;
-        acc |= x ^ y;
-    }
-    return acc == 0;
-}
-
-static bool span_ieq(const char *s, size_t n, const char *lit)
-{
-    return strlen(lit) == n && strncasecmp(s, lit, n) == 0;
-}
-
-/* Splits an authority "host[:port]" or "[v6][:port]". The host keeps its brackets. *port is -1
- * when absent. Returns false when malformed. */
-static bool split_authority(const char *s, size_t n, size_t *hlen, long *port)
-{
-    size_t i;
-    if (n == 0)
-        return false;
-    if (s[0] == '[') {
-        const char *close = memchr(s, ']', n);
-        if (!close)
-            return false;
-        i = (size_t)(close - s) + 1;
-    } else {
-        for (i = 0; i < n && s[i] != ':'; i++) {
-            if (s[i] == '[' || s[i] == ']' || s[i] == '/' || s[i] == '@')
-                return false;
-        }
-    }
-    *hlen = i;
-    *port = -1;
-    if (i == n)
-        return i > 0;
-    if (s[i] != ':' || n - i - 1 < 1 || n - i - 1 > 5)
-        return false;
-    long p = 0;
-    for (size_t k = i + 1; k < n; k++) {
-        if (s[k] < '0' || s[k] > '9')
-            return false;
-        p = p * 10 + (s[k] - '0');
-    }
-    if (p > 65535)
-        return false;
-    *port = p;
-    return i > 0;
-}
-
-static bool loopback_name(const char *s, size_t n)
-{
-    return span_ieq(s, n, "localhost") || span_ieq(s, n, "127.0.0.1") || span_ieq(s, n, "[::1]");
-}
-
-/* Host: a loopback name with any port or none, or the configured host alone or with the bound
- * port. */
-static bool host_ok(const struct cs_http *h, const char *v, size_t n)
-{
-    size_t hlen;
-    long port;
-    if (!split_authority(v, n, &hlen, &port))
-        return false;
-    if (loopback_name(v, hlen))
-        return true;
-    return span_ieq(v, hlen, h->host) && (port < 0 || port == h->port);
-}
-
-/* Origin: http:// or https:// and an allowed host, any port, nothing else. */
-static bool origin_ok(const struct cs_http *h, const char *v, size_t n)
-{
-    size_t skip, hlen;
-    long port;
-    if (n > 7 && strncasecmp(v, "http://", 7) == 0)
-        skip = 7;
-    else if (n > 8 && strncasecmp(v, "https://", 8) == 0)
-        skip = 8;
-    else
-        return false;
-    v += skip;
-    n -= skip;
-    if (!split_authority(v, n, &hlen, &port))
-        return false;
-    return loopback_name(v, hlen) || span_ieq(v, hlen, h->host);
-}
+/* ---- header checks (the decisions are http_guard.c's) ---- */
 
 struct hdr_count {
     unsigned host, origin, auth;
@@ -502,34 +433,43 @@ static int header(struct MHD_Connection *c, const char *name, const char **v, si
     return 1;
 }
 
+/* Looks one header up for the guard: value NULL when absent or holding a NUL byte. */
+static void guard_header(struct MHD_Connection *c, const char *name, unsigned count,
+                         struct cs_http_guard_header *out)
+{
+    out->count = count;
+    out->value = NULL;
+    out->len = 0;
+    if (header(c, name, &out->value, &out->len) != 1) {
+        out->value = NULL;
+        out->len = 0;
+    }
+}
+
 /* Returns the rejection status, or 0 when the request may go on. */
 static unsigned check_origin_and_auth(struct cs_http *h, struct MHD_Connection *c, const char **why)
 {
     struct hdr_count cnt = {0, 0, 0};
-    const char *v;
-    size_t n;
+    struct cs_http_guard_header host, origin, auth;
     cs_mhd.MHD_get_connection_values(c, MHD_HEADER_KIND, count_header, &cnt);
-    /* A request without Host (HTTP/1.0, or HTTP/1.1 that MHD 0.9.75 lets through) or with two
-     * cannot be checked against DNS rebinding, so it is refused like a wrong one. */
-    if (cnt.host != 1 || header(c, MHD_HTTP_HEADER_HOST, &v, &n) != 1 || !host_ok(h, v, n)) {
+    guard_header(c, MHD_HTTP_HEADER_HOST, cnt.host, &host);
+    guard_header(c, MHD_HTTP_HEADER_ORIGIN, cnt.origin, &origin);
+    guard_header(c, MHD_HTTP_HEADER_AUTHORIZATION, cnt.auth, &auth);
+    const struct cs_http_guard g = {h->host, h->port, h->token, h->token_len};
+    switch (cs_http_guard_check(&g, &host, &origin, &auth)) {
+    case CS_HTTP_GUARD_OK:
+        return 0;
+    case CS_HTTP_GUARD_BAD_HOST:
         *why = "Host not allowed";
         return MHD_HTTP_FORBIDDEN;
-    }
-    if (cnt.origin > 1 || (cnt.origin == 1 && (header(c, MHD_HTTP_HEADER_ORIGIN, &v, &n) != 1 ||
-                                               !origin_ok(h, v, n)))) {
+    case CS_HTTP_GUARD_BAD_ORIGIN:
         *why = "Origin not allowed";
         return MHD_HTTP_FORBIDDEN;
+    case CS_HTTP_GUARD_BAD_TOKEN:
+        break;
     }
-    if (!h->token)
-        return 0;
-    /* Exactly one "Authorization: Bearer <token>"; the scheme is case-insensitive (RFC 7235). */
-    bool ok = cnt.auth == 1 && header(c, MHD_HTTP_HEADER_AUTHORIZATION, &v, &n) == 1 && n > 7 &&
-              strncasecmp(v, "Bearer ", 7) == 0;
-    if (!ok || !ct_equal(v + 7, n - 7, h->token, h->token_len)) {
-        *why = "bad or missing bearer token";
-        return MHD_HTTP_UNAUTHORIZED;
-    }
-    return 0;
+    *why = "bad or missing bearer token";
+    return MHD_HTTP_UNAUTHORIZED;
 }
 
 /* application/json, optionally with parameters; a missing Content-Type is tolerated. */
@@ -538,42 +478,24 @@ static bool content_type_ok(struct MHD_Connection *c)
     const char *v;
     size_t n;
     int rc = header(c, MHD_HTTP_HEADER_CONTENT_TYPE, &v, &n);
-    if (rc == 0)
-        return true;
-    if (rc < 0)
-        return false;
-    while (n > 0 && (*v == ' ' || *v == '\t')) {
-        v++;
-        n--;
-    }
-    const size_t k = strlen("application/json");
-    if (n < k || strncasecmp(v, "application/json", k) != 0)
-        return false;
-    for (size_t i = k; i < n; i++) {
-        if (v[i] == ';')
-            return true;
-        if (v[i] != ' ' && v[i] != '\t')
-            return false;
-    }
-    return true;
+    return rc == 0 || (rc > 0 && cs_http_content_type_ok(v, n));
 }
 
-/* True when Content-Length announces more than cap bytes. */
-static bool length_over(struct MHD_Connection *c, size_t cap)
+/* The body size the request announces: CS_HTTP_LENGTH_OK with *len (0 when there is no
+ * Content-Length: chunked), or CS_HTTP_LENGTH_OVER when it is over cap. A malformed value was
+ * already refused by MHD; it counts as absent here. */
+static enum cs_http_length announced_length(struct MHD_Connection *c, size_t cap, size_t *len)
 {
     const char *v;
     size_t n;
+    uint64_t x = 0;
+    *len = 0;
     if (header(c, MHD_HTTP_HEADER_CONTENT_LENGTH, &v, &n) != 1)
-        return false; /* absent (chunked) or already refused by MHD */
-    unsigned long long len = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (v[i] < '0' || v[i] > '9')
-            return false;
-        if (len > (unsigned long long)cap)
-            return true;
-        len = len * 10 + (unsigned long long)(v[i] - '0');
-    }
-    return len > (unsigned long long)cap;
+        return CS_HTTP_LENGTH_OK;
+    enum cs_http_length rc = cs_http_content_length(v, n, cap, &x);
+    if (rc == CS_HTTP_LENGTH_OK)
+        *len = (size_t)x;
+    return rc == CS_HTTP_LENGTH_OVER ? rc : CS_HTTP_LENGTH_OK;
 }
 
 /* ---- sessions ---- */
@@ -585,7 +507,7 @@ static struct sess *sess_find(struct cs_http *h, const char *id, size_t n)
         return NULL;
     /* Every slot is compared in full so the time says nothing about how close a guess was. */
     for (size_t i = 0; i < h->nsessions; i++) {
-        if (ct_equal(id, n, h->sessions[i]->id, SESSION_ID_LEN))
+        if (cs_http_ct_equal(id, n, h->sessions[i]->id, SESSION_ID_LEN))
             found = h->sessions[i];
     }
     return found;
@@ -698,14 +620,31 @@ static struct conn *conn_of(struct MHD_Connection *mc)
     return ci ? ci->socket_context : NULL;
 }
 
-/* The next request on mc must be received within request_ms from now. */
-static void conn_expect_request(struct cs_http *h, struct MHD_Connection *mc)
+/* The next request on mc must be received within request_ms from now: on a fresh connection
+ * the client has just connected to send it; on keep-alive (after a response) it may first idle
+ * up to the idle timeout, since MHD reads the first byte of the next request unseen by us. */
+static void conn_expect_request(struct cs_http *h, struct MHD_Connection *mc, bool keepalive)
 {
     struct conn *c = conn_of(mc);
     if (!c || h->stopping)
         return;
-    c->deadline = cs_loop_now_ms() + h->request_ms;
+    int64_t now = cs_loop_now_ms();
+    if (keepalive)
+        c->served++;
+    c->since = now;
+    c->deadline = now + h->request_ms + (keepalive ? h->idle_ms_conn : 0);
     sweep_at(h, c->deadline);
+}
+
+/* The head of the request on mc is in and a body follows: it must be in within request_ms. */
+static void conn_body_deadline(struct cs_http *h, struct MHD_Connection *mc)
+{
+    struct conn *c = conn_of(mc);
+    int64_t at = cs_loop_now_ms() + h->request_ms;
+    if (!c || h->stopping || c->deadline == 0)
+        return;
+    c->deadline = at;
+    sweep_at(h, at);
 }
 
 /* The request on mc is fully received: no deadline until the next one. */
@@ -716,18 +655,92 @@ static void conn_received(struct MHD_Connection *mc)
         c->deadline = 0;
 }
 
+/* Closes c: shutting the socket down wakes MHD, which reads EOF and closes the connection
+ * through its usual path; the fd stays open (and ours to touch) until MHD's connection-closed
+ * notification. */
+static void conn_shut(struct cs_http *h, struct conn *c)
+{
+    const union MHD_ConnectionInfo *ci =
+        cs_mhd.MHD_get_connection_info(c->mc, MHD_CONNECTION_INFO_CONNECTION_FD);
+    c->deadline = 0;
+    c->evicted = true;
+    if (ci)
+        shutdown(ci->connect_fd, SHUT_RDWR);
+    kick(h);
+}
+
 /* A request was not received in time (a slow or stalled sender: MHD's own timeout counts idle
- * time only). Shutting the socket down wakes MHD, which reads EOF and closes the connection; the
- * fd stays open (and ours to touch) until MHD's connection-closed notification. */
+ * time only). */
 static void conn_expire(struct cs_http *h, struct conn *c)
 {
     char peer[INET6_ADDRSTRLEN];
-    emit(h, "warn", "http_timeout", "peer=%s: request not received within %lld ms",
-         peer_text(c->mc, peer, sizeof peer), (long long)h->request_ms);
-    const union MHD_ConnectionInfo *ci =
-        cs_mhd.MHD_get_connection_info(c->mc, MHD_CONNECTION_INFO_CONNECTION_FD);
-    if (ci)
-        shutdown(ci->connect_fd, SHUT_RDWR);
+    emit(h, "warn", "http_timeout", "peer=%s: request not received within its deadline",
+         peer_text(c->mc, peer, sizeof peer));
+    conn_shut(h, c);
+}
+
+static bool same_addr(const struct sockaddr_storage *a, const struct sockaddr_storage *b)
+{
+    if (a->ss_family != b->ss_family)
+        return false;
+    if (a->ss_family == AF_INET)
+        return memcmp(&((const struct sockaddr_in *)(const void *)a)->sin_addr,
+                      &((const struct sockaddr_in *)(const void *)b)->sin_addr,
+                      sizeof(struct in_addr)) == 0;
+    if (a->ss_family == AF_INET6)
+        return memcmp(&((const struct sockaddr_in6 *)(const void *)a)->sin6_addr,
+                      &((const struct sockaddr_in6 *)(const void *)b)->sin6_addr,
+                      sizeof(struct in6_addr)) == 0;
+    return false;
+}
+
+/* The connection to give up for `fresh` (not itself): one waiting for or receiving a request
+ * (never one whose reply is pending or being written), from fresh's address only when
+ * same_peer; those that never completed a request first, then the one waiting longest. NULL
+ * when there is none. */
+static struct conn *conn_victim(struct cs_http *h, const struct conn *fresh, bool same_peer)
+{
+    struct conn *best = NULL;
+    for (struct conn *c = h->conns; c; c = c->next) {
+        if (c == fresh || c->evicted || c->deadline == 0)
+            continue;
+        if (same_peer && !same_addr(&c->addr, &fresh->addr))
+            continue;
+        if (!best || (c->served == 0) > (best->served == 0) ||
+            ((c->served == 0) == (best->served == 0) && c->since < best->since))
+            best = c;
+    }
+    return best;
+}
+
+/* A connection was accepted: keep room for the next one. Over the per-address limit, the
+ * address's own oldest waiting connection goes (or, if it has none, the new one: the address
+ * holds that many busy connections); near the global limit, the oldest waiting one of any
+ * address. MHD's own limit is the hard stop (new connections then wait in the listen backlog),
+ * so eviction starts a little below it: a slot is always free for the next accept. Slow or idle
+ * clients therefore cannot keep a new one out, whatever address they share with it. */
+static void conn_make_room(struct cs_http *h, struct conn *fresh)
+{
+    char peer[INET6_ADDRSTRLEN];
+    unsigned same = 0;
+    for (struct conn *c = h->conns; c; c = c->next)
+        same += !c->evicted && same_addr(&c->addr, &fresh->addr);
+    if (fresh->addr.ss_family != 0 && same > h->per_ip) {
+        struct conn *v = conn_victim(h, fresh, true);
+        emit(h, "info", "http_evicted", "peer=%s: per-address limit (%u), %s",
+             peer_text(fresh->mc, peer, sizeof peer), h->per_ip,
+             v ? "oldest waiting connection closed" : "every other one busy: new one closed");
+        conn_shut(h, v ? v : fresh);
+        return;
+    }
+    if (h->nconns > h->evict_at) {
+        struct conn *v = conn_victim(h, fresh, false);
+        if (!v)
+            return;
+        emit(h, "info", "http_evicted", "peer=%s: connection limit (%u), oldest waiting closed",
+             peer_text(v->mc, peer, sizeof peer), h->max_conns);
+        conn_shut(h, v);
+    }
 }
 
 static void on_sweep(void *arg)
@@ -743,7 +756,6 @@ static void on_sweep(void *arg)
             next = c->deadline < next ? c->deadline : next;
             continue;
         }
-        c->deadline = 0;
         conn_expire(h, c);
         expired = true;
     }
@@ -777,17 +789,28 @@ static void on_connection(void *cls, struct MHD_Connection *mc, void **socket_co
         if (!c)
             return; /* on_request refuses the connection's requests */
         c->mc = mc;
+        const union MHD_ConnectionInfo *ci =
+            cs_mhd.MHD_get_connection_info(mc, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+        if (ci && ci->client_addr &&
+            (ci->client_addr->sa_family == AF_INET || ci->client_addr->sa_family == AF_INET6))
+            memcpy(&c->addr, ci->client_addr,
+                   ci->client_addr->sa_family == AF_INET ? sizeof(struct sockaddr_in)
+                                                         : sizeof(struct sockaddr_in6));
         c->next = h->conns;
         if (h->conns)
             h->conns->prev = c;
         h->conns = c;
+        h->nconns++;
         *socket_context = c;
-        conn_expect_request(h, mc);
+        conn_expect_request(h, mc, false);
+        if (!h->stopping)
+            conn_make_room(h, c);
         return;
     }
     if (!c) /* MHD_CONNECTION_NOTIFY_CLOSED; MHD closes the fd after this returns */
         return;
     *socket_context = NULL;
+    h->nconns--;
     if (c->prev)
         c->prev->next = c->next;
     else
@@ -798,6 +821,23 @@ static void on_connection(void *cls, struct MHD_Connection *mc, void **socket_co
 }
 
 /* ---- the exchange ---- */
+
+/* Takes n more bytes of the body budget for r. Returns false (nothing taken) when the total
+ * would pass it. */
+static bool budget_take(struct cs_http *h, struct req *r, size_t n)
+{
+    if (n > h->body_budget - h->body_used)
+        return false;
+    h->body_used += n;
+    r->charged += n;
+    return true;
+}
+
+static void budget_release(struct cs_http *h, struct req *r)
+{
+    h->body_used -= r->charged;
+    r->charged = 0;
+}
 
 static void on_reply(void *arg, json_t *reply, const char *text, size_t len)
 {
@@ -907,6 +947,7 @@ static enum MHD_Result dispatch(struct cs_http *h, struct req *r)
     free(r->body);
     r->body = NULL;
     r->len = r->cap = 0;
+    budget_release(h, r);
     if (!m)
         return reject(r, MHD_HTTP_INTERNAL_SERVER_ERROR, BODY_INTERNAL, "out of memory");
     struct cs_mcp_session *core;
@@ -967,15 +1008,23 @@ handle:
 }
 
 /* Appends an upload chunk. Returns 0, MHD_HTTP_CONTENT_TOO_LARGE when the body would pass
- * max_body, or MHD_HTTP_INTERNAL_SERVER_ERROR when memory ran out. */
+ * max_body, MHD_HTTP_SERVICE_UNAVAILABLE when its buffer would pass the body budget, or
+ * MHD_HTTP_INTERNAL_SERVER_ERROR when memory ran out. The buffer never grows past the announced
+ * length (MHD delivers no more than that), so a body with a Content-Length stays within the
+ * charge taken for it when its headers came in. */
 static unsigned body_append(struct cs_http *h, struct req *r, const char *data, size_t n)
 {
     if (n > h->max_body - r->len)
         return MHD_HTTP_CONTENT_TOO_LARGE;
     if (r->len + n > r->cap) {
+        size_t limit = r->announced >= r->len + n ? r->announced : h->max_body;
         size_t cap = r->cap ? r->cap : BODY_FIRST_CAP;
         while (cap < r->len + n)
             cap = cap > h->max_body / 2 ? h->max_body : cap * 2;
+        if (cap > limit)
+            cap = limit;
+        if (cap > r->charged && !budget_take(h, r, cap - r->charged))
+            return MHD_HTTP_SERVICE_UNAVAILABLE;
         char *p = realloc(r->body, cap);
         if (!p)
             return MHD_HTTP_INTERNAL_SERVER_ERROR;
@@ -1016,8 +1065,12 @@ static enum MHD_Result first_call(struct cs_http *h, struct req *r, const char *
         return reject(r, MHD_HTTP_METHOD_NOT_ALLOWED, BODY_NOT_ALLOWED, "method not allowed");
     if (post && !content_type_ok(r->conn))
         return reject(r, MHD_HTTP_UNSUPPORTED_MEDIA_TYPE, BODY_MEDIA_TYPE, "content type");
-    if (post && length_over(r->conn, h->max_body))
+    if (post && announced_length(r->conn, h->max_body, &r->announced) == CS_HTTP_LENGTH_OVER)
         return reject(r, MHD_HTTP_CONTENT_TOO_LARGE, BODY_TOO_LARGE, "Content-Length over cap");
+    /* The whole announced body is charged now, before a byte of it is buffered, so that the
+     * total of bodies in flight never passes the budget (M9). */
+    if (post && !budget_take(h, r, r->announced))
+        return reject(r, MHD_HTTP_SERVICE_UNAVAILABLE, BODY_BUSY, "body budget in use");
 
     int has_sid = header(r->conn, "Mcp-Session-Id", &v, &n);
     if (has_sid != 0) {
@@ -1041,6 +1094,7 @@ static enum MHD_Result first_call(struct cs_http *h, struct req *r, const char *
         return respond(r, MHD_HTTP_NO_CONTENT, NULL, 0, NULL, NULL, NULL);
     }
     r->state = REQ_BODY;
+    conn_body_deadline(h, r->conn);
     return MHD_YES;
 }
 
@@ -1094,6 +1148,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
             free(r->body);
             r->body = NULL;
             r->len = r->cap = 0;
+            budget_release(h, r);
             r->state = REQ_DISCARD;
             r->discard_status = status;
             r->discarded = n;
@@ -1111,6 +1166,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         conn_received(c);
         if (r->discard_status == MHD_HTTP_CONTENT_TOO_LARGE)
             return reject(r, MHD_HTTP_CONTENT_TOO_LARGE, BODY_TOO_LARGE, "body over cap");
+        if (r->discard_status == MHD_HTTP_SERVICE_UNAVAILABLE)
+            return reject(r, MHD_HTTP_SERVICE_UNAVAILABLE, BODY_BUSY, "body budget in use");
         return reject(r, MHD_HTTP_INTERNAL_SERVER_ERROR, BODY_INTERNAL, "out of memory");
     case REQ_REPLIED:
         return send_reply(h, r);
@@ -1135,7 +1192,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     (void)toe;
     /* On keep-alive the next request's clock starts now; if MHD is closing the connection, its
      * connection-closed notification follows. */
-    conn_expect_request(h, c);
+    conn_expect_request(h, c, true);
     if (!r)
         return;
     *con_cls = NULL;
@@ -1151,6 +1208,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     json_decref(r->reply);
     free(r->reply_text);
     free(r->body);
+    budget_release(h, r);
     if (r->prev)
         r->prev->next = r->next;
     else
@@ -1161,6 +1219,35 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 }
 
 /* ---- start and stop ---- */
+
+/* The connection limit the descriptor budget can hold: raises RLIMIT_NOFILE's soft limit
+ * towards the hard one when `want` connections plus CS_HTTP_FD_RESERVE do not fit (only as far
+ * as needed: children inherit it), else lowers the limit to what fits. Logs what it did. */
+static unsigned fd_budget(struct cs_http *h, unsigned want)
+{
+    struct rlimit rl;
+    rlim_t need = (rlim_t)want + CS_HTTP_FD_RESERVE + 16; /* 16: MHD's own and stdio */
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return want;
+    if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < need) {
+        rlim_t was = rl.rlim_cur;
+        rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > need ? need : rl.rlim_max;
+        if (rl.rlim_cur > was && setrlimit(RLIMIT_NOFILE, &rl) == 0)
+            emit(h, "info", "http_limits", "RLIMIT_NOFILE soft limit raised from %llu to %llu",
+                 (unsigned long long)was, (unsigned long long)rl.rlim_cur);
+        else
+            rl.rlim_cur = was;
+    }
+    if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < need) {
+        rlim_t fit =
+            rl.rlim_cur > CS_HTTP_FD_RESERVE + 16 + 16 ? rl.rlim_cur - CS_HTTP_FD_RESERVE - 16 : 16;
+        emit(h, "warn", "http_limits",
+             "RLIMIT_NOFILE %llu holds %llu connections, not %u: limit lowered",
+             (unsigned long long)rl.rlim_cur, (unsigned long long)fit, want);
+        return (unsigned)fit;
+    }
+    return want;
+}
 
 static char *dup_host(const char *host)
 {
@@ -1200,17 +1287,16 @@ struct cs_http *cs_http_start(struct cs_loop *loop, struct cs_mcp *srv,
     h->log = opt->log;
     h->log_arg = opt->log_arg;
     h->max_body = opt->max_body ? opt->max_body : CS_HTTP_DEFAULT_MAX_BODY;
+    h->body_budget = opt->body_budget ? opt->body_budget : CS_HTTP_DEFAULT_BODY_BUDGET;
+    if (h->body_budget < h->max_body)
+        h->body_budget = h->max_body; /* one largest message always fits */
     h->max_sessions = opt->max_sessions ? opt->max_sessions : CS_HTTP_DEFAULT_MAX_SESSIONS;
     unsigned idle_s =
         opt->connection_timeout_s ? opt->connection_timeout_s : CS_HTTP_DEFAULT_TIMEOUT_S;
-    /* Never shorter than MHD's idle timeout plus a second: a connection that only sits idle is
-     * MHD's to close (silently), so the deadline fires only for one that keeps sending without
-     * completing a request. */
     h->request_ms =
         (int64_t)(opt->request_timeout_s ? opt->request_timeout_s : CS_HTTP_DEFAULT_REQUEST_S) *
         1000;
-    if (h->request_ms < (int64_t)idle_s * 1000 + 1000)
-        h->request_ms = (int64_t)idle_s * 1000 + 1000;
+    h->idle_ms_conn = (int64_t)idle_s * 1000;
     h->idle_ms = (int64_t)(opt->session_idle_timeout_s ? opt->session_idle_timeout_s
                                                        : CS_HTTP_DEFAULT_SESSION_IDLE_S) *
                  1000;
@@ -1252,15 +1338,20 @@ struct cs_http *cs_http_start(struct cs_loop *loop, struct cs_mcp *srv,
         flags |= MHD_USE_ERROR_LOG;
     errno = 0;
     /* The logger comes first so that MHD never prints to stderr on its own. */
-    unsigned max_conn =
-        opt->max_connections ? opt->max_connections : CS_HTTP_DEFAULT_MAX_CONNECTIONS;
-    unsigned per_ip = opt->per_ip_connections ? opt->per_ip_connections : CS_HTTP_DEFAULT_PER_IP;
+    h->max_conns =
+        fd_budget(h, opt->max_connections ? opt->max_connections : CS_HTTP_DEFAULT_MAX_CONNECTIONS);
+    /* Eviction keeps an eighth of the slots (at least 2) free for accepts: at MHD's limit it
+     * would stop accepting, and a new client could not evict anyone. */
+    unsigned spare = h->max_conns / 8 < 2 ? 2 : h->max_conns / 8;
+    h->evict_at = h->max_conns > spare ? h->max_conns - spare : 1;
+    h->per_ip = opt->per_ip_connections ? opt->per_ip_connections : CS_HTTP_DEFAULT_PER_IP;
+    /* No MHD_OPTION_PER_IP_CONNECTION_LIMIT: MHD would refuse the new connection, and every
+     * local client shares 127.0.0.1; conn_make_room evicts the address's oldest waiting one. */
     h->d = cs_mhd.MHD_start_daemon(
         flags, opt->port, NULL, NULL, on_request, h, MHD_OPTION_EXTERNAL_LOGGER, mhd_log, h,
-        MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss, MHD_OPTION_CONNECTION_LIMIT, max_conn,
-        MHD_OPTION_PER_IP_CONNECTION_LIMIT, per_ip, MHD_OPTION_CONNECTION_TIMEOUT, idle_s,
-        MHD_OPTION_NOTIFY_COMPLETED, on_completed, h, MHD_OPTION_NOTIFY_CONNECTION, on_connection,
-        h, MHD_OPTION_END);
+        MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss, MHD_OPTION_CONNECTION_LIMIT, h->max_conns,
+        MHD_OPTION_CONNECTION_TIMEOUT, idle_s, MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
+        MHD_OPTION_NOTIFY_CONNECTION, on_connection, h, MHD_OPTION_END);
     if (!h->d) {
         snprintf(err, err_cap, "http: cannot listen on %s port %u%s%s", host, (unsigned)opt->port,
                  errno ? ": " : "", errno ? strerror(errno) : "");

@@ -22,12 +22,16 @@ struct cs_http;
 
 /* Defaults applied when a field of struct cs_http_options is 0. */
 #define CS_HTTP_DEFAULT_MAX_BODY        ((size_t)16 * 1024 * 1024)
-#define CS_HTTP_DEFAULT_MAX_CONNECTIONS 256u
+#define CS_HTTP_DEFAULT_BODY_BUDGET     ((size_t)64 * 1024 * 1024)
+#define CS_HTTP_DEFAULT_MAX_CONNECTIONS 1024u
 #define CS_HTTP_DEFAULT_PER_IP          64u
 #define CS_HTTP_DEFAULT_TIMEOUT_S       30u
-#define CS_HTTP_DEFAULT_REQUEST_S       30u
-#define CS_HTTP_DEFAULT_MAX_SESSIONS    1024u
-#define CS_HTTP_DEFAULT_SESSION_IDLE_S  1800u
+#define CS_HTTP_DEFAULT_REQUEST_S       5u
+/* Descriptors kept for everything but HTTP connections (workers, pipes, files, the ledger) when
+ * the connection limit is sized from RLIMIT_NOFILE. */
+#define CS_HTTP_FD_RESERVE             256u
+#define CS_HTTP_DEFAULT_MAX_SESSIONS   1024u
+#define CS_HTTP_DEFAULT_SESSION_IDLE_S 1800u
 
 /*
  * A log sink for the transport's own events (rejections, sessions, MHD's diagnostics). level is
@@ -38,18 +42,26 @@ struct cs_http;
 typedef void (*cs_http_log_fn)(void *arg, const char *level, const char *event, const char *detail);
 
 struct cs_http_options {
-    const char *host;              /* bind address ("127.0.0.1", "::1", "0.0.0.0", a name) */
-    uint16_t port;                 /* 0: an ephemeral port (tests); see cs_http_port */
-    const char *token;             /* NULL or "": no bearer check */
-    size_t max_body;               /* 0: CS_HTTP_DEFAULT_MAX_BODY */
-    unsigned max_connections;      /* 0: CS_HTTP_DEFAULT_MAX_CONNECTIONS */
+    const char *host;  /* bind address ("127.0.0.1", "::1", "0.0.0.0", a name) */
+    uint16_t port;     /* 0: an ephemeral port (tests); see cs_http_port */
+    const char *token; /* NULL or "": no bearer check */
+    size_t max_body;   /* 0: CS_HTTP_DEFAULT_MAX_BODY */
+    /* Total of the bodies being received at once (each charged its Content-Length when the
+     * headers are in, a chunked one as its buffer grows); a body that would pass it gets 503
+     * with Retry-After. 0: CS_HTTP_DEFAULT_BODY_BUDGET. At least max_body. */
+    size_t body_budget;
+    /* Connections at once; 0: CS_HTTP_DEFAULT_MAX_CONNECTIONS. Lowered at start when
+     * RLIMIT_NOFILE (raised towards its hard limit first) cannot hold it plus
+     * CS_HTTP_FD_RESERVE. Near the limit, and past per_ip_connections for one address, a new
+     * connection evicts the oldest connection waiting for a request (docs/http.md). */
+    unsigned max_connections;
     unsigned per_ip_connections;   /* 0: CS_HTTP_DEFAULT_PER_IP */
     unsigned connection_timeout_s; /* idle timeout; 0: CS_HTTP_DEFAULT_TIMEOUT_S */
-    /* Absolute time allowed to receive one request (headers and body), counted from the
-     * connection's accept or the end of the previous response on it; then the connection is
-     * closed. Not applied while the request waits for its reply or while the reply is written.
-     * At least the idle timeout plus one second (an idle connection is left to the idle
-     * timeout). 0: CS_HTTP_DEFAULT_REQUEST_S. */
+    /* Absolute time allowed to receive one request: its head from the connection's accept (on
+     * keep-alive: from the end of the previous response plus the idle timeout, since the first
+     * byte of the next request cannot be told from idling), its body from the end of its head;
+     * then the connection is closed. Not applied while the request waits for its reply or while
+     * the reply is written. 0: CS_HTTP_DEFAULT_REQUEST_S. */
     unsigned request_timeout_s;
     /* 0: CS_HTTP_DEFAULT_MAX_SESSIONS. At the cap, initialize evicts the least recently used
      * session that has no request in flight; 503 only when every session has one. */

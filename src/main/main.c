@@ -172,9 +172,9 @@ static int serve(struct gateway *g, const struct cs_config *cfg)
         .port = cfg->port,
         .token = cfg->token,
         .max_body = MAX_MESSAGE,
-        .max_connections = 256,
-        .per_ip_connections = 64,
-        .connection_timeout_s = 30,
+        .body_budget = (size_t)cfg->http_body_budget_mib * 1024 * 1024,
+        .max_connections = (unsigned)cfg->http_max_connections,
+        .request_timeout_s = (unsigned)cfg->http_request_timeout_secs,
         .log = http_log,
         .log_arg = g,
     };

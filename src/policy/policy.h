@@ -27,21 +27,24 @@
 
 /* ---- fixed values of the contract (contract.md section 4, runtime.md section 5) ---- */
 
-#define CS_POLICY_READ_MAX_BYTES       1048576 /* read: bytes per call */
-#define CS_POLICY_FIND_MAX_PATHS       10000   /* find: paths per call */
-#define CS_POLICY_MAX_WAITERS          64      /* mutation FIFO per workspace */
-#define CS_POLICY_TTY_ROWS             24      /* PTY size at start */
-#define CS_POLICY_TTY_COLS             80
-#define CS_POLICY_DEFAULT_HOST         "127.0.0.1"
-#define CS_POLICY_DEFAULT_PORT         8787
-#define CS_POLICY_DEFAULT_TIMEOUT_SECS 30
-#define CS_POLICY_DEFAULT_MAX_PROCS    8
-#define CS_POLICY_MAX_TIMEOUT_SECS     2147483 /* so the timeout in ms fits in an int */
-#define CS_POLICY_MAX_PROCS            1024
-#define CS_POLICY_DEFAULT_SANDBOX_ID   65533      /* a root server's unprivileged command id */
-#define CS_POLICY_MAX_SANDBOX_ID       4294967294 /* (uid_t)-1 is "no id" */
-#define CS_POLICY_LOCAL_ENV            "local"    /* the built-in host environment */
-#define CS_POLICY_QUICK_START_ID       "default"  /* the workspace --workspace registers */
+#define CS_POLICY_READ_MAX_BYTES                    1048576 /* read: bytes per call */
+#define CS_POLICY_FIND_MAX_PATHS                    10000   /* find: paths per call */
+#define CS_POLICY_MAX_WAITERS                       64      /* mutation FIFO per workspace */
+#define CS_POLICY_TTY_ROWS                          24      /* PTY size at start */
+#define CS_POLICY_TTY_COLS                          80
+#define CS_POLICY_DEFAULT_HOST                      "127.0.0.1"
+#define CS_POLICY_DEFAULT_PORT                      8787
+#define CS_POLICY_DEFAULT_HTTP_BODY_BUDGET_MIB      64
+#define CS_POLICY_DEFAULT_HTTP_REQUEST_TIMEOUT_SECS 5
+#define CS_POLICY_DEFAULT_HTTP_MAX_CONNECTIONS      1024
+#define CS_POLICY_DEFAULT_TIMEOUT_SECS              30
+#define CS_POLICY_DEFAULT_MAX_PROCS                 8
+#define CS_POLICY_MAX_TIMEOUT_SECS                  2147483 /* so the timeout in ms fits in an int */
+#define CS_POLICY_MAX_PROCS                         1024
+#define CS_POLICY_DEFAULT_SANDBOX_ID                65533 /* a root server's unprivileged command id */
+#define CS_POLICY_MAX_SANDBOX_ID                    4294967294 /* (uid_t)-1 is "no id" */
+#define CS_POLICY_LOCAL_ENV                         "local"    /* the built-in host environment */
+#define CS_POLICY_QUICK_START_ID                    "default" /* the workspace --workspace registers */
 
 /* ---- configuration ---- */
 
@@ -111,6 +114,12 @@ struct cs_config {
     uint16_t port;
     /* --token, CODESPACE_HTTP_TOKEN; NULL: no bearer check */
     char *token;
+    /* --http-body-budget, CODESPACE_HTTP_BODY_BUDGET_MIB: 16..65536 */
+    int64_t http_body_budget_mib;
+    /* --http-request-timeout, CODESPACE_HTTP_REQUEST_TIMEOUT_SECS: 1..3600 */
+    int64_t http_request_timeout_secs;
+    /* --http-max-connections, CODESPACE_HTTP_MAX_CONNECTIONS: 16..65536 */
+    int64_t http_max_connections;
     /* --config, CODESPACE_CONFIG; NULL: none */
     char *config_path;
     /* --workspace, CODESPACE_WORKSPACE, as given; NULL: none */

@@ -29,6 +29,9 @@ enum slot {
     S_HOST,
     S_PORT,
     S_TOKEN,
+    S_HTTP_BODY_BUDGET,
+    S_HTTP_REQUEST_TIMEOUT,
+    S_HTTP_MAX_CONNECTIONS,
     S_CONFIG,
     S_WORKSPACE,
     S_OPERATIONS_DB,
@@ -55,6 +58,9 @@ static const struct setting settings[S__COUNT] = {
     [S_HOST] = {"--host", "CODESPACE_HTTP_HOST"},
     [S_PORT] = {"--port", "CODESPACE_HTTP_PORT"},
     [S_TOKEN] = {"--token", "CODESPACE_HTTP_TOKEN"},
+    [S_HTTP_BODY_BUDGET] = {"--http-body-budget", "CODESPACE_HTTP_BODY_BUDGET_MIB"},
+    [S_HTTP_REQUEST_TIMEOUT] = {"--http-request-timeout", "CODESPACE_HTTP_REQUEST_TIMEOUT_SECS"},
+    [S_HTTP_MAX_CONNECTIONS] = {"--http-max-connections", "CODESPACE_HTTP_MAX_CONNECTIONS"},
     [S_CONFIG] = {"--config", "CODESPACE_CONFIG"},
     [S_WORKSPACE] = {"--workspace", "CODESPACE_WORKSPACE"},
     [S_OPERATIONS_DB] = {"--operations-db", "CODESPACE_OPERATIONS_DB"},
@@ -97,6 +103,14 @@ static const char usage_text[] =
     "      HTTP port, 0..65535; 0 picks a free port, logged at start (default 8787)\n"
     "  --token TOKEN                       CODESPACE_HTTP_TOKEN\n"
     "      HTTP bearer token (default unset: no bearer check)\n"
+    "  --http-body-budget MIB              CODESPACE_HTTP_BODY_BUDGET_MIB\n"
+    "      HTTP request bodies being received at once, in MiB, 16..65536; past it a new\n"
+    "      body gets 503 with Retry-After (default 64)\n"
+    "  --http-request-timeout SECS         CODESPACE_HTTP_REQUEST_TIMEOUT_SECS\n"
+    "      time to receive an HTTP request's head, and then its body, 1..3600 (default 5)\n"
+    "  --http-max-connections N            CODESPACE_HTTP_MAX_CONNECTIONS\n"
+    "      HTTP connections at once, 16..65536, lowered to fit RLIMIT_NOFILE; near it the\n"
+    "      oldest connection waiting for a request is closed (default 1024)\n"
     "  --config FILE                       CODESPACE_CONFIG\n"
     "      workspace registry file (default none)\n"
     "  --workspace DIR                     CODESPACE_WORKSPACE\n"
@@ -443,6 +457,18 @@ static int resolve(struct cs_config *cfg, const struct raw *raw, char **envp,
     }
 
     if (raw[S_TOKEN].value && take_string(&raw[S_TOKEN], &cfg->token, err) != 0)
+        return CS_CONFIG_ERROR;
+    cfg->http_body_budget_mib = CS_POLICY_DEFAULT_HTTP_BODY_BUDGET_MIB;
+    if (raw[S_HTTP_BODY_BUDGET].value &&
+        take_int(&raw[S_HTTP_BODY_BUDGET], 16, 65536, &cfg->http_body_budget_mib, err) != 0)
+        return CS_CONFIG_ERROR;
+    cfg->http_request_timeout_secs = CS_POLICY_DEFAULT_HTTP_REQUEST_TIMEOUT_SECS;
+    if (raw[S_HTTP_REQUEST_TIMEOUT].value &&
+        take_int(&raw[S_HTTP_REQUEST_TIMEOUT], 1, 3600, &cfg->http_request_timeout_secs, err) != 0)
+        return CS_CONFIG_ERROR;
+    cfg->http_max_connections = CS_POLICY_DEFAULT_HTTP_MAX_CONNECTIONS;
+    if (raw[S_HTTP_MAX_CONNECTIONS].value &&
+        take_int(&raw[S_HTTP_MAX_CONNECTIONS], 16, 65536, &cfg->http_max_connections, err) != 0)
         return CS_CONFIG_ERROR;
     if (raw[S_CONFIG].value && take_string(&raw[S_CONFIG], &cfg->config_path, err) != 0)
         return CS_CONFIG_ERROR;

@@ -181,6 +181,9 @@ static void test_defaults(void **state)
     assert_string_equal(cfg.runner_dir, "/tmp");
     assert_int_equal(cfg.process_timeout_secs, 30);
     assert_int_equal(cfg.max_processes, 8);
+    assert_int_equal(cfg.http_body_budget_mib, 64);
+    assert_int_equal(cfg.http_request_timeout_secs, 5);
+    assert_int_equal(cfg.http_max_connections, 1024);
     assert_false(cfg.require_linux_sandbox);
     assert_string_equal(cfg.log_level, "info");
     assert_int_equal(cfg.log_severity, 6);
@@ -301,8 +304,12 @@ static void test_every_variable(void **state)
                 "CODESPACE_RUNNER_DIR=/run/cs", "CODESPACE_LOG=debug",
                 "CODESPACE_PROCESS_TIMEOUT_SECS=45", "CODESPACE_MAX_PROCESSES=3",
                 "CODESPACE_REQUIRE_LINUX_SANDBOX=1", "CODESPACE_RUNTIME_BIN=/opt/cs/rt",
-                "CODESPACE_LINUX_SANDBOX_BIN=/opt/cs/sb"));
+                "CODESPACE_LINUX_SANDBOX_BIN=/opt/cs/sb", "CODESPACE_HTTP_BODY_BUDGET_MIB=128",
+                "CODESPACE_HTTP_REQUEST_TIMEOUT_SECS=7", "CODESPACE_HTTP_MAX_CONNECTIONS=4096"));
     check_all_set(&cfg);
+    assert_int_equal(cfg.http_body_budget_mib, 128);
+    assert_int_equal(cfg.http_request_timeout_secs, 7);
+    assert_int_equal(cfg.http_max_connections, 4096);
     assert_int_equal(cfg.process_timeout_secs, 45);
     assert_int_equal(cfg.max_processes, 3);
     assert_true(cfg.require_linux_sandbox);
@@ -469,6 +476,14 @@ static void test_bad_values(void **state)
         {"--host=", NULL, "--host: must not be empty"},
         {NULL, "CODESPACE_HTTP_HOST=", "CODESPACE_HTTP_HOST: must not be empty"},
         {"--port=65536", NULL, "--port: expected an integer from 0 to 65535, got \"65536\""},
+        {"--http-body-budget=15", NULL,
+         "--http-body-budget: expected an integer from 16 to 65536, got \"15\""},
+        {NULL, "CODESPACE_HTTP_BODY_BUDGET_MIB=65537",
+         "CODESPACE_HTTP_BODY_BUDGET_MIB: expected an integer from 16 to 65536, got \"65537\""},
+        {"--http-request-timeout=0", NULL,
+         "--http-request-timeout: expected an integer from 1 to 3600, got \"0\""},
+        {"--http-max-connections=8", NULL,
+         "--http-max-connections: expected an integer from 16 to 65536, got \"8\""},
         {"--port=-1", NULL, "--port: expected an integer from 0 to 65535, got \"-1\""},
         {"--port=80x", NULL, "--port: expected an integer from 0 to 65535, got \"80x\""},
         {"--port= 80", NULL, "--port: expected an integer from 0 to 65535, got \" 80\""},

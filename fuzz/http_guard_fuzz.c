@@ -1,0 +1,205 @@
+/*
+ * Fuzz harness for the HTTP request guard (src/http/http_guard.c): Host, Origin, bearer token,
+ * Content-Type and Content-Length, the checks every HTTP request meets before its body is read.
+ * Input: byte 0 holds flags (bit 0: a token is configured; bits 1-2: the Host header count,
+ * bits 3-4 the Origin count, bits 5-6 the Authorization count); the rest is split on 0xff
+ * into the Host, Origin, Authorization, Content-Type and Content-Length values (a missing field
+ * is absent). Trust: the input is arbitrary.
+ * Each function is checked against an independent model written from docs/http.md (the
+ * authority grammar, the allowed names, the ports, the Bearer scheme, the media type, decimal
+ * comparison without arithmetic), and cs_http_guard_check against its parts and their order.
+ * Any disagreement aborts. Entry point: LLVMFuzzerTestOneInput.
+ */
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "http_guard.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+static void check(bool ok)
+{
+    if (!ok)
+        abort();
+}
+
+static char lower(char c)
+{
+    return c >= 'A' && c <= 'Z' ? (char)(c - 'A' + 'a') : c;
+}
+
+/* v[0..n) starts with lit, case-insensitively. */
+static bool iprefix(const char *v, size_t n, const char *lit)
+{
+    size_t k = strlen(lit);
+    if (n < k)
+        return false;
+    for (size_t i = 0; i < k; i++) {
+        if (lower(v[i]) != lower(lit[i]))
+            return false;
+    }
+    return true;
+}
+
+/* 1..5 digits, value at most 65535; *port gets it. */
+static bool model_port(const char *v, size_t n, long *port)
+{
+    if (n < 1 || n > 5)
+        return false;
+    long p = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (v[i] < '0' || v[i] > '9')
+            return false;
+        p = p * 10 + (v[i] - '0');
+    }
+    *port = p;
+    return p <= 65535;
+}
+
+/* v is `name` or `name:port` (case-insensitive name); *port -1 when absent. */
+static bool model_authority(const char *v, size_t n, const char *name, long *port)
+{
+    size_t k = strlen(name);
+    *port = -1;
+    if (!iprefix(v, n, name))
+        return false;
+    if (n == k)
+        return true;
+    return v[k] == ':' && model_port(v + k + 1, n - k - 1, port);
+}
+
+static const char *const loopbacks[] = {"localhost", "127.0.0.1", "[::1]"};
+
+static bool model_host(const struct cs_http_guard *g, const char *v, size_t n)
+{
+    long port;
+    for (size_t i = 0; i < 3; i++) {
+        if (model_authority(v, n, loopbacks[i], &port))
+            return true;
+    }
+    return model_authority(v, n, g->host, &port) && (port < 0 || port == g->port);
+}
+
+static bool model_origin(const struct cs_http_guard *g, const char *v, size_t n)
+{
+    size_t skip = iprefix(v, n, "http://") ? 7 : iprefix(v, n, "https://") ? 8 : 0;
+    long port;
+    if (skip == 0)
+        return false;
+    for (size_t i = 0; i < 3; i++) {
+        if (model_authority(v + skip, n - skip, loopbacks[i], &port))
+            return true;
+    }
+    return model_authority(v + skip, n - skip, g->host, &port);
+}
+
+static bool model_content_type(const char *v, size_t n)
+{
+    size_t i = 0;
+    while (i < n && (v[i] == ' ' || v[i] == '\t'))
+        i++;
+    if (!iprefix(v + i, n - i, "application/json"))
+        return false;
+    for (i += strlen("application/json"); i < n && (v[i] == ' ' || v[i] == '\t'); i++)
+        ;
+    return i == n || v[i] == ';';
+}
+
+/* Compares the decimal digits v[0..n) with cap as decimal strings: -1, 0, 1. */
+static int model_cmp(const char *v, size_t n, uint64_t cap)
+{
+    char c[24];
+    size_t cn = 0;
+    do {
+        c[cn++] = (char)('0' + cap % 10);
+        cap /= 10;
+    } while (cap);
+    while (n > 1 && v[0] == '0') {
+        v++;
+        n--;
+    }
+    if (n != cn)
+        return n < cn ? -1 : 1;
+    for (size_t i = 0; i < n; i++) {
+        char d = c[cn - 1 - i];
+        if (v[i] != d)
+            return v[i] < d ? -1 : 1;
+    }
+    return 0;
+}
+
+static void check_length(const char *v, size_t n, uint64_t cap)
+{
+    uint64_t len = 12345;
+    enum cs_http_length rc = cs_http_content_length(v, n, cap, &len);
+    bool digits = n > 0;
+    for (size_t i = 0; i < n; i++)
+        digits = digits && v[i] >= '0' && v[i] <= '9';
+    if (!digits) {
+        check(rc == CS_HTTP_LENGTH_MALFORMED && len == 12345);
+        return;
+    }
+    int cmp = model_cmp(v, n, cap);
+    check(rc == (cmp <= 0 ? CS_HTTP_LENGTH_OK : CS_HTTP_LENGTH_OVER));
+    if (rc == CS_HTTP_LENGTH_OK) {
+        check(len <= cap);
+        check(cmp < 0 || len == cap);
+    } else {
+        check(len == 12345);
+    }
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    if (size < 1)
+        return 0;
+    uint8_t flags = data[0];
+    const char *f[5] = {NULL, NULL, NULL, NULL, NULL};
+    size_t fn[5] = {0, 0, 0, 0, 0};
+    const char *p = (const char *)data + 1, *end = (const char *)data + size;
+    for (size_t i = 0; i < 5 && p <= end; i++) {
+        const char *sep = memchr(p, 0xff, (size_t)(end - p));
+        f[i] = p;
+        fn[i] = (size_t)((sep ? sep : end) - p);
+        p = sep ? sep + 1 : end + 1;
+    }
+    const struct cs_http_guard g = {"myhost.example", 8787, (flags & 1) ? "s3cret" : NULL,
+                                    (flags & 1) ? 6 : 0};
+    const struct cs_http_guard g6 = {"[fe80::1]", 443, NULL, 0};
+
+    for (size_t i = 0; i < 5; i++) {
+        if (!f[i])
+            continue;
+        check(cs_http_host_ok(&g, f[i], fn[i]) == model_host(&g, f[i], fn[i]));
+        check(cs_http_host_ok(&g6, f[i], fn[i]) == model_host(&g6, f[i], fn[i]));
+        check(cs_http_origin_ok(&g, f[i], fn[i]) == model_origin(&g, f[i], fn[i]));
+        check(cs_http_origin_ok(&g6, f[i], fn[i]) == model_origin(&g6, f[i], fn[i]));
+        check(cs_http_content_type_ok(f[i], fn[i]) == model_content_type(f[i], fn[i]));
+        check_length(f[i], fn[i], 16u * 1024 * 1024);
+        check_length(f[i], fn[i], UINT64_MAX);
+        check_length(f[i], fn[i], 0);
+    }
+
+    /* The whole check: Host, then Origin, then the token, each as its parts decide. */
+    struct cs_http_guard_header host = {(flags >> 1) & 3, f[0], fn[0]};
+    struct cs_http_guard_header origin = {(flags >> 3) & 3, f[1], fn[1]};
+    struct cs_http_guard_header auth = {(flags >> 5) & 3, f[2], fn[2]};
+    enum cs_http_guard_verdict want = CS_HTTP_GUARD_OK;
+    if (host.count != 1 || !host.value || !model_host(&g, host.value, host.len))
+        want = CS_HTTP_GUARD_BAD_HOST;
+    else if (origin.count > 1 ||
+             (origin.count == 1 && (!origin.value || !model_origin(&g, origin.value, origin.len))))
+        want = CS_HTTP_GUARD_BAD_ORIGIN;
+    else if (g.token && !(auth.count == 1 && auth.value && auth.len == 7 + g.token_len &&
+                          iprefix(auth.value, auth.len, "bearer ") &&
+                          memcmp(auth.value + 7, g.token, g.token_len) == 0))
+        want = CS_HTTP_GUARD_BAD_TOKEN;
+    check(cs_http_guard_check(&g, &host, &origin, &auth) == want);
+
+    /* Constant-time equality is plain equality. */
+    check(cs_http_ct_equal(f[0] ? f[0] : "", fn[0], f[1] ? f[1] : "", fn[1]) ==
+          (fn[0] == fn[1] && (fn[0] == 0 || memcmp(f[0], f[1], fn[0]) == 0)));
+    return 0;
+}

@@ -1,0 +1,166 @@
+/*
+ * http_guard: Host, Origin, bearer token, Content-Type and Content-Length checks (see
+ * http_guard.h). Pure functions over (pointer, length) spans; every value is untrusted.
+ */
+#include "http_guard.h"
+
+#include <string.h>
+#include <strings.h>
+
+bool cs_http_ct_equal(const char *a, size_t alen, const char *b, size_t blen)
+{
+    size_t n = alen > blen ? alen : blen;
+    volatile unsigned acc = alen != blen;
+    for (size_t i = 0; i < n; i++) {
+        unsigned x = i < alen ? (unsigned char)a[i] : 0u;
+        unsigned y = i < blen ? (unsigned char)b[i] : 0u;
+        acc |= x ^ y;
+    }
+    return acc == 0;
+}
+
+static bool span_ieq(const char *s, size_t n, const char *lit)
+{
+    return strlen(lit) == n && strncasecmp(s, lit, n) == 0;
+}
+
+/* Splits an authority "host[:port]" or "[v6][:port]". The host keeps its brackets. *port is -1
+ * when absent. Returns false when malformed. */
+static bool split_authority(const char *s, size_t n, size_t *hlen, long *port)
+{
+    size_t i;
+    if (n == 0)
+        return false;
+    if (s[0] == '[') {
+        const char *close = memchr(s, ']', n);
+        if (!close)
+            return false;
+        i = (size_t)(close - s) + 1;
+    } else {
+        for (i = 0; i < n && s[i] != ':'; i++) {
+            if (s[i] == '[' || s[i] == ']' || s[i] == '/' || s[i] == '@')
+                return false;
+        }
+    }
+    *hlen = i;
+    *port = -1;
+    if (i == n)
+        return i > 0;
+    if (s[i] != ':' || n - i - 1 < 1 || n - i - 1 > 5)
+        return false;
+    long p = 0;
+    for (size_t k = i + 1; k < n; k++) {
+        if (s[k] < '0' || s[k] > '9')
+            return false;
+        p = p * 10 + (s[k] - '0');
+    }
+    if (p > 65535)
+        return false;
+    *port = p;
+    return i > 0;
+}
+
+static bool loopback_name(const char *s, size_t n)
+{
+    return span_ieq(s, n, "localhost") || span_ieq(s, n, "127.0.0.1") || span_ieq(s, n, "[::1]");
+}
+
+bool cs_http_host_ok(const struct cs_http_guard *g, const char *v, size_t n)
+{
+    size_t hlen;
+    long port;
+    if (!v || !split_authority(v, n, &hlen, &port))
+        return false;
+    if (loopback_name(v, hlen))
+        return true;
+    return span_ieq(v, hlen, g->host) && (port < 0 || port == g->port);
+}
+
+bool cs_http_origin_ok(const struct cs_http_guard *g, const char *v, size_t n)
+{
+    size_t skip, hlen;
+    long port;
+    if (!v)
+        return false;
+    if (n > 7 && strncasecmp(v, "http://", 7) == 0)
+        skip = 7;
+    else if (n > 8 && strncasecmp(v, "https://", 8) == 0)
+        skip = 8;
+    else
+        return false;
+    v += skip;
+    n -= skip;
+    if (!split_authority(v, n, &hlen, &port))
+        return false;
+    return loopback_name(v, hlen) || span_ieq(v, hlen, g->host);
+}
+
+enum cs_http_guard_verdict cs_http_guard_check(const struct cs_http_guard *g,
+                                               const struct cs_http_guard_header *host,
+                                               const struct cs_http_guard_header *origin,
+                                               const struct cs_http_guard_header *auth)
+{
+    /* A request without Host (HTTP/1.0, or HTTP/1.1 that MHD 0.9.75 lets through) or with two
+     * cannot be checked against DNS rebinding, so it is refused like a wrong one. */
+    if (host->count != 1 || !cs_http_host_ok(g, host->value, host->len))
+        return CS_HTTP_GUARD_BAD_HOST;
+    if (origin->count > 1 ||
+        (origin->count == 1 && !cs_http_origin_ok(g, origin->value, origin->len)))
+        return CS_HTTP_GUARD_BAD_ORIGIN;
+    if (!g->token)
+        return CS_HTTP_GUARD_OK;
+    /* Exactly one "Authorization: Bearer <token>"; the scheme is case-insensitive (RFC 7235). */
+    const char *v = auth->value;
+    size_t n = auth->len;
+    if (auth->count != 1 || !v || n <= 7 || strncasecmp(v, "Bearer ", 7) != 0)
+        return CS_HTTP_GUARD_BAD_TOKEN;
+    if (!cs_http_ct_equal(v + 7, n - 7, g->token, g->token_len))
+        return CS_HTTP_GUARD_BAD_TOKEN;
+    return CS_HTTP_GUARD_OK;
+}
+
+bool cs_http_content_type_ok(const char *v, size_t n)
+{
+    if (!v)
+        return false;
+    while (n > 0 && (*v == ' ' || *v == '\t')) {
+        v++;
+        n--;
+    }
+    const size_t k = strlen("application/json");
+    if (n < k || strncasecmp(v, "application/json", k) != 0)
+        return false;
+    for (size_t i = k; i < n; i++) {
+        if (v[i] == ';')
+            return true;
+        if (v[i] != ' ' && v[i] != '\t')
+            return false;
+    }
+    return true;
+}
+
+enum cs_http_length cs_http_content_length(const char *v, size_t n, uint64_t cap, uint64_t *len)
+{
+    if (!v || n == 0)
+        return CS_HTTP_LENGTH_MALFORMED;
+    uint64_t x = 0;
+    bool over = false;
+    for (size_t i = 0; i < n; i++) {
+        if (v[i] < '0' || v[i] > '9')
+            return CS_HTTP_LENGTH_MALFORMED;
+        /* Once over the cap it stays over: stop accumulating so nothing can wrap. */
+        if (over)
+            continue;
+        uint64_t d = (uint64_t)(v[i] - '0');
+        if (x > (UINT64_MAX - d) / 10) { /* past UINT64_MAX, so past any cap */
+            over = true;
+            continue;
+        }
+        x = x * 10 + d;
+        over = x > cap;
+    }
+    if (over)
+        return CS_HTTP_LENGTH_OVER;
+    *len = x;
+    return CS_HTTP_LENGTH_OK;
+}

@@ -1,0 +1,75 @@
+/*
+ * http_guard: the pure checks the HTTP transport makes on a request's headers before it reads a
+ * body or touches a session (docs/http.md, "Request handling"): Host and Origin against DNS
+ * rebinding, the bearer token, Content-Type and Content-Length. No I/O, no allocation, no
+ * libmicrohttpd: the server (http_server.c) collects the headers and calls these, so the
+ * decisions can be unit-tested and fuzzed (fuzz/http_guard_fuzz.c).
+ *
+ * Trust: every header value is untrusted and arrives as a pointer and a length (it may contain
+ * any byte, NUL included); nothing is read past the length. The configuration (allowed host,
+ * port, token) is the operator's.
+ *
+ * Entry points: cs_http_guard_check (Host, Origin, token, in that order), cs_http_host_ok,
+ * cs_http_origin_ok, cs_http_content_type_ok, cs_http_content_length, cs_http_ct_equal.
+ */
+#ifndef CS_HTTP_GUARD_H
+#define CS_HTTP_GUARD_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* The operator's side of the checks; all borrowed for the call. */
+struct cs_http_guard {
+    const char *host;  /* the configured host as it appears in Host ("[::1]" for IPv6), NUL-ended */
+    uint16_t port;     /* the bound port */
+    const char *token; /* NULL: no bearer check; else token_len bytes */
+    size_t token_len;
+};
+
+/* One header as the request carried it: count is how many times it appeared; value/len is the
+ * one looked up (NULL when absent or when it holds a NUL byte: such a value is never valid). */
+struct cs_http_guard_header {
+    unsigned count;
+    const char *value;
+    size_t len;
+};
+
+enum cs_http_guard_verdict {
+    CS_HTTP_GUARD_OK,
+    CS_HTTP_GUARD_BAD_HOST,   /* 403 */
+    CS_HTTP_GUARD_BAD_ORIGIN, /* 403 */
+    CS_HTTP_GUARD_BAD_TOKEN,  /* 401 */
+};
+
+/* Host (exactly one, allowed), Origin (at most one, allowed), then, with a token, exactly one
+ * "Authorization: Bearer <token>" compared in constant time. Returns the first failure, or
+ * CS_HTTP_GUARD_OK. */
+enum cs_http_guard_verdict cs_http_guard_check(const struct cs_http_guard *g,
+                                               const struct cs_http_guard_header *host,
+                                               const struct cs_http_guard_header *origin,
+                                               const struct cs_http_guard_header *auth);
+
+/* Host: a loopback name (localhost, 127.0.0.1, [::1]) with any port or none, or g->host alone
+ * or with g->port; case-insensitive. */
+bool cs_http_host_ok(const struct cs_http_guard *g, const char *v, size_t n);
+/* Origin: http:// or https://, then a host cs_http_host_ok would take with any port, nothing
+ * after. */
+bool cs_http_origin_ok(const struct cs_http_guard *g, const char *v, size_t n);
+/* Content-Type: application/json, optionally followed by parameters. (Absent is the caller's
+ * call: the server tolerates it.) */
+bool cs_http_content_type_ok(const char *v, size_t n);
+
+enum cs_http_length {
+    CS_HTTP_LENGTH_OK,        /* *len is the value, at most cap */
+    CS_HTTP_LENGTH_OVER,      /* digits only, more than cap */
+    CS_HTTP_LENGTH_MALFORMED, /* empty or not all digits */
+};
+/* Reads a Content-Length value (decimal digits only, any number of leading zeros). Writes *len
+ * only for CS_HTTP_LENGTH_OK. Never overflows, whatever the number of digits. */
+enum cs_http_length cs_http_content_length(const char *v, size_t n, uint64_t cap, uint64_t *len);
+
+/* Equality whose time depends on the lengths only, never on where the bytes differ. */
+bool cs_http_ct_equal(const char *a, size_t alen, const char *b, size_t blen);
+
+#endif
