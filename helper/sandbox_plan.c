@@ -390,6 +390,8 @@ int cs_sbx_prepare_request(const struct csw_sandbox_prepare_request *q, char **p
         rc = check_env_entry(&q->env.v[i].key, &q->env.v[i].value, err, cap);
     if (rc == 0 && q->has_deny_mask)
         rc = check_deny_mask(q->deny_mask.v, q->deny_mask.n, err, cap);
+    if (rc == 0 && q->has_report_fd && q->has_workspace_fd && q->report_fd == q->workspace_fd)
+        rc = fail(err, cap, "report_fd and workspace_fd are the same descriptor");
     if (rc == 0)
         rc = check_fs(q, err, cap);
     if (rc < 0)

@@ -1213,6 +1213,22 @@ class TestDenials(SandboxCase):
     def entries(self, rep):
         return {(d["kind"], d["target"], d["reason"]): d["count"] for d in rep["denials"]}
 
+    def test_report_fd_checked(self):
+        # the same number as workspace_fd: refused by prepare; not an open pipe: run fails (125)
+        fd = os.open(self.ws, os.O_PATH | os.O_DIRECTORY)
+        self.addCleanup(os.close, fd)
+        req = {"protocol": 1, "workspace_root": self.ws, "command_cwd": self.ws,
+               "writable_workspace": True, "network": "restricted", "argv": ["/bin/true"],
+               "env": {}, "tty": False, "workspace_fd": fd, "report_fd": fd}
+        p = subprocess.run([HELPER, "prepare"], input=json.dumps(req), capture_output=True,
+                           text=True, timeout=10, pass_fds=(fd,))
+        self.assertEqual(json.loads(p.stdout)["type"], "error", p.stdout)
+        self.assertIn("report_fd", p.stdout)
+        plan = self.prepare(["/bin/true"], extra={"report_fd": 1000})
+        p = self.run_plan(plan)
+        self.assertEqual(p.returncode, 125, out(p))
+        self.assertIn(b"report_fd 1000 is not a writable pipe", p.stderr)
+
     def test_socket_inet_restricted(self):
         p, rep = self.run_reported([PY, "-c", INSIDE_PY + SYSCALL_PY, "socket"])
         self.assertEqual(self.ok(p).strip(), "errno 1")
@@ -1286,7 +1302,8 @@ class TestDenials(SandboxCase):
             # The outer helper serves the notifications: its descriptors and RSS must not grow.
             for _ in range(3):
                 time.sleep(1.2)
-                st = open(f"/proc/{proc.pid}/status").read()
+                with open(f"/proc/{proc.pid}/status") as f:
+                    st = f.read()
                 rss = int(re.search(r"VmRSS:\s+(\d+)", st).group(1))
                 samples.append((len(os.listdir(f"/proc/{proc.pid}/fd")), rss))
 
