@@ -142,7 +142,16 @@ static const char *family_name(uint64_t fam)
  * for ioctl(). */
 static void call_target(const struct seccomp_data *d, char *out, size_t cap)
 {
-    char *name = seccomp_syscall_resolve_num_arch(d->arch, d->nr);
+    /* Names are resolved once per call number and kept: serving a notification allocates
+     * nothing, so a flood of refusals cannot grow the helper. Only the native architecture
+     * reaches here (the filter kills any other). */
+    static char *names[1024];
+    char *name = NULL;
+    if (d->nr >= 0 && d->nr < 1024) {
+        if (!names[d->nr])
+            names[d->nr] = seccomp_syscall_resolve_num_arch(d->arch, d->nr);
+        name = names[d->nr];
+    }
     const char *n = name ? name : "unknown";
     if (d->nr == __NR_socket) {
         const char *f = family_name(d->args[0]);
@@ -156,7 +165,6 @@ static void call_target(const struct seccomp_data *d, char *out, size_t cap)
     } else {
         snprintf(out, cap, "%s", n);
     }
-    free(name);
 }
 
 int cs_sbx_notify_serve_one(int fd)
