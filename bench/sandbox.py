@@ -18,6 +18,10 @@ the bench starts on the host (127.0.0.1:<port>, a ThreadingHTTPServer). One sand
 1 KiB GETs and one 100 MB GET; the same script runs directly on the host without a proxy. Both
 print their own timings, so process start-up is not counted.
 
+Part 3, refused system calls: one sandboxed command times 20,000 refused `ptrace` calls (each a
+seccomp user notification the helper answers with EPERM and records, contract.md section 8)
+and 20,000 allowed `getppid` calls, and shows the `denials` the exec answer carries.
+
 Run: /usr/bin/python3 bench/sandbox.py [--bin build/release/src/main/codespace-mcp] [--runs 200]
 Standard library only. Not a test: timings are not asserted in CI.
 """
@@ -119,6 +123,25 @@ def parse(text):
         if v:
             out[k] = float(v)
     return out
+
+
+# Inside: the cost of a refused call (a notification answered by the helper) and of an allowed
+# one; prints "refused_us <x>" and "allowed_us <y>".
+REFUSALS = """
+import ctypes, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+n = int(sys.argv[1])
+t = time.perf_counter()
+for _ in range(n):
+    libc.ptrace(0, 0, 0, 0)
+refused = time.perf_counter() - t
+t = time.perf_counter()
+for _ in range(n):
+    libc.getppid()
+allowed = time.perf_counter() - t
+print("refused_us %f" % (refused / n * 1e6))
+print("allowed_us %f" % (allowed / n * 1e6))
+"""
 
 
 def main():
@@ -227,6 +250,20 @@ def main():
         mbs_host = BIG_BYTES / host["big_s"] / 1e6
         print("%-44s %11.0f MB/s %11.0f MB/s %7.2fx" % (
             "100 MB download", mbs_in, mbs_host, host["big_s"] and inside["big_s"] / host["big_s"]))
+        print()
+
+        # ---- part 3: refused system calls (the seccomp notifier, contract.md section 8) ----
+        res = sbx.call("exec_command", {"workspace_id": "default", "command": [
+            "python3", "-c", REFUSALS, "20000"], "yield_ms": 30000})["structuredContent"]
+        if res.get("exit_code") != 0:
+            raise RuntimeError("refusal loop failed: %r" % res)
+        r = parse(res["output"])
+        print("system calls inside, 20000 each, one thread")
+        print("%-44s %10.2f µs" % ("refused ptrace (reported: notifier round trip)",
+                                   r["refused_us"]))
+        print("%-44s %10.2f µs" % ("allowed getppid (filter only)", r["allowed_us"]))
+        den = res.get("denials", [])
+        print("denials: %s" % json.dumps(den))
         return 0 if ok else 1
     finally:
         for p in peers:

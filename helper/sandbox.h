@@ -112,7 +112,10 @@ int cs_sbx_setup_proxy_listener(uint16_t *port); /* 127.0.0.1:0 in the sandbox n
 void cs_sbx_setup_filesystem(const struct csw_sandbox_plan *plan, const struct cs_sbx_ids *ids);
 void cs_sbx_setup_drop_caps(void);
 int cs_sbx_setup_landlock(const struct csw_sandbox_plan *plan); /* returns the ABI used, 0 none */
-void cs_sbx_setup_seccomp(bool network_enabled);
+/* Loads the filter; when notify_sock >= 0 and the host supports it, the reporting rules notify
+ * and the listener is sent over notify_sock (SCM_RIGHTS) and closed here: the command never
+ * holds it. notify_sock is closed either way. */
+void cs_sbx_setup_seccomp(bool network_enabled, int notify_sock);
 int cs_sbx_landlock_abi(void);
 
 /* ---- sandbox_proxy_parse.c (pure; fuzzed by fuzz/sandbox_proxy_fuzz.c) ---- */
@@ -148,12 +151,36 @@ enum cs_sbx_parse cs_sbx_parse_request(const char *buf, size_t n, struct cs_sbx_
  * sig_fd is a signalfd for the forwarded signals and SIGCHLD; on_signal is called for each
  * signal; it returns true when the loop must end (the init was reaped). */
 struct cs_sbx_proxy_cfg {
-    int listen_fd; /* -1: no proxy, only signals */
+    int listen_fd;       /* -1: no proxy, only signals */
+    int notify_fd;       /* the seccomp listener, -1: none */
+    bool *notify_closed; /* set when the loop closed notify_fd (it failed) */
     int sig_fd;
     const struct cs_netallow_policy *policy; /* every destination is checked against it */
     bool (*on_signal)(void *ctx, int sig);
     void *ctx;
 };
 void cs_sbx_proxy_serve(const struct cs_sbx_proxy_cfg *cfg);
+
+/* ---- sandbox_report.c (the outer helper's thread only) ---- */
+
+#define CS_SBX_DENIALS_MAX       32  /* distinct entries (contract.md section 8) */
+#define CS_SBX_DENIAL_TARGET_MAX 300 /* schema/mcp/process_status.output.json denial.target */
+
+/* Records one refusal; target is copied (cut at CS_SBX_DENIAL_TARGET_MAX bytes), reason is a
+ * static string. Distinct by kind+target+reason; past 32 entries only counted as dropped. */
+void cs_sbx_denial_add(enum csw_denial_kind kind, const char *target, const char *reason);
+size_t cs_sbx_denial_count(void);
+
+/* Writes the report (schema/sandbox/report.json) as one u32 big-endian length-prefixed frame
+ * on fd; best effort (a failure leaves the runner without denials, never fails the command). */
+void cs_sbx_report_write(int fd);
+
+/* Whether the kernel and libseccomp support seccomp user notification. */
+bool cs_sbx_notify_supported(void);
+
+/* Receives one notification on the listener fd, answers it with EPERM (never lets the call
+ * proceed) and records it. Returns 0 (also when the caller was already gone), or -1 when the
+ * listener fails: the caller then closes it (the kernel answers ENOSYS from then on). */
+int cs_sbx_notify_serve_one(int fd);
 
 #endif

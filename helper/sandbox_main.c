@@ -131,10 +131,21 @@ int main(int argc, char **argv)
         cs_sbx_diex("%s", err);
     /* Nothing the runner left open reaches the sandbox, but the held workspace root the plan
      * names (the runner passes it as fd 3). */
-    unsigned keep = plan.has_workspace_fd ? (unsigned)plan.workspace_fd : 0;
-    if (keep > 3 && close_range(3, keep - 1, 0) < 0)
+    for (int fd = 3; fd < 1024; fd++)
+        if (!(plan.has_workspace_fd && fd == plan.workspace_fd) &&
+            !(plan.has_report_fd && fd == plan.report_fd))
+            close(fd);
+    if (close_range(1024, ~0u, 0) < 0)
         cs_sbx_die("close_range");
-    if (close_range(keep ? keep + 1 : 3, ~0u, 0) < 0)
-        cs_sbx_die("close_range");
+    /* The denial report's pipe (contract.md section 8): the runner reads it after the end. */
+    if (plan.has_report_fd) {
+        struct stat st;
+        int fl = fcntl((int)plan.report_fd, F_GETFL);
+        if (fstat((int)plan.report_fd, &st) < 0 ||
+            !(S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode)) || fl < 0 ||
+            (fl & O_ACCMODE) == O_RDONLY)
+            cs_sbx_diex("report_fd %lld is not a writable pipe", (long long)plan.report_fd);
+        fcntl((int)plan.report_fd, F_SETFD, FD_CLOEXEC);
+    }
     cs_sbx_run(&plan);
 }

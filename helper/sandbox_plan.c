@@ -175,6 +175,9 @@ int cs_sbx_plan_parse(const char *buf, size_t n, struct csw_sandbox_plan *out, c
         rc = check_env_entry(&out->env.v[i].key, &out->env.v[i].value, err, errcap);
     if (rc == 0 && out->has_deny_mask)
         rc = check_deny_mask(out->deny_mask.v, out->deny_mask.n, err, errcap);
+    if (rc == 0 && out->has_report_fd && out->has_workspace_fd &&
+        out->report_fd == out->workspace_fd)
+        rc = fail(err, errcap, "report_fd and workspace_fd are the same descriptor");
     if (rc < 0)
         csw_sandbox_plan_free(out);
     return rc;
@@ -387,6 +390,8 @@ int cs_sbx_prepare_request(const struct csw_sandbox_prepare_request *q, char **p
         rc = check_env_entry(&q->env.v[i].key, &q->env.v[i].value, err, cap);
     if (rc == 0 && q->has_deny_mask)
         rc = check_deny_mask(q->deny_mask.v, q->deny_mask.n, err, cap);
+    if (rc == 0 && q->has_report_fd && q->has_workspace_fd && q->report_fd == q->workspace_fd)
+        rc = fail(err, cap, "report_fd and workspace_fd are the same descriptor");
     if (rc == 0)
         rc = check_fs(q, err, cap);
     if (rc < 0)
@@ -410,6 +415,8 @@ int cs_sbx_prepare_request(const struct csw_sandbox_prepare_request *q, char **p
     p.tty = q->tty;
     p.has_workspace_fd = q->has_workspace_fd;
     p.workspace_fd = q->workspace_fd;
+    p.has_report_fd = q->has_report_fd;
+    p.report_fd = q->report_fd;
     p.has_sandbox_uid = q->has_sandbox_uid;
     p.sandbox_uid = q->sandbox_uid;
     p.has_sandbox_gid = q->has_sandbox_gid;

@@ -86,7 +86,7 @@ struct proxy {
     size_t nconns;
 };
 
-static char marker_listen, marker_sig, marker_lookup;
+static char marker_listen, marker_sig, marker_lookup, marker_notify;
 
 #define MAX_LOOKUPS 64
 
@@ -220,10 +220,31 @@ static const char *add_address(struct proxy *px, struct conn *c, const struct so
     return NULL;
 }
 
+/* Records a refusal for the report (contract.md section 8): host:port as requested, and which
+ * rule refused it (the reasons are base_netallow's static texts). */
+static void record_refusal(const struct conn *c, const char *why, bool bad_request)
+{
+    char target[CS_SBX_HOST_MAX + 16];
+    const char *reason = "not_allowed";
+    if (bad_request)
+        reason = "bad_request";
+    else if (why && (strstr(why, "internal") || strstr(why, "host itself") ||
+                     strstr(why, "localhost") || strstr(why, "of the host")))
+        reason = "private_address";
+    if (c->req.host[0] == '\0')
+        snprintf(target, sizeof target, "(malformed request)");
+    else if (strchr(c->req.host, ':'))
+        snprintf(target, sizeof target, "[%s]:%u", c->req.host, c->req.port);
+    else
+        snprintf(target, sizeof target, "%s:%u", c->req.host, c->req.port);
+    cs_sbx_denial_add(CSW_DENIAL_KIND_NETWORK, target, reason);
+}
+
 /* Connects to the admitted addresses, or answers 403 with the last refusal. */
 static void connect_admitted(struct proxy *px, struct conn *c, const char *refused)
 {
     if (c->naddr == 0) {
+        record_refusal(c, refused, false);
         reply(px, c, "403 Forbidden", refused ? refused : "no address");
         return;
     }
@@ -266,6 +287,7 @@ static void start_upstream(struct proxy *px, struct conn *c)
 {
     const char *why = NULL;
     if (!cs_netallow_admit_host(px->cfg->policy, c->req.host, c->req.port, &why)) {
+        record_refusal(c, why, false);
         reply(px, c, "403 Forbidden", why);
         return;
     }
@@ -359,6 +381,7 @@ static void on_head(struct proxy *px, struct conn *c)
     if (p == CS_SBX_PARSE_MORE)
         return;
     if (p == CS_SBX_PARSE_BAD) {
+        record_refusal(c, NULL, true);
         reply(px, c, "400 Bad Request", c->req.reason);
         return;
     }
@@ -507,6 +530,12 @@ void cs_sbx_proxy_serve(const struct cs_sbx_proxy_cfg *cfg)
         if (epoll_ctl(px.ep, EPOLL_CTL_ADD, cfg->listen_fd, &ev) < 0)
             cs_sbx_die("epoll_ctl listener");
     }
+    if (cfg->notify_fd >= 0) {
+        ev.data.ptr = &marker_notify;
+        if (epoll_ctl(px.ep, EPOLL_CTL_ADD, cfg->notify_fd, &ev) < 0)
+            cs_sbx_die("epoll_ctl seccomp listener");
+    }
+    int notify_fd = cfg->notify_fd;
     bool done = false;
     struct epoll_event evs[64];
     while (!done) {
@@ -539,6 +568,24 @@ void cs_sbx_proxy_serve(const struct cs_sbx_proxy_cfg *cfg)
             }
             if (p == &marker_lookup) {
                 on_lookups(&px);
+                continue;
+            }
+            if (p == &marker_notify) {
+                /* One notification per wake-up (level-triggered): a refused call waits only
+                 * for this loop's turn, never for a connection or a lookup. */
+                if (notify_fd >= 0 && (evs[i].events & EPOLLIN) &&
+                    cs_sbx_notify_serve_one(notify_fd) == 0)
+                    continue;
+                /* EPOLLHUP: no process uses the filter any more (a receive would block); or
+                 * the listener failed: closed, so refused calls get ENOSYS, never a hang. */
+                if (notify_fd >= 0 && !(evs[i].events & EPOLLIN)) {
+                    epoll_ctl(px.ep, EPOLL_CTL_DEL, notify_fd, NULL);
+                } else if (notify_fd >= 0) {
+                    epoll_ctl(px.ep, EPOLL_CTL_DEL, notify_fd, NULL);
+                    close(notify_fd);
+                    notify_fd = -1;
+                    *cfg->notify_closed = true;
+                }
                 continue;
             }
             /* p is compared, never dereferenced, until it is known to be live */

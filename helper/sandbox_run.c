@@ -156,7 +156,7 @@ static int recv_fd(int sock)
 
 /* ------------------------------------------------------------------ command ---- */
 
-_Noreturn static void command_main(const struct csw_sandbox_plan *plan, char **env)
+_Noreturn static void command_main(const struct csw_sandbox_plan *plan, char **env, int notify_sock)
 {
     for (int s = 1; s < NSIG; s++)
         if (s != SIGKILL && s != SIGSTOP)
@@ -173,7 +173,9 @@ _Noreturn static void command_main(const struct csw_sandbox_plan *plan, char **e
         if (tcgetpgrp(0) != getpgrp())
             cs_sbx_diex("terminal foreground group not set");
     }
-    if (close_range(3, ~0u, 0) < 0)
+    /* Only 0-2 and the socket the seccomp listener leaves on (closed with it below). */
+    if (close_range(3, (unsigned)notify_sock - 1, 0) < 0 ||
+        close_range((unsigned)notify_sock + 1, ~0u, 0) < 0)
         cs_sbx_die("close_range");
     char **argv = calloc(plan->argv.n + 1, sizeof *argv);
     if (!argv)
@@ -181,7 +183,9 @@ _Noreturn static void command_main(const struct csw_sandbox_plan *plan, char **e
     for (size_t i = 0; i < plan->argv.n; i++)
         argv[i] = plan->argv.v[i].s;
     environ = env; /* execvp searches the sandbox PATH */
-    cs_sbx_setup_seccomp(plan->network == CSW_SANDBOX_PLAN_NETWORK_ENABLED);
+    cs_sbx_setup_seccomp(plan->network == CSW_SANDBOX_PLAN_NETWORK_ENABLED, notify_sock);
+    if (close_range(3, ~0u, 0) < 0) /* nothing but 0-2 reaches the command */
+        cs_sbx_die("close_range");
     execvp(argv[0], argv);
     int e = errno;
     fprintf(stderr, "codespace-linux-sandbox: exec %s: %s\n", argv[0], strerror(e));
@@ -191,8 +195,11 @@ _Noreturn static void command_main(const struct csw_sandbox_plan *plan, char **e
 /* ---------------------------------------------------------------------- init ---- */
 
 _Noreturn static void init_main(struct csw_sandbox_plan *plan, int go_fd, int status_fd,
-                                int fd_sock, const struct cs_sbx_ids *ids)
+                                int fd_sock, int notify_sock, const struct cs_sbx_ids *ids)
 {
+    /* The report is the outer helper's to write: nothing in the sandbox holds it. */
+    if (plan->has_report_fd)
+        close((int)plan->report_fd);
     /* Die with the outer helper; a parent that died before this line closed go_fd. */
     if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0)
         cs_sbx_die("PR_SET_PDEATHSIG");
@@ -250,15 +257,29 @@ _Noreturn static void init_main(struct csw_sandbox_plan *plan, int go_fd, int st
     cs_sbx_setup_drop_caps();
     cs_sbx_setup_landlock(plan);
 
-    /* Only 0-2 and the status pipe (as fd 3) stay open. */
+    /* Only 0-2, the status pipe (as fd 3) and the command's end of the listener socket (as
+     * fd 4) stay open. */
+    if (notify_sock == 3) {
+        int d = fcntl(notify_sock, F_DUPFD_CLOEXEC, 5);
+        if (d < 0)
+            cs_sbx_die("dup");
+        close(notify_sock);
+        notify_sock = d;
+    }
     if (status_fd != 3) {
         if (dup2(status_fd, 3) < 0)
             cs_sbx_die("dup2");
         status_fd = 3;
     }
-    if (close_range(4, ~0u, 0) < 0)
+    if (notify_sock != 4) {
+        if (dup2(notify_sock, 4) < 0)
+            cs_sbx_die("dup2");
+        notify_sock = 4;
+    }
+    if (close_range(5, ~0u, 0) < 0)
         cs_sbx_die("close_range");
     fcntl(status_fd, F_SETFD, FD_CLOEXEC);
+    fcntl(notify_sock, F_SETFD, FD_CLOEXEC);
 
     char **env = build_env(plan, port);
     sigset_t set;
@@ -272,7 +293,8 @@ _Noreturn static void init_main(struct csw_sandbox_plan *plan, int go_fd, int st
     if (cmd < 0)
         cs_sbx_die("fork command");
     if (cmd == 0)
-        command_main(plan, env);
+        command_main(plan, env, notify_sock);
+    close(notify_sock); /* the outer helper sees EOF if the command dies before sending */
 
     int cmd_status = 0;
     for (;;) {
@@ -399,9 +421,12 @@ _Noreturn void cs_sbx_run(struct csw_sandbox_plan *plan)
             ;
     }
 
-    int go[2], status[2], sp[2] = {-1, -1};
+    int go[2], status[2], sp[2] = {-1, -1}, np[2];
     if (pipe2(go, O_CLOEXEC) < 0 || pipe2(status, O_CLOEXEC) < 0)
         cs_sbx_die("pipe");
+    /* The command sends its seccomp listener back on np (contract.md section 8). */
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, np) < 0)
+        cs_sbx_die("socketpair");
     bool enabled = plan->network == CSW_SANDBOX_PLAN_NETWORK_ENABLED;
     if (enabled && socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) < 0)
         cs_sbx_die("socketpair");
@@ -425,10 +450,12 @@ _Noreturn void cs_sbx_run(struct csw_sandbox_plan *plan)
         close(status[0]);
         if (sp[0] >= 0)
             close(sp[0]);
-        init_main(plan, go[0], status[1], sp[1], &ids);
+        close(np[0]);
+        init_main(plan, go[0], status[1], sp[1], np[1], &ids);
     }
     close(go[0]);
     close(status[1]);
+    close(np[1]);
     if (sp[1] >= 0)
         close(sp[1]);
 
@@ -455,6 +482,12 @@ _Noreturn void cs_sbx_run(struct csw_sandbox_plan *plan)
             cs_sbx_die("proxy listener O_NONBLOCK");
     }
 
+    /* The listener arrives once the command loaded its filter (EOF: the setup failed, or this
+     * host has no user notification). Signals meanwhile stay pending for the signalfd. */
+    int notify_fd = recv_fd(np[0]);
+    close(np[0]);
+    bool notify_closed = false;
+
     int sfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
     if (sfd < 0)
         cs_sbx_die("signalfd");
@@ -479,6 +512,8 @@ _Noreturn void cs_sbx_run(struct csw_sandbox_plan *plan)
         pol.n_own = host_addresses(&own);
     pol.own = own;
     struct cs_sbx_proxy_cfg cfg = {.listen_fd = listen_fd,
+                                   .notify_fd = notify_fd,
+                                   .notify_closed = &notify_closed,
                                    .sig_fd = sfd,
                                    .policy = &pol,
                                    .on_signal = outer_on_signal,
@@ -488,6 +523,10 @@ _Noreturn void cs_sbx_run(struct csw_sandbox_plan *plan)
     cs_sbx_proxy_serve(&cfg);
     free(allow);
     free(own);
+    if (notify_fd >= 0 && !notify_closed)
+        close(notify_fd);
+    if (plan->has_report_fd)
+        cs_sbx_report_write((int)plan->report_fd);
 
     int cmd_status;
     ssize_t r = read(status[0], &cmd_status, sizeof cmd_status);

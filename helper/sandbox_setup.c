@@ -668,7 +668,27 @@ static void sc_add(scmp_filter_ctx ctx, uint32_t action, const char *name, unsig
         cs_sbx_diex("seccomp rule %s: %s", name, strerror(-rc));
 }
 
-void cs_sbx_setup_seccomp(bool network_enabled)
+static void send_listener(int sock, int fd)
+{
+    char byte = 'N';
+    struct iovec iov = {.iov_base = &byte, .iov_len = 1};
+    union {
+        char buf[CMSG_SPACE(sizeof(int))];
+        struct cmsghdr align;
+    } u;
+    memset(&u, 0, sizeof u);
+    struct msghdr msg = {
+        .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof u.buf};
+    struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(c), &fd, sizeof fd);
+    if (sendmsg(sock, &msg, MSG_NOSIGNAL) != 1)
+        cs_sbx_die("send the seccomp listener");
+}
+
+void cs_sbx_setup_seccomp(bool network_enabled, int notify_sock)
 {
     scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
     if (!ctx)
@@ -726,16 +746,22 @@ void cs_sbx_setup_seccomp(bool network_enabled)
         "nfsservctl",
         "uselib",
     };
+    /* The refusals the helper reports (contract.md section 8) notify it instead: it answers
+     * each with EPERM, what SCMP_ACT_ERRNO(EPERM) returns. The set-id mode rules and the ENOSYS
+     * rules (clone3, openat2, fchmodat2: libc's fallback probes, hit by every fork) stay plain
+     * errno actions and are not reported. */
+    bool notify = notify_sock >= 0 && cs_sbx_notify_supported();
     uint32_t eperm = SCMP_ACT_ERRNO(EPERM);
+    uint32_t report = notify ? SCMP_ACT_NOTIFY : eperm;
     for (size_t i = 0; i < sizeof denied / sizeof *denied; i++)
-        sc_add(ctx, eperm, denied[i], 0, NULL);
+        sc_add(ctx, report, denied[i], 0, NULL);
 
     /* clone with any namespace flag (CLONE_NEWTIME's bit is CSIGNAL's for clone, skip it). */
     static const uint64_t ns[] = {CLONE_NEWNS,  CLONE_NEWUTS, CLONE_NEWIPC,   CLONE_NEWUSER,
                                   CLONE_NEWPID, CLONE_NEWNET, CLONE_NEWCGROUP};
     for (size_t i = 0; i < sizeof ns / sizeof *ns; i++) {
         struct scmp_arg_cmp c = cmp(0, SCMP_CMP_MASKED_EQ, ns[i], ns[i]);
-        sc_add(ctx, eperm, "clone", 1, &c);
+        sc_add(ctx, report, "clone", 1, &c);
     }
     /* clone3 passes flags in memory the filter cannot read: ENOSYS, and libc falls back. */
     sc_add(ctx, SCMP_ACT_ERRNO(ENOSYS), "clone3", 0, NULL);
@@ -744,14 +770,14 @@ void cs_sbx_setup_seccomp(bool network_enabled)
      * compare one argument twice in a rule). */
     {
         struct scmp_arg_cmp c = cmp(0, SCMP_CMP_NE, 0, 0);
-        sc_add(ctx, eperm, "personality", 1, &c);
+        sc_add(ctx, report, "personality", 1, &c);
     }
     /* Terminal injection: the kernel compares the low 32 bits of the request number. */
     {
         struct scmp_arg_cmp c = cmp(1, SCMP_CMP_MASKED_EQ, 0xFFFFFFFFu, TIOCSTI);
-        sc_add(ctx, eperm, "ioctl", 1, &c);
+        sc_add(ctx, report, "ioctl", 1, &c);
         struct scmp_arg_cmp d = cmp(1, SCMP_CMP_MASKED_EQ, 0xFFFFFFFFu, TIOCLINUX);
-        sc_add(ctx, eperm, "ioctl", 1, &d);
+        sc_add(ctx, report, "ioctl", 1, &d);
     }
     /* sandbox.md section 3: no set-user-ID or set-group-ID bit can be set, by a mode change or
      * by a creation mode (arg is where each call takes its mode). openat2 passes its mode in
@@ -780,21 +806,32 @@ void cs_sbx_setup_seccomp(bool network_enabled)
     /* socket(): AF_UNIX only, plus AF_INET and AF_INET6 with the proxy. */
     if (!network_enabled) {
         struct scmp_arg_cmp c = cmp(0, SCMP_CMP_NE, AF_UNIX, 0);
-        sc_add(ctx, eperm, "socket", 1, &c);
+        sc_add(ctx, report, "socket", 1, &c);
     } else {
         for (uint64_t fam = 0; fam < AF_INET6; fam++) {
             if (fam == AF_UNIX || fam == AF_INET)
                 continue;
             struct scmp_arg_cmp c = cmp(0, SCMP_CMP_EQ, fam, 0);
-            sc_add(ctx, eperm, "socket", 1, &c);
+            sc_add(ctx, report, "socket", 1, &c);
         }
         struct scmp_arg_cmp c = cmp(0, SCMP_CMP_GT, AF_INET6, 0);
-        sc_add(ctx, eperm, "socket", 1, &c);
+        sc_add(ctx, report, "socket", 1, &c);
     }
     int rc = seccomp_load(ctx);
+    int listener = notify && rc == 0 ? seccomp_notify_fd(ctx) : -1;
     seccomp_release(ctx);
     if (rc < 0)
         cs_sbx_diex("seccomp_load: %s", strerror(-rc));
+    /* The listener goes to the outer helper and is closed here before execve: a command that
+     * held it could answer its own notifications (and let a refused call succeed). */
+    if (notify) {
+        if (listener < 0)
+            cs_sbx_diex("seccomp listener missing");
+        send_listener(notify_sock, listener);
+        close(listener);
+    }
+    if (notify_sock >= 0)
+        close(notify_sock);
     /* read back */
     if (prctl(PR_GET_SECCOMP, 0, 0, 0, 0) != 2)
         cs_sbx_diex("seccomp filter not in force");

@@ -227,6 +227,7 @@ struct cs_runtime_caps {
     bool sandbox;           /* the sandbox probe succeeded: linux-sandbox and enforced network */
     bool has_landlock_abi;
     int64_t landlock_abi; /* >= 0 when has_landlock_abi */
+    bool syscall_denials; /* the sandbox reports refused system calls (seccomp user_notif) */
     bool tty_supported;
     int64_t max_live_processes; /* >= 1 */
     int64_t timeout_ms;         /* >= 1 */

@@ -124,6 +124,25 @@ static int fill_execution(struct csw_mcp_workspace_info_output_execution *x,
                               : CSW_MCP_WORKSPACE_INFO_OUTPUT_EXECUTION_ISOLATION_RUNNER_IN_PROCESS;
     x->isolation.has_landlock_abi = caps->has_landlock_abi;
     x->isolation.landlock_abi = caps->has_landlock_abi ? caps->landlock_abi : 0;
+    /* contract.md section 8: only the kinds the helper really learns of here. Network refusals
+     * come from the proxy (an enabled workspace); system calls from seccomp user notification;
+     * file system refusals are never claimed (the kernel does not tell the helper). */
+    if (caps->sandbox) {
+        enum csw_mcp_workspace_info_output_execution_isolation_denial_reports_item k[2];
+        size_t nk = 0;
+        if (ws->network == CS_POLICY_NETWORK_ENABLED)
+            k[nk++] = CSW_MCP_WORKSPACE_INFO_OUTPUT_EXECUTION_ISOLATION_DENIAL_REPORTS_ITEM_NETWORK;
+        if (caps->syscall_denials)
+            k[nk++] = CSW_MCP_WORKSPACE_INFO_OUTPUT_EXECUTION_ISOLATION_DENIAL_REPORTS_ITEM_SYSCALL;
+        x->isolation.has_denial_reports = true;
+        if (nk > 0) {
+            x->isolation.denial_reports.v = cs_wire_malloc(nk * sizeof k[0]);
+            if (!x->isolation.denial_reports.v)
+                return -1;
+            memcpy(x->isolation.denial_reports.v, k, nk * sizeof k[0]);
+            x->isolation.denial_reports.n = nk;
+        }
+    }
 
     switch (ws->network) {
     case CS_POLICY_NETWORK_RESTRICTED:

@@ -217,6 +217,9 @@ static void sup_done(void *arg, int code, const char *msg, const void *out)
         e->exit_code = o->exit_code;
         e->has_termination = o->has_termination;
         e->termination = o->termination;
+        e->has_denials = o->has_denials;
+        e->denials.v = o->denials.v;
+        e->denials.n = o->denials.n;
         break;
     }
     case CSW_RUNNER_WIRE_RESULT_WRITE_STDIN:

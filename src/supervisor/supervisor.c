@@ -98,6 +98,11 @@ struct proc {
     /* The plan prepare returned for a sandboxed process (NULL otherwise): removed once the
      * process is reaped, if `run` did not get as far as removing it (sandbox.md section 1). */
     char *plan;
+    /* A sandboxed process: the read end of the helper's denial report pipe (contract.md
+     * section 8), read once the helper is reaped; the decoded report when there was one. */
+    int report;
+    bool has_report;
+    struct csw_sandbox_report rep;
 };
 
 struct cs_supervisor {
@@ -210,6 +215,46 @@ static char *chunk_from(const struct proc *p, uint64_t start, uint64_t *next, si
     return text;
 }
 
+/* The denials of a finished sandboxed process, borrowed from p (absent when none). */
+static void fill_denials(const struct proc *p, bool *has, struct csw_denial **v, size_t *n)
+{
+    *has = p->has_report && p->rep.denials.n > 0;
+    *v = *has ? p->rep.denials.v : NULL;
+    *n = *has ? p->rep.denials.n : 0;
+}
+
+/* The helper has exited: everything it wrote is in the pipe. One frame (u32 big-endian length
+ * + schema/sandbox/report.json), at most REPORT_MAX bytes; anything else is ignored (a helper
+ * that died early wrote nothing; the command never holds this pipe). */
+static void read_report(struct proc *p)
+{
+    enum { REPORT_MAX = 64 * 1024 };
+    if (p->report < 0)
+        return;
+    unsigned char *buf = malloc(REPORT_MAX + 1);
+    size_t n = 0;
+    while (buf && n <= REPORT_MAX) {
+        ssize_t r = read(p->report, buf + n, REPORT_MAX + 1 - n);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            break;
+        n += (size_t)r;
+    }
+    close(p->report);
+    p->report = -1;
+    if (buf && n >= 4 && n <= REPORT_MAX) {
+        size_t len = (size_t)buf[0] << 24 | (size_t)buf[1] << 16 | (size_t)buf[2] << 8 | buf[3];
+        json_error_t jerr;
+        json_t *j = len == n - 4 ? json_loadb((const char *)buf + 4, len, 0, &jerr) : NULL;
+        struct cs_wire_diag diag;
+        if (j && csw_sandbox_report_decode(j, &p->rep, &diag) == CS_WIRE_OK)
+            p->has_report = true;
+        json_decref(j);
+    }
+    free(buf);
+}
+
 static void fill_end(const struct proc *p, bool *has_exit_code, int64_t *exit_code,
                      bool *has_termination, enum csw_process_termination *termination)
 {
@@ -245,6 +290,7 @@ static void answer_exec(struct proc *p, bool with_output, cs_supervisor_done_fn 
         out.has_output_lost = true;
         out.output_lost = retained_from(p) > 0;
         fill_end(p, &out.has_exit_code, &out.exit_code, &out.has_termination, &out.termination);
+        fill_denials(p, &out.has_denials, &out.denials.v, &out.denials.n);
     }
     done(arg, 0, NULL, &out);
     free(text);
@@ -286,6 +332,7 @@ static void answer_read(struct proc *p, int64_t cursor, cs_supervisor_done_fn do
         .output_lost = from > 0,
         .retained_from = (int64_t)from,
     };
+    fill_denials(p, &out.has_denials, &out.denials.v, &out.denials.n);
     done(arg, 0, NULL, &out);
     free(text);
 }
@@ -624,6 +671,7 @@ static void on_exit_ready(void *arg, int fd, unsigned events)
         return; /* not yet (spurious wake-up) */
     p->reaped = true;
     drop_plan(p);
+    read_report(p);
     cs_loop_fd_del(p->pidw);
     p->pidw = NULL;
     close(p->pidfd);
@@ -718,6 +766,10 @@ static void proc_free(struct proc *p)
         close(p->in);
     if (p->out >= 0)
         close(p->out);
+    if (p->report >= 0)
+        close(p->report);
+    if (p->has_report)
+        csw_sandbox_report_free(&p->rep);
     if (p->finished)
         s->exited--;
     else
@@ -840,6 +892,9 @@ static char *sandbox_prepare(struct cs_supervisor *s, const struct cs_supervisor
      * to run; workspace_root is only where the workspace appears inside the sandbox. */
     req.has_workspace_fd = true;
     req.workspace_fd = 3;
+    /* run gets the denial report's pipe as fd 4 (prepare ignores the number). */
+    req.has_report_fd = true;
+    req.report_fd = 4;
     req.has_sandbox_uid = s->lim.sandbox_uid > 0;
     req.sandbox_uid = s->lim.sandbox_uid;
     req.has_sandbox_gid = s->lim.sandbox_gid > 0;
@@ -879,6 +934,7 @@ int cs_supervisor_spawn(struct cs_supervisor *s, const struct cs_supervisor_spaw
     struct proc *p = calloc(1, sizeof *p);
     char *plan = NULL, *tmp_env = NULL;
     char *run_argv[5], *run_env[2];
+    int report[2] = {-1, -1}; /* the denial report pipe of a sandboxed process */
     if (!argv || !p) {
         snprintf(msg, msg_cap, "out of memory");
         goto out;
@@ -924,7 +980,7 @@ int cs_supervisor_spawn(struct cs_supervisor *s, const struct cs_supervisor_spaw
     p->rows = 24;
     p->cols = 80;
     p->cap = s->lim.ring_bytes;
-    p->pidfd = p->in = p->out = -1;
+    p->pidfd = p->in = p->out = p->report = -1;
     p->term = CSW_PROCESS_TERMINATION_UNKNOWN;
     p->on_exit = sp->on_exit;
     p->exit_arg = sp->exit_arg;
@@ -983,7 +1039,28 @@ int cs_supervisor_spawn(struct cs_supervisor *s, const struct cs_supervisor_spaw
         cmd.envp = run_env;
         cmd.prog = s->sandbox;
         cmd.pass_root = true;
+        /* The report pipe, above the child's fixed numbers (3 and 4) so its dup2s cannot
+         * clobber one with the other; the read end non-blocking, read after the reap. */
+        int rp[2];
+        if (pipe2(rp, O_CLOEXEC | O_NONBLOCK) != 0) {
+            snprintf(msg, msg_cap, "cannot create the report pipe: %s", strerror(errno));
+            goto out;
+        }
+        report[0] = fcntl(rp[0], F_DUPFD_CLOEXEC, 5);
+        report[1] = fcntl(rp[1], F_DUPFD_CLOEXEC, 5);
+        close(rp[0]);
+        close(rp[1]);
+        if (report[0] < 0 || report[1] < 0) {
+            snprintf(msg, msg_cap, "cannot create the report pipe: %s", strerror(errno));
+            goto out;
+        }
+        /* The helper's writes must not block it: a pipe's 64 KiB hold a whole report. */
+        if (fcntl(report[1], F_SETFL, 0) != 0) {
+            snprintf(msg, msg_cap, "cannot create the report pipe: %s", strerror(errno));
+            goto out;
+        }
     }
+    cmd.report_fd = report[1];
     struct cs__supervisor_fds fds;
     if (cs__supervisor_start(&cmd, &fds, msg, msg_cap) != 0)
         goto out;
@@ -991,6 +1068,10 @@ int cs_supervisor_spawn(struct cs_supervisor *s, const struct cs_supervisor_spaw
     p->pidfd = fds.pidfd;
     p->plan = plan; /* removed once the helper is reaped */
     plan = NULL;
+    close(report[1]); /* the helper holds the only write end: EOF once it is gone */
+    report[1] = -1;
+    p->report = report[0];
+    report[0] = -1;
     p->in = fds.in;
     p->out = fds.out;
     if (p->in < 0)
@@ -1036,6 +1117,9 @@ out:
     free(tmp_env);
     if (own_rootfd >= 0)
         close(own_rootfd);
+    for (size_t i = 0; i < 2; i++)
+        if (report[i] >= 0)
+            close(report[i]);
     return rc;
 }
 
@@ -1210,6 +1294,7 @@ void cs_supervisor_status(struct cs_supervisor *s, const struct csw_mcp_process_
     out.output_retained_from = (int64_t)retained_from(p);
     out.eof = p->finished;
     out.tty = p->tty;
+    fill_denials(p, &out.has_denials, &out.denials.v, &out.denials.n);
     done(arg, 0, NULL, &out);
 }
 

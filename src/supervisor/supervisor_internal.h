@@ -21,6 +21,7 @@ struct cs__supervisor_cmd {
     const char *root;  /* working directory (for messages) */
     int root_fd;       /* the held root: the child's working directory (fchdir) */
     bool pass_root;    /* the child also gets root_fd as its fd 3 (the sandbox helper) */
+    int report_fd;     /* >= 0: the child also gets it as its fd 4 (the helper's denial report) */
     const char *path;  /* where argv[0] is looked up when it has no slash */
     bool tty;
     int64_t rows, cols; /* initial terminal size */

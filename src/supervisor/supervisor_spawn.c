@@ -102,7 +102,7 @@ struct child {
     char *const *argv;
     char *const *envp;
     const char *prog, *root, *slave;
-    int in, out, root_fd;
+    int in, out, root_fd, report_fd;
     bool pass_root;
     pid_t parent;
     int err;          /* errno of the failed step, 0 if execve was reached */
@@ -167,6 +167,14 @@ __attribute__((no_sanitize("address", "undefined"))) static int child_main(void 
                             : syscall(SYS_dup2, (long)c->root_fd, 3L) < 0)
             goto fail;
         first_closed = 4;
+        if (c->report_fd >= 0) {
+            /* The denial report's pipe (the plan's report_fd); the helper keeps it from the
+             * init and the command. */
+            if (c->report_fd == 4 ? syscall(SYS_fcntl, 4L, (long)F_SETFD, 0L) != 0
+                                  : syscall(SYS_dup2, (long)c->report_fd, 4L) < 0)
+                goto fail;
+            first_closed = 5;
+        }
     }
     c->step = "close_range";
     if (syscall(SYS_close_range, first_closed, (long)~0U, 0L) != 0)
@@ -199,6 +207,7 @@ static pid_t spawn_child(const struct cs__supervisor_cmd *cmd, const char *prog,
         .root = cmd->root,
         .root_fd = cmd->root_fd,
         .pass_root = cmd->pass_root,
+        .report_fd = cmd->pass_root ? cmd->report_fd : -1,
         .slave = slave,
         .in = in,
         .out = out,

@@ -536,6 +536,9 @@ static void exec_done(void *arg, const struct cs_runner_reply *r)
         out.exit_code = e->exit_code;
         out.has_termination = e->has_termination;
         out.termination = e->termination;
+        out.has_denials = e->has_denials;
+        out.denials.v = e->denials.v;
+        out.denials.n = e->denials.n;
         cs_mcp_call_ok(ec->call, &out);
         break;
     }
@@ -724,6 +727,19 @@ static void operation_status_tool(void *arg, struct cs_mcp_call *call, const voi
 }
 
 /* The sibling codespace-runtime of our own executable (runtime.md section 1). */
+/* Whether the kernel offers seccomp user notification, which the sandbox helper uses to learn
+ * of refused system calls (contract.md section 8): the helper reads the same file. */
+static bool seccomp_user_notif(void)
+{
+    FILE *f = fopen("/proc/sys/kernel/seccomp/actions_avail", "re");
+    if (!f)
+        return false;
+    char buf[256];
+    bool yes = fgets(buf, sizeof buf, f) && strstr(buf, "user_notif");
+    fclose(f);
+    return yes;
+}
+
 static char *sibling(const char *name)
 {
     char self[PATH_MAX];
@@ -886,6 +902,7 @@ int cs_tools_register(struct cs_mcp *srv, struct cs_tools *t, const struct cs_co
         long abi = syscall(SYS_landlock_create_ruleset, NULL, 0, LANDLOCK_CREATE_RULESET_VERSION);
         t->caps.has_landlock_abi = abi > 0;
         t->caps.landlock_abi = abi > 0 ? abi : 0;
+        t->caps.syscall_denials = seccomp_user_notif();
     }
     if (cfg->runner == CS_CONFIG_RUNNER_UDS) {
         char *bin = cfg->runtime_bin ? strdup(cfg->runtime_bin) : sibling("codespace-runtime");

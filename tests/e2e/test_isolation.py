@@ -552,6 +552,73 @@ class IsolationCase(unittest.TestCase):
                 self.assertEqual(res["tiocsti_high"], [-1, EPERM], res)
                 self.assertEqual(res["tioclinux"], [-1, EPERM], res)
 
+    # ---- denial reports (contract.md section 8) -----------------------------------------
+
+    def run_exec(self, command):
+        """Runs command with a yield long enough to see it end: (exec, status, read) results."""
+        out = self.start(command, yield_ms=int(min(30000, 15000 * SLOW)))
+        self.assertEqual(out["state"], "exited", out)
+        pid = out["process_id"]
+        return (out, self.srv.call("process_status", {"process_id": pid}),
+                self.srv.call("read_process", {"process_id": pid}))
+
+    def test_workspace_info_denial_reports(self):
+        iso = self.srv.call("workspace_info", {"workspace_id": "default"})["execution"]["isolation"]
+        with open("/proc/sys/kernel/seccomp/actions_avail") as f:
+            notif = "user_notif" in f.read()
+        # restricted: no proxy, so no network kind; never the file system kind
+        self.assertEqual(iso["denial_reports"], ["syscall"] if notif else [], iso)
+
+    def test_denials_syscalls_reported(self):
+        body = """\
+import socket
+out = {}
+out['socket'] = attempt(lambda: socket.socket(socket.AF_INET, socket.SOCK_STREAM).fileno())
+out['ptrace'] = sc(101, 0, 0, 0, 0)
+out['ptrace2'] = sc(101, 0, 0, 0, 0)
+out['unshare'] = sc(272, 0x10000000)
+result(out)
+"""
+        ex, st, rd = self.run_exec([PY, "-c", PY_PROOF + body])
+        text = rd["chunk"]
+        self.assert_inside(text)
+        res = json.loads(re.search(r"^RESULT:(.*)$", text, re.M).group(1))
+        # reporting never changes what the command sees
+        self.assertEqual(res, {"socket": ["err", EPERM], "ptrace": [-1, EPERM],
+                               "ptrace2": [-1, EPERM], "unshare": [-1, EPERM]})
+        want = sorted([{"kind": "syscall", "target": "socket(AF_INET)", "reason": "denied", "count": 1},
+                       {"kind": "syscall", "target": "ptrace", "reason": "denied", "count": 2},
+                       {"kind": "syscall", "target": "unshare", "reason": "denied", "count": 1}],
+                      key=lambda d: d["target"])
+        for name, r in (("exec_command", ex), ("process_status", st), ("read_process", rd)):
+            self.assertEqual(sorted(r.get("denials", []), key=lambda d: d["target"]), want, name)
+
+    def test_no_refusal_no_denials(self):
+        ex, st, rd = self.run_exec(["/bin/sh", "-c", SH_PROOF + "echo quiet"])
+        self.assert_inside(rd["chunk"])
+        for name, r in (("exec_command", ex), ("process_status", st), ("read_process", rd)):
+            self.assertNotIn("denials", r, name)
+
+    def test_command_cannot_write_its_report(self):
+        body = """\
+fds = sorted(int(x) for x in os.listdir('/proc/self/fd'))
+written = 0
+for fd in range(3, 21):
+    try:
+        os.write(fd, b'\\x00\\x00\\x00\\x2a{"protocol":1,"denials":[]}'); written += 1
+    except OSError:
+        pass
+out = {'fds': fds, 'written': written, 'ptrace': sc(101, 0, 0, 0, 0)}
+result(out)
+"""
+        ex, st, rd = self.run_exec([PY, "-c", PY_PROOF + body])
+        self.assert_inside(rd["chunk"])
+        res = json.loads(re.search(r"^RESULT:(.*)$", rd["chunk"], re.M).group(1))
+        self.assertIn(res["fds"], ([0, 1, 2], [0, 1, 2, 3]), res)  # 3: listdir's own fd
+        self.assertEqual(res["written"], 0, res)
+        self.assertEqual(st.get("denials"), [{"kind": "syscall", "target": "ptrace",
+                                              "reason": "denied", "count": 1}], st)
+
     def test_forbidden_system_calls(self):
         body = """\
 import signal, time
@@ -864,6 +931,32 @@ class NetworkAllowCase(unittest.TestCase):
                 self.assertIn(" 403 ", line)
                 self.assertIn("network_allow is empty", line)
         self.assertEqual(_Hits.hits, before, "a request reached the loopback server")
+
+    def test_refusals_reported(self):
+        hosts = ["127.0.0.1:%d" % self.port, "example.com:443"]
+        out = self.srv.call("exec_command", {
+            "workspace_id": "none", "command": [PY, "-c", PY_PROOF + PROXY_PROBE] + hosts,
+            "yield_ms": int(min(30000, 20000 * SLOW))})
+        self.assertEqual(out["state"], "exited", out)
+        got = {(d["target"], d["reason"]): d["count"] for d in out["denials"]}
+        # each host is asked twice (CONNECT and GET): one entry, count 2
+        self.assertEqual(got, {("127.0.0.1:%d" % self.port, "not_allowed"): 2,
+                               ("example.com:443", "not_allowed"): 2})
+        self.assertTrue(all(d["kind"] == "network" for d in out["denials"]))
+        st = self.srv.call("process_status", {"process_id": out["process_id"]})
+        self.assertEqual(st["denials"], out["denials"])
+        info = self.srv.call("workspace_info", {"workspace_id": "none"})
+        self.assertIn("network", info["execution"]["isolation"]["denial_reports"], info)
+
+    def test_hundred_hosts_give_32_entries(self):
+        hosts = ["h%d.invalid:80" % i for i in range(100)]
+        out = self.srv.call("exec_command", {
+            "workspace_id": "none", "command": [PY, "-c", PY_PROOF + PROXY_PROBE] + hosts,
+            "yield_ms": int(min(30000, 25000 * SLOW))})
+        self.assertEqual(out["state"], "exited", out)
+        self.assertEqual(len(out["denials"]), 32, out["denials"])
+        self.assertEqual([d["target"] for d in out["denials"]], hosts[:32])
+        self.assertTrue(all(d["count"] == 2 for d in out["denials"]), out["denials"])
 
     def test_listed_loopback_address_is_reached(self):
         before = _Hits.hits

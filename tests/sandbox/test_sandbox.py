@@ -1138,6 +1138,185 @@ print(sorted(set(res.values())))
             os.rename(moved, self.tmp)
 
 
+# -- denial reports (contract.md section 8) ------------------------------------------------
+
+# Inside: one refused call, and its errno printed (the report must never change what it sees).
+SYSCALL_PY = r"""
+import ctypes, errno, os, socket, sys
+libc = ctypes.CDLL(None, use_errno=True)
+what = sys.argv[1]
+if what == "socket":
+    try:
+        socket.socket(socket.AF_INET, socket.SOCK_STREAM); print("ALLOWED")
+    except OSError as e: print("errno", e.errno)
+elif what == "ptrace":
+    r = libc.ptrace(0, 0, 0, 0); print("errno" if r == -1 else "ALLOWED", ctypes.get_errno())
+elif what == "unshare":
+    r = libc.unshare(0x10000000); print("errno" if r == -1 else "ALLOWED", ctypes.get_errno())
+elif what == "none":
+    print("quiet")
+"""
+
+# Inside: threads hammering ptrace for a few seconds; every call must fail with EPERM.
+STRESS_PY = r"""
+import ctypes, os, sys, threading, time
+libc = ctypes.CDLL(None, use_errno=True)
+secs = float(sys.argv[1]); n_threads = int(sys.argv[2])
+bad = []; counts = [0] * n_threads
+def work(i):
+    end = time.time() + secs
+    while time.time() < end:
+        r = libc.ptrace(0, 0, 0, 0)
+        if r != -1 or ctypes.get_errno() != 1: bad.append((r, ctypes.get_errno()))
+        counts[i] += 1
+ts = [threading.Thread(target=work, args=(i,)) for i in range(n_threads)]
+[t.start() for t in ts]; [t.join() for t in ts]
+print("calls", sum(counts), "bad", len(bad))
+"""
+
+
+def read_report(fd):
+    data = b""
+    while True:
+        c = os.read(fd, 65536)
+        if not c:
+            break
+        data += c
+    if not data:
+        return None
+    n = struct.unpack(">I", data[:4])[0]
+    assert len(data) == 4 + n, (len(data), n)
+    return json.loads(data[4:])
+
+
+class TestDenials(SandboxCase):
+    def run_reported(self, argv, timeout=60, popen_hook=None, **kw):
+        r, w = os.pipe()
+        try:
+            extra = dict(kw.pop("extra", {}))
+            extra["report_fd"] = w
+            plan = self.prepare(argv, extra=extra, **kw)
+            proc = subprocess.Popen([HELPER, "run", "--plan", plan], stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, pass_fds=(w,), start_new_session=True)
+            os.close(w)
+            w = -1
+            if popen_hook:
+                popen_hook(proc)
+            so, se = proc.communicate(timeout=timeout)
+            rep = read_report(r)
+        finally:
+            os.close(r)
+            if w >= 0:
+                os.close(w)
+        return subprocess.CompletedProcess(proc.args, proc.returncode, so, se), rep
+
+    def entries(self, rep):
+        return {(d["kind"], d["target"], d["reason"]): d["count"] for d in rep["denials"]}
+
+    def test_report_fd_checked(self):
+        # the same number as workspace_fd: refused by prepare; not an open pipe: run fails (125)
+        fd = os.open(self.ws, os.O_PATH | os.O_DIRECTORY)
+        self.addCleanup(os.close, fd)
+        req = {"protocol": 1, "workspace_root": self.ws, "command_cwd": self.ws,
+               "writable_workspace": True, "network": "restricted", "argv": ["/bin/true"],
+               "env": {}, "tty": False, "workspace_fd": fd, "report_fd": fd}
+        p = subprocess.run([HELPER, "prepare"], input=json.dumps(req), capture_output=True,
+                           text=True, timeout=10, pass_fds=(fd,))
+        self.assertEqual(json.loads(p.stdout)["type"], "error", p.stdout)
+        self.assertIn("report_fd", p.stdout)
+        plan = self.prepare(["/bin/true"], extra={"report_fd": 1000})
+        p = self.run_plan(plan)
+        self.assertEqual(p.returncode, 125, out(p))
+        self.assertIn(b"report_fd 1000 is not a writable pipe", p.stderr)
+
+    def test_socket_inet_restricted(self):
+        p, rep = self.run_reported([PY, "-c", INSIDE_PY + SYSCALL_PY, "socket"])
+        self.assertEqual(self.ok(p).strip(), "errno 1")
+        self.assertEqual(self.entries(rep), {("syscall", "socket(AF_INET)", "denied"): 1})
+
+    def test_ptrace_and_unshare(self):
+        for what in ("ptrace", "unshare"):
+            p, rep = self.run_reported([PY, "-c", INSIDE_PY + SYSCALL_PY, what])
+            self.assertEqual(self.ok(p).strip(), "errno 1", what)
+            self.assertEqual(self.entries(rep), {("syscall", what, "denied"): 1}, what)
+
+    def test_no_refusal_no_denials(self):
+        p, rep = self.run_reported([PY, "-c", INSIDE_PY + SYSCALL_PY, "none"])
+        self.assertEqual(self.ok(p).strip(), "quiet")
+        self.assertEqual(rep, {"protocol": 1, "denials": []})
+
+    def proxy_client(self, *requests, **kw):
+        path = os.path.join(self.ws, "pc.py")
+        with open(path, "w") as f:
+            f.write(INSIDE_PY + PROXY_CLIENT)
+        return self.run_reported([PY, path] + list(requests), network="enabled",
+                                 env={"HOME": self.ws, "LANG": "C.UTF-8", "PC_TIMEOUT": "5"}, **kw)
+
+    def test_proxy_refusals(self):
+        # network_allow []: nothing admitted (loopback targets only: refused before connecting)
+        p, rep = self.proxy_client("CONNECT 127.0.0.1:9", allow=[])
+        self.assertIn("403", self.ok(p))
+        self.assertEqual(self.entries(rep), {("network", "127.0.0.1:9", "not_allowed"): 1})
+        # no list: loopback destinations are private addresses, in any spelling
+        p, rep = self.proxy_client("CONNECT 127.0.0.1:9", "CONNECT localhost:80",
+                                   "GET http://127.0.0.1:8/x")
+        self.assertEqual(self.ok(p).count("403"), 3)
+        self.assertEqual(self.entries(rep), {("network", "127.0.0.1:9", "private_address"): 1,
+                                             ("network", "localhost:80", "private_address"): 1,
+                                             ("network", "127.0.0.1:8", "private_address"): 1})
+        # a list: an unlisted name is not allowed (twice: one entry, count 2); a malformed
+        # request is a bad request
+        p, rep = self.proxy_client("CONNECT other.invalid:443", "CONNECT other.invalid:443",
+                                   "BOGUS x", allow=["example.com"])
+        self.assertIn("400", self.ok(p))
+        self.assertEqual(self.entries(rep), {("network", "other.invalid:443", "not_allowed"): 2,
+                                             ("network", "(malformed request)", "bad_request"): 1})
+
+    def test_hundred_hosts_give_32_entries(self):
+        p, rep = self.proxy_client(*[f"CONNECT h{i}.invalid:80" for i in range(100)], allow=[])
+        self.assertEqual(self.ok(p).count("403"), 100)
+        self.assertEqual(len(rep["denials"]), 32)
+        self.assertEqual(rep["dropped"], 68)
+        self.assertEqual([d["target"] for d in rep["denials"]], [f"h{i}.invalid:80" for i in range(32)])
+        self.assertTrue(all(d["count"] == 1 and d["reason"] == "not_allowed" for d in rep["denials"]))
+
+    def test_command_cannot_write_its_report(self):
+        code = (SYSCALL_PY.replace('what = sys.argv[1]', 'what = "ptrace"') +
+                "print(sorted(int(x) for x in os.listdir('/proc/self/fd')))\n"
+                "ok = 0\n"
+                "for fd in range(3, 21):\n"
+                "    try: os.write(fd, b'\\x00\\x00\\x00\\x10{\"denials\":[{}]}'); ok += 1\n"
+                "    except OSError: pass\n"
+                "print('written', ok)\n")
+        p, rep = self.run_reported([PY, "-c", INSIDE_PY + code])
+        lines = self.ok(p).splitlines()
+        self.assertEqual(lines[0], "errno 1")
+        self.assertIn(lines[1], ("[0, 1, 2, 3]", "[0, 1, 2]"))  # 3: listdir's own directory fd
+        self.assertEqual(lines[2], "written 0")
+        self.assertEqual(self.entries(rep), {("syscall", "ptrace", "denied"): 1})
+
+    def test_notifier_stress(self):
+        samples = []
+
+        def sample(proc):
+            # The outer helper serves the notifications: its descriptors and RSS must not grow.
+            for _ in range(3):
+                time.sleep(1.2)
+                with open(f"/proc/{proc.pid}/status") as f:
+                    st = f.read()
+                rss = int(re.search(r"VmRSS:\s+(\d+)", st).group(1))
+                samples.append((len(os.listdir(f"/proc/{proc.pid}/fd")), rss))
+
+        p, rep = self.run_reported([PY, "-c", INSIDE_PY + STRESS_PY, "4", "4"], timeout=60,
+                                   popen_hook=sample)
+        m = re.search(r"calls (\d+) bad (\d+)", self.ok(p))
+        calls, bad = int(m.group(1)), int(m.group(2))
+        self.assertEqual(bad, 0)
+        self.assertGreaterEqual(calls, 4 * 1000, "fewer than 1,000 refused calls a second")
+        self.assertEqual(self.entries(rep), {("syscall", "ptrace", "denied"): calls})
+        self.assertEqual(len({s[0] for s in samples}), 1, samples)
+        self.assertLess(max(s[1] for s in samples) - min(s[1] for s in samples), 1024, samples)
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -1140,6 +1140,7 @@ static const struct cs_runtime_caps full_caps = {
     .sandbox = true,
     .has_landlock_abi = true,
     .landlock_abi = 3,
+    .syscall_denials = true,
     .tty_supported = true,
     .max_live_processes = 8,
     .timeout_ms = 30000,
@@ -1264,7 +1265,7 @@ static void test_info_host_workspace(void **state)
              "    \"queue_full_error\": \"RESOURCE_QUEUE_FULL\"},"
              "  \"isolation\": {\"file_tools_workspace_scoped\": true,"
              "    \"command_sandbox\": \"linux-sandbox\", \"runner\": \"in-process\","
-             "    \"landlock_abi\": 3},"
+             "    \"landlock_abi\": 3, \"denial_reports\": [\"network\", \"syscall\"]},"
              "  \"network\": {\"policy\": \"enabled\", \"enforcement\": \"enforced\","
              "    \"client_may_escalate\": false, \"allow\": [\"example.com:443\"]}}}",
              fx.ws1);
@@ -1365,6 +1366,16 @@ static void test_info_caps(void **state)
                 " \"runner\": \"uds\"}");
     assert_string_equal(
         json_string_value(json_object_get(json_object_get(x, "network"), "enforcement")), "none");
+    json_decref(j);
+
+    /* denial_reports (contract.md section 8): only with the sandbox; network only for an enabled
+     * workspace, syscall only with seccomp user notification; never filesystem. */
+    c = full_caps;
+    c.syscall_denials = false;
+    j = info_json(&cfg, &c, "rw", 2);
+    x = json_object_get(j, "execution");
+    expect_json(json_incref(json_object_get(json_object_get(x, "isolation"), "denial_reports")),
+                "[\"network\"]");
     json_decref(j);
 
     /* landlock_abi 0 is present (a kernel without Landlock reports ABI 0 when probed). */

@@ -1,0 +1,207 @@
+/*
+ * sandbox_report: what the sandbox refused (contract.md section 8), kept by the outer helper and
+ * written to the runner when the command has ended, and the seccomp user-notification server
+ * that learns of each refused system call.
+ *
+ * Trust: the notifications come from the kernel about the (hostile) command; only their
+ * syscall number, architecture and first two arguments are read (never the command's memory).
+ * Every notification is answered with an error: nothing here can make a refused call succeed.
+ * The report goes to the runner on the plan's report_fd, which neither the init nor the command
+ * ever holds, as one frame (u32 big-endian length + schema/sandbox/report.json).
+ *
+ * Entry points: cs_sbx_denial_add, cs_sbx_report_write, cs_sbx_notify_supported,
+ * cs_sbx_notify_serve_one. All run on the outer helper's single thread.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/seccomp.h>
+#include <seccomp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "sandbox.h"
+
+/* The 32 distinct entries of contract.md section 8; later distinct refusals are only counted. */
+struct entry {
+    enum csw_denial_kind kind;
+    char target[CS_SBX_DENIAL_TARGET_MAX + 1];
+    char reason[24];
+    int64_t count;
+};
+
+static struct entry table[CS_SBX_DENIALS_MAX];
+static size_t n_table;
+static int64_t dropped;
+
+void cs_sbx_denial_add(enum csw_denial_kind kind, const char *target, const char *reason)
+{
+    char t[CS_SBX_DENIAL_TARGET_MAX + 1];
+    snprintf(t, sizeof t, "%s", target); /* host names are ASCII: the cut cannot split UTF-8 */
+    for (size_t i = 0; i < n_table; i++)
+        if (table[i].kind == kind && strcmp(table[i].reason, reason) == 0 &&
+            strcmp(table[i].target, t) == 0) {
+            if (table[i].count < INT64_MAX)
+                table[i].count++;
+            return;
+        }
+    if (n_table == CS_SBX_DENIALS_MAX) {
+        if (dropped < INT64_MAX)
+            dropped++;
+        return;
+    }
+    struct entry *e = &table[n_table++];
+    e->kind = kind;
+    memcpy(e->target, t, sizeof t);
+    snprintf(e->reason, sizeof e->reason, "%s", reason);
+    e->count = 1;
+}
+
+size_t cs_sbx_denial_count(void)
+{
+    return n_table;
+}
+
+void cs_sbx_report_write(int fd)
+{
+    struct csw_denial v[CS_SBX_DENIALS_MAX];
+    for (size_t i = 0; i < n_table; i++)
+        v[i] = (struct csw_denial){.kind = table[i].kind,
+                                   .target = {table[i].target, strlen(table[i].target)},
+                                   .reason = {table[i].reason, strlen(table[i].reason)},
+                                   .count = table[i].count};
+    struct csw_sandbox_report r = {
+        .denials = {v, n_table}, .has_dropped = dropped > 0, .dropped = dropped};
+    char *text = NULL;
+    size_t n = 0;
+    struct cs_wire_diag diag;
+    if (csw_sandbox_report_encode_text(&r, &text, &n, &diag) != CS_WIRE_OK)
+        return; /* the runner then reports no denials: never a reason to fail the command */
+    unsigned char *frame = malloc(n + 4);
+    if (frame) {
+        frame[0] = (unsigned char)(n >> 24);
+        frame[1] = (unsigned char)(n >> 16);
+        frame[2] = (unsigned char)(n >> 8);
+        frame[3] = (unsigned char)n;
+        memcpy(frame + 4, text, n);
+        /* At most 32 entries of about 400 bytes: far below a pipe's buffer, so this does not
+         * wait for the runner. */
+        size_t off = 0;
+        while (off < n + 4) {
+            ssize_t w = write(fd, frame + off, n + 4 - off);
+            if (w < 0 && errno == EINTR)
+                continue;
+            if (w <= 0)
+                break;
+            off += (size_t)w;
+        }
+    }
+    free(frame);
+    free(text);
+}
+
+/* ------------------------------------------------------------ notifications ---- */
+
+bool cs_sbx_notify_supported(void)
+{
+    /* The kernel lists the actions it has (user_notif since 5.0); libseccomp's API level 5 is
+     * its support of SCMP_ACT_NOTIFY. The runner reads the same file for workspace_info. */
+    int fd = open("/proc/sys/kernel/seccomp/actions_avail", O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return false;
+    char buf[256];
+    ssize_t r = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (r <= 0)
+        return false;
+    buf[r] = '\0';
+    return strstr(buf, "user_notif") != NULL && seccomp_api_get() >= 5;
+}
+
+static const char *family_name(uint64_t fam)
+{
+    switch (fam) {
+    case AF_INET:
+        return "AF_INET";
+    case AF_INET6:
+        return "AF_INET6";
+    case AF_NETLINK:
+        return "AF_NETLINK";
+    case AF_PACKET:
+        return "AF_PACKET";
+    default:
+        return NULL;
+    }
+}
+
+/* The report's name of a refused call: its name, with the family for socket() and the request
+ * for ioctl(). */
+static void call_target(const struct seccomp_data *d, char *out, size_t cap)
+{
+    /* Names are resolved once per call number and kept: serving a notification allocates
+     * nothing, so a flood of refusals cannot grow the helper. Only the native architecture
+     * reaches here (the filter kills any other). */
+    static char *names[1024];
+    char *name = NULL;
+    if (d->nr >= 0 && d->nr < 1024) {
+        if (!names[d->nr])
+            names[d->nr] = seccomp_syscall_resolve_num_arch(d->arch, d->nr);
+        name = names[d->nr];
+    }
+    const char *n = name ? name : "unknown";
+    if (d->nr == __NR_socket) {
+        const char *f = family_name(d->args[0]);
+        if (f)
+            snprintf(out, cap, "socket(%s)", f);
+        else
+            snprintf(out, cap, "socket(%llu)", (unsigned long long)d->args[0]);
+    } else if (d->nr == __NR_ioctl) {
+        unsigned req = (unsigned)d->args[1];
+        snprintf(out, cap, "ioctl(%s)", req == TIOCSTI ? "TIOCSTI" : "TIOCLINUX");
+    } else {
+        snprintf(out, cap, "%s", n);
+    }
+}
+
+int cs_sbx_notify_serve_one(int fd)
+{
+    static struct seccomp_notif *req;
+    static struct seccomp_notif_resp *resp;
+    static size_t req_size, resp_size;
+    if (!req) {
+        /* The kernel's structure sizes (they may grow), never less than this header's. */
+        struct seccomp_notif_sizes sz = {0};
+        if (syscall(SYS_seccomp, SECCOMP_GET_NOTIF_SIZES, 0, &sz) < 0)
+            cs_sbx_die("SECCOMP_GET_NOTIF_SIZES");
+        req_size = sz.seccomp_notif > sizeof *req ? sz.seccomp_notif : sizeof *req;
+        resp_size = sz.seccomp_notif_resp > sizeof *resp ? sz.seccomp_notif_resp : sizeof *resp;
+        req = calloc(1, req_size);
+        resp = calloc(1, resp_size);
+        if (!req || !resp)
+            cs_sbx_diex("out of memory");
+    }
+    memset(req, 0, req_size); /* the kernel refuses a receive buffer that is not zeroed */
+    /* The kernel's ioctls directly: libseccomp's wrappers refuse to run in a process that
+     * never probed its API level (the filter was loaded by the command, not here). */
+    if (ioctl(fd, SECCOMP_IOCTL_NOTIF_RECV, req) < 0)
+        /* ENOENT: the caller was killed meanwhile; EINTR: a signal. Anything else would repeat
+         * at every wake-up: the caller closes the listener, and the kernel answers ENOSYS. */
+        return errno == ENOENT || errno == EINTR ? 0 : -1;
+    memset(resp, 0, resp_size);
+    resp->id = req->id;
+    resp->val = 0;
+    /* Every rule that notifies is an EPERM rule (the ENOSYS ones stay plain errno actions):
+     * the caller sees exactly what it saw without reporting. flags stays 0: never
+     * SECCOMP_USER_NOTIF_FLAG_CONTINUE, so the call is never carried out. */
+    resp->error = -EPERM;
+    resp->flags = 0;
+    (void)ioctl(fd, SECCOMP_IOCTL_NOTIF_SEND, resp); /* ENOENT: the caller is gone */
+    char target[CS_SBX_DENIAL_TARGET_MAX + 1];
+    call_target(&req->data, target, sizeof target);
+    cs_sbx_denial_add(CSW_DENIAL_KIND_SYSCALL, target, "denied");
+    return 0;
+}
