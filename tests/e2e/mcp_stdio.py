@@ -31,6 +31,26 @@ def runner_args():
     return ["--runner", value] if value else []
 
 
+def sanitized(path):
+    """True when the binary at path carries AddressSanitizer's runtime (the debug preset links
+    libasan, clang's fuzz preset links its runtime in: both define __asan_init)."""
+    tail = b""
+    with open(path, "rb") as f:
+        while True:
+            block = f.read(1 << 20)
+            if not block:
+                return False
+            if b"__asan_init" in tail + block:
+                return True
+            tail = block[-16:]
+
+
+def sanitized_pid(pid):
+    """sanitized() for a running process: ASan's quarantine and shadow make its RSS no measure
+    of ours."""
+    return sanitized("/proc/%d/exe" % pid)
+
+
 class ToolError(Exception):
     """A tool answered isError: the error body is in .body, its code in .code."""
 

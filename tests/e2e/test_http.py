@@ -30,23 +30,6 @@ START_TIMEOUT = 10.0
 IO_TIMEOUT = 10.0
 
 
-
-def under_asan(pid):
-    """True when the server runs under AddressSanitizer: gcc's debug preset links libasan
-    dynamically, clang's fuzz preset links its runtime into the binary (look for its init)."""
-    with open("/proc/%d/maps" % pid) as f:
-        if "libasan" in f.read():
-            return True
-    with open("/proc/%d/exe" % pid, "rb") as f:
-        tail = b""
-        while True:
-            block = f.read(1 << 20)
-            if not block:
-                return False
-            if b"__asan_init" in tail + block:
-                return True
-            tail = block[-16:]
-
 class Server:
     """One codespace-mcp --http process; stderr is drained by a thread into self.lines."""
 
@@ -987,7 +970,7 @@ class TestHttpBodyBudget(HttpCase):
                 self.assertEqual(status, 503, body)
                 self.assertRegex(head, r"(?im)^retry-after:\s*1\s*$")
                 self.assertIn("budget", json.loads(body)["error"]["message"])
-            asan = under_asan(pid)
+            asan = mcp_stdio.sanitized_pid(pid)
             if not asan:  # ASan's quarantine and shadow make RSS no measure of ours
                 self.assertLess(hwm - base, (self.BUDGET + 24 * self.MIB) // 1024)
             # One held upload finishes and is answered; its share frees for a new one.

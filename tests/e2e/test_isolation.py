@@ -56,17 +56,8 @@ def required_env(name):
     return path
 
 
-def sanitized(path):
-    """True when the binary carries AddressSanitizer's runtime (debug preset)."""
-    tail = b""
-    with open(path, "rb") as f:
-        while True:
-            block = f.read(1 << 20)
-            if not block:
-                return False
-            if b"__asan_init" in tail + block:
-                return True
-            tail = block[-16:]
+
+sanitized = mcp_stdio.sanitized
 
 
 _BIN = os.environ.get("CODESPACE_MCP_BIN")

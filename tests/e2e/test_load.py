@@ -50,21 +50,8 @@ def status_kib(pid, field):
     raise AssertionError("no %s for pid %d" % (field, pid))
 
 
-def sanitized(pid):
-    """True when the server runs under AddressSanitizer: gcc's debug preset links libasan
-    dynamically, clang's fuzz preset links its runtime into the binary (look for its init)."""
-    with open("/proc/%d/maps" % pid) as f:
-        if "libasan" in f.read():
-            return True
-    with open("/proc/%d/exe" % pid, "rb") as f:
-        tail = b""
-        while True:
-            block = f.read(1 << 20)
-            if not block:
-                return False
-            if b"__asan_init" in tail + block:
-                return True
-            tail = block[-16:]
+
+sanitized = mcp_stdio.sanitized_pid
 
 
 def reset_peak(pid):

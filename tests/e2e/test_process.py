@@ -46,17 +46,8 @@ PIPE_ENV = {"PATH", "HOME", "LANG", "TMPDIR", "TERM", "PAGER", "GIT_PAGER",
             "GIT_TERMINAL_PROMPT", "NO_COLOR", "CI"}
 
 
-def sanitized(path):
-    """True when the binary carries AddressSanitizer's runtime (debug and fuzz presets)."""
-    tail = b""
-    with open(path, "rb") as f:
-        while True:
-            block = f.read(1 << 20)
-            if not block:
-                return False
-            if b"__asan_init" in tail + block:
-                return True
-            tail = block[-16:]
+
+sanitized = mcp_stdio.sanitized
 
 
 def binary():
