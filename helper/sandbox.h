@@ -83,6 +83,10 @@ _Noreturn void cs_sbx_run(struct csw_sandbox_plan *plan);
 _Noreturn void cs_sbx_die(const char *what);
 _Noreturn void cs_sbx_diex(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/* Passes fd over the unix socket sock (SCM_RIGHTS, one byte); dies naming what on failure. Used
+ * for the proxy listener (init -> outer helper) and the seccomp listener (command -> outer). */
+void cs_sbx_send_fd(int sock, int fd, const char *what);
+
 /* ---- sandbox_identity.c (run by the outer helper, in the caller's namespaces) ---- */
 
 #define CS_SBX_DEFAULT_ID 65533 /* a root caller's command id when the plan names none */

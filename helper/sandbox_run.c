@@ -110,7 +110,7 @@ static char **build_env(const struct csw_sandbox_plan *plan, uint16_t proxy_port
     return env;
 }
 
-static void send_fd(int sock, int fd)
+void cs_sbx_send_fd(int sock, int fd, const char *what)
 {
     char byte = 'P';
     struct iovec iov = {.iov_base = &byte, .iov_len = 1};
@@ -127,7 +127,7 @@ static void send_fd(int sock, int fd)
     c->cmsg_len = CMSG_LEN(sizeof(int));
     memcpy(CMSG_DATA(c), &fd, sizeof fd);
     if (sendmsg(sock, &msg, MSG_NOSIGNAL) != 1)
-        cs_sbx_die("send proxy listener");
+        cs_sbx_diex("send %s: %s", what, strerror(errno));
 }
 
 static int recv_fd(int sock)
@@ -239,7 +239,7 @@ _Noreturn static void init_main(struct csw_sandbox_plan *plan, int go_fd, int st
     cs_sbx_setup_loopback();
     if (plan->network == CSW_SANDBOX_PLAN_NETWORK_ENABLED) {
         int l = cs_sbx_setup_proxy_listener(&port);
-        send_fd(fd_sock, l);
+        cs_sbx_send_fd(fd_sock, l, "the proxy listener");
         close(l);
     }
     if (fd_sock >= 0)

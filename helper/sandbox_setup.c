@@ -668,26 +668,6 @@ static void sc_add(scmp_filter_ctx ctx, uint32_t action, const char *name, unsig
         cs_sbx_diex("seccomp rule %s: %s", name, strerror(-rc));
 }
 
-static void send_listener(int sock, int fd)
-{
-    char byte = 'N';
-    struct iovec iov = {.iov_base = &byte, .iov_len = 1};
-    union {
-        char buf[CMSG_SPACE(sizeof(int))];
-        struct cmsghdr align;
-    } u;
-    memset(&u, 0, sizeof u);
-    struct msghdr msg = {
-        .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof u.buf};
-    struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int));
-    memcpy(CMSG_DATA(c), &fd, sizeof fd);
-    if (sendmsg(sock, &msg, MSG_NOSIGNAL) != 1)
-        cs_sbx_die("send the seccomp listener");
-}
-
 void cs_sbx_setup_seccomp(bool network_enabled, int notify_sock)
 {
     scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
@@ -827,7 +807,7 @@ void cs_sbx_setup_seccomp(bool network_enabled, int notify_sock)
     if (notify) {
         if (listener < 0)
             cs_sbx_diex("seccomp listener missing");
-        send_listener(notify_sock, listener);
+        cs_sbx_send_fd(notify_sock, listener, "the seccomp listener");
         close(listener);
     }
     if (notify_sock >= 0)

@@ -460,6 +460,21 @@ void cs_mcp_call_on_cancel(struct cs_mcp_call *call, cs_mcp_cancel_fn fn, void *
     call->on_cancel_arg = arg;
 }
 
+/* Takes call off its session's list (when the session still exists). */
+static void call_unlink(struct cs_mcp_call *call)
+{
+    struct cs_mcp_exchange *x = call->x;
+    if (x && x->s) {
+        if (call->prev)
+            call->prev->next = call->next;
+        else
+            x->s->calls = call->next;
+        if (call->next)
+            call->next->prev = call->prev;
+    }
+    call->prev = call->next = NULL;
+}
+
 /*
  * Cancels call (contract.md section 2): it leaves its exchange and its session's list, so the
  * exchange replies (or, abandoned, ends) without waiting for it (on HTTP the POST is answered at
@@ -472,15 +487,7 @@ static void call_cancel(struct cs_mcp_call *call)
     if (!x || call->cancelled)
         return;
     call->cancelled = true;
-    if (x->s) {
-        if (call->prev)
-            call->prev->next = call->next;
-        else
-            x->s->calls = call->next;
-        if (call->next)
-            call->next->prev = call->prev;
-    }
-    call->prev = call->next = NULL;
+    call_unlink(call);
     call->x = NULL;
     cs_mcp_cancel_fn fn = call->on_cancel;
     call->on_cancel = NULL;
@@ -526,14 +533,7 @@ static void complete_with(struct cs_mcp_call *call, json_t *result, char *reply_
     }
     json_decref(result);
 
-    if (x->s) {
-        if (call->prev)
-            call->prev->next = call->next;
-        else
-            x->s->calls = call->next;
-        if (call->next)
-            call->next->prev = call->prev;
-    }
+    call_unlink(call);
     cs_wire_free(call->t->tool->input, call->input);
     free(call->input);
     json_decref(call->id);

@@ -525,17 +525,24 @@ static void job_submit(struct file_job *j)
     }
 }
 
+/* Copies src into the job's dst; out of memory, answers the call and frees the job: -1. */
+static int job_str(struct file_job *j, struct cs_str *dst, const struct cs_str *src)
+{
+    if (str_copy(dst, src) == 0)
+        return 0;
+    fail(j->done, j->arg, CSW_ERROR_INTERNAL, "out of memory");
+    job_free(j);
+    return -1;
+}
+
 static void op_read(struct cs_runner_exec *ex, const struct csw_runner_wire_read_data *d,
                     cs_runner_done_fn done, void *arg)
 {
     struct file_job *j = job_new(ex, CSW_RUNNER_WIRE_OP_READ, &d->workspace, done, arg);
     if (!j)
         return;
-    if (str_copy(&j->path, &d->path) != 0) {
-        fail(done, arg, CSW_ERROR_INTERNAL, "out of memory");
-        job_free(j);
+    if (job_str(j, &j->path, &d->path) != 0)
         return;
-    }
     j->in.read = (struct csw_mcp_read_input){
         .path = j->path,
         .has_offset = d->has_offset,
@@ -552,11 +559,8 @@ static void op_find(struct cs_runner_exec *ex, const struct csw_runner_wire_find
     struct file_job *j = job_new(ex, CSW_RUNNER_WIRE_OP_FIND, &d->workspace, done, arg);
     if (!j)
         return;
-    if (d->has_glob && str_copy(&j->glob, &d->glob) != 0) {
-        fail(done, arg, CSW_ERROR_INTERNAL, "out of memory");
-        job_free(j);
+    if (d->has_glob && job_str(j, &j->glob, &d->glob) != 0)
         return;
-    }
     j->in.find = (struct csw_mcp_find_input){
         .has_glob = d->has_glob,
         .glob = j->glob,
@@ -574,11 +578,8 @@ static void op_version(struct cs_runner_exec *ex, const struct csw_runner_wire_v
     struct file_job *j = job_new(ex, CSW_RUNNER_WIRE_OP_VERSION, &d->workspace, done, arg);
     if (!j)
         return;
-    if (str_copy(&j->path, &d->path) != 0) {
-        fail(done, arg, CSW_ERROR_INTERNAL, "out of memory");
-        job_free(j);
+    if (job_str(j, &j->path, &d->path) != 0)
         return;
-    }
     j->in.read = (struct csw_mcp_read_input){.path = j->path, .has_limit = true, .limit = 1};
     job_submit(j);
 }
