@@ -3,6 +3,8 @@
 naming the problem and the fix, on a temporary copy that breaks one rule.
 
 - gen/docgen.py --check: docs/contract/tool-reference.md is what the schemas give.
+- check_touchpoints.py: every tool is in each place docs/adding-a-tool.md names; the guide's
+  tables match the check; docs/fuzzing.md lists every harness.
 
 Standard library (and jsonschema, which docgen.py needs); the repository is never modified.
 """
@@ -28,7 +30,8 @@ def run(path, *args):
 class TmpRepo(unittest.TestCase):
     """A copy of the parts of the repository a check reads, under self.root."""
 
-    PARTS = ("schema", "docs", "gen")
+    PARTS = ("schema", "docs", "gen", "src/tools", "src/runner", "tests/golden", "tests/e2e",
+             "tests/unit", "fuzz")
 
     def setUp(self):
         self.tmp = tempfile.mkdtemp(prefix="cs-contract-")
@@ -36,7 +39,7 @@ class TmpRepo(unittest.TestCase):
         self.root = os.path.join(self.tmp, "repo")
         for part in self.PARTS:
             shutil.copytree(os.path.join(REPO, part), os.path.join(self.root, part),
-                            ignore=shutil.ignore_patterns("__pycache__"))
+                            ignore=shutil.ignore_patterns("__pycache__", "node_modules"))
 
     def edit(self, rel, old, new):
         path = os.path.join(self.root, rel)
@@ -89,6 +92,92 @@ class ToolReferenceTest(TmpRepo):
         self.edit("schema/mcp/process_resize.input.json", "Rows, 1 to 1000.", "Rows, 1 to 999.")
         self.assertPasses(run(os.path.join(REPO, "gen", "docgen.py"), "--root", self.root))
         self.assertPasses(self.check(self.root))
+
+
+class TouchPointsTest(TmpRepo):
+    def check(self, root):
+        return run(os.path.join(HERE, "check_touchpoints.py"), "--root", root)
+
+    def remove(self, rel):
+        path = os.path.join(self.root, rel)
+        (shutil.rmtree if os.path.isdir(path) else os.remove)(path)
+
+    def test_repository_passes(self):
+        self.assertPasses(self.check(REPO))
+
+    def test_unmodified_copy_passes(self):
+        self.assertPasses(self.check(self.root))
+
+    def test_unregistered_handler_fails(self):
+        self.edit("src/tools/tools.c", 'cs_mcp_set_tool(srv, "process_resize", ',
+                  'cs_mcp_set_tool(srv, "process_resize_x", ')
+        self.assertFailsWith(self.check(self.root), "tools-c:", '"process_resize"')
+
+    def test_missing_executor_case_fails(self):
+        self.edit("src/runner/runner_exec.c",
+                  "case CSW_RUNNER_WIRE_OP_RESIZE:\n        if ((p = pending_new",
+                  "case CSW_RUNNER_WIRE_OP_RESIZE_GONE:\n        if ((p = pending_new")
+        self.assertFailsWith(self.check(self.root), "runner-exec:", "CSW_RUNNER_WIRE_OP_RESIZE")
+
+    def test_missing_wire_op_fails(self):
+        self.edit("schema/runner/wire.json", '"const": "resize"', '"const": "resize2"')
+        self.assertFailsWith(self.check(self.root), "wire-op:", "op_resize")
+
+    def test_missing_golden_cases_fail(self):
+        self.remove("tests/golden/mcp_process_resize_output/invalid")
+        self.remove("tests/golden/runner_wire/valid/10-request-resize.json")
+        self.assertFailsWith(self.check(self.root), "golden:",
+                             "mcp_process_resize_output/invalid", 'op "resize"')
+
+    def test_missing_corpus_fails(self):
+        self.remove("fuzz/corpus/mcp_workspace_info_input")
+        self.assertFailsWith(self.check(self.root), "corpus:", "mcp_workspace_info_input")
+
+    def test_missing_lock_entry_fails(self):
+        path = os.path.join(self.root, "schema/frozen.lock")
+        with open(path, encoding="utf-8") as f:
+            lock = json.load(f)
+        del lock["schemas"]["mcp/find.output.json"]
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(lock, f)
+        self.assertFailsWith(self.check(self.root), "frozen-lock:", "mcp/find.output.json")
+
+    def test_tool_missing_from_a_list_fails(self):
+        self.edit("tests/unit/test_base.c", '"process_resize"', '"process_resize2"')
+        self.assertFailsWith(self.check(self.root), "tool-lists:", "tests/unit/test_base.c")
+
+    def test_tool_missing_from_the_contract_fails(self):
+        self.edit("docs/contract/tools.md", "### 3.10 process_resize", "### 3.10 resize")
+        self.assertFailsWith(self.check(self.root), "contract-docs:", "3.N process_resize")
+
+    def test_new_tool_without_anything_fails_everywhere(self):
+        src = os.path.join(self.root, "schema/mcp/process_resize.input.json")
+        with open(src, encoding="utf-8") as f:
+            doc = json.load(f)
+        doc["x-cs-tool"]["name"], doc["x-cs-tool"]["index"] = "process_rename", 11
+        with open(os.path.join(self.root, "schema/mcp/process_rename.input.json"), "w",
+                  encoding="utf-8") as f:
+            json.dump(doc, f)
+        rc, out = self.check(self.root)
+        self.assertEqual(rc, 1, out)
+        for point in ("wire-op table has no row for process_rename", "schema-output:",
+                      "frozen-lock:", "tools-c:", "golden:", "corpus:", "tool-lists:",
+                      "e2e:", "contract-docs:"):
+            self.assertIn(point, out)
+
+    def test_guide_naming_an_unchecked_place_fails(self):
+        self.edit("docs/adding-a-tool.md", "| `e2e` |", "| `e2e-soak` |")
+        self.assertFailsWith(self.check(self.root), "`e2e-soak`", "does not name `e2e`")
+
+    def test_guide_without_a_tool_row_fails(self):
+        self.edit("docs/adding-a-tool.md", "| `process_resize` | `resize` |\n", "")
+        self.assertFailsWith(self.check(self.root), "no row for process_resize")
+
+    def test_unlisted_fuzz_harness_fails(self):
+        self.edit("docs/fuzzing.md", "| `deny_match_fuzz` | `fuzz/deny_match_fuzz.c` |",
+                  "| `deny_fuzz` | `fuzz/deny.c` |")
+        self.assertFailsWith(self.check(self.root), "`deny_match_fuzz`",
+                             "`fuzz/deny_match_fuzz.c`")
 
 
 if __name__ == "__main__":
