@@ -5,6 +5,7 @@ naming the problem and the fix, on a temporary copy that breaks one rule.
 - gen/docgen.py --check: docs/contract/tool-reference.md is what the schemas give.
 - check_touchpoints.py: every tool is in each place docs/adding-a-tool.md names; the guide's
   tables match the check; docs/fuzzing.md lists every harness.
+- check_citations.py: comments cite the contract under docs/, with pages and sections that exist.
 
 Standard library (and jsonschema, which docgen.py needs); the repository is never modified.
 """
@@ -178,6 +179,65 @@ class TouchPointsTest(TmpRepo):
                   "| `deny_fuzz` | `fuzz/deny.c` |")
         self.assertFailsWith(self.check(self.root), "`deny_match_fuzz`",
                              "`fuzz/deny_match_fuzz.c`")
+
+
+class CitationsTest(TmpRepo):
+    PARTS = ("docs",)
+
+    def setUp(self):
+        super().setUp()
+        os.makedirs(os.path.join(self.root, "src", "m"))
+        os.makedirs(os.path.join(self.root, "tests", "e2e"))
+
+    def write(self, rel, text):
+        with open(os.path.join(self.root, rel), "w", encoding="utf-8") as f:
+            f.write(text)
+
+    def check(self, root):
+        return run(os.path.join(HERE, "check_citations.py"), "--root", root)
+
+    def test_repository_passes(self):
+        self.assertPasses(self.check(REPO))
+
+    def test_docs_citations_pass(self):
+        self.write("src/m/m.c", "/* m: a module (docs/contract/runtime.md section 5, and\n"
+                   " * docs/contract/sandbox.md sections 1, 3 and 4; docs/contract/tools.md\n"
+                   " * section 6; docs/contract/errors.md §1; docs/process.md, \"Cancellation\";\n"
+                   " * docs/contract/runtime.md sections 3-5). */\nint m;\n")
+        self.assertPasses(self.check(self.root))
+
+    def test_spec_file_without_docs_path_fails(self):
+        for name in ("runtime.md", "sandbox.md", "contract.md", "patch-format.md",
+                     "../shared/spec/sandbox.md"):
+            self.write("src/m/m.c", f"/* the worker ({name} section 4) */\nint m;\n")
+            self.assertFailsWith(self.check(self.root), "src/m/m.c:1", "outside docs/")
+
+    def test_python_comment_and_docstring_fail(self):
+        self.write("tests/e2e/test_x.py", '"""Suite (sandbox.md section 5)."""\n'
+                   "X = 1  # runtime.md section 3\n")
+        self.assertFailsWith(self.check(self.root), "test_x.py:1", "test_x.py:2")
+
+    def test_missing_page_fails(self):
+        self.write("src/m/m.c", "/* see docs/contract/lifetime.md section 2 */\nint m;\n")
+        self.assertFailsWith(self.check(self.root), "docs/contract/lifetime.md: no such page")
+
+    def test_missing_section_fails(self):
+        self.write("src/m/m.c", "/* docs/contract/runtime.md section 9 */\nint m;\n")
+        self.assertFailsWith(self.check(self.root), "no section 9")
+
+    def test_missing_section_on_a_wrapped_line_fails(self):
+        self.write("src/m/m.c", "/* the lease (docs/contract/sandbox.md sections 1 and\n"
+                   " * 8) */\nint m;\n")
+        self.assertFailsWith(self.check(self.root), "no section 8")
+
+    def test_missing_anchor_fails(self):
+        self.write("src/m/m.c", "// docs/runner-isolation.md#no-such-heading\nint m;\n")
+        self.assertFailsWith(self.check(self.root), "#no-such-heading: no heading")
+
+    def test_string_data_is_not_a_citation(self):
+        self.write("tests/e2e/test_x.py", 'PATHS = ["docs/gone.md", "runtime.md"]\n')
+        self.write("src/m/m.c", 'const char *p = "docs/gone.md runtime.md";\n')
+        self.assertPasses(self.check(self.root))
 
 
 if __name__ == "__main__":
