@@ -1,5 +1,5 @@
 /*
- * Fuzz harness for the deny matcher (src/fs/fs_deny.c; contract.md section 7).
+ * Fuzz harness for the deny matcher (src/fs/fs_deny.c; docs/contract/tools.md section 5).
  * Input: a rule and a path separated by the first '\n' (no '\n': the whole input is the rule and
  * the path is "a/.env"). The path is normalised as the file tools do (cs_fs_path_normalize); a
  * path that does not normalise, or the root itself, is not matched. For a rule that

@@ -1,5 +1,5 @@
 /*
- * codespace-linux-sandbox: the command sandbox helper (sandbox.md sections 1, 3, 4).
+ * codespace-linux-sandbox: the command sandbox helper (docs/contract/sandbox.md sections 1, 3, 4).
  *
  *   codespace-linux-sandbox probe
  *   codespace-linux-sandbox prepare          < request.json   > {"type":"prepared",...}
@@ -137,7 +137,7 @@ int main(int argc, char **argv)
             close(fd);
     if (close_range(1024, ~0u, 0) < 0)
         cs_sbx_die("close_range");
-    /* The denial report's pipe (contract.md section 8): the runner reads it after the end. */
+    /* The denial report's pipe (docs/contract/tools.md §6): the runner reads it after the end. */
     if (plan.has_report_fd) {
         struct stat st;
         int fl = fcntl((int)plan.report_fd, F_GETFL);

@@ -1,5 +1,5 @@
 /*
- * sandbox_plan: the plan's life (sandbox.md section 1). `prepare` turns a request read from
+ * sandbox_plan: the plan's life (docs/contract/sandbox.md §1). `prepare` turns a request read from
  * stdin into a plan file (0600, in a fresh 0700 mkdtemp directory under $TMPDIR, created
  * exclusively, no-follow, fsynced) and answers one JSON line; `run` loads the plan with the
  * owner, mode and type checks, unlinks it and removes its directory before anything else, then

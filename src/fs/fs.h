@@ -1,9 +1,9 @@
 /*
- * fs: the file tools' engine (contract.md section 3, read and find). Path normalisation, no-follow
- * opening beneath a workspace root, a windowed read that hashes the whole file in the same pass,
- * and a listing walk with a glob matcher. The gateway's tool handlers call it today; the runner's
- * worker will call it through the wire protocol later, so nothing here knows about MCP, tools or
- * the workspace policy: callers check the workspace first and pass its root.
+ * fs: the file tools' engine (docs/contract/tools.md §3, read and find). Path normalisation,
+ * no-follow opening beneath a workspace root, a windowed read that hashes the whole file in the
+ * same pass, and a listing walk with a glob matcher. The gateway's tool handlers call it today; the
+ * runner's worker will call it through the wire protocol later, so nothing here knows about MCP,
+ * tools or the workspace policy: callers check the workspace first and pass its root.
  *
  * Trust: the root (path or directory fd) comes from the operator's registry and is trusted to be
  * a directory the caller may read. Everything else is the client's: paths, globs, offsets and
@@ -39,7 +39,7 @@
 #include "base_cancel.h"
 #include "csw.h"
 
-/* ---- caps (contract.md sections 3 and 4) ---- */
+/* ---- caps (docs/contract/tools.md sections 3 and 4) ---- */
 
 #define CS_FS_READ_MAX_BYTES 1048576 /* read: bytes per window, and the default limit */
 #define CS_FS_FIND_MAX_PATHS 10000   /* find: paths per page, and the default limit */
@@ -133,7 +133,7 @@ int cs_fs_find_at(int rootfd, const struct csw_mcp_find_input *in, size_t walk_c
                   size_t msg_cap);
 
 /*
- * The find tool's glob over a relative path (contract.md section 3): '*' matches within one
+ * The find tool's glob over a relative path (docs/contract/tools.md §3): '*' matches within one
  * segment, a "**" segment matches zero or more whole segments, '?' one character (a UTF-8 code
  * point), "[...]" a class of characters and ranges ('!' or '^' first negates; ']' first is
  * literal), '\' makes the next character literal. A glob without '/' matches the last segment (the
@@ -143,7 +143,7 @@ int cs_fs_find_at(int rootfd, const struct csw_mcp_find_input *in, size_t walk_c
  */
 bool cs_fs_glob_match(const char *glob, size_t glob_n, const char *path, size_t path_n);
 
-/* ---- deny rules (contract.md section 7; fs_deny.c) ---- */
+/* ---- deny rules (docs/contract/tools.md section 5; fs_deny.c) ---- */
 
 #define CS_FS_DENY_MAX_RULES 1024    /* rules per workspace */
 #define CS_FS_DENY_SCAN_CAP  100000  /* entries one identity scan looks at */
@@ -173,7 +173,7 @@ bool cs_fs_deny_rule_match(const char *rule, size_t rule_n, const char *path, si
 /*
  * A workspace's deny rules and its identity memory: the (device, inode) of every denied file
  * or directory seen so far (at the first operation, at each spawn, at each listing), so that a
- * file renamed or hard-linked by a command stays denied (contract.md section 7). The memory is
+ * file renamed or hard-linked by a command stays denied (docs/contract/tools.md §5). The memory is
  * shared by the file-work threads: every call here is thread-safe.
  */
 struct cs_fs_deny;

@@ -1,5 +1,5 @@
 /*
- * fs_deny: the workspace's deny rules (contract.md section 7), one matcher for read, find,
+ * fs_deny: the workspace's deny rules (docs/contract/tools.md §5), one matcher for read, find,
  * apply_patch and the sandbox's masks, and the identity memory that keeps a renamed or
  * hard-linked denied file denied.
  *

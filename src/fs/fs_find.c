@@ -408,8 +408,8 @@ static int read_dir(struct walk *w, const char *rel, size_t len, char *msg, size
         int r = 0;
         if (w->deny != NULL) {
             /* Never listed, never descended into: a denied path, or a file whose identity was
-             * denied under another name. What is denied here is remembered (contract.md
-             * section 7: "at each listing"). */
+             * denied under another name. What is denied here is remembered (docs/contract/tools.md
+             * section 5: "at each listing"). */
             struct stat st;
             bool have = fstatat(dirfd(d), name, &st, AT_SYMLINK_NOFOLLOW) == 0;
             if (cs_fs_deny_path(w->deny, path, plen) != NULL) {

@@ -165,7 +165,7 @@ int cs_fs_root_open(const char *root, int *fd, char *msg, size_t msg_cap)
 {
     /* A process that holds its roots (the gateway, the uds worker) reaches a root only through
      * the descriptor opened at start: the path is never resolved again, so an ancestor swapped
-     * for a symlink since then redirects nothing (runtime.md section 2). */
+     * for a symlink since then redirects nothing (docs/contract/runtime.md section 2). */
     if (cs_roots_active()) {
         int held = cs_roots_get(root);
         if (held < 0) {

@@ -51,7 +51,7 @@
 #define TIMER_MAX_MS     ((int64_t)3600 * 1000)
 #define SWEEP_MIN_MS     ((int64_t)1000) /* the sweep timer fires at most once a second */
 
-/* Error bodies. 401's is fixed by runtime.md; the MCP-level ones are JSON-RPC errors. */
+/* Error bodies. 401's is fixed (docs/contract/runtime.md §3); MCP-level ones are JSON-RPC. */
 #define BODY_UNAUTHORIZED "{\"error\":\"unauthorized\"}"
 #define BODY_FORBIDDEN    "{\"error\":\"forbidden\"}"
 #define BODY_NOT_FOUND    "{\"error\":\"not found\"}"

@@ -1,8 +1,8 @@
 /*
- * http_server: the MCP Streamable HTTP transport (runtime.md section 3) on libmicrohttpd, driven
- * from the event loop: MHD runs in external epoll mode, its epoll fd is watched by the loop and a
- * loop timer follows MHD_get_timeout. No MHD thread exists; every callback (MHD's, the MCP core's,
- * the tool handlers') runs on the loop's thread. See docs/http.md.
+ * http_server: the MCP Streamable HTTP transport (docs/contract/runtime.md §3) on libmicrohttpd,
+ * driven from the event loop: MHD runs in external epoll mode, its epoll fd is watched by the loop
+ * and a loop timer follows MHD_get_timeout. No MHD thread exists; every callback (MHD's, the MCP
+ * core's, the tool handlers') runs on the loop's thread. See docs/http.md.
  *
  * Trust: everything from the network is untrusted: the request line, headers and bodies. Host and
  * Origin are checked before anything else (DNS rebinding), then the bearer token, then the rest.

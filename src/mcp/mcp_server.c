@@ -477,7 +477,7 @@ static void call_unlink(struct cs_mcp_call *call)
 }
 
 /*
- * Cancels call (contract.md section 2): it leaves its exchange and its session's list, so the
+ * Cancels call (docs/contract/tools.md §2): it leaves its exchange and its session's list, so the
  * exchange replies (or, abandoned, ends) without waiting for it (on HTTP the POST is answered at
  * once), then its hook runs, which stops the handler's wait and completes the call into nothing
  * (complete_with frees a detached call). Nothing happens to a call cancelled before.

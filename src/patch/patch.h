@@ -1,5 +1,5 @@
 /*
- * patch: the V4A patch engine's pure half (contract.md section 6). cs_patch_parse turns patch
+ * patch: the V4A patch engine's pure half (docs/contract/patch.md §1). cs_patch_parse turns patch
  * text into a plan (Add, Delete, Update operations; an Update holds chunks), and
  * cs_patch_apply_update applies one Update's chunks to a file's old content in memory. Nothing
  * here touches the file system, a path policy or the ledger: apply_patch's transaction layer

@@ -1,5 +1,5 @@
 /*
- * Pure in-memory application of one V4A Update to a file's old content (contract.md section 6;
+ * Pure in-memory application of one V4A Update to a file's old content (docs/contract/patch.md §1;
  * docs/patch-format.md, "Applying an update"). The file is cut into lines (terminator "\n" or
  * "\r\n"); each chunk's "@@ text" and old lines (context + removed) are searched from the end of
  * the previous chunk with four strategies in turn (exact, trailing white space ignored, leading

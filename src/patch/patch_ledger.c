@@ -1,8 +1,8 @@
 /*
- * patch_ledger: apply_patch's ledger side (contract.md section 6, runtime.md section 6): mint the
- * row before anything is looked at (a replay or a key conflict is decided there), and finish it
- * with the outcome of cs_patch_txn_apply, which may have run in this process or in the uds
- * worker. Kept apart from patch_txn.c so the worker, which applies patches but owns no ledger,
+ * patch_ledger: apply_patch's ledger side (docs/contract/patch.md §1, docs/contract/runtime.md §6):
+ * mint the row before anything is looked at (a replay or a key conflict is decided there), and
+ * finish it with the outcome of cs_patch_txn_apply, which may have run in this process or in the
+ * uds worker. Kept apart from patch_txn.c so the worker, which applies patches but owns no ledger,
  * links no database.
  *
  * Trust: as patch_txn.h. Entry point: cs_patch_txn_begin (the tool layer finishes the row).

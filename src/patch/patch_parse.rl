@@ -1,5 +1,5 @@
 /*
- * The V4A patch parser (contract.md section 6; docs/patch-format.md). ragel -G2 turns this file
+ * The V4A patch parser (docs/contract/patch.md §1; docs/patch-format.md). ragel -G2 turns this file
  * into patch_parse.c in the build tree.
  *
  * Design: the text is line-oriented, so parsing has three layers.
@@ -320,7 +320,7 @@ static int step(struct parser *ps, size_t no, size_t end_no, char *s, size_t n)
 {
     enum line_class cls = classify(s, n);
 
-    /* contract.md section 6: where no chunk is open (right after "*** Begin Patch", between
+    /* docs/contract/patch.md §1: where no chunk is open (right after "*** Begin Patch", between
      * operations, after an Add File body), leading white space before an operation header is
      * tolerated, as models emit it and Codex's apply_patch accepts it. Inside a chunk such a
      * line stays chunk content (a context line, or an error), never a header. */

@@ -1,5 +1,5 @@
 /*
- * patch_txn: apply_patch's transaction (contract.md section 6, "Transaction"; docs/patch-format.md
+ * patch_txn: apply_patch's transaction (docs/contract/patch.md section 2; docs/patch-format.md
  * "Transactions"). Checks expected_versions, parses the patch (patch.h), normalises and preflights
  * every path through the fs layer with no write, then, unless check_only, writes every new content
  * to a temporary file beside its target, fsyncs and renames it into place, verifies the hashes on
@@ -54,7 +54,7 @@ int cs_patch_txn_begin(struct cs_store *store, const struct csw_mcp_apply_patch_
 int cs_patch_txn_apply(const char *root, const struct csw_mcp_apply_patch_input *in,
                        const struct cs_cancel *cancel, struct csw_mcp_apply_patch_output *out,
                        char *msg, size_t msg_cap);
-/* As cs_patch_txn_apply, with the workspace's deny rules (contract.md section 7; deny may be
+/* As cs_patch_txn_apply, with the workspace's deny rules (docs/contract/tools.md §5; deny may be
  * NULL): a path of the patch or of expected_versions that a rule denies (added, updated, deleted,
  * moved from or to) answers CSW_ERROR_PATH_DENIED before any file is looked at, and a file whose
  * identity deny remembers (renamed or linked by a command) answers it in preflight; nothing is

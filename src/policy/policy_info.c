@@ -1,5 +1,5 @@
 /*
- * policy_info: the pure builder of the workspace_info result (contract.md section 4).
+ * policy_info: the pure builder of the workspace_info result (docs/contract/tools.md section 4).
  *
  * Trust: cfg and caps come from the gateway (trusted); in->workspace_id comes from the client
  * and is only compared byte for byte against the registry (a NUL byte or any other content
@@ -99,7 +99,7 @@ static int fill_execution(struct csw_mcp_workspace_info_output_execution *x,
     x->permissions.read = cs_workspace_can_read(ws);
     x->permissions.write = cs_workspace_can_write(ws);
     x->permissions.exec = cs_workspace_can_exec(ws);
-    /* contract.md section 7: the model knows what it cannot see (absent when no rules). */
+    /* docs/contract/tools.md §5: the model knows what it cannot see (absent when no rules). */
     x->permissions.has_deny = ws->n_deny > 0;
     if (set_strings(&x->permissions.deny.v, &x->permissions.deny.n, (const char *const *)ws->deny,
                     ws->n_deny) != 0)
@@ -124,7 +124,7 @@ static int fill_execution(struct csw_mcp_workspace_info_output_execution *x,
                               : CSW_MCP_WORKSPACE_INFO_OUTPUT_EXECUTION_ISOLATION_RUNNER_IN_PROCESS;
     x->isolation.has_landlock_abi = caps->has_landlock_abi;
     x->isolation.landlock_abi = caps->has_landlock_abi ? caps->landlock_abi : 0;
-    /* contract.md section 8: only the kinds the helper really learns of here. Network refusals
+    /* docs/contract/tools.md §6: only the kinds the helper really learns of here. Network refusals
      * come from the proxy (an enabled workspace); system calls from seccomp user notification;
      * file system refusals are never claimed (the kernel does not tell the helper). */
     if (caps->sandbox) {

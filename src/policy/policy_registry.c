@@ -1,5 +1,5 @@
 /*
- * policy_registry: the workspace registry (runtime.md section 2): the operator's file
+ * policy_registry: the workspace registry (docs/contract/runtime.md section 2): the operator's file
  * (--config), the quick-start workspace (--workspace), lookups and the permission rules.
  *
  * Trust: the file is operator-owned but read like any wire input: parsed by jansson (duplicate
@@ -268,7 +268,7 @@ static bool root_within(const char *a, const char *b)
     return strncmp(a, b, n) == 0 && (a[n] == '\0' || a[n] == '/');
 }
 
-/* runtime.md section 2: no root may be equal to, inside, or contain another. */
+/* docs/contract/runtime.md section 2: no root may be equal to, inside, or contain another. */
 static int roots_disjoint(const struct cs_config *cfg, struct cs_config_error *err)
 {
     for (size_t i = 0; i < cfg->n_workspaces; i++)
@@ -557,9 +557,9 @@ int cs__policy_registry_load(struct cs_config *cfg, const char *path, const char
         doc = load_json(path, err);
         if (!doc)
             goto out;
-        /* runtime.md section 2: an unknown key anywhere fails the load (the wire decoder ignores
-         * unknown properties by design; the registry is stricter, so that a misspelled "deny"
-         * or "network_allow" cannot silently protect nothing). */
+        /* docs/contract/runtime.md §2: an unknown key anywhere fails the load (the wire decoder
+         * ignores unknown properties by design; the registry is stricter, so that a misspelled
+         * "deny" or "network_allow" cannot silently protect nothing). */
         if (unknown_keys(doc, &csw_config_registry_type, path, err) != 0)
             goto out;
         struct cs_wire_diag diag;

@@ -133,7 +133,7 @@ static char *root_of(const struct csw_runner_workspace *ws)
 /*
  * The deny state of ws (on the loop thread): NULL with *rc 0 when ws has no deny rules. Created
  * at the workspace's first operation in this process, with a bounded scan that remembers the
- * identity of every denied file existing then (contract.md section 7, "at start"). *rc is an
+ * identity of every denied file existing then (docs/contract/tools.md §5, "at start"). *rc is an
  * error (msg set) when the rules do not compile (the gateway validated them: an invariant broke)
  * or on OOM: the operation then fails closed.
  */

@@ -8,7 +8,7 @@
  *
  * Signals go to the leader through its pidfd and to the group through kill(-pgid) only while the
  * leader is unreaped: the group id is the leader's pid, which cannot be recycled before we reap
- * it (runtime.md section 5).
+ * it (docs/contract/runtime.md section 5).
  *
  * Trust: see supervisor.h. Every buffer has a fixed cap: the ring (limits.ring_bytes), a pending
  * write (the message that carried it, already capped by the transport).
@@ -96,10 +96,10 @@ struct proc {
     cs_supervisor_exit_fn on_exit;
     void *exit_arg;
     /* The plan prepare returned for a sandboxed process (NULL otherwise): removed once the
-     * process is reaped, if `run` did not get as far as removing it (sandbox.md section 1). */
+     * process is reaped, if `run` did not remove it first (docs/contract/sandbox.md §1). */
     char *plan;
-    /* A sandboxed process: the read end of the helper's denial report pipe (contract.md
-     * section 8), read once the helper is reaped; the decoded report when there was one. */
+    /* A sandboxed process: the read end of the helper's denial report pipe (docs/contract/tools.md
+     * section 6), read once the helper is reaped; the decoded report when there was one. */
     int report;
     bool has_report;
     struct csw_sandbox_report rep;
@@ -799,7 +799,7 @@ struct cs_supervisor *cs_supervisor_new(struct cs_loop *loop,
     s->lim.path = s->path;
     s->lim.tmpdir = s->tmpdir;
     s->lim.sandbox_helper = s->sandbox;
-    /* sandbox.md section 1: the plans a runner of ours that is gone left behind (R9). */
+    /* docs/contract/sandbox.md §1: the plans a runner of ours that is gone left behind (R9). */
     if (s->sandbox)
         (void)cs__supervisor_plan_sweep();
     return s;
@@ -950,7 +950,7 @@ int cs_supervisor_spawn(struct cs_supervisor *s, const struct cs_supervisor_spaw
             goto out;
         }
     }
-    /* runtime.md section 5: everything cleared, then only these. */
+    /* docs/contract/runtime.md section 5: everything cleared, then only these. */
     size_t ne = 0;
     envp[ne++] = concat("PATH=", s->sandbox ? CS_SUPERVISOR_SANDBOX_PATH : s->path);
     envp[ne++] = concat("HOME=", sp->root);
@@ -1001,7 +1001,7 @@ int cs_supervisor_spawn(struct cs_supervisor *s, const struct cs_supervisor_spaw
         goto out;
     }
     if (s->sandbox) {
-        /* sandbox.md section 1: prepare writes the plan; the helper runs it in place of the
+        /* docs/contract/sandbox.md §1: prepare writes the plan; the helper runs it in place of the
          * command. A program missing from the sandbox PATH fails here, before anything runs
          * (the sandbox binds /usr, /bin, ... of this host read-only). */
         if (!strchr(argv[0], '/')) {

@@ -1,5 +1,5 @@
 /*
- * supervisor_spawn: starting one command (runtime.md section 5). A vfork-style clone from an
+ * supervisor_spawn: starting one command (docs/contract/runtime.md §5). A vfork-style clone from an
  * argv, no shell (posix_spawn cannot set the parent-death signal): a new session (so a new process
  * group, and for a PTY the terminal as controlling terminal), every signal back to its default and
  * unblocked (the server blocks SIGINT/SIGTERM for its signalfd and ignores SIGPIPE; a child must

@@ -274,7 +274,7 @@ bool cs__tools_lease_unqueue(struct cs_tools_lease *l, const struct cs_mcp_call 
 }
 
 /* The cancel hook of a queued mutation: it leaves the FIFO (held nothing else) and completes
- * into nothing (contract.md section 2). */
+ * into nothing (docs/contract/tools.md section 2). */
 static void lease_wait_cancelled(void *arg, struct cs_mcp_call *call)
 {
     struct cs_tools_lease *l = arg;
@@ -565,7 +565,7 @@ static void exec_done(void *arg, const struct cs_runner_reply *r)
 }
 
 /*
- * The cancel hook of a dispatched exec_command (contract.md section 2): its client will never
+ * The cancel hook of a dispatched exec_command (docs/contract/tools.md §2): its client will never
  * learn the process id, so the process is killed at once (SIGKILL to its group) and a yield
  * stops waiting. The lease stays held, as by a running mutation, until the process has finished
  * (its exit releases it), so the next mutation queues behind the kill instead of failing
@@ -726,9 +726,9 @@ static void operation_status_tool(void *arg, struct cs_mcp_call *call, const voi
     csw_mcp_operation_status_output_free(&out);
 }
 
-/* The sibling codespace-runtime of our own executable (runtime.md section 1). */
+/* The sibling codespace-runtime of our own executable (docs/contract/runtime.md section 1). */
 /* Whether the kernel offers seccomp user notification, which the sandbox helper uses to learn
- * of refused system calls (contract.md section 8): the helper reads the same file. */
+ * of refused system calls (docs/contract/tools.md section 6): the helper reads the same file. */
 static bool seccomp_user_notif(void)
 {
     FILE *f = fopen("/proc/sys/kernel/seccomp/actions_avail", "re");
@@ -805,10 +805,10 @@ static int build_wsdesc(struct cs_tools *t)
 }
 
 /*
- * sandbox.md section 3, for a server running as root: a command never holds host uid 0. Without
- * the sandbox there is no unprivileged identity to give it, so no command runs at all (never the
- * unsandboxed fallback a non-root server has); with it, a workspace whose root is owned by root
- * needs an idmapped bind, and a workspace whose filesystem cannot have one runs no command
+ * docs/contract/sandbox.md §3, for a server running as root: a command never holds host uid 0.
+ * Without the sandbox there is no unprivileged identity to give it, so no command runs at all
+ * (never the unsandboxed fallback a non-root server has); with it, a workspace whose root is owned
+ * by root needs an idmapped bind, and a workspace whose filesystem cannot have one runs no command
  * either. Each such workspace gets its reason in t->no_exec (exec_command answers
  * PROCESS_SPAWN_FAILED with it; workspace_info reports process.available false). probe_err is
  * why the probe failed. Returns 0, or -1 on OOM with err set.
@@ -867,7 +867,7 @@ int cs_tools_register(struct cs_mcp *srv, struct cs_tools *t, const struct cs_co
         t->leases[i].t = t;
         t->leases[i].ws = &cfg->workspaces[i];
     }
-    /* runtime.md section 2: every root was opened once at load; from here on the file tools,
+    /* docs/contract/runtime.md §2: every root was opened once at load; from here on the file tools,
      * the supervisor and the sandbox reach a root only through that descriptor. */
     for (size_t i = 0; i < cfg->n_workspaces; i++) {
         const struct cs_workspace *ws = &cfg->workspaces[i];
@@ -878,8 +878,8 @@ int cs_tools_register(struct cs_mcp *srv, struct cs_tools *t, const struct cs_co
         }
     }
     struct cs_runner_events ev = {on_process_exited, on_runner_lost, t};
-    /* sandbox.md section 2: probe the helper once; its answer decides how every command spawns
-     * and what workspace_info reports. */
+    /* docs/contract/sandbox.md §2: probe the helper once; its answer decides how every command
+     * spawns and what workspace_info reports. */
     char *helper = cfg->sandbox_bin ? strdup(cfg->sandbox_bin) : sibling("codespace-linux-sandbox");
     char perr[2048] = "no helper";
     bool sandboxed = helper && cs_supervisor_sandbox_probe(helper, perr, sizeof perr) == 0;

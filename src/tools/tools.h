@@ -14,7 +14,7 @@
 #include "policy.h"
 #include "store.h"
 
-/* Most calls waiting on one workspace's lease (runtime.md section 5); past it,
+/* Most calls waiting on one workspace's lease (docs/contract/runtime.md section 5); past it,
  * RESOURCE_QUEUE_FULL. */
 #define CS_TOOLS_LEASE_MAX_WAITERS 64
 
@@ -26,7 +26,7 @@ typedef void (*cs_tools_locked_fn)(struct cs_tools *t, const struct cs_workspace
                                    struct cs_mcp_call *call, const void *input);
 
 /*
- * One workspace's exclusive mutation lease (runtime.md section 5): free; held by a running
+ * One workspace's exclusive mutation lease (docs/contract/runtime.md §5): free; held by a running
  * mutation (apply_patch, or an exec_command being spawned), while later mutations wait in a FIFO
  * of at most CS_TOOLS_LEASE_MAX_WAITERS; or held by a live process until it finishes, while new
  * mutations are refused with WORKSPACE_BUSY (and the FIFO was failed when it went live).
@@ -71,7 +71,7 @@ struct cs_tools {
     struct cs_runner *runner;            /* where the work runs (owned) */
     struct csw_runner_workspace *wsdesc; /* each workspace as the wire describes it */
     /* Per registry workspace: why no command can run there (a root server whose commands cannot
-     * get an unprivileged identity, sandbox.md section 3), or NULL. Owned. */
+     * get an unprivileged identity, docs/contract/sandbox.md section 3), or NULL. Owned. */
     char **no_exec;
 };
 

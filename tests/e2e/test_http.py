@@ -1,4 +1,4 @@
-"""End-to-end tests of the Streamable HTTP transport (runtime.md section 3) on the real binary.
+"""End-to-end tests of the Streamable HTTP transport (docs/contract/runtime.md §3), real binary.
 
 Starts `$CODESPACE_MCP_BIN --http --port 0 --workspace <tmpdir>` (plus `--token` for the bearer
 tests), learns the port from the "listening" line of its JSON log on stderr, and talks to it with

@@ -753,7 +753,7 @@ static void test_fail_nth_allocation(void **state)
 static void test_error_catalogue(void **state)
 {
     (void)state;
-    assert_int_equal(CSW_ERROR__COUNT, 26); /* PATH_DENIED (contract.md section 5) is the 26th */
+    assert_int_equal(CSW_ERROR__COUNT, 26); /* PATH_DENIED is the 26th (docs/contract/errors.md) */
     assert_int_equal(csw_error_from_name("PATH_DENIED", 11), CSW_ERROR_PATH_DENIED);
     assert_string_equal(csw_error_names[CSW_ERROR_INVALID_ARGUMENTS], "INVALID_ARGUMENTS");
     assert_string_equal(csw_error_names[CSW_ERROR_INTERNAL], "INTERNAL");

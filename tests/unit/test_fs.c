@@ -219,7 +219,7 @@ struct glob_case {
     bool match;
 };
 
-/* The deny matcher (contract.md section 7): gitignore anchoring, "**", trailing slash (alone or
+/* The deny matcher (docs/contract/tools.md §5): gitignore anchoring, "**", trailing slash (alone or
  * after "**"), dotfiles, ancestors, byte-wise and case-sensitive. */
 static void test_deny_table(void **state)
 {

@@ -235,7 +235,7 @@ static void parse_whitespace_around_markers(void **state)
     cs_patch_free(p);
 }
 
-/* contract.md section 6: leading white space before an operation header is tolerated where no
+/* docs/contract/patch.md §1: leading white space before an operation header is tolerated where no
  * chunk is open (after "*** Begin Patch", between operations, after an Add body), as Codex's
  * apply_patch accepts; inside a chunk such a line stays chunk content. */
 static void parse_leading_ws_before_headers(void **state)

@@ -1,8 +1,9 @@
 /*
  * Unit tests of the policy module: configuration (flags, variables, defaults, every refusal of
- * runtime.md section 2), the registry file and the quick-start workspace (with real directories
- * under a mkdtemp root), lookups and permissions, and the workspace_info builder (contract.md
- * section 4), whose output is checked field by field and through the generated encoder.
+ * docs/contract/runtime.md §2), the registry file and the quick-start workspace (with real
+ * directories under a mkdtemp root), lookups and permissions, and the workspace_info builder
+ * (docs/contract/tools.md section 4), whose output is checked field by field and through the
+ * generated encoder.
  *
  * The environment is always passed explicitly, so nothing here depends on the caller's.
  */
@@ -459,7 +460,7 @@ static void test_argument_errors(void **state)
     load_err(ARGV("--hostname", "x"), BASE_ENV, "unknown flag \"--hostname\" (see --help)");
 }
 
-/* ---- every refused value of runtime.md section 2 ---- */
+/* ---- every refused value of docs/contract/runtime.md section 2 ---- */
 
 static void test_bad_values(void **state)
 {
@@ -587,7 +588,7 @@ static void test_runner_dir_refusals(void **state)
 static void test_registry_example(void **state)
 {
     (void)state;
-    /* runtime.md section 2's example, with real roots, plus a container and a defaults-only
+    /* docs/contract/runtime.md §2's example, with real roots, plus a container and a defaults-only
      * workspace. The root of "demo" is given with a trailing "/." to check canonicalisation. */
     write_cfgf("{\n"
                "  \"environments\": { \"box\": { \"kind\": \"linux-container\" } },\n"
@@ -831,8 +832,8 @@ static void test_registry_network_allow_entries(void **state)
     cs_config_free(&cfg);
 }
 
-/* deny (contract.md section 7): rules load as given; a bad glob fails the load naming the
- * entry; unknown keys anywhere fail the load naming the key (runtime.md section 2). */
+/* deny (docs/contract/tools.md §5): rules load as given; a bad glob fails the load naming the
+ * entry; unknown keys anywhere fail the load naming the key (docs/contract/runtime.md §2). */
 static void test_registry_deny_and_unknown_keys(void **state)
 {
     (void)state;
@@ -927,7 +928,7 @@ static void test_quick_start(void **state)
     load_err(NOARGS, ENV("HOME=/h", var), want);
 }
 
-/* runtime.md section 2: no root equal to, inside or containing another (through a symlink
+/* docs/contract/runtime.md §2: no root equal to, inside or containing another (through a symlink
  * alias too: roots are compared canonical), and each root is held as a descriptor. */
 static void test_roots_disjoint_and_held(void **state)
 {
@@ -989,7 +990,7 @@ static void test_roots_disjoint_and_held(void **state)
     rmdir(sub);
 }
 
-/* sandbox.md section 3: the ids a root server's commands run as. */
+/* docs/contract/sandbox.md section 3: the ids a root server's commands run as. */
 static void test_sandbox_ids(void **state)
 {
     (void)state;
@@ -1368,8 +1369,8 @@ static void test_info_caps(void **state)
         json_string_value(json_object_get(json_object_get(x, "network"), "enforcement")), "none");
     json_decref(j);
 
-    /* denial_reports (contract.md section 8): only with the sandbox; network only for an enabled
-     * workspace, syscall only with seccomp user notification; never filesystem. */
+    /* denial_reports (docs/contract/tools.md §6): only with the sandbox; network only for an
+     * enabled workspace, syscall only with seccomp user notification; never filesystem. */
     c = full_caps;
     c.syscall_denials = false;
     j = info_json(&cfg, &c, "rw", 2);

@@ -1,7 +1,7 @@
 /*
  * test_tools: the workspace lease's FIFO seam (tools.h, cs__tools_lease_unqueue): a queued
  * mutation whose client cancelled it leaves the queue, wherever it sits in the ring, and the
- * later waiters keep their order (contract.md section 2, issue #16).
+ * later waiters keep their order (docs/contract/tools.md section 2, issue #16).
  */
 #include <setjmp.h>
 #include <stdarg.h>
