@@ -456,16 +456,17 @@ static void apply_patch_locked(struct cs_tools *t, const struct cs_workspace *ws
     pc->l = l;
     pc->call = call;
     struct csw_mcp_apply_patch_output replay;
-    char msg[512];
+    struct cs_diag msg = {0};
     enum csw_error replayed_error = CSW_ERROR_INTERNAL;
-    int rc = cs_patch_txn_begin(t->store, in, &replay, pc->op_id, &replayed_error, msg, sizeof msg);
+    int rc = cs_patch_txn_begin(t->store, in, &replay, pc->op_id, &replayed_error, &msg);
     if (rc == CS_PATCH_TXN_REPLAYED) {
         cs_mcp_call_ok(call, &replay);
         csw_mcp_apply_patch_output_free(&replay);
     } else if (rc == CS_PATCH_TXN_REPLAYED_ERROR) {
-        cs_mcp_call_error(call, replayed_error, pc->op_id, "%s", msg);
+        cs_mcp_call_error(call, replayed_error, pc->op_id, "%s", msg.text);
     } else if (rc != 0) {
-        cs_mcp_call_error(call, (enum csw_error)rc, pc->op_id[0] ? pc->op_id : NULL, "%s", msg);
+        cs_mcp_call_error(call, (enum csw_error)rc, pc->op_id[0] ? pc->op_id : NULL, "%s",
+                          msg.text);
     }
     if (rc != 0) {
         free(pc);

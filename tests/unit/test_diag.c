@@ -114,7 +114,10 @@ static void ill_formed(void **state)
 {
     (void)state;
     struct cs_diag d = {0};
-    cs_diag_set(&d, CSW_ERROR_INTERNAL, "a\xff" "b\xE2\x82" "c\xED\xA0\x80");
+    cs_diag_set(&d, CSW_ERROR_INTERNAL,
+                "a\xff"
+                "b\xE2\x82"
+                "c\xED\xA0\x80");
     assert_string_equal(d.text, "a\\xFFb\\xE2\\x82c\\xED\\xA0\\x80");
     /* A partial sequence at the end of a message the bound did not cut was in the argument:
      * it is spelled, not silently dropped. */
@@ -147,7 +150,11 @@ static void clean_direct(void **state)
     (void)state;
     char out[8];
     /* cap 8: "ab\x01" needs 2 + 4 = 6 bytes and the NUL. */
-    assert_int_equal(cs_diag_clean(out, sizeof out, "ab\x01" "cd", 5, false), 7);
+    assert_int_equal(cs_diag_clean(out, sizeof out,
+                                   "ab\x01"
+                                   "cd",
+                                   5, false),
+                     7);
     assert_string_equal(out, "ab\\x01c");
     assert_int_equal(cs_diag_clean(out, sizeof out, "ab\xC3", 3, true), 2);
     assert_string_equal(out, "ab");
@@ -160,8 +167,8 @@ static void clean_direct(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(fits_exactly),  cmocka_unit_test(cut_sequences),
-        cmocka_unit_test(control_bytes), cmocka_unit_test(ill_formed),
+        cmocka_unit_test(fits_exactly),   cmocka_unit_test(cut_sequences),
+        cmocka_unit_test(control_bytes),  cmocka_unit_test(ill_formed),
         cmocka_unit_test(null_and_clear), cmocka_unit_test(clean_direct),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
