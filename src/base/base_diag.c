@@ -65,7 +65,7 @@ size_t cs_diag_clean(char *out, size_t cap, const char *s, size_t n, bool cut)
 
 size_t cs_diag_vformat(char *out, size_t cap, const char *fmt, va_list ap)
 {
-    char raw[CS_DIAG_TEXT_SIZE];
+    char raw[CS_DIAG_FORMAT_MAX];
     int r = vsnprintf(raw, sizeof raw, fmt, ap);
     size_t n = r < 0 ? 0 : strnlen(raw, sizeof raw);
     return cs_diag_clean(out, cap, raw, n, r >= (int)sizeof raw);

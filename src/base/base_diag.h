@@ -51,9 +51,13 @@ int cs_diag_set(struct cs_diag *d, enum csw_error code, const char *fmt, ...)
 int cs_diag_vset(struct cs_diag *d, enum csw_error code, const char *fmt, va_list ap)
     __attribute__((format(printf, 3, 0)));
 
-/* The formatter behind cs_diag_vset, for the few diagnostics that carry more than a code and a
- * text (struct cs_wire_diag adds a JSON pointer): formats into out (cap >= 1 bytes, at most
- * CS_DIAG_TEXT_SIZE are used) with the same guarantees. Returns the length written. */
+/* The most bytes cs_diag_vformat formats before it sanitises; past it the text is cut. */
+#define CS_DIAG_FORMAT_MAX 2048
+
+/* The formatter behind cs_diag_vset, for the few messages that are not a struct cs_diag (struct
+ * cs_wire_diag adds a JSON pointer; the start-up configuration error has room for 2 KiB):
+ * formats into out (cap >= 1 bytes, at most CS_DIAG_FORMAT_MAX used) with the same guarantees.
+ * Returns the length written. */
 size_t cs_diag_vformat(char *out, size_t cap, const char *fmt, va_list ap)
     __attribute__((format(printf, 3, 0)));
 
