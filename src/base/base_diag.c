@@ -5,8 +5,8 @@
  * formatted bytes are treated as arbitrary: they are re-read with the strict UTF-8 decoder and
  * every control byte and ill-formed byte is spelled \xHH. Output is bounded by the caller's
  * buffer; nothing is allocated.
- * Entry points: cs_diag_set, cs_diag_vset, cs_diag_vformat, cs_diag_clear, cs_diag_failed,
- * cs_diag_clean.
+ * Entry points: cs_diag_set, cs_diag_vset, cs_diag_format, cs_diag_vformat, cs_diag_clear,
+ * cs_diag_failed, cs_diag_clean.
  */
 #include "base_diag.h"
 
@@ -69,6 +69,15 @@ size_t cs_diag_vformat(char *out, size_t cap, const char *fmt, va_list ap)
     int r = vsnprintf(raw, sizeof raw, fmt, ap);
     size_t n = r < 0 ? 0 : strnlen(raw, sizeof raw);
     return cs_diag_clean(out, cap, raw, n, r >= (int)sizeof raw);
+}
+
+size_t cs_diag_format(char *out, size_t cap, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    size_t n = cs_diag_vformat(out, cap, fmt, ap);
+    va_end(ap);
+    return n;
 }
 
 int cs_diag_vset(struct cs_diag *d, enum csw_error code, const char *fmt, va_list ap)

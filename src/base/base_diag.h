@@ -12,8 +12,9 @@
  * ledger, ...) map it to a csw_error in one function next to the enum; docs/architecture.md
  * lists them.
  *
- * Entry points: cs_diag_set / cs_diag_vset, cs_diag_clear, cs_diag_failed (and cs_diag_vformat,
- * cs_diag_clean for fixed buffers of other diagnostic types). A NULL diag is
+ * Entry points: cs_diag_set / cs_diag_vset, cs_diag_clear, cs_diag_failed (and cs_diag_format /
+ * cs_diag_vformat, cs_diag_clean for the fixed buffers of messages that are not a cs_diag: JSON-RPC
+ * errors, log lines, the wire decoder's diagnostic). A NULL diag is
  * accepted everywhere and means "the caller does not want the message".
  */
 #ifndef CS_BASE_DIAG_H
@@ -60,6 +61,8 @@ int cs_diag_vset(struct cs_diag *d, enum csw_error code, const char *fmt, va_lis
  * Returns the length written. */
 size_t cs_diag_vformat(char *out, size_t cap, const char *fmt, va_list ap)
     __attribute__((format(printf, 3, 0)));
+size_t cs_diag_format(char *out, size_t cap, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 /* The sanitising step of cs_diag_set on its own, for text that did not come through a format:
  * writes the n bytes at s into out (cap >= 1 bytes, NUL-terminated) as cs_diag_set would. cut

@@ -162,6 +162,11 @@ static void clean_direct(void **state)
     assert_string_equal(out, "ab\\xC3");
     assert_int_equal(cs_diag_clean(out, 1, "abc", 3, false), 0);
     assert_string_equal(out, "");
+    /* The fixed-buffer formatter: same rules, the caller's bound. */
+    assert_int_equal(cs_diag_format(out, sizeof out, "%s\xE2\x82\xAC", "abcde"), 5);
+    assert_string_equal(out, "abcde");
+    assert_int_equal(cs_diag_format(out, sizeof out, "a\tb"), 6);
+    assert_string_equal(out, "a\\x09b");
 }
 
 int main(void)
