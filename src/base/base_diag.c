@@ -65,6 +65,8 @@ size_t cs_diag_clean(char *out, size_t cap, const char *s, size_t n, bool cut)
 
 size_t cs_diag_vformat(char *out, size_t cap, const char *fmt, va_list ap)
 {
+    if (out == NULL || cap == 0)
+        return 0;
     char raw[CS_DIAG_FORMAT_MAX];
     int r = vsnprintf(raw, sizeof raw, fmt, ap);
     size_t n = r < 0 ? 0 : strnlen(raw, sizeof raw);

@@ -57,8 +57,8 @@ int cs_diag_vset(struct cs_diag *d, enum csw_error code, const char *fmt, va_lis
 
 /* The formatter behind cs_diag_vset, for the few messages that are not a struct cs_diag (struct
  * cs_wire_diag adds a JSON pointer; the start-up configuration error has room for 2 KiB):
- * formats into out (cap >= 1 bytes, at most CS_DIAG_FORMAT_MAX used) with the same guarantees.
- * Returns the length written. */
+ * formats into out (cap bytes, at most CS_DIAG_FORMAT_MAX used; NULL or cap 0: nothing is
+ * written) with the same guarantees. Returns the length written. */
 size_t cs_diag_vformat(char *out, size_t cap, const char *fmt, va_list ap)
     __attribute__((format(printf, 3, 0)));
 size_t cs_diag_format(char *out, size_t cap, const char *fmt, ...)
