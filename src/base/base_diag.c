@@ -6,7 +6,7 @@
  * every control byte and ill-formed byte is spelled \xHH. Output is bounded by the caller's
  * buffer; nothing is allocated.
  * Entry points: cs_diag_set, cs_diag_vset, cs_diag_format, cs_diag_vformat, cs_diag_clear,
- * cs_diag_failed, cs_diag_clean.
+ * cs_diag_failed, cs_diag_clean, cs_diag_wire_error.
  */
 #include "base_diag.h"
 
@@ -101,4 +101,17 @@ int cs_diag_set(struct cs_diag *d, enum csw_error code, const char *fmt, ...)
     int rc = cs_diag_vset(d, code, fmt, ap);
     va_end(ap);
     return rc;
+}
+
+int cs_diag_wire_error(enum cs_wire_status st, enum csw_error invalid)
+{
+    switch (st) {
+    case CS_WIRE_OK:
+        return 0;
+    case CS_WIRE_INVALID:
+        return (int)invalid;
+    case CS_WIRE_NOMEM:
+        break;
+    }
+    return CSW_ERROR_INTERNAL;
 }

@@ -12,10 +12,10 @@
  * ledger, ...) map it to a csw_error in one function next to the enum; docs/architecture.md
  * lists them.
  *
- * Entry points: cs_diag_set / cs_diag_vset, cs_diag_clear, cs_diag_failed (and cs_diag_format /
- * cs_diag_vformat, cs_diag_clean for the fixed buffers of messages that are not a cs_diag: JSON-RPC
- * errors, log lines, the wire decoder's diagnostic). A NULL diag is
- * accepted everywhere and means "the caller does not want the message".
+ * Entry points: cs_diag_set / cs_diag_vset, cs_diag_clear, cs_diag_failed, cs_diag_wire_error (and
+ * cs_diag_format / cs_diag_vformat, cs_diag_clean for the fixed buffers of messages that are not a
+ * cs_diag: JSON-RPC errors, log lines, the wire decoder's diagnostic). A NULL diag is accepted
+ * everywhere and means "the caller does not want the message".
  */
 #ifndef CS_BASE_DIAG_H
 #define CS_BASE_DIAG_H
@@ -63,6 +63,12 @@ size_t cs_diag_vformat(char *out, size_t cap, const char *fmt, va_list ap)
     __attribute__((format(printf, 3, 0)));
 size_t cs_diag_format(char *out, size_t cap, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+/* The one mapping of enum cs_wire_status (base_wire.h) to csw_error: 0 for CS_WIRE_OK,
+ * CSW_ERROR_INTERNAL for CS_WIRE_NOMEM, and invalid for CS_WIRE_INVALID, since whose value broke
+ * the schema decides it: CSW_ERROR_INVALID_ARGUMENTS for a client's arguments, CSW_ERROR_INTERNAL
+ * for what the server itself built. */
+int cs_diag_wire_error(enum cs_wire_status st, enum csw_error invalid);
 
 /* The sanitising step of cs_diag_set on its own, for text that did not come through a format:
  * writes the n bytes at s into out (cap >= 1 bytes, NUL-terminated) as cs_diag_set would. cut

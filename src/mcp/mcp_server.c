@@ -816,12 +816,11 @@ static json_t *tools_call(struct cs_mcp_exchange *x, json_t *id, const char *raw
                           : json_is_string(args) ? "a string"
                           : json_is_number(args) ? "a number"
                                                  : "a boolean");
-    } else if (st == CS_WIRE_INVALID) {
-        char where[600];
-        cs_mcp_call_error(call, CSW_ERROR_INVALID_ARGUMENTS, NULL, "%s",
-                          cs_wire_diag_format(&diag, where, sizeof where));
     } else if (st != CS_WIRE_OK) {
-        cs_mcp_call_error(call, CSW_ERROR_INTERNAL, NULL, "out of memory decoding arguments");
+        char where[600];
+        cs_mcp_call_error(call, cs_diag_wire_error(st, CSW_ERROR_INVALID_ARGUMENTS), NULL, "%s",
+                          st == CS_WIRE_NOMEM ? "out of memory decoding arguments"
+                                              : cs_wire_diag_format(&diag, where, sizeof where));
     } else {
         t->fn(t->arg, call, input);
     }

@@ -169,12 +169,24 @@ static void clean_direct(void **state)
     assert_string_equal(out, "a\\x09b");
 }
 
+static void wire_status(void **state)
+{
+    (void)state;
+    assert_int_equal(cs_diag_wire_error(CS_WIRE_OK, CSW_ERROR_INVALID_ARGUMENTS), 0);
+    assert_int_equal(cs_diag_wire_error(CS_WIRE_INVALID, CSW_ERROR_INVALID_ARGUMENTS),
+                     CSW_ERROR_INVALID_ARGUMENTS);
+    assert_int_equal(cs_diag_wire_error(CS_WIRE_INVALID, CSW_ERROR_INTERNAL), CSW_ERROR_INTERNAL);
+    assert_int_equal(cs_diag_wire_error(CS_WIRE_NOMEM, CSW_ERROR_INVALID_ARGUMENTS),
+                     CSW_ERROR_INTERNAL);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(fits_exactly),   cmocka_unit_test(cut_sequences),
         cmocka_unit_test(control_bytes),  cmocka_unit_test(ill_formed),
         cmocka_unit_test(null_and_clear), cmocka_unit_test(clean_direct),
+        cmocka_unit_test(wire_status),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
