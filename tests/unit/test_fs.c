@@ -181,6 +181,18 @@ static void test_normalize_table(void **state)
     }
 }
 
+/* A path's control bytes reach the message spelled out (base_diag), not raw. */
+static void test_normalize_message_control_bytes(void **state)
+{
+    (void)state;
+    struct cs_fs_path p;
+    struct cs_diag msg = {0};
+    static const char in[] = "a\x1b[2J/../../x";
+    assert_int_equal(cs_fs_path_normalize(in, sizeof in - 1, &p, &msg), CSW_ERROR_PATH_ESCAPE);
+    assert_int_equal(msg.code, CSW_ERROR_PATH_ESCAPE);
+    assert_string_equal(msg.text, "a\\x1B[2J/../../x: '..' climbs above the workspace root");
+}
+
 static void test_normalize_length(void **state)
 {
     (void)state;
@@ -1409,6 +1421,7 @@ int main(void)
     /* clang-format off */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_normalize_table),
+        cmocka_unit_test(test_normalize_message_control_bytes),
         cmocka_unit_test(test_normalize_length),
         cmocka_unit_test(test_glob_table),
         cmocka_unit_test(test_deny_table),
