@@ -38,8 +38,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     }
     struct cs_fs_path p;
-    if (cs_fs_path_normalize(path, pn, &p, NULL, 0) != 0 || p.len == 0 ||
-        p.len + 8 > CS_FS_PATH_MAX)
+    if (cs_fs_path_normalize(path, pn, &p, NULL) != 0 || p.len == 0 || p.len + 8 > CS_FS_PATH_MAX)
         return 0;
     bool m = cs_fs_deny_rule_match(in, rn, p.rel, p.len);
     if (m != cs_fs_deny_rule_match(in, rn, p.rel, p.len))

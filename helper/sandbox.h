@@ -23,6 +23,7 @@
 #include <sys/socket.h>
 #include <sys/types.h>
 
+#include "base_diag.h"
 #include "base_netallow.h"
 #include "csw.h"
 
@@ -46,22 +47,21 @@
  * keys without '=', every network_allow entry well formed). Returns 0 with *out filled (free
  * with csw_sandbox_plan_free) or -1 with out zeroed and a message in err.
  */
-int cs_sbx_plan_parse(const char *buf, size_t n, struct csw_sandbox_plan *out, char *err,
-                      size_t errcap);
+int cs_sbx_plan_parse(const char *buf, size_t n, struct csw_sandbox_plan *out, struct cs_diag *err);
 
 /* Reads the plan at path with every check of docs/contract/sandbox.md §1, then unlinks it and
  * removes its directory. Returns 0 or -1 with err set. */
-int cs_sbx_plan_load(const char *path, struct csw_sandbox_plan *out, char *err, size_t errcap);
+int cs_sbx_plan_load(const char *path, struct csw_sandbox_plan *out, struct cs_diag *err);
 
 /* Writes plan into a fresh 0700 mkdtemp directory under tmpdir; *path_out (malloc'd) is the
  * plan path. Returns 0 or -1 with err set. */
 int cs_sbx_plan_write(const struct csw_sandbox_plan *plan, const char *tmpdir, char **path_out,
-                      char *err, size_t errcap);
+                      struct cs_diag *err);
 
 /* Validates a request (schema already checked) and writes its plan; *path (malloc'd) is the
  * plan path. Returns 0 or -1 with err set. */
-int cs_sbx_prepare_request(const struct csw_sandbox_prepare_request *q, char **path, char *err,
-                           size_t cap);
+int cs_sbx_prepare_request(const struct csw_sandbox_prepare_request *q, char **path,
+                           struct cs_diag *err);
 
 /* `prepare`: stdin -> plan file -> one JSON line on stdout. Returns the exit code. */
 int cs_sbx_prepare_main(void);

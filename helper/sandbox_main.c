@@ -61,10 +61,11 @@ static int probe(void)
     q.network = CSW_SANDBOX_PREPARE_REQUEST_NETWORK_RESTRICTED;
     q.argv.v = argv;
     q.argv.n = 1;
-    char err[1024], *plan = NULL;
+    struct cs_diag err = {0};
+    char *plan = NULL;
     int rc = 1;
-    if (cs_sbx_prepare_request(&q, &plan, err, sizeof err) < 0) {
-        fprintf(stderr, "codespace-linux-sandbox: probe: %s\n", err);
+    if (cs_sbx_prepare_request(&q, &plan, &err) < 0) {
+        fprintf(stderr, "codespace-linux-sandbox: probe: %s\n", err.text);
         goto out;
     }
     pid_t pid = fork();
@@ -126,9 +127,9 @@ int main(int argc, char **argv)
         return CS_SBX_EXIT_USAGE;
     }
     struct csw_sandbox_plan plan;
-    char err[1024];
-    if (cs_sbx_plan_load(argv[3], &plan, err, sizeof err) < 0)
-        cs_sbx_diex("%s", err);
+    struct cs_diag err = {0};
+    if (cs_sbx_plan_load(argv[3], &plan, &err) < 0)
+        cs_sbx_diex("%s", err.text);
     /* Nothing the runner left open reaches the sandbox, but the held workspace root the plan
      * names (the runner passes it as fd 3). */
     for (int fd = 3; fd < 1024; fd++)

@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base_diag.h"
 #include "base_json.h"
 
 /*
@@ -222,7 +223,7 @@ static enum cs_wire_status fail(struct ctx *c, enum cs_wire_status st, const cha
         c->diag->pointer[n] = '\0';
         va_list ap;
         va_start(ap, fmt);
-        vsnprintf(c->diag->text, sizeof c->diag->text, fmt, ap);
+        cs_diag_vformat(c->diag->text, sizeof c->diag->text, fmt, ap);
         va_end(ap);
     }
     return st;

@@ -39,6 +39,7 @@
 
 #include <jansson.h>
 
+#include "base_diag.h"
 #include "base_loop.h"
 #include "http_guard.h"
 #include "http_mhd.h"
@@ -167,7 +168,7 @@ static void emit(struct cs_http *h, const char *level, const char *event, const 
     char buf[256];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(buf, sizeof buf, fmt, ap);
+    cs_diag_vformat(buf, sizeof buf, fmt, ap);
     va_end(ap);
     h->log(h->log_arg, level, event, buf);
 }
@@ -182,10 +183,10 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
     char buf[256];
     if (!h->log)
         return;
-    vsnprintf(buf, sizeof buf, fmt, ap);
-    size_t n = strlen(buf);
-    while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r'))
-        buf[--n] = '\0';
+    /* MHD ends its lines with "\n", which the formatter spells out: drop the spelling. */
+    size_t n = cs_diag_vformat(buf, sizeof buf, fmt, ap);
+    while (n >= 4 && (memcmp(buf + n - 4, "\\x0A", 4) == 0 || memcmp(buf + n - 4, "\\x0D", 4) == 0))
+        buf[n -= 4] = '\0';
     if (h->token && strstr(buf, h->token))
         snprintf(buf, sizeof buf, "(message redacted)");
     h->log(h->log_arg, "warn", "mhd", buf);
@@ -1265,7 +1266,7 @@ static char *dup_host(const char *host)
 }
 
 struct cs_http *cs_http_start(struct cs_loop *loop, struct cs_mcp *srv,
-                              const struct cs_http_options *opt, char *err, size_t err_cap)
+                              const struct cs_http_options *opt, struct cs_diag *err)
 {
     struct cs_http *h = NULL, *ret = NULL;
     struct addrinfo *ai = NULL;
@@ -1275,11 +1276,11 @@ struct cs_http *cs_http_start(struct cs_loop *loop, struct cs_mcp *srv,
     const char *host = opt->host ? opt->host : "127.0.0.1";
     int grc;
 
-    if (cs_mhd_load(err, err_cap) != 0)
+    if (cs_mhd_load(err) != 0)
         return NULL;
     h = calloc(1, sizeof *h);
     if (!h) {
-        snprintf(err, err_cap, "http: out of memory");
+        cs_diag_set(err, CSW_ERROR_INTERNAL, "http: out of memory");
         goto out;
     }
     h->loop = loop;
@@ -1308,18 +1309,18 @@ struct cs_http *cs_http_start(struct cs_loop *loop, struct cs_mcp *srv,
         h->token_len = strlen(opt->token);
     }
     if (!h->host || !h->sessions || !h->stateless || (opt->token && opt->token[0] && !h->token)) {
-        snprintf(err, err_cap, "http: out of memory");
+        cs_diag_set(err, CSW_ERROR_INTERNAL, "http: out of memory");
         goto out;
     }
 
     if (cs_mhd.MHD_is_feature_supported(MHD_FEATURE_EPOLL) != MHD_YES) {
-        snprintf(err, err_cap, "http: libmicrohttpd was built without epoll support");
+        cs_diag_set(err, CSW_ERROR_INTERNAL, "http: libmicrohttpd was built without epoll support");
         goto out;
     }
     grc = getaddrinfo(host, NULL, &hints, &ai);
     if (grc != 0 || !ai || ai->ai_addrlen > sizeof ss) {
-        snprintf(err, err_cap, "http: cannot resolve host '%s': %s", host,
-                 grc ? gai_strerror(grc) : "no address");
+        cs_diag_set(err, CSW_ERROR_INTERNAL, "http: cannot resolve host '%s': %s", host,
+                    grc ? gai_strerror(grc) : "no address");
         goto out;
     }
     memset(&ss, 0, sizeof ss);
@@ -1353,8 +1354,8 @@ struct cs_http *cs_http_start(struct cs_loop *loop, struct cs_mcp *srv,
         MHD_OPTION_CONNECTION_TIMEOUT, idle_s, MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
         MHD_OPTION_NOTIFY_CONNECTION, on_connection, h, MHD_OPTION_END);
     if (!h->d) {
-        snprintf(err, err_cap, "http: cannot listen on %s port %u%s%s", host, (unsigned)opt->port,
-                 errno ? ": " : "", errno ? strerror(errno) : "");
+        cs_diag_set(err, CSW_ERROR_INTERNAL, "http: cannot listen on %s port %u%s%s", host,
+                    (unsigned)opt->port, errno ? ": " : "", errno ? strerror(errno) : "");
         goto out;
     }
     const union MHD_DaemonInfo *di = cs_mhd.MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_BIND_PORT);
@@ -1363,7 +1364,7 @@ struct cs_http *cs_http_start(struct cs_loop *loop, struct cs_mcp *srv,
     if (di)
         h->mhd_watch = cs_loop_fd_add(loop, di->epoll_fd, CS_LOOP_READ, on_mhd_ready, h);
     if (!h->mhd_watch) {
-        snprintf(err, err_cap, "http: cannot watch the MHD epoll fd");
+        cs_diag_set(err, CSW_ERROR_INTERNAL, "http: cannot watch the MHD epoll fd");
         goto out;
     }
     rearm(h);

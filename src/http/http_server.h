@@ -16,6 +16,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base_diag.h"
+
 struct cs_loop;
 struct cs_mcp;
 struct cs_http;
@@ -76,10 +78,10 @@ struct cs_http_options {
 /*
  * Binds opt->host:opt->port and starts serving /mcp on loop with the MCP core srv (both borrowed:
  * they must outlive the server). opt and its strings are copied. Returns the server, or NULL with
- * a one-line reason in err (err_cap bytes; it never contains the token).
+ * a one-line reason in err (may be NULL; it never contains the token).
  */
 struct cs_http *cs_http_start(struct cs_loop *loop, struct cs_mcp *srv,
-                              const struct cs_http_options *opt, char *err, size_t err_cap);
+                              const struct cs_http_options *opt, struct cs_diag *err);
 /* The bound port (the ephemeral one when opt->port was 0). */
 uint16_t cs_http_port(const struct cs_http *h);
 /* Abandons every pending exchange, closes every connection, frees every session (managed

@@ -178,10 +178,11 @@ static int serve(struct gateway *g, const struct cs_config *cfg)
         .log = http_log,
         .log_arg = g,
     };
-    char err[512];
-    g->http = cs_http_start(g->loop, g->srv, &opt, err, sizeof err);
+    struct cs_diag err = {0};
+    g->http = cs_http_start(g->loop, g->srv, &opt, &err);
     if (!g->http) {
-        cs_log(CS_LOG_ERROR, "cannot start the HTTP transport", json_pack("{s:s}", "error", err));
+        cs_log(CS_LOG_ERROR, "cannot start the HTTP transport",
+               json_pack("{s:s}", "error", err.text));
         return -1;
     }
     if (!cfg->token && !loopback_host(cfg->host))

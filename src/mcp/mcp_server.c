@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base_diag.h"
 #include "base_json.h"
 #include "base_log.h"
 #include "jsonrpc.h"
@@ -116,22 +117,6 @@ bool cs_mcp_version_supported(const char *v)
 const char *cs_mcp_instructions(void)
 {
     return instructions;
-}
-
-/* Cuts a NUL-terminated string back to a whole UTF-8 character if snprintf truncation split
- * one (jansson refuses strings that are not valid UTF-8). */
-static void utf8_tidy(char *s)
-{
-    size_t n = strlen(s);
-    size_t i = n;
-    while (i > 0 && ((unsigned char)s[i - 1] & 0xC0) == 0x80)
-        i--; /* back over continuation bytes */
-    if (i == 0)
-        return;
-    unsigned char lead = (unsigned char)s[i - 1];
-    size_t want = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 1;
-    if (lead >= 0x80 && n - (i - 1) < want)
-        s[i - 1] = '\0';
 }
 
 /* A struct cs_str borrowing the C string c (the encoders only read it). */
@@ -630,9 +615,8 @@ void cs_mcp_call_error(struct cs_mcp_call *call, enum csw_error code, const char
     char msg[1024];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    cs_diag_vformat(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    utf8_tidy(msg);
     json_t *body = error_body(code, operation_id, msg);
     complete_error(call, body);
     json_decref(body);
@@ -785,8 +769,7 @@ static json_t *tools_call(struct cs_mcp_exchange *x, json_t *id, const char *raw
             t = &srv->tools[i];
     if (!t) {
         char msg[300];
-        snprintf(msg, sizeof msg, "Unknown tool: %.200s", p.name.s);
-        utf8_tidy(msg);
+        cs_diag_format(msg, sizeof msg, "Unknown tool: %.200s", p.name.s);
         csw_protocol_call_tool_params_free(&p);
         return cs_jsonrpc_error(id, CS_JSONRPC_INVALID_PARAMS, msg);
     }
@@ -833,12 +816,11 @@ static json_t *tools_call(struct cs_mcp_exchange *x, json_t *id, const char *raw
                           : json_is_string(args) ? "a string"
                           : json_is_number(args) ? "a number"
                                                  : "a boolean");
-    } else if (st == CS_WIRE_INVALID) {
-        char where[600];
-        cs_mcp_call_error(call, CSW_ERROR_INVALID_ARGUMENTS, NULL, "%s",
-                          cs_wire_diag_format(&diag, where, sizeof where));
     } else if (st != CS_WIRE_OK) {
-        cs_mcp_call_error(call, CSW_ERROR_INTERNAL, NULL, "out of memory decoding arguments");
+        char where[600];
+        cs_mcp_call_error(call, cs_diag_wire_error(st, CSW_ERROR_INVALID_ARGUMENTS), NULL, "%s",
+                          st == CS_WIRE_NOMEM ? "out of memory decoding arguments"
+                                              : cs_wire_diag_format(&diag, where, sizeof where));
     } else {
         t->fn(t->arg, call, input);
     }
@@ -1003,9 +985,8 @@ static json_t *mismatch(json_t *id, const char *fmt, ...)
     char msg[400];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    cs_diag_vformat(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    utf8_tidy(msg);
     return cs_jsonrpc_error_ex(id, true, CS_JSONRPC_HEADER_MISMATCH, msg, NULL);
 }
 
@@ -1331,9 +1312,8 @@ struct cs_mcp_msg *cs_mcp_msg_parse(const char *data, size_t len)
         free(again);
     }
     if (!msg) {
-        snprintf(m->why, sizeof m->why, "Parse error: %s (line %d, column %d)", err.text, err.line,
-                 err.column);
-        utf8_tidy(m->why);
+        cs_diag_format(m->why, sizeof m->why, "Parse error: %s (line %d, column %d)", err.text,
+                       err.line, err.column);
         return m;
     }
     m->json = msg;

@@ -23,6 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base_diag.h"
 #include "csw.h"
 
 /* ---- fixed values (docs/contract/tools.md §4, docs/contract/runtime.md §5) ---- */
@@ -210,11 +211,11 @@ enum cs_policy_access {
 
 /*
  * The gate a tool applies before doing anything: returns 0 when ws may do access, else
- * CSW_ERROR_UNAUTHORIZED with msg (may be NULL) saying why: the environment is not an exec path,
- * or the profile forbids the action.
+ * CSW_ERROR_UNAUTHORIZED with diag (may be NULL) saying why: the environment is not an exec
+ * path, or the profile forbids the action.
  */
-int cs_workspace_check(const struct cs_workspace *ws, enum cs_policy_access access, char *msg,
-                       size_t msg_cap);
+int cs_workspace_check(const struct cs_workspace *ws, enum cs_policy_access access,
+                       struct cs_diag *diag);
 
 /* ---- workspace_info ---- */
 
@@ -238,12 +239,12 @@ struct cs_runtime_caps {
  * Builds the workspace_info result (docs/contract/tools.md §4) for in->workspace_id (absent or
  * empty: the server part only). cfg, caps, version (NUL-terminated) and in are borrowed for the
  * call. Returns 0 with out filled (release it with csw_mcp_workspace_info_output_free; it passes
- * csw_mcp_workspace_info_output_encode), or an error code with out zeroed and msg (may be NULL)
+ * csw_mcp_workspace_info_output_encode), or an error code with out zeroed and diag (may be NULL)
  * saying why: CSW_ERROR_WORKSPACE_NOT_FOUND for an unknown id, CSW_ERROR_INTERNAL on OOM or caps
  * outside the schema. Reads no workspace files.
  */
 int cs_policy_workspace_info(const struct cs_config *cfg, const struct cs_runtime_caps *caps,
                              const char *version, const struct csw_mcp_workspace_info_input *in,
-                             struct csw_mcp_workspace_info_output *out, char *msg, size_t msg_cap);
+                             struct csw_mcp_workspace_info_output *out, struct cs_diag *diag);
 
 #endif

@@ -161,7 +161,7 @@ int cs__policy_errf(struct cs_config_error *err, const char *fmt, ...)
     if (err) {
         va_list ap;
         va_start(ap, fmt);
-        vsnprintf(err->text, sizeof err->text, fmt, ap);
+        cs_diag_vformat(err->text, sizeof err->text, fmt, ap);
         va_end(ap);
     }
     return CS_CONFIG_ERROR;

@@ -657,8 +657,8 @@ static const char *profile_name(enum cs_policy_profile p)
     return "?";
 }
 
-int cs_workspace_check(const struct cs_workspace *ws, enum cs_policy_access access, char *msg,
-                       size_t msg_cap)
+int cs_workspace_check(const struct cs_workspace *ws, enum cs_policy_access access,
+                       struct cs_diag *diag)
 {
     _Static_assert(CSW_ERROR_UNAUTHORIZED != 0, "0 means allowed");
     const char *verb = "read";
@@ -679,20 +679,16 @@ int cs_workspace_check(const struct cs_workspace *ws, enum cs_policy_access acce
     }
     /* The environment first: a linux-container workspace fails closed whatever its profile. */
     if (!cs_workspace_is_exec_path(ws)) {
-        if (msg && msg_cap)
-            snprintf(msg, msg_cap,
-                     "workspace %s: environment %s (linux-container) is registered but not an "
-                     "exec path",
-                     cs__policy_quote(qid, sizeof qid, ws->id, ws->id_len),
-                     cs__policy_quote(qenv, sizeof qenv, ws->environment, strlen(ws->environment)));
-        return CSW_ERROR_UNAUTHORIZED;
+        return cs_diag_set(
+            diag, CSW_ERROR_UNAUTHORIZED,
+            "workspace %s: environment %s (linux-container) is registered but not an exec path",
+            cs__policy_quote(qid, sizeof qid, ws->id, ws->id_len),
+            cs__policy_quote(qenv, sizeof qenv, ws->environment, strlen(ws->environment)));
     }
     if (!allowed) {
-        if (msg && msg_cap)
-            snprintf(msg, msg_cap, "workspace %s: profile %s does not permit %s",
-                     cs__policy_quote(qid, sizeof qid, ws->id, ws->id_len),
-                     profile_name(ws->profile), verb);
-        return CSW_ERROR_UNAUTHORIZED;
+        return cs_diag_set(
+            diag, CSW_ERROR_UNAUTHORIZED, "workspace %s: profile %s does not permit %s",
+            cs__policy_quote(qid, sizeof qid, ws->id, ws->id_len), profile_name(ws->profile), verb);
     }
     return 0;
 }

@@ -51,14 +51,14 @@ static void workspace_info(void *arg, struct cs_mcp_call *call, const void *inpu
         return;
     }
     struct csw_mcp_workspace_info_output out;
-    char msg[512];
+    struct cs_diag msg = {0};
     /* A workspace where no command can start says so: process.available is false there. */
     struct cs_runtime_caps caps = t->caps;
     if (slot != SIZE_MAX && slot > 0 && t->no_exec && t->no_exec[slot - 1])
         caps.process_available = false;
-    int rc = cs_policy_workspace_info(t->cfg, &caps, t->version, in, &out, msg, sizeof msg);
+    int rc = cs_policy_workspace_info(t->cfg, &caps, t->version, in, &out, &msg);
     if (rc != 0) {
-        cs_mcp_call_error(call, (enum csw_error)rc, NULL, "%s", msg);
+        cs_mcp_call_error(call, (enum csw_error)rc, NULL, "%s", msg.text);
         return;
     }
     json_t *j = NULL;
@@ -110,16 +110,16 @@ void cs_tools_free(struct cs_tools *t)
 static const struct cs_workspace *gate(struct cs_tools *t, struct cs_mcp_call *call,
                                        const struct cs_str *id, enum cs_policy_access access)
 {
-    char msg[512];
+    struct cs_diag msg = {0};
     const struct cs_workspace *ws = cs_config_workspace(t->cfg, id->s, id->n);
     if (ws == NULL) {
         cs_mcp_call_error(call, CSW_ERROR_WORKSPACE_NOT_FOUND, NULL,
                           "no workspace is registered under this workspace_id");
         return NULL;
     }
-    int rc = cs_workspace_check(ws, access, msg, sizeof msg);
+    int rc = cs_workspace_check(ws, access, &msg);
     if (rc != 0) {
-        cs_mcp_call_error(call, (enum csw_error)rc, NULL, "%s", msg);
+        cs_mcp_call_error(call, (enum csw_error)rc, NULL, "%s", msg.text);
         return NULL;
     }
     return ws;
@@ -456,16 +456,17 @@ static void apply_patch_locked(struct cs_tools *t, const struct cs_workspace *ws
     pc->l = l;
     pc->call = call;
     struct csw_mcp_apply_patch_output replay;
-    char msg[512];
+    struct cs_diag msg = {0};
     enum csw_error replayed_error = CSW_ERROR_INTERNAL;
-    int rc = cs_patch_txn_begin(t->store, in, &replay, pc->op_id, &replayed_error, msg, sizeof msg);
+    int rc = cs_patch_txn_begin(t->store, in, &replay, pc->op_id, &replayed_error, &msg);
     if (rc == CS_PATCH_TXN_REPLAYED) {
         cs_mcp_call_ok(call, &replay);
         csw_mcp_apply_patch_output_free(&replay);
     } else if (rc == CS_PATCH_TXN_REPLAYED_ERROR) {
-        cs_mcp_call_error(call, replayed_error, pc->op_id, "%s", msg);
+        cs_mcp_call_error(call, replayed_error, pc->op_id, "%s", msg.text);
     } else if (rc != 0) {
-        cs_mcp_call_error(call, (enum csw_error)rc, pc->op_id[0] ? pc->op_id : NULL, "%s", msg);
+        cs_mcp_call_error(call, (enum csw_error)rc, pc->op_id[0] ? pc->op_id : NULL, "%s",
+                          msg.text);
     }
     if (rc != 0) {
         free(pc);

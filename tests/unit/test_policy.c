@@ -1109,25 +1109,23 @@ static void test_permissions(void **state)
     assert_true(cs_workspace_can_exec(box));
     assert_false(cs_workspace_is_exec_path(box));
 
-    char msg[256];
-    assert_int_equal(cs_workspace_check(rw, CS_POLICY_ACCESS_READ, msg, sizeof msg), 0);
-    assert_int_equal(cs_workspace_check(rw, CS_POLICY_ACCESS_WRITE, msg, sizeof msg), 0);
-    assert_int_equal(cs_workspace_check(rw, CS_POLICY_ACCESS_EXEC, NULL, 0), 0);
-    assert_int_equal(cs_workspace_check(ro, CS_POLICY_ACCESS_READ, msg, sizeof msg), 0);
-    assert_int_equal(cs_workspace_check(ro, CS_POLICY_ACCESS_WRITE, msg, sizeof msg),
-                     CSW_ERROR_UNAUTHORIZED);
-    assert_string_equal(msg, "workspace \"ro\": profile read-only does not permit write");
-    assert_int_equal(cs_workspace_check(ro, CS_POLICY_ACCESS_EXEC, msg, sizeof msg),
-                     CSW_ERROR_UNAUTHORIZED);
-    assert_string_equal(msg, "workspace \"ro\": profile read-only does not permit exec");
+    struct cs_diag msg = {0};
+    assert_int_equal(cs_workspace_check(rw, CS_POLICY_ACCESS_READ, &msg), 0);
+    assert_int_equal(cs_workspace_check(rw, CS_POLICY_ACCESS_WRITE, &msg), 0);
+    assert_int_equal(cs_workspace_check(rw, CS_POLICY_ACCESS_EXEC, NULL), 0);
+    assert_int_equal(cs_workspace_check(ro, CS_POLICY_ACCESS_READ, &msg), 0);
+    assert_int_equal(cs_workspace_check(ro, CS_POLICY_ACCESS_WRITE, &msg), CSW_ERROR_UNAUTHORIZED);
+    assert_string_equal(msg.text, "workspace \"ro\": profile read-only does not permit write");
+    assert_int_equal(msg.code, CSW_ERROR_UNAUTHORIZED);
+    assert_int_equal(cs_workspace_check(ro, CS_POLICY_ACCESS_EXEC, &msg), CSW_ERROR_UNAUTHORIZED);
+    assert_string_equal(msg.text, "workspace \"ro\": profile read-only does not permit exec");
     for (int a = CS_POLICY_ACCESS_READ; a <= CS_POLICY_ACCESS_EXEC; a++) {
-        assert_int_equal(cs_workspace_check(box, (enum cs_policy_access)a, msg, sizeof msg),
+        assert_int_equal(cs_workspace_check(box, (enum cs_policy_access)a, &msg),
                          CSW_ERROR_UNAUTHORIZED);
-        assert_string_equal(msg, "workspace \"box\": environment \"box\" (linux-container) is "
-                                 "registered but not an exec path");
+        assert_string_equal(msg.text, "workspace \"box\": environment \"box\" (linux-container) is "
+                                      "registered but not an exec path");
     }
-    assert_int_equal(cs_workspace_check(ro, CS_POLICY_ACCESS_WRITE, NULL, 0),
-                     CSW_ERROR_UNAUTHORIZED);
+    assert_int_equal(cs_workspace_check(ro, CS_POLICY_ACCESS_WRITE, NULL), CSW_ERROR_UNAUTHORIZED);
     cs_config_free(&cfg);
 }
 
@@ -1161,10 +1159,10 @@ static json_t *info_json(const struct cs_config *cfg, const struct cs_runtime_ca
         in.workspace_id.n = id_len;
     }
     struct csw_mcp_workspace_info_output out;
-    char msg[256];
-    int rc = cs_policy_workspace_info(cfg, caps, "1.2.3", &in, &out, msg, sizeof msg);
+    struct cs_diag msg = {0};
+    int rc = cs_policy_workspace_info(cfg, caps, "1.2.3", &in, &out, &msg);
     if (rc != 0)
-        fail_msg("workspace_info failed (%d): %s", rc, msg);
+        fail_msg("workspace_info failed (%d): %s", rc, msg.text);
     json_t *j = NULL;
     struct cs_wire_diag diag;
     char buf[600];
@@ -1214,7 +1212,7 @@ static void test_info_server_only(void **state)
     expect_json(info_json(&cfg, &full_caps, "", 0), "{" SERVER_PART ", \"workspace_id\": null}");
     /* A NULL input is the same as an empty one. */
     struct csw_mcp_workspace_info_output out;
-    assert_int_equal(cs_policy_workspace_info(&cfg, &full_caps, "1.2.3", NULL, &out, NULL, 0), 0);
+    assert_int_equal(cs_policy_workspace_info(&cfg, &full_caps, "1.2.3", NULL, &out, NULL), 0);
     assert_null(out.workspace_id.s);
     assert_false(out.has_execution);
     /* The tool names come from the generated table, in its order. */
@@ -1331,20 +1329,21 @@ static void test_info_unknown_workspace(void **state)
                                               .workspace_id = {(char *)"x", 1}};
     struct csw_mcp_workspace_info_output out;
     memset(&out, 0xa5, sizeof out);
-    char msg[256];
-    assert_int_equal(cs_policy_workspace_info(&cfg, &full_caps, "1", &in, &out, msg, sizeof msg),
+    struct cs_diag msg = {0};
+    assert_int_equal(cs_policy_workspace_info(&cfg, &full_caps, "1", &in, &out, &msg),
                      CSW_ERROR_WORKSPACE_NOT_FOUND);
-    assert_string_equal(msg, "unknown workspace_id \"x\"");
+    assert_string_equal(msg.text, "unknown workspace_id \"x\"");
+    assert_int_equal(msg.code, CSW_ERROR_WORKSPACE_NOT_FOUND);
     const unsigned char *p = (const unsigned char *)&out;
     for (size_t i = 0; i < sizeof out; i++)
         assert_int_equal(p[i], 0);
     /* Exact bytes: a NUL inside or a prefix matches nothing; the message stays printable. */
     in.workspace_id = (struct cs_str){(char *)"rw\0\n", 4};
-    assert_int_equal(cs_policy_workspace_info(&cfg, &full_caps, "1", &in, &out, msg, sizeof msg),
+    assert_int_equal(cs_policy_workspace_info(&cfg, &full_caps, "1", &in, &out, &msg),
                      CSW_ERROR_WORKSPACE_NOT_FOUND);
-    assert_string_equal(msg, "unknown workspace_id \"rw??\"");
+    assert_string_equal(msg.text, "unknown workspace_id \"rw??\"");
     in.workspace_id = (struct cs_str){(char *)"r", 1};
-    assert_int_equal(cs_policy_workspace_info(&cfg, &full_caps, "1", &in, &out, NULL, 0),
+    assert_int_equal(cs_policy_workspace_info(&cfg, &full_caps, "1", &in, &out, NULL),
                      CSW_ERROR_WORKSPACE_NOT_FOUND);
     cs_config_free(&cfg);
 }
@@ -1427,18 +1426,16 @@ static void test_info_caps(void **state)
     struct csw_mcp_workspace_info_input in = {.has_workspace_id = true,
                                               .workspace_id = {(char *)"rw", 2}};
     struct csw_mcp_workspace_info_output out;
-    char msg[256];
+    struct cs_diag msg = {0};
     c = full_caps;
     c.max_live_processes = 0;
-    assert_int_equal(cs_policy_workspace_info(&cfg, &c, "1", &in, &out, msg, sizeof msg),
-                     CSW_ERROR_INTERNAL);
-    assert_string_equal(msg, "runtime caps: max_live_processes must be >= 1");
+    assert_int_equal(cs_policy_workspace_info(&cfg, &c, "1", &in, &out, &msg), CSW_ERROR_INTERNAL);
+    assert_string_equal(msg.text, "runtime caps: max_live_processes must be >= 1");
     assert_null(out.version.s);
     c = full_caps;
     c.landlock_abi = -1;
-    assert_int_equal(cs_policy_workspace_info(&cfg, &c, "1", &in, &out, msg, sizeof msg),
-                     CSW_ERROR_INTERNAL);
-    assert_string_equal(msg, "runtime caps: landlock_abi must be >= 0");
+    assert_int_equal(cs_policy_workspace_info(&cfg, &c, "1", &in, &out, &msg), CSW_ERROR_INTERNAL);
+    assert_string_equal(msg.text, "runtime caps: landlock_abi must be >= 0");
     /* Limits do not matter when the process tools are not offered. */
     c = full_caps;
     c.process_available = false;
@@ -1482,11 +1479,11 @@ static void test_info_out_of_memory(void **state)
                                                   .workspace_id = {(char *)ids[k], strlen(ids[k])}};
         for (long n = 0;; n++) {
             struct csw_mcp_workspace_info_output out;
-            char msg[256];
+            struct cs_diag msg = {0};
             json_set_alloc_funcs(counting_malloc, counting_free);
             alloc_live = 0;
             alloc_budget = n;
-            int rc = cs_policy_workspace_info(&cfg, &full_caps, "1", &in, &out, msg, sizeof msg);
+            int rc = cs_policy_workspace_info(&cfg, &full_caps, "1", &in, &out, &msg);
             if (rc == 0)
                 csw_mcp_workspace_info_output_free(&out);
             alloc_budget = -1;
@@ -1497,7 +1494,7 @@ static void test_info_out_of_memory(void **state)
             if (rc == 0)
                 break;
             assert_int_equal(rc, CSW_ERROR_INTERNAL);
-            assert_string_equal(msg, "out of memory building workspace_info");
+            assert_string_equal(msg.text, "out of memory building workspace_info");
             assert_null(out.version.s);
             assert_null(out.tools_exposed.v);
             assert_true(n < 1000);
