@@ -404,7 +404,7 @@ static enum MHD_Result reject(struct req *r, unsigned status, const char *body, 
 /* ---- header checks (the decisions are http_guard.c's) ---- */
 
 struct hdr_count {
-    unsigned host, origin, auth;
+    unsigned host, origin, auth, ctype, clen;
 };
 
 static enum MHD_Result count_header(void *cls, enum MHD_ValueKind kind, const char *key,
@@ -419,6 +419,10 @@ static enum MHD_Result count_header(void *cls, enum MHD_ValueKind kind, const ch
         c->origin++;
     else if (strcasecmp(key, MHD_HTTP_HEADER_AUTHORIZATION) == 0)
         c->auth++;
+    else if (strcasecmp(key, MHD_HTTP_HEADER_CONTENT_TYPE) == 0)
+        c->ctype++;
+    else if (strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH) == 0)
+        c->clen++;
     return MHD_YES;
 }
 
@@ -448,14 +452,13 @@ static void guard_header(struct MHD_Connection *c, const char *name, unsigned co
 }
 
 /* Returns the rejection status, or 0 when the request may go on. */
-static unsigned check_origin_and_auth(struct cs_http *h, struct MHD_Connection *c, const char **why)
+static unsigned check_origin_and_auth(struct cs_http *h, struct MHD_Connection *c,
+                                      const struct hdr_count *cnt, const char **why)
 {
-    struct hdr_count cnt = {0, 0, 0};
     struct cs_http_guard_header host, origin, auth;
-    cs_mhd.MHD_get_connection_values(c, MHD_HEADER_KIND, count_header, &cnt);
-    guard_header(c, MHD_HTTP_HEADER_HOST, cnt.host, &host);
-    guard_header(c, MHD_HTTP_HEADER_ORIGIN, cnt.origin, &origin);
-    guard_header(c, MHD_HTTP_HEADER_AUTHORIZATION, cnt.auth, &auth);
+    guard_header(c, MHD_HTTP_HEADER_HOST, cnt->host, &host);
+    guard_header(c, MHD_HTTP_HEADER_ORIGIN, cnt->origin, &origin);
+    guard_header(c, MHD_HTTP_HEADER_AUTHORIZATION, cnt->auth, &auth);
     const struct cs_http_guard g = {h->host, h->port, h->token, h->token_len};
     switch (cs_http_guard_check(&g, &host, &origin, &auth)) {
     case CS_HTTP_GUARD_OK:
@@ -473,30 +476,19 @@ static unsigned check_origin_and_auth(struct cs_http *h, struct MHD_Connection *
     return MHD_HTTP_UNAUTHORIZED;
 }
 
-/* application/json, optionally with parameters; a missing Content-Type is tolerated. */
-static bool content_type_ok(struct MHD_Connection *c)
+/* A POST's Content-Type and Content-Length: *announced is the body size it announces (0 when
+ * there is no Content-Length: chunked). */
+static enum cs_http_body_verdict check_body_headers(struct MHD_Connection *c,
+                                                    const struct hdr_count *cnt, size_t cap,
+                                                    size_t *announced)
 {
-    const char *v;
-    size_t n;
-    int rc = header(c, MHD_HTTP_HEADER_CONTENT_TYPE, &v, &n);
-    return rc == 0 || (rc > 0 && cs_http_content_type_ok(v, n));
-}
-
-/* The body size the request announces: CS_HTTP_LENGTH_OK with *len (0 when there is no
- * Content-Length: chunked), or CS_HTTP_LENGTH_OVER when it is over cap. A malformed value was
- * already refused by MHD; it counts as absent here. */
-static enum cs_http_length announced_length(struct MHD_Connection *c, size_t cap, size_t *len)
-{
-    const char *v;
-    size_t n;
-    uint64_t x = 0;
-    *len = 0;
-    if (header(c, MHD_HTTP_HEADER_CONTENT_LENGTH, &v, &n) != 1)
-        return CS_HTTP_LENGTH_OK;
-    enum cs_http_length rc = cs_http_content_length(v, n, cap, &x);
-    if (rc == CS_HTTP_LENGTH_OK)
-        *len = (size_t)x;
-    return rc == CS_HTTP_LENGTH_OVER ? rc : CS_HTTP_LENGTH_OK;
+    struct cs_http_guard_header ctype, clen;
+    guard_header(c, MHD_HTTP_HEADER_CONTENT_TYPE, cnt->ctype, &ctype);
+    guard_header(c, MHD_HTTP_HEADER_CONTENT_LENGTH, cnt->clen, &clen);
+    uint64_t len = 0;
+    enum cs_http_body_verdict v = cs_http_guard_body(&ctype, &clen, cap, &len);
+    *announced = (size_t)len; /* at most cap */
+    return v;
 }
 
 /* ---- sessions ---- */
@@ -1053,7 +1045,9 @@ static enum MHD_Result first_call(struct cs_http *h, struct req *r, const char *
 {
     const char *why = NULL, *v;
     size_t n;
-    unsigned status = check_origin_and_auth(h, r->conn, &why);
+    struct hdr_count cnt = {0, 0, 0, 0, 0};
+    cs_mhd.MHD_get_connection_values(r->conn, MHD_HEADER_KIND, count_header, &cnt);
+    unsigned status = check_origin_and_auth(h, r->conn, &cnt, &why);
     if (status == MHD_HTTP_UNAUTHORIZED)
         return reject(r, status, BODY_UNAUTHORIZED, why);
     if (status != 0)
@@ -1064,9 +1058,11 @@ static enum MHD_Result first_call(struct cs_http *h, struct req *r, const char *
     bool del = strcmp(method, MHD_HTTP_METHOD_DELETE) == 0;
     if (!post && !del)
         return reject(r, MHD_HTTP_METHOD_NOT_ALLOWED, BODY_NOT_ALLOWED, "method not allowed");
-    if (post && !content_type_ok(r->conn))
+    enum cs_http_body_verdict body =
+        post ? check_body_headers(r->conn, &cnt, h->max_body, &r->announced) : CS_HTTP_BODY_OK;
+    if (body == CS_HTTP_BODY_BAD_TYPE)
         return reject(r, MHD_HTTP_UNSUPPORTED_MEDIA_TYPE, BODY_MEDIA_TYPE, "content type");
-    if (post && announced_length(r->conn, h->max_body, &r->announced) == CS_HTTP_LENGTH_OVER)
+    if (body == CS_HTTP_BODY_TOO_LARGE)
         return reject(r, MHD_HTTP_CONTENT_TOO_LARGE, BODY_TOO_LARGE, "Content-Length over cap");
     /* The whole announced body is charged now, before a byte of it is buffered, so that the
      * total of bodies in flight never passes the budget (M9). */

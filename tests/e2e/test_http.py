@@ -422,6 +422,15 @@ class TestHttp(HttpCase):
             b"Mcp-Session-Id: " + sid.encode() + b"\r\n"
             b"Content-Length: " + str(len(ping)).encode() + b"\r\n\r\n" + ping.encode())
         self.assertEqual(status, 200, body)
+        # Two Content-Type headers are refused, whichever comes first (the server counts them).
+        for first, second in ((b"application/json", b"text/plain"),
+                              (b"text/plain", b"application/json")):
+            status, _, body = self.raw(
+                b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+                b"Mcp-Session-Id: " + sid.encode() + b"\r\n"
+                b"Content-Type: " + first + b"\r\nContent-Type: " + second + b"\r\n"
+                b"Content-Length: " + str(len(ping)).encode() + b"\r\n\r\n" + ping.encode())
+            self.assertEqual(status, 415, body)
 
     # ---- DNS rebinding ----
 
