@@ -19,7 +19,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-/* Most calls waiting on one workspace's lease (runtime.md section 5); past it,
+/* Most calls waiting on one workspace's lease (docs/contract/runtime.md §5); past it,
  * RESOURCE_QUEUE_FULL. */
 #define CS_TOOLS_LEASE_MAX_WAITERS 64
 

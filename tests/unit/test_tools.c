@@ -173,7 +173,7 @@ static void test_free_then_fifo_then_full(void **state)
     struct cs_tools_lease l;
     fresh(&l);
     const size_t cap = CS_TOOLS_LEASE_MAX_WAITERS;
-    assert_int_equal(cap, 64);                      /* runtime.md section 5 */
+    assert_int_equal(cap, 64);                      /* docs/contract/runtime.md §5 */
     assert_int_equal(acquire(&l, 0, &how_hold), 0); /* free: taken at once, nothing queued */
     assert_int_equal(l.state, CS_TOOLS_LEASE_HELD);
     assert_int_equal(l.n_wait, 0);
