@@ -29,11 +29,6 @@ ALLOWLIST = {
         "lose": "logging fields of the worker-lost log line (no fixed shape)",
         "replace_worker": "logging fields of the worker start/replace log lines",
         "cs_runner_uds_new": "logging fields of the start-up sweep's log line"},
-    # The idempotency fingerprint hashes a canonical form of the apply_patch input (sorted keys,
-    # defaults filled in) that rows already stored were keyed by: changing how it is built would
-    # break replays across an upgrade. Issue 19 owns deriving its field list from the schema.
-    "src/store/store_ledger.c": {
-        "cs_store_fingerprint": "a canonical hash form fixed by stored rows (issue 19)"},
     "src/runtime/runtime_main.c": {
         "on_bad": "a frame that failed to decode: only its request_id is looked for"},
 }
