@@ -29,8 +29,6 @@ ALLOWLIST = {
         "lose": "logging fields of the worker-lost log line (no fixed shape)",
         "replace_worker": "logging fields of the worker start/replace log lines",
         "cs_runner_uds_new": "logging fields of the start-up sweep's log line"},
-    "src/runtime/runtime_main.c": {
-        "on_bad": "a frame that failed to decode: only its request_id is looked for"},
 }
 
 CALL = re.compile(r"\b(json_pack|json_object_set\w*|json_object_get)\s*\(")
