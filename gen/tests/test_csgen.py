@@ -228,6 +228,36 @@ class Refusals(unittest.TestCase):
         self.assertIn("enum csw_e_code c;", h)
         self.assertEqual(h.count("enum csw_e_code {"), 1)
 
+    def test_caps_and_defaults_are_constants(self):
+        g = Gen(self)
+        g.put("t.json", schema("t.json", dict(obj({
+            "n": {"type": "integer", "minimum": 1, "exclusiveMaximum": 5000000000, "default": 3},
+            "s": {"type": "string", "maxLength": 9, "default": "a\"b"},
+            "b": {"type": "boolean", "default": True},
+            "e": {"type": "string", "enum": ["x-y", "z"], "default": "z"},
+            "l": {"type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": 4},
+            "free": {"type": "string"}}, []))))
+        with tempfile.TemporaryDirectory() as out:
+            rc, _, err = g.run("--out", out)
+            self.assertEqual(rc, 0, err)
+            with open(os.path.join(out, "csw.h")) as f:
+                h = f.read()
+        for line in ("#define CSW_T_N_DEFAULT 3", "#define CSW_T_N_MIN 1",
+                     "#define CSW_T_N_MAX INT64_C(4999999999)", "#define CSW_T_S_MAX_LEN 9",
+                     '#define CSW_T_S_DEFAULT "a\\"b"', "#define CSW_T_B_DEFAULT true",
+                     "#define CSW_T_E_DEFAULT CSW_T_E_Z", "#define CSW_T_L_MIN_ITEMS 1",
+                     "#define CSW_T_L_MAX_ITEMS 4"):
+            self.assertIn(line + "\n", h)
+        self.assertNotIn("CSW_T_FREE_", h)
+
+    def test_constant_collision(self):
+        # property "a_b" of type t and property "b" of type t_a print the same constant
+        doc = schema("t.json", dict(obj({"a_b": {"type": "integer", "maximum": 1},
+                                         "a": {"$ref": "#/$defs/a"}}, []),
+                                    **{"$defs": {"a": obj({"b": {"type": "integer",
+                                                                 "maximum": 2}}, [])}}))
+        self.refused({"t.json": doc}, "C macro CSW_T_A_B_MAX also comes from")
+
     def test_optional_const(self):
         self.refused({"a.json": schema("a.json", obj({"k": {"const": "x"}}, []))},
                      "const property 'k' must be required")

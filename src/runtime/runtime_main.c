@@ -498,8 +498,9 @@ static int adopt_root(const char *arg)
     char *end;
     long fd = strtol(arg, &end, 10);
     struct stat st;
-    if (end == arg || *end != ':' || end[1] != '/' || fd < 3 || fd > 1023 ||
-        fstat((int)fd, &st) != 0 || !S_ISDIR(st.st_mode)) {
+    if (end == arg || *end != ':' || end[1] != '/' || fd < CSW_SANDBOX_PLAN_WORKSPACE_FD_MIN ||
+        fd > CSW_SANDBOX_PLAN_WORKSPACE_FD_MAX || fstat((int)fd, &st) != 0 ||
+        !S_ISDIR(st.st_mode)) {
         fprintf(stderr, "codespace-runtime: --root %s: not an inherited directory descriptor\n",
                 arg);
         return -1;
@@ -543,7 +544,8 @@ int main(int argc, char **argv)
             long long *id = argv[i][10] == 'u' ? &sandbox_uid : &sandbox_gid;
             char *end;
             *id = strtoll(argv[++i], &end, 10);
-            if (*end || *id < 1 || *id > 4294967294LL) {
+            if (*end || *id < CSW_SANDBOX_PLAN_SANDBOX_UID_MIN ||
+                *id > CSW_SANDBOX_PLAN_SANDBOX_UID_MAX) {
                 usage();
                 return 2;
             }
