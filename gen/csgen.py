@@ -13,7 +13,9 @@ an error naming the file and the JSON pointer, never silently ignored. The outpu
 deterministic (same schemas, same bytes) and consists of:
 
     csw.h         structs, enums, descriptor declarations, decode/encode/free prototypes
-    csw_tables.c  descriptor tables interpreted by src/base/base_wire.c, the wrappers, the tool
+    csw_tables.c  descriptor tables interpreted by src/base/base_wire.c (one per object or
+                  union, and one per distinct shape of every other value, csw__<shape>,
+                  commented with every schema pointer it serves), the wrappers, the tool
                   table, the top-level type table and the bundled schema texts
 
 Standard library plus Debian's python3-jsonschema only.
@@ -28,7 +30,7 @@ import sys
 
 import jsonschema
 
-GENERATOR_VERSION = 3
+GENERATOR_VERSION = 4
 WIRE_ABI = 2  # must match CS_WIRE_ABI in src/base/base_wire.h
 META = "https://json-schema.org/draft/2020-12/schema"
 
@@ -601,7 +603,8 @@ class Emitter:
         self.tops = tops  # [(SchemaFile, Node)]
         self.order = []  # nodes in post-order
         self.seen = set()
-        self.counter = 0
+        self.shared = {}  # descriptor text (name left out) -> the node that emits it
+        self.serves = {}  # descriptor name -> ["schema/<file>: <pointer>", ...] it serves
         for _, node in tops:
             self.visit(node)
         for node in list(self.b.memo.values()):
@@ -635,12 +638,75 @@ class Emitter:
             self.visit(f.node)
         for _, _, b in n.branches:
             self.visit(b)
+        n.dup = False
         if n.public or n.kind in ("object", "union"):
             n.desc = f"csw_{n.cname}_type"
         else:
-            n.desc = f"cs__t{self.counter}"
-            self.counter += 1
+            # One descriptor per distinct shape: nodes whose descriptor would read the same
+            # share the first one, named after what it checks.
+            n.desc = "@"
+            key = self.descriptor(n)
+            first = self.shared.get(key)
+            if first is not None:
+                n.desc = first.desc
+                n.dup = True
+            else:
+                n.desc = self.shape_name(n)
+                if n.desc in self.serves:
+                    raise SchemaError(f"{n.where}: internal: descriptor name {n.desc} is taken")
+                self.shared[key] = n
+        self.serves.setdefault(n.desc, []).append(n.where)
         self.order.append(n)
+
+    @staticmethod
+    def bound(v):
+        return f"m{-v}" if v < 0 else str(v)
+
+    def shape_name(self, n):
+        """csw__<what it checks>: a name that says the shape (the descriptor is static)."""
+        k = n.kind
+        bounds = ""
+        if k in ("string", "nstring"):
+            if n.min_len >= 0:
+                bounds += f"_min{n.min_len}"
+            if n.max_len >= 0:
+                bounds += f"_max{n.max_len}"
+            return f"csw__{k}{bounds}"
+        if k == "int":
+            if n.min is not None:
+                bounds += f"_min{self.bound(n.min)}"
+            if n.max is not None:
+                bounds += f"_max{self.bound(n.max)}"
+            return f"csw__int{bounds}"
+        if k == "bool":
+            return "csw__bool"
+        if k == "enum":
+            return f"csw__enum_{n.cname}"
+        if k == "const":
+            ck, cv = n.const
+            if ck == "string":
+                return f"csw__const_{ident(cv).lstrip('_')}"
+            if ck == "int":
+                return f"csw__const_int_{self.bound(cv)}"
+            return f"csw__const_{'true' if cv else 'false'}"
+        if k == "json":
+            t = n.json_types
+            names = [x for x, bit in JSON_TYPE_BITS.items() if t & bit == bit and
+                     not (x == "integer" and t & JSON_TYPE_BITS["number"] ==
+                          JSON_TYPE_BITS["number"])]
+            if t == 127:  # every JSON type
+                names = ["any"]
+            return "csw__json_" + "_".join(names)
+        if k == "array":
+            if n.min_items >= 0:
+                bounds += f"_min{n.min_items}"
+            if n.max_items >= 0:
+                bounds += f"_max{n.max_items}"
+            item = re.sub(r"^csw__?|_type$", "", n.item.desc)
+            return f"csw__array{bounds}_of_{item}"
+        if k == "map":
+            return f"csw__map_{n.cname}"
+        raise AssertionError(k)
 
     # -- C types --
 
@@ -735,7 +801,7 @@ class Emitter:
                     w(f"        struct csw_{b.cname} {m};")
                 w("    } u;\n};\n")
         for n in self.order:
-            if n.desc.startswith("csw_"):
+            if not n.desc.startswith("csw__"):
                 w(f"extern const struct cs_wire_type {n.desc};")
         w("")
         for n in self.order:
@@ -871,6 +937,10 @@ class Emitter:
                 w(f"_Static_assert(sizeof(enum csw_{n.cname}) == sizeof(int), "
                   f"\"enum storage is int\");\n")
         for n in self.order:
+            if n.dup:
+                continue
+            serves = self.serves[n.desc]
+            w(f"/* {n.desc} serves\n" + "".join(f" *   {x}\n" for x in serves) + " */")
             w(self.descriptor(n))
         for n in self.order:
             if n.public:
@@ -894,7 +964,7 @@ class Emitter:
     def descriptor(self, n):
         out = []
         w = out.append
-        static = "static " if n.desc.startswith("cs__") else ""
+        static = "static " if n.desc.startswith("csw__") else ""
         head = f"{static}const struct cs_wire_type {n.desc} = {{\n"
         k = n.kind
         if k in ("string", "nstring"):

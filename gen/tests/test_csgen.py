@@ -250,6 +250,30 @@ class Refusals(unittest.TestCase):
             self.assertIn(line + "\n", h)
         self.assertNotIn("CSW_T_FREE_", h)
 
+    def test_one_descriptor_per_shape(self):
+        g = Gen(self)
+        g.put("a.json", schema("a.json", obj({"x": {"type": "string", "maxLength": 9},
+                                              "n": {"type": "integer", "minimum": -2},
+                                              "l": {"type": "array", "maxItems": 3,
+                                                    "items": {"type": "string",
+                                                              "maxLength": 9}}})))
+        g.put("b.json", schema("b.json", obj({"y": {"type": "string", "maxLength": 9},
+                                              "z": {"type": "string"}})))
+        with tempfile.TemporaryDirectory() as out:
+            rc, _, err = g.run("--out", out)
+            self.assertEqual(rc, 0, err)
+            with open(os.path.join(out, "csw_tables.c")) as f:
+                c = f.read()
+        self.assertEqual(c.count("static const struct cs_wire_type csw__string_max9 = {"), 1)
+        self.assertIn("/* csw__string_max9 serves\n *   schema/a.json: /properties/x\n"
+                      " *   schema/a.json: /properties/l/items\n"
+                      " *   schema/b.json: /properties/y\n */", c)
+        self.assertIn("static const struct cs_wire_type csw__string = {", c)
+        self.assertIn("static const struct cs_wire_type csw__int_minm2 = {", c)
+        self.assertIn("static const struct cs_wire_type csw__array_max3_of_string_max9 = {", c)
+        self.assertIn(".item = &csw__string_max9,", c)
+        self.assertNotIn("cs__t", c)
+
     def test_constant_collision(self):
         # property "a_b" of type t and property "b" of type t_a print the same constant
         doc = schema("t.json", dict(obj({"a_b": {"type": "integer", "maximum": 1},
