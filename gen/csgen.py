@@ -41,6 +41,7 @@ STRUCTURAL = {
     "type", "properties", "required", "additionalProperties", "items", "minItems", "maxItems",
     "minLength", "maxLength", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
     "enum", "const", "$ref", "oneOf", "$defs", "x-cs-c-name", "x-cs-enum-descriptions", "x-cs-json",
+    "allOf",
 }
 # JSON types an x-cs-json value may be restricted to, as the runtime's CS_WIRE_JSON_* bits.
 JSON_TYPE_BITS = {"object": 1, "array": 2, "string": 4, "integer": 8, "number": 8 | 16,
@@ -161,6 +162,8 @@ def check_keywords(sf, node, where, root=False):
         check_keywords(sf, node["items"], ptr_join(where, "items"))
     for i, sub in enumerate(node.get("oneOf", [])):
         check_keywords(sf, sub, ptr_join(where, "oneOf", i))
+    for i, sub in enumerate(node.get("allOf", [])):
+        check_keywords(sf, sub, ptr_join(where, "allOf", i))
     tool = node.get("x-cs-tool")
     if tool is not None:
         if not isinstance(tool, dict) or set(tool) - TOOL_KEYS or \
@@ -195,6 +198,7 @@ class Node:
         self.disc = None  # union: discriminator
         self.branches = []  # union: [(tag, member ident, object Node)]
         self.public = False  # gets decode/encode/free wrappers
+        self.embeds = []  # object: [(member ident, object Node)] from allOf, fields included
         self.json_types = 0  # json: CS_WIRE_JSON_* bits
 
 
@@ -205,6 +209,7 @@ class Field:
         self.node = node
         self.required = required
         self.default = default
+        self.via = None  # the member ident of the allOf object it comes from, if any
 
 
 class Builder:
@@ -422,11 +427,11 @@ class Builder:
         return n
 
     def build_object(self, sf, s, pointer, cname, where):
-        self.only(s, where, {"type", "properties", "required", "additionalProperties"})
+        self.only(s, where, {"type", "properties", "required", "additionalProperties", "allOf"})
         props = s.get("properties")
         ap = s.get("additionalProperties", True)
         if isinstance(ap, dict):
-            if props or s.get("required"):
+            if props or s.get("required") or "allOf" in s:
                 raise SchemaError(f"{where}: an object is either a struct (properties) or a map "
                                   f"(additionalProperties schema), not both")
             n = Node("map", cname, where)
@@ -462,7 +467,39 @@ class Builder:
             if f.default is not None:
                 self.check_default(f, where)
             n.fields.append(f)
+        self.build_embeds(sf, s, pointer, n, seen, where)
         return n
+
+    def build_embeds(self, sf, s, pointer, n, seen, where):
+        """allOf: [{"$ref": <object>}, ...] on an object: the referenced objects' properties join
+        this one's (after its own, in order), and the C struct holds each referenced struct as a
+        member named after its definition, overlaid by its fields, so `v.path` and `v.args` are
+        both valid. Lets one shape (the MCP read input's arguments) be part of another (the
+        runner's read request) on the same JSON level, copied in C as one struct."""
+        subs = s.get("allOf", [])
+        if not isinstance(subs, list):
+            raise SchemaError(f"{where}: allOf must be a list")
+        for i, sub in enumerate(subs):
+            at = f"schema/{sf.rel}: {ptr_join(pointer, 'allOf', i)}"
+            if set(sub) - ANNOTATIONS != {"$ref"}:
+                raise SchemaError(f"{at}: an allOf entry must be a $ref alone")
+            target, frag = self.resolve(sf, sub["$ref"], at)
+            e = self.named(target, frag)
+            if e.kind != "object" or e.embeds:
+                raise SchemaError(f"{at}: allOf must name an object without allOf of its own")
+            member = ident(frag.split("/")[-1] if frag else target.base.split("/")[-1])
+            member = member + "_" if member in C_KEYWORDS else member
+            if member in seen or member.startswith("has_"):
+                raise SchemaError(f"{at}: member '{member}' collides as a C name")
+            seen.add(member)
+            for ef in e.fields:
+                if ef.cident in seen:
+                    raise SchemaError(f"{at}: property '{ef.name}' is defined twice")
+                seen.add(ef.cident)
+                f = Field(ef.name, ef.node, ef.required, ef.default)
+                f.via = member
+                n.fields.append(f)
+            n.embeds.append((member, e))
 
     @staticmethod
     def check_default(f, where):
@@ -550,7 +587,7 @@ def bundle(builder, sf, s, stack=()):
         return out
     out = {}
     for k, v in s.items():
-        if k.startswith("x-cs-") or k in ("$id", "$defs", "$comment"):
+        if k.startswith("x-cs-") or k in ("$id", "$defs", "$comment", "allOf"):
             continue
         if k in ("properties", "$defs"):
             out[k] = {name: bundle(builder, sf, sub, stack) for name, sub in v.items()}
@@ -560,6 +597,15 @@ def bundle(builder, sf, s, stack=()):
             out[k] = [bundle(builder, sf, x, stack) for x in v]
         else:
             out[k] = v
+    # allOf (a $ref to an object, see build_embeds) is written out flat: its properties and
+    # required names join this object's, so a client sees one plain object.
+    for sub in s.get("allOf", []):
+        e = bundle(builder, sf, sub, stack)
+        out.setdefault("properties", {}).update(e.get("properties", {}))
+        req = e.get("required", [])
+        if req:
+            out["required"] = out.get("required", []) + [r for r in req
+                                                         if r not in out.get("required", [])]
     return out
 
 
@@ -636,6 +682,8 @@ class Emitter:
             self.visit(n.item)
         for f in n.fields:
             self.visit(f.node)
+        for _, e in n.embeds:
+            self.visit(e)
         for _, _, b in n.branches:
             self.visit(b)
         n.dup = False
@@ -745,6 +793,18 @@ class Emitter:
             return f"json_t *{name}; /* a reference, released by _free */"
         return f"{self.ctype(n)} {name};"
 
+    def struct_body(self, n):
+        """The member lines of object n's own properties (not those it gets from allOf)."""
+        lines = []
+        for f in n.fields:
+            m = self.member(f.node, f.cident) if f.via is None else None
+            if m is None:
+                continue
+            if not f.required:
+                lines.append(f"bool has_{f.cident};")
+            lines.extend(m.replace("\n    ", "\n").split("\n"))
+        return lines
+
     def header(self):
         out = []
         w = out.append
@@ -778,17 +838,15 @@ class Emitter:
             elif n.kind == "object":
                 w(f"/* {n.where} */")
                 w(f"struct csw_{n.cname} {{")
-                members = 0
-                for f in n.fields:
-                    m = self.member(f.node, f.cident)
-                    if m is None:
-                        continue
-                    if not f.required:
-                        w(f"    bool has_{f.cident};")
-                    w(f"    {m}")
-                    members += 1
-                if members == 0:
-                    w("    char unused_; /* every property is a constant */")
+                lines = self.struct_body(n)
+                for member, e in n.embeds:
+                    lines += [f"union {{ /* {e.where}: its properties are this object's too */",
+                              f"    struct csw_{e.cname} {member};", "    struct {"]
+                    lines += [f"        {x}" for x in self.struct_body(e)]
+                    lines += ["    };", "};"]
+                if not lines:
+                    lines = ["char unused_; /* every property is a constant */"]
+                w("\n".join(f"    {x}" for x in lines))
                 w("};\n")
             elif n.kind == "union":
                 w(f"/* {n.where}: discriminated by \"{n.disc}\" */")
@@ -1021,6 +1079,16 @@ class Emitter:
                      f"    .value_offset = offsetof({e}, value),\n}};")
         elif k == "object":
             t = f"struct csw_{n.cname}"
+            for member, e in n.embeds:
+                w(f"_Static_assert(sizeof((({t} *)0)->{member}) == sizeof(struct csw_{e.cname}), "
+                  f"\"allOf overlay\");")
+                for f in n.fields:
+                    if f.via != member or f.node.kind == "const":
+                        continue
+                    names = [f.cident] + ([] if f.required else [f"has_{f.cident}"])
+                    for x in names:
+                        w(f"_Static_assert(offsetof({t}, {x}) == offsetof({t}, {member}) + "
+                          f"offsetof(struct csw_{e.cname}, {x}), \"allOf overlay\");")
             fields = []
             for f in n.fields:
                 if f.node.kind == "array" or f.node.kind == "map":

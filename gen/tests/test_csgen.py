@@ -274,6 +274,59 @@ class Refusals(unittest.TestCase):
         self.assertIn(".item = &csw__string_max9,", c)
         self.assertNotIn("cs__t", c)
 
+    def test_allof_embeds_an_object(self):
+        g = Gen(self)
+        g.put("m.json", schema("m.json", dict(obj({"id": {"type": "string"}}), **{
+            "$defs": {"args": obj({"p": {"type": "string", "description": "P."},
+                                   "n": {"type": "integer", "default": 2}}, ["p"])},
+            "allOf": [{"$ref": "#/$defs/args"}]})))
+        g.put("w.json", schema("w.json", dict(obj({"ws": {"type": "string"}}), **{
+            "allOf": [{"$ref": "m.json#/$defs/args"}]})))
+        with tempfile.TemporaryDirectory() as out:
+            rc, _, err = g.run("--out", out)
+            self.assertEqual(rc, 0, err)
+            with open(os.path.join(out, "csw.h")) as f:
+                h = f.read()
+            with open(os.path.join(out, "csw_tables.c")) as f:
+                c = f.read()
+        self.assertIn("struct csw_w {\n    struct cs_str ws;\n    union {", h)
+        self.assertIn("        struct csw_m_args args;\n        struct {\n"
+                      "            struct cs_str p;\n            bool has_n;\n"
+                      "            int64_t n;\n        };\n    };\n};", h)
+        self.assertIn("#define CSW_W_N_DEFAULT 2", h)
+        self.assertIn("offsetof(struct csw_w, has_n) == offsetof(struct csw_w, args) + "
+                      "offsetof(struct csw_m_args, has_n)", c)
+        # the descriptor lists own then embedded fields, in that order
+        fields = re.findall(r'\.name = "(\w+)"', c.split("csw_w_type_fields[] = {")[1]
+                            .split("};")[0])
+        self.assertEqual(fields, ["ws", "p", "n"])
+        # bundled flat, exactly as if the properties were written out
+        text = csgen.bundle(*self.builder(g, "m.json"))
+        self.assertEqual(json.loads(text) if isinstance(text, str) else text, {
+            "$schema": META, "type": "object",
+            "properties": {"id": {"type": "string"}, "p": {"type": "string", "description": "P."},
+                           "n": {"type": "integer", "default": 2}},
+            "required": ["id", "p"]})
+
+    @staticmethod
+    def builder(g, rel):
+        files, b, tops = csgen.build_all(g.dir)
+        sf = b.files[rel]
+        return b, sf, sf.doc
+
+    def test_allof_refusals(self):
+        base = {"$defs": {"args": obj({"id": {"type": "string"}}),
+                          "u": {"oneOf": [obj({"k": {"const": "a"}})]}}}
+        self.refused({"a.json": schema("a.json", dict(obj({"id": {"type": "string"}}), **base,
+                                                      allOf=[{"$ref": "#/$defs/args"}]))},
+                     "property 'id' is defined twice")
+        self.refused({"a.json": schema("a.json", dict(obj({}), **base,
+                                                      allOf=[{"$ref": "#/$defs/u"}]))},
+                     "/allOf/0", "allOf must name an object")
+        self.refused({"a.json": schema("a.json", dict(obj({}), **base,
+                                                      allOf=[{"type": "object"}]))},
+                     "/allOf/0", "an allOf entry must be a $ref alone")
+
     def test_constant_collision(self):
         # property "a_b" of type t and property "b" of type t_a print the same constant
         doc = schema("t.json", dict(obj({"a_b": {"type": "integer", "maximum": 1},

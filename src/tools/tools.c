@@ -197,14 +197,8 @@ static void read_tool(void *arg, struct cs_mcp_call *call, const void *input)
     if (!ws)
         return;
     struct csw_runner_wire_op op = {.tag = CSW_RUNNER_WIRE_OP_READ};
-    op.u.read.data = (struct csw_runner_wire_read_data){
-        .workspace = *wsdesc(t, ws),
-        .path = in->path,
-        .has_offset = in->has_offset,
-        .offset = in->offset,
-        .has_limit = in->has_limit,
-        .limit = in->limit,
-    };
+    op.u.read.data =
+        (struct csw_runner_wire_read_data){.workspace = *wsdesc(t, ws), .args = in->args};
     cs_runner_call(t->runner, &op, plain_done, call);
 }
 
@@ -216,15 +210,8 @@ static void find_tool(void *arg, struct cs_mcp_call *call, const void *input)
     if (!ws)
         return;
     struct csw_runner_wire_op op = {.tag = CSW_RUNNER_WIRE_OP_FIND};
-    op.u.find.data = (struct csw_runner_wire_find_data){
-        .workspace = *wsdesc(t, ws),
-        .has_glob = in->has_glob,
-        .glob = in->glob,
-        .has_offset = in->has_offset,
-        .offset = in->offset,
-        .has_limit = in->has_limit,
-        .limit = in->limit,
-    };
+    op.u.find.data =
+        (struct csw_runner_wire_find_data){.workspace = *wsdesc(t, ws), .args = in->args};
     cs_runner_call(t->runner, &op, plain_done, call);
 }
 
