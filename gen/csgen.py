@@ -649,7 +649,7 @@ class Emitter:
         self.tops = tops  # [(SchemaFile, Node)]
         self.order = []  # nodes in post-order
         self.seen = set()
-        self.shared = {}  # descriptor text (name left out) -> the node that emits it
+        self.by_text = {}  # descriptor text (name left out) -> the node that emits it
         self.serves = {}  # descriptor name -> ["schema/<file>: <pointer>", ...] it serves
         for _, node in tops:
             self.visit(node)
@@ -687,14 +687,15 @@ class Emitter:
         for _, _, b in n.branches:
             self.visit(b)
         n.dup = False
-        if n.public or n.kind in ("object", "union"):
+        n.shared = not (n.public or n.kind in ("object", "union"))
+        if not n.shared:
             n.desc = f"csw_{n.cname}_type"
         else:
             # One descriptor per distinct shape: nodes whose descriptor would read the same
             # share the first one, named after what it checks.
             n.desc = "@"
             key = self.descriptor(n)
-            first = self.shared.get(key)
+            first = self.by_text.get(key)
             if first is not None:
                 n.desc = first.desc
                 n.dup = True
@@ -702,7 +703,7 @@ class Emitter:
                 n.desc = self.shape_name(n)
                 if n.desc in self.serves:
                     raise SchemaError(f"{n.where}: internal: descriptor name {n.desc} is taken")
-                self.shared[key] = n
+                self.by_text[key] = n
         self.serves.setdefault(n.desc, []).append(n.where)
         self.order.append(n)
 
@@ -859,7 +860,7 @@ class Emitter:
                     w(f"        struct csw_{b.cname} {m};")
                 w("    } u;\n};\n")
         for n in self.order:
-            if not n.desc.startswith("csw__"):
+            if not n.shared:
                 w(f"extern const struct cs_wire_type {n.desc};")
         w("")
         for n in self.order:
@@ -1022,7 +1023,7 @@ class Emitter:
     def descriptor(self, n):
         out = []
         w = out.append
-        static = "static " if n.desc.startswith("csw__") else ""
+        static = "static " if n.shared else ""
         head = f"{static}const struct cs_wire_type {n.desc} = {{\n"
         k = n.kind
         if k in ("string", "nstring"):
