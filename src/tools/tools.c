@@ -22,11 +22,6 @@
 #include "runner.h"
 #include "supervisor.h"
 
-/* fs cannot see policy (it runs in the runner): the caps it enforces must be the ones
- * workspace_info advertises. */
-_Static_assert(CS_FS_READ_MAX_BYTES == CS_POLICY_READ_MAX_BYTES, "read cap differs");
-_Static_assert(CS_FS_FIND_MAX_PATHS == CS_POLICY_FIND_MAX_PATHS, "find cap differs");
-
 /*
  * workspace_info depends only on the registry and the runtime's capabilities, both fixed while
  * the server runs, so each answer is encoded (and checked against the outputSchema) once, the
