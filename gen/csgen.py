@@ -13,7 +13,9 @@ an error naming the file and the JSON pointer, never silently ignored. The outpu
 deterministic (same schemas, same bytes) and consists of:
 
     csw.h         structs, enums, descriptor declarations, decode/encode/free prototypes
-    csw_tables.c  descriptor tables interpreted by src/base/base_wire.c, the wrappers, the tool
+    csw_tables.c  descriptor tables interpreted by src/base/base_wire.c (one per object or
+                  union, and one per distinct shape of every other value, csw__<shape>,
+                  commented with every schema pointer it serves), the wrappers, the tool
                   table, the top-level type table and the bundled schema texts
 
 Standard library plus Debian's python3-jsonschema only.
@@ -28,7 +30,7 @@ import sys
 
 import jsonschema
 
-GENERATOR_VERSION = 3
+GENERATOR_VERSION = 4
 WIRE_ABI = 2  # must match CS_WIRE_ABI in src/base/base_wire.h
 META = "https://json-schema.org/draft/2020-12/schema"
 
@@ -39,6 +41,7 @@ STRUCTURAL = {
     "type", "properties", "required", "additionalProperties", "items", "minItems", "maxItems",
     "minLength", "maxLength", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
     "enum", "const", "$ref", "oneOf", "$defs", "x-cs-c-name", "x-cs-enum-descriptions", "x-cs-json",
+    "allOf",
 }
 # JSON types an x-cs-json value may be restricted to, as the runtime's CS_WIRE_JSON_* bits.
 JSON_TYPE_BITS = {"object": 1, "array": 2, "string": 4, "integer": 8, "number": 8 | 16,
@@ -159,6 +162,8 @@ def check_keywords(sf, node, where, root=False):
         check_keywords(sf, node["items"], ptr_join(where, "items"))
     for i, sub in enumerate(node.get("oneOf", [])):
         check_keywords(sf, sub, ptr_join(where, "oneOf", i))
+    for i, sub in enumerate(node.get("allOf", [])):
+        check_keywords(sf, sub, ptr_join(where, "allOf", i))
     tool = node.get("x-cs-tool")
     if tool is not None:
         if not isinstance(tool, dict) or set(tool) - TOOL_KEYS or \
@@ -193,6 +198,7 @@ class Node:
         self.disc = None  # union: discriminator
         self.branches = []  # union: [(tag, member ident, object Node)]
         self.public = False  # gets decode/encode/free wrappers
+        self.embeds = []  # object: [(member ident, object Node)] from allOf, fields included
         self.json_types = 0  # json: CS_WIRE_JSON_* bits
 
 
@@ -203,6 +209,7 @@ class Field:
         self.node = node
         self.required = required
         self.default = default
+        self.via = None  # the member ident of the allOf object it comes from, if any
 
 
 class Builder:
@@ -420,11 +427,11 @@ class Builder:
         return n
 
     def build_object(self, sf, s, pointer, cname, where):
-        self.only(s, where, {"type", "properties", "required", "additionalProperties"})
+        self.only(s, where, {"type", "properties", "required", "additionalProperties", "allOf"})
         props = s.get("properties")
         ap = s.get("additionalProperties", True)
         if isinstance(ap, dict):
-            if props or s.get("required"):
+            if props or s.get("required") or "allOf" in s:
                 raise SchemaError(f"{where}: an object is either a struct (properties) or a map "
                                   f"(additionalProperties schema), not both")
             n = Node("map", cname, where)
@@ -460,7 +467,39 @@ class Builder:
             if f.default is not None:
                 self.check_default(f, where)
             n.fields.append(f)
+        self.build_embeds(sf, s, pointer, n, seen, where)
         return n
+
+    def build_embeds(self, sf, s, pointer, n, seen, where):
+        """allOf: [{"$ref": <object>}, ...] on an object: the referenced objects' properties join
+        this one's (after its own, in order), and the C struct holds each referenced struct as a
+        member named after its definition, overlaid by its fields, so `v.path` and `v.args` are
+        both valid. Lets one shape (the MCP read input's arguments) be part of another (the
+        runner's read request) on the same JSON level, copied in C as one struct."""
+        subs = s.get("allOf", [])
+        if not isinstance(subs, list):
+            raise SchemaError(f"{where}: allOf must be a list")
+        for i, sub in enumerate(subs):
+            at = f"schema/{sf.rel}: {ptr_join(pointer, 'allOf', i)}"
+            if set(sub) - ANNOTATIONS != {"$ref"}:
+                raise SchemaError(f"{at}: an allOf entry must be a $ref alone")
+            target, frag = self.resolve(sf, sub["$ref"], at)
+            e = self.named(target, frag)
+            if e.kind != "object" or e.embeds:
+                raise SchemaError(f"{at}: allOf must name an object without allOf of its own")
+            member = ident(frag.split("/")[-1] if frag else target.base.split("/")[-1])
+            member = member + "_" if member in C_KEYWORDS else member
+            if member in seen or member.startswith("has_"):
+                raise SchemaError(f"{at}: member '{member}' collides as a C name")
+            seen.add(member)
+            for ef in e.fields:
+                if ef.cident in seen:
+                    raise SchemaError(f"{at}: property '{ef.name}' is defined twice")
+                seen.add(ef.cident)
+                f = Field(ef.name, ef.node, ef.required, ef.default)
+                f.via = member
+                n.fields.append(f)
+            n.embeds.append((member, e))
 
     @staticmethod
     def check_default(f, where):
@@ -548,7 +587,7 @@ def bundle(builder, sf, s, stack=()):
         return out
     out = {}
     for k, v in s.items():
-        if k.startswith("x-cs-") or k in ("$id", "$defs", "$comment"):
+        if k.startswith("x-cs-") or k in ("$id", "$defs", "$comment", "allOf"):
             continue
         if k in ("properties", "$defs"):
             out[k] = {name: bundle(builder, sf, sub, stack) for name, sub in v.items()}
@@ -558,6 +597,15 @@ def bundle(builder, sf, s, stack=()):
             out[k] = [bundle(builder, sf, x, stack) for x in v]
         else:
             out[k] = v
+    # allOf (a $ref to an object, see build_embeds) is written out flat: its properties and
+    # required names join this object's, so a client sees one plain object.
+    for sub in s.get("allOf", []):
+        e = bundle(builder, sf, sub, stack)
+        out.setdefault("properties", {}).update(e.get("properties", {}))
+        req = e.get("required", [])
+        if req:
+            out["required"] = out.get("required", []) + [r for r in req
+                                                         if r not in out.get("required", [])]
     return out
 
 
@@ -601,7 +649,8 @@ class Emitter:
         self.tops = tops  # [(SchemaFile, Node)]
         self.order = []  # nodes in post-order
         self.seen = set()
-        self.counter = 0
+        self.by_text = {}  # descriptor text (name left out) -> the node that emits it
+        self.serves = {}  # descriptor name -> ["schema/<file>: <pointer>", ...] it serves
         for _, node in tops:
             self.visit(node)
         for node in list(self.b.memo.values()):
@@ -610,7 +659,7 @@ class Emitter:
 
     def check_enumerators(self):
         """Enumerators share one C namespace: refuse two that print the same."""
-        seen = {}
+        seen = self.macro_names = {}  # the constants() macros join the same namespace
         for n in self.order:
             names = []
             if n.kind == "enum":
@@ -633,14 +682,80 @@ class Emitter:
             self.visit(n.item)
         for f in n.fields:
             self.visit(f.node)
+        for _, e in n.embeds:
+            self.visit(e)
         for _, _, b in n.branches:
             self.visit(b)
-        if n.public or n.kind in ("object", "union"):
+        n.dup = False
+        n.shared = not (n.public or n.kind in ("object", "union"))
+        if not n.shared:
             n.desc = f"csw_{n.cname}_type"
         else:
-            n.desc = f"cs__t{self.counter}"
-            self.counter += 1
+            # One descriptor per distinct shape: nodes whose descriptor would read the same
+            # share the first one, named after what it checks.
+            n.desc = "@"
+            key = self.descriptor(n)
+            first = self.by_text.get(key)
+            if first is not None:
+                n.desc = first.desc
+                n.dup = True
+            else:
+                n.desc = self.shape_name(n)
+                if n.desc in self.serves:
+                    raise SchemaError(f"{n.where}: internal: descriptor name {n.desc} is taken")
+                self.by_text[key] = n
+        self.serves.setdefault(n.desc, []).append(n.where)
         self.order.append(n)
+
+    @staticmethod
+    def bound(v):
+        return f"m{-v}" if v < 0 else str(v)
+
+    def shape_name(self, n):
+        """csw__<what it checks>: a name that says the shape (the descriptor is static)."""
+        k = n.kind
+        bounds = ""
+        if k in ("string", "nstring"):
+            if n.min_len >= 0:
+                bounds += f"_min{n.min_len}"
+            if n.max_len >= 0:
+                bounds += f"_max{n.max_len}"
+            return f"csw__{k}{bounds}"
+        if k == "int":
+            if n.min is not None:
+                bounds += f"_min{self.bound(n.min)}"
+            if n.max is not None:
+                bounds += f"_max{self.bound(n.max)}"
+            return f"csw__int{bounds}"
+        if k == "bool":
+            return "csw__bool"
+        if k == "enum":
+            return f"csw__enum_{n.cname}"
+        if k == "const":
+            ck, cv = n.const
+            if ck == "string":
+                return f"csw__const_{ident(cv).lstrip('_')}"
+            if ck == "int":
+                return f"csw__const_int_{self.bound(cv)}"
+            return f"csw__const_{'true' if cv else 'false'}"
+        if k == "json":
+            t = n.json_types
+            names = [x for x, bit in JSON_TYPE_BITS.items() if t & bit == bit and
+                     not (x == "integer" and t & JSON_TYPE_BITS["number"] ==
+                          JSON_TYPE_BITS["number"])]
+            if t == 127:  # every JSON type
+                names = ["any"]
+            return "csw__json_" + "_".join(names)
+        if k == "array":
+            if n.min_items >= 0:
+                bounds += f"_min{n.min_items}"
+            if n.max_items >= 0:
+                bounds += f"_max{n.max_items}"
+            item = re.sub(r"^csw__?|_type$", "", n.item.desc)
+            return f"csw__array{bounds}_of_{item}"
+        if k == "map":
+            return f"csw__map_{n.cname}"
+        raise AssertionError(k)
 
     # -- C types --
 
@@ -679,6 +794,18 @@ class Emitter:
             return f"json_t *{name}; /* a reference, released by _free */"
         return f"{self.ctype(n)} {name};"
 
+    def struct_body(self, n):
+        """The member lines of object n's own properties (not those it gets from allOf)."""
+        lines = []
+        for f in n.fields:
+            m = self.member(f.node, f.cident) if f.via is None else None
+            if m is None:
+                continue
+            if not f.required:
+                lines.append(f"bool has_{f.cident};")
+            lines.extend(m.replace("\n    ", "\n").split("\n"))
+        return lines
+
     def header(self):
         out = []
         w = out.append
@@ -704,6 +831,7 @@ class Emitter:
                     w(f"extern const char *const csw_{n.cname}_messages[{len(n.values)}];")
                 w(f"/* Returns the value named s (n bytes), or -1. */")
                 w(f"int csw_{n.cname}_from_name(const char *s, size_t n);\n")
+        w(self.constants())
         for n in self.order:
             if n.kind == "map":
                 vt = self.member(n.item, "value")
@@ -711,17 +839,15 @@ class Emitter:
             elif n.kind == "object":
                 w(f"/* {n.where} */")
                 w(f"struct csw_{n.cname} {{")
-                members = 0
-                for f in n.fields:
-                    m = self.member(f.node, f.cident)
-                    if m is None:
-                        continue
-                    if not f.required:
-                        w(f"    bool has_{f.cident};")
-                    w(f"    {m}")
-                    members += 1
-                if members == 0:
-                    w("    char unused_; /* every property is a constant */")
+                lines = self.struct_body(n)
+                for member, e in n.embeds:
+                    lines += [f"union {{ /* {e.where}: its properties are this object's too */",
+                              f"    struct csw_{e.cname} {member};", "    struct {"]
+                    lines += [f"        {x}" for x in self.struct_body(e)]
+                    lines += ["    };", "};"]
+                if not lines:
+                    lines = ["char unused_; /* every property is a constant */"]
+                w("\n".join(f"    {x}" for x in lines))
                 w("};\n")
             elif n.kind == "union":
                 w(f"/* {n.where}: discriminated by \"{n.disc}\" */")
@@ -734,7 +860,7 @@ class Emitter:
                     w(f"        struct csw_{b.cname} {m};")
                 w("    } u;\n};\n")
         for n in self.order:
-            if n.desc.startswith("csw_"):
+            if not n.shared:
                 w(f"extern const struct cs_wire_type {n.desc};")
         w("")
         for n in self.order:
@@ -774,6 +900,65 @@ class Emitter:
         w("#endif")
         return "\n".join(out) + "\n"
 
+    def constants(self):
+        """The caps and defaults of every object property, as macros C code uses instead of
+        repeating the schema's numbers: CSW_<TYPE>_<PROP>_DEFAULT, _MIN, _MAX (integers, bounds
+        with exclusive ones folded in), _MIN_LEN, _MAX_LEN (strings, in code points),
+        _MIN_ITEMS, _MAX_ITEMS (arrays). <TYPE> is the object's C name (csw_<type>)."""
+        out = []
+        for n in self.order:
+            if n.kind != "object":
+                continue
+            rows = []
+            for f in n.fields:
+                base = f"CSW_{n.cname.upper()}_{f.cident.upper().rstrip('_')}"
+                fn = f.node
+                if f.default is not None:
+                    if fn.kind == "int":
+                        v = self.c_const(f.default)
+                    elif fn.kind == "bool":
+                        v = "true" if f.default else "false"
+                    elif fn.kind == "enum":
+                        v = f"CSW_{fn.cname.upper()}_{ident(f.default).upper()}"
+                    else:
+                        v = c_string(f.default)
+                    rows.append((base + "_DEFAULT", v))
+                if fn.kind == "int":
+                    if fn.min is not None:
+                        rows.append((base + "_MIN", self.c_const(fn.min)))
+                    if fn.max is not None:
+                        rows.append((base + "_MAX", self.c_const(fn.max)))
+                if fn.kind in ("string", "nstring"):
+                    if fn.min_len >= 0:
+                        rows.append((base + "_MIN_LEN", str(fn.min_len)))
+                    if fn.max_len >= 0:
+                        rows.append((base + "_MAX_LEN", str(fn.max_len)))
+                if fn.kind == "array":
+                    if fn.min_items >= 0:
+                        rows.append((base + "_MIN_ITEMS", str(fn.min_items)))
+                    if fn.max_items >= 0:
+                        rows.append((base + "_MAX_ITEMS", str(fn.max_items)))
+            if not rows:
+                continue
+            out.append(f"/* caps and defaults of {n.where} */")
+            for name, v in rows:
+                if name in self.macro_names:
+                    raise SchemaError(f"{n.where}: C macro {name} also comes from "
+                                      f"{self.macro_names[name]}; set x-cs-c-name")
+                self.macro_names[name] = n.where
+                out.append(f"#define {name} {v}")
+            out.append("")
+        return "\n".join(out)
+
+    @staticmethod
+    def c_const(v):
+        """An integer constant usable in #if and array sizes; int64 range."""
+        if v == INT64_MIN:
+            return "INT64_MIN"
+        if -2 ** 31 < v < 2 ** 31:
+            return str(v)
+        return f"INT64_C({v})"
+
     def banner(self):
         lines = ["/*", " * Generated by gen/csgen.py from the schemas below -- do not edit.",
                  f" * Generator version {GENERATOR_VERSION}, base_wire ABI {WIRE_ABI}.", " *"]
@@ -811,6 +996,10 @@ class Emitter:
                 w(f"_Static_assert(sizeof(enum csw_{n.cname}) == sizeof(int), "
                   f"\"enum storage is int\");\n")
         for n in self.order:
+            if n.dup:
+                continue
+            serves = self.serves[n.desc]
+            w(f"/* {n.desc} serves\n" + "".join(f" *   {x}\n" for x in serves) + " */")
             w(self.descriptor(n))
         for n in self.order:
             if n.public:
@@ -834,7 +1023,7 @@ class Emitter:
     def descriptor(self, n):
         out = []
         w = out.append
-        static = "static " if n.desc.startswith("cs__") else ""
+        static = "static " if n.shared else ""
         head = f"{static}const struct cs_wire_type {n.desc} = {{\n"
         k = n.kind
         if k in ("string", "nstring"):
@@ -891,6 +1080,16 @@ class Emitter:
                      f"    .value_offset = offsetof({e}, value),\n}};")
         elif k == "object":
             t = f"struct csw_{n.cname}"
+            for member, e in n.embeds:
+                w(f"_Static_assert(sizeof((({t} *)0)->{member}) == sizeof(struct csw_{e.cname}), "
+                  f"\"allOf overlay\");")
+                for f in n.fields:
+                    if f.via != member or f.node.kind == "const":
+                        continue
+                    names = [f.cident] + ([] if f.required else [f"has_{f.cident}"])
+                    for x in names:
+                        w(f"_Static_assert(offsetof({t}, {x}) == offsetof({t}, {member}) + "
+                          f"offsetof(struct csw_{e.cname}, {x}), \"allOf overlay\");")
             fields = []
             for f in n.fields:
                 if f.node.kind == "array" or f.node.kind == "map":

@@ -167,8 +167,10 @@ void cs_sbx_proxy_serve(const struct cs_sbx_proxy_cfg *cfg);
 
 /* ---- sandbox_report.c (the outer helper's thread only) ---- */
 
-#define CS_SBX_DENIALS_MAX       32  /* distinct entries (docs/contract/tools.md section 6) */
-#define CS_SBX_DENIAL_TARGET_MAX 300 /* schema/mcp/process_status.output.json denial.target */
+/* distinct entries (docs/contract/tools.md section 6) */
+#define CS_SBX_DENIALS_MAX CSW_SANDBOX_REPORT_DENIALS_MAX_ITEMS
+/* bytes of a denial's target: the schema caps it in code points, so this many bytes always fit */
+#define CS_SBX_DENIAL_TARGET_MAX CSW_DENIAL_TARGET_MAX_LEN
 
 /* Records one refusal; target is copied (cut at CS_SBX_DENIAL_TARGET_MAX bytes), reason is a
  * static string. Distinct by kind+target+reason; past 32 entries only counted as dropped. */

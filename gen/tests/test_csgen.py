@@ -228,6 +228,113 @@ class Refusals(unittest.TestCase):
         self.assertIn("enum csw_e_code c;", h)
         self.assertEqual(h.count("enum csw_e_code {"), 1)
 
+    def test_caps_and_defaults_are_constants(self):
+        g = Gen(self)
+        g.put("t.json", schema("t.json", dict(obj({
+            "n": {"type": "integer", "minimum": 1, "exclusiveMaximum": 5000000000, "default": 3},
+            "s": {"type": "string", "maxLength": 9, "default": "a\"b"},
+            "b": {"type": "boolean", "default": True},
+            "e": {"type": "string", "enum": ["x-y", "z"], "default": "z"},
+            "l": {"type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": 4},
+            "free": {"type": "string"}}, []))))
+        with tempfile.TemporaryDirectory() as out:
+            rc, _, err = g.run("--out", out)
+            self.assertEqual(rc, 0, err)
+            with open(os.path.join(out, "csw.h")) as f:
+                h = f.read()
+        for line in ("#define CSW_T_N_DEFAULT 3", "#define CSW_T_N_MIN 1",
+                     "#define CSW_T_N_MAX INT64_C(4999999999)", "#define CSW_T_S_MAX_LEN 9",
+                     '#define CSW_T_S_DEFAULT "a\\"b"', "#define CSW_T_B_DEFAULT true",
+                     "#define CSW_T_E_DEFAULT CSW_T_E_Z", "#define CSW_T_L_MIN_ITEMS 1",
+                     "#define CSW_T_L_MAX_ITEMS 4"):
+            self.assertIn(line + "\n", h)
+        self.assertNotIn("CSW_T_FREE_", h)
+
+    def test_one_descriptor_per_shape(self):
+        g = Gen(self)
+        g.put("a.json", schema("a.json", obj({"x": {"type": "string", "maxLength": 9},
+                                              "n": {"type": "integer", "minimum": -2},
+                                              "l": {"type": "array", "maxItems": 3,
+                                                    "items": {"type": "string",
+                                                              "maxLength": 9}}})))
+        g.put("b.json", schema("b.json", obj({"y": {"type": "string", "maxLength": 9},
+                                              "z": {"type": "string"}})))
+        with tempfile.TemporaryDirectory() as out:
+            rc, _, err = g.run("--out", out)
+            self.assertEqual(rc, 0, err)
+            with open(os.path.join(out, "csw_tables.c")) as f:
+                c = f.read()
+        self.assertEqual(c.count("static const struct cs_wire_type csw__string_max9 = {"), 1)
+        self.assertIn("/* csw__string_max9 serves\n *   schema/a.json: /properties/x\n"
+                      " *   schema/a.json: /properties/l/items\n"
+                      " *   schema/b.json: /properties/y\n */", c)
+        self.assertIn("static const struct cs_wire_type csw__string = {", c)
+        self.assertIn("static const struct cs_wire_type csw__int_minm2 = {", c)
+        self.assertIn("static const struct cs_wire_type csw__array_max3_of_string_max9 = {", c)
+        self.assertIn(".item = &csw__string_max9,", c)
+        self.assertNotIn("cs__t", c)
+
+    def test_allof_embeds_an_object(self):
+        g = Gen(self)
+        g.put("m.json", schema("m.json", dict(obj({"id": {"type": "string"}}), **{
+            "$defs": {"args": obj({"p": {"type": "string", "description": "P."},
+                                   "n": {"type": "integer", "default": 2}}, ["p"])},
+            "allOf": [{"$ref": "#/$defs/args"}]})))
+        g.put("w.json", schema("w.json", dict(obj({"ws": {"type": "string"}}), **{
+            "allOf": [{"$ref": "m.json#/$defs/args"}]})))
+        with tempfile.TemporaryDirectory() as out:
+            rc, _, err = g.run("--out", out)
+            self.assertEqual(rc, 0, err)
+            with open(os.path.join(out, "csw.h")) as f:
+                h = f.read()
+            with open(os.path.join(out, "csw_tables.c")) as f:
+                c = f.read()
+        self.assertIn("struct csw_w {\n    struct cs_str ws;\n    union {", h)
+        self.assertIn("        struct csw_m_args args;\n        struct {\n"
+                      "            struct cs_str p;\n            bool has_n;\n"
+                      "            int64_t n;\n        };\n    };\n};", h)
+        self.assertIn("#define CSW_W_N_DEFAULT 2", h)
+        self.assertIn("offsetof(struct csw_w, has_n) == offsetof(struct csw_w, args) + "
+                      "offsetof(struct csw_m_args, has_n)", c)
+        # the descriptor lists own then embedded fields, in that order
+        fields = re.findall(r'\.name = "(\w+)"', c.split("csw_w_type_fields[] = {")[1]
+                            .split("};")[0])
+        self.assertEqual(fields, ["ws", "p", "n"])
+        # bundled flat, exactly as if the properties were written out
+        text = csgen.bundle(*self.builder(g, "m.json"))
+        self.assertEqual(json.loads(text) if isinstance(text, str) else text, {
+            "$schema": META, "type": "object",
+            "properties": {"id": {"type": "string"}, "p": {"type": "string", "description": "P."},
+                           "n": {"type": "integer", "default": 2}},
+            "required": ["id", "p"]})
+
+    @staticmethod
+    def builder(g, rel):
+        files, b, tops = csgen.build_all(g.dir)
+        sf = b.files[rel]
+        return b, sf, sf.doc
+
+    def test_allof_refusals(self):
+        base = {"$defs": {"args": obj({"id": {"type": "string"}}),
+                          "u": {"oneOf": [obj({"k": {"const": "a"}})]}}}
+        self.refused({"a.json": schema("a.json", dict(obj({"id": {"type": "string"}}), **base,
+                                                      allOf=[{"$ref": "#/$defs/args"}]))},
+                     "property 'id' is defined twice")
+        self.refused({"a.json": schema("a.json", dict(obj({}), **base,
+                                                      allOf=[{"$ref": "#/$defs/u"}]))},
+                     "/allOf/0", "allOf must name an object")
+        self.refused({"a.json": schema("a.json", dict(obj({}), **base,
+                                                      allOf=[{"type": "object"}]))},
+                     "/allOf/0", "an allOf entry must be a $ref alone")
+
+    def test_constant_collision(self):
+        # property "a_b" of type t and property "b" of type t_a print the same constant
+        doc = schema("t.json", dict(obj({"a_b": {"type": "integer", "maximum": 1},
+                                         "a": {"$ref": "#/$defs/a"}}, []),
+                                    **{"$defs": {"a": obj({"b": {"type": "integer",
+                                                                 "maximum": 2}}, [])}}))
+        self.refused({"t.json": doc}, "C macro CSW_T_A_B_MAX also comes from")
+
     def test_optional_const(self):
         self.refused({"a.json": schema("a.json", obj({"k": {"const": "x"}}, []))},
                      "const property 'k' must be required")

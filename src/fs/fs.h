@@ -42,9 +42,11 @@
 
 /* ---- caps (docs/contract/tools.md sections 3 and 4) ---- */
 
-#define CS_FS_READ_MAX_BYTES 1048576 /* read: bytes per window, and the default limit */
-#define CS_FS_FIND_MAX_PATHS 10000   /* find: paths per page, and the default limit */
-#define CS_FS_FIND_WALK_CAP  100000  /* find: regular files (and, separately, directories) walked */
+/* read: bytes per window; the schema's default limit is the cap */
+#define CS_FS_READ_MAX_BYTES CSW_MCP_READ_INPUT_LIMIT_DEFAULT
+/* find: paths per page; the schema's default limit is the cap */
+#define CS_FS_FIND_MAX_PATHS CSW_MCP_FIND_INPUT_LIMIT_DEFAULT
+#define CS_FS_FIND_WALK_CAP  100000 /* find: regular files (and, separately, directories) walked */
 #define CS_FS_FIND_MAX_BYTES (64u * 1024u * 1024u) /* find: bytes of paths held during a walk */
 #define CS_FS_PATH_MAX       4095 /* bytes of a normalised relative path (PATH_MAX less the NUL) */
 
@@ -145,9 +147,9 @@ bool cs_fs_glob_match(const char *glob, size_t glob_n, const char *path, size_t 
 
 /* ---- deny rules (docs/contract/tools.md section 5; fs_deny.c) ---- */
 
-#define CS_FS_DENY_MAX_RULES 1024    /* rules per workspace */
-#define CS_FS_DENY_SCAN_CAP  100000  /* entries one identity scan looks at */
-#define CS_FS_DENY_MAX_MASKS 4096    /* paths one spawn may mask (the plan's maxItems) */
+#define CS_FS_DENY_MAX_RULES 1024   /* rules per workspace */
+#define CS_FS_DENY_SCAN_CAP  100000 /* entries one identity scan looks at */
+#define CS_FS_DENY_MAX_MASKS CSW_SANDBOX_PLAN_DENY_MASK_MAX_ITEMS /* paths one spawn may mask */
 #define CS_FS_DENY_MAX_IDS   1048576 /* identities remembered per workspace */
 
 /*

@@ -28,10 +28,10 @@
 
 /* ---- fixed values (docs/contract/tools.md §4, docs/contract/runtime.md §5) ---- */
 
-#define CS_POLICY_READ_MAX_BYTES                    1048576 /* read: bytes per call */
-#define CS_POLICY_FIND_MAX_PATHS                    10000   /* find: paths per call */
-#define CS_POLICY_MAX_WAITERS                       64      /* mutation FIFO per workspace */
-#define CS_POLICY_TTY_ROWS                          24      /* PTY size at start */
+#define CS_POLICY_READ_MAX_BYTES                    CSW_MCP_READ_INPUT_LIMIT_DEFAULT /* per call */
+#define CS_POLICY_FIND_MAX_PATHS                    CSW_MCP_FIND_INPUT_LIMIT_DEFAULT /* per call */
+#define CS_POLICY_MAX_WAITERS                       64 /* mutation FIFO per workspace */
+#define CS_POLICY_TTY_ROWS                          24 /* PTY size at start */
 #define CS_POLICY_TTY_COLS                          80
 #define CS_POLICY_DEFAULT_HOST                      "127.0.0.1"
 #define CS_POLICY_DEFAULT_PORT                      8787
@@ -43,8 +43,8 @@
 #define CS_POLICY_MAX_TIMEOUT_SECS                  2147483 /* so the timeout in ms fits in an int */
 #define CS_POLICY_MAX_PROCS                         1024
 #define CS_POLICY_DEFAULT_SANDBOX_ID                65533 /* a root server's unprivileged command id */
-#define CS_POLICY_MAX_SANDBOX_ID                    4294967294 /* (uid_t)-1 is "no id" */
-#define CS_POLICY_LOCAL_ENV                         "local"    /* the built-in host environment */
+#define CS_POLICY_MAX_SANDBOX_ID                    CSW_SANDBOX_PLAN_SANDBOX_UID_MAX /* (uid_t)-1: no id */
+#define CS_POLICY_LOCAL_ENV                         "local" /* the built-in host environment */
 #define CS_POLICY_QUICK_START_ID                    "default" /* the workspace --workspace registers */
 
 /* ---- configuration ---- */

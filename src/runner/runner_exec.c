@@ -542,13 +542,9 @@ static void op_read(struct cs_runner_exec *ex, const struct csw_runner_wire_read
         return;
     if (job_str(j, &j->path, &d->path) != 0)
         return;
-    j->in.read = (struct csw_mcp_read_input){
-        .path = j->path,
-        .has_offset = d->has_offset,
-        .offset = d->offset,
-        .has_limit = d->has_limit,
-        .limit = d->limit,
-    };
+    /* The request carries the MCP input's arguments as they are (wire.json refers to them). */
+    j->in.read = (struct csw_mcp_read_input){.args = d->args};
+    j->in.read.path = j->path; /* the job's own copy: the request is freed before the job runs */
     job_submit(j);
 }
 
@@ -560,14 +556,8 @@ static void op_find(struct cs_runner_exec *ex, const struct csw_runner_wire_find
         return;
     if (d->has_glob && job_str(j, &j->glob, &d->glob) != 0)
         return;
-    j->in.find = (struct csw_mcp_find_input){
-        .has_glob = d->has_glob,
-        .glob = j->glob,
-        .has_offset = d->has_offset,
-        .offset = d->offset,
-        .has_limit = d->has_limit,
-        .limit = d->limit,
-    };
+    j->in.find = (struct csw_mcp_find_input){.args = d->args};
+    j->in.find.glob = j->glob; /* the job's own copy (empty when absent) */
     job_submit(j);
 }
 

@@ -31,7 +31,6 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "base_json.h"
 #include "base_log.h"
 #include "base_roots.h"
 #include "base_loop.h"
@@ -167,28 +166,30 @@ static void refuse(struct worker *w, const char *rid, const char *msg)
     w->closing = true;
 }
 
-/* A copy of the frame text (n bytes, our own encoder's) with its request_id replaced by rid, or
- * NULL when out of memory or the text has no request_id. Allocated like the encoder's texts
- * (jansson's allocator), so send_text releases both the same way. */
-static char *restamp(const char *text, size_t n, const char *rid)
+/* Re-sends the cached response text (n bytes, our own encoder's) under request id rid: decoded
+ * and encoded again by the generated code, so a replay is a wire message like any other, not a
+ * patched text. Returns false when out of memory (or the cache holds something the schema
+ * refuses, which would be a bug). */
+static bool send_replay(struct worker *w, const char *rid, const char *text, size_t n)
 {
-    size_t off, len, rn = strlen(rid);
-    if (cs_json_member_span(text, n, "request_id", true, &off, &len) != 0)
-        return NULL;
-    json_malloc_t jm;
-    json_free_t jf;
-    json_get_alloc_funcs(&jm, &jf);
-    char *q = malloc(CS_JSON_QUOTE_MAX(rn));
-    size_t qn = q ? cs_json_quote(rid, rn, q) : 0;
-    char *out = q ? jm(n - len + qn + 1) : NULL;
-    if (out) {
-        memcpy(out, text, off);
-        memcpy(out + off, q, qn);
-        memcpy(out + off + qn, text + off + len, n - off - len);
-        out[n - len + qn] = '\0';
+    json_error_t jerr;
+    json_t *j = json_loadb(text, n, JSON_ALLOW_NUL, &jerr);
+    struct csw_runner_wire m;
+    struct cs_wire_diag diag;
+    if (!j || csw_runner_wire_decode(j, &m, &diag) != CS_WIRE_OK) {
+        json_decref(j);
+        return false;
     }
-    free(q);
-    return out;
+    json_decref(j);
+    bool ok = false;
+    if (m.tag == CSW_RUNNER_WIRE_RESPONSE) {
+        struct cs_str old = m.u.response.request_id;
+        m.u.response.request_id = (struct cs_str){(char *)rid, strlen(rid)};
+        ok = send_wire(w, rid, &m, false);
+        m.u.response.request_id = old; /* freed with the rest */
+    }
+    csw_runner_wire_free(&m);
+    return ok;
 }
 
 static void req_done(void *arg, const struct cs_runner_reply *rep)
@@ -328,12 +329,7 @@ static void on_message(void *arg, struct csw_runner_wire *msg)
             if (!cid || !w->cache[i].text || strlen(cid) != old->n ||
                 memcmp(cid, old->s, old->n) != 0)
                 continue;
-            /* The cached text under the new request_id: its old id token swapped for the new
-             * one, the rest byte for byte (the text the encoder wrote, never re-parsed). */
-            char *copy = restamp(w->cache[i].text, w->cache[i].n, rid);
-            if (copy)
-                send_text(w, rid, copy, strlen(copy), false);
-            else
+            if (!send_replay(w, rid, w->cache[i].text, w->cache[i].n))
                 send_error(w, rid, CSW_ERROR_INTERNAL, "out of memory", false);
             return;
         }
@@ -365,10 +361,17 @@ static void on_bad(void *arg, const json_t *raw, const char *why)
 {
     struct worker *w = arg;
     w->got_frame = true;
-    const char *rid = "rrpc-0";
-    const json_t *id = raw ? json_object_get(raw, "request_id") : NULL;
-    if (json_is_string(id) && json_string_length(id) > 0 && json_string_length(id) < 120)
-        rid = json_string_value(id);
+    /* Only the frame's request_id, read through the wire schema's frame_id shape; none (or an
+     * unusable one) answers as rrpc-0. */
+    char rid[128] = "rrpc-0";
+    struct csw_runner_wire_frame_id id;
+    struct cs_wire_diag diag;
+    if (raw && csw_runner_wire_frame_id_decode(raw, &id, &diag) == CS_WIRE_OK) {
+        if (id.has_request_id && id.request_id.n < 120 &&
+            memchr(id.request_id.s, '\0', id.request_id.n) == NULL)
+            snprintf(rid, sizeof rid, "%.*s", (int)id.request_id.n, id.request_id.s);
+        csw_runner_wire_frame_id_free(&id);
+    }
     char msg[400];
     snprintf(msg, sizeof msg, "undecodable frame: %s", why);
     send_error(w, rid, CSW_ERROR_INVALID_ARGUMENTS, msg, false);
@@ -495,8 +498,9 @@ static int adopt_root(const char *arg)
     char *end;
     long fd = strtol(arg, &end, 10);
     struct stat st;
-    if (end == arg || *end != ':' || end[1] != '/' || fd < 3 || fd > 1023 ||
-        fstat((int)fd, &st) != 0 || !S_ISDIR(st.st_mode)) {
+    if (end == arg || *end != ':' || end[1] != '/' || fd < CSW_SANDBOX_PLAN_WORKSPACE_FD_MIN ||
+        fd > CSW_SANDBOX_PLAN_WORKSPACE_FD_MAX || fstat((int)fd, &st) != 0 ||
+        !S_ISDIR(st.st_mode)) {
         fprintf(stderr, "codespace-runtime: --root %s: not an inherited directory descriptor\n",
                 arg);
         return -1;
@@ -540,7 +544,8 @@ int main(int argc, char **argv)
             long long *id = argv[i][10] == 'u' ? &sandbox_uid : &sandbox_gid;
             char *end;
             *id = strtoll(argv[++i], &end, 10);
-            if (*end || *id < 1 || *id > 4294967294LL) {
+            if (*end || *id < CSW_SANDBOX_PLAN_SANDBOX_UID_MIN ||
+                *id > CSW_SANDBOX_PLAN_SANDBOX_UID_MAX) {
                 usage();
                 return 2;
             }

@@ -150,11 +150,18 @@ enum cs_store_status cs_store_get_result(struct cs_store *store, const char *id,
 
 /*
  * The apply_patch idempotency fingerprint: "sha256:" + lowercase hex of the SHA-256 of the
- * canonical JSON of {workspace_id, patch, expected_versions, check_only} taken from in (borrowed).
- * An absent expected_versions counts as {} and an absent check_only as false (the same request).
- * Canonical JSON is jansson's json_dumps with JSON_SORT_KEYS | JSON_COMPACT | JSON_ENSURE_ASCII:
- * keys in bytewise order, no whitespace, everything outside ASCII escaped as \uXXXX. Returns
- * CS_STORE_OK with out set, or CS_STORE_ERROR (out of memory, libcrypto failure).
+ * canonical JSON of in (borrowed), written by the input schema's generated encoder with
+ * operation_key left out (it names the request; it is no part of it). Every other field is in
+ * it, so a field added to schema/mcp/apply_patch.input.json is in it too. An absent optional
+ * field with a schema default counts as that default (absent check_only is false) and an absent
+ * map as an empty one (absent expected_versions is {}): leaving a field out and spelling out its
+ * default is the same request. A field absent without a default is left out, so rows stored
+ * before a new optional field existed keep their fingerprint. Canonical JSON is jansson's
+ * json_dumps with JSON_SORT_KEYS | JSON_COMPACT | JSON_ENSURE_ASCII: keys in bytewise order, no
+ * whitespace, everything outside ASCII escaped as \uXXXX. Rows already stored are keyed by this
+ * text, so it must never change for an existing input (tests/unit/test_store.c pins it).
+ * Returns CS_STORE_OK with out set, or CS_STORE_ERROR (input fails its schema, out of memory,
+ * libcrypto failure).
  */
 enum cs_store_status cs_store_fingerprint(const struct csw_mcp_apply_patch_input *in,
                                           char out[CS_STORE_FINGERPRINT_SIZE], char *msg,
@@ -167,5 +174,11 @@ int cs__store_new_id(char out[CS_STORE_ID_SIZE]);
 
 /* Writes the current time as RFC 3339 UTC with milliseconds ("2026-11-29T10:00:00.123Z"). */
 void cs__store_now(char out[CS_STORE_TIME_SIZE]);
+
+/* cs_store_fingerprint for a value in (borrowed) of any generated object type t, leaving out the
+ * property named drop (NULL: none): lets a test run it on a variant of the apply_patch input. */
+enum cs_store_status cs__store_fingerprint_of(const struct cs_wire_type *t, const void *in,
+                                              const char *drop, char out[CS_STORE_FINGERPRINT_SIZE],
+                                              char *msg, size_t msg_cap);
 
 #endif

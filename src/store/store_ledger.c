@@ -688,37 +688,97 @@ out:
 
 /* ---- fingerprint ---- */
 
-enum cs_store_status cs_store_fingerprint(const struct csw_mcp_apply_patch_input *in,
-                                          char out[CS_STORE_FINGERPRINT_SIZE], char *msg,
-                                          size_t cap)
+/* Turns *v, a shallow copy of a value of object type t, into what the fingerprint hashes: drop
+ * marked absent, every other absent optional field with a schema default set to it, every absent
+ * map set to empty. Walks the descriptor, not a field list, so a new input field needs nothing
+ * here. The copy owns nothing and is never freed: defaults point at the descriptor's text. */
+static void fingerprint_view(const struct cs_wire_object *o, char *v, const char *drop)
+{
+    for (size_t i = 0; i < o->nfields; i++) {
+        const struct cs_wire_field *f = &o->fields[i];
+        if (f->has_offset == CS_WIRE_NO_HAS)
+            continue;
+        bool has = false;
+        if (drop && strcmp(f->name, drop) == 0) {
+            memcpy(v + f->has_offset, &has, sizeof has);
+            continue;
+        }
+        memcpy(&has, v + f->has_offset, sizeof has);
+        if (has)
+            continue;
+        void *slot = v + f->offset;
+        switch (f->type->kind) {
+        case CS_WIRE_INT:
+            if (!f->has_default)
+                continue;
+            memcpy(slot, &f->def_int, sizeof f->def_int);
+            break;
+        case CS_WIRE_BOOL: {
+            if (!f->has_default)
+                continue;
+            bool b = f->def_int != 0;
+            memcpy(slot, &b, sizeof b);
+            break;
+        }
+        case CS_WIRE_ENUM: {
+            if (!f->has_default)
+                continue;
+            int e = (int)f->def_int;
+            memcpy(slot, &e, sizeof e);
+            break;
+        }
+        case CS_WIRE_STRING:
+        case CS_WIRE_NSTRING: {
+            if (!f->has_default || !f->def_str)
+                continue;
+            struct cs_str d = {(char *)f->def_str, strlen(f->def_str)};
+            memcpy(slot, &d, sizeof d);
+            break;
+        }
+        case CS_WIRE_MAP: {
+            struct cs_wire_array empty = {NULL, 0};
+            memcpy(slot, &empty, sizeof empty);
+            break;
+        }
+        case CS_WIRE_CONST:
+        case CS_WIRE_OBJECT:
+        case CS_WIRE_ARRAY:
+        case CS_WIRE_UNION:
+        case CS_WIRE_JSON:
+            continue;
+        }
+        has = true;
+        memcpy(v + f->has_offset, &has, sizeof has);
+    }
+}
+
+enum cs_store_status cs__store_fingerprint_of(const struct cs_wire_type *t, const void *in,
+                                              const char *drop, char out[CS_STORE_FINGERPRINT_SIZE],
+                                              char *msg, size_t cap)
 {
     static const char digits[] = "0123456789abcdef";
     enum cs_store_status ret = CS_STORE_ERROR;
     char *text = NULL; /* from jansson's allocator */
     EVP_MD_CTX *ctx = NULL;
-    json_t *o = json_object();
-    json_t *ev = json_object();
-    if (o == NULL || ev == NULL)
+    json_t *j = NULL;
+    char *view = t->kind == CS_WIRE_OBJECT ? malloc(t->size) : NULL;
+    if (view == NULL) {
+        msgf(msg, cap, "fingerprint: out of memory, or not an object type");
         goto out;
-    for (size_t i = 0; in->has_expected_versions && i < in->expected_versions.n; i++) {
-        const struct csw_mcp_apply_patch_input_expected_versions_entry *e =
-            &in->expected_versions.v[i];
-        if (json_object_setn_new(ev, e->key.s, e->key.n, json_stringn(e->value.s, e->value.n)) != 0)
-            goto out;
     }
-    /* _new steals ev even on failure. */
-    json_t *tmp = ev;
-    ev = NULL;
-    if (json_object_set_new(o, "expected_versions", tmp) != 0 ||
-        json_object_set_new(o, "workspace_id",
-                            json_stringn(in->workspace_id.s, in->workspace_id.n)) != 0 ||
-        json_object_set_new(o, "patch", json_stringn(in->patch.s, in->patch.n)) != 0 ||
-        json_object_set_new(o, "check_only", json_boolean(in->has_check_only && in->check_only)) !=
-            0)
+    memcpy(view, in, t->size);
+    fingerprint_view(t->obj, view, drop);
+    struct cs_wire_diag diag;
+    if (cs_wire_encode(t, view, &j, &diag) != CS_WIRE_OK) {
+        char buf[600];
+        msgf(msg, cap, "fingerprint: %s", cs_wire_diag_format(&diag, buf, sizeof buf));
         goto out;
-    text = json_dumps(o, JSON_SORT_KEYS | JSON_COMPACT | JSON_ENSURE_ASCII);
-    if (text == NULL)
+    }
+    text = json_dumps(j, JSON_SORT_KEYS | JSON_COMPACT | JSON_ENSURE_ASCII);
+    if (text == NULL) {
+        msgf(msg, cap, "fingerprint: out of memory");
         goto out;
+    }
     unsigned char md[EVP_MAX_MD_SIZE];
     unsigned int mdn = 0;
     ctx = EVP_MD_CTX_new();
@@ -736,11 +796,17 @@ enum cs_store_status cs_store_fingerprint(const struct csw_mcp_apply_patch_input
     out[7 + 2 * mdn] = '\0';
     ret = CS_STORE_OK;
 out:
-    if (ret != CS_STORE_OK && text == NULL)
-        msgf(msg, cap, "fingerprint: out of memory (or a string jansson refuses)");
     EVP_MD_CTX_free(ctx);
     cs_wire_release(text);
-    json_decref(ev);
-    json_decref(o);
+    json_decref(j);
+    free(view);
     return ret;
+}
+
+enum cs_store_status cs_store_fingerprint(const struct csw_mcp_apply_patch_input *in,
+                                          char out[CS_STORE_FINGERPRINT_SIZE], char *msg,
+                                          size_t cap)
+{
+    return cs__store_fingerprint_of(&csw_mcp_apply_patch_input_type, in, "operation_key", out, msg,
+                                    cap);
 }

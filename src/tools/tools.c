@@ -24,11 +24,6 @@
 #include "runner.h"
 #include "supervisor.h"
 
-/* fs cannot see policy (it runs in the runner): the caps it enforces must be the ones
- * workspace_info advertises. */
-_Static_assert(CS_FS_READ_MAX_BYTES == CS_POLICY_READ_MAX_BYTES, "read cap differs");
-_Static_assert(CS_FS_FIND_MAX_PATHS == CS_POLICY_FIND_MAX_PATHS, "find cap differs");
-
 /*
  * workspace_info depends only on the registry and the runtime's capabilities, both fixed while
  * the server runs, so each answer is encoded (and checked against the outputSchema) once, the
@@ -199,14 +194,8 @@ static void read_tool(void *arg, struct cs_mcp_call *call, const void *input)
     if (!ws)
         return;
     struct csw_runner_wire_op op = {.tag = CSW_RUNNER_WIRE_OP_READ};
-    op.u.read.data = (struct csw_runner_wire_read_data){
-        .workspace = *wsdesc(t, ws),
-        .path = in->path,
-        .has_offset = in->has_offset,
-        .offset = in->offset,
-        .has_limit = in->has_limit,
-        .limit = in->limit,
-    };
+    op.u.read.data =
+        (struct csw_runner_wire_read_data){.workspace = *wsdesc(t, ws), .args = in->args};
     cs_runner_call(t->runner, &op, plain_done, call);
 }
 
@@ -218,15 +207,8 @@ static void find_tool(void *arg, struct cs_mcp_call *call, const void *input)
     if (!ws)
         return;
     struct csw_runner_wire_op op = {.tag = CSW_RUNNER_WIRE_OP_FIND};
-    op.u.find.data = (struct csw_runner_wire_find_data){
-        .workspace = *wsdesc(t, ws),
-        .has_glob = in->has_glob,
-        .glob = in->glob,
-        .has_offset = in->has_offset,
-        .offset = in->offset,
-        .has_limit = in->has_limit,
-        .limit = in->limit,
-    };
+    op.u.find.data =
+        (struct csw_runner_wire_find_data){.workspace = *wsdesc(t, ws), .args = in->args};
     cs_runner_call(t->runner, &op, plain_done, call);
 }
 

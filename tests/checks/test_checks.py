@@ -319,8 +319,27 @@ class HandJsonTest(TmpCase):
     def test_allowlisted_function_only(self):
         """An allowlist entry for one function does not cover its neighbours."""
         self.copy()
-        self.plant("src/store/store_ledger.c",
+        self.plant("src/runner/runner_uds.c",
                    "\nstatic json_t *other(json_t *e)\n{\n"
                    "    return json_object_get(e, \"code\");\n}\n")
         self.assertFailsWith(run("check_handjson.py", "--root", self.tmp),
-                             "src/store/store_ledger.c", "other: json_object_get")
+                             "src/runner/runner_uds.c", "other: json_object_get")
+
+    def test_hand_walked_loops_fail(self):
+        self.copy()
+        self.plant("src/store/store_ledger.c",
+                   "\nstatic void loop(json_t *a, json_t *o)\n{\n"
+                   "    size_t i;\n    json_t *v;\n    const char *k;\n"
+                   "    json_array_foreach(a, i, v) { (void)json_array_get(a, i); }\n"
+                   "    json_object_foreach(o, k, v) { (void)k; }\n"
+                   "    (void)json_object_iter(o);\n}\n")
+        self.assertFailsWith(run("check_handjson.py", "--root", self.tmp),
+                             "loop: json_array_foreach", "loop: json_array_get",
+                             "loop: json_object_foreach", "loop: json_object_iter")
+
+    def test_stale_allowlist_entry_fails(self):
+        """An entry whose function no longer builds JSON must be removed from the list."""
+        self.copy()
+        os.remove(os.path.join(self.tmp, "src/mcp/mcp_server.c"))
+        self.assertFailsWith(run("check_handjson.py", "--root", self.tmp),
+                             "src/mcp/mcp_server.c: batch_text: allowlist entry matches nothing")

@@ -415,6 +415,9 @@ class WorkerCase(unittest.TestCase):
             ("not-json", frame(b"\xff\xfe garbage"), "rrpc-0"),
             ("json-array", frame(b"[1,2,3]"), "rrpc-0"),
             ("trailing-garbage", frame(json.dumps(hello("rrpc-2")).encode() + b"}"), "rrpc-0"),
+            # decodes, fails the schema, and its request_id is no usable id either
+            ("request-id-number", frame(dict(hello("rrpc-2"), request_id=7)), "rrpc-0"),
+            ("request-id-empty", frame(dict(hello("rrpc-2"), request_id="")), "rrpc-0"),
         ]
         for name, raw, rid in cases:
             with self.subTest(name):

@@ -891,6 +891,129 @@ static void test_fingerprint(void **state)
     csw_mcp_apply_patch_input_free(&b);
 }
 
+/* Rows already stored are keyed by their fingerprint: these were computed by the code before the
+ * fingerprint came from the generated encoder (every field present, non-ASCII, an operation_key)
+ * and must never change, or a retry after an upgrade would see OPERATION_KEY_CONFLICT. */
+static void test_fingerprint_pinned(void **state)
+{
+    (void)state;
+    static const char *const kv[] = {
+        "b.txt", "absent", "a.txt", "sha256:00", "\xc3\xa9/\"q\".txt", "sha256:\xe2\x82\xac"};
+    struct csw_mcp_apply_patch_input a;
+    char fa[72];
+    memset(&a, 0, sizeof a);
+    assert_int_equal(cs_str_set_n(&a.workspace_id, "default", 7), 0);
+    assert_int_equal(cs_str_set_n(&a.patch, "*** Begin Patch\n*** Add File: \xc3\xa9\n+x\t\n", 37),
+                     0);
+    a.has_operation_key = true;
+    assert_int_equal(cs_str_set_n(&a.operation_key, "key-1", 5), 0);
+    set_ev(&a, kv, 3);
+    a.has_check_only = true;
+    a.check_only = true;
+    fingerprint(&a, fa);
+    assert_string_equal(fa,
+                        /* sha256 of {"check_only":true,"expected_versions":{"a.txt":"sha256:00",
+                         * "b.txt":"absent","\\u00E9/\\"q\\".txt":"sha256:\\u20AC"},"patch":
+                         * "*** Begin Patch\\n*** Add File: \\u00E9\\n+x\\t\\n","workspace_id":
+                         * "default"} */
+                        "sha256:974c2063b428507b20595e53dae43854076f864edb56f02a8105a756f0c7fb3d");
+    /* check_only spelled out as its default; expected_versions present but empty. */
+    csw_mcp_apply_patch_input_free(&a);
+    memset(&a, 0, sizeof a);
+    assert_int_equal(cs_str_set_n(&a.workspace_id, "w", 1), 0);
+    assert_int_equal(cs_str_set_n(&a.patch, "p", 1), 0);
+    a.has_check_only = true;
+    set_ev(&a, kv, 0);
+    fingerprint(&a, fa);
+    assert_string_equal(fa,
+                        "sha256:9d5bb9dee55741d22196ed76211c89f798b1298a4267d690e6bec83e086616a0");
+    csw_mcp_apply_patch_input_free(&a);
+}
+
+/* The fingerprint is the generated encoding of the whole input, not a field list: the apply_patch
+ * input's own descriptor plus one new optional property (as a future schema would add) hashes
+ * the same while the property is absent, and differently once it is present. */
+struct input_v2 {
+    struct csw_mcp_apply_patch_input v1;
+    bool has_dry_run;
+    bool dry_run;
+    bool has_note;
+    struct cs_str note;
+};
+
+static void test_fingerprint_new_field(void **state)
+{
+    (void)state;
+    const struct cs_wire_object *o1 = csw_mcp_apply_patch_input_type.obj;
+    const struct cs_wire_type *boolean = NULL, *string = NULL;
+    struct cs_wire_field fields[16];
+    assert_true(o1->nfields + 2 <= 16);
+    for (size_t i = 0; i < o1->nfields; i++) {
+        fields[i] = o1->fields[i];
+        if (strcmp(fields[i].name, "check_only") == 0)
+            boolean = fields[i].type;
+        if (strcmp(fields[i].name, "patch") == 0)
+            string = fields[i].type;
+    }
+    assert_non_null(boolean);
+    assert_non_null(string);
+    fields[o1->nfields] =
+        (struct cs_wire_field){.name = "dry_run",
+                               .offset = offsetof(struct input_v2, dry_run),
+                               .has_offset = offsetof(struct input_v2, has_dry_run),
+                               .type = boolean};
+    fields[o1->nfields + 1] =
+        (struct cs_wire_field){.name = "note",
+                               .offset = offsetof(struct input_v2, note),
+                               .has_offset = offsetof(struct input_v2, has_note),
+                               .type = string,
+                               .has_default = true,
+                               .def_str = "none"};
+    struct cs_wire_object o2 = {fields, o1->nfields + 2};
+    struct cs_wire_type t2 = csw_mcp_apply_patch_input_type;
+    t2.size = sizeof(struct input_v2);
+    t2.obj = &o2;
+    struct input_v2 in;
+    memset(&in, 0, sizeof in);
+    assert_int_equal(cs_str_set_n(&in.v1.workspace_id, "w", 1), 0);
+    assert_int_equal(cs_str_set_n(&in.v1.patch, "p", 1), 0);
+    char f1[72], f2[72], f3[72], msg[128];
+    fingerprint(&in.v1, f1);
+    /* dry_run absent (no default): not in the text, the v1 fingerprint is kept */
+    t2.obj = &(struct cs_wire_object){fields, o1->nfields + 1};
+    assert_int_equal(cs__store_fingerprint_of(&t2, &in, "operation_key", f2, msg, sizeof msg),
+                     CS_STORE_OK);
+    assert_string_equal(f1, f2);
+    /* present: in the text */
+    in.has_dry_run = true;
+    assert_int_equal(cs__store_fingerprint_of(&t2, &in, "operation_key", f3, msg, sizeof msg),
+                     CS_STORE_OK);
+    assert_string_not_equal(f1, f3);
+    in.dry_run = true;
+    assert_int_equal(cs__store_fingerprint_of(&t2, &in, "operation_key", f2, msg, sizeof msg),
+                     CS_STORE_OK);
+    assert_string_not_equal(f2, f3);
+    /* note has a default: absent and spelled out as "none" are the same request, and in the text */
+    in.has_dry_run = false;
+    t2.obj = &o2;
+    assert_int_equal(cs__store_fingerprint_of(&t2, &in, "operation_key", f2, msg, sizeof msg),
+                     CS_STORE_OK);
+    assert_string_not_equal(f1, f2);
+    in.has_note = true;
+    in.note = (struct cs_str){(char *)"none", 4};
+    assert_int_equal(cs__store_fingerprint_of(&t2, &in, "operation_key", f3, msg, sizeof msg),
+                     CS_STORE_OK);
+    assert_string_equal(f2, f3);
+    /* dropping a property other than operation_key: the key now counts */
+    in.v1.has_operation_key = true;
+    in.v1.operation_key = (struct cs_str){(char *)"k", 1};
+    assert_int_equal(cs__store_fingerprint_of(&t2, &in, NULL, f3, msg, sizeof msg), CS_STORE_OK);
+    assert_string_not_equal(f2, f3);
+    in.v1.has_operation_key = false;
+    in.v1.operation_key = (struct cs_str){NULL, 0};
+    csw_mcp_apply_patch_input_free(&in.v1);
+}
+
 int main(void)
 {
     /* clang-format off */
@@ -916,6 +1039,8 @@ int main(void)
         cmocka_unit_test(test_rejected_keeps_error),
         cmocka_unit_test(test_migrates_version_1),
         cmocka_unit_test(test_fingerprint),
+        cmocka_unit_test(test_fingerprint_pinned),
+        cmocka_unit_test(test_fingerprint_new_field),
     };
     /* clang-format on */
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
