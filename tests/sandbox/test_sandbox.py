@@ -130,6 +130,80 @@ SYSCALL_PRELUDE = (
 
 
 class TestProtocol(SandboxCase):
+    # -- run --plan-fd: the runner's sealed memfd (issue 20) --------------------------------
+    ALL_SEALS = (fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW
+                 | fcntl.F_SEAL_WRITE)
+
+    def plan_memfd(self, argv, seals=ALL_SEALS):
+        """What prepare would write, in a memfd with these seals (the plan file removed)."""
+        path = self.prepare(argv)
+        with open(path, "rb") as f:
+            text = f.read()
+        os.unlink(path)
+        os.rmdir(os.path.dirname(path))
+        fd = os.memfd_create("codespace-sandbox-plan", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+        os.write(fd, text)
+        if seals:
+            fcntl.fcntl(fd, fcntl.F_ADD_SEALS, seals)
+        return fd
+
+    def run_plan_fd(self, fd, arg=None):
+        try:
+            return subprocess.run([HELPER, "run", "--plan-fd", arg or str(fd)], pass_fds=(fd,),
+                                  capture_output=True, timeout=60, start_new_session=True)
+        finally:
+            os.close(fd)
+
+    def test_plan_fd_sealed_runs_and_is_never_seen(self):
+        body = ("import json\n"
+                "def links(d):\n"
+                "    try:\n"
+                "        return {f: os.readlink(d + '/' + f) for f in os.listdir(d)"
+                " if os.path.lexists(d + '/' + f)}\n"
+                "    except OSError as e:\n"
+                "        return {'error': e.strerror}\n"
+                "print(json.dumps({'init': open('/proc/1/cmdline','rb').read().decode()"
+                ".split(chr(0))[1:4], 'self': links('/proc/self/fd'),"
+                " 'pid1': links('/proc/1/fd')}))\n")
+        fd = self.plan_memfd([PY, "-c", INSIDE_PY + body])
+        res = json.loads(self.ok(self.run_plan_fd(fd)).strip().splitlines()[-1])
+        self.assertEqual(res["init"], ["run", "--plan-fd", str(fd)], res)
+        self.assertEqual(sorted(res["self"]), ["0", "1", "2"], res)
+        for where in ("self", "pid1"):
+            for target in res[where].values():
+                self.assertNotIn("memfd", target, res)
+
+    def test_plan_fd_must_be_fully_sealed(self):
+        full = self.ALL_SEALS
+        for seals in (0, full & ~fcntl.F_SEAL_WRITE, full & ~fcntl.F_SEAL_SEAL,
+                      full & ~fcntl.F_SEAL_GROW, full & ~fcntl.F_SEAL_SHRINK):
+            with self.subTest(seals=seals):
+                fd = self.plan_memfd(["/bin/sh", "-c", "echo RAN"], seals)
+                p = self.run_plan_fd(fd)
+                self.assertEqual(p.returncode, 125, out(p))
+                self.assertIn("is not a sealed memfd", out(p))
+                self.assertNotIn(b"RAN", p.stdout)
+        # a plain file (even on tmpfs, which reports only F_SEAL_SEAL) is no sealed memfd
+        path = self.prepare(["/bin/sh", "-c", "echo RAN"])
+        fd = os.open(path, os.O_RDONLY)
+        p = self.run_plan_fd(fd)
+        self.assertEqual(p.returncode, 125, out(p))
+        self.assertIn("is not a sealed memfd", out(p))
+        os.unlink(path)
+        os.rmdir(os.path.dirname(path))
+
+    def test_plan_fd_number_checked(self):
+        for arg in ("", "x", "0", "2", "03", "1024", "99999", "-5", "5x"):
+            with self.subTest(arg=arg):
+                p = subprocess.run([HELPER, "run", "--plan-fd", arg], capture_output=True,
+                                   text=True, timeout=10)
+                self.assertNotEqual(p.returncode, 0, p.stderr)
+                self.assertIn("--plan-fd must be a descriptor number", p.stderr)
+        p = subprocess.run([HELPER, "run", "--plan-fd", "77"], capture_output=True, text=True,
+                           timeout=10)  # not open
+        self.assertEqual(p.returncode, 125, p.stderr)
+        self.assertIn("plan fd 77", p.stderr)
+
     def test_usage(self):
         p = subprocess.run([HELPER, "run"], capture_output=True, text=True)
         self.assertEqual(p.returncode, 2)
