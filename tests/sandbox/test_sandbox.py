@@ -1087,6 +1087,111 @@ class TestProxy(SandboxCase):
         self.assertEqual(self.ok(p).strip(), str(BIG))
         print(f"\n100 MB through the proxy: {time.time() - t0:.2f} s", flush=True)
 
+    # Inside: N CONNECT tunnels open at once, then SIZE bytes each way on every one, with the
+    # client's half-close in between (the echo server answers only after EOF).
+    TUNNELS_CLIENT = r'''
+import os, socket, sys
+host, port = os.environ["HTTP_PROXY"].split("//")[1].rsplit(":", 1)
+n, target, size = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+socks = []
+for i in range(n):
+    s = socket.create_connection((host, int(port)), timeout=60)
+    s.sendall(("CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (target, target)).encode())
+    head = b""
+    while not head.endswith(b"\r\n\r\n"):
+        c = s.recv(1)
+        assert c, "closed during the CONNECT answer"
+        head += c
+    assert b" 200 " in head.split(b"\r\n")[0], head
+    socks.append(s)
+print("OPEN", flush=True)
+sys.stdin.readline()
+ok = 0
+for i, s in enumerate(socks):
+    payload = os.urandom(size)
+    s.sendall(payload)
+    s.shutdown(socket.SHUT_WR)
+    got = bytearray()
+    while True:
+        c = s.recv(1 << 16)
+        if not c:
+            break
+        got += c
+    ok += bytes(got) == payload
+print("OK", ok, flush=True)
+'''
+
+    def tunnels(self, n, nofile):
+        """n tunnels at once under RLIMIT_NOFILE nofile (soft and hard) for the helper; returns
+        the pipe descriptors the outer helper holds while they are all open, and the client's
+        last line."""
+        class Echo(socketserver.BaseRequestHandler):
+            def handle(self):
+                data = bytearray()
+                while True:
+                    c = self.request.recv(1 << 16)
+                    if not c:
+                        break
+                    data += c
+                self.request.sendall(data)
+
+        class EchoServer(socketserver.ThreadingTCPServer):
+            daemon_threads = True
+            allow_reuse_address = True
+            request_queue_size = 1024
+
+        srv = EchoServer(("127.0.0.1", 0), Echo)
+        threading.Thread(target=srv.serve_forever, daemon=True).start()
+        try:
+            target = "127.0.0.1:%d" % srv.server_address[1]
+            with open(os.path.join(self.ws, "tc.py"), "w") as f:
+                f.write(self.TUNNELS_CLIENT)
+            plan = self.prepare([PY, "tc.py", str(n), target, str(200 * 1024)],
+                                network="enabled", allow=[target])
+            import resource
+
+            def limit():
+                resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+            p = subprocess.Popen([HELPER, "run", "--plan", plan], stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 preexec_fn=limit, start_new_session=True)
+            try:
+                line = p.stdout.readline()
+                self.assertEqual(line, b"OPEN\n", p.stderr.read1() if not line else line)
+                pipes = 0
+                for f in os.listdir("/proc/%d/fd" % p.pid):
+                    try:
+                        if os.readlink("/proc/%d/fd/%s" % (p.pid, f)).startswith("pipe:") \
+                                and int(f) > 2:
+                            pipes += 1
+                    except OSError:
+                        pass
+                o, e = p.communicate(b"go\n", timeout=120)
+            finally:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+            self.assertEqual(p.returncode, 0, (o, e))
+            return pipes, o.decode().strip().splitlines()[-1]
+        finally:
+            srv.shutdown()
+            srv.server_close()
+
+    def test_tunnels_splice_within_the_descriptor_budget(self):
+        # Each spliced tunnel holds two pipes (4 fds); besides them the outer helper holds 3 or
+        # 4 pipe ends of its own. Plenty of descriptors: every tunnel splices.
+        n = 40
+        pipes, last = self.tunnels(n, 20000)
+        self.assertEqual(last, "OK %d" % n)
+        self.assertGreaterEqual(pipes, 4 * n)
+        self.assertLessEqual(pipes, 4 * n + 4)
+        # 2,200 descriptors: 1,024 copying connections (2 each) and 64 spare leave room for
+        # (2200 - 2048 - 64) / 4 = 22 tunnels with pipes; the other 18 copy, and all work.
+        pipes, last = self.tunnels(n, 2200)
+        self.assertEqual(last, "OK %d" % n)
+        self.assertGreaterEqual(pipes, 4 * 22)
+        self.assertLessEqual(pipes, 4 * 22 + 4)
+
     def test_proxy_ends_with_command(self):
         t0 = time.time()
         p = self.sh("sleep 0.1", network="enabled")
