@@ -25,7 +25,7 @@
 
 #include "sandbox.h"
 
-#define USAGE "usage: codespace-linux-sandbox run --plan <path>\n"
+#define USAGE       "usage: codespace-linux-sandbox run --plan <path>\n"
 #define PLAN_FD_MAX 1023 /* the fds run closes go up to here, and this one with them */
 
 static int usage(void)

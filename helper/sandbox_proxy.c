@@ -45,7 +45,7 @@
  * while MAX_CONNS copying connections still fit under RLIMIT_NOFILE with FD_RESERVE to spare, so
  * splicing never lowers how many connections the proxy accepts. */
 #define FD_RESERVE 64
-#define MAX_ADDRS 16 /* addresses tried per destination */
+#define MAX_ADDRS  16 /* addresses tried per destination */
 
 enum state { ST_HEAD, ST_RESOLVING, ST_CONNECTING, ST_TUNNEL, ST_REPLY };
 
@@ -88,8 +88,8 @@ struct conn {
     char head[CS_SBX_HEAD_MAX];
     size_t head_n;
     struct buf c2u, u2c;
-    bool spliced;       /* pd[] are open */
-    struct pipe_dir pd[2]; /* pd[s]: the bytes from side s to the other */
+    bool spliced;                            /* pd[] are open */
+    struct pipe_dir pd[2];                   /* pd[s]: the bytes from side s to the other */
     bool eof[2];                             /* side i sent EOF */
     bool shut[2];                            /* we shut down writing to side i */
     struct sockaddr_storage addr[MAX_ADDRS]; /* checked, normalized, with the port: what connect
@@ -650,10 +650,9 @@ void cs_sbx_proxy_serve(const struct cs_sbx_proxy_cfg *cfg)
     if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
         if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < need &&
             (rl.rlim_max == RLIM_INFINITY || rl.rlim_max > rl.rlim_cur)) {
-            struct rlimit up = {.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > need
-                                                ? need
-                                                : rl.rlim_max,
-                                .rlim_max = rl.rlim_max};
+            struct rlimit up = {
+                .rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > need ? need : rl.rlim_max,
+                .rlim_max = rl.rlim_max};
             if (setrlimit(RLIMIT_NOFILE, &up) == 0)
                 rl.rlim_cur = up.rlim_cur;
         }

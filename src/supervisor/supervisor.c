@@ -937,7 +937,7 @@ int cs_supervisor_spawn(struct cs_supervisor *s, const struct cs_supervisor_spaw
     struct proc *p = calloc(1, sizeof *p);
     char *plan = NULL, *tmp_env = NULL;
     char *run_argv[5], *run_env[2];
-    int plan_fd = -1; /* the sealed plan of a sandboxed process */
+    int plan_fd = -1;         /* the sealed plan of a sandboxed process */
     int report[2] = {-1, -1}; /* the denial report pipe of a sandboxed process */
     if (!argv || !p) {
         snprintf(msg, msg_cap, "out of memory");

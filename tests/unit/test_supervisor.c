@@ -629,9 +629,9 @@ static void test_plan_memfd_sealed(void **state)
     int seals = fcntl(fd, F_GET_SEALS);
     int need = F_SEAL_SEAL | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE;
     assert_int_equal(seals & need, need);
-    assert_int_equal(write(fd, "x", 1), -1);  /* F_SEAL_WRITE */
-    assert_int_equal(ftruncate(fd, 0), -1);   /* F_SEAL_SHRINK */
-    assert_int_equal(ftruncate(fd, 1 << 20), -1); /* F_SEAL_GROW */
+    assert_int_equal(write(fd, "x", 1), -1);                           /* F_SEAL_WRITE */
+    assert_int_equal(ftruncate(fd, 0), -1);                            /* F_SEAL_SHRINK */
+    assert_int_equal(ftruncate(fd, 1 << 20), -1);                      /* F_SEAL_GROW */
     assert_int_equal(fcntl(fd, F_ADD_SEALS, F_SEAL_FUTURE_WRITE), -1); /* F_SEAL_SEAL */
     char buf[4096];
     ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
