@@ -5,7 +5,8 @@ Part 1, spawn: `exec_command ["true"]` with yield_ms (answers once `true` has ex
 real server over stdio, median and p99, in three rows measured in the same run, interleaved in
 blocks:
   sandboxed     codespace-mcp with codespace-linux-sandbox beside it (probe passes: every
-                command goes through prepare + run --plan)
+                command goes through run --plan-fd with a sealed memfd plan; before issue 20,
+                prepare + run --plan)
   unsandboxed   the same binary with CODESPACE_LINUX_SANDBOX_BIN pointing nowhere (probe fails)
   bwrap         `bwrap --unshare-all --die-with-parent --ro-bind / / true` run by subprocess from
                 Python (bubblewrap's own spawn time; "unavailable" when bwrap is not installed:

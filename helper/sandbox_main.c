@@ -4,6 +4,7 @@
  *   codespace-linux-sandbox probe
  *   codespace-linux-sandbox prepare          < request.json   > {"type":"prepared",...}
  *   codespace-linux-sandbox run --plan <absolute path>
+ *   codespace-linux-sandbox run --plan-fd <n>   (the runner: a sealed memfd, inherited as fd n)
  *
  * Trust: argv comes from the runner; the helper ignores its own environment except TMPDIR and
  * CODESPACE_SANDBOX_RUNNER_PID (the runner's pid, named in plan directories: sandbox_plan.c).
@@ -24,12 +25,14 @@
 
 #include "sandbox.h"
 
-#define USAGE "usage: codespace-linux-sandbox run --plan <path>\n"
+#define USAGE       "usage: codespace-linux-sandbox run --plan <path>\n"
+#define PLAN_FD_MAX 1023 /* the fds run closes go up to here, and this one with them */
 
 static int usage(void)
 {
     fputs(USAGE, stderr);
-    fputs("       codespace-linux-sandbox prepare < request.json\n"
+    fputs("       codespace-linux-sandbox run --plan-fd <n>\n"
+          "       codespace-linux-sandbox prepare < request.json\n"
           "       codespace-linux-sandbox probe\n",
           stderr);
     return CS_SBX_EXIT_USAGE;
@@ -112,6 +115,70 @@ out:
     return rc;
 }
 
+/* The plan the runner encoded itself, handed over as a memfd inherited as fd (`run --plan-fd`):
+ * trusted only when it is a regular file of our uid that nobody can change any more (sealed
+ * against writes, growing, shrinking and further seal changes), so what is read here is what the
+ * runner wrote. The fd is closed whatever happens: neither the init nor the command inherits it.
+ * Then the same checks as a plan file (cs_sbx_plan_parse). */
+static int plan_load_fd(const char *arg, struct csw_sandbox_plan *out, struct cs_diag *err)
+{
+    memset(out, 0, sizeof *out);
+    long fd = 0;
+    size_t i = 0;
+    for (; arg[i] >= '0' && arg[i] <= '9' && i < 5; i++)
+        fd = fd * 10 + (arg[i] - '0');
+    if (i == 0 || arg[i] != '\0' || (arg[0] == '0' && i > 1) || fd < 3 || fd > PLAN_FD_MAX) {
+        cs_diag_set(err, CSW_ERROR_PROCESS_SPAWN_FAILED,
+                    "--plan-fd must be a descriptor number from 3 to %d", PLAN_FD_MAX);
+        return -1;
+    }
+    const unsigned need = F_SEAL_SEAL | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE;
+    struct stat st;
+    int seals = fcntl((int)fd, F_GET_SEALS);
+    char *buf = NULL;
+    int rc = -1;
+    if (fstat((int)fd, &st) < 0) {
+        cs_diag_set(err, CSW_ERROR_PROCESS_SPAWN_FAILED, "plan fd %ld: %s", fd, strerror(errno));
+        return -1; /* not open: nothing to close */
+    }
+    if (!S_ISREG(st.st_mode) || st.st_uid != geteuid() || seals < 0 ||
+        ((unsigned)seals & need) != need) {
+        cs_diag_set(err, CSW_ERROR_PROCESS_SPAWN_FAILED,
+                    "plan fd %ld is not a sealed memfd of this user", fd);
+        goto out;
+    }
+    if (st.st_size <= 0 || (size_t)st.st_size > CS_SBX_PLAN_MAX) {
+        cs_diag_set(err, CSW_ERROR_PROCESS_SPAWN_FAILED, "the plan is empty or over %u bytes",
+                    CS_SBX_PLAN_MAX);
+        goto out;
+    }
+    size_t n = (size_t)st.st_size, got = 0;
+    buf = malloc(n);
+    if (!buf) {
+        cs_diag_set(err, CSW_ERROR_PROCESS_SPAWN_FAILED, "out of memory");
+        goto out;
+    }
+    while (got < n) {
+        ssize_t r = pread((int)fd, buf + got, n - got, (off_t)got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0) {
+            cs_diag_set(err, CSW_ERROR_PROCESS_SPAWN_FAILED, "read plan: %s",
+                        r < 0 ? strerror(errno) : "short read");
+            goto out;
+        }
+        got += (size_t)r;
+    }
+    close((int)fd);
+    fd = -1;
+    rc = cs_sbx_plan_parse(buf, n, out, err);
+out:
+    if (fd >= 0)
+        close((int)fd);
+    free(buf);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2)
@@ -122,13 +189,14 @@ int main(int argc, char **argv)
         return cs_sbx_prepare_main();
     if (strcmp(argv[1], "run") != 0)
         return usage();
-    if (argc != 4 || strcmp(argv[2], "--plan") != 0 || argv[3][0] != '/') {
+    bool by_fd = argc == 4 && strcmp(argv[2], "--plan-fd") == 0;
+    if (argc != 4 || (!by_fd && (strcmp(argv[2], "--plan") != 0 || argv[3][0] != '/'))) {
         fputs(USAGE, stderr);
         return CS_SBX_EXIT_USAGE;
     }
     struct csw_sandbox_plan plan;
     struct cs_diag err = {0};
-    if (cs_sbx_plan_load(argv[3], &plan, &err) < 0)
+    if ((by_fd ? plan_load_fd(argv[3], &plan, &err) : cs_sbx_plan_load(argv[3], &plan, &err)) < 0)
         cs_sbx_diex("%s", err.text);
     /* Nothing the runner left open reaches the sandbox, but the held workspace root the plan
      * names (the runner passes it as fd 3). */

@@ -5,11 +5,19 @@
  *
  * One epoll loop, level-triggered, non-blocking sockets. Each connection goes HEAD (reading the
  * request head, at most CS_SBX_HEAD_MAX bytes) -> RESOLVING (names only) -> CONNECTING
- * (non-blocking connect, next address on failure) -> TUNNEL (bytes both ways through two bounded
- * buffers, half-close propagated), or REPLY (a 4xx/5xx answer, then close). A fd is registered only
- * while some event on it is wanted, so a hung-up peer never spins the loop. The same loop reads the
- * signalfd: the loop ends when the callback says the init was reaped; every connection is then
- * closed.
+ * (non-blocking connect, next address on failure) -> TUNNEL (bytes both ways, half-close
+ * propagated), or REPLY (a 4xx/5xx answer, then close). A fd is registered only while some event
+ * on it is wanted, so a hung-up peer never spins the loop. The same loop reads the signalfd: the
+ * loop ends when the callback says the init was reaped; every connection is then closed.
+ *
+ * The tunnel moves bytes with splice(2) through one pipe per direction, so they never enter this
+ * process: socket -> pipe -> socket. What the proxy itself must send first (the "200 Connection
+ * established" line, a rewritten request head, bytes the client sent after the head) sits in a
+ * bounded buffer that is written before anything in the pipe. A tunnel that gets no pipes (the
+ * descriptor budget below, or pipe2 failing) copies through the buffers as before. Either way a
+ * direction holds at most 64 KiB in flight: reading from a side stops while its buffer or pipe is
+ * full, and a side's EOF becomes a shutdown of the other side once both are empty. After a read
+ * the other side is written at once; EPOLLOUT is wanted only while a write could not finish.
  *
  * Trust: everything read from a client socket is hostile (cs_sbx_parse_request checks it).
  * Names are resolved by getaddrinfo on detached threads (at most MAX_LOOKUPS at once), which hand
@@ -24,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -32,7 +41,11 @@
 
 #define BUF_CAP   (64 * 1024)
 #define MAX_CONNS 1024
-#define MAX_ADDRS 16 /* addresses tried per destination */
+/* Descriptors: 2 sockets a connection, 4 more (two pipes) a spliced tunnel. Pipes are given only
+ * while MAX_CONNS copying connections still fit under RLIMIT_NOFILE with FD_RESERVE to spare, so
+ * splicing never lowers how many connections the proxy accepts. */
+#define FD_RESERVE 64
+#define MAX_ADDRS  16 /* addresses tried per destination */
 
 enum state { ST_HEAD, ST_RESOLVING, ST_CONNECTING, ST_TUNNEL, ST_REPLY };
 
@@ -59,6 +72,14 @@ struct endpoint {
     int side; /* 0 client, 1 upstream */
 };
 
+/* One direction's pipe while splicing: n bytes are in it (read from the source side, not yet
+ * written to the other); full once a splice into it found no room. */
+struct pipe_dir {
+    int p[2];
+    size_t n, cap;
+    bool full;
+};
+
 struct conn {
     enum state st;
     int fd[2];
@@ -67,6 +88,8 @@ struct conn {
     char head[CS_SBX_HEAD_MAX];
     size_t head_n;
     struct buf c2u, u2c;
+    bool spliced;                            /* pd[] are open */
+    struct pipe_dir pd[2];                   /* pd[s]: the bytes from side s to the other */
     bool eof[2];                             /* side i sent EOF */
     bool shut[2];                            /* we shut down writing to side i */
     struct sockaddr_storage addr[MAX_ADDRS]; /* checked, normalized, with the port: what connect
@@ -84,6 +107,7 @@ struct proxy {
     const struct cs_sbx_proxy_cfg *cfg;
     struct conn *conns;
     size_t nconns;
+    size_t spliced, splice_max; /* tunnels holding pipes, and how many may */
 };
 
 static char marker_listen, marker_sig, marker_lookup, marker_notify;
@@ -102,11 +126,66 @@ static size_t buf_room(const struct buf *b)
     return BUF_CAP - b->off - b->len;
 }
 
+/* What side s sent that the other side has not been given yet. */
+static struct buf *dir_buf(struct conn *c, int s)
+{
+    return s == 0 ? &c->c2u : &c->u2c;
+}
+
+static size_t dir_pending(const struct conn *c, int s)
+{
+    const struct buf *b = s == 0 ? &c->c2u : &c->u2c;
+    return b->len + (c->spliced ? c->pd[s].n : 0);
+}
+
+/* Whether reading from side s may go on: its buffer or pipe has room. */
+static bool dir_room(const struct conn *c, int s)
+{
+    if (c->spliced)
+        return !c->pd[s].full && c->pd[s].n < c->pd[s].cap;
+    return buf_room(s == 0 ? &c->c2u : &c->u2c) > 0;
+}
+
+static void conn_unsplice(struct proxy *px, struct conn *c)
+{
+    if (!c->spliced)
+        return;
+    for (int s = 0; s < 2; s++) {
+        close(c->pd[s].p[0]);
+        close(c->pd[s].p[1]);
+    }
+    c->spliced = false;
+    px->spliced--;
+}
+
+/* Gives the tunnel its two pipes when the budget allows; otherwise it copies. */
+static void conn_splice(struct proxy *px, struct conn *c)
+{
+    if (px->spliced >= px->splice_max)
+        return;
+    if (pipe2(c->pd[0].p, O_CLOEXEC | O_NONBLOCK) < 0)
+        return;
+    if (pipe2(c->pd[1].p, O_CLOEXEC | O_NONBLOCK) < 0) {
+        close(c->pd[0].p[0]);
+        close(c->pd[0].p[1]);
+        return;
+    }
+    for (int s = 0; s < 2; s++) {
+        int sz = fcntl(c->pd[s].p[1], F_GETPIPE_SZ);
+        c->pd[s].cap = sz > 0 && (size_t)sz < BUF_CAP ? (size_t)sz : BUF_CAP;
+        c->pd[s].n = 0;
+        c->pd[s].full = false;
+    }
+    c->spliced = true;
+    px->spliced++;
+}
+
 static void conn_free(struct proxy *px, struct conn *c)
 {
     for (int i = 0; i < 2; i++)
         if (c->fd[i] >= 0)
             close(c->fd[i]); /* closing also removes it from the epoll set */
+    conn_unsplice(px, c);
     if (c->lookup)
         c->lookup->c = NULL; /* the loop frees it when the thread reports */
     free(c->req.rewritten);
@@ -139,14 +218,12 @@ static void conn_update(struct proxy *px, struct conn *c)
         want[0] = c->u2c.len ? EPOLLOUT : 0;
         break;
     case ST_TUNNEL:
-        if (!c->eof[0] && buf_room(&c->c2u))
-            want[0] |= EPOLLIN;
-        if (c->u2c.len)
-            want[0] |= EPOLLOUT;
-        if (!c->eof[1] && buf_room(&c->u2c))
-            want[1] |= EPOLLIN;
-        if (c->c2u.len)
-            want[1] |= EPOLLOUT;
+        for (int s = 0; s < 2; s++) {
+            if (!c->eof[s] && dir_room(c, s))
+                want[s] |= EPOLLIN;
+            if (dir_pending(c, !s))
+                want[s] |= EPOLLOUT;
+        }
         break;
     }
     for (int i = 0; i < 2; i++) {
@@ -348,6 +425,8 @@ static void on_lookups(struct proxy *px)
     }
 }
 
+static bool tunnel_io(struct conn *c, int side, uint32_t ev);
+
 static void enter_tunnel(struct proxy *px, struct conn *c)
 {
     size_t extra = c->head_n - c->req.head_len; /* bytes the client sent after the head */
@@ -364,6 +443,12 @@ static void enter_tunnel(struct proxy *px, struct conn *c)
     memcpy(c->c2u.d + c->c2u.len, c->head + c->req.head_len, extra);
     c->c2u.len += extra;
     c->st = ST_TUNNEL;
+    conn_splice(px, c);
+    /* Both sides are writable now, most likely: no loop turn before the first bytes go. */
+    if (!tunnel_io(c, 0, EPOLLOUT) || !tunnel_io(c, 1, EPOLLOUT)) {
+        conn_free(px, c);
+        return;
+    }
     conn_update(px, c);
 }
 
@@ -406,24 +491,40 @@ static void on_connecting(struct proxy *px, struct conn *c)
         reply(px, c, "502 Bad Gateway", "cannot connect to the destination");
 }
 
-/* Moves bytes for one side's readiness; returns false when the connection must close. */
-static bool tunnel_io(struct conn *c, int side, uint32_t ev)
+/* Reads from side s what it sends the other side, as far as that direction has room; false when
+ * the connection must close. */
+static bool dir_read(struct conn *c, int s)
 {
-    struct buf *in = side == 0 ? &c->c2u : &c->u2c;  /* what this side sends */
-    struct buf *out = side == 0 ? &c->u2c : &c->c2u; /* what this side receives */
-    int fd = c->fd[side];
-    if ((ev & (EPOLLIN | EPOLLHUP | EPOLLERR)) && !c->eof[side] && buf_room(in)) {
+    if (c->eof[s] || !dir_room(c, s))
+        return true;
+    ssize_t r;
+    if (c->spliced) {
+        struct pipe_dir *pd = &c->pd[s];
+        r = splice(c->fd[s], NULL, pd->p[1], NULL, pd->cap - pd->n,
+                   SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+        if (r > 0)
+            pd->n += (size_t)r;
+        else if (r < 0 && errno == EAGAIN && pd->n)
+            pd->full = true; /* no slot left (a pipe counts pages, not bytes): wait for a drain */
+    } else {
+        struct buf *in = dir_buf(c, s);
         if (in->off + in->len == BUF_CAP)
             buf_compact(in);
-        ssize_t r = read(fd, in->d + in->off + in->len, buf_room(in));
+        r = read(c->fd[s], in->d + in->off + in->len, buf_room(in));
         if (r > 0)
             in->len += (size_t)r;
-        else if (r == 0)
-            c->eof[side] = true;
-        else if (errno != EAGAIN && errno != EINTR)
-            return false;
     }
-    if ((ev & (EPOLLOUT | EPOLLERR)) && out->len) {
+    if (r == 0)
+        c->eof[s] = true;
+    return r >= 0 || errno == EAGAIN || errno == EINTR;
+}
+
+/* Writes to the other side what side s sent: the buffer first, then the pipe. */
+static bool dir_write(struct conn *c, int s)
+{
+    int fd = c->fd[!s];
+    struct buf *out = dir_buf(c, s);
+    if (out->len) {
         ssize_t w = send(fd, out->d + out->off, out->len, MSG_NOSIGNAL);
         if (w > 0) {
             out->off += (size_t)w;
@@ -433,11 +534,39 @@ static bool tunnel_io(struct conn *c, int side, uint32_t ev)
         } else if (w < 0 && errno != EAGAIN && errno != EINTR) {
             return false;
         }
+        if (out->len)
+            return true;
     }
+    if (c->spliced && c->pd[s].n) {
+        struct pipe_dir *pd = &c->pd[s];
+        /* SIGPIPE is ignored in the outer helper: a gone peer is EPIPE here */
+        ssize_t w = splice(pd->p[0], NULL, fd, NULL, pd->n, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+        if (w > 0) {
+            pd->n -= (size_t)w;
+            pd->full = false;
+        } else if (w < 0 && errno != EAGAIN && errno != EINTR) {
+            return false;
+        }
+    }
+    return true;
+}
+
+/* Moves bytes for one side's readiness: what it sends is read and passed on to the other side at
+ * once; what it receives is written when it is writable. Returns false when the connection must
+ * close. */
+static bool tunnel_io(struct conn *c, int side, uint32_t ev)
+{
+    if (ev & (EPOLLIN | EPOLLHUP | EPOLLERR)) {
+        if (!dir_read(c, side))
+            return false;
+        if (dir_pending(c, side) && !dir_write(c, side))
+            return false;
+    }
+    if ((ev & (EPOLLOUT | EPOLLERR)) && dir_pending(c, !side) && !dir_write(c, !side))
+        return false;
     /* Propagate EOFs once everything before them is delivered. */
     for (int s = 0; s < 2; s++) {
-        struct buf *b = s == 0 ? &c->c2u : &c->u2c; /* from side s to the other */
-        if (c->eof[s] && !b->len && !c->shut[!s]) {
+        if (c->eof[s] && !dir_pending(c, s) && !c->shut[!s]) {
             shutdown(c->fd[!s], SHUT_WR);
             c->shut[!s] = true;
         }
@@ -514,6 +643,25 @@ static void on_conn_event(struct proxy *px, struct endpoint *e, uint32_t ev)
 void cs_sbx_proxy_serve(const struct cs_sbx_proxy_cfg *cfg)
 {
     struct proxy px = {.cfg = cfg};
+    /* The descriptor budget (FD_RESERVE above), raising the soft limit as far as it needs; only
+     * this process is affected: the command was forked before. */
+    struct rlimit rl;
+    rlim_t need = FD_RESERVE + 6 * (rlim_t)MAX_CONNS;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+        if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < need &&
+            (rl.rlim_max == RLIM_INFINITY || rl.rlim_max > rl.rlim_cur)) {
+            struct rlimit up = {
+                .rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > need ? need : rl.rlim_max,
+                .rlim_max = rl.rlim_max};
+            if (setrlimit(RLIMIT_NOFILE, &up) == 0)
+                rl.rlim_cur = up.rlim_cur;
+        }
+        rlim_t cur = rl.rlim_cur == RLIM_INFINITY ? need : rl.rlim_cur;
+        rlim_t fixed = FD_RESERVE + 2 * (rlim_t)MAX_CONNS;
+        px.splice_max = cur > fixed ? (size_t)((cur - fixed) / 4) : 0;
+        if (px.splice_max > MAX_CONNS)
+            px.splice_max = MAX_CONNS;
+    }
     px.ep = epoll_create1(EPOLL_CLOEXEC);
     if (px.ep < 0)
         cs_sbx_die("epoll_create1");

@@ -776,15 +776,18 @@ static char *concat(const char *a, const char *b)
     return r;
 }
 
-/* Builds the prepare request for one command and runs prepare. Returns the plan path or NULL. */
-static char *sandbox_prepare(struct cs_supervisor *s, const struct cs_supervisor_spawn *sp,
-                             int rootfd, char **argv, char **envp, size_t ne, char *msg, size_t cap)
+/* Builds the plan for one command through the generated encoder, as `prepare` would write it,
+ * and returns it as a sealed memfd for `run --plan-fd 5` (no prepare process, no plan file:
+ * issue 20), or -1 with msg. Every rule prepare checks, run checks again on this plan
+ * (cs_sbx_plan_parse), so nothing is trusted more for being built here. */
+static int sandbox_plan(struct cs_supervisor *s, const struct cs_supervisor_spawn *sp, char **argv,
+                        char **envp, size_t ne, char *msg, size_t cap)
 {
-    struct csw_sandbox_prepare_request req;
-    memset(&req, 0, sizeof req);
+    struct csw_sandbox_plan plan;
+    memset(&plan, 0, sizeof plan);
     struct cs_str *av = calloc(sp->argc, sizeof *av), *dm = NULL;
-    struct csw_sandbox_prepare_request_env_entry *env = calloc(ne, sizeof *env);
-    char *path = NULL;
+    struct csw_sandbox_plan_env_entry *env = calloc(ne, sizeof *env);
+    int fd = -1;
     if (!av || !env) {
         snprintf(msg, cap, "out of memory");
         goto out;
@@ -796,15 +799,15 @@ static char *sandbox_prepare(struct cs_supervisor *s, const struct cs_supervisor
         env[i].key = (struct cs_str){envp[i], (size_t)(eq - envp[i])};
         env[i].value = (struct cs_str){(char *)eq + 1, strlen(eq + 1)};
     }
-    req.workspace_root = (struct cs_str){(char *)sp->root, strlen(sp->root)};
-    req.command_cwd = req.workspace_root;
-    req.writable_workspace = sp->writable;
-    req.network = sp->network_enabled ? CSW_SANDBOX_PREPARE_REQUEST_NETWORK_ENABLED
-                                      : CSW_SANDBOX_PREPARE_REQUEST_NETWORK_RESTRICTED;
-    req.has_network_allow = sp->has_network_allow;
-    req.network_allow.v = (struct cs_str *)sp->network_allow;
-    req.network_allow.n = sp->n_network_allow;
-    req.has_deny_mask = sp->n_deny_mask > 0;
+    plan.workspace_root = (struct cs_str){(char *)sp->root, strlen(sp->root)};
+    plan.cwd = plan.workspace_root;
+    plan.writable_workspace = sp->writable;
+    plan.network = sp->network_enabled ? CSW_SANDBOX_PLAN_NETWORK_ENABLED
+                                       : CSW_SANDBOX_PLAN_NETWORK_RESTRICTED;
+    plan.has_network_allow = sp->has_network_allow;
+    plan.network_allow.v = (struct cs_str *)sp->network_allow;
+    plan.network_allow.n = sp->n_network_allow;
+    plan.has_deny_mask = sp->n_deny_mask > 0;
     if (sp->n_deny_mask > 0) {
         dm = calloc(sp->n_deny_mask, sizeof *dm);
         if (!dm) {
@@ -813,31 +816,31 @@ static char *sandbox_prepare(struct cs_supervisor *s, const struct cs_supervisor
         }
         for (size_t i = 0; i < sp->n_deny_mask; i++)
             dm[i] = (struct cs_str){sp->deny_mask[i], strlen(sp->deny_mask[i])};
-        req.deny_mask.v = dm;
-        req.deny_mask.n = sp->n_deny_mask;
+        plan.deny_mask.v = dm;
+        plan.deny_mask.n = sp->n_deny_mask;
     }
-    req.argv.v = av;
-    req.argv.n = sp->argc;
-    req.env.v = env;
-    req.env.n = ne;
-    req.tty = sp->tty;
-    /* The helper reaches the workspace through the held root, passed as its fd 3 to prepare and
-     * to run; workspace_root is only where the workspace appears inside the sandbox. */
-    req.has_workspace_fd = true;
-    req.workspace_fd = 3;
-    /* run gets the denial report's pipe as fd 4 (prepare ignores the number). */
-    req.has_report_fd = true;
-    req.report_fd = 4;
-    req.has_sandbox_uid = s->lim.sandbox_uid > 0;
-    req.sandbox_uid = s->lim.sandbox_uid;
-    req.has_sandbox_gid = s->lim.sandbox_gid > 0;
-    req.sandbox_gid = s->lim.sandbox_gid;
-    path = cs__supervisor_sandbox_prepare(s->sandbox, &req, rootfd, msg, cap);
+    plan.argv.v = av;
+    plan.argv.n = sp->argc;
+    plan.env.v = env;
+    plan.env.n = ne;
+    plan.tty = sp->tty;
+    /* The helper reaches the workspace through the held root, passed as its fd 3; workspace_root
+     * is only where the workspace appears inside the sandbox. */
+    plan.has_workspace_fd = true;
+    plan.workspace_fd = 3;
+    /* The denial report's pipe is its fd 4. */
+    plan.has_report_fd = true;
+    plan.report_fd = 4;
+    plan.has_sandbox_uid = s->lim.sandbox_uid > 0;
+    plan.sandbox_uid = s->lim.sandbox_uid;
+    plan.has_sandbox_gid = s->lim.sandbox_gid > 0;
+    plan.sandbox_gid = s->lim.sandbox_gid;
+    fd = cs__supervisor_sandbox_plan_memfd(&plan, msg, cap);
 out:
     free(av);
     free(dm);
     free(env);
-    return path;
+    return fd;
 }
 
 int cs_supervisor_spawn(struct cs_supervisor *s, const struct cs_supervisor_spawn *sp,
@@ -867,6 +870,7 @@ int cs_supervisor_spawn(struct cs_supervisor *s, const struct cs_supervisor_spaw
     struct proc *p = calloc(1, sizeof *p);
     char *plan = NULL, *tmp_env = NULL;
     char *run_argv[5], *run_env[2];
+    int plan_fd = -1;         /* the sealed plan of a sandboxed process */
     int report[2] = {-1, -1}; /* the denial report pipe of a sandboxed process */
     if (!argv || !p) {
         snprintf(msg, msg_cap, "out of memory");
@@ -934,8 +938,8 @@ int cs_supervisor_spawn(struct cs_supervisor *s, const struct cs_supervisor_spaw
         goto out;
     }
     if (s->sandbox) {
-        /* docs/contract/sandbox.md §1: prepare writes the plan; the helper runs it in place of the
-         * command. A program missing from the sandbox PATH fails here, before anything runs
+        /* docs/contract/sandbox.md §1: the plan, sealed in a memfd; the helper runs it in place of
+         * the command. A program missing from the sandbox PATH fails here, before anything runs
          * (the sandbox binds /usr, /bin, ... of this host read-only). */
         if (!strchr(argv[0], '/')) {
             char *found = cs__supervisor_lookup(CS_SUPERVISOR_SANDBOX_PATH, argv[0]);
@@ -958,14 +962,15 @@ int cs_supervisor_spawn(struct cs_supervisor *s, const struct cs_supervisor_spaw
                 goto out;
             }
         }
-        plan = sandbox_prepare(s, sp, rootfd, argv, envp, ne, msg, msg_cap);
-        if (!plan)
+        plan_fd = sandbox_plan(s, sp, argv, envp, ne, msg, msg_cap);
+        if (plan_fd < 0)
             goto out;
         run_argv[0] = (char *)"codespace-linux-sandbox";
         run_argv[1] = (char *)"run";
-        run_argv[2] = (char *)"--plan";
-        run_argv[3] = plan;
+        run_argv[2] = (char *)"--plan-fd";
+        run_argv[3] = (char *)"5";
         run_argv[4] = NULL;
+        cmd.plan_fd = plan_fd;
         run_env[0] = tmp_env = concat("TMPDIR=", cs__supervisor_helper_tmpdir());
         run_env[1] = NULL;
         cmd.argv = run_argv;
@@ -995,7 +1000,11 @@ int cs_supervisor_spawn(struct cs_supervisor *s, const struct cs_supervisor_spaw
     }
     cmd.report_fd = report[1];
     struct cs__supervisor_fds fds;
-    if (cs__supervisor_start(&cmd, &fds, msg, msg_cap) != 0)
+    int started = cs__supervisor_start(&cmd, &fds, msg, msg_cap);
+    if (plan_fd >= 0) /* the helper has its own copy, or never will */
+        close(plan_fd);
+    plan_fd = -1;
+    if (started != 0)
         goto out;
     p->pid = fds.pid;
     p->pidfd = fds.pidfd;
@@ -1044,6 +1053,8 @@ out:
     if (p)
         free(p->workspace_id);
     free(p);
+    if (plan_fd >= 0)
+        close(plan_fd);
     if (plan) /* prepared, but `run` never started: nobody else will remove it */
         (void)cs__supervisor_plan_remove(plan);
     free(plan);

@@ -22,6 +22,8 @@ struct cs__supervisor_cmd {
     int root_fd;       /* the held root: the child's working directory (fchdir) */
     bool pass_root;    /* the child also gets root_fd as its fd 3 (the sandbox helper) */
     int report_fd;     /* >= 0: the child also gets it as its fd 4 (the helper's denial report) */
+    int plan_fd;       /* > 5: the child also gets it as its fd 5 (the helper's sealed plan);
+                        * 0: none */
     const char *path;  /* where argv[0] is looked up when it has no slash */
     bool tty;
     int64_t rows, cols; /* initial terminal size */
@@ -39,12 +41,10 @@ struct cs__supervisor_fds {
  * or NULL (not found). */
 char *cs__supervisor_lookup(const char *path, const char *name);
 
-/* Runs the helper's prepare for req (docs/contract/sandbox.md §1), with rootfd (the held workspace
- * root, or -1) as its fd 3. Returns the plan path (free it), or
- * NULL with msg saying why. */
-char *cs__supervisor_sandbox_prepare(const char *helper,
-                                     const struct csw_sandbox_prepare_request *req, int rootfd,
-                                     char *msg, size_t cap);
+/* The plan as the helper's `run --plan-fd` takes it: encoded here through the generated encoder
+ * into a memfd (close-on-exec) sealed against writes, growing, shrinking and new seals, at fd
+ * 6 or above. Returns the fd, or -1 with msg saying why. */
+int cs__supervisor_sandbox_plan_memfd(const struct csw_sandbox_plan *plan, char *msg, size_t cap);
 
 /* The TMPDIR given to the sandbox helper (static storage). */
 const char *cs__supervisor_helper_tmpdir(void);

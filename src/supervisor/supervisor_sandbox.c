@@ -1,16 +1,18 @@
 /*
  * supervisor_sandbox: the runner's side of the Linux command sandbox (docs/contract/sandbox.md §1,
  * 2). It never builds a sandbox itself: it runs the helper, codespace-linux-sandbox, to `probe`
- * once and to `prepare` each command's plan (the request on stdin, one JSON line back, 5 s and 1
- * MiB at most), and the supervisor then starts `codespace-linux-sandbox run --plan <path>` in place
- * of the command. Only the generated protocol code (schema/sandbox/) is linked here.
+ * once, and for each command encodes the plan with the generated encoder into a sealed memfd
+ * (cs__supervisor_sandbox_plan_memfd); the supervisor then starts
+ * `codespace-linux-sandbox run --plan-fd 5` in place of the command, and the helper validates the
+ * plan with the same rules `prepare` applies (issue 20: no prepare process, no plan file). Only
+ * the generated protocol code (schema/sandbox/) is linked here.
  *
- * No plan outlives its run (docs/contract/sandbox.md section 1, invariant R9). The helper is given
- * CODESPACE_SANDBOX_RUNNER_PID=<our pid>, so its plan directories are named
+ * No plan outlives its run (docs/contract/sandbox.md §1, invariant R9). A memfd plan goes with its
+ * last descriptor. Plan files are still written by the probe and by a tool's `prepare`: the helper
+ * is given CODESPACE_SANDBOX_RUNNER_PID=<our pid>, so its plan directories are named
  * `codespace-sandbox-<pid>-XXXXXX` under the helper's TMPDIR (below). Then:
- *  - once a sandboxed process is reaped (whatever ended it), or when spawning `run` failed after
- *    `prepare`, the supervisor removes the exact plan path prepare returned if it is still there
- *    (`run` removes it itself when it gets that far): cs__supervisor_plan_remove;
+ *  - cs__supervisor_plan_remove removes an exact plan path if it is still there (a process
+ *    given a plan file; the runner's own commands no longer are);
  *  - when a supervisor with a sandbox starts, it removes the plan directories that a runner which
  *    is gone left (crashed, SIGKILLed, its helper killed during prepare): a name carrying a pid
  *    that is no live process, or any pid when the directory is over an hour old (a plan is read
@@ -25,7 +27,7 @@
  * still decoded through the generated decoder and capped. The directories swept are untrusted
  * names in a shared directory: opened with O_NOFOLLOW relative to a directory fd, checked to be
  * directories of our uid, and only `plan` inside them is unlinked before the rmdir.
- * Entry points: cs_supervisor_sandbox_probe, cs__supervisor_sandbox_prepare,
+ * Entry points: cs_supervisor_sandbox_probe, cs__supervisor_sandbox_plan_memfd,
  * cs__supervisor_plan_remove, cs__supervisor_plan_sweep, cs__supervisor_plan_dir_pid,
  * cs_supervisor_sandbox_identity_check.
  */
@@ -43,6 +45,7 @@
 #include <linux/magic.h>
 #include <linux/mount.h>
 #include <sched.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -215,54 +218,45 @@ int cs_supervisor_sandbox_probe(const char *helper, char *msg, size_t cap)
     return 0;
 }
 
-char *cs__supervisor_sandbox_prepare(const char *helper,
-                                     const struct csw_sandbox_prepare_request *req, int rootfd,
-                                     char *msg, size_t cap)
+/* ---- the plan as a sealed memfd (issue 20: no prepare process, no file) ---- */
+
+int cs__supervisor_sandbox_plan_memfd(const struct csw_sandbox_plan *plan, char *msg, size_t cap)
 {
-    json_t *j = NULL;
+    char *text = NULL;
+    size_t n = 0;
     struct cs_wire_diag diag;
-    if (csw_sandbox_prepare_request_encode(req, &j, &diag) != CS_WIRE_OK) {
-        snprintf(msg, cap, "sandbox prepare request: %s: %s", diag.pointer, diag.text);
-        return NULL;
+    if (csw_sandbox_plan_encode_text(plan, &text, &n, &diag) != CS_WIRE_OK) {
+        snprintf(msg, cap, "sandbox plan: %s: %s", diag.pointer, diag.text);
+        return -1;
     }
-    char *text = json_dumps(j, JSON_COMPACT);
-    json_decref(j);
-    if (!text) {
-        snprintf(msg, cap, "out of memory");
-        return NULL;
+    int fd = memfd_create("codespace-sandbox-plan", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    int high = -1;
+    size_t off = 0;
+    if (fd < 0)
+        goto fail;
+    while (off < n) {
+        ssize_t w = write(fd, text + off, n - off);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            goto fail;
+        off += (size_t)w;
     }
-    char *argv[] = {(char *)"codespace-linux-sandbox", (char *)"prepare", NULL};
-    char *out = NULL;
-    char err[1024];
-    int st = run_helper(helper, argv, text, rootfd, &out, err, sizeof err);
-    free(text);
-    if (st < 0) {
-        snprintf(msg, cap, "sandbox prepare: %s", err);
-        return NULL;
-    }
-    json_error_t jerr;
-    json_t *r = cs_json_loadb_budget(out, strlen(out), JSON_DISABLE_EOF_CHECK, &jerr);
-    free(out);
-    struct csw_sandbox_prepare_response resp;
-    if (!r || csw_sandbox_prepare_response_decode(r, &resp, &diag) != CS_WIRE_OK) {
-        json_decref(r);
-        snprintf(msg, cap, "sandbox prepare answered no valid response (status %d)%s%s", st,
-                 err[0] ? ": " : "", err);
-        return NULL;
-    }
-    json_decref(r);
-    char *path = NULL;
-    if (resp.tag == CSW_SANDBOX_PREPARE_RESPONSE_ERROR)
-        snprintf(msg, cap, "sandbox prepare: %.*s", (int)resp.u.error.message.n,
-                 resp.u.error.message.s);
-    else if (!WIFEXITED(st) || WEXITSTATUS(st) != 0 || resp.u.prepared.plan_path.n == 0 ||
-             resp.u.prepared.plan_path.s[0] != '/' ||
-             memchr(resp.u.prepared.plan_path.s, '\0', resp.u.prepared.plan_path.n))
-        snprintf(msg, cap, "sandbox prepare failed (status %d)", st);
-    else if (!(path = strndup(resp.u.prepared.plan_path.s, resp.u.prepared.plan_path.n)))
-        snprintf(msg, cap, "out of memory");
-    csw_sandbox_prepare_response_free(&resp);
-    return path;
+    if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL) != 0)
+        goto fail;
+    /* Above the child's fixed numbers (3, 4 and 5), so no dup2 there clobbers it. */
+    high = fcntl(fd, F_DUPFD_CLOEXEC, 6);
+    if (high < 0)
+        goto fail;
+    close(fd);
+    cs_wire_release(text);
+    return high;
+fail:
+    snprintf(msg, cap, "sandbox plan memfd: %s", strerror(errno ? errno : EIO));
+    if (fd >= 0)
+        close(fd);
+    cs_wire_release(text);
+    return -1;
 }
 
 /* ---- no plan outlives its run ---- */

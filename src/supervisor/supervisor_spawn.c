@@ -94,7 +94,7 @@ struct child {
     char *const *argv;
     char *const *envp;
     const char *prog, *root, *slave;
-    int in, out, root_fd, report_fd;
+    int in, out, root_fd, report_fd, plan_fd;
     bool pass_root;
     pid_t parent;
     int err;          /* errno of the failed step, 0 if execve was reached */
@@ -167,6 +167,12 @@ __attribute__((no_sanitize("address", "undefined"))) static int child_main(void 
                 goto fail;
             first_closed = 5;
         }
+        if (c->plan_fd > 5) {
+            /* The sealed plan (run --plan-fd 5); the helper closes it after reading. */
+            if (syscall(SYS_dup2, (long)c->plan_fd, 5L) < 0)
+                goto fail;
+            first_closed = 6;
+        }
     }
     c->step = "close_range";
     if (syscall(SYS_close_range, first_closed, (long)~0U, 0L) != 0)
@@ -200,6 +206,7 @@ static pid_t spawn_child(const struct cs__supervisor_cmd *cmd, const char *prog,
         .root_fd = cmd->root_fd,
         .pass_root = cmd->pass_root,
         .report_fd = cmd->pass_root ? cmd->report_fd : -1,
+        .plan_fd = cmd->pass_root && cmd->report_fd >= 0 ? cmd->plan_fd : 0,
         .slave = slave,
         .in = in,
         .out = out,

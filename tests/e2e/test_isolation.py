@@ -129,7 +129,8 @@ def host_landlock_abi():
 SH_PROOF = ("printf 'INIT:'; tr '\\0' ' ' </proc/1/cmdline; printf '\\nROOT:'; "
             "ls -a / | tr '\\n' ' '; printf '\\n'; "
             "case \"$(tr '\\0' ' ' </proc/1/cmdline)\" in "
-            "'codespace-linux-sandbox run --plan '*|*'/codespace-linux-sandbox run --plan '*) ;; "
+            "'codespace-linux-sandbox run --plan '*|*'/codespace-linux-sandbox run --plan '*|"
+            "'codespace-linux-sandbox run --plan-fd '*|*'/codespace-linux-sandbox run --plan-fd '*) ;; "
             "*) echo NOT-INSIDE; exit 99;; esac; "
             "if test -e /home || test -e /root; then echo NOT-INSIDE; exit 99; fi; ")
 PY_PROOF = """\
@@ -138,7 +139,8 @@ _init = open('/proc/1/cmdline', 'rb').read().split(b'\\0')
 _root = sorted(os.listdir('/'))
 sys.stdout.write('INIT:' + ' '.join(w.decode() for w in _init) + '\\nROOT:' + ' '.join(_root)
                  + '\\n')
-if (os.path.basename(_init[0]) != b'codespace-linux-sandbox' or _init[1:3] != [b'run', b'--plan']
+if (os.path.basename(_init[0]) != b'codespace-linux-sandbox'
+        or _init[1:3] not in ([b'run', b'--plan'], [b'run', b'--plan-fd'])
         or 'home' in _root or 'root' in _root):
     sys.stdout.write('NOT-INSIDE\\n')
     sys.stdout.flush()
@@ -159,6 +161,35 @@ def attempt(f):
     except OSError as e:
         return ['err', e.errno]
 """
+
+
+def cmdline(pid):
+    """A host process's argv (empty when it is gone)."""
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as f:
+            return f.read().split(b"\0")
+    except OSError:
+        return []
+
+
+def descendants(pid):
+    """The host pids below pid (children, their children, ...)."""
+    kids = {}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open("/proc/%s/stat" % d) as f:
+                    st = f.read()
+            except OSError:
+                continue
+            ppid = int(st[st.rindex(")") + 2:].split()[1])
+            kids.setdefault(ppid, []).append(int(d))
+    out, todo = [], [pid]
+    while todo:
+        for k in kids.get(todo.pop(), []):
+            out.append(k)
+            todo.append(k)
+    return out
 
 
 class Server(mcp_stdio.StdioServer):
@@ -264,7 +295,8 @@ class IsolationCase(unittest.TestCase):
         init = m_init.group(1).split()
         self.assertGreaterEqual(len(init), 4, text)
         self.assertEqual(os.path.basename(init[0]), "codespace-linux-sandbox", text)
-        self.assertEqual(init[1:3], ["run", "--plan"], text)
+        # the runner hands the plan over as a sealed memfd (issue 20)
+        self.assertEqual(init[1:4], ["run", "--plan-fd", "5"], text)
         root = set(m_root.group(1).split())
         self.assertIn("usr", root, text)
         for name in ("home", "root", "run", "var", "mnt"):
@@ -720,11 +752,19 @@ result({'signaled': os.WIFSIGNALED(status),
                 self.assertEqual(res["state"], "exited", res)
                 self.assertLess(elapsed, 1.0, "terminate took %.3f s (%s)" % (elapsed, name))
 
-    def test_plan_file_gone_before_command_starts(self):
-        body = ("plan = open('/proc/1/cmdline', 'rb').read().split(b'\\0')[3].decode()\n"
-                "d = os.path.dirname(plan)\n"
-                "result({'plan': plan, 'inside_plan': os.path.lexists(plan),"
-                " 'inside_dir': os.path.lexists(d)})\n"
+    def test_plan_memfd_never_visible(self):
+        """The plan comes as a sealed memfd (`run --plan-fd 5`); the helper closes it before the
+        sandbox exists: no descriptor of the command or of the init inside, and none of the
+        helper still running on the host, is a memfd; no plan file is written anywhere."""
+        body = ("init = open('/proc/1/cmdline', 'rb').read().split(b'\\0')\n"
+                "def links(d):\n"
+                "    try:\n"
+                "        return {f: os.readlink(d + '/' + f) for f in os.listdir(d)"
+                " if os.path.lexists(d + '/' + f)}\n"
+                "    except OSError as e:\n"
+                "        return {'error': e.strerror}\n"
+                "result({'argv': [w.decode() for w in init[1:4]],"
+                " 'self': links('/proc/self/fd'), 'init': links('/proc/1/fd')})\n"
                 "sys.stdin.readline()\n"
                 "print('DONE', flush=True)\n")
         for tty, name in self.modes():
@@ -738,13 +778,23 @@ result({'signaled': os.WIFSIGNALED(status),
                     self.assertFalse(eof, text)
                 self.assert_inside(text)
                 res = json.loads(re.search(r"^RESULT:(.*)$", text, re.M).group(1))
-                plan = res["plan"]
-                # the command is still running: the plan and its directory are gone on the host
-                self.assertTrue(os.path.isabs(plan), res)
-                self.assertFalse(os.path.lexists(plan), "plan file still on the host: " + plan)
-                self.assertFalse(os.path.lexists(os.path.dirname(plan)), res)
-                self.assertFalse(res["inside_plan"], res)
-                self.assertFalse(res["inside_dir"], res)
+                self.assertEqual(res["argv"], ["run", "--plan-fd", "5"], res)
+                self.assertNotIn("5", res["self"], res)
+                for where in ("self", "init"):
+                    for f, target in res[where].items():
+                        self.assertNotIn("memfd", target, (where, res))
+                # the command is still running: the helpers of this server on the host (the
+                # outer one, the init) hold no memfd either
+                helpers = [h for h in descendants(self.srv.proc.pid)
+                           if cmdline(h)[:3] == [b"codespace-linux-sandbox", b"run", b"--plan-fd"]]
+                self.assertTrue(helpers, "no helper of this server found on the host")
+                for h in helpers:
+                    for f in os.listdir("/proc/%d/fd" % h):
+                        try:
+                            target = os.readlink("/proc/%d/fd/%s" % (h, f))
+                        except OSError:
+                            continue
+                        self.assertNotIn("memfd", target, (h, f))
                 self.srv.call("write_stdin", {"process_id": pid, "data": "go\n"})
                 text, _, _ = self.read_until(pid, cursor)
                 self.assertIn("DONE", text)

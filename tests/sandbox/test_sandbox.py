@@ -130,6 +130,80 @@ SYSCALL_PRELUDE = (
 
 
 class TestProtocol(SandboxCase):
+    # -- run --plan-fd: the runner's sealed memfd (issue 20) --------------------------------
+    ALL_SEALS = (fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW
+                 | fcntl.F_SEAL_WRITE)
+
+    def plan_memfd(self, argv, seals=ALL_SEALS):
+        """What prepare would write, in a memfd with these seals (the plan file removed)."""
+        path = self.prepare(argv)
+        with open(path, "rb") as f:
+            text = f.read()
+        os.unlink(path)
+        os.rmdir(os.path.dirname(path))
+        fd = os.memfd_create("codespace-sandbox-plan", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+        os.write(fd, text)
+        if seals:
+            fcntl.fcntl(fd, fcntl.F_ADD_SEALS, seals)
+        return fd
+
+    def run_plan_fd(self, fd, arg=None):
+        try:
+            return subprocess.run([HELPER, "run", "--plan-fd", arg or str(fd)], pass_fds=(fd,),
+                                  capture_output=True, timeout=60, start_new_session=True)
+        finally:
+            os.close(fd)
+
+    def test_plan_fd_sealed_runs_and_is_never_seen(self):
+        body = ("import json\n"
+                "def links(d):\n"
+                "    try:\n"
+                "        return {f: os.readlink(d + '/' + f) for f in os.listdir(d)"
+                " if os.path.lexists(d + '/' + f)}\n"
+                "    except OSError as e:\n"
+                "        return {'error': e.strerror}\n"
+                "print(json.dumps({'init': open('/proc/1/cmdline','rb').read().decode()"
+                ".split(chr(0))[1:4], 'self': links('/proc/self/fd'),"
+                " 'pid1': links('/proc/1/fd')}))\n")
+        fd = self.plan_memfd([PY, "-c", INSIDE_PY + body])
+        res = json.loads(self.ok(self.run_plan_fd(fd)).strip().splitlines()[-1])
+        self.assertEqual(res["init"], ["run", "--plan-fd", str(fd)], res)
+        self.assertEqual(sorted(res["self"]), ["0", "1", "2"], res)
+        for where in ("self", "pid1"):
+            for target in res[where].values():
+                self.assertNotIn("memfd", target, res)
+
+    def test_plan_fd_must_be_fully_sealed(self):
+        full = self.ALL_SEALS
+        for seals in (0, full & ~fcntl.F_SEAL_WRITE, full & ~fcntl.F_SEAL_SEAL,
+                      full & ~fcntl.F_SEAL_GROW, full & ~fcntl.F_SEAL_SHRINK):
+            with self.subTest(seals=seals):
+                fd = self.plan_memfd(["/bin/sh", "-c", "echo RAN"], seals)
+                p = self.run_plan_fd(fd)
+                self.assertEqual(p.returncode, 125, out(p))
+                self.assertIn("is not a sealed memfd", out(p))
+                self.assertNotIn(b"RAN", p.stdout)
+        # a plain file (even on tmpfs, which reports only F_SEAL_SEAL) is no sealed memfd
+        path = self.prepare(["/bin/sh", "-c", "echo RAN"])
+        fd = os.open(path, os.O_RDONLY)
+        p = self.run_plan_fd(fd)
+        self.assertEqual(p.returncode, 125, out(p))
+        self.assertIn("is not a sealed memfd", out(p))
+        os.unlink(path)
+        os.rmdir(os.path.dirname(path))
+
+    def test_plan_fd_number_checked(self):
+        for arg in ("", "x", "0", "2", "03", "1024", "99999", "-5", "5x"):
+            with self.subTest(arg=arg):
+                p = subprocess.run([HELPER, "run", "--plan-fd", arg], capture_output=True,
+                                   text=True, timeout=10)
+                self.assertNotEqual(p.returncode, 0, p.stderr)
+                self.assertIn("--plan-fd must be a descriptor number", p.stderr)
+        p = subprocess.run([HELPER, "run", "--plan-fd", "77"], capture_output=True, text=True,
+                           timeout=10)  # not open
+        self.assertEqual(p.returncode, 125, p.stderr)
+        self.assertIn("plan fd 77", p.stderr)
+
     def test_usage(self):
         p = subprocess.run([HELPER, "run"], capture_output=True, text=True)
         self.assertEqual(p.returncode, 2)
@@ -1012,6 +1086,111 @@ class TestProxy(SandboxCase):
                     timeout=300)
         self.assertEqual(self.ok(p).strip(), str(BIG))
         print(f"\n100 MB through the proxy: {time.time() - t0:.2f} s", flush=True)
+
+    # Inside: N CONNECT tunnels open at once, then SIZE bytes each way on every one, with the
+    # client's half-close in between (the echo server answers only after EOF).
+    TUNNELS_CLIENT = r'''
+import os, socket, sys
+host, port = os.environ["HTTP_PROXY"].split("//")[1].rsplit(":", 1)
+n, target, size = int(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+socks = []
+for i in range(n):
+    s = socket.create_connection((host, int(port)), timeout=60)
+    s.sendall(("CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (target, target)).encode())
+    head = b""
+    while not head.endswith(b"\r\n\r\n"):
+        c = s.recv(1)
+        assert c, "closed during the CONNECT answer"
+        head += c
+    assert b" 200 " in head.split(b"\r\n")[0], head
+    socks.append(s)
+print("OPEN", flush=True)
+sys.stdin.readline()
+ok = 0
+for i, s in enumerate(socks):
+    payload = os.urandom(size)
+    s.sendall(payload)
+    s.shutdown(socket.SHUT_WR)
+    got = bytearray()
+    while True:
+        c = s.recv(1 << 16)
+        if not c:
+            break
+        got += c
+    ok += bytes(got) == payload
+print("OK", ok, flush=True)
+'''
+
+    def tunnels(self, n, nofile):
+        """n tunnels at once under RLIMIT_NOFILE nofile (soft and hard) for the helper; returns
+        the pipe descriptors the outer helper holds while they are all open, and the client's
+        last line."""
+        class Echo(socketserver.BaseRequestHandler):
+            def handle(self):
+                data = bytearray()
+                while True:
+                    c = self.request.recv(1 << 16)
+                    if not c:
+                        break
+                    data += c
+                self.request.sendall(data)
+
+        class EchoServer(socketserver.ThreadingTCPServer):
+            daemon_threads = True
+            allow_reuse_address = True
+            request_queue_size = 1024
+
+        srv = EchoServer(("127.0.0.1", 0), Echo)
+        threading.Thread(target=srv.serve_forever, daemon=True).start()
+        try:
+            target = "127.0.0.1:%d" % srv.server_address[1]
+            with open(os.path.join(self.ws, "tc.py"), "w") as f:
+                f.write(self.TUNNELS_CLIENT)
+            plan = self.prepare([PY, "tc.py", str(n), target, str(200 * 1024)],
+                                network="enabled", allow=[target])
+            import resource
+
+            def limit():
+                resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+            p = subprocess.Popen([HELPER, "run", "--plan", plan], stdin=subprocess.PIPE,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 preexec_fn=limit, start_new_session=True)
+            try:
+                line = p.stdout.readline()
+                self.assertEqual(line, b"OPEN\n", p.stderr.read1() if not line else line)
+                pipes = 0
+                for f in os.listdir("/proc/%d/fd" % p.pid):
+                    try:
+                        if os.readlink("/proc/%d/fd/%s" % (p.pid, f)).startswith("pipe:") \
+                                and int(f) > 2:
+                            pipes += 1
+                    except OSError:
+                        pass
+                o, e = p.communicate(b"go\n", timeout=120)
+            finally:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+            self.assertEqual(p.returncode, 0, (o, e))
+            return pipes, o.decode().strip().splitlines()[-1]
+        finally:
+            srv.shutdown()
+            srv.server_close()
+
+    def test_tunnels_splice_within_the_descriptor_budget(self):
+        # Each spliced tunnel holds two pipes (4 fds); besides them the outer helper holds 3 or
+        # 4 pipe ends of its own. Plenty of descriptors: every tunnel splices.
+        n = 40
+        pipes, last = self.tunnels(n, 20000)
+        self.assertEqual(last, "OK %d" % n)
+        self.assertGreaterEqual(pipes, 4 * n)
+        self.assertLessEqual(pipes, 4 * n + 4)
+        # 2,200 descriptors: 1,024 copying connections (2 each) and 64 spare leave room for
+        # (2200 - 2048 - 64) / 4 = 22 tunnels with pipes; the other 18 copy, and all work.
+        pipes, last = self.tunnels(n, 2200)
+        self.assertEqual(last, "OK %d" % n)
+        self.assertGreaterEqual(pipes, 4 * 22)
+        self.assertLessEqual(pipes, 4 * 22 + 4)
 
     def test_proxy_ends_with_command(self):
         t0 = time.time()

@@ -24,6 +24,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
 #include "supervisor.h"
 #include "supervisor_internal.h"
 
@@ -604,6 +606,52 @@ static void test_plan_sweep_dead_runners_only(void **state)
     assert_int_equal(cs__supervisor_plan_remove(plan), 1);
 }
 
+/* The plan handed to `run --plan-fd` (issue 20): a memfd no child inherits by accident (close-
+ * on-exec, above the child's fixed numbers), sealed so nobody can change it after the encoder
+ * wrote it, and holding exactly the plan, as the helper's decoder reads it. */
+static void test_plan_memfd_sealed(void **state)
+{
+    (void)state;
+    struct cs_str argv[2] = {{(char *)"/bin/echo", 9}, {(char *)"hi", 2}};
+    struct csw_sandbox_plan plan;
+    memset(&plan, 0, sizeof plan);
+    plan.argv.v = argv;
+    plan.argv.n = 2;
+    plan.workspace_root = (struct cs_str){(char *)"/w", 2};
+    plan.cwd = plan.workspace_root;
+    plan.network = CSW_SANDBOX_PLAN_NETWORK_RESTRICTED;
+    plan.has_workspace_fd = true;
+    plan.workspace_fd = 3;
+    char msg[256];
+    int fd = cs__supervisor_sandbox_plan_memfd(&plan, msg, sizeof msg);
+    assert_true(fd >= 6);
+    assert_int_equal(fcntl(fd, F_GETFD) & FD_CLOEXEC, FD_CLOEXEC);
+    int seals = fcntl(fd, F_GET_SEALS);
+    int need = F_SEAL_SEAL | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE;
+    assert_int_equal(seals & need, need);
+    assert_int_equal(write(fd, "x", 1), -1);                           /* F_SEAL_WRITE */
+    assert_int_equal(ftruncate(fd, 0), -1);                            /* F_SEAL_SHRINK */
+    assert_int_equal(ftruncate(fd, 1 << 20), -1);                      /* F_SEAL_GROW */
+    assert_int_equal(fcntl(fd, F_ADD_SEALS, F_SEAL_FUTURE_WRITE), -1); /* F_SEAL_SEAL */
+    char buf[4096];
+    ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
+    assert_true(n > 0);
+    buf[n] = '\0';
+    json_error_t jerr;
+    json_t *j = json_loads(buf, 0, &jerr);
+    assert_non_null(j);
+    struct csw_sandbox_plan back;
+    struct cs_wire_diag diag;
+    assert_int_equal(csw_sandbox_plan_decode(j, &back, &diag), CS_WIRE_OK);
+    json_decref(j);
+    assert_int_equal(back.argv.n, 2);
+    assert_string_equal(back.argv.v[1].s, "hi");
+    assert_string_equal(back.workspace_root.s, "/w");
+    assert_true(back.has_workspace_fd && back.workspace_fd == 3);
+    csw_sandbox_plan_free(&back);
+    close(fd);
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -621,6 +669,7 @@ int main(void)
         cmocka_unit_test(test_plan_dir_pid),
         cmocka_unit_test(test_plan_remove_only_prepare_shape),
         cmocka_unit_test(test_plan_sweep_dead_runners_only),
+        cmocka_unit_test(test_plan_memfd_sealed),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
