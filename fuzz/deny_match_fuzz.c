@@ -1,5 +1,5 @@
 /*
- * Fuzz harness for the deny matcher (src/fs/fs_deny.c; contract.md section 7).
+ * Fuzz harness for the deny matcher (src/fs/fs_deny.c; docs/contract/tools.md section 5).
  * Input: a rule and a path separated by the first '\n' (no '\n': the whole input is the rule and
  * the path is "a/.env"). The path is normalised as the file tools do (cs_fs_path_normalize); a
  * path that does not normalise, or the root itself, is not matched. For a rule that
@@ -38,8 +38,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     }
     struct cs_fs_path p;
-    if (cs_fs_path_normalize(path, pn, &p, NULL, 0) != 0 || p.len == 0 ||
-        p.len + 8 > CS_FS_PATH_MAX)
+    if (cs_fs_path_normalize(path, pn, &p, NULL) != 0 || p.len == 0 || p.len + 8 > CS_FS_PATH_MAX)
         return 0;
     bool m = cs_fs_deny_rule_match(in, rn, p.rel, p.len);
     if (m != cs_fs_deny_rule_match(in, rn, p.rel, p.len))

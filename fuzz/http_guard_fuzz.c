@@ -2,12 +2,14 @@
  * Fuzz harness for the HTTP request guard (src/http/http_guard.c): Host, Origin, bearer token,
  * Content-Type and Content-Length, the checks every HTTP request meets before its body is read.
  * Input: byte 0 holds flags (bit 0: a token is configured; bits 1-2: the Host header count,
- * bits 3-4 the Origin count, bits 5-6 the Authorization count); the rest is split on 0xff
+ * bits 3-4 the Origin count, bits 5-6 the Authorization count, bit 7: a second Content-Type);
+ * the rest is split on 0xff
  * into the Host, Origin, Authorization, Content-Type and Content-Length values (a missing field
  * is absent). Trust: the input is arbitrary.
  * Each function is checked against an independent model written from docs/http.md (the
  * authority grammar, the allowed names, the ports, the Bearer scheme, the media type, decimal
- * comparison without arithmetic), and cs_http_guard_check against its parts and their order.
+ * comparison without arithmetic), and cs_http_guard_check and cs_http_guard_body against their
+ * parts and their order.
  * Any disagreement aborts. Entry point: LLVMFuzzerTestOneInput.
  */
 #include <stdbool.h>
@@ -197,6 +199,25 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                           memcmp(auth.value + 7, g.token, g.token_len) == 0))
         want = CS_HTTP_GUARD_BAD_TOKEN;
     check(cs_http_guard_check(&g, &host, &origin, &auth) == want);
+
+    /* A POST's body headers: Content-Type (at most one, absent tolerated), then Content-Length
+     * (over the cap refused; absent or malformed announces nothing). */
+    const uint64_t cap = 16u * 1024 * 1024;
+    struct cs_http_guard_header ctype = {f[3] ? 1u + (flags >> 7) : 0u, f[3], fn[3]};
+    struct cs_http_guard_header clen = {f[4] ? 1u : 0u, f[4], fn[4]};
+    enum cs_http_body_verdict bwant = CS_HTTP_BODY_OK;
+    uint64_t bwant_len = 0, blen = 12345;
+    bool cdigits = clen.count == 1 && fn[4] > 0;
+    for (size_t i = 0; cdigits && i < fn[4]; i++)
+        cdigits = f[4][i] >= '0' && f[4][i] <= '9';
+    if (ctype.count > 1 || (ctype.count == 1 && !model_content_type(f[3], fn[3])))
+        bwant = CS_HTTP_BODY_BAD_TYPE;
+    else if (cdigits && model_cmp(f[4], fn[4], cap) > 0)
+        bwant = CS_HTTP_BODY_TOO_LARGE;
+    else if (cdigits)
+        (void)cs_http_content_length(f[4], fn[4], cap, &bwant_len);
+    check(cs_http_guard_body(&ctype, &clen, cap, &blen) == bwant);
+    check(blen == bwant_len);
 
     /* Constant-time equality is plain equality. */
     check(cs_http_ct_equal(f[0] ? f[0] : "", fn[0], f[1] ? f[1] : "", fn[1]) ==

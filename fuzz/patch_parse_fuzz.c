@@ -64,22 +64,26 @@ static bool utf8_valid(const char *str, size_t n)
     return true;
 }
 
-static void check_msg(const char *msg, size_t cap)
+/* A refusal carries INVALID_PATCH and a bounded, valid UTF-8 message without control bytes. */
+static void check_msg(const struct cs_diag *d)
 {
-    size_t n = strnlen(msg, cap);
-    check(n < cap);
-    check(utf8_valid(msg, n));
+    size_t n = strnlen(d->text, sizeof d->text);
+    check(d->set && d->code == CSW_ERROR_INVALID_PATCH);
+    check(n < sizeof d->text);
+    check(utf8_valid(d->text, n));
+    for (size_t i = 0; i < n; i++)
+        check((unsigned char)d->text[i] >= 0x20 && d->text[i] != 0x7F);
 }
 
 static void apply_one(const struct cs_patch_op *op, const char *old, size_t old_len)
 {
-    char msg[192];
+    struct cs_diag msg = {0};
     char *out = NULL;
     size_t n = 0;
-    int rc = cs_patch_apply_update(op, old, old_len, &out, &n, msg, sizeof msg);
+    int rc = cs_patch_apply_update(op, old, old_len, &out, &n, &msg);
     if (rc != CS_PATCH_OK) {
         check(rc == CS_PATCH_ERR_INVALID && out == NULL);
-        check_msg(msg, sizeof msg);
+        check_msg(&msg);
         return;
     }
     check(out != NULL && out[n] == '\0');
@@ -136,10 +140,9 @@ static void apply_self(const struct cs_patch_op *op)
             }
         }
     }
-    char msg[192];
     char *out = NULL;
     size_t n = 0;
-    int rc = cs_patch_apply_update(op, old, old_len, &out, &n, msg, sizeof msg);
+    int rc = cs_patch_apply_update(op, old, old_len, &out, &n, NULL);
     check(rc == CS_PATCH_OK);
     check(n == want_len && (n == 0 || memcmp(out, want, n) == 0));
     free(out);
@@ -158,11 +161,11 @@ static const char *const files[] = {
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     struct cs_patch *p = NULL;
-    char msg[256];
-    int rc = cs_patch_parse((const char *)data, size, &p, msg, sizeof msg);
+    struct cs_diag msg = {0};
+    int rc = cs_patch_parse((const char *)data, size, &p, &msg);
     if (rc != CS_PATCH_OK) {
         check(rc == CS_PATCH_ERR_INVALID && p == NULL);
-        check_msg(msg, sizeof msg);
+        check_msg(&msg);
         return 0;
     }
     check(p != NULL);

@@ -1,6 +1,6 @@
 /*
- * libFuzzer harness for the runner wire protocol as its two peers read it (runtime.md section 4):
- * frames in, frames out. Input: a byte stream, cut by the u32 big-endian length-prefix framer
+ * libFuzzer harness for the runner wire protocol as its two peers read it (docs/contract/runtime.md
+ * §4): frames in, frames out. Input: a byte stream, cut by the u32 big-endian length-prefix framer
  * (cs_lenframe, cap 16 MiB) exactly as the gateway and codespace-runtime cut their socket
  * streams. Each frame is parsed as JSON (JSON_ALLOW_NUL, as the servers parse) and decoded with
  * the generated envelope decoder (csw_runner_wire, discriminated by "kind"); what decodes is

@@ -19,10 +19,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     struct csw_sandbox_plan plan;
-    char err[512] = "";
-    if (cs_sbx_plan_parse((const char *)data, size, &plan, err, sizeof err) < 0) {
+    struct cs_diag err = {0};
+    if (cs_sbx_plan_parse((const char *)data, size, &plan, &err) < 0) {
         static const struct csw_sandbox_plan zero;
-        if (err[0] == '\0' || memcmp(&plan, &zero, sizeof plan) != 0)
+        if (!err.set || err.text[0] == '\0' || memcmp(&plan, &zero, sizeof plan) != 0)
             abort();
         return 0;
     }

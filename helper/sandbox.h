@@ -23,6 +23,7 @@
 #include <sys/socket.h>
 #include <sys/types.h>
 
+#include "base_diag.h"
 #include "base_netallow.h"
 #include "csw.h"
 
@@ -35,7 +36,7 @@
 #define CS_SBX_EXIT_USAGE 2
 
 /* Set by a runner to its pid: plan directories are then codespace-sandbox-<pid>-XXXXXX, which
- * that runner's successors may sweep once the pid is gone (sandbox.md section 1). */
+ * that runner's successors may sweep once the pid is gone (docs/contract/sandbox.md section 1). */
 #define CS_SBX_RUNNER_PID_ENV "CODESPACE_SANDBOX_RUNNER_PID"
 
 /* ---- sandbox_plan.c ---- */
@@ -46,22 +47,21 @@
  * keys without '=', every network_allow entry well formed). Returns 0 with *out filled (free
  * with csw_sandbox_plan_free) or -1 with out zeroed and a message in err.
  */
-int cs_sbx_plan_parse(const char *buf, size_t n, struct csw_sandbox_plan *out, char *err,
-                      size_t errcap);
+int cs_sbx_plan_parse(const char *buf, size_t n, struct csw_sandbox_plan *out, struct cs_diag *err);
 
-/* Reads the plan at path with every check of sandbox.md section 1, then unlinks it and removes
- * its directory. Returns 0 or -1 with err set. */
-int cs_sbx_plan_load(const char *path, struct csw_sandbox_plan *out, char *err, size_t errcap);
+/* Reads the plan at path with every check of docs/contract/sandbox.md §1, then unlinks it and
+ * removes its directory. Returns 0 or -1 with err set. */
+int cs_sbx_plan_load(const char *path, struct csw_sandbox_plan *out, struct cs_diag *err);
 
 /* Writes plan into a fresh 0700 mkdtemp directory under tmpdir; *path_out (malloc'd) is the
  * plan path. Returns 0 or -1 with err set. */
 int cs_sbx_plan_write(const struct csw_sandbox_plan *plan, const char *tmpdir, char **path_out,
-                      char *err, size_t errcap);
+                      struct cs_diag *err);
 
 /* Validates a request (schema already checked) and writes its plan; *path (malloc'd) is the
  * plan path. Returns 0 or -1 with err set. */
-int cs_sbx_prepare_request(const struct csw_sandbox_prepare_request *q, char **path, char *err,
-                           size_t cap);
+int cs_sbx_prepare_request(const struct csw_sandbox_prepare_request *q, char **path,
+                           struct cs_diag *err);
 
 /* `prepare`: stdin -> plan file -> one JSON line on stdout. Returns the exit code. */
 int cs_sbx_prepare_main(void);
@@ -91,7 +91,7 @@ void cs_sbx_send_fd(int sock, int fd, const char *what);
 
 #define CS_SBX_DEFAULT_ID 65533 /* a root caller's command id when the plan names none */
 
-/* Who the command is (sandbox.md section 3) and how the workspace reaches the sandbox. */
+/* Who the command is (docs/contract/sandbox.md §3) and how the workspace reaches the sandbox. */
 struct cs_sbx_ids {
     unsigned inner_uid, inner_gid; /* the ids inside the sandbox (the same as on the host) */
     unsigned host_uid, host_gid;   /* the command's host ids (never 0 for a root caller) */
@@ -167,7 +167,7 @@ void cs_sbx_proxy_serve(const struct cs_sbx_proxy_cfg *cfg);
 
 /* ---- sandbox_report.c (the outer helper's thread only) ---- */
 
-#define CS_SBX_DENIALS_MAX       32  /* distinct entries (contract.md section 8) */
+#define CS_SBX_DENIALS_MAX       32  /* distinct entries (docs/contract/tools.md section 6) */
 #define CS_SBX_DENIAL_TARGET_MAX 300 /* schema/mcp/process_status.output.json denial.target */
 
 /* Records one refusal; target is copied (cut at CS_SBX_DENIAL_TARGET_MAX bytes), reason is a

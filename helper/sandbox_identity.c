@@ -1,6 +1,6 @@
 /*
  * sandbox_identity: who a sandboxed command is on the host, and how the workspace reaches the
- * sandbox (sandbox.md section 3). Run by the outer helper in the caller's namespaces.
+ * sandbox (docs/contract/sandbox.md section 3). Run by the outer helper in the caller's namespaces.
  *
  *   caller not root   the command keeps the caller's uid and gid; the workspace is bound from
  *                     its path inside the sandbox setup and checked to be the inherited root.

@@ -1,5 +1,5 @@
 /*
- * codespace-linux-sandbox: the command sandbox helper (sandbox.md sections 1, 3, 4).
+ * codespace-linux-sandbox: the command sandbox helper (docs/contract/sandbox.md sections 1, 3, 4).
  *
  *   codespace-linux-sandbox probe
  *   codespace-linux-sandbox prepare          < request.json   > {"type":"prepared",...}
@@ -61,10 +61,11 @@ static int probe(void)
     q.network = CSW_SANDBOX_PREPARE_REQUEST_NETWORK_RESTRICTED;
     q.argv.v = argv;
     q.argv.n = 1;
-    char err[1024], *plan = NULL;
+    struct cs_diag err = {0};
+    char *plan = NULL;
     int rc = 1;
-    if (cs_sbx_prepare_request(&q, &plan, err, sizeof err) < 0) {
-        fprintf(stderr, "codespace-linux-sandbox: probe: %s\n", err);
+    if (cs_sbx_prepare_request(&q, &plan, &err) < 0) {
+        fprintf(stderr, "codespace-linux-sandbox: probe: %s\n", err.text);
         goto out;
     }
     pid_t pid = fork();
@@ -126,9 +127,9 @@ int main(int argc, char **argv)
         return CS_SBX_EXIT_USAGE;
     }
     struct csw_sandbox_plan plan;
-    char err[1024];
-    if (cs_sbx_plan_load(argv[3], &plan, err, sizeof err) < 0)
-        cs_sbx_diex("%s", err);
+    struct cs_diag err = {0};
+    if (cs_sbx_plan_load(argv[3], &plan, &err) < 0)
+        cs_sbx_diex("%s", err.text);
     /* Nothing the runner left open reaches the sandbox, but the held workspace root the plan
      * names (the runner passes it as fd 3). */
     for (int fd = 3; fd < 1024; fd++)
@@ -137,7 +138,7 @@ int main(int argc, char **argv)
             close(fd);
     if (close_range(1024, ~0u, 0) < 0)
         cs_sbx_die("close_range");
-    /* The denial report's pipe (contract.md section 8): the runner reads it after the end. */
+    /* The denial report's pipe (docs/contract/tools.md §6): the runner reads it after the end. */
     if (plan.has_report_fd) {
         struct stat st;
         int fl = fcntl((int)plan.report_fd, F_GETFL);

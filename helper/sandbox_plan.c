@@ -1,5 +1,5 @@
 /*
- * sandbox_plan: the plan's life (sandbox.md section 1). `prepare` turns a request read from
+ * sandbox_plan: the plan's life (docs/contract/sandbox.md §1). `prepare` turns a request read from
  * stdin into a plan file (0600, in a fresh 0700 mkdtemp directory under $TMPDIR, created
  * exclusively, no-follow, fsynced) and answers one JSON line; `run` loads the plan with the
  * owner, mode and type checks, unlinks it and removes its directory before anything else, then
@@ -32,12 +32,13 @@
 #include "base_json.h"
 #include "sandbox.h"
 
-static int fail(char *err, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(char *err, size_t cap, const char *fmt, ...)
+/* Records why in err (a plan the helper refuses means the command cannot start) and returns -1. */
+static int fail(struct cs_diag *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int fail(struct cs_diag *err, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(err, cap, fmt, ap);
+    cs_diag_vset(err, CSW_ERROR_PROCESS_SPAWN_FAILED, fmt, ap);
     va_end(ap);
     return -1;
 }
@@ -96,24 +97,24 @@ static bool inside(const struct cs_str *root, const struct cs_str *p)
 /* The semantic rules shared by the request and the plan. */
 static int check_common(const struct cs_str *root, const struct cs_str *cwd,
                         const struct cs_str *argv, size_t argc, const struct cs_str *allow,
-                        size_t nallow, char *err, size_t cap)
+                        size_t nallow, struct cs_diag *err)
 {
     if (!normal_abs(root))
-        return fail(err, cap, "workspace_root must be an absolute normalized path, not /");
+        return fail(err, "workspace_root must be an absolute normalized path, not /");
     if (!normal_abs(cwd) || !inside(root, cwd))
-        return fail(err, cap, "the working directory must be inside the workspace");
+        return fail(err, "the working directory must be inside the workspace");
     if (argc == 0)
-        return fail(err, cap, "argv is empty");
+        return fail(err, "argv is empty");
     for (size_t i = 0; i < argc; i++)
         if (has_nul(&argv[i]))
-            return fail(err, cap, "argv[%zu] holds a NUL byte", i);
+            return fail(err, "argv[%zu] holds a NUL byte", i);
     if (argv[0].n == 0)
-        return fail(err, cap, "argv[0] is empty");
+        return fail(err, "argv[0] is empty");
     for (size_t i = 0; i < nallow; i++) {
         struct cs_netallow_entry a;
         const char *why = NULL;
         if (cs_netallow_entry_parse(allow[i].s, allow[i].n, &a, &why) < 0)
-            return fail(err, cap,
+            return fail(err,
                         "network_allow[%zu] is not a host, *.domain or IP literal "
                         "with an optional :port: %s",
                         i, why);
@@ -123,7 +124,7 @@ static int check_common(const struct cs_str *root, const struct cs_str *cwd,
 
 /* deny_mask: workspace-relative paths in normal form (no leading '/', no empty, "." or ".."
  * component, no NUL); the helper walks each without following links. */
-static int check_deny_mask(const struct cs_str *v, size_t n, char *err, size_t cap)
+static int check_deny_mask(const struct cs_str *v, size_t n, struct cs_diag *err)
 {
     for (size_t i = 0; i < n; i++) {
         const struct cs_str *p = &v[i];
@@ -139,91 +140,90 @@ static int check_deny_mask(const struct cs_str *v, size_t n, char *err, size_t c
             c = e + 1;
         }
         if (!ok)
-            return fail(err, cap, "deny_mask[%zu] is not a normalised relative path", i);
+            return fail(err, "deny_mask[%zu] is not a normalised relative path", i);
     }
     return 0;
 }
 
-static int check_env_entry(const struct cs_str *k, const struct cs_str *v, char *err, size_t cap)
+static int check_env_entry(const struct cs_str *k, const struct cs_str *v, struct cs_diag *err)
 {
     if (k->n == 0 || has_nul(k) || strchr(k->s, '='))
-        return fail(err, cap, "environment names must be non-empty, without '=' or NUL");
+        return fail(err, "environment names must be non-empty, without '=' or NUL");
     if (has_nul(v))
-        return fail(err, cap, "environment value of %s holds a NUL byte", k->s);
+        return fail(err, "environment value of %s holds a NUL byte", k->s);
     return 0;
 }
 
-int cs_sbx_plan_parse(const char *buf, size_t n, struct csw_sandbox_plan *out, char *err,
-                      size_t errcap)
+int cs_sbx_plan_parse(const char *buf, size_t n, struct csw_sandbox_plan *out, struct cs_diag *err)
 {
     memset(out, 0, sizeof *out);
     json_error_t jerr;
     json_t *j = cs_json_loadb_budget(buf, n, JSON_ALLOW_NUL, &jerr);
     if (!j)
-        return fail(err, errcap, "plan is not JSON: %s", jerr.text);
+        return fail(err, "plan is not JSON: %s", jerr.text);
     struct cs_wire_diag diag;
     enum cs_wire_status st = csw_sandbox_plan_decode(j, out, &diag);
     json_decref(j);
     if (st != CS_WIRE_OK) {
         char d[600];
-        return fail(err, errcap, "invalid plan: %s", cs_wire_diag_format(&diag, d, sizeof d));
+        return fail(err, "invalid plan: %s", cs_wire_diag_format(&diag, d, sizeof d));
     }
     int rc = check_common(&out->workspace_root, &out->cwd, out->argv.v, out->argv.n,
                           out->has_network_allow ? out->network_allow.v : NULL,
-                          out->has_network_allow ? out->network_allow.n : 0, err, errcap);
+                          out->has_network_allow ? out->network_allow.n : 0, err);
     for (size_t i = 0; rc == 0 && i < out->env.n; i++)
-        rc = check_env_entry(&out->env.v[i].key, &out->env.v[i].value, err, errcap);
+        rc = check_env_entry(&out->env.v[i].key, &out->env.v[i].value, err);
     if (rc == 0 && out->has_deny_mask)
-        rc = check_deny_mask(out->deny_mask.v, out->deny_mask.n, err, errcap);
+        rc = check_deny_mask(out->deny_mask.v, out->deny_mask.n, err);
     if (rc == 0 && out->has_report_fd && out->has_workspace_fd &&
         out->report_fd == out->workspace_fd)
-        rc = fail(err, errcap, "report_fd and workspace_fd are the same descriptor");
+        rc = fail(err, "report_fd and workspace_fd are the same descriptor");
     if (rc < 0)
         csw_sandbox_plan_free(out);
     return rc;
 }
 
-int cs_sbx_plan_load(const char *path, struct csw_sandbox_plan *out, char *err, size_t errcap)
+int cs_sbx_plan_load(const char *path, struct csw_sandbox_plan *out, struct cs_diag *err)
 {
     memset(out, 0, sizeof *out);
     size_t pl = strlen(path);
     if (path[0] != '/' || pl >= PATH_MAX || pl < 6 || strcmp(path + pl - 5, "/plan") != 0)
-        return fail(err, errcap, "the plan path must be an absolute .../plan path");
+        return fail(err, "the plan path must be an absolute .../plan path");
     char dir[PATH_MAX];
     memcpy(dir, path, pl - 5);
     dir[pl - 5] = '\0';
     const char *slash = strrchr(dir, '/');
     if (!slash || strncmp(slash + 1, CS_SBX_DIR_PREFIX, strlen(CS_SBX_DIR_PREFIX)) != 0)
-        return fail(err, errcap, "the plan is not in a " CS_SBX_DIR_PREFIX "* directory");
+        return fail(err, "the plan is not in a " CS_SBX_DIR_PREFIX "* directory");
 
     int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     if (fd < 0)
-        return fail(err, errcap, "open plan: %s", strerror(errno));
+        return fail(err, "open plan: %s", strerror(errno));
     struct stat st, dst;
     char *buf = NULL;
     int rc = -1;
     if (fstat(fd, &st) < 0) {
-        fail(err, errcap, "stat plan: %s", strerror(errno));
+        fail(err, "stat plan: %s", strerror(errno));
         goto out;
     }
     if (!S_ISREG(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 07777) != 0600 ||
         st.st_nlink != 1) {
-        fail(err, errcap, "the plan must be a regular 0600 file owned by the caller");
+        fail(err, "the plan must be a regular 0600 file owned by the caller");
         goto out;
     }
     if (lstat(dir, &dst) < 0 || !S_ISDIR(dst.st_mode) || dst.st_uid != geteuid() ||
         (dst.st_mode & 07777) != 0700) {
-        fail(err, errcap, "the plan directory must be a 0700 directory owned by the caller");
+        fail(err, "the plan directory must be a 0700 directory owned by the caller");
         goto out;
     }
     if (st.st_size <= 0 || (size_t)st.st_size > CS_SBX_PLAN_MAX) {
-        fail(err, errcap, "the plan is empty or over %u bytes", CS_SBX_PLAN_MAX);
+        fail(err, "the plan is empty or over %u bytes", CS_SBX_PLAN_MAX);
         goto out;
     }
     size_t n = (size_t)st.st_size, got = 0;
     buf = malloc(n);
     if (!buf) {
-        fail(err, errcap, "out of memory");
+        fail(err, "out of memory");
         goto out;
     }
     while (got < n) {
@@ -231,17 +231,17 @@ int cs_sbx_plan_load(const char *path, struct csw_sandbox_plan *out, char *err, 
         if (r < 0 && errno == EINTR)
             continue;
         if (r <= 0) {
-            fail(err, errcap, "read plan: %s", r < 0 ? strerror(errno) : "short read");
+            fail(err, "read plan: %s", r < 0 ? strerror(errno) : "short read");
             goto out;
         }
         got += (size_t)r;
     }
     /* The plan is gone before anything else happens, whatever follows. */
     if (unlink(path) < 0 || rmdir(dir) < 0) {
-        fail(err, errcap, "remove plan: %s", strerror(errno));
+        fail(err, "remove plan: %s", strerror(errno));
         goto out;
     }
-    rc = cs_sbx_plan_parse(buf, n, out, err, errcap);
+    rc = cs_sbx_plan_parse(buf, n, out, err);
 out:
     free(buf);
     close(fd);
@@ -249,44 +249,44 @@ out:
 }
 
 int cs_sbx_plan_write(const struct csw_sandbox_plan *plan, const char *tmpdir, char **path_out,
-                      char *err, size_t errcap)
+                      struct cs_diag *err)
 {
     json_t *j = NULL;
     struct cs_wire_diag diag;
     if (csw_sandbox_plan_encode(plan, &j, &diag) != CS_WIRE_OK) {
         char d[600];
-        return fail(err, errcap, "plan: %s", cs_wire_diag_format(&diag, d, sizeof d));
+        return fail(err, "plan: %s", cs_wire_diag_format(&diag, d, sizeof d));
     }
     char *text = json_dumps(j, JSON_COMPACT);
     json_decref(j);
     if (!text)
-        return fail(err, errcap, "out of memory");
+        return fail(err, "out of memory");
     char dir[PATH_MAX], path[PATH_MAX], owner[24] = "";
     int rc = -1;
     long runner;
     if (cs_sbx_runner_pid(&runner) < 0) {
-        fail(err, errcap, CS_SBX_RUNNER_PID_ENV " must be a decimal process id");
+        fail(err, CS_SBX_RUNNER_PID_ENV " must be a decimal process id");
         goto out;
     }
     if (runner > 0)
         snprintf(owner, sizeof owner, "%ld-", runner);
     if (snprintf(dir, sizeof dir, "%s/" CS_SBX_DIR_PREFIX "%sXXXXXX", tmpdir, owner) >=
         (int)sizeof dir) {
-        fail(err, errcap, "TMPDIR too long");
+        fail(err, "TMPDIR too long");
         goto out;
     }
     if (!mkdtemp(dir)) { /* 0700 */
-        fail(err, errcap, "mkdtemp under %s: %s", tmpdir, strerror(errno));
+        fail(err, "mkdtemp under %s: %s", tmpdir, strerror(errno));
         goto out;
     }
     if (snprintf(path, sizeof path, "%s/plan", dir) >= (int)sizeof path) {
-        fail(err, errcap, "TMPDIR too long");
+        fail(err, "TMPDIR too long");
         rmdir(dir);
         goto out;
     }
     int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0) {
-        fail(err, errcap, "create plan: %s", strerror(errno));
+        fail(err, "create plan: %s", strerror(errno));
         rmdir(dir);
         goto out;
     }
@@ -305,7 +305,7 @@ int cs_sbx_plan_write(const struct csw_sandbox_plan *plan, const char *tmpdir, c
     if (!ok) {
         unlink(path);
         rmdir(dir);
-        fail(err, errcap, "write plan: %s", strerror(e));
+        fail(err, "write plan: %s", strerror(e));
         goto out;
     }
     int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -317,7 +317,7 @@ int cs_sbx_plan_write(const struct csw_sandbox_plan *plan, const char *tmpdir, c
     if (!*path_out) {
         unlink(path);
         rmdir(dir);
-        fail(err, errcap, "out of memory");
+        fail(err, "out of memory");
         goto out;
     }
     rc = 0;
@@ -357,43 +357,43 @@ static void respond(bool ok, const char *text)
  * is checked inside the root by its text (run enters it inside the sandbox, where the path
  * leads into the bind of that very descriptor). Without it (a tool calling prepare), the
  * workspace must be a real directory reached without symlinks and the cwd inside it. */
-static int check_fs(const struct csw_sandbox_prepare_request *q, char *err, size_t cap)
+static int check_fs(const struct csw_sandbox_prepare_request *q, struct cs_diag *err)
 {
     char real[PATH_MAX];
     struct stat st;
     if (q->has_workspace_fd) {
         if (fstat((int)q->workspace_fd, &st) < 0 || !S_ISDIR(st.st_mode))
-            return fail(err, cap, "workspace_fd %lld is not an inherited directory",
+            return fail(err, "workspace_fd %lld is not an inherited directory",
                         (long long)q->workspace_fd);
         return 0;
     }
     if (!realpath(q->workspace_root.s, real) || stat(real, &st) < 0 || !S_ISDIR(st.st_mode))
-        return fail(err, cap, "workspace_root is not a directory");
+        return fail(err, "workspace_root is not a directory");
     if (strcmp(real, q->workspace_root.s) != 0)
-        return fail(err, cap, "workspace_root must not go through a symlink");
+        return fail(err, "workspace_root must not go through a symlink");
     if (!realpath(q->command_cwd.s, real) || stat(real, &st) < 0 || !S_ISDIR(st.st_mode))
-        return fail(err, cap, "the working directory is not a directory");
+        return fail(err, "the working directory is not a directory");
     struct cs_str r = {real, strlen(real)};
     if (!inside(&q->workspace_root, &r))
-        return fail(err, cap, "the working directory resolves outside the workspace");
+        return fail(err, "the working directory resolves outside the workspace");
     return 0;
 }
 
 /* Builds the plan from a request (borrowing its strings) and writes it. */
-int cs_sbx_prepare_request(const struct csw_sandbox_prepare_request *q, char **path, char *err,
-                           size_t cap)
+int cs_sbx_prepare_request(const struct csw_sandbox_prepare_request *q, char **path,
+                           struct cs_diag *err)
 {
     int rc = check_common(&q->workspace_root, &q->command_cwd, q->argv.v, q->argv.n,
                           q->has_network_allow ? q->network_allow.v : NULL,
-                          q->has_network_allow ? q->network_allow.n : 0, err, cap);
+                          q->has_network_allow ? q->network_allow.n : 0, err);
     for (size_t i = 0; rc == 0 && i < q->env.n; i++)
-        rc = check_env_entry(&q->env.v[i].key, &q->env.v[i].value, err, cap);
+        rc = check_env_entry(&q->env.v[i].key, &q->env.v[i].value, err);
     if (rc == 0 && q->has_deny_mask)
-        rc = check_deny_mask(q->deny_mask.v, q->deny_mask.n, err, cap);
+        rc = check_deny_mask(q->deny_mask.v, q->deny_mask.n, err);
     if (rc == 0 && q->has_report_fd && q->has_workspace_fd && q->report_fd == q->workspace_fd)
-        rc = fail(err, cap, "report_fd and workspace_fd are the same descriptor");
+        rc = fail(err, "report_fd and workspace_fd are the same descriptor");
     if (rc == 0)
-        rc = check_fs(q, err, cap);
+        rc = check_fs(q, err);
     if (rc < 0)
         return rc;
     struct csw_sandbox_plan p;
@@ -424,19 +424,19 @@ int cs_sbx_prepare_request(const struct csw_sandbox_prepare_request *q, char **p
     p.env.n = q->env.n;
     p.env.v = q->env.n ? calloc(q->env.n, sizeof *p.env.v) : NULL;
     if (q->env.n && !p.env.v)
-        return fail(err, cap, "out of memory");
+        return fail(err, "out of memory");
     for (size_t i = 0; i < q->env.n; i++) {
         p.env.v[i].key = q->env.v[i].key;
         p.env.v[i].value = q->env.v[i].value;
     }
-    rc = cs_sbx_plan_write(&p, cs_sbx_tmpdir(), path, err, cap);
+    rc = cs_sbx_plan_write(&p, cs_sbx_tmpdir(), path, err);
     free(p.env.v);
     return rc;
 }
 
 int cs_sbx_prepare_main(void)
 {
-    char err[1024];
+    struct cs_diag err = {0};
     size_t cap = CS_SBX_REQ_MAX + 1, n = 0;
     char *buf = malloc(cap);
     if (!buf) {
@@ -465,8 +465,8 @@ int cs_sbx_prepare_main(void)
     json_t *j = cs_json_loadb_budget(buf, n, 0, &jerr);
     free(buf);
     if (!j) {
-        snprintf(err, sizeof err, "request is not JSON: %s", jerr.text);
-        respond(false, err);
+        fail(&err, "request is not JSON: %s", jerr.text);
+        respond(false, err.text);
         return 1;
     }
     struct csw_sandbox_prepare_request q;
@@ -475,15 +475,15 @@ int cs_sbx_prepare_main(void)
     json_decref(j);
     if (st != CS_WIRE_OK) {
         char d[600];
-        snprintf(err, sizeof err, "invalid request: %s", cs_wire_diag_format(&diag, d, sizeof d));
-        respond(false, err);
+        fail(&err, "invalid request: %s", cs_wire_diag_format(&diag, d, sizeof d));
+        respond(false, err.text);
         return 1;
     }
     char *path = NULL;
-    int rc = cs_sbx_prepare_request(&q, &path, err, sizeof err);
+    int rc = cs_sbx_prepare_request(&q, &path, &err);
     csw_sandbox_prepare_request_free(&q);
     if (rc < 0) {
-        respond(false, err);
+        respond(false, err.text);
         return 1;
     }
     respond(true, path);

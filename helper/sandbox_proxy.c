@@ -1,6 +1,6 @@
 /*
- * sandbox_proxy: the enabled-network proxy (sandbox.md section 4), run by the outer helper in
- * the host network namespace. The listening socket was created inside the sandbox's network
+ * sandbox_proxy: the enabled-network proxy (docs/contract/sandbox.md §4), run by the outer helper
+ * in the host network namespace. The listening socket was created inside the sandbox's network
  * namespace, so only the sandboxed command can reach it.
  *
  * One epoll loop, level-triggered, non-blocking sockets. Each connection goes HEAD (reading the
@@ -222,7 +222,7 @@ static const char *add_address(struct proxy *px, struct conn *c, const struct so
     return NULL;
 }
 
-/* Records a refusal for the report (contract.md section 8): host:port as requested, and which
+/* Records a refusal for the report (docs/contract/tools.md §6): host:port as requested, and which
  * rule refused it (the reasons are base_netallow's static texts). */
 static void record_refusal(const struct conn *c, const char *why, bool bad_request)
 {

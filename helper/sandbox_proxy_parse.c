@@ -1,5 +1,5 @@
 /*
- * sandbox_proxy_parse: the proxy's request-head parser (sandbox.md section 4). Pure, no I/O:
+ * sandbox_proxy_parse: the proxy's request-head parser (docs/contract/sandbox.md §4). Pure, no I/O:
  * fuzz/sandbox_proxy_fuzz.c drives it. The authority and the network_allow rules are
  * src/base/base_netallow.c (one parser for the configuration load, the plan and the proxy).
  *

@@ -1,6 +1,6 @@
 /*
- * sandbox_report: what the sandbox refused (contract.md section 8), kept by the outer helper and
- * written to the runner when the command has ended, and the seccomp user-notification server
+ * sandbox_report: what the sandbox refused (docs/contract/tools.md §6), kept by the outer helper
+ * and written to the runner when the command has ended, and the seccomp user-notification server
  * that learns of each refused system call.
  *
  * Trust: the notifications come from the kernel about the (hostile) command; only their
@@ -26,7 +26,7 @@
 
 #include "sandbox.h"
 
-/* The 32 distinct entries of contract.md section 8; later distinct refusals are only counted. */
+/* The 32 distinct entries of docs/contract/tools.md §6; later refusals are only counted. */
 struct entry {
     enum csw_denial_kind kind;
     char target[CS_SBX_DENIAL_TARGET_MAX + 1];

@@ -424,7 +424,7 @@ _Noreturn void cs_sbx_run(struct csw_sandbox_plan *plan)
     int go[2], status[2], sp[2] = {-1, -1}, np[2];
     if (pipe2(go, O_CLOEXEC) < 0 || pipe2(status, O_CLOEXEC) < 0)
         cs_sbx_die("pipe");
-    /* The command sends its seccomp listener back on np (contract.md section 8). */
+    /* The command sends its seccomp listener back on np (docs/contract/tools.md section 6). */
     if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, np) < 0)
         cs_sbx_die("socketpair");
     bool enabled = plan->network == CSW_SANDBOX_PLAN_NETWORK_ENABLED;
@@ -459,7 +459,7 @@ _Noreturn void cs_sbx_run(struct csw_sandbox_plan *plan)
     if (sp[1] >= 0)
         close(sp[1]);
 
-    /* sandbox.md section 3: the command's ids map to themselves: the caller's when it is not
+    /* docs/contract/sandbox.md §3: the command's ids map to themselves: the caller's when it is not
      * root, else the unprivileged ids cs_sbx_identity chose. */
     char path[64], map[64];
     snprintf(path, sizeof path, "/proc/%d/setgroups", pid);

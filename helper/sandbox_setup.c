@@ -1,6 +1,6 @@
 /*
  * sandbox_setup: the privileged setup steps of the sandbox, run by the init process inside the
- * new user, mount, PID, network, IPC, UTS and cgroup namespaces (sandbox.md section 3).
+ * new user, mount, PID, network, IPC, UTS and cgroup namespaces (docs/contract/sandbox.md §3).
  *
  * Trust: the plan was validated by cs_sbx_plan_parse; every path it names is used only as a
  * mount target under the new root or as a Landlock rule. Every step dies on error (only the
@@ -210,7 +210,7 @@ static void remount_ro_tree(const char *dir)
 }
 
 /*
- * Binds the workspace at dst, nosuid and nodev, read-only unless rw (sandbox.md section 3).
+ * Binds the workspace at dst, nosuid and nodev, read-only unless rw (docs/contract/sandbox.md §3).
  * A root caller's tree (sandbox_identity.c) is a detached bind of the held root with its flags
  * and idmapping already set: it is attached as it is. Otherwise the source is the path, opened
  * with RESOLVE_NO_SYMLINKS under the old root, and must be the very directory the runner holds
@@ -283,8 +283,8 @@ static void mask_secrets(void)
  * in our copy of that namespace can, once it is checked to be the same inode. Best effort: a
  * terminal whose path does not resolve here just stays nameless. */
 /*
- * The sandbox half of the deny rules (contract.md section 7): every path in the plan's deny_mask
- * (resolved by the runner with the rules when the command starts) is covered by the empty
+ * The sandbox half of the deny rules (docs/contract/tools.md §5): every path in the plan's
+ * deny_mask (resolved by the runner with the rules when the command starts) is covered by the empty
  * read-only file or directory, inside the workspace attached at dst. Each path is reached by a
  * no-follow walk from the attached workspace (O_PATH, O_NOFOLLOW per component, never the string
  * resolved again), and the mask is bound onto that very descriptor through /proc/self/fd, so a
@@ -726,7 +726,7 @@ void cs_sbx_setup_seccomp(bool network_enabled, int notify_sock)
         "nfsservctl",
         "uselib",
     };
-    /* The refusals the helper reports (contract.md section 8) notify it instead: it answers
+    /* The refusals the helper reports (docs/contract/tools.md §6) notify it instead: it answers
      * each with EPERM, what SCMP_ACT_ERRNO(EPERM) returns. The set-id mode rules and the ENOSYS
      * rules (clone3, openat2, fchmodat2: libc's fallback probes, hit by every fork) stay plain
      * errno actions and are not reported. */
@@ -759,8 +759,8 @@ void cs_sbx_setup_seccomp(bool network_enabled, int notify_sock)
         struct scmp_arg_cmp d = cmp(1, SCMP_CMP_MASKED_EQ, 0xFFFFFFFFu, TIOCLINUX);
         sc_add(ctx, report, "ioctl", 1, &d);
     }
-    /* sandbox.md section 3: no set-user-ID or set-group-ID bit can be set, by a mode change or
-     * by a creation mode (arg is where each call takes its mode). openat2 passes its mode in
+    /* docs/contract/sandbox.md §3: no set-user-ID or set-group-ID bit can be set, by a mode change
+     * or by a creation mode (arg is where each call takes its mode). openat2 passes its mode in
      * memory the filter cannot read, and fchmodat2 may be unknown to this libseccomp: both are
      * refused outright (ENOSYS: libc falls back to openat / fchmodat). */
     {

@@ -147,5 +147,25 @@ class RunnerTest(unittest.TestCase):
         self.assertTrue(runner and "Passed" in runner[0], p.stdout)
 
 
+class RegistrationTest(unittest.TestCase):
+    def test_no_suite_bypasses_the_runner(self):
+        """Every Python suite CTest runs goes through CS_UNITTEST, never `python3 -m unittest`
+        (which exits 0 when everything skipped)."""
+        repo = os.path.dirname(HERE)
+        offenders = []
+        for top in ("tests", "gen", "fuzz", "src", "helper"):
+            for dirpath, dirnames, filenames in os.walk(os.path.join(repo, top)):
+                dirnames[:] = [d for d in dirnames if d not in ("node_modules", "__pycache__")]
+                if "CMakeLists.txt" not in filenames:
+                    continue
+                path = os.path.join(dirpath, "CMakeLists.txt")
+                with open(path, encoding="utf-8") as f:
+                    for n, line in enumerate(f, 1):
+                        if "-m unittest" in line and not line.lstrip().startswith("#"):
+                            offenders.append(f"{os.path.relpath(path, repo)}:{n}")
+        self.assertEqual(offenders, [], "register with COMMAND ${CS_UNITTEST} <module> and "
+                                        "SKIP_RETURN_CODE 77")
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -1,6 +1,6 @@
 /*
  * base_id: the server's ids, "<prefix><uuid v4>" from a cryptographic random source
- * (contract.md section 2: process_id = proc-<uuid>, operation_id = op-<uuid>).
+ * (docs/contract/tools.md section 2: process_id = proc-<uuid>, operation_id = op-<uuid>).
  * Entry points: cs_id_new.
  */
 #include "base_id.h"

@@ -78,8 +78,9 @@ bool cs_json_is_integer_token(const char *t, size_t n);
 
 struct cs_json_budget {
     /* limits, set by the caller */
-    size_t max_depth; /* 0: CS_JSON_BUDGET_DEPTH */
-    size_t max_bytes; /* 0: CS_JSON_BUDGET_BYTES(n) */
+    size_t max_depth;  /* 0: CS_JSON_BUDGET_DEPTH */
+    size_t max_bytes;  /* 0: CS_JSON_BUDGET_BYTES(n) */
+    const char *watch; /* a key to look out for (NUL-terminated), or NULL */
     /* counts, written by cs_json_budget_check (for valid JSON exactly what a jansson walk of
      * the tree finds) */
     size_t values;     /* every value: containers, strings, numbers, true/false/null */
@@ -90,6 +91,8 @@ struct cs_json_budget {
     /* Where the top-level object's "id" member's value is, when it is a scalar token of at
      * most CS_JSON_BUDGET_ID_MAX bytes (spelt "id" without escapes): id_len is 0 otherwise. */
     size_t id_off, id_len;
+    bool escapes;    /* some string (key or value) holds a backslash */
+    bool watch_seen; /* an object at any depth has the key watch, spelt without escapes */
 };
 
 /*

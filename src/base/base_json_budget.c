@@ -71,6 +71,44 @@ static size_t pow2_at_least(size_t n)
     return p;
 }
 
+/* The bytes of v equal to c, as the high bit of each: exact from the lowest byte up to the first
+ * match (a borrow can only mark bytes above a true match), so its lowest set bit is the first. */
+static inline uint64_t word_eq(uint64_t v, unsigned char c)
+{
+    const uint64_t ones = 0x0101010101010101ull;
+    uint64_t x = v ^ (ones * c);
+    return (x - ones) & ~x & (ones * 0x80);
+}
+
+/*
+ * The index of the quote that closes the string whose text starts at s[i], or n when the text
+ * ends first: a backslash escapes the byte after it, whatever it is (*escapes is set). Eight
+ * bytes at a time (little-endian words; most of a message is strings), the last few one by one.
+ */
+static size_t string_end(const unsigned char *s, size_t i, size_t n, bool *escapes)
+{
+    while (i < n) {
+        if (__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__ && n - i >= 8) {
+            uint64_t v;
+            memcpy(&v, s + i, sizeof v);
+            uint64_t hit = word_eq(v, '"') | word_eq(v, '\\');
+            if (!hit) {
+                i += 8;
+                continue;
+            }
+            i += (size_t)__builtin_ctzll(hit) / 8;
+        } else if (s[i] != '"' && s[i] != '\\') {
+            i++;
+            continue;
+        }
+        if (s[i] == '"')
+            return i;
+        *escapes = true;
+        i += 2; /* the backslash and the byte it escapes */
+    }
+    return n;
+}
+
 int cs_json_budget_check(const char *buf, size_t n, struct cs_json_budget *b, char *why, size_t cap)
 {
     const unsigned char *s = (const unsigned char *)buf;
@@ -80,8 +118,8 @@ int cs_json_budget_check(const char *buf, size_t n, struct cs_json_budget *b, ch
     size_t bytes = COST_BASE, longest = 0, longest_run = 0, longest_key = 0, id_off = 0, id_len = 0;
     bool seen_top = false, top_object = false;
     /* The last token, so that a ':' can turn the string just counted as a value into a key. */
-    bool last_string = false, last_is_id = false, want_id = false;
-    size_t last_len = 0;
+    bool last_string = false, want_id = false, escapes = false, seen = false;
+    size_t last_len = 0, last_start = 0, watch_len = b->watch ? strlen(b->watch) : 0;
     size_t i = 0;
     while (i < n) {
         unsigned char c = s[i];
@@ -126,26 +164,26 @@ int cs_json_budget_check(const char *buf, size_t n, struct cs_json_budget *b, ch
                 bytes += COST_MEMBER + last_len;
                 if (last_len > longest_key)
                     longest_key = last_len;
+                if (watch_len && last_len == watch_len &&
+                    memcmp(s + last_start + 1, b->watch, watch_len) == 0)
+                    seen = true;
             }
-            want_id = last_string && last_is_id;
+            /* The key was "id", a member of the top-level object. */
+            want_id = last_string && depth == 1 && top_object && last_len == 2 &&
+                      s[last_start + 1] == 'i' && s[last_start + 2] == 'd';
             last_string = false;
             i++;
             continue;
         case '"':
-            for (i++; i < n && s[i] != '"'; i++)
-                if (s[i] == '\\')
-                    i++; /* the escaped byte, whatever it is */
-            if (i > n)
-                i = n; /* a backslash was the last byte */
+            i = string_end(s, i + 1, n, &escapes);
             last_len = i - start - 1;
+            last_start = start;
             if (i < n)
                 i++; /* the closing quote */
             values++;
             bytes += COST_SLOT + COST_STRING + last_len;
             if (last_len > longest)
                 longest = last_len;
-            last_is_id = depth == 1 && top_object && last_len == 2 && s[start + 1] == 'i' &&
-                         s[start + 2] == 'd';
             last_string = true;
             break;
         default:
@@ -186,6 +224,8 @@ int cs_json_budget_check(const char *buf, size_t n, struct cs_json_budget *b, ch
     b->bytes = bytes;
     b->id_off = id_off;
     b->id_len = id_len;
+    b->escapes = escapes;
+    b->watch_seen = seen;
     if (deepest > max_depth) {
         if (cap)
             snprintf(why, cap, "nested %zu deep, more than %zu", deepest, max_depth);

@@ -1,7 +1,7 @@
 /*
- * base_netallow: network_allow entries and the proxy's destination rules (sandbox.md section
- * 4). Pure functions, no I/O, no allocation, so the policy module (the load-time check), the
- * sandbox helper (prepare, plan validation, proxy) and the fuzz harness all run the same code.
+ * base_netallow: network_allow entries and the proxy's destination rules (docs/contract/sandbox.md
+ * section 4). Pure functions, no I/O, no allocation, so the policy module (the load-time check),
+ * the sandbox helper (prepare, plan validation, proxy) and the fuzz harness all run the same code.
  *
  * Trust: entries come from the operator's registry and again through the helper's plan, which
  * is untrusted at the parser; hosts come from the sandboxed command's proxy requests and are

@@ -1,7 +1,7 @@
 /*
- * base_netallow: the network_allow rules (sandbox.md section 4, runtime.md section 2) as pure
- * functions, shared by the configuration load (policy), the sandbox helper's prepare and plan
- * validation, and the helper's proxy: one entry parser, one reading of numeric host text, one
+ * base_netallow: the network_allow rules (docs/contract/sandbox.md §4, docs/contract/runtime.md §2)
+ * as pure functions, shared by the configuration load (policy), the sandbox helper's prepare and
+ * plan validation, and the helper's proxy: one entry parser, one reading of numeric host text, one
  * address classifier, one admission rule. See base_netallow.c.
  */
 #ifndef CS_BASE_NETALLOW_H

@@ -1,8 +1,8 @@
 /*
- * base_roots: the workspace roots this process holds (runtime.md section 2). Each root is opened
- * once, at start, by a component-wise no-follow walk from "/", and held as an O_PATH directory
- * descriptor for the life of the process. The file tools (src/fs), the patch engine and the
- * supervisor reach a root only through its held descriptor, never through its path again, so
+ * base_roots: the workspace roots this process holds (docs/contract/runtime.md §2). Each root is
+ * opened once, at start, by a component-wise no-follow walk from "/", and held as an O_PATH
+ * directory descriptor for the life of the process. The file tools (src/fs), the patch engine and
+ * the supervisor reach a root only through its held descriptor, never through its path again, so
  * replacing an ancestor of a root by a symlink later redirects nothing.
  *
  * The table is filled before the loop starts (the gateway from its registry, the uds worker from

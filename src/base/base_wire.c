@@ -12,13 +12,34 @@
 #include <inttypes.h>
 #include <stdarg.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "base_diag.h"
 #include "base_json.h"
 
-/* The JSON pointer being decoded, built segment by segment. Truncated pointers end with "...". */
+/*
+ * The JSON pointer being decoded: a stack of reference tokens, borrowed from the tables and the
+ * input (both outlive the call), rendered into text only when a diagnostic needs it. Pushing is
+ * two stores, so a value that decodes cleanly pays nothing for the pointer it would have had.
+ * Tokens deeper than PTR_DEPTH are counted but not kept (the rendered pointer ends with "...").
+ */
+#define PTR_DEPTH  32
+#define TOK_STRLEN SIZE_MAX /* the token is a NUL-terminated name: measured when rendered */
+
+struct seg {
+    const char *tok; /* NULL: an array index */
+    size_t n;        /* tok's length, or TOK_STRLEN; the index when tok is NULL */
+};
+
 struct ptr {
+    struct seg seg[PTR_DEPTH];
+    size_t depth;
+};
+
+/* A rendered pointer. Truncated pointers end with "...". */
+struct ptr_text {
     char buf[256];
     size_t len;
     bool truncated;
@@ -91,8 +112,7 @@ static size_t utf8_seq_len(unsigned char b)
 
 /* A saved pointer state, restored by pop(). */
 struct mark {
-    size_t len;
-    bool truncated;
+    size_t depth;
 };
 
 /*
@@ -101,15 +121,14 @@ struct mark {
  * it stays valid UTF-8. Once truncated, further tokens are not appended (the pointer ends with
  * "..." in the diagnostic).
  */
-static struct mark push_n(struct ptr *p, const char *tok, size_t n)
+static void render_tok(struct ptr_text *p, const char *tok, size_t n)
 {
-    struct mark saved = {p->len, p->truncated};
     const size_t room = sizeof p->buf - 4; /* keep space for "..." and NUL */
     if (p->truncated)
-        return saved;
+        return;
     if (p->len + 1 > room) {
         p->truncated = true;
-        return saved;
+        return;
     }
     p->buf[p->len++] = '/';
     for (size_t i = 0; i < n;) {
@@ -138,26 +157,51 @@ static struct mark push_n(struct ptr *p, const char *tok, size_t n)
         i += in;
     }
     p->buf[p->len] = '\0';
+}
+
+static struct mark push_n(struct ptr *p, const char *tok, size_t n)
+{
+    struct mark saved = {p->depth};
+    if (p->depth < PTR_DEPTH)
+        p->seg[p->depth] = (struct seg){tok, n};
+    p->depth++;
     return saved;
 }
 
 static struct mark push(struct ptr *p, const char *tok)
 {
-    return push_n(p, tok, strlen(tok));
+    return push_n(p, tok, TOK_STRLEN);
 }
 
 static struct mark push_index(struct ptr *p, size_t i)
 {
-    char num[32];
-    int n = snprintf(num, sizeof num, "%zu", i);
-    return push_n(p, num, (size_t)n);
+    return push_n(p, NULL, i);
 }
 
 static void pop(struct ptr *p, struct mark m)
 {
-    p->len = m.len;
-    p->truncated = m.truncated;
-    p->buf[m.len] = '\0';
+    p->depth = m.depth;
+}
+
+/* Renders the pointer p into t (RFC 6901 escapes, "..." when cut; see render_tok). */
+static void render(const struct ptr *p, struct ptr_text *t)
+{
+    t->len = 0;
+    t->truncated = false;
+    t->buf[0] = '\0';
+    size_t kept = p->depth < PTR_DEPTH ? p->depth : PTR_DEPTH;
+    for (size_t i = 0; i < kept; i++) {
+        const struct seg *g = &p->seg[i];
+        if (!g->tok) {
+            char num[32];
+            int n = snprintf(num, sizeof num, "%zu", g->n);
+            render_tok(t, num, (size_t)n);
+        } else {
+            render_tok(t, g->tok, g->n == TOK_STRLEN ? strlen(g->tok) : g->n);
+        }
+    }
+    if (p->depth > PTR_DEPTH)
+        t->truncated = true;
 }
 
 static enum cs_wire_status fail(struct ctx *c, enum cs_wire_status st, const char *fmt, ...)
@@ -166,18 +210,20 @@ static enum cs_wire_status fail(struct ctx *c, enum cs_wire_status st, const cha
 static enum cs_wire_status fail(struct ctx *c, enum cs_wire_status st, const char *fmt, ...)
 {
     if (c->diag) {
-        /* at.len <= sizeof buf - 4 (see push_n), so "..." always fits. */
-        _Static_assert(sizeof c->diag->pointer >= sizeof c->at.buf, "pointer fits");
-        memcpy(c->diag->pointer, c->at.buf, c->at.len);
-        size_t n = c->at.len;
-        if (c->at.truncated) {
+        /* t.len <= sizeof t.buf - 4 (see render_tok), so "..." always fits. */
+        struct ptr_text t;
+        render(&c->at, &t);
+        _Static_assert(sizeof c->diag->pointer >= sizeof t.buf, "pointer fits");
+        memcpy(c->diag->pointer, t.buf, t.len);
+        size_t n = t.len;
+        if (t.truncated) {
             memcpy(c->diag->pointer + n, "...", 3);
             n += 3;
         }
         c->diag->pointer[n] = '\0';
         va_list ap;
         va_start(ap, fmt);
-        vsnprintf(c->diag->text, sizeof c->diag->text, fmt, ap);
+        cs_diag_vformat(c->diag->text, sizeof c->diag->text, fmt, ap);
         va_end(ap);
     }
     return st;
@@ -360,14 +406,37 @@ static enum cs_wire_status set_default(const struct cs_wire_field *f, void *slot
     return CS_WIRE_OK; /* the generator emits defaults only for scalar kinds */
 }
 
+#define SCAN_FIELDS  16 /* objects of at most this many fields... */
+#define SCAN_MEMBERS 8  /* ...and members are decoded by one scan of the members */
+
 static enum cs_wire_status dec_object(const struct cs_wire_object *o, const json_t *j, char *base,
                                       struct ctx *c)
 {
     if (!json_is_object(j))
         return fail(c, CS_WIRE_INVALID, "expected object");
+    /* A small object is scanned once, each member matched against the fields by length and
+     * bytes: cheaper than one hashed lookup a field (a JSON-RPC envelope has 6 fields and 3 or 4
+     * members). The fields are then decoded in the schema's order either way. */
+    const json_t *found[SCAN_FIELDS];
+    bool scanned = o->nfields <= SCAN_FIELDS && json_object_size(j) <= SCAN_MEMBERS;
+    if (scanned) {
+        memset(found, 0, o->nfields * sizeof found[0]);
+        for (void *it = json_object_iter((json_t *)(uintptr_t)j); it;
+             it = json_object_iter_next((json_t *)(uintptr_t)j, it)) {
+            const char *key = json_object_iter_key(it);
+            size_t kn = json_object_iter_key_len(it);
+            for (size_t i = 0; i < o->nfields; i++) {
+                const char *name = o->fields[i].name;
+                if (name[0] == key[0] && strlen(name) == kn && memcmp(name, key, kn) == 0) {
+                    found[i] = json_object_iter_value(it);
+                    break;
+                }
+            }
+        }
+    }
     for (size_t i = 0; i < o->nfields; i++) {
         const struct cs_wire_field *f = &o->fields[i];
-        const json_t *v = json_object_get(j, f->name);
+        const json_t *v = scanned ? found[i] : json_object_get(j, f->name);
         if (!v) {
             if (f->required) {
                 struct mark s = push(&c->at, f->name);
@@ -604,8 +673,9 @@ enum cs_wire_status cs_wire_decode(const struct cs_wire_type *t, const json_t *j
                                    struct cs_wire_diag *diag)
 {
     struct ctx c;
-    memset(&c, 0, sizeof c);
+    c.at.depth = 0; /* the segments are written before they are read */
     c.diag = diag;
+    c.tb = NULL;
     if (diag) {
         diag->pointer[0] = '\0';
         diag->text[0] = '\0';
@@ -1020,8 +1090,9 @@ enum cs_wire_status cs_wire_encode(const struct cs_wire_type *t, const void *v, 
 {
     assert(t && v && out);
     struct ctx c;
-    memset(&c, 0, sizeof c);
+    c.at.depth = 0; /* the segments are written before they are read */
     c.diag = diag;
+    c.tb = NULL;
     if (diag) {
         diag->pointer[0] = '\0';
         diag->text[0] = '\0';
@@ -1040,8 +1111,9 @@ enum cs_wire_status cs_wire_encode_text(const struct cs_wire_type *t, const void
     assert(t && v && out);
     struct tbuf tb = {NULL, 0, 0};
     struct ctx c;
-    memset(&c, 0, sizeof c);
+    c.at.depth = 0; /* the segments are written before they are read */
     c.diag = diag;
+    c.tb = NULL;
     c.tb = &tb;
     if (diag) {
         diag->pointer[0] = '\0';

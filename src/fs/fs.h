@@ -1,9 +1,9 @@
 /*
- * fs: the file tools' engine (contract.md section 3, read and find). Path normalisation, no-follow
- * opening beneath a workspace root, a windowed read that hashes the whole file in the same pass,
- * and a listing walk with a glob matcher. The gateway's tool handlers call it today; the runner's
- * worker will call it through the wire protocol later, so nothing here knows about MCP, tools or
- * the workspace policy: callers check the workspace first and pass its root.
+ * fs: the file tools' engine (docs/contract/tools.md §3, read and find). Path normalisation,
+ * no-follow opening beneath a workspace root, a windowed read that hashes the whole file in the
+ * same pass, and a listing walk with a glob matcher. The gateway's tool handlers call it today; the
+ * runner's worker will call it through the wire protocol later, so nothing here knows about MCP,
+ * tools or the workspace policy: callers check the workspace first and pass its root.
  *
  * Trust: the root (path or directory fd) comes from the operator's registry and is trusted to be
  * a directory the caller may read. Everything else is the client's: paths, globs, offsets and
@@ -19,8 +19,8 @@
  *
  * Errors: fallible functions return 0 or an enum csw_error value (never
  * CSW_ERROR_INVALID_ARGUMENTS, which is 0: arguments arrive decoded), write their outputs only on
- * success, and put a human message in msg (always valid UTF-8, never an errno number alone) when
- * msg is not NULL.
+ * success, and record the code with a human message in diag (base_diag.h; never an errno
+ * number alone) when diag is not NULL.
  *
  * Threads and cancellation: read and find may run on several threads at once (the runners' file
  * pool, base_pool.h); their only shared state, the version cache, has a lock. Each takes a cancel
@@ -37,9 +37,10 @@
 #include <sys/stat.h>
 
 #include "base_cancel.h"
+#include "base_diag.h"
 #include "csw.h"
 
-/* ---- caps (contract.md sections 3 and 4) ---- */
+/* ---- caps (docs/contract/tools.md sections 3 and 4) ---- */
 
 #define CS_FS_READ_MAX_BYTES 1048576 /* read: bytes per window, and the default limit */
 #define CS_FS_FIND_MAX_PATHS 10000   /* find: paths per page, and the default limit */
@@ -62,13 +63,12 @@ struct cs_fs_path {
  * one, a NUL byte or a ".." that climbs above the root, or CSW_ERROR_FILE_OPERATION_FAILED when
  * the result is longer than CS_FS_PATH_MAX. Never touches the file system, never allocates.
  */
-int cs_fs_path_normalize(const char *in, size_t n, struct cs_fs_path *out, char *msg,
-                         size_t msg_cap);
+int cs_fs_path_normalize(const char *in, size_t n, struct cs_fs_path *out, struct cs_diag *diag);
 
 /* Opens the workspace root directory (root: absolute, NUL-terminated) as an O_PATH fd for the
  * *_at functions. Returns 0 with *fd set (the caller closes it), or
  * CSW_ERROR_FILE_OPERATION_FAILED (for example when the root has gone). */
-int cs_fs_root_open(const char *root, int *fd, char *msg, size_t msg_cap);
+int cs_fs_root_open(const char *root, int *fd, struct cs_diag *diag);
 
 enum cs_fs_want {
     CS_FS_WANT_FILE, /* a regular file, opened O_RDONLY */
@@ -86,7 +86,7 @@ enum cs_fs_want {
  * CSW_ERROR_FILE_OPERATION_FAILED (a directory where a file is wanted, permissions, I/O).
  */
 int cs_fs_open_beneath(int rootfd, const struct cs_fs_path *p, enum cs_fs_want want, int *fd,
-                       struct stat *st, char *msg, size_t msg_cap);
+                       struct stat *st, struct cs_diag *diag);
 
 /* ---- read ---- */
 
@@ -102,10 +102,10 @@ int cs_fs_open_beneath(int rootfd, const struct cs_fs_path *p, enum cs_fs_want w
  * read error), CSW_ERROR_INTERNAL (out of memory) or CSW_ERROR_TIMEOUT (cancel was set).
  */
 int cs_fs_read(const char *root, const struct csw_mcp_read_input *in,
-               const struct cs_cancel *cancel, struct csw_mcp_read_output *out, char *msg,
-               size_t msg_cap);
+               const struct cs_cancel *cancel, struct csw_mcp_read_output *out,
+               struct cs_diag *diag);
 int cs_fs_read_at(int rootfd, const struct csw_mcp_read_input *in, const struct cs_cancel *cancel,
-                  struct csw_mcp_read_output *out, char *msg, size_t msg_cap);
+                  struct csw_mcp_read_output *out, struct cs_diag *diag);
 
 /*
  * Calls answered from the version cache so far in this process (fs_read.c explains the cache).
@@ -126,14 +126,14 @@ uint64_t cs_fs_version_cache_hits(void);
  * CSW_ERROR_INTERNAL (out of memory), CSW_ERROR_TIMEOUT (cancel was set).
  */
 int cs_fs_find(const char *root, const struct csw_mcp_find_input *in,
-               const struct cs_cancel *cancel, struct csw_mcp_find_output *out, char *msg,
-               size_t msg_cap);
+               const struct cs_cancel *cancel, struct csw_mcp_find_output *out,
+               struct cs_diag *diag);
 int cs_fs_find_at(int rootfd, const struct csw_mcp_find_input *in, size_t walk_cap,
-                  const struct cs_cancel *cancel, struct csw_mcp_find_output *out, char *msg,
-                  size_t msg_cap);
+                  const struct cs_cancel *cancel, struct csw_mcp_find_output *out,
+                  struct cs_diag *diag);
 
 /*
- * The find tool's glob over a relative path (contract.md section 3): '*' matches within one
+ * The find tool's glob over a relative path (docs/contract/tools.md §3): '*' matches within one
  * segment, a "**" segment matches zero or more whole segments, '?' one character (a UTF-8 code
  * point), "[...]" a class of characters and ranges ('!' or '^' first negates; ']' first is
  * literal), '\' makes the next character literal. A glob without '/' matches the last segment (the
@@ -143,7 +143,7 @@ int cs_fs_find_at(int rootfd, const struct csw_mcp_find_input *in, size_t walk_c
  */
 bool cs_fs_glob_match(const char *glob, size_t glob_n, const char *path, size_t path_n);
 
-/* ---- deny rules (contract.md section 7; fs_deny.c) ---- */
+/* ---- deny rules (docs/contract/tools.md section 5; fs_deny.c) ---- */
 
 #define CS_FS_DENY_MAX_RULES 1024    /* rules per workspace */
 #define CS_FS_DENY_SCAN_CAP  100000  /* entries one identity scan looks at */
@@ -173,7 +173,7 @@ bool cs_fs_deny_rule_match(const char *rule, size_t rule_n, const char *path, si
 /*
  * A workspace's deny rules and its identity memory: the (device, inode) of every denied file
  * or directory seen so far (at the first operation, at each spawn, at each listing), so that a
- * file renamed or hard-linked by a command stays denied (contract.md section 7). The memory is
+ * file renamed or hard-linked by a command stays denied (docs/contract/tools.md §5). The memory is
  * shared by the file-work threads: every call here is thread-safe.
  */
 struct cs_fs_deny;
@@ -199,11 +199,11 @@ void cs_fs_deny_remember(struct cs_fs_deny *d, const struct stat *st);
  * the sandbox: each topmost denied file or directory, and every other regular file whose
  * identity is remembered (a hard link of a denied file); *n_masks their number. Returns 0 (the
  * caller frees each string and the array), CSW_ERROR_FILE_OPERATION_FAILED when the root cannot
- * be read or more than CS_FS_DENY_MAX_MASKS paths would need a mask (msg says so: the spawn must
+ * be read or more than CS_FS_DENY_MAX_MASKS paths would need a mask (diag says so: the spawn must
  * fail closed), or CSW_ERROR_INTERNAL on OOM.
  */
-int cs_fs_deny_scan(struct cs_fs_deny *d, int rootfd, char ***masks, size_t *n_masks, char *msg,
-                    size_t msg_cap);
+int cs_fs_deny_scan(struct cs_fs_deny *d, int rootfd, char ***masks, size_t *n_masks,
+                    struct cs_diag *diag);
 
 /*
  * read and find with deny rules (d may be NULL: none): read answers CSW_ERROR_PATH_DENIED for a
@@ -212,11 +212,11 @@ int cs_fs_deny_scan(struct cs_fs_deny *d, int rootfd, char ***masks, size_t *n_m
  * descends into a denied directory, and remembers the denied entries it meets.
  */
 int cs_fs_read_deny(const char *root, struct cs_fs_deny *d, const struct csw_mcp_read_input *in,
-                    const struct cs_cancel *cancel, struct csw_mcp_read_output *out, char *msg,
-                    size_t msg_cap);
+                    const struct cs_cancel *cancel, struct csw_mcp_read_output *out,
+                    struct cs_diag *diag);
 int cs_fs_find_deny(const char *root, struct cs_fs_deny *d, const struct csw_mcp_find_input *in,
                     size_t walk_cap, const struct cs_cancel *cancel,
-                    struct csw_mcp_find_output *out, char *msg, size_t msg_cap);
+                    struct csw_mcp_find_output *out, struct cs_diag *diag);
 
 /* ---- UTF-8 ---- */
 
@@ -238,17 +238,14 @@ size_t cs__fs_utf8_step(const unsigned char *s, size_t n, uint32_t *cp, bool *va
 bool cs__fs_utf8_valid(const char *s, size_t n);
 /* At most max bytes of the n at s, cut back to a code point boundary (for quoting in messages). */
 int cs__fs_clip(const char *s, size_t n, size_t max);
-/* snprintf into msg (may be NULL) that never leaves a truncated UTF-8 sequence at the end. */
-void cs__fs_msgf(char *msg, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /* find's glob engine, shared with the deny matcher: one glob segment against one path segment,
  * and a glob's segments against a path's ("**" across segments). */
 bool cs__fs_seg_match(const unsigned char *p, size_t pn, const unsigned char *s, size_t sn);
 bool cs__fs_path_match(const unsigned char *g, size_t gn, const unsigned char *s, size_t sn);
-/* The PATH_DENIED check of a normalised path: 0, or CSW_ERROR_PATH_DENIED with msg naming the
+/* The PATH_DENIED check of a normalised path: 0, or CSW_ERROR_PATH_DENIED with diag naming the
  * rule (never anything about the file). */
-int cs__fs_deny_check(const struct cs_fs_deny *d, const struct cs_fs_path *p, char *msg,
-                      size_t cap);
+int cs__fs_deny_check(const struct cs_fs_deny *d, const struct cs_fs_path *p, struct cs_diag *diag);
 
 /* ---- test hooks (internal) ---- */
 

@@ -1,5 +1,5 @@
 /*
- * fs_deny: the workspace's deny rules (contract.md section 7), one matcher for read, find,
+ * fs_deny: the workspace's deny rules (docs/contract/tools.md §5), one matcher for read, find,
  * apply_patch and the sandbox's masks, and the identity memory that keeps a renamed or
  * hard-linked denied file denied.
  *
@@ -249,14 +249,15 @@ const char *cs_fs_deny_path(const struct cs_fs_deny *d, const char *rel, size_t 
     return NULL;
 }
 
-int cs__fs_deny_check(const struct cs_fs_deny *d, const struct cs_fs_path *p, char *msg, size_t cap)
+int cs__fs_deny_check(const struct cs_fs_deny *d, const struct cs_fs_path *p, struct cs_diag *diag)
 {
     const char *rule = cs_fs_deny_path(d, p->rel, p->len);
     if (rule == NULL)
         return 0;
     /* The rule is the operator's text; the path is the client's own, normalised. Nothing about
      * the file (whether it exists, its type) is said. */
-    cs__fs_msgf(msg, cap, "path \"%.*s\" is denied by the workspace's deny rule \"%.*s\"",
+    cs_diag_set(diag, CSW_ERROR_PATH_DENIED,
+                "path \"%.*s\" is denied by the workspace's deny rule \"%.*s\"",
                 cs__fs_clip(p->rel, p->len, 200), p->rel, cs__fs_clip(rule, strlen(rule), 200),
                 rule);
     return CSW_ERROR_PATH_DENIED;
@@ -412,7 +413,7 @@ static int scan_dir(struct scan *s, const char *rel, bool denied)
         p.len = len;
         p.dir_only = true;
         struct stat st;
-        if (cs_fs_open_beneath(s->rootfd, &p, CS_FS_WANT_DIR, &fd, &st, NULL, 0) != 0)
+        if (cs_fs_open_beneath(s->rootfd, &p, CS_FS_WANT_DIR, &fd, &st, NULL) != 0)
             return 0;
     }
     DIR *dir = fdopendir(fd);
@@ -464,8 +465,8 @@ static int scan_dir(struct scan *s, const char *rel, bool denied)
     return rc;
 }
 
-int cs_fs_deny_scan(struct cs_fs_deny *d, int rootfd, char ***masks, size_t *n_masks, char *msg,
-                    size_t msg_cap)
+int cs_fs_deny_scan(struct cs_fs_deny *d, int rootfd, char ***masks, size_t *n_masks,
+                    struct cs_diag *diag)
 {
     struct scan s;
     memset(&s, 0, sizeof s);
@@ -486,13 +487,14 @@ int cs_fs_deny_scan(struct cs_fs_deny *d, int rootfd, char ***masks, size_t *n_m
         free(top.rel);
     }
     if (r == -2) {
-        cs__fs_msgf(msg, msg_cap, "cannot read the workspace root to resolve its deny rules");
+        cs_diag_set(diag, CSW_ERROR_FILE_OPERATION_FAILED,
+                    "cannot read the workspace root to resolve its deny rules");
         rc = CSW_ERROR_FILE_OPERATION_FAILED;
     } else if (r == -1) {
-        cs__fs_msgf(msg, msg_cap, "out of memory resolving the workspace's deny rules");
+        cs_diag_set(diag, CSW_ERROR_INTERNAL, "out of memory resolving the workspace's deny rules");
         rc = CSW_ERROR_INTERNAL;
     } else if (s.too_many) {
-        cs__fs_msgf(msg, msg_cap,
+        cs_diag_set(diag, CSW_ERROR_FILE_OPERATION_FAILED,
                     "more than %d existing paths match the workspace's deny rules: too many to "
                     "mask in the sandbox",
                     CS_FS_DENY_MAX_MASKS);

@@ -329,7 +329,7 @@ static unsigned char entry_type(DIR *d, const struct dirent *e)
  * symlink or a file, or is not readable) is skipped; for the root itself that is an error.
  * Returns 0, 1 when the walk must stop (a cap), or an error code.
  */
-static int read_dir(struct walk *w, const char *rel, size_t len, char *msg, size_t cap)
+static int read_dir(struct walk *w, const char *rel, size_t len, struct cs_diag *diag)
 {
     int rc = 0;
     int fd = -1;
@@ -338,7 +338,7 @@ static int read_dir(struct walk *w, const char *rel, size_t len, char *msg, size
     if (len == 0) {
         fd = openat(w->rootfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         if (fd < 0) {
-            cs__fs_msgf(msg, cap, "cannot read the workspace root: %s",
+            cs_diag_set(diag, CSW_ERROR_FILE_OPERATION_FAILED, "cannot read the workspace root: %s",
                         errno == ENOENT ? "it has gone" : strerror(errno));
             rc = CSW_ERROR_FILE_OPERATION_FAILED;
             goto out;
@@ -346,7 +346,8 @@ static int read_dir(struct walk *w, const char *rel, size_t len, char *msg, size
         /* A removed directory reads as empty: say it has gone instead of listing nothing. */
         struct stat st;
         if (fstat(fd, &st) != 0 || st.st_nlink == 0) {
-            cs__fs_msgf(msg, cap, "cannot read the workspace root: it has gone");
+            cs_diag_set(diag, CSW_ERROR_FILE_OPERATION_FAILED,
+                        "cannot read the workspace root: it has gone");
             rc = CSW_ERROR_FILE_OPERATION_FAILED;
             goto out;
         }
@@ -356,13 +357,14 @@ static int read_dir(struct walk *w, const char *rel, size_t len, char *msg, size
         p.len = len;
         p.dir_only = true;
         struct stat st;
-        if (cs_fs_open_beneath(w->rootfd, &p, CS_FS_WANT_DIR, &fd, &st, NULL, 0) != 0)
+        if (cs_fs_open_beneath(w->rootfd, &p, CS_FS_WANT_DIR, &fd, &st, NULL) != 0)
             goto out;
     }
     d = fdopendir(fd);
     if (d == NULL) {
         if (len == 0) {
-            cs__fs_msgf(msg, cap, "cannot read the workspace root: %s", strerror(errno));
+            cs_diag_set(diag, CSW_ERROR_FILE_OPERATION_FAILED, "cannot read the workspace root: %s",
+                        strerror(errno));
             rc = CSW_ERROR_FILE_OPERATION_FAILED;
         }
         goto out;
@@ -374,7 +376,7 @@ static int read_dir(struct walk *w, const char *rel, size_t len, char *msg, size
         path[len] = '/';
     for (;;) {
         if (cs_cancel_requested(w->cancel)) {
-            cs__fs_msgf(msg, cap, "listing the workspace was cancelled");
+            cs_diag_set(diag, CSW_ERROR_TIMEOUT, "listing the workspace was cancelled");
             rc = CSW_ERROR_TIMEOUT;
             break;
         }
@@ -382,7 +384,8 @@ static int read_dir(struct walk *w, const char *rel, size_t len, char *msg, size
         struct dirent *e = readdir(d);
         if (e == NULL) {
             if (errno != 0 && len == 0) {
-                cs__fs_msgf(msg, cap, "reading the workspace root failed: %s", strerror(errno));
+                cs_diag_set(diag, CSW_ERROR_FILE_OPERATION_FAILED,
+                            "reading the workspace root failed: %s", strerror(errno));
                 rc = CSW_ERROR_FILE_OPERATION_FAILED;
             }
             break;
@@ -408,8 +411,8 @@ static int read_dir(struct walk *w, const char *rel, size_t len, char *msg, size
         int r = 0;
         if (w->deny != NULL) {
             /* Never listed, never descended into: a denied path, or a file whose identity was
-             * denied under another name. What is denied here is remembered (contract.md
-             * section 7: "at each listing"). */
+             * denied under another name. What is denied here is remembered (docs/contract/tools.md
+             * section 5: "at each listing"). */
             struct stat st;
             bool have = fstatat(dirfd(d), name, &st, AT_SYMLINK_NOFOLLOW) == 0;
             if (cs_fs_deny_path(w->deny, path, plen) != NULL) {
@@ -425,7 +428,7 @@ static int read_dir(struct walk *w, const char *rel, size_t len, char *msg, size
         else if (w->glob == NULL || cs_fs_glob_match(w->glob, w->glob_n, path, plen))
             r = add_match(w, path, plen);
         if (r != 0) {
-            cs__fs_msgf(msg, cap, "out of memory listing the workspace");
+            cs_diag_set(diag, CSW_ERROR_INTERNAL, "out of memory listing the workspace");
             rc = CSW_ERROR_INTERNAL;
             break;
         }
@@ -477,7 +480,7 @@ out:
 
 static int find_at(int rootfd, struct cs_fs_deny *deny, const struct csw_mcp_find_input *in,
                    size_t walk_cap, const struct cs_cancel *cancel, struct csw_mcp_find_output *out,
-                   char *msg, size_t msg_cap)
+                   struct cs_diag *diag)
 {
     int rc = 0;
     const char **sorted = NULL;
@@ -495,22 +498,22 @@ static int find_at(int rootfd, struct cs_fs_deny *deny, const struct csw_mcp_fin
 
     /* The decoder sets the default limit when it is absent. */
     if (in->limit <= 0 || in->limit > CS_FS_FIND_MAX_PATHS) {
-        cs__fs_msgf(msg, msg_cap, "limit %lld is outside 1..%d paths", (long long)in->limit,
-                    CS_FS_FIND_MAX_PATHS);
+        cs_diag_set(diag, CSW_ERROR_OUTPUT_LIMIT, "limit %lld is outside 1..%d paths",
+                    (long long)in->limit, CS_FS_FIND_MAX_PATHS);
         rc = CSW_ERROR_OUTPUT_LIMIT;
         goto out;
     }
     if (in->offset < 0) {
-        cs__fs_msgf(msg, msg_cap, "offset %lld is negative", (long long)in->offset);
+        cs_diag_set(diag, CSW_ERROR_OUTPUT_LIMIT, "offset %lld is negative", (long long)in->offset);
         rc = CSW_ERROR_OUTPUT_LIMIT;
         goto out;
     }
 
     /* Depth-first from the root; the order does not matter, the result is sorted. */
-    rc = read_dir(&w, "", 0, msg, msg_cap);
+    rc = read_dir(&w, "", 0, diag);
     while (rc == 0 && w.depth > 0) {
         char *dir = w.stack[--w.depth];
-        rc = read_dir(&w, dir, strlen(dir), msg, msg_cap);
+        rc = read_dir(&w, dir, strlen(dir), diag);
         free(dir);
     }
     if (rc == 1)
@@ -520,7 +523,7 @@ static int find_at(int rootfd, struct cs_fs_deny *deny, const struct csw_mcp_fin
 
     sorted = malloc((w.n ? w.n : 1) * sizeof *sorted);
     if (sorted == NULL) {
-        cs__fs_msgf(msg, msg_cap, "out of memory listing the workspace");
+        cs_diag_set(diag, CSW_ERROR_INTERNAL, "out of memory listing the workspace");
         rc = CSW_ERROR_INTERNAL;
         goto out;
     }
@@ -530,7 +533,7 @@ static int find_at(int rootfd, struct cs_fs_deny *deny, const struct csw_mcp_fin
 
     char version[72];
     if (listing_version(sorted, w.n, version) != 0) {
-        cs__fs_msgf(msg, msg_cap, "hashing the listing failed");
+        cs_diag_set(diag, CSW_ERROR_INTERNAL, "hashing the listing failed");
         rc = CSW_ERROR_INTERNAL;
         goto out;
     }
@@ -551,7 +554,7 @@ static int find_at(int rootfd, struct cs_fs_deny *deny, const struct csw_mcp_fin
         }
     }
     if (rc != 0) {
-        cs__fs_msgf(msg, msg_cap, "out of memory listing the workspace");
+        cs_diag_set(diag, CSW_ERROR_INTERNAL, "out of memory listing the workspace");
         rc = CSW_ERROR_INTERNAL;
         goto out;
     }
@@ -576,36 +579,36 @@ out:
 }
 
 int cs_fs_find_at(int rootfd, const struct csw_mcp_find_input *in, size_t walk_cap,
-                  const struct cs_cancel *cancel, struct csw_mcp_find_output *out, char *msg,
-                  size_t msg_cap)
+                  const struct cs_cancel *cancel, struct csw_mcp_find_output *out,
+                  struct cs_diag *diag)
 {
-    return find_at(rootfd, NULL, in, walk_cap, cancel, out, msg, msg_cap);
+    return find_at(rootfd, NULL, in, walk_cap, cancel, out, diag);
 }
 
 int cs_fs_find_deny(const char *root, struct cs_fs_deny *d, const struct csw_mcp_find_input *in,
                     size_t walk_cap, const struct cs_cancel *cancel,
-                    struct csw_mcp_find_output *out, char *msg, size_t msg_cap)
+                    struct csw_mcp_find_output *out, struct cs_diag *diag)
 {
     int rootfd = -1;
     memset(out, 0, sizeof *out);
-    int rc = cs_fs_root_open(root, &rootfd, msg, msg_cap);
+    int rc = cs_fs_root_open(root, &rootfd, diag);
     if (rc != 0)
         return rc;
-    rc = find_at(rootfd, d, in, walk_cap, cancel, out, msg, msg_cap);
+    rc = find_at(rootfd, d, in, walk_cap, cancel, out, diag);
     close(rootfd);
     return rc;
 }
 
 int cs_fs_find(const char *root, const struct csw_mcp_find_input *in,
-               const struct cs_cancel *cancel, struct csw_mcp_find_output *out, char *msg,
-               size_t msg_cap)
+               const struct cs_cancel *cancel, struct csw_mcp_find_output *out,
+               struct cs_diag *diag)
 {
     int rootfd = -1;
     memset(out, 0, sizeof *out);
-    int rc = cs_fs_root_open(root, &rootfd, msg, msg_cap);
+    int rc = cs_fs_root_open(root, &rootfd, diag);
     if (rc != 0)
         return rc;
-    rc = cs_fs_find_at(rootfd, in, CS_FS_FIND_WALK_CAP, cancel, out, msg, msg_cap);
+    rc = cs_fs_find_at(rootfd, in, CS_FS_FIND_WALK_CAP, cancel, out, diag);
     close(rootfd);
     return rc;
 }

@@ -51,47 +51,20 @@ int cs__fs_clip(const char *s, size_t n, size_t max)
     return (int)n;
 }
 
-void cs__fs_msgf(char *msg, size_t cap, const char *fmt, ...)
-{
-    if (msg == NULL || cap == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    int r = vsnprintf(msg, cap, fmt, ap);
-    va_end(ap);
-    if (r < 0) {
-        msg[0] = '\0';
-        return;
-    }
-    /* Truncation may have cut a character: keep only the well-formed prefix. */
-    size_t len = strnlen(msg, cap);
-    size_t at = 0;
-    while (at < len) {
-        uint32_t cp;
-        bool valid;
-        size_t k = cs__fs_utf8_step((const unsigned char *)msg + at, len - at, &cp, &valid);
-        if (!valid)
-            break;
-        at += k;
-    }
-    msg[at] = '\0';
-}
-
 /* ---- normalisation ---- */
 
-int cs_fs_path_normalize(const char *in, size_t n, struct cs_fs_path *out, char *msg,
-                         size_t msg_cap)
+int cs_fs_path_normalize(const char *in, size_t n, struct cs_fs_path *out, struct cs_diag *diag)
 {
     if (n == 0) {
-        cs__fs_msgf(msg, msg_cap, "the path is empty");
+        cs_diag_set(diag, CSW_ERROR_PATH_ESCAPE, "the path is empty");
         return CSW_ERROR_PATH_ESCAPE;
     }
     if (memchr(in, '\0', n) != NULL) {
-        cs__fs_msgf(msg, msg_cap, "the path contains a NUL byte");
+        cs_diag_set(diag, CSW_ERROR_PATH_ESCAPE, "the path contains a NUL byte");
         return CSW_ERROR_PATH_ESCAPE;
     }
     if (in[0] == '/') {
-        cs__fs_msgf(msg, msg_cap,
+        cs_diag_set(diag, CSW_ERROR_PATH_ESCAPE,
                     "%.*s: absolute paths are refused; give a path relative to "
                     "the workspace root",
                     cs__fs_clip(in, n, QUOTE_MAX), in);
@@ -144,13 +117,14 @@ int cs_fs_path_normalize(const char *in, size_t n, struct cs_fs_path *out, char 
         end = start - 1;
     }
     if (skip > 0) {
-        cs__fs_msgf(msg, msg_cap, "%.*s: '..' climbs above the workspace root",
+        cs_diag_set(diag, CSW_ERROR_PATH_ESCAPE, "%.*s: '..' climbs above the workspace root",
                     cs__fs_clip(in, n, QUOTE_MAX), in);
         return CSW_ERROR_PATH_ESCAPE;
     }
     if (too_long) {
-        cs__fs_msgf(msg, msg_cap, "%.*s...: the path is longer than %d bytes",
-                    cs__fs_clip(in, n, QUOTE_MAX), in, CS_FS_PATH_MAX);
+        cs_diag_set(diag, CSW_ERROR_FILE_OPERATION_FAILED,
+                    "%.*s...: the path is longer than %d bytes", cs__fs_clip(in, n, QUOTE_MAX), in,
+                    CS_FS_PATH_MAX);
         return CSW_ERROR_FILE_OPERATION_FAILED;
     }
     out->len = CS_FS_PATH_MAX - w;
@@ -161,20 +135,22 @@ int cs_fs_path_normalize(const char *in, size_t n, struct cs_fs_path *out, char 
 
 /* ---- opening ---- */
 
-int cs_fs_root_open(const char *root, int *fd, char *msg, size_t msg_cap)
+int cs_fs_root_open(const char *root, int *fd, struct cs_diag *diag)
 {
     /* A process that holds its roots (the gateway, the uds worker) reaches a root only through
      * the descriptor opened at start: the path is never resolved again, so an ancestor swapped
-     * for a symlink since then redirects nothing (runtime.md section 2). */
+     * for a symlink since then redirects nothing (docs/contract/runtime.md section 2). */
     if (cs_roots_active()) {
         int held = cs_roots_get(root);
         if (held < 0) {
-            cs__fs_msgf(msg, msg_cap, "%s is not a workspace root this process holds", root);
+            cs_diag_set(diag, CSW_ERROR_FILE_OPERATION_FAILED,
+                        "%s is not a workspace root this process holds", root);
             return CSW_ERROR_FILE_OPERATION_FAILED;
         }
         int f = fcntl(held, F_DUPFD_CLOEXEC, 3);
         if (f < 0) {
-            cs__fs_msgf(msg, msg_cap, "cannot use the workspace root: %s", strerror(errno));
+            cs_diag_set(diag, CSW_ERROR_FILE_OPERATION_FAILED, "cannot use the workspace root: %s",
+                        strerror(errno));
             return CSW_ERROR_FILE_OPERATION_FAILED;
         }
         *fd = f;
@@ -187,13 +163,15 @@ int cs_fs_root_open(const char *root, int *fd, char *msg, size_t msg_cap)
     if (f < 0) {
         int e = errno;
         if (e == ENOENT)
-            cs__fs_msgf(msg, msg_cap, "the workspace root has gone (it was deleted or moved)");
+            cs_diag_set(diag, CSW_ERROR_FILE_OPERATION_FAILED,
+                        "the workspace root has gone (it was deleted or moved)");
         else if (e == ELOOP || e == ENOTDIR)
-            cs__fs_msgf(msg, msg_cap,
+            cs_diag_set(diag, CSW_ERROR_FILE_OPERATION_FAILED,
                         "the workspace root is no longer a directory (it was "
                         "replaced, by a symlink or a file)");
         else
-            cs__fs_msgf(msg, msg_cap, "cannot open the workspace root: %s", strerror(e));
+            cs_diag_set(diag, CSW_ERROR_FILE_OPERATION_FAILED, "cannot open the workspace root: %s",
+                        strerror(e));
         return CSW_ERROR_FILE_OPERATION_FAILED;
     }
     *fd = f;
@@ -217,24 +195,27 @@ static const char *shown(const char *rel)
 
 /* The error for what st says about the object at rel, or 0 when it is what was wanted. */
 static int classify(const struct stat *st, enum cs_fs_want want, bool dir_only, const char *rel,
-                    char *msg, size_t cap)
+                    struct cs_diag *diag)
 {
     int q = cs__fs_clip(shown(rel), strlen(shown(rel)), QUOTE_MAX);
     const char *what;
     switch (st->st_mode & S_IFMT) {
     case S_IFREG:
         if (want == CS_FS_WANT_DIR || dir_only) {
-            cs__fs_msgf(msg, cap, "%.*s is a regular file, not a directory", q, shown(rel));
+            cs_diag_set(diag, CSW_ERROR_PATH_NOT_DIRECTORY,
+                        "%.*s is a regular file, not a directory", q, shown(rel));
             return CSW_ERROR_PATH_NOT_DIRECTORY;
         }
         return 0;
     case S_IFDIR:
         if (want == CS_FS_WANT_DIR)
             return 0;
-        cs__fs_msgf(msg, cap, "%.*s is a directory, not a regular file", q, shown(rel));
+        cs_diag_set(diag, CSW_ERROR_FILE_OPERATION_FAILED,
+                    "%.*s is a directory, not a regular file", q, shown(rel));
         return CSW_ERROR_FILE_OPERATION_FAILED;
     case S_IFLNK:
-        cs__fs_msgf(msg, cap, "%.*s is a symlink; symlinks are never followed", q, shown(rel));
+        cs_diag_set(diag, CSW_ERROR_SYMLINK_REJECTED,
+                    "%.*s is a symlink; symlinks are never followed", q, shown(rel));
         return CSW_ERROR_SYMLINK_REJECTED;
     case S_IFIFO:
         what = "a fifo";
@@ -252,39 +233,44 @@ static int classify(const struct stat *st, enum cs_fs_want want, bool dir_only, 
         what = "a special file";
         break;
     }
-    cs__fs_msgf(msg, cap, "%.*s is %s; only regular files are read", q, shown(rel), what);
+    cs_diag_set(diag, CSW_ERROR_SPECIAL_FILE_REJECTED, "%.*s is %s; only regular files are read", q,
+                shown(rel), what);
     return CSW_ERROR_SPECIAL_FILE_REJECTED;
 }
 
 /* The error for errno e from opening (a prefix of) rel, whose first plen bytes are quoted. */
-static int map_errno(int e, const char *rel, size_t plen, char *msg, size_t cap)
+static int map_errno(int e, const char *rel, size_t plen, struct cs_diag *diag)
 {
     int q = cs__fs_clip(rel, plen, QUOTE_MAX);
     switch (e) {
     case ENOENT:
-        cs__fs_msgf(msg, cap, "%.*s does not exist", q, rel);
+        cs_diag_set(diag, CSW_ERROR_FILE_NOT_FOUND, "%.*s does not exist", q, rel);
         return CSW_ERROR_FILE_NOT_FOUND;
     case ENOTDIR:
-        cs__fs_msgf(msg, cap, "%.*s: a component of the path is not a directory", q, rel);
+        cs_diag_set(diag, CSW_ERROR_PATH_NOT_DIRECTORY,
+                    "%.*s: a component of the path is not a directory", q, rel);
         return CSW_ERROR_PATH_NOT_DIRECTORY;
     case ELOOP:
         /* RESOLVE_NO_SYMLINKS and O_NOFOLLOW answer ELOOP for a symlink and nothing else:
          * nothing is ever followed, so no loop can be too deep. */
-        cs__fs_msgf(msg, cap,
+        cs_diag_set(diag, CSW_ERROR_SYMLINK_REJECTED,
                     "%.*s: a component of the path is a symlink; symlinks are never "
                     "followed",
                     q, rel);
         return CSW_ERROR_SYMLINK_REJECTED;
     case EXDEV:
-        cs__fs_msgf(msg, cap, "%.*s resolves outside the workspace root", q, rel);
+        cs_diag_set(diag, CSW_ERROR_PATH_ESCAPE, "%.*s resolves outside the workspace root", q,
+                    rel);
         return CSW_ERROR_PATH_ESCAPE;
     case ENXIO:
     case ENODEV:
         /* What opening a socket, or a device without a driver, answers. */
-        cs__fs_msgf(msg, cap, "%.*s is a special file; only regular files are read", q, rel);
+        cs_diag_set(diag, CSW_ERROR_SPECIAL_FILE_REJECTED,
+                    "%.*s is a special file; only regular files are read", q, rel);
         return CSW_ERROR_SPECIAL_FILE_REJECTED;
     default:
-        cs__fs_msgf(msg, cap, "cannot open %.*s: %s", q, rel, strerror(e));
+        cs_diag_set(diag, CSW_ERROR_FILE_OPERATION_FAILED, "cannot open %.*s: %s", q, rel,
+                    strerror(e));
         return CSW_ERROR_FILE_OPERATION_FAILED;
     }
 }
@@ -304,7 +290,7 @@ static void close_fd(int *fd)
  * or the error naming the first component that is missing, a symlink or not a directory.
  */
 static int walk_parent(int rootfd, const struct cs_fs_path *p, int *parent, const char **leaf,
-                       char *msg, size_t cap)
+                       struct cs_diag *diag)
 {
     int rc = 0;
     int cur = -1;
@@ -320,22 +306,24 @@ static int walk_parent(int rootfd, const struct cs_fs_path *p, int *parent, cons
         name[clen] = '\0';
         int fd = openat(cur >= 0 ? cur : rootfd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
         if (fd < 0) {
-            rc = map_errno(errno, p->rel, plen, msg, cap);
+            rc = map_errno(errno, p->rel, plen, diag);
             goto out;
         }
         struct stat st;
         if (fstat(fd, &st) != 0) {
-            rc = map_errno(errno, p->rel, plen, msg, cap);
+            rc = map_errno(errno, p->rel, plen, diag);
             close(fd);
             goto out;
         }
         if (!S_ISDIR(st.st_mode)) {
             int q = cs__fs_clip(p->rel, plen, QUOTE_MAX);
             if (S_ISLNK(st.st_mode)) {
-                cs__fs_msgf(msg, cap, "%.*s is a symlink; symlinks are never followed", q, p->rel);
+                cs_diag_set(diag, CSW_ERROR_SYMLINK_REJECTED,
+                            "%.*s is a symlink; symlinks are never followed", q, p->rel);
                 rc = CSW_ERROR_SYMLINK_REJECTED;
             } else {
-                cs__fs_msgf(msg, cap, "%.*s is not a directory", q, p->rel);
+                cs_diag_set(diag, CSW_ERROR_PATH_NOT_DIRECTORY, "%.*s is not a directory", q,
+                            p->rel);
                 rc = CSW_ERROR_PATH_NOT_DIRECTORY;
             }
             close(fd);
@@ -362,21 +350,21 @@ static int read_flags(enum cs_fs_want want)
 
 /* Opens the leaf with the walk (no openat2). */
 static int open_walk(int rootfd, const struct cs_fs_path *p, enum cs_fs_want want, int *out,
-                     struct stat *st, char *msg, size_t cap)
+                     struct stat *st, struct cs_diag *diag)
 {
     int parent = -1, fd = -1;
     const char *leaf = NULL;
-    int rc = walk_parent(rootfd, p, &parent, &leaf, msg, cap);
+    int rc = walk_parent(rootfd, p, &parent, &leaf, diag);
     if (rc != 0)
         goto out;
     int dirfd = parent >= 0 ? parent : rootfd;
     /* First an O_PATH fd: its type is known before anything is really opened. */
     fd = openat(dirfd, leaf, O_PATH | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0 || fstat(fd, st) != 0) {
-        rc = map_errno(errno, p->rel, p->len, msg, cap);
+        rc = map_errno(errno, p->rel, p->len, diag);
         goto out;
     }
-    rc = classify(st, want, p->dir_only, p->rel, msg, cap);
+    rc = classify(st, want, p->dir_only, p->rel, diag);
     if (rc != 0)
         goto out;
     close_fd(&fd);
@@ -385,10 +373,10 @@ static int open_walk(int rootfd, const struct cs_fs_path *p, enum cs_fs_want wan
      * was swapped in from blocking. */
     fd = openat(dirfd, leaf, read_flags(want));
     if (fd < 0 || fstat(fd, st) != 0) {
-        rc = map_errno(errno, p->rel, p->len, msg, cap);
+        rc = map_errno(errno, p->rel, p->len, diag);
         goto out;
     }
-    rc = classify(st, want, p->dir_only, p->rel, msg, cap);
+    rc = classify(st, want, p->dir_only, p->rel, diag);
     if (rc != 0)
         goto out;
     *out = fd;
@@ -414,21 +402,21 @@ static int openat2_retry(int rootfd, const char *rel, int flags)
 /* The error for a failed openat2: the walk names the offending component when it sees the same
  * thing; if the tree changed in between, the errno alone decides. */
 static int openat2_error(int e, int rootfd, const struct cs_fs_path *p, enum cs_fs_want want,
-                         char *msg, size_t cap)
+                         struct cs_diag *diag)
 {
     if (e == ELOOP || e == ENOTDIR) {
         int fd = -1;
         struct stat st;
-        int rc = open_walk(rootfd, p, want, &fd, &st, msg, cap);
+        int rc = open_walk(rootfd, p, want, &fd, &st, diag);
         close_fd(&fd);
         if (rc != 0)
             return rc;
     }
-    return map_errno(e, p->rel, p->len, msg, cap);
+    return map_errno(e, p->rel, p->len, diag);
 }
 
 int cs_fs_open_beneath(int rootfd, const struct cs_fs_path *p, enum cs_fs_want want, int *fd,
-                       struct stat *st, char *msg, size_t msg_cap)
+                       struct stat *st, struct cs_diag *diag)
 {
     int rc;
     int f = -1;
@@ -436,15 +424,15 @@ int cs_fs_open_beneath(int rootfd, const struct cs_fs_path *p, enum cs_fs_want w
     if (p->len == 0) {
         /* The root itself: no lookup at all. */
         if (fstat(rootfd, &s) != 0) {
-            rc = map_errno(errno, ".", 1, msg, msg_cap);
+            rc = map_errno(errno, ".", 1, diag);
             goto out;
         }
-        rc = classify(&s, want, p->dir_only, p->rel, msg, msg_cap);
+        rc = classify(&s, want, p->dir_only, p->rel, diag);
         if (rc != 0)
             goto out;
         f = openat(rootfd, ".", read_flags(want));
         if (f < 0 || fstat(f, &s) != 0) {
-            rc = map_errno(errno, ".", 1, msg, msg_cap);
+            rc = map_errno(errno, ".", 1, diag);
             goto out;
         }
         goto done;
@@ -455,34 +443,34 @@ int cs_fs_open_beneath(int rootfd, const struct cs_fs_path *p, enum cs_fs_want w
             atomic_store(&use_fallback, true);
         } else {
             if (f < 0) {
-                rc = openat2_error(errno, rootfd, p, want, msg, msg_cap);
+                rc = openat2_error(errno, rootfd, p, want, diag);
                 goto out;
             }
             /* O_PATH | O_NOFOLLOW returns a leaf symlink itself: its type says so. */
             if (fstat(f, &s) != 0) {
-                rc = map_errno(errno, p->rel, p->len, msg, msg_cap);
+                rc = map_errno(errno, p->rel, p->len, diag);
                 goto out;
             }
-            rc = classify(&s, want, p->dir_only, p->rel, msg, msg_cap);
+            rc = classify(&s, want, p->dir_only, p->rel, diag);
             if (rc != 0)
                 goto out;
             close_fd(&f);
             f = openat2_retry(rootfd, p->rel, read_flags(want));
             if (f < 0) {
-                rc = openat2_error(errno, rootfd, p, want, msg, msg_cap);
+                rc = openat2_error(errno, rootfd, p, want, diag);
                 goto out;
             }
             if (fstat(f, &s) != 0) {
-                rc = map_errno(errno, p->rel, p->len, msg, msg_cap);
+                rc = map_errno(errno, p->rel, p->len, diag);
                 goto out;
             }
-            rc = classify(&s, want, p->dir_only, p->rel, msg, msg_cap);
+            rc = classify(&s, want, p->dir_only, p->rel, diag);
             if (rc != 0)
                 goto out;
             goto done;
         }
     }
-    rc = open_walk(rootfd, p, want, &f, &s, msg, msg_cap);
+    rc = open_walk(rootfd, p, want, &f, &s, diag);
     if (rc != 0)
         goto out;
 done:
@@ -494,7 +482,8 @@ out:
     close_fd(&f);
     /* Nothing is found beneath a root that was removed: say that instead. */
     if (rc == CSW_ERROR_FILE_NOT_FOUND && fstat(rootfd, &s) == 0 && s.st_nlink == 0) {
-        cs__fs_msgf(msg, msg_cap, "the workspace root has gone (it was deleted or moved)");
+        cs_diag_set(diag, CSW_ERROR_FILE_OPERATION_FAILED,
+                    "the workspace root has gone (it was deleted or moved)");
         rc = CSW_ERROR_FILE_OPERATION_FAILED;
     }
     return rc;

@@ -337,7 +337,7 @@ static void vc_hit(const struct vc_key *k)
  */
 static int stream(int fd, uint64_t offset, size_t limit, const char *rel, unsigned char **win,
                   size_t *win_n, uint64_t *total, char version[72], struct vc_build *build,
-                  const struct cs_cancel *cancel, char *msg, size_t cap)
+                  const struct cs_cancel *cancel, struct cs_diag *diag)
 {
     int rc = 0;
     unsigned char *chunk = malloc(CHUNK_BYTES);
@@ -346,7 +346,7 @@ static int stream(int fd, uint64_t offset, size_t limit, const char *rel, unsign
     uint64_t pos = 0;
     EVP_MD_CTX *ctx = EVP_MD_CTX_new();
     if (chunk == NULL || ctx == NULL || EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1) {
-        cs__fs_msgf(msg, cap, "out of memory (or no SHA-256) reading %s", rel);
+        cs_diag_set(diag, CSW_ERROR_INTERNAL, "out of memory (or no SHA-256) reading %s", rel);
         rc = CSW_ERROR_INTERNAL;
         goto out;
     }
@@ -356,7 +356,7 @@ static int stream(int fd, uint64_t offset, size_t limit, const char *rel, unsign
          * busy hashes), so a small call never waits behind a big one's time slice. */
         (void)sched_yield();
         if (cs_cancel_requested(cancel)) {
-            cs__fs_msgf(msg, cap, "reading %s was cancelled", rel);
+            cs_diag_set(diag, CSW_ERROR_TIMEOUT, "reading %s was cancelled", rel);
             rc = CSW_ERROR_TIMEOUT;
             goto out;
         }
@@ -364,7 +364,8 @@ static int stream(int fd, uint64_t offset, size_t limit, const char *rel, unsign
         if (r < 0) {
             if (errno == EINTR)
                 continue;
-            cs__fs_msgf(msg, cap, "reading %s failed: %s", rel, strerror(errno));
+            cs_diag_set(diag, CSW_ERROR_FILE_OPERATION_FAILED, "reading %s failed: %s", rel,
+                        strerror(errno));
             rc = CSW_ERROR_FILE_OPERATION_FAILED;
             goto out;
         }
@@ -381,7 +382,7 @@ static int stream(int fd, uint64_t offset, size_t limit, const char *rel, unsign
                     part = (size_t)to_boundary;
             }
             if (EVP_DigestUpdate(ctx, chunk + done, part) != 1) {
-                cs__fs_msgf(msg, cap, "hashing %s failed", rel);
+                cs_diag_set(diag, CSW_ERROR_INTERNAL, "hashing %s failed", rel);
                 rc = CSW_ERROR_INTERNAL;
                 goto out;
             }
@@ -405,7 +406,7 @@ static int stream(int fd, uint64_t offset, size_t limit, const char *rel, unsign
                     nc = limit;
                 unsigned char *nw = realloc(w, nc);
                 if (nw == NULL) {
-                    cs__fs_msgf(msg, cap, "out of memory reading %s", rel);
+                    cs_diag_set(diag, CSW_ERROR_INTERNAL, "out of memory reading %s", rel);
                     rc = CSW_ERROR_INTERNAL;
                     goto out;
                 }
@@ -424,7 +425,7 @@ static int stream(int fd, uint64_t offset, size_t limit, const char *rel, unsign
     unsigned char md[EVP_MAX_MD_SIZE];
     unsigned int mdn = 0;
     if (EVP_DigestFinal_ex(ctx, md, &mdn) != 1 || mdn != 32) {
-        cs__fs_msgf(msg, cap, "hashing %s failed", rel);
+        cs_diag_set(diag, CSW_ERROR_INTERNAL, "hashing %s failed", rel);
         rc = CSW_ERROR_INTERNAL;
         goto out;
     }
@@ -503,8 +504,8 @@ out:
 }
 
 static int read_at(int rootfd, struct cs_fs_deny *deny, const struct csw_mcp_read_input *in,
-                   const struct cs_cancel *cancel, struct csw_mcp_read_output *out, char *msg,
-                   size_t msg_cap)
+                   const struct cs_cancel *cancel, struct csw_mcp_read_output *out,
+                   struct cs_diag *diag)
 {
     int rc;
     int fd = -1;
@@ -519,30 +520,30 @@ static int read_at(int rootfd, struct cs_fs_deny *deny, const struct csw_mcp_rea
 
     /* The decoder sets the default limit when it is absent. */
     if (in->limit <= 0 || in->limit > CS_FS_READ_MAX_BYTES) {
-        cs__fs_msgf(msg, msg_cap, "limit %lld is outside 1..%d bytes", (long long)in->limit,
-                    CS_FS_READ_MAX_BYTES);
+        cs_diag_set(diag, CSW_ERROR_OUTPUT_LIMIT, "limit %lld is outside 1..%d bytes",
+                    (long long)in->limit, CS_FS_READ_MAX_BYTES);
         rc = CSW_ERROR_OUTPUT_LIMIT;
         goto out;
     }
     if (in->offset < 0) {
-        cs__fs_msgf(msg, msg_cap, "offset %lld is negative", (long long)in->offset);
+        cs_diag_set(diag, CSW_ERROR_OUTPUT_LIMIT, "offset %lld is negative", (long long)in->offset);
         rc = CSW_ERROR_OUTPUT_LIMIT;
         goto out;
     }
-    rc = cs_fs_path_normalize(in->path.s, in->path.n, &p, msg, msg_cap);
+    rc = cs_fs_path_normalize(in->path.s, in->path.n, &p, diag);
     if (rc == 0)
-        rc = cs__fs_deny_check(deny, &p, msg, msg_cap); /* before any look at the file */
+        rc = cs__fs_deny_check(deny, &p, diag); /* before any look at the file */
     if (rc != 0)
         goto out;
     struct timespec t0 = {0, 0}; /* no clock: nothing is remembered (every ctime is too new) */
     (void)clock_gettime(CLOCK_REALTIME, &t0);
     struct stat st, st2;
-    rc = cs_fs_open_beneath(rootfd, &p, CS_FS_WANT_FILE, &fd, &st, msg, msg_cap);
+    rc = cs_fs_open_beneath(rootfd, &p, CS_FS_WANT_FILE, &fd, &st, diag);
     if (rc != 0)
         goto out;
     if (cs_fs_deny_known(deny, &st)) {
         /* A denied file under another name: renamed or hard-linked since it was seen. */
-        cs__fs_msgf(msg, msg_cap,
+        cs_diag_set(diag, CSW_ERROR_PATH_DENIED,
                     "path \"%.*s\" is denied: the file is one the workspace's deny rules matched "
                     "under another name",
                     cs__fs_clip(p.rel, p.len, 200), p.rel);
@@ -573,7 +574,7 @@ static int read_at(int rootfd, struct cs_fs_deny *deny, const struct csw_mcp_rea
         vc_forget(&st);
         building = vc_build_start(&build, &st);
         rc = stream(fd, offset, (size_t)in->limit, p.rel, &win, &win_n, &total, version,
-                    building ? &build : NULL, cancel, msg, msg_cap);
+                    building ? &build : NULL, cancel, diag);
         if (rc != 0)
             goto out;
         if (building) {
@@ -589,7 +590,7 @@ static int read_at(int rootfd, struct cs_fs_deny *deny, const struct csw_mcp_rea
     if (text == NULL || cs_str_set_n(&out->path, p.rel, p.len) != 0 ||
         cs_str_set_n(&out->version, version, strlen(version)) != 0) {
         cs_wire_release(text);
-        cs__fs_msgf(msg, msg_cap, "out of memory reading %s", p.rel);
+        cs_diag_set(diag, CSW_ERROR_INTERNAL, "out of memory reading %s", p.rel);
         rc = CSW_ERROR_INTERNAL;
         goto out;
     }
@@ -617,14 +618,14 @@ out:
 }
 
 int cs_fs_read_at(int rootfd, const struct csw_mcp_read_input *in, const struct cs_cancel *cancel,
-                  struct csw_mcp_read_output *out, char *msg, size_t msg_cap)
+                  struct csw_mcp_read_output *out, struct cs_diag *diag)
 {
-    return read_at(rootfd, NULL, in, cancel, out, msg, msg_cap);
+    return read_at(rootfd, NULL, in, cancel, out, diag);
 }
 
 int cs_fs_read_deny(const char *root, struct cs_fs_deny *d, const struct csw_mcp_read_input *in,
-                    const struct cs_cancel *cancel, struct csw_mcp_read_output *out, char *msg,
-                    size_t msg_cap)
+                    const struct cs_cancel *cancel, struct csw_mcp_read_output *out,
+                    struct cs_diag *diag)
 {
     int rootfd = -1;
     memset(out, 0, sizeof *out);
@@ -632,27 +633,27 @@ int cs_fs_read_deny(const char *root, struct cs_fs_deny *d, const struct csw_mcp
      * (read_at checks again, after the same normalisation, with the limit checks first). */
     struct cs_fs_path p;
     if (in->limit > 0 && in->limit <= CS_FS_READ_MAX_BYTES && in->offset >= 0 &&
-        cs_fs_path_normalize(in->path.s, in->path.n, &p, NULL, 0) == 0 &&
-        cs__fs_deny_check(d, &p, msg, msg_cap) != 0)
+        cs_fs_path_normalize(in->path.s, in->path.n, &p, NULL) == 0 &&
+        cs__fs_deny_check(d, &p, diag) != 0)
         return CSW_ERROR_PATH_DENIED;
-    int rc = cs_fs_root_open(root, &rootfd, msg, msg_cap);
+    int rc = cs_fs_root_open(root, &rootfd, diag);
     if (rc != 0)
         return rc;
-    rc = read_at(rootfd, d, in, cancel, out, msg, msg_cap);
+    rc = read_at(rootfd, d, in, cancel, out, diag);
     close(rootfd);
     return rc;
 }
 
 int cs_fs_read(const char *root, const struct csw_mcp_read_input *in,
-               const struct cs_cancel *cancel, struct csw_mcp_read_output *out, char *msg,
-               size_t msg_cap)
+               const struct cs_cancel *cancel, struct csw_mcp_read_output *out,
+               struct cs_diag *diag)
 {
     int rootfd = -1;
     memset(out, 0, sizeof *out);
-    int rc = cs_fs_root_open(root, &rootfd, msg, msg_cap);
+    int rc = cs_fs_root_open(root, &rootfd, diag);
     if (rc != 0)
         return rc;
-    rc = cs_fs_read_at(rootfd, in, cancel, out, msg, msg_cap);
+    rc = cs_fs_read_at(rootfd, in, cancel, out, diag);
     close(rootfd);
     return rc;
 }

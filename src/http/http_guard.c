@@ -1,6 +1,7 @@
 /*
  * http_guard: Host, Origin, bearer token, Content-Type and Content-Length checks (see
- * http_guard.h). Pure functions over (pointer, length) spans; every value is untrusted.
+ * http_guard.h). Pure functions over (pointer, length) spans; every value is untrusted. Every
+ * decision about a request's headers is made here; http_server.c only collects them.
  */
 #include "http_guard.h"
 
@@ -163,4 +164,29 @@ enum cs_http_length cs_http_content_length(const char *v, size_t n, uint64_t cap
         return CS_HTTP_LENGTH_OVER;
     *len = x;
     return CS_HTTP_LENGTH_OK;
+}
+
+enum cs_http_body_verdict cs_http_guard_body(const struct cs_http_guard_header *ctype,
+                                             const struct cs_http_guard_header *clen, uint64_t cap,
+                                             uint64_t *announced)
+{
+    *announced = 0;
+    /* Content-Type is a singleton field (RFC 9110 section 5.3): two of them are refused rather
+     * than judged by whichever one a lookup happens to return. */
+    if (ctype->count > 1 ||
+        (ctype->count == 1 && !cs_http_content_type_ok(ctype->value, ctype->len)))
+        return CS_HTTP_BODY_BAD_TYPE;
+    uint64_t len = 0;
+    if (clen->count == 0 || !clen->value)
+        return CS_HTTP_BODY_OK;
+    switch (cs_http_content_length(clen->value, clen->len, cap, &len)) {
+    case CS_HTTP_LENGTH_OK:
+        *announced = len;
+        return CS_HTTP_BODY_OK;
+    case CS_HTTP_LENGTH_OVER:
+        return CS_HTTP_BODY_TOO_LARGE;
+    case CS_HTTP_LENGTH_MALFORMED:
+        break;
+    }
+    return CS_HTTP_BODY_OK;
 }

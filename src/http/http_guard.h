@@ -9,8 +9,9 @@
  * any byte, NUL included); nothing is read past the length. The configuration (allowed host,
  * port, token) is the operator's.
  *
- * Entry points: cs_http_guard_check (Host, Origin, token, in that order), cs_http_host_ok,
- * cs_http_origin_ok, cs_http_content_type_ok, cs_http_content_length, cs_http_ct_equal.
+ * Entry points: cs_http_guard_check (Host, Origin, token, in that order), cs_http_guard_body (a
+ * POST's Content-Type, then Content-Length), cs_http_host_ok, cs_http_origin_ok,
+ * cs_http_content_type_ok, cs_http_content_length, cs_http_ct_equal.
  */
 #ifndef CS_HTTP_GUARD_H
 #define CS_HTTP_GUARD_H
@@ -49,6 +50,22 @@ enum cs_http_guard_verdict cs_http_guard_check(const struct cs_http_guard *g,
                                                const struct cs_http_guard_header *host,
                                                const struct cs_http_guard_header *origin,
                                                const struct cs_http_guard_header *auth);
+
+enum cs_http_body_verdict {
+    CS_HTTP_BODY_OK,
+    CS_HTTP_BODY_BAD_TYPE,  /* 415 */
+    CS_HTTP_BODY_TOO_LARGE, /* 413 */
+};
+
+/* A POST's body headers, once cs_http_guard_check passed. Content-Type: absent is tolerated
+ * (clients differ), else exactly one, which cs_http_content_type_ok takes (a value holding a NUL
+ * byte is refused). Then Content-Length: over cap is refused; absent, holding a NUL byte or
+ * malformed counts as absent (libmicrohttpd refused a malformed one already and frames the body
+ * itself), which is a chunked body, announced as 0. Writes *announced: the length for
+ * CS_HTTP_BODY_OK, else 0. Returns the first failure, or CS_HTTP_BODY_OK. */
+enum cs_http_body_verdict cs_http_guard_body(const struct cs_http_guard_header *ctype,
+                                             const struct cs_http_guard_header *clen, uint64_t cap,
+                                             uint64_t *announced);
 
 /* Host: a loopback name (localhost, 127.0.0.1, [::1]) with any port or none, or g->host alone
  * or with g->port; case-insensitive. */

@@ -16,7 +16,7 @@
 
 struct cs_mhd_api cs_mhd;
 
-int cs_mhd_load(char *err, size_t err_cap)
+int cs_mhd_load(struct cs_diag *err)
 {
     static void *lib;
     if (lib)
@@ -24,14 +24,15 @@ int cs_mhd_load(char *err, size_t err_cap)
     void *h = dlopen(CS_MHD_SONAME, RTLD_NOW | RTLD_LOCAL);
     if (!h) {
         const char *why = dlerror();
-        snprintf(err, err_cap, "http: cannot load %s: %s", CS_MHD_SONAME, why ? why : "?");
+        cs_diag_set(err, CSW_ERROR_INTERNAL, "http: cannot load %s: %s", CS_MHD_SONAME,
+                    why ? why : "?");
         return -1;
     }
     struct cs_mhd_api api;
 #define CS_MHD_RESOLVE(f)                                                                          \
     *(void **)&api.f = dlsym(h, #f);                                                               \
     if (!api.f) {                                                                                  \
-        snprintf(err, err_cap, "http: %s has no %s", CS_MHD_SONAME, #f);                           \
+        cs_diag_set(err, CSW_ERROR_INTERNAL, "http: %s has no %s", CS_MHD_SONAME, #f);             \
         dlclose(h);                                                                                \
         return -1;                                                                                 \
     }

@@ -10,6 +10,8 @@
 
 #include <microhttpd.h>
 
+#include "base_diag.h"
+
 /* Every MHD function src/http uses. */
 #define CS_MHD_FUNCTIONS(X)                                                                        \
     X(MHD_add_response_header)                                                                     \
@@ -39,8 +41,8 @@ struct cs_mhd_api {
 /* The loaded functions; valid after cs_mhd_load returned 0. */
 extern struct cs_mhd_api cs_mhd;
 
-/* Loads the library once (later calls return at once). Returns 0, or -1 with err naming the
- * library and dlerror's reason, or the missing symbol. */
-int cs_mhd_load(char *err, size_t err_cap);
+/* Loads the library once (later calls return at once). Returns 0, or -1 with err (may be NULL)
+ * naming the library and dlerror's reason, or the missing symbol. */
+int cs_mhd_load(struct cs_diag *err);
 
 #endif

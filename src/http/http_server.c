@@ -39,6 +39,7 @@
 
 #include <jansson.h>
 
+#include "base_diag.h"
 #include "base_loop.h"
 #include "http_guard.h"
 #include "http_mhd.h"
@@ -51,7 +52,7 @@
 #define TIMER_MAX_MS     ((int64_t)3600 * 1000)
 #define SWEEP_MIN_MS     ((int64_t)1000) /* the sweep timer fires at most once a second */
 
-/* Error bodies. 401's is fixed by runtime.md; the MCP-level ones are JSON-RPC errors. */
+/* Error bodies. 401's is fixed (docs/contract/runtime.md §3); MCP-level ones are JSON-RPC. */
 #define BODY_UNAUTHORIZED "{\"error\":\"unauthorized\"}"
 #define BODY_FORBIDDEN    "{\"error\":\"forbidden\"}"
 #define BODY_NOT_FOUND    "{\"error\":\"not found\"}"
@@ -167,7 +168,7 @@ static void emit(struct cs_http *h, const char *level, const char *event, const 
     char buf[256];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(buf, sizeof buf, fmt, ap);
+    cs_diag_vformat(buf, sizeof buf, fmt, ap);
     va_end(ap);
     h->log(h->log_arg, level, event, buf);
 }
@@ -182,10 +183,10 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
     char buf[256];
     if (!h->log)
         return;
-    vsnprintf(buf, sizeof buf, fmt, ap);
-    size_t n = strlen(buf);
-    while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r'))
-        buf[--n] = '\0';
+    /* MHD ends its lines with "\n", which the formatter spells out: drop the spelling. */
+    size_t n = cs_diag_vformat(buf, sizeof buf, fmt, ap);
+    while (n >= 4 && (memcmp(buf + n - 4, "\\x0A", 4) == 0 || memcmp(buf + n - 4, "\\x0D", 4) == 0))
+        buf[n -= 4] = '\0';
     if (h->token && strstr(buf, h->token))
         snprintf(buf, sizeof buf, "(message redacted)");
     h->log(h->log_arg, "warn", "mhd", buf);
@@ -403,7 +404,7 @@ static enum MHD_Result reject(struct req *r, unsigned status, const char *body, 
 /* ---- header checks (the decisions are http_guard.c's) ---- */
 
 struct hdr_count {
-    unsigned host, origin, auth;
+    unsigned host, origin, auth, ctype, clen;
 };
 
 static enum MHD_Result count_header(void *cls, enum MHD_ValueKind kind, const char *key,
@@ -418,6 +419,10 @@ static enum MHD_Result count_header(void *cls, enum MHD_ValueKind kind, const ch
         c->origin++;
     else if (strcasecmp(key, MHD_HTTP_HEADER_AUTHORIZATION) == 0)
         c->auth++;
+    else if (strcasecmp(key, MHD_HTTP_HEADER_CONTENT_TYPE) == 0)
+        c->ctype++;
+    else if (strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH) == 0)
+        c->clen++;
     return MHD_YES;
 }
 
@@ -447,14 +452,13 @@ static void guard_header(struct MHD_Connection *c, const char *name, unsigned co
 }
 
 /* Returns the rejection status, or 0 when the request may go on. */
-static unsigned check_origin_and_auth(struct cs_http *h, struct MHD_Connection *c, const char **why)
+static unsigned check_origin_and_auth(struct cs_http *h, struct MHD_Connection *c,
+                                      const struct hdr_count *cnt, const char **why)
 {
-    struct hdr_count cnt = {0, 0, 0};
     struct cs_http_guard_header host, origin, auth;
-    cs_mhd.MHD_get_connection_values(c, MHD_HEADER_KIND, count_header, &cnt);
-    guard_header(c, MHD_HTTP_HEADER_HOST, cnt.host, &host);
-    guard_header(c, MHD_HTTP_HEADER_ORIGIN, cnt.origin, &origin);
-    guard_header(c, MHD_HTTP_HEADER_AUTHORIZATION, cnt.auth, &auth);
+    guard_header(c, MHD_HTTP_HEADER_HOST, cnt->host, &host);
+    guard_header(c, MHD_HTTP_HEADER_ORIGIN, cnt->origin, &origin);
+    guard_header(c, MHD_HTTP_HEADER_AUTHORIZATION, cnt->auth, &auth);
     const struct cs_http_guard g = {h->host, h->port, h->token, h->token_len};
     switch (cs_http_guard_check(&g, &host, &origin, &auth)) {
     case CS_HTTP_GUARD_OK:
@@ -472,30 +476,19 @@ static unsigned check_origin_and_auth(struct cs_http *h, struct MHD_Connection *
     return MHD_HTTP_UNAUTHORIZED;
 }
 
-/* application/json, optionally with parameters; a missing Content-Type is tolerated. */
-static bool content_type_ok(struct MHD_Connection *c)
+/* A POST's Content-Type and Content-Length: *announced is the body size it announces (0 when
+ * there is no Content-Length: chunked). */
+static enum cs_http_body_verdict check_body_headers(struct MHD_Connection *c,
+                                                    const struct hdr_count *cnt, size_t cap,
+                                                    size_t *announced)
 {
-    const char *v;
-    size_t n;
-    int rc = header(c, MHD_HTTP_HEADER_CONTENT_TYPE, &v, &n);
-    return rc == 0 || (rc > 0 && cs_http_content_type_ok(v, n));
-}
-
-/* The body size the request announces: CS_HTTP_LENGTH_OK with *len (0 when there is no
- * Content-Length: chunked), or CS_HTTP_LENGTH_OVER when it is over cap. A malformed value was
- * already refused by MHD; it counts as absent here. */
-static enum cs_http_length announced_length(struct MHD_Connection *c, size_t cap, size_t *len)
-{
-    const char *v;
-    size_t n;
-    uint64_t x = 0;
-    *len = 0;
-    if (header(c, MHD_HTTP_HEADER_CONTENT_LENGTH, &v, &n) != 1)
-        return CS_HTTP_LENGTH_OK;
-    enum cs_http_length rc = cs_http_content_length(v, n, cap, &x);
-    if (rc == CS_HTTP_LENGTH_OK)
-        *len = (size_t)x;
-    return rc == CS_HTTP_LENGTH_OVER ? rc : CS_HTTP_LENGTH_OK;
+    struct cs_http_guard_header ctype, clen;
+    guard_header(c, MHD_HTTP_HEADER_CONTENT_TYPE, cnt->ctype, &ctype);
+    guard_header(c, MHD_HTTP_HEADER_CONTENT_LENGTH, cnt->clen, &clen);
+    uint64_t len = 0;
+    enum cs_http_body_verdict v = cs_http_guard_body(&ctype, &clen, cap, &len);
+    *announced = (size_t)len; /* at most cap */
+    return v;
 }
 
 /* ---- sessions ---- */
@@ -1052,7 +1045,9 @@ static enum MHD_Result first_call(struct cs_http *h, struct req *r, const char *
 {
     const char *why = NULL, *v;
     size_t n;
-    unsigned status = check_origin_and_auth(h, r->conn, &why);
+    struct hdr_count cnt = {0, 0, 0, 0, 0};
+    cs_mhd.MHD_get_connection_values(r->conn, MHD_HEADER_KIND, count_header, &cnt);
+    unsigned status = check_origin_and_auth(h, r->conn, &cnt, &why);
     if (status == MHD_HTTP_UNAUTHORIZED)
         return reject(r, status, BODY_UNAUTHORIZED, why);
     if (status != 0)
@@ -1063,9 +1058,11 @@ static enum MHD_Result first_call(struct cs_http *h, struct req *r, const char *
     bool del = strcmp(method, MHD_HTTP_METHOD_DELETE) == 0;
     if (!post && !del)
         return reject(r, MHD_HTTP_METHOD_NOT_ALLOWED, BODY_NOT_ALLOWED, "method not allowed");
-    if (post && !content_type_ok(r->conn))
+    enum cs_http_body_verdict body =
+        post ? check_body_headers(r->conn, &cnt, h->max_body, &r->announced) : CS_HTTP_BODY_OK;
+    if (body == CS_HTTP_BODY_BAD_TYPE)
         return reject(r, MHD_HTTP_UNSUPPORTED_MEDIA_TYPE, BODY_MEDIA_TYPE, "content type");
-    if (post && announced_length(r->conn, h->max_body, &r->announced) == CS_HTTP_LENGTH_OVER)
+    if (body == CS_HTTP_BODY_TOO_LARGE)
         return reject(r, MHD_HTTP_CONTENT_TOO_LARGE, BODY_TOO_LARGE, "Content-Length over cap");
     /* The whole announced body is charged now, before a byte of it is buffered, so that the
      * total of bodies in flight never passes the budget (M9). */
@@ -1265,7 +1262,7 @@ static char *dup_host(const char *host)
 }
 
 struct cs_http *cs_http_start(struct cs_loop *loop, struct cs_mcp *srv,
-                              const struct cs_http_options *opt, char *err, size_t err_cap)
+                              const struct cs_http_options *opt, struct cs_diag *err)
 {
     struct cs_http *h = NULL, *ret = NULL;
     struct addrinfo *ai = NULL;
@@ -1275,11 +1272,11 @@ struct cs_http *cs_http_start(struct cs_loop *loop, struct cs_mcp *srv,
     const char *host = opt->host ? opt->host : "127.0.0.1";
     int grc;
 
-    if (cs_mhd_load(err, err_cap) != 0)
+    if (cs_mhd_load(err) != 0)
         return NULL;
     h = calloc(1, sizeof *h);
     if (!h) {
-        snprintf(err, err_cap, "http: out of memory");
+        cs_diag_set(err, CSW_ERROR_INTERNAL, "http: out of memory");
         goto out;
     }
     h->loop = loop;
@@ -1308,18 +1305,18 @@ struct cs_http *cs_http_start(struct cs_loop *loop, struct cs_mcp *srv,
         h->token_len = strlen(opt->token);
     }
     if (!h->host || !h->sessions || !h->stateless || (opt->token && opt->token[0] && !h->token)) {
-        snprintf(err, err_cap, "http: out of memory");
+        cs_diag_set(err, CSW_ERROR_INTERNAL, "http: out of memory");
         goto out;
     }
 
     if (cs_mhd.MHD_is_feature_supported(MHD_FEATURE_EPOLL) != MHD_YES) {
-        snprintf(err, err_cap, "http: libmicrohttpd was built without epoll support");
+        cs_diag_set(err, CSW_ERROR_INTERNAL, "http: libmicrohttpd was built without epoll support");
         goto out;
     }
     grc = getaddrinfo(host, NULL, &hints, &ai);
     if (grc != 0 || !ai || ai->ai_addrlen > sizeof ss) {
-        snprintf(err, err_cap, "http: cannot resolve host '%s': %s", host,
-                 grc ? gai_strerror(grc) : "no address");
+        cs_diag_set(err, CSW_ERROR_INTERNAL, "http: cannot resolve host '%s': %s", host,
+                    grc ? gai_strerror(grc) : "no address");
         goto out;
     }
     memset(&ss, 0, sizeof ss);
@@ -1353,8 +1350,8 @@ struct cs_http *cs_http_start(struct cs_loop *loop, struct cs_mcp *srv,
         MHD_OPTION_CONNECTION_TIMEOUT, idle_s, MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
         MHD_OPTION_NOTIFY_CONNECTION, on_connection, h, MHD_OPTION_END);
     if (!h->d) {
-        snprintf(err, err_cap, "http: cannot listen on %s port %u%s%s", host, (unsigned)opt->port,
-                 errno ? ": " : "", errno ? strerror(errno) : "");
+        cs_diag_set(err, CSW_ERROR_INTERNAL, "http: cannot listen on %s port %u%s%s", host,
+                    (unsigned)opt->port, errno ? ": " : "", errno ? strerror(errno) : "");
         goto out;
     }
     const union MHD_DaemonInfo *di = cs_mhd.MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_BIND_PORT);
@@ -1363,7 +1360,7 @@ struct cs_http *cs_http_start(struct cs_loop *loop, struct cs_mcp *srv,
     if (di)
         h->mhd_watch = cs_loop_fd_add(loop, di->epoll_fd, CS_LOOP_READ, on_mhd_ready, h);
     if (!h->mhd_watch) {
-        snprintf(err, err_cap, "http: cannot watch the MHD epoll fd");
+        cs_diag_set(err, CSW_ERROR_INTERNAL, "http: cannot watch the MHD epoll fd");
         goto out;
     }
     rearm(h);

@@ -1,8 +1,8 @@
 /*
- * http_server: the MCP Streamable HTTP transport (runtime.md section 3) on libmicrohttpd, driven
- * from the event loop: MHD runs in external epoll mode, its epoll fd is watched by the loop and a
- * loop timer follows MHD_get_timeout. No MHD thread exists; every callback (MHD's, the MCP core's,
- * the tool handlers') runs on the loop's thread. See docs/http.md.
+ * http_server: the MCP Streamable HTTP transport (docs/contract/runtime.md §3) on libmicrohttpd,
+ * driven from the event loop: MHD runs in external epoll mode, its epoll fd is watched by the loop
+ * and a loop timer follows MHD_get_timeout. No MHD thread exists; every callback (MHD's, the MCP
+ * core's, the tool handlers') runs on the loop's thread. See docs/http.md.
  *
  * Trust: everything from the network is untrusted: the request line, headers and bodies. Host and
  * Origin are checked before anything else (DNS rebinding), then the bearer token, then the rest.
@@ -15,6 +15,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include "base_diag.h"
 
 struct cs_loop;
 struct cs_mcp;
@@ -76,10 +78,10 @@ struct cs_http_options {
 /*
  * Binds opt->host:opt->port and starts serving /mcp on loop with the MCP core srv (both borrowed:
  * they must outlive the server). opt and its strings are copied. Returns the server, or NULL with
- * a one-line reason in err (err_cap bytes; it never contains the token).
+ * a one-line reason in err (may be NULL; it never contains the token).
  */
 struct cs_http *cs_http_start(struct cs_loop *loop, struct cs_mcp *srv,
-                              const struct cs_http_options *opt, char *err, size_t err_cap);
+                              const struct cs_http_options *opt, struct cs_diag *err);
 /* The bound port (the ephemeral one when opt->port was 0). */
 uint16_t cs_http_port(const struct cs_http *h);
 /* Abandons every pending exchange, closes every connection, frees every session (managed

@@ -29,6 +29,8 @@ enum cs_jsonrpc_kind cs_jsonrpc_classify(const json_t *msg, struct cs_jsonrpc_ms
     const json_t *version = m.jsonrpc;
     bool response = m.has_result || m.has_error;
     csw_protocol_jsonrpc_message_free(&m);
+    out->method_any = method;
+    out->params_any = params;
     if (valid_id(id))
         out->id = id;
     if (!json_is_string(version) || json_string_length(version) != 3 ||

@@ -40,6 +40,10 @@ struct cs_jsonrpc_msg {
     json_t *id;         /* REQUEST, RESPONSE; for INVALID the id when it was usable, else NULL */
     json_t *params;     /* may be NULL */
     const char *why;    /* INVALID: a static description of the defect */
+    /* The message's "method" and "params" members as they are, whatever their type (NULL when
+     * absent or msg is not an object), set for every kind: a caller that must look at them
+     * even when the message is INVALID (the MCP revision it speaks) decodes nothing twice. */
+    const json_t *method_any, *params_any;
 };
 
 /* Classifies msg (borrowed). Fills *out with pointers into msg. */

@@ -32,7 +32,7 @@
 
 extern char **environ;
 
-#define MAX_MESSAGE (16u * 1024u * 1024u) /* runtime.md section 3: lines and bodies */
+#define MAX_MESSAGE (16u * 1024u * 1024u) /* lines and bodies: docs/contract/runtime.md §3 */
 
 struct gateway {
     struct cs_loop *loop;
@@ -178,10 +178,11 @@ static int serve(struct gateway *g, const struct cs_config *cfg)
         .log = http_log,
         .log_arg = g,
     };
-    char err[512];
-    g->http = cs_http_start(g->loop, g->srv, &opt, err, sizeof err);
+    struct cs_diag err = {0};
+    g->http = cs_http_start(g->loop, g->srv, &opt, &err);
     if (!g->http) {
-        cs_log(CS_LOG_ERROR, "cannot start the HTTP transport", json_pack("{s:s}", "error", err));
+        cs_log(CS_LOG_ERROR, "cannot start the HTTP transport",
+               json_pack("{s:s}", "error", err.text));
         return -1;
     }
     if (!cfg->token && !loopback_host(cfg->host))
@@ -211,8 +212,8 @@ int main(int argc, char **argv)
     case CS_CONFIG_READY:
         break;
     default:
-        /* One JSON log line like every other line on stderr (runtime.md section 2), naming the
-         * flag, variable or registry JSON path in "error". */
+        /* One JSON log line like every other line on stderr (docs/contract/runtime.md §2), naming
+         * the flag, variable or registry JSON path in "error". */
         cs_log(CS_LOG_ERROR, "invalid configuration", json_pack("{s:s}", "error", cerr.text));
         return 2;
     }
@@ -226,8 +227,8 @@ int main(int argc, char **argv)
     memset(&g, 0, sizeof g);
     struct cs_tools tools;
     memset(&tools, 0, sizeof tools);
-    /* The ledger first: a database that cannot be opened or is corrupt stops the start (runtime.md
-     * section 6); it is never replaced. */
+    /* The ledger first: a database that cannot be opened or is corrupt stops the start
+     * (docs/contract/runtime.md section 6); it is never replaced. */
     struct cs_store *store = NULL;
     char serr[1024];
     if (cs_store_open(cfg.operations_db, &store, serr, sizeof serr) != CS_STORE_OK) {
@@ -240,7 +241,7 @@ int main(int argc, char **argv)
     g.srv = g.loop ? cs_mcp_new(CS_VERSION) : NULL;
     char terr[1024] = "";
     /* Every signal that would end the process by default and can be caught ends it through the
-     * shutdown path instead (runtime.md section 5: owned process trees killed, the runner's
+     * shutdown path instead (docs/contract/runtime.md §5: owned process trees killed, the runner's
      * socket and directory removed). */
     if (!g.srv || cs_loop_signal(g.loop, SIGINT, on_signal, &g) != 0 ||
         cs_loop_signal(g.loop, SIGTERM, on_signal, &g) != 0 ||
@@ -272,7 +273,7 @@ out:
     cs_mcp_session_free(g.session);
     g.session = NULL;
     cs_http_stop(g.http);
-    /* Every managed process group dies with the server (runtime.md section 5), and the calls
+    /* Every managed process group dies with the server (docs/contract/runtime.md §5), and the calls
      * still waiting on one complete before the MCP core goes. */
     cs_tools_free(&tools);
     cs_mcp_free(g.srv);

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base_diag.h"
 #include "base_json.h"
 #include "base_log.h"
 #include "jsonrpc.h"
@@ -83,6 +84,7 @@ struct cs_mcp_exchange {
     bool handling; /* inside cs_mcp_session_handle: reply after it returns */
     bool batch;
     bool modern;     /* a 2026-07-28 request (never a batch) */
+    bool no_meta;    /* the text has no "_meta" key in any spelling: params carry no _meta */
     json_t *replies; /* batch: array; else the one reply or NULL */
     char *raw_id;    /* the request's "id" token as written, or NULL */
     json_t *raw_ids; /* batch: the raw id (string or null) of each reply in replies */
@@ -115,22 +117,6 @@ bool cs_mcp_version_supported(const char *v)
 const char *cs_mcp_instructions(void)
 {
     return instructions;
-}
-
-/* Cuts a NUL-terminated string back to a whole UTF-8 character if snprintf truncation split
- * one (jansson refuses strings that are not valid UTF-8). */
-static void utf8_tidy(char *s)
-{
-    size_t n = strlen(s);
-    size_t i = n;
-    while (i > 0 && ((unsigned char)s[i - 1] & 0xC0) == 0x80)
-        i--; /* back over continuation bytes */
-    if (i == 0)
-        return;
-    unsigned char lead = (unsigned char)s[i - 1];
-    size_t want = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 1;
-    if (lead >= 0x80 && n - (i - 1) < want)
-        s[i - 1] = '\0';
 }
 
 /* A struct cs_str borrowing the C string c (the encoders only read it). */
@@ -476,7 +462,7 @@ static void call_unlink(struct cs_mcp_call *call)
 }
 
 /*
- * Cancels call (contract.md section 2): it leaves its exchange and its session's list, so the
+ * Cancels call (docs/contract/tools.md §2): it leaves its exchange and its session's list, so the
  * exchange replies (or, abandoned, ends) without waiting for it (on HTTP the POST is answered at
  * once), then its hook runs, which stops the handler's wait and completes the call into nothing
  * (complete_with frees a detached call). Nothing happens to a call cancelled before.
@@ -629,9 +615,8 @@ void cs_mcp_call_error(struct cs_mcp_call *call, enum csw_error code, const char
     char msg[1024];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    cs_diag_vformat(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    utf8_tidy(msg);
     json_t *body = error_body(code, operation_id, msg);
     complete_error(call, body);
     json_decref(body);
@@ -784,8 +769,7 @@ static json_t *tools_call(struct cs_mcp_exchange *x, json_t *id, const char *raw
             t = &srv->tools[i];
     if (!t) {
         char msg[300];
-        snprintf(msg, sizeof msg, "Unknown tool: %.200s", p.name.s);
-        utf8_tidy(msg);
+        cs_diag_format(msg, sizeof msg, "Unknown tool: %.200s", p.name.s);
         csw_protocol_call_tool_params_free(&p);
         return cs_jsonrpc_error(id, CS_JSONRPC_INVALID_PARAMS, msg);
     }
@@ -832,12 +816,11 @@ static json_t *tools_call(struct cs_mcp_exchange *x, json_t *id, const char *raw
                           : json_is_string(args) ? "a string"
                           : json_is_number(args) ? "a number"
                                                  : "a boolean");
-    } else if (st == CS_WIRE_INVALID) {
-        char where[600];
-        cs_mcp_call_error(call, CSW_ERROR_INVALID_ARGUMENTS, NULL, "%s",
-                          cs_wire_diag_format(&diag, where, sizeof where));
     } else if (st != CS_WIRE_OK) {
-        cs_mcp_call_error(call, CSW_ERROR_INTERNAL, NULL, "out of memory decoding arguments");
+        char where[600];
+        cs_mcp_call_error(call, cs_diag_wire_error(st, CSW_ERROR_INVALID_ARGUMENTS), NULL, "%s",
+                          st == CS_WIRE_NOMEM ? "out of memory decoding arguments"
+                                              : cs_wire_diag_format(&diag, where, sizeof where));
     } else {
         t->fn(t->arg, call, input);
     }
@@ -1002,9 +985,8 @@ static json_t *mismatch(json_t *id, const char *fmt, ...)
     char msg[400];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    cs_diag_vformat(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    utf8_tidy(msg);
     return cs_jsonrpc_error_ex(id, true, CS_JSONRPC_HEADER_MISMATCH, msg, NULL);
 }
 
@@ -1146,7 +1128,8 @@ static json_t *handle_modern(struct cs_mcp_exchange *x, struct cs_jsonrpc_msg *m
     return tools_call(x, m->id, raw, true, params, async);
 }
 
-static bool is_modern(const json_t *msg, const struct cs_mcp_headers *hdr);
+static bool header_modern(const struct cs_mcp_headers *hdr);
+static bool members_modern(const json_t *method, const json_t *params);
 
 /* Handles one parsed message into x. raw: its "id" token as written (borrowed, may be NULL). */
 static void handle_one(struct cs_mcp_exchange *x, json_t *msg, const char *raw,
@@ -1154,9 +1137,15 @@ static void handle_one(struct cs_mcp_exchange *x, json_t *msg, const char *raw,
 {
     struct cs_mcp_session *s = x->s;
     struct cs_jsonrpc_msg m;
-    bool modern = !x->batch && is_modern(msg, hdr);
+    enum cs_jsonrpc_kind kind = cs_jsonrpc_classify(msg, &m);
+    /* The revision, as is_modern() says, from the members classify found (one decode). */
+    bool modern =
+        !x->batch &&
+        (json_is_object(msg)
+             ? members_modern(m.method_any, x->no_meta ? NULL : m.params_any) || header_modern(hdr)
+             : !json_is_array(msg) && header_modern(hdr));
     x->modern = modern;
-    switch (cs_jsonrpc_classify(msg, &m)) {
+    switch (kind) {
     case CS_JSONRPC_INVALID:
         add_reply(x, cs_jsonrpc_error_ex(m.id, modern, CS_JSONRPC_INVALID_REQUEST, m.why, NULL),
                   raw);
@@ -1248,21 +1237,47 @@ struct cs_mcp_msg {
     char why[256];    /* the parse error */
     bool over_budget; /* refused by the pre-pass (M8), answered -32600 under raw_id */
     size_t len;       /* of the text: a large one's memory is handed back when it is freed */
+    bool no_meta;     /* no "_meta" in the text, in any spelling (no escapes at all) */
     char *raw_id;     /* an object's "id" token as written, or NULL */
     char **raw_ids;   /* a batch: each element's, or NULL (nraw of them) */
     size_t nraw;
 };
 
-/* A copy of the value token of member "id" of the object text s[0..n), or NULL. Only a string
- * or integer token is kept: any other id is not an id (the reply says null, or nothing). */
+/* Whether jansson writes the id token t[0..n) (a string or an integer token) back exactly as it
+ * is: a string without escapes (jansson re-spells only escapes, raw control bytes are not JSON),
+ * or an integer within int64 other than "-0". Such an id needs no splice (splice_id). */
+static bool id_token_canonical(const char *t, size_t n)
+{
+    if (t[0] == '"')
+        return memchr(t, '\\', n) == NULL;
+    if (n == 2 && t[0] == '-' && t[1] == '0')
+        return false;
+    size_t digits = n - (t[0] == '-');
+    if (digits < 19)
+        return true; /* at most 18 digits: within int64 */
+    if (digits > 19)
+        return false;
+    return memcmp(t + (t[0] == '-'), t[0] == '-' ? "9223372036854775808" : "9223372036854775807",
+                  19) <= 0;
+}
+
+/* A copy of the id token t[0..n) when the reply must carry it spelled as the request did (see
+ * splice_id), else NULL: only a string or integer token is an id (any other id is not one: the
+ * reply says null, or nothing), and one jansson writes back unchanged needs no splice. */
+static char *raw_id_keep(const char *t, size_t n)
+{
+    if (n == 0 || (t[0] != '"' && !cs_json_is_integer_token(t, n)) || id_token_canonical(t, n))
+        return NULL;
+    return strndup(t, n);
+}
+
+/* raw_id_keep of the value token of member "id" of the object text s[0..n). */
 static char *raw_id_of(const char *s, size_t n)
 {
     size_t off, len;
     if (cs_json_member_span(s, n, "id", false, &off, &len) != 0)
         return NULL;
-    if (s[off] != '"' && !cs_json_is_integer_token(s + off, len))
-        return NULL;
-    return strndup(s + off, len);
+    return raw_id_keep(s + off, len);
 }
 
 struct cs_mcp_msg *cs_mcp_msg_parse(const char *data, size_t len)
@@ -1273,7 +1288,7 @@ struct cs_mcp_msg *cs_mcp_msg_parse(const char *data, size_t len)
     m->len = len;
     /* The parse budget (M8): refused before jansson builds anything, under its id when the
      * pre-pass found a readable one (a string or an integer token). */
-    struct cs_json_budget b = {0};
+    struct cs_json_budget b = {.watch = "_meta"};
     char bwhy[200];
     if (cs_json_budget_check(data, len, &b, bwhy, sizeof bwhy) != 0) {
         m->over_budget = true;
@@ -1297,14 +1312,18 @@ struct cs_mcp_msg *cs_mcp_msg_parse(const char *data, size_t len)
         free(again);
     }
     if (!msg) {
-        snprintf(m->why, sizeof m->why, "Parse error: %s (line %d, column %d)", err.text, err.line,
-                 err.column);
-        utf8_tidy(m->why);
+        cs_diag_format(m->why, sizeof m->why, "Parse error: %s (line %d, column %d)", err.text,
+                       err.line, err.column);
         return m;
     }
     m->json = msg;
+    /* A key spelt with an escape could be "_meta"; without any backslash, only the plain
+     * spelling can be, and a text without it has no _meta to decode (members_modern). */
+    m->no_meta = !b.escapes && !b.watch_seen;
     if (json_is_object(msg)) {
-        m->raw_id = raw_id_of(data, len);
+        /* The pre-pass saw the top-level "id" member spelt plainly (the last one, as jansson
+         * keeps); any other spelling is looked for by the full scan. */
+        m->raw_id = b.id_len ? raw_id_keep(data + b.id_off, b.id_len) : raw_id_of(data, len);
     } else if (json_is_array(msg) && json_array_size(msg) > 0 &&
                json_array_size(msg) <= MAX_BATCH) {
         size_t offs[MAX_BATCH], lens[MAX_BATCH];
@@ -1346,21 +1365,31 @@ static bool header_modern(const struct cs_mcp_headers *hdr)
            n == strlen(CS_MCP_MODERN_VERSION) && memcmp(v, CS_MCP_MODERN_VERSION, n) == 0;
 }
 
+/* Whether a message's "method" and "params" members (borrowed, NULL when absent) make it a
+ * 2026-07-28 request: server/discover, or the protocol version in params._meta. */
+static bool members_modern(const json_t *method, const json_t *params)
+{
+    if (method && str_is(method, "server/discover"))
+        return true;
+    /* An open decode (request_params.json): only presence matters here. */
+    struct csw_protocol_request_params rp;
+    bool modern = false;
+    if (params && csw_protocol_request_params_decode(params, &rp, NULL) == CS_WIRE_OK) {
+        modern = rp.has_meta && rp.meta.has_io_modelcontextprotocol_protocolversion;
+        csw_protocol_request_params_free(&rp);
+    }
+    return modern;
+}
+
 static bool is_modern(const json_t *msg, const struct cs_mcp_headers *hdr)
 {
     if (!json_is_object(msg))
         return !json_is_array(msg) && header_modern(hdr);
-    /* Open decodes (jsonrpc_message.json, request_params.json): only presence matters here. */
+    /* An open decode (jsonrpc_message.json): only presence matters here. */
     struct csw_protocol_jsonrpc_message m;
     if (csw_protocol_jsonrpc_message_decode(msg, &m, NULL) != CS_WIRE_OK)
         return header_modern(hdr);
-    bool modern = m.has_method && str_is(m.method, "server/discover");
-    struct csw_protocol_request_params rp;
-    if (!modern && m.has_params &&
-        csw_protocol_request_params_decode(m.params, &rp, NULL) == CS_WIRE_OK) {
-        modern = rp.has_meta && rp.meta.has_io_modelcontextprotocol_protocolversion;
-        csw_protocol_request_params_free(&rp);
-    }
+    bool modern = members_modern(m.has_method ? m.method : NULL, m.has_params ? m.params : NULL);
     csw_protocol_jsonrpc_message_free(&m);
     return modern || header_modern(hdr);
 }
@@ -1414,6 +1443,7 @@ struct cs_mcp_exchange *cs_mcp_session_handle_msg(struct cs_mcp_session *s, stru
     x->handling = true;
     x->raw_id = m->raw_id;
     m->raw_id = NULL;
+    x->no_meta = m->no_meta;
     x->next = s->exchanges;
     if (x->next)
         x->next->prev = x;

@@ -79,7 +79,7 @@ void cs_mcp_call_error(struct cs_mcp_call *call, enum csw_error code, const char
  * early but must still complete the call (the reply is then dropped). */
 bool cs_mcp_call_cancelled(const struct cs_mcp_call *call);
 /*
- * What to do when call is cancelled (contract.md section 2): the client sent
+ * What to do when call is cancelled (docs/contract/tools.md section 2): the client sent
  * notifications/cancelled naming it, or the transport dropped the exchange that carried it (an
  * HTTP client closed the connection of a held POST). fn runs once, on the loop, from inside the
  * session's handling of that notification or from cs_mcp_exchange_abandon; by then the call is

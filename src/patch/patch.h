@@ -1,5 +1,5 @@
 /*
- * patch: the V4A patch engine's pure half (contract.md section 6). cs_patch_parse turns patch
+ * patch: the V4A patch engine's pure half (docs/contract/patch.md §1). cs_patch_parse turns patch
  * text into a plan (Add, Delete, Update operations; an Update holds chunks), and
  * cs_patch_apply_update applies one Update's chunks to a file's old content in memory. Nothing
  * here touches the file system, a path policy or the ledger: apply_patch's transaction layer
@@ -16,8 +16,8 @@
  * Entry points: cs_patch_parse, cs_patch_free, cs_patch_apply_update. The library never logs.
  *
  * Errors: fallible functions return CS_PATCH_OK (0) or a negative enum cs_patch_rc value, write
- * their outputs only on success, and put a human message in msg (always valid UTF-8, truncated to
- * msg_cap on a character boundary) when msg is not NULL. CS_PATCH_ERR_INVALID is the wire's
+ * their outputs only on success, and record the failure in diag (base_diag.h) when diag is not
+ * NULL. The diag's code is the status's csw_error: CS_PATCH_ERR_INVALID is the wire's
  * INVALID_PATCH; CS_PATCH_ERR_NOMEM is an allocation failure (INTERNAL).
  */
 #ifndef CS_PATCH_H
@@ -25,6 +25,8 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+
+#include "base_diag.h"
 
 /* Most lines (counted by "\n") a patch text may hold; past it, parse fails before allocating. */
 #define CS_PATCH_MAX_LINES 4194304u
@@ -34,6 +36,10 @@ enum cs_patch_rc {
     CS_PATCH_ERR_INVALID = -1, /* the patch is malformed or its context does not match */
     CS_PATCH_ERR_NOMEM = -2,   /* an allocation failed */
 };
+
+/* The csw_error a status stands for (the one place it is mapped): 0 for CS_PATCH_OK,
+ * CSW_ERROR_INVALID_PATCH for CS_PATCH_ERR_INVALID, CSW_ERROR_INTERNAL otherwise. */
+int cs_patch_rc_error(int rc);
 
 enum cs_patch_op_kind {
     CS_PATCH_OP_ADD,    /* "*** Add File: " */
@@ -99,7 +105,7 @@ struct cs_patch {
  * or CS_PATCH_ERR_NOMEM. Two operations touching one path (Add, Delete, Update or a Move target,
  * compared byte for byte) are an error. The text is copied: it need not outlive the call.
  */
-int cs_patch_parse(const char *text, size_t len, struct cs_patch **out, char *msg, size_t msg_cap);
+int cs_patch_parse(const char *text, size_t len, struct cs_patch **out, struct cs_diag *diag);
 
 /* Frees a plan and everything in it. Accepts NULL. */
 void cs_patch_free(struct cs_patch *p);
@@ -114,6 +120,6 @@ void cs_patch_free(struct cs_patch *p);
  * CRLF) and ends with a line ending unless it is empty.
  */
 int cs_patch_apply_update(const struct cs_patch_op *op, const char *old, size_t old_len,
-                          char **new_out, size_t *new_len, char *msg, size_t msg_cap);
+                          char **new_out, size_t *new_len, struct cs_diag *diag);
 
 #endif

@@ -1,5 +1,5 @@
 /*
- * Pure in-memory application of one V4A Update to a file's old content (contract.md section 6;
+ * Pure in-memory application of one V4A Update to a file's old content (docs/contract/patch.md §1;
  * docs/patch-format.md, "Applying an update"). The file is cut into lines (terminator "\n" or
  * "\r\n"); each chunk's "@@ text" and old lines (context + removed) are searched from the end of
  * the previous chunk with four strategies in turn (exact, trailing white space ignored, leading
@@ -219,18 +219,19 @@ struct repl {
     size_t n_lines;
 };
 
-static int not_found(const struct cs_patch_op *op, size_t line, const char *s, size_t n, char *msg,
-                     size_t msg_cap)
+static int not_found(const struct cs_patch_op *op, size_t line, const char *s, size_t n,
+                     struct cs_diag *diag)
 {
     char qp[CS__PATCH_QUOTE_CAP], ql[CS__PATCH_QUOTE_CAP];
-    cs__patch_msg(msg, msg_cap, "update of %s: context not found (patch line %zu): %s",
-                  cs__patch_escape(qp, op->path, op->path_len), line, cs__patch_quote(ql, s, n));
+    cs_diag_set(diag, CSW_ERROR_INVALID_PATCH,
+                "update of %s: context not found (patch line %zu): %s",
+                cs__patch_escape(qp, op->path, op->path_len), line, cs__patch_quote(ql, s, n));
     return CS_PATCH_ERR_INVALID;
 }
 
 /* Locates every chunk, in order, filling r[0 .. op->n_chunks). */
 static int locate(const struct cs_patch_op *op, const struct file *f, struct repl *r,
-                  const struct cs_patch_line **pat, char *msg, size_t msg_cap)
+                  const struct cs_patch_line **pat, struct cs_diag *diag)
 {
     size_t pos = 0;
     for (size_t c = 0; c < op->n_chunks; c++) {
@@ -240,7 +241,7 @@ static int locate(const struct cs_patch_op *op, const struct file *f, struct rep
             const struct cs_patch_line *one = &ctx;
             size_t at = seek(f, &one, 1, pos, false);
             if (at == NOT_FOUND)
-                return not_found(op, ch->ctx_line, ch->ctx, ch->ctx_len, msg, msg_cap);
+                return not_found(op, ch->ctx_line, ch->ctx, ch->ctx_len, diag);
             pos = at + 1;
         }
         size_t n_old = 0, first_old = SIZE_MAX;
@@ -271,7 +272,7 @@ static int locate(const struct cs_patch_op *op, const struct file *f, struct rep
         }
         if (at == NOT_FOUND) {
             const struct cs_patch_line *l = &ch->lines[first_old];
-            return not_found(op, ch->first_line + first_old, l->text, l->len, msg, msg_cap);
+            return not_found(op, ch->first_line + first_old, l->text, l->len, diag);
         }
         r[c].at = at;
         r[c].n_old = n_old;
@@ -338,17 +339,17 @@ static bool build(char *dst, size_t *len, const struct file *f, const struct rep
 }
 
 int cs_patch_apply_update(const struct cs_patch_op *op, const char *old, size_t old_len,
-                          char **new_out, size_t *new_len, char *msg, size_t msg_cap)
+                          char **new_out, size_t *new_len, struct cs_diag *diag)
 {
     int rc = CS_PATCH_ERR_NOMEM;
     struct file f = {0};
     struct repl *r = NULL;
     const struct cs_patch_line **pat = NULL;
     char *buf = NULL;
-    if (msg != NULL && msg_cap > 0)
-        msg[0] = '\0';
+    cs_diag_clear(diag);
     if (op == NULL || op->kind != CS_PATCH_OP_UPDATE || (old == NULL && old_len > 0)) {
-        cs__patch_msg(msg, msg_cap, "apply: not an Update operation, or no old content");
+        cs_diag_set(diag, CSW_ERROR_INVALID_PATCH,
+                    "apply: not an Update operation, or no old content");
         return CS_PATCH_ERR_INVALID;
     }
     const char *data = old != NULL ? old : "";
@@ -367,7 +368,7 @@ int cs_patch_apply_update(const struct cs_patch_op *op, const char *old, size_t 
     if (r == NULL || pat == NULL)
         goto out;
 
-    rc = locate(op, &f, r, pat, msg, msg_cap);
+    rc = locate(op, &f, r, pat, diag);
     if (rc != CS_PATCH_OK)
         goto out;
 
@@ -391,7 +392,7 @@ int cs_patch_apply_update(const struct cs_patch_op *op, const char *old, size_t 
     rc = CS_PATCH_OK;
 out:
     if (rc == CS_PATCH_ERR_NOMEM)
-        cs__patch_msg(msg, msg_cap, "out of memory applying the patch");
+        cs_diag_set(diag, CSW_ERROR_INTERNAL, "out of memory applying the patch");
     free(buf);
     free(pat);
     free(r);

@@ -1,8 +1,8 @@
 /*
- * patch internals shared by patch_parse.rl and patch_apply.c: message formatting that keeps
- * messages valid UTF-8 whatever bytes the patch or the file hold.
+ * patch internals shared by patch_parse.rl and patch_apply.c: quoting of patch and file bytes
+ * for messages (which cs_diag_set then formats), valid UTF-8 whatever bytes they hold.
  * Trust: the quoted bytes are untrusted; the format strings are ours.
- * Entry points: cs__patch_msg, cs__patch_quote, cs__patch_escape.
+ * Entry points: cs__patch_quote, cs__patch_escape.
  */
 #ifndef CS_PATCH_INTERNAL_H
 #define CS_PATCH_INTERNAL_H
@@ -13,11 +13,6 @@
  * quotes, "..." and the NUL. */
 #define CS__PATCH_QUOTE_MAX 80
 #define CS__PATCH_QUOTE_CAP (4 * CS__PATCH_QUOTE_MAX + 8)
-
-/* Formats into msg (if not NULL and msg_cap > 0), cutting a truncated message on a UTF-8
- * character boundary. The arguments must themselves be valid UTF-8. */
-void cs__patch_msg(char *msg, size_t msg_cap, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
 
 /*
  * Writes the n bytes at s into dst (CS__PATCH_QUOTE_CAP bytes) as a double-quoted excerpt that is

@@ -1,9 +1,10 @@
 /*
- * Error message helpers for the patch module: printf-style formatting that never leaves a
- * truncated UTF-8 sequence, and quoting of untrusted bytes (patch lines, paths, file lines) so
- * every message is valid, printable UTF-8 that can go into a JSON error body as is.
+ * Error message helpers for the patch module: quoting of untrusted bytes (patch lines, paths,
+ * file lines) so every message is valid, printable UTF-8 that can go into a JSON error body as is
+ * (the messages themselves are formatted by cs_diag_set, base_diag.h).
  * Trust: the quoted bytes are untrusted; the format strings are ours.
- * Entry points: cs__patch_msg, cs__patch_quote, cs__patch_escape (patch_internal.h).
+ * Entry points: cs__patch_quote, cs__patch_escape (patch_internal.h), cs_patch_rc_error
+ * (patch.h).
  */
 #include <stdarg.h>
 #include <stdbool.h>
@@ -11,6 +12,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "patch.h"
 #include "patch_internal.h"
 
 /* Length of the well-formed UTF-8 sequence at s (at most n bytes), or 0 if it is ill-formed
@@ -48,33 +50,6 @@ static size_t utf8_seq(const unsigned char *s, size_t n)
             return 0;
     }
     return k;
-}
-
-void cs__patch_msg(char *msg, size_t msg_cap, const char *fmt, ...)
-{
-    if (msg == NULL || msg_cap == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(msg, msg_cap, fmt, ap);
-    va_end(ap);
-    if (n < 0) {
-        msg[0] = '\0';
-        return;
-    }
-    if ((size_t)n < msg_cap)
-        return;
-    /* Truncated: drop a partial UTF-8 sequence at the end (continuation bytes, then the lead). */
-    size_t len = msg_cap - 1;
-    size_t back = 0;
-    while (back < len && back < 4 && ((unsigned char)msg[len - 1 - back] & 0xC0) == 0x80)
-        back++;
-    if (back < len && ((unsigned char)msg[len - 1 - back] & 0x80) != 0) {
-        size_t lead = len - 1 - back;
-        if (utf8_seq((const unsigned char *)msg + lead, len - lead) == 0)
-            len = lead;
-    }
-    msg[len] = '\0';
 }
 
 static const char *escape(char *dst, const char *s, size_t n, bool quotes)
@@ -125,4 +100,16 @@ const char *cs__patch_quote(char *dst, const char *s, size_t n)
 const char *cs__patch_escape(char *dst, const char *s, size_t n)
 {
     return escape(dst, s, n, false);
+}
+
+int cs_patch_rc_error(int rc)
+{
+    switch (rc) {
+    case CS_PATCH_OK:
+        return 0;
+    case CS_PATCH_ERR_INVALID:
+        return CSW_ERROR_INVALID_PATCH;
+    default:
+        return CSW_ERROR_INTERNAL;
+    }
 }

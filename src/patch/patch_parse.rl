@@ -1,5 +1,5 @@
 /*
- * The V4A patch parser (contract.md section 6; docs/patch-format.md). ragel -G2 turns this file
+ * The V4A patch parser (docs/contract/patch.md §1; docs/patch-format.md). ragel -G2 turns this file
  * into patch_parse.c in the build tree.
  *
  * Design: the text is line-oriented, so parsing has three layers.
@@ -22,6 +22,7 @@
  * Entry points: cs_patch_parse, cs_patch_free (patch.h).
  */
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -131,8 +132,7 @@ struct parser {
     size_t add_cap;    /* allocated bytes of the current Add's content */
     size_t chunks_cap; /* allocated length of the current Update's chunks */
     size_t lines_cap;  /* allocated length of the current chunk's lines */
-    char *msg;
-    size_t msg_cap;
+    struct cs_diag *diag;
 };
 
 /* Grows *arr (of elem-byte elements, *cap allocated) to hold at least need elements. */
@@ -170,14 +170,14 @@ static struct cs_patch_chunk *cur_chunk(struct parser *ps)
 static int invalid_got(struct parser *ps, size_t no, const char *expected, const char *s, size_t n)
 {
     char q[CS__PATCH_QUOTE_CAP];
-    cs__patch_msg(ps->msg, ps->msg_cap, "line %zu: expected %s, got %s", no, expected,
-                  cs__patch_quote(q, s, n));
+    cs_diag_set(ps->diag, CSW_ERROR_INVALID_PATCH, "line %zu: expected %s, got %s", no, expected,
+                cs__patch_quote(q, s, n));
     return CS_PATCH_ERR_INVALID;
 }
 
 static int empty_path(struct parser *ps, size_t no, const char *marker)
 {
-    cs__patch_msg(ps->msg, ps->msg_cap, "line %zu: empty path after \"%s\"", no, marker);
+    cs_diag_set(ps->diag, CSW_ERROR_INVALID_PATCH, "line %zu: empty path after \"%s\"", no, marker);
     return CS_PATCH_ERR_INVALID;
 }
 
@@ -307,11 +307,11 @@ static int no_chunks(struct parser *ps, size_t no, const char *s, size_t n)
 {
     char qp[CS__PATCH_QUOTE_CAP], qg[CS__PATCH_QUOTE_CAP];
     struct cs_patch_op *op = cur_op(ps);
-    cs__patch_msg(ps->msg, ps->msg_cap,
-                  "line %zu: the update of %s (line %zu) has no chunks: expected \"@@\" or a "
-                  "line starting with \" \", \"-\" or \"+\", got %s",
-                  no, cs__patch_quote(qp, op->path, op->path_len), op->line,
-                  cs__patch_quote(qg, s, n));
+    cs_diag_set(ps->diag, CSW_ERROR_INVALID_PATCH,
+                "line %zu: the update of %s (line %zu) has no chunks: expected \"@@\" or a "
+                "line starting with \" \", \"-\" or \"+\", got %s",
+                no, cs__patch_quote(qp, op->path, op->path_len), op->line,
+                cs__patch_quote(qg, s, n));
     return CS_PATCH_ERR_INVALID;
 }
 
@@ -320,7 +320,7 @@ static int step(struct parser *ps, size_t no, size_t end_no, char *s, size_t n)
 {
     enum line_class cls = classify(s, n);
 
-    /* contract.md section 6: where no chunk is open (right after "*** Begin Patch", between
+    /* docs/contract/patch.md §1: where no chunk is open (right after "*** Begin Patch", between
      * operations, after an Add File body), leading white space before an operation header is
      * tolerated, as models emit it and Codex's apply_patch accepts it. Inside a chunk such a
      * line stays chunk content (a context line, or an error), never a header. */
@@ -337,16 +337,15 @@ static int step(struct parser *ps, size_t no, size_t end_no, char *s, size_t n)
     }
 
     if (cls == L_END) {
-        cs__patch_msg(ps->msg, ps->msg_cap,
-                      "line %zu: \"*** End Patch\" before the end of the patch (it must be the "
-                      "last line, line %zu)",
-                      no, end_no);
+        cs_diag_set(ps->diag, CSW_ERROR_INVALID_PATCH,
+                    "line %zu: \"*** End Patch\" before the end of the patch (it must be the "
+                    "last line, line %zu)",
+                    no, end_no);
         return CS_PATCH_ERR_INVALID;
     }
     if (cls == L_MOVE && ps->st != ST_UPDATE_HEAD) {
-        cs__patch_msg(ps->msg, ps->msg_cap,
-                      "line %zu: \"*** Move to: \" must directly follow \"*** Update File: \"",
-                      no);
+        cs_diag_set(ps->diag, CSW_ERROR_INVALID_PATCH,
+                    "line %zu: \"*** Move to: \" must directly follow \"*** Update File: \"", no);
         return CS_PATCH_ERR_INVALID;
     }
 
@@ -370,9 +369,9 @@ static int step(struct parser *ps, size_t no, size_t end_no, char *s, size_t n)
         struct cs_patch_op *op = cur_op(ps);
         if (cls == L_MOVE) {
             if (op->move_to != NULL) {
-                cs__patch_msg(ps->msg, ps->msg_cap,
-                              "line %zu: a second \"*** Move to: \" for the update on line %zu",
-                              no, op->line);
+                cs_diag_set(ps->diag, CSW_ERROR_INVALID_PATCH,
+                            "line %zu: a second \"*** Move to: \" for the update on line %zu", no,
+                            op->line);
                 return CS_PATCH_ERR_INVALID;
             }
             if (n == MARK_LEN(MARK_MOVE))
@@ -400,10 +399,10 @@ static int step(struct parser *ps, size_t no, size_t end_no, char *s, size_t n)
             return body_line(ps, cls, no, s, n);
         {
             char q[CS__PATCH_QUOTE_CAP];
-            cs__patch_msg(ps->msg, ps->msg_cap,
-                          "line %zu: expected a chunk line starting with \" \", \"-\" or \"+\" "
-                          "after the \"@@\" on line %zu, got %s",
-                          no, cur_chunk(ps)->ctx_line, cs__patch_quote(q, s, n));
+            cs_diag_set(ps->diag, CSW_ERROR_INVALID_PATCH,
+                        "line %zu: expected a chunk line starting with \" \", \"-\" or \"+\" "
+                        "after the \"@@\" on line %zu, got %s",
+                        no, cur_chunk(ps)->ctx_line, cs__patch_quote(q, s, n));
         }
         return CS_PATCH_ERR_INVALID;
     case ST_CHUNK_BODY:
@@ -449,10 +448,10 @@ static int finish(struct parser *ps, size_t end_no, const char *s, size_t n)
         return no_chunks(ps, end_no, s, n);
     case ST_CHUNK_HEAD: {
         char q[CS__PATCH_QUOTE_CAP];
-        cs__patch_msg(ps->msg, ps->msg_cap,
-                      "line %zu: expected a chunk line starting with \" \", \"-\" or \"+\" after "
-                      "the \"@@\" on line %zu, got %s",
-                      end_no, cur_chunk(ps)->ctx_line, cs__patch_quote(q, s, n));
+        cs_diag_set(ps->diag, CSW_ERROR_INVALID_PATCH,
+                    "line %zu: expected a chunk line starting with \" \", \"-\" or \"+\" after "
+                    "the \"@@\" on line %zu, got %s",
+                    end_no, cur_chunk(ps)->ctx_line, cs__patch_quote(q, s, n));
         return CS_PATCH_ERR_INVALID;
     }
     case ST_TOP:
@@ -484,7 +483,7 @@ static int touch_cmp(const void *a, const void *b)
 }
 
 /* Fails when two operations touch one path (byte for byte); names the earliest second touch. */
-static int check_duplicates(const struct cs_patch *p, char *msg, size_t msg_cap)
+static int check_duplicates(const struct cs_patch *p, struct cs_diag *diag)
 {
     size_t n = 0;
     for (size_t i = 0; i < p->n_ops; i++)
@@ -517,10 +516,10 @@ static int check_duplicates(const struct cs_patch *p, char *msg, size_t msg_cap)
     int rc = CS_PATCH_OK;
     if (second != NULL) {
         char q[CS__PATCH_QUOTE_CAP];
-        cs__patch_msg(msg, msg_cap,
-                      "line %zu: %s is already touched by the operation on line %zu (one "
-                      "operation per path)",
-                      second->line, cs__patch_quote(q, second->path, second->len), first->line);
+        cs_diag_set(diag, CSW_ERROR_INVALID_PATCH,
+                    "line %zu: %s is already touched by the operation on line %zu (one "
+                    "operation per path)",
+                    second->line, cs__patch_quote(q, second->path, second->len), first->line);
         rc = CS_PATCH_ERR_INVALID;
     }
     free(t);
@@ -534,15 +533,16 @@ static bool heredoc_open(const char *s, size_t n)
            (n == 7 && memcmp(s, "<<\"EOF\"", 7) == 0);
 }
 
-static int frame_error(char *msg, size_t msg_cap, size_t no, const char *expected,
+static int frame_error(struct cs_diag *diag, size_t no, const char *expected,
                        const char *s, size_t n)
 {
     char q[CS__PATCH_QUOTE_CAP];
     if (s == NULL)
-        cs__patch_msg(msg, msg_cap, "line %zu: expected %s, got end of input", no, expected);
+        cs_diag_set(diag, CSW_ERROR_INVALID_PATCH, "line %zu: expected %s, got end of input", no,
+                    expected);
     else
-        cs__patch_msg(msg, msg_cap, "line %zu: expected %s, got %s", no, expected,
-                      cs__patch_quote(q, s, n));
+        cs_diag_set(diag, CSW_ERROR_INVALID_PATCH, "line %zu: expected %s, got %s", no, expected,
+                    cs__patch_quote(q, s, n));
     return CS_PATCH_ERR_INVALID;
 }
 
@@ -557,15 +557,14 @@ static void cut_line(const char *t, size_t len, size_t off, size_t *n, size_t *n
     *n = end - off;
 }
 
-int cs_patch_parse(const char *text, size_t len, struct cs_patch **out, char *msg, size_t msg_cap)
+int cs_patch_parse(const char *text, size_t len, struct cs_patch **out, struct cs_diag *diag)
 {
     int rc = CS_PATCH_ERR_NOMEM;
     struct cs_patch *p = NULL;
-    struct parser ps = {.st = ST_TOP, .msg = msg, .msg_cap = msg_cap};
-    if (msg != NULL && msg_cap > 0)
-        msg[0] = '\0';
+    struct parser ps = {.st = ST_TOP, .diag = diag};
+    cs_diag_clear(diag);
     if (len > 0 && text == NULL) {
-        cs__patch_msg(msg, msg_cap, "no patch text");
+        cs_diag_set(diag, CSW_ERROR_INVALID_PATCH, "no patch text");
         return CS_PATCH_ERR_INVALID;
     }
 
@@ -576,7 +575,8 @@ int cs_patch_parse(const char *text, size_t len, struct cs_patch **out, char *ms
         if (q == NULL)
             break;
         if (++nl > CS_PATCH_MAX_LINES) {
-            cs__patch_msg(msg, msg_cap, "patch has more than %u lines", CS_PATCH_MAX_LINES);
+            cs_diag_set(diag, CSW_ERROR_INVALID_PATCH, "patch has more than %u lines",
+                        CS_PATCH_MAX_LINES);
             return CS_PATCH_ERR_INVALID;
         }
     }
@@ -618,7 +618,7 @@ int cs_patch_parse(const char *text, size_t len, struct cs_patch **out, char *ms
     struct span begin = f0, end = l0;
     bool heredoc = false;
     if (!f0.set) {
-        rc = frame_error(msg, msg_cap, 1, "\"*** Begin Patch\"", NULL, 0);
+        rc = frame_error(diag, 1, "\"*** Begin Patch\"", NULL, 0);
         goto out;
     }
     {
@@ -631,19 +631,19 @@ int cs_patch_parse(const char *text, size_t len, struct cs_patch **out, char *ms
             trim(&e, &en);
             if (l0.no == f0.no || en != 3 || memcmp(e, "EOF", 3) != 0) {
                 char what[96];
-                cs__patch_msg(what, sizeof what, "\"EOF\" closing the heredoc opened on line %zu",
-                              f0.no);
+                snprintf(what, sizeof what, "\"EOF\" closing the heredoc opened on line %zu",
+                         f0.no);
                 if (l0.no == f0.no)
-                    rc = frame_error(msg, msg_cap, lines + 1, what, NULL, 0);
+                    rc = frame_error(diag, lines + 1, what, NULL, 0);
                 else
-                    rc = frame_error(msg, msg_cap, l0.no, what, t + l0.off, l0.len);
+                    rc = frame_error(diag, l0.no, what, t + l0.off, l0.len);
                 goto out;
             }
             heredoc = true;
             begin = f1; /* f1 exists: it is at least the "EOF" line */
             end = l1;
             if (begin.no == l0.no) {
-                rc = frame_error(msg, msg_cap, l0.no, "\"*** Begin Patch\"", t + l0.off, l0.len);
+                rc = frame_error(diag, l0.no, "\"*** Begin Patch\"", t + l0.off, l0.len);
                 goto out;
             }
         }
@@ -653,7 +653,7 @@ int cs_patch_parse(const char *text, size_t len, struct cs_patch **out, char *ms
         size_t n = begin.len;
         trim(&s, &n);
         if (classify(s, n) != L_BEGIN) {
-            rc = frame_error(msg, msg_cap, begin.no, "\"*** Begin Patch\"", t + begin.off,
+            rc = frame_error(diag, begin.no, "\"*** Begin Patch\"", t + begin.off,
                              begin.len);
             goto out;
         }
@@ -665,13 +665,13 @@ int cs_patch_parse(const char *text, size_t len, struct cs_patch **out, char *ms
         if (end.no == begin.no) {
             /* Nothing after "*** Begin Patch" but, in a heredoc, its "EOF". */
             if (heredoc)
-                rc = frame_error(msg, msg_cap, l0.no, "\"*** End Patch\"", t + l0.off, l0.len);
+                rc = frame_error(diag, l0.no, "\"*** End Patch\"", t + l0.off, l0.len);
             else
-                rc = frame_error(msg, msg_cap, lines + 1, "\"*** End Patch\"", NULL, 0);
+                rc = frame_error(diag, lines + 1, "\"*** End Patch\"", NULL, 0);
             goto out;
         }
         if (classify(s, n) != L_END) {
-            rc = frame_error(msg, msg_cap, end.no, "\"*** End Patch\"", t + end.off, end.len);
+            rc = frame_error(diag, end.no, "\"*** End Patch\"", t + end.off, end.len);
             goto out;
         }
     }
@@ -692,7 +692,7 @@ int cs_patch_parse(const char *text, size_t len, struct cs_patch **out, char *ms
     rc = finish(&ps, end.no, t + end.off, end.len);
     if (rc != CS_PATCH_OK)
         goto out;
-    rc = check_duplicates(p, msg, msg_cap);
+    rc = check_duplicates(p, diag);
     if (rc != CS_PATCH_OK)
         goto out;
 
@@ -701,7 +701,7 @@ int cs_patch_parse(const char *text, size_t len, struct cs_patch **out, char *ms
     rc = CS_PATCH_OK;
 out:
     if (rc == CS_PATCH_ERR_NOMEM)
-        cs__patch_msg(msg, msg_cap, "out of memory parsing the patch");
+        cs_diag_set(diag, CSW_ERROR_INTERNAL, "out of memory parsing the patch");
     cs_patch_free(p);
     return rc;
 }

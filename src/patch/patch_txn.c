@@ -37,7 +37,6 @@
 #include "patch.h"
 
 #define VERSION_SIZE 72 /* "sha256:" + 64 hex + NUL */
-#define MSG_CAP      512
 
 struct item {
     enum csw_patch_change_kind kind;
@@ -210,34 +209,6 @@ static int clip(const char *s, size_t n, size_t max)
     return (int)utf8_cut(s, n, max);
 }
 
-/* snprintf into msg (may be NULL) that never leaves a cut UTF-8 sequence at the end. */
-static void msgf(char *msg, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void msgf(char *msg, size_t cap, const char *fmt, ...)
-{
-    if (msg == NULL || cap == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(msg, cap, fmt, ap);
-    va_end(ap);
-    if (n < 0) {
-        msg[0] = '\0';
-        return;
-    }
-    if ((size_t)n < cap)
-        return;
-    /* Truncated: drop the last sequence when vsnprintf cut it short. */
-    size_t len = cap - 1, i = len;
-    while (i > 0 && len - i < 4 && ((unsigned char)msg[i - 1] & 0xC0) == 0x80)
-        i--;
-    if (i == 0)
-        return;
-    unsigned char lead = (unsigned char)msg[i - 1];
-    size_t need = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 1;
-    if (len - (i - 1) < need)
-        msg[i - 1] = '\0';
-}
-
 /* ---- hashing and reading ---- */
 
 static int hash(const char *data, size_t len, char out[VERSION_SIZE])
@@ -259,46 +230,48 @@ static int hash(const char *data, size_t len, char out[VERSION_SIZE])
 /* Reads the regular file p whole (at most CS_PATCH_TXN_MAX_FILE bytes) with its mode and
  * version. *data is a new NUL-terminated buffer. */
 static int read_file(int rootfd, struct cs_fs_deny *deny, const struct cs_fs_path *p, char **data,
-                     size_t *len, mode_t *mode, char ver[VERSION_SIZE], char *msg, size_t cap)
+                     size_t *len, mode_t *mode, char ver[VERSION_SIZE], struct cs_diag *diag)
 {
     int fd = -1;
     struct stat st;
-    int rc = cs_fs_open_beneath(rootfd, p, CS_FS_WANT_FILE, &fd, &st, msg, cap);
+    int rc = cs_fs_open_beneath(rootfd, p, CS_FS_WANT_FILE, &fd, &st, diag);
     if (rc != 0)
         return rc;
     if (cs_fs_deny_known(deny, &st)) { /* a denied file renamed or linked by a command */
-        msgf(msg, cap,
-             "%s is denied: it is a file the workspace's deny rules matched under "
-             "another name",
-             p->rel);
+        cs_diag_set(diag, CSW_ERROR_PATH_DENIED,
+                    "%s is denied: it is a file the workspace's deny rules matched under "
+                    "another name",
+                    p->rel);
         close(fd);
         return CSW_ERROR_PATH_DENIED;
     }
     char *buf = NULL;
     size_t n = 0, room = (size_t)st.st_size + 1;
     if ((uint64_t)st.st_size > CS_PATCH_TXN_MAX_FILE) {
-        msgf(msg, cap, "%s is larger than %u bytes, the most a patch handles", p->rel,
-             CS_PATCH_TXN_MAX_FILE);
+        cs_diag_set(diag, CSW_ERROR_FILE_OPERATION_FAILED,
+                    "%s is larger than %u bytes, the most a patch handles", p->rel,
+                    CS_PATCH_TXN_MAX_FILE);
         rc = CSW_ERROR_FILE_OPERATION_FAILED;
         goto out;
     }
     buf = malloc(room + 1);
     if (buf == NULL) {
-        msgf(msg, cap, "out of memory reading %s", p->rel);
+        cs_diag_set(diag, CSW_ERROR_INTERNAL, "out of memory reading %s", p->rel);
         rc = CSW_ERROR_INTERNAL;
         goto out;
     }
     for (;;) {
         if (n == room) { /* the file grew since fstat: read on, up to the cap */
             if (room > CS_PATCH_TXN_MAX_FILE) {
-                msgf(msg, cap, "%s is larger than %u bytes, the most a patch handles", p->rel,
-                     CS_PATCH_TXN_MAX_FILE);
+                cs_diag_set(diag, CSW_ERROR_FILE_OPERATION_FAILED,
+                            "%s is larger than %u bytes, the most a patch handles", p->rel,
+                            CS_PATCH_TXN_MAX_FILE);
                 rc = CSW_ERROR_FILE_OPERATION_FAILED;
                 goto out;
             }
             char *nb = realloc(buf, room * 2 + 1);
             if (nb == NULL) {
-                msgf(msg, cap, "out of memory reading %s", p->rel);
+                cs_diag_set(diag, CSW_ERROR_INTERNAL, "out of memory reading %s", p->rel);
                 rc = CSW_ERROR_INTERNAL;
                 goto out;
             }
@@ -309,7 +282,8 @@ static int read_file(int rootfd, struct cs_fs_deny *deny, const struct cs_fs_pat
         if (got < 0 && errno == EINTR)
             continue;
         if (got < 0) {
-            msgf(msg, cap, "cannot read %s: %s", p->rel, strerror(errno));
+            cs_diag_set(diag, CSW_ERROR_FILE_OPERATION_FAILED, "cannot read %s: %s", p->rel,
+                        strerror(errno));
             rc = CSW_ERROR_FILE_OPERATION_FAILED;
             goto out;
         }
@@ -319,7 +293,7 @@ static int read_file(int rootfd, struct cs_fs_deny *deny, const struct cs_fs_pat
     }
     buf[n] = '\0';
     if (hash(buf, n, ver) != 0) {
-        msgf(msg, cap, "SHA-256 failed hashing %s", p->rel);
+        cs_diag_set(diag, CSW_ERROR_INTERNAL, "SHA-256 failed hashing %s", p->rel);
         rc = CSW_ERROR_INTERNAL;
         goto out;
     }
@@ -349,12 +323,12 @@ static void split(const struct cs_fs_path *p, struct cs_fs_path *parent, const c
 
 /* Opens p's parent directory beneath the root (no symlink followed). */
 static int open_parent(int rootfd, const struct cs_fs_path *p, int *dfd, const char **leaf,
-                       char *msg, size_t cap)
+                       struct cs_diag *diag)
 {
     struct cs_fs_path parent;
     struct stat st;
     split(p, &parent, leaf);
-    return cs_fs_open_beneath(rootfd, &parent, CS_FS_WANT_DIR, dfd, &st, msg, cap);
+    return cs_fs_open_beneath(rootfd, &parent, CS_FS_WANT_DIR, dfd, &st, diag);
 }
 
 /*
@@ -363,11 +337,11 @@ static int open_parent(int rootfd, const struct cs_fs_path *p, int *dfd, const c
  * nothing is (an ancestor may be missing too), or the error of an ancestor or of the leaf
  * (symlink, special file).
  */
-static int probe(int rootfd, const struct cs_fs_path *p, bool *is_dir, char *msg, size_t cap)
+static int probe(int rootfd, const struct cs_fs_path *p, bool *is_dir, struct cs_diag *diag)
 {
     int dfd = -1;
     const char *leaf;
-    int rc = open_parent(rootfd, p, &dfd, &leaf, msg, cap);
+    int rc = open_parent(rootfd, p, &dfd, &leaf, diag);
     if (rc != 0)
         return rc;
     struct stat st;
@@ -375,10 +349,11 @@ static int probe(int rootfd, const struct cs_fs_path *p, bool *is_dir, char *msg
         int e = errno;
         close(dfd);
         if (e == ENOENT) {
-            msgf(msg, cap, "%s does not exist", p->rel);
+            cs_diag_set(diag, CSW_ERROR_FILE_NOT_FOUND, "%s does not exist", p->rel);
             return CSW_ERROR_FILE_NOT_FOUND;
         }
-        msgf(msg, cap, "cannot inspect %s: %s", p->rel, strerror(e));
+        cs_diag_set(diag, CSW_ERROR_FILE_OPERATION_FAILED, "cannot inspect %s: %s", p->rel,
+                    strerror(e));
         return CSW_ERROR_FILE_OPERATION_FAILED;
     }
     close(dfd);
@@ -390,26 +365,29 @@ static int probe(int rootfd, const struct cs_fs_path *p, bool *is_dir, char *msg
         *is_dir = true;
         return 0;
     case S_IFLNK:
-        msgf(msg, cap, "%s is a symlink; symlinks are never followed", p->rel);
+        cs_diag_set(diag, CSW_ERROR_SYMLINK_REJECTED,
+                    "%s is a symlink; symlinks are never followed", p->rel);
         return CSW_ERROR_SYMLINK_REJECTED;
     default:
-        msgf(msg, cap, "%s is a special file; only regular files are patched", p->rel);
+        cs_diag_set(diag, CSW_ERROR_SPECIAL_FILE_REJECTED,
+                    "%s is a special file; only regular files are patched", p->rel);
         return CSW_ERROR_SPECIAL_FILE_REJECTED;
     }
 }
 
 /* Normalises a patch path: fs rules, and it must name a file (no trailing "/", not the root). */
 static int norm(const struct cs_fs_deny *deny, const char *s, size_t n, struct cs_fs_path *out,
-                char *msg, size_t cap)
+                struct cs_diag *diag)
 {
-    int rc = cs_fs_path_normalize(s, n, out, msg, cap);
+    int rc = cs_fs_path_normalize(s, n, out, diag);
     if (rc == 0) /* PATH_DENIED before any other check of the path or the file */
-        rc = cs__fs_deny_check(deny, out, msg, cap);
+        rc = cs__fs_deny_check(deny, out, diag);
     if (rc != 0)
         return rc;
     if (out->len == 0 || out->dir_only) {
-        msgf(msg, cap, "%.*s names a directory; a patch path must name a file", clip(s, n, 200), s);
-        return out->len == 0 ? CSW_ERROR_PATH_ESCAPE : CSW_ERROR_PATH_NOT_DIRECTORY;
+        return cs_diag_set(
+            diag, out->len == 0 ? CSW_ERROR_PATH_ESCAPE : CSW_ERROR_PATH_NOT_DIRECTORY,
+            "%.*s names a directory; a patch path must name a file", clip(s, n, 200), s);
     }
     return 0;
 }
@@ -503,19 +481,19 @@ static void sweep_temps(int dfd)
  * noreplace, onto p only while nothing is there: an add or a move target that appeared since the
  * preflight is not clobbered), then fsyncs the directory. */
 static int write_file(struct txn *t, const struct cs_fs_path *p, const char *data, size_t len,
-                      mode_t mode, bool noreplace, bool restore, char *msg, size_t cap)
+                      mode_t mode, bool noreplace, bool restore, struct cs_diag *diag)
 {
     int rootfd = t->rootfd;
     int dfd = -1, fd = -1;
     const char *leaf;
     char tmp[96];
-    int rc = open_parent(rootfd, p, &dfd, &leaf, msg, cap);
+    int rc = open_parent(rootfd, p, &dfd, &leaf, diag);
     if (rc != 0)
         return rc;
     sweep_temps(dfd);
     unsigned char rnd[8];
     if (getrandom(rnd, sizeof rnd, 0) != (ssize_t)sizeof rnd) {
-        msgf(msg, cap, "getrandom failed: %s", strerror(errno));
+        cs_diag_set(diag, CSW_ERROR_FILE_OPERATION_FAILED, "getrandom failed: %s", strerror(errno));
         rc = CSW_ERROR_FILE_OPERATION_FAILED;
         goto out;
     }
@@ -523,7 +501,8 @@ static int write_file(struct txn *t, const struct cs_fs_path *p, const char *dat
              rnd[2], rnd[3], rnd[4], rnd[5], rnd[6], rnd[7]);
     fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
     if (fd < 0 || fchmod(fd, mode) != 0 || write_all(fd, data, len) != 0 || fsync(fd) != 0) {
-        msgf(msg, cap, "cannot write a temporary file for %s: %s", p->rel, strerror(errno));
+        cs_diag_set(diag, CSW_ERROR_FILE_OPERATION_FAILED,
+                    "cannot write a temporary file for %s: %s", p->rel, strerror(errno));
         rc = CSW_ERROR_FILE_OPERATION_FAILED;
         if (fd >= 0)
             unlinkat(dfd, tmp, 0);
@@ -536,11 +515,13 @@ static int write_file(struct txn *t, const struct cs_fs_path *p, const char *dat
         int e = errno;
         unlinkat(dfd, tmp, 0);
         if (e == EEXIST) {
-            msgf(msg, cap, "%s appeared while the patch was being applied", p->rel);
+            cs_diag_set(diag, CSW_ERROR_FILE_OPERATION_FAILED,
+                        "%s appeared while the patch was being applied", p->rel);
             rc = CSW_ERROR_FILE_OPERATION_FAILED;
             goto out;
         }
-        msgf(msg, cap, "cannot rename the temporary file onto %s: %s", p->rel, strerror(e));
+        cs_diag_set(diag, CSW_ERROR_FILE_OPERATION_FAILED,
+                    "cannot rename the temporary file onto %s: %s", p->rel, strerror(e));
         rc = CSW_ERROR_FILE_OPERATION_FAILED;
         goto out;
     }
@@ -553,15 +534,16 @@ out:
     return rc;
 }
 
-static int remove_at(int rootfd, const struct cs_fs_path *p, bool dir, char *msg, size_t cap)
+static int remove_at(int rootfd, const struct cs_fs_path *p, bool dir, struct cs_diag *diag)
 {
     int dfd = -1;
     const char *leaf;
-    int rc = open_parent(rootfd, p, &dfd, &leaf, msg, cap);
+    int rc = open_parent(rootfd, p, &dfd, &leaf, diag);
     if (rc != 0)
         return rc;
     if (unlinkat(dfd, leaf, dir ? AT_REMOVEDIR : 0) != 0) {
-        msgf(msg, cap, "cannot remove %s: %s", p->rel, strerror(errno));
+        cs_diag_set(diag, CSW_ERROR_FILE_OPERATION_FAILED, "cannot remove %s: %s", p->rel,
+                    strerror(errno));
         rc = CSW_ERROR_FILE_OPERATION_FAILED;
     } else {
         (void)fsync(dfd);
@@ -572,7 +554,7 @@ static int remove_at(int rootfd, const struct cs_fs_path *p, bool dir, char *msg
 
 /* Creates the missing parent directories of p (0755), each with mkdirat in its opened parent,
  * and journals them. */
-static int make_parents(struct txn *t, const struct cs_fs_path *p, char *msg, size_t cap)
+static int make_parents(struct txn *t, const struct cs_fs_path *p, struct cs_diag *diag)
 {
     struct cs_fs_path pre;
     for (size_t i = 0; i < p->len; i++) {
@@ -584,7 +566,7 @@ static int make_parents(struct txn *t, const struct cs_fs_path *p, char *msg, si
         pre.dir_only = false;
         int fd = -1;
         struct stat st;
-        int rc = cs_fs_open_beneath(t->rootfd, &pre, CS_FS_WANT_DIR, &fd, &st, msg, cap);
+        int rc = cs_fs_open_beneath(t->rootfd, &pre, CS_FS_WANT_DIR, &fd, &st, diag);
         if (rc == 0) {
             close(fd);
             continue;
@@ -593,16 +575,17 @@ static int make_parents(struct txn *t, const struct cs_fs_path *p, char *msg, si
             return rc;
         int dfd = -1;
         const char *leaf;
-        rc = open_parent(t->rootfd, &pre, &dfd, &leaf, msg, cap);
+        rc = open_parent(t->rootfd, &pre, &dfd, &leaf, diag);
         if (rc != 0)
             return rc;
         if (push_undo(t, UNDO_RMDIR, &pre, NULL, 0, 0) != 0) {
-            msgf(msg, cap, "out of memory");
+            cs_diag_set(diag, CSW_ERROR_INTERNAL, "out of memory");
             close(dfd);
             return CSW_ERROR_INTERNAL;
         }
         if (mkdirat(dfd, leaf, 0755) != 0) {
-            msgf(msg, cap, "cannot create the directory %s: %s", pre.rel, strerror(errno));
+            cs_diag_set(diag, CSW_ERROR_FILE_OPERATION_FAILED, "cannot create the directory %s: %s",
+                        pre.rel, strerror(errno));
             close(dfd);
             pop_undo(t);
             return CSW_ERROR_FILE_OPERATION_FAILED;
@@ -616,11 +599,11 @@ static int make_parents(struct txn *t, const struct cs_fs_path *p, char *msg, si
  * that needs no restore (the action journaled for it failed before it changed anything). */
 static bool holds(int rootfd, const struct cs_fs_path *p, const char *data, size_t len, mode_t mode)
 {
-    char msg[MSG_CAP], ver[VERSION_SIZE];
+    char ver[VERSION_SIZE];
     char *cur = NULL;
     size_t n = 0;
     mode_t m = 0;
-    if (read_file(rootfd, NULL, p, &cur, &n, &m, ver, msg, sizeof msg) != 0)
+    if (read_file(rootfd, NULL, p, &cur, &n, &m, ver, NULL) != 0)
         return false;
     bool same = n == len && m == (mode & 07777) && memcmp(cur, data, len) == 0;
     free(cur);
@@ -633,20 +616,19 @@ static bool holds(int rootfd, const struct cs_fs_path *p, const char *data, size
 static int rollback(struct txn *t)
 {
     int bad = 0;
-    char msg[MSG_CAP];
     for (size_t i = t->n_undo; i-- > 0;) {
         const struct undo *u = &t->undo[i];
         int rc = 0;
         switch (u->kind) {
         case UNDO_UNLINK:
-            rc = remove_at(t->rootfd, u->p, false, msg, sizeof msg);
+            rc = remove_at(t->rootfd, u->p, false, NULL);
             break;
         case UNDO_RESTORE:
             if (!holds(t->rootfd, u->p, u->data, u->len, u->mode))
-                rc = write_file(t, u->p, u->data, u->len, u->mode, false, true, msg, sizeof msg);
+                rc = write_file(t, u->p, u->data, u->len, u->mode, false, true, NULL);
             break;
         case UNDO_RMDIR:
-            rc = remove_at(t->rootfd, u->p, true, msg, sizeof msg);
+            rc = remove_at(t->rootfd, u->p, true, NULL);
             break;
         }
         if (rc != 0)
@@ -660,7 +642,7 @@ static int rollback(struct txn *t)
  * have happened is always undone: undoing one that did not is harmless (the rollback leaves a
  * file that holds its snapshot alone, so it never writes to an unchanged file).
  */
-static int execute(struct txn *t, char *msg, size_t cap)
+static int execute(struct txn *t, struct cs_diag *diag)
 {
     for (size_t i = 0; i < t->n_items; i++) {
         struct item *it = &t->items[i];
@@ -668,13 +650,13 @@ static int execute(struct txn *t, char *msg, size_t cap)
         switch (it->kind) {
         case CSW_PATCH_CHANGE_KIND_ADD:
         case CSW_PATCH_CHANGE_KIND_MOVE:
-            rc = make_parents(t, &it->path, msg, cap);
+            rc = make_parents(t, &it->path, diag);
             if (rc != 0)
                 return rc;
             if (push_undo(t, UNDO_UNLINK, &it->path, NULL, 0, 0) != 0)
                 goto oom;
-            rc = write_file(t, &it->path, it->new_content, it->new_len, it->mode, true, false, msg,
-                            cap);
+            rc =
+                write_file(t, &it->path, it->new_content, it->new_len, it->mode, true, false, diag);
             if (rc != 0) {
                 pop_undo(t); /* nothing was renamed onto the path: it is not ours to remove */
                 return rc;
@@ -682,7 +664,7 @@ static int execute(struct txn *t, char *msg, size_t cap)
             if (it->kind == CSW_PATCH_CHANGE_KIND_MOVE) {
                 if (push_undo(t, UNDO_RESTORE, &it->from, it->old, it->old_len, it->mode) != 0)
                     goto oom;
-                rc = remove_at(t->rootfd, &it->from, false, msg, cap);
+                rc = remove_at(t->rootfd, &it->from, false, diag);
                 if (rc != 0)
                     return rc;
             }
@@ -690,15 +672,15 @@ static int execute(struct txn *t, char *msg, size_t cap)
         case CSW_PATCH_CHANGE_KIND_UPDATE:
             if (push_undo(t, UNDO_RESTORE, &it->path, it->old, it->old_len, it->mode) != 0)
                 goto oom;
-            rc = write_file(t, &it->path, it->new_content, it->new_len, it->mode, false, false, msg,
-                            cap);
+            rc = write_file(t, &it->path, it->new_content, it->new_len, it->mode, false, false,
+                            diag);
             if (rc != 0)
                 return rc;
             break;
         case CSW_PATCH_CHANGE_KIND_DELETE:
             if (push_undo(t, UNDO_RESTORE, &it->path, it->old, it->old_len, it->mode) != 0)
                 goto oom;
-            rc = remove_at(t->rootfd, &it->path, false, msg, cap);
+            rc = remove_at(t->rootfd, &it->path, false, diag);
             if (rc != 0)
                 return rc;
             break;
@@ -706,39 +688,42 @@ static int execute(struct txn *t, char *msg, size_t cap)
     }
     return 0;
 oom:
-    msgf(msg, cap, "out of memory journaling the writes");
+    cs_diag_set(diag, CSW_ERROR_INTERNAL, "out of memory journaling the writes");
     return CSW_ERROR_INTERNAL;
 }
 
 /* Reads back every written file and checks its hash; checks every removed source is gone. */
-static int verify(struct txn *t, char *msg, size_t cap)
+static int verify(struct txn *t, struct cs_diag *diag)
 {
     for (size_t i = 0; i < t->n_items; i++) {
         const struct item *it = &t->items[i];
         bool is_dir;
         if (it->kind == CSW_PATCH_CHANGE_KIND_DELETE) {
-            if (probe(t->rootfd, &it->path, &is_dir, msg, cap) != CSW_ERROR_FILE_NOT_FOUND) {
-                msgf(msg, cap, "verification: %s still exists after its delete", it->path.rel);
+            if (probe(t->rootfd, &it->path, &is_dir, diag) != CSW_ERROR_FILE_NOT_FOUND) {
+                cs_diag_set(diag, CSW_ERROR_FILE_OPERATION_FAILED,
+                            "verification: %s still exists after its delete", it->path.rel);
                 return CSW_ERROR_FILE_OPERATION_FAILED;
             }
             continue;
         }
         if (it->kind == CSW_PATCH_CHANGE_KIND_MOVE &&
-            probe(t->rootfd, &it->from, &is_dir, msg, cap) != CSW_ERROR_FILE_NOT_FOUND) {
-            msgf(msg, cap, "verification: %s still exists after its move", it->from.rel);
+            probe(t->rootfd, &it->from, &is_dir, diag) != CSW_ERROR_FILE_NOT_FOUND) {
+            cs_diag_set(diag, CSW_ERROR_FILE_OPERATION_FAILED,
+                        "verification: %s still exists after its move", it->from.rel);
             return CSW_ERROR_FILE_OPERATION_FAILED;
         }
         char *data = NULL;
         size_t len;
         mode_t mode;
         char ver[VERSION_SIZE];
-        int rc = read_file(t->rootfd, NULL, &it->path, &data, &len, &mode, ver, msg, cap);
+        int rc = read_file(t->rootfd, NULL, &it->path, &data, &len, &mode, ver, diag);
         free(data);
         if (rc != 0)
             return rc;
         if (strcmp(ver, it->after) != 0) {
-            msgf(msg, cap, "verification: %s on disk is %s, not the written %s", it->path.rel, ver,
-                 it->after);
+            cs_diag_set(diag, CSW_ERROR_FILE_OPERATION_FAILED,
+                        "verification: %s on disk is %s, not the written %s", it->path.rel, ver,
+                        it->after);
             return CSW_ERROR_FILE_OPERATION_FAILED;
         }
     }
@@ -749,56 +734,59 @@ static int verify(struct txn *t, char *msg, size_t cap)
 
 /* The cancel flag, polled between files until the writes begin (never after: a patch that has
  * begun writing runs to its end, so that its result, and the ledger row, tell the truth). */
-static int cancelled(const struct cs_cancel *cancel, char *msg, size_t cap)
+static int cancelled(const struct cs_cancel *cancel, struct cs_diag *diag)
 {
     if (!cs_cancel_requested(cancel))
         return 0;
-    msgf(msg, cap, "the patch was cancelled before any write");
+    cs_diag_set(diag, CSW_ERROR_TIMEOUT, "the patch was cancelled before any write");
     return CSW_ERROR_TIMEOUT;
 }
 
 static int check_versions(int rootfd, struct cs_fs_deny *deny,
                           const struct csw_mcp_apply_patch_input *in,
-                          const struct cs_cancel *cancel, char *msg, size_t cap)
+                          const struct cs_cancel *cancel, struct cs_diag *diag)
 {
     if (!in->has_expected_versions)
         return 0;
     for (size_t i = 0; i < in->expected_versions.n; i++) {
-        if (cancelled(cancel, msg, cap) != 0)
+        if (cancelled(cancel, diag) != 0)
             return CSW_ERROR_TIMEOUT;
         const struct csw_mcp_apply_patch_input_expected_versions_entry *e =
             &in->expected_versions.v[i];
         struct cs_fs_path p;
-        int rc = norm(deny, e->key.s, e->key.n, &p, msg, cap);
+        int rc = norm(deny, e->key.s, e->key.n, &p, diag);
         if (rc != 0)
             return rc;
         bool want_absent = e->value.n == 6 && memcmp(e->value.s, "absent", 6) == 0;
         bool is_dir = false;
-        rc = probe(rootfd, &p, &is_dir, msg, cap);
+        rc = probe(rootfd, &p, &is_dir, diag);
         if (rc == CSW_ERROR_FILE_NOT_FOUND) {
             if (want_absent)
                 continue;
-            msgf(msg, cap, "expected_versions: %s does not exist, expected %.*s", p.rel,
-                 clip(e->value.s, e->value.n, 100), e->value.s);
+            cs_diag_set(diag, CSW_ERROR_VERSION_CONFLICT,
+                        "expected_versions: %s does not exist, expected %.*s", p.rel,
+                        clip(e->value.s, e->value.n, 100), e->value.s);
             return CSW_ERROR_VERSION_CONFLICT;
         }
         if (rc != 0)
             return rc;
         if (want_absent) {
-            msgf(msg, cap, "expected_versions: %s exists, expected absent", p.rel);
+            cs_diag_set(diag, CSW_ERROR_VERSION_CONFLICT,
+                        "expected_versions: %s exists, expected absent", p.rel);
             return CSW_ERROR_VERSION_CONFLICT;
         }
         char *data = NULL;
         size_t len;
         mode_t mode;
         char ver[VERSION_SIZE];
-        rc = read_file(rootfd, deny, &p, &data, &len, &mode, ver, msg, cap);
+        rc = read_file(rootfd, deny, &p, &data, &len, &mode, ver, diag);
         free(data);
         if (rc != 0)
             return rc;
         if (e->value.n != strlen(ver) || memcmp(e->value.s, ver, e->value.n) != 0) {
-            msgf(msg, cap, "expected_versions: %s is %s, expected %.*s", p.rel, ver,
-                 clip(e->value.s, e->value.n, 100), e->value.s);
+            cs_diag_set(diag, CSW_ERROR_VERSION_CONFLICT,
+                        "expected_versions: %s is %s, expected %.*s", p.rel, ver,
+                        clip(e->value.s, e->value.n, 100), e->value.s);
             return CSW_ERROR_VERSION_CONFLICT;
         }
     }
@@ -807,15 +795,15 @@ static int check_versions(int rootfd, struct cs_fs_deny *deny,
 
 /* The destination of an add or a move must not exist (its parents may be missing). */
 static int check_absent(int rootfd, const struct cs_fs_path *p, enum csw_error exists_code,
-                        char *msg, size_t cap)
+                        struct cs_diag *diag)
 {
     bool is_dir;
-    int rc = probe(rootfd, p, &is_dir, msg, cap);
+    int rc = probe(rootfd, p, &is_dir, diag);
     if (rc == CSW_ERROR_FILE_NOT_FOUND)
         return 0;
     if (rc != 0)
         return rc;
-    msgf(msg, cap, "%s already exists%s", p->rel, is_dir ? " (a directory)" : "");
+    cs_diag_set(diag, exists_code, "%s already exists%s", p->rel, is_dir ? " (a directory)" : "");
     return (int)exists_code;
 }
 
@@ -827,12 +815,12 @@ static int cmp_paths(const void *a, const void *b)
 }
 
 /* Two operations on one file after normalisation ("a/b" and "a/./b") are an INVALID_PATCH. */
-static int check_duplicates(const struct txn *t, char *msg, size_t cap)
+static int check_duplicates(const struct txn *t, struct cs_diag *diag)
 {
     size_t n = 0;
     const struct cs_fs_path **v = malloc((2 * t->n_items + 1) * sizeof *v);
     if (v == NULL) {
-        msgf(msg, cap, "out of memory");
+        cs_diag_set(diag, CSW_ERROR_INTERNAL, "out of memory");
         return CSW_ERROR_INTERNAL;
     }
     for (size_t i = 0; i < t->n_items; i++) {
@@ -844,7 +832,8 @@ static int check_duplicates(const struct txn *t, char *msg, size_t cap)
     int rc = 0;
     for (size_t i = 1; i < n; i++) {
         if (strcmp(v[i - 1]->rel, v[i]->rel) == 0) {
-            msgf(msg, cap, "two operations touch %s (after path normalisation)", v[i]->rel);
+            cs_diag_set(diag, CSW_ERROR_INVALID_PATCH,
+                        "two operations touch %s (after path normalisation)", v[i]->rel);
             rc = CSW_ERROR_INVALID_PATCH;
             break;
         }
@@ -855,11 +844,11 @@ static int check_duplicates(const struct txn *t, char *msg, size_t cap)
 
 /* Normalises and preflights every operation; reads every old content; computes every new one. */
 static int preflight(struct txn *t, const struct cs_patch *plan, const struct cs_cancel *cancel,
-                     char *msg, size_t cap)
+                     struct cs_diag *diag)
 {
     t->items = calloc(plan->n_ops + 1, sizeof *t->items);
     if (t->items == NULL) {
-        msgf(msg, cap, "out of memory");
+        cs_diag_set(diag, CSW_ERROR_INTERNAL, "out of memory");
         return CSW_ERROR_INTERNAL;
     }
     t->n_items = plan->n_ops;
@@ -868,7 +857,7 @@ static int preflight(struct txn *t, const struct cs_patch *plan, const struct cs
         const struct cs_patch_op *op = &plan->ops[i];
         struct item *it = &t->items[i];
         it->op = op;
-        int rc = norm(t->deny, op->path, op->path_len, &it->path, msg, cap);
+        int rc = norm(t->deny, op->path, op->path_len, &it->path, diag);
         if (rc != 0)
             return rc;
         switch (op->kind) {
@@ -882,7 +871,7 @@ static int preflight(struct txn *t, const struct cs_patch *plan, const struct cs
             it->kind = CSW_PATCH_CHANGE_KIND_UPDATE;
             if (op->move_to != NULL) {
                 it->from = it->path;
-                rc = norm(t->deny, op->move_to, op->move_to_len, &it->path, msg, cap);
+                rc = norm(t->deny, op->move_to, op->move_to_len, &it->path, diag);
                 if (rc != 0)
                     return rc;
                 /* A move onto itself is an update. */
@@ -892,24 +881,24 @@ static int preflight(struct txn *t, const struct cs_patch *plan, const struct cs
             break;
         }
     }
-    int rc = check_duplicates(t, msg, cap);
+    int rc = check_duplicates(t, diag);
     if (rc != 0)
         return rc;
     for (size_t i = 0; i < t->n_items; i++) {
         test_hook_preflight_delay(cancel);
-        if (cancelled(cancel, msg, cap) != 0)
+        if (cancelled(cancel, diag) != 0)
             return CSW_ERROR_TIMEOUT;
         struct item *it = &t->items[i];
         const struct cs_fs_path *src =
             it->kind == CSW_PATCH_CHANGE_KIND_MOVE ? &it->from : &it->path;
         if (it->kind == CSW_PATCH_CHANGE_KIND_ADD) {
-            rc = check_absent(t->rootfd, &it->path, CSW_ERROR_ADD_FILE_EXISTS, msg, cap);
+            rc = check_absent(t->rootfd, &it->path, CSW_ERROR_ADD_FILE_EXISTS, diag);
             if (rc != 0)
                 return rc;
             it->mode = 0644;
             it->new_content = malloc(it->op->content_len + 1);
             if (it->new_content == NULL) {
-                msgf(msg, cap, "out of memory");
+                cs_diag_set(diag, CSW_ERROR_INTERNAL, "out of memory");
                 return CSW_ERROR_INTERNAL;
             }
             memcpy(it->new_content, it->op->content, it->op->content_len);
@@ -917,32 +906,30 @@ static int preflight(struct txn *t, const struct cs_patch *plan, const struct cs
             it->new_len = it->op->content_len;
         } else {
             rc = read_file(t->rootfd, t->deny, src, &it->old, &it->old_len, &it->mode, it->before,
-                           msg, cap);
+                           diag);
             if (rc != 0)
                 return rc;
             if (it->kind == CSW_PATCH_CHANGE_KIND_MOVE) {
-                rc =
-                    check_absent(t->rootfd, &it->path, CSW_ERROR_MOVE_DESTINATION_EXISTS, msg, cap);
+                rc = check_absent(t->rootfd, &it->path, CSW_ERROR_MOVE_DESTINATION_EXISTS, diag);
                 if (rc != 0)
                     return rc;
             }
             if (it->kind != CSW_PATCH_CHANGE_KIND_DELETE) {
                 rc = cs_patch_apply_update(it->op, it->old, it->old_len, &it->new_content,
-                                           &it->new_len, msg, cap);
-                if (rc == CS_PATCH_ERR_NOMEM)
-                    return CSW_ERROR_INTERNAL;
+                                           &it->new_len, diag);
                 if (rc != CS_PATCH_OK)
-                    return CSW_ERROR_INVALID_PATCH;
+                    return cs_patch_rc_error(rc);
                 if (it->new_len > CS_PATCH_TXN_MAX_FILE) {
-                    msgf(msg, cap, "the new %s would be larger than %u bytes", it->path.rel,
-                         CS_PATCH_TXN_MAX_FILE);
+                    cs_diag_set(diag, CSW_ERROR_FILE_OPERATION_FAILED,
+                                "the new %s would be larger than %u bytes", it->path.rel,
+                                CS_PATCH_TXN_MAX_FILE);
                     return CSW_ERROR_FILE_OPERATION_FAILED;
                 }
             }
         }
         if (it->kind != CSW_PATCH_CHANGE_KIND_DELETE &&
             hash(it->new_content, it->new_len, it->after) != 0) {
-            msgf(msg, cap, "SHA-256 failed");
+            cs_diag_set(diag, CSW_ERROR_INTERNAL, "SHA-256 failed");
             return CSW_ERROR_INTERNAL;
         }
     }
@@ -1023,52 +1010,49 @@ oom:
 
 int cs_patch_txn_apply(const char *root, const struct csw_mcp_apply_patch_input *in,
                        const struct cs_cancel *cancel, struct csw_mcp_apply_patch_output *out,
-                       char *msg, size_t msg_cap)
+                       struct cs_diag *diag)
 {
-    return cs_patch_txn_apply_deny(root, NULL, in, cancel, out, msg, msg_cap);
+    return cs_patch_txn_apply_deny(root, NULL, in, cancel, out, diag);
 }
 
 int cs_patch_txn_apply_deny(const char *root, struct cs_fs_deny *deny,
                             const struct csw_mcp_apply_patch_input *in,
                             const struct cs_cancel *cancel, struct csw_mcp_apply_patch_output *out,
-                            char *msg, size_t msg_cap)
+                            struct cs_diag *diag)
 {
     struct txn t = {.rootfd = -1, .deny = deny};
     struct cs_patch *plan = NULL;
     int rc;
     memset(out, 0, sizeof *out);
     enum csw_patch_status status = CSW_PATCH_STATUS_APPLIED;
-    rc = cs_fs_root_open(root, &t.rootfd, msg, msg_cap);
+    rc = cs_fs_root_open(root, &t.rootfd, diag);
     if (rc == 0)
-        rc = check_versions(t.rootfd, deny, in, cancel, msg, msg_cap);
+        rc = check_versions(t.rootfd, deny, in, cancel, diag);
     if (rc == 0) {
-        int prc = cs_patch_parse(in->patch.s, in->patch.n, &plan, msg, msg_cap);
-        if (prc == CS_PATCH_ERR_NOMEM)
-            rc = CSW_ERROR_INTERNAL;
-        else if (prc != CS_PATCH_OK)
-            rc = CSW_ERROR_INVALID_PATCH;
+        rc = cs_patch_rc_error(cs_patch_parse(in->patch.s, in->patch.n, &plan, diag));
     }
     if (rc == 0)
-        rc = preflight(&t, plan, cancel, msg, msg_cap);
+        rc = preflight(&t, plan, cancel, diag);
     /* The last safe point: past it the writes begin and the transaction runs to its end. */
     if (rc == 0)
-        rc = cancelled(cancel, msg, msg_cap);
+        rc = cancelled(cancel, diag);
     if (rc != 0)
         goto out; /* rejected (or cancelled) before any write */
     if (in->has_check_only && in->check_only) {
         status = CSW_PATCH_STATUS_CHECKED;
     } else {
-        char wmsg[MSG_CAP];
-        int wrc = execute(&t, wmsg, sizeof wmsg);
+        /* What went wrong is in the output's per-file results, not in the diag. */
+        int wrc = execute(&t, NULL);
         if (wrc == 0)
-            wrc = verify(&t, wmsg, sizeof wmsg);
+            wrc = verify(&t, NULL);
         if (wrc != 0)
             status = rollback(&t) == 0 ? CSW_PATCH_STATUS_FAILED_ROLLED_BACK
                                        : CSW_PATCH_STATUS_FAILED_PARTIAL;
     }
     if (build_output(&t, status, status == CSW_PATCH_STATUS_APPLIED, "", out) != 0) {
-        msgf(msg, msg_cap, "the patch ended %s but its result could not be built (out of memory)",
-             csw_patch_status_names[status]);
+        cs_diag_set(diag, CSW_ERROR_INTERNAL,
+                    "the patch ended %s but its result could not be built (out of memory)",
+                    csw_patch_status_names[status]);
         rc = CSW_ERROR_INTERNAL;
     }
 out:

@@ -1,5 +1,5 @@
 /*
- * patch_txn: apply_patch's transaction (contract.md section 6, "Transaction"; docs/patch-format.md
+ * patch_txn: apply_patch's transaction (docs/contract/patch.md section 2; docs/patch-format.md
  * "Transactions"). Checks expected_versions, parses the patch (patch.h), normalises and preflights
  * every path through the fs layer with no write, then, unless check_only, writes every new content
  * to a temporary file beside its target, fsyncs and renames it into place, verifies the hashes on
@@ -22,6 +22,7 @@
 #include <stddef.h>
 
 #include "base_cancel.h"
+#include "base_diag.h"
 #include "csw.h"
 #include "store.h"
 
@@ -37,24 +38,24 @@
  * patch is refused with a tool error),
  * CS_PATCH_TXN_REPLAYED (the key names the same request: *out holds the recorded result; done),
  * CS_PATCH_TXN_REPLAYED_ERROR (the key names the same request, which was refused with a tool
- * error: *error and msg hold it and op_id its operation; done), or an enum csw_error value with
- * msg set (op_id "" unless the error carries one).
+ * error: *error and diag hold it and op_id its operation; done), or an enum csw_error value with
+ * diag set (op_id "" unless the error carries one).
  */
 #define CS_PATCH_TXN_REPLAYED       (-1)
 #define CS_PATCH_TXN_REPLAYED_ERROR (-2)
 int cs_patch_txn_begin(struct cs_store *store, const struct csw_mcp_apply_patch_input *in,
                        struct csw_mcp_apply_patch_output *out, char op_id[CS_STORE_ID_SIZE],
-                       enum csw_error *error, char *msg, size_t msg_cap);
+                       enum csw_error *error, struct cs_diag *diag);
 /* Applies in (workspace_id and operation_key are ignored) at root with no ledger. Returns 0 with
  * *out filled (operation_id empty), or an enum csw_error value (rejected before any write) with
- * msg set and *out zeroed. cancel (NULL: never) is polled between files of the version checks and
+ * diag set and *out zeroed. cancel (NULL: never) is polled between files of the version checks and
  * the preflight and once more just before the first write; when it is set there, the result is
  * CSW_ERROR_TIMEOUT and nothing was written. Once the writes have begun it is no longer looked
  * at: the transaction runs to its end (applied, or rolled back) and reports that. */
 int cs_patch_txn_apply(const char *root, const struct csw_mcp_apply_patch_input *in,
                        const struct cs_cancel *cancel, struct csw_mcp_apply_patch_output *out,
-                       char *msg, size_t msg_cap);
-/* As cs_patch_txn_apply, with the workspace's deny rules (contract.md section 7; deny may be
+                       struct cs_diag *diag);
+/* As cs_patch_txn_apply, with the workspace's deny rules (docs/contract/tools.md §5; deny may be
  * NULL): a path of the patch or of expected_versions that a rule denies (added, updated, deleted,
  * moved from or to) answers CSW_ERROR_PATH_DENIED before any file is looked at, and a file whose
  * identity deny remembers (renamed or linked by a command) answers it in preflight; nothing is
@@ -63,5 +64,5 @@ struct cs_fs_deny;
 int cs_patch_txn_apply_deny(const char *root, struct cs_fs_deny *deny,
                             const struct csw_mcp_apply_patch_input *in,
                             const struct cs_cancel *cancel, struct csw_mcp_apply_patch_output *out,
-                            char *msg, size_t msg_cap);
+                            struct cs_diag *diag);
 #endif

@@ -1,8 +1,8 @@
 /*
- * policy: the gateway's configuration (flags and environment variables, runtime.md section 2),
- * the operator's workspace registry (--config FILE, --workspace DIR), the profile and
+ * policy: the gateway's configuration (flags and environment variables, docs/contract/runtime.md
+ * §2), the operator's workspace registry (--config FILE, --workspace DIR), the profile and
  * environment rules that decide what a workspace permits, and the pure builder of the
- * workspace_info result (contract.md section 4).
+ * workspace_info result (docs/contract/tools.md section 4).
  *
  * Trust: argv, the environment and the registry file come from the operator, who is trusted to
  * mean what they write but not to write it correctly: every value is checked and the first bad
@@ -23,9 +23,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base_diag.h"
 #include "csw.h"
 
-/* ---- fixed values of the contract (contract.md section 4, runtime.md section 5) ---- */
+/* ---- fixed values (docs/contract/tools.md §4, docs/contract/runtime.md §5) ---- */
 
 #define CS_POLICY_READ_MAX_BYTES                    1048576 /* read: bytes per call */
 #define CS_POLICY_FIND_MAX_PATHS                    10000   /* find: paths per call */
@@ -96,14 +97,14 @@ struct cs_workspace {
     bool has_network_allow; /* the file gave network_allow (even empty) */
     char **network_allow;   /* host patterns, as given */
     size_t n_network_allow;
-    /* deny rules (contract.md section 7), as given, each checked by cs_fs_deny_rule_valid */
+    /* deny rules (docs/contract/tools.md §5), as given, each checked by cs_fs_deny_rule_valid */
     char **deny;
     size_t n_deny;
 };
 
 /*
- * Every setting of runtime.md section 2, resolved (flag, else variable, else default). Strings are
- * owned by the struct and released by cs_config_free.
+ * Every setting of docs/contract/runtime.md §2, resolved (flag, else variable, else default).
+ * Strings are owned by the struct and released by cs_config_free.
  */
 struct cs_config {
     /* --transport stdio|http (--http), CODESPACE_TRANSPORT */
@@ -140,13 +141,13 @@ struct cs_config {
      * and the same level as a syslog severity (0 emergency .. 7 debug) */
     const char *log_level;
     int log_severity;
-    /* CODESPACE_RUNTIME_BIN, CODESPACE_LINUX_SANDBOX_BIN (runtime.md section 1); NULL: the
+    /* CODESPACE_RUNTIME_BIN, CODESPACE_LINUX_SANDBOX_BIN (docs/contract/runtime.md §1); NULL: the
      * sibling of the gateway's executable */
     char *runtime_bin;
     char *sandbox_bin;
-    /* --sandbox-uid, CODESPACE_SANDBOX_UID; --sandbox-gid, CODESPACE_SANDBOX_GID (sandbox.md
-     * section 3): 1..CS_POLICY_MAX_SANDBOX_ID, owning no system directory; the gid defaults to
-     * the uid */
+    /* --sandbox-uid, CODESPACE_SANDBOX_UID; --sandbox-gid, CODESPACE_SANDBOX_GID
+     * (docs/contract/sandbox.md section 3): 1..CS_POLICY_MAX_SANDBOX_ID, owning no system
+     * directory; the gid defaults to the uid */
     int64_t sandbox_uid, sandbox_gid;
 
     /* The registry: "local" first, then the file's environments in document order. */
@@ -194,7 +195,7 @@ const struct cs_workspace *cs_config_workspace(const struct cs_config *cfg, cons
 
 /* ---- permissions ---- */
 
-/* What the profile grants (contract.md section 4 "permissions"); the environment is separate. */
+/* What the profile grants (docs/contract/tools.md §4 "permissions"); not the environment. */
 bool cs_workspace_can_read(const struct cs_workspace *ws);
 bool cs_workspace_can_write(const struct cs_workspace *ws);
 bool cs_workspace_can_exec(const struct cs_workspace *ws);
@@ -210,11 +211,11 @@ enum cs_policy_access {
 
 /*
  * The gate a tool applies before doing anything: returns 0 when ws may do access, else
- * CSW_ERROR_UNAUTHORIZED with msg (may be NULL) saying why: the environment is not an exec path,
- * or the profile forbids the action.
+ * CSW_ERROR_UNAUTHORIZED with diag (may be NULL) saying why: the environment is not an exec
+ * path, or the profile forbids the action.
  */
-int cs_workspace_check(const struct cs_workspace *ws, enum cs_policy_access access, char *msg,
-                       size_t msg_cap);
+int cs_workspace_check(const struct cs_workspace *ws, enum cs_policy_access access,
+                       struct cs_diag *diag);
 
 /* ---- workspace_info ---- */
 
@@ -235,15 +236,15 @@ struct cs_runtime_caps {
 };
 
 /*
- * Builds the workspace_info result (contract.md section 4) for in->workspace_id (absent or empty:
- * the server part only). cfg, caps, version (NUL-terminated) and in are borrowed for the call.
- * Returns 0 with out filled (release it with csw_mcp_workspace_info_output_free; it passes
- * csw_mcp_workspace_info_output_encode), or an error code with out zeroed and msg (may be NULL)
+ * Builds the workspace_info result (docs/contract/tools.md §4) for in->workspace_id (absent or
+ * empty: the server part only). cfg, caps, version (NUL-terminated) and in are borrowed for the
+ * call. Returns 0 with out filled (release it with csw_mcp_workspace_info_output_free; it passes
+ * csw_mcp_workspace_info_output_encode), or an error code with out zeroed and diag (may be NULL)
  * saying why: CSW_ERROR_WORKSPACE_NOT_FOUND for an unknown id, CSW_ERROR_INTERNAL on OOM or caps
  * outside the schema. Reads no workspace files.
  */
 int cs_policy_workspace_info(const struct cs_config *cfg, const struct cs_runtime_caps *caps,
                              const char *version, const struct csw_mcp_workspace_info_input *in,
-                             struct csw_mcp_workspace_info_output *out, char *msg, size_t msg_cap);
+                             struct csw_mcp_workspace_info_output *out, struct cs_diag *diag);
 
 #endif

@@ -1,6 +1,6 @@
 /*
  * policy_config: resolves the gateway's settings from flags, environment variables and defaults
- * (runtime.md section 2), then loads the registry (policy_registry.c).
+ * (docs/contract/runtime.md section 2), then loads the registry (policy_registry.c).
  *
  * Trust: argv and envp come from the operator. Nothing is taken on faith: each value is checked
  * and the first bad one ends the load with a message naming the flag or variable and the value.
@@ -161,7 +161,7 @@ int cs__policy_errf(struct cs_config_error *err, const char *fmt, ...)
     if (err) {
         va_list ap;
         va_start(ap, fmt);
-        vsnprintf(err->text, sizeof err->text, fmt, ap);
+        cs_diag_vformat(err->text, sizeof err->text, fmt, ap);
         va_end(ap);
     }
     return CS_CONFIG_ERROR;
@@ -373,8 +373,9 @@ static int resolve_runner_dir(struct cs_config *cfg, const struct raw *r, char *
 }
 
 /*
- * sandbox.md section 3: the id a root server's commands run as when the workspace root is owned
- * by root. Never 0, and never the owner of a system directory: such an id would own host files.
+ * docs/contract/sandbox.md §3: the id a root server's commands run as when the workspace root is
+ * owned by root. Never 0, and never the owner of a system directory: such an id would own host
+ * files.
  */
 static int resolve_sandbox_ids(struct cs_config *cfg, const struct raw *ru, const struct raw *rg,
                                struct cs_config_error *err)

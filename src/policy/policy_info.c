@@ -1,5 +1,5 @@
 /*
- * policy_info: the pure builder of the workspace_info result (contract.md section 4).
+ * policy_info: the pure builder of the workspace_info result (docs/contract/tools.md section 4).
  *
  * Trust: cfg and caps come from the gateway (trusted); in->workspace_id comes from the client
  * and is only compared byte for byte against the registry (a NUL byte or any other content
@@ -99,7 +99,7 @@ static int fill_execution(struct csw_mcp_workspace_info_output_execution *x,
     x->permissions.read = cs_workspace_can_read(ws);
     x->permissions.write = cs_workspace_can_write(ws);
     x->permissions.exec = cs_workspace_can_exec(ws);
-    /* contract.md section 7: the model knows what it cannot see (absent when no rules). */
+    /* docs/contract/tools.md §5: the model knows what it cannot see (absent when no rules). */
     x->permissions.has_deny = ws->n_deny > 0;
     if (set_strings(&x->permissions.deny.v, &x->permissions.deny.n, (const char *const *)ws->deny,
                     ws->n_deny) != 0)
@@ -124,7 +124,7 @@ static int fill_execution(struct csw_mcp_workspace_info_output_execution *x,
                               : CSW_MCP_WORKSPACE_INFO_OUTPUT_EXECUTION_ISOLATION_RUNNER_IN_PROCESS;
     x->isolation.has_landlock_abi = caps->has_landlock_abi;
     x->isolation.landlock_abi = caps->has_landlock_abi ? caps->landlock_abi : 0;
-    /* contract.md section 8: only the kinds the helper really learns of here. Network refusals
+    /* docs/contract/tools.md §6: only the kinds the helper really learns of here. Network refusals
      * come from the proxy (an enabled workspace); system calls from seccomp user notification;
      * file system refusals are never claimed (the kernel does not tell the helper). */
     if (caps->sandbox) {
@@ -165,7 +165,7 @@ static int fill_execution(struct csw_mcp_workspace_info_output_execution *x,
 }
 
 /* Refuses caps the output schema would refuse, naming the field. Returns 0 or -1. */
-static int caps_check(const struct cs_runtime_caps *caps, bool process, char *msg, size_t cap)
+static int caps_check(const struct cs_runtime_caps *caps, bool process, struct cs_diag *diag)
 {
     const char *bad = NULL;
     if (caps->has_landlock_abi && caps->landlock_abi < 0)
@@ -178,31 +178,27 @@ static int caps_check(const struct cs_runtime_caps *caps, bool process, char *ms
         bad = "output_ring_bytes must be >= 1";
     if (!bad)
         return 0;
-    if (msg && cap)
-        snprintf(msg, cap, "runtime caps: %s", bad);
+    cs_diag_set(diag, CSW_ERROR_INTERNAL, "runtime caps: %s", bad);
     return -1;
 }
 
 int cs_policy_workspace_info(const struct cs_config *cfg, const struct cs_runtime_caps *caps,
                              const char *version, const struct csw_mcp_workspace_info_input *in,
-                             struct csw_mcp_workspace_info_output *out, char *msg, size_t msg_cap)
+                             struct csw_mcp_workspace_info_output *out, struct cs_diag *diag)
 {
     struct csw_mcp_workspace_info_output o;
     memset(&o, 0, sizeof o);
     const struct cs_workspace *ws = NULL;
     int rc = CSW_ERROR_INTERNAL;
-    if (msg && msg_cap)
-        msg[0] = '\0';
+    cs_diag_clear(diag);
 
     /* An empty workspace_id counts as absent. */
     if (in && in->has_workspace_id && in->workspace_id.n > 0) {
         ws = cs_config_workspace(cfg, in->workspace_id.s, in->workspace_id.n);
         if (!ws) {
             char q[160];
-            if (msg && msg_cap)
-                snprintf(msg, msg_cap, "unknown workspace_id %s",
-                         cs__policy_quote(q, sizeof q, in->workspace_id.s, in->workspace_id.n));
-            rc = CSW_ERROR_WORKSPACE_NOT_FOUND;
+            rc = cs_diag_set(diag, CSW_ERROR_WORKSPACE_NOT_FOUND, "unknown workspace_id %s",
+                             cs__policy_quote(q, sizeof q, in->workspace_id.s, in->workspace_id.n));
             goto out;
         }
     }
@@ -230,7 +226,7 @@ int cs_policy_workspace_info(const struct cs_config *cfg, const struct cs_runtim
     if (caps_check(caps,
                    cs_workspace_can_exec(ws) && caps->process_available &&
                        cs_workspace_is_exec_path(ws),
-                   msg, msg_cap) != 0)
+                   diag) != 0)
         goto out;
     if (cs_str_set_n(&o.workspace_id, ws->id, ws->id_len) != 0)
         goto out;
@@ -251,8 +247,8 @@ int cs_policy_workspace_info(const struct cs_config *cfg, const struct cs_runtim
         goto out;
     rc = 0;
 out:
-    if (rc == CSW_ERROR_INTERNAL && msg && msg_cap && msg[0] == '\0')
-        snprintf(msg, msg_cap, "out of memory building workspace_info");
+    if (rc == CSW_ERROR_INTERNAL && !cs_diag_failed(diag))
+        cs_diag_set(diag, CSW_ERROR_INTERNAL, "out of memory building workspace_info");
     if (rc != 0)
         csw_mcp_workspace_info_output_free(&o);
     *out = o;

@@ -1,5 +1,5 @@
 /*
- * policy_registry: the workspace registry (runtime.md section 2): the operator's file
+ * policy_registry: the workspace registry (docs/contract/runtime.md section 2): the operator's file
  * (--config), the quick-start workspace (--workspace), lookups and the permission rules.
  *
  * Trust: the file is operator-owned but read like any wire input: parsed by jansson (duplicate
@@ -268,7 +268,7 @@ static bool root_within(const char *a, const char *b)
     return strncmp(a, b, n) == 0 && (a[n] == '\0' || a[n] == '/');
 }
 
-/* runtime.md section 2: no root may be equal to, inside, or contain another. */
+/* docs/contract/runtime.md section 2: no root may be equal to, inside, or contain another. */
 static int roots_disjoint(const struct cs_config *cfg, struct cs_config_error *err)
 {
     for (size_t i = 0; i < cfg->n_workspaces; i++)
@@ -557,9 +557,9 @@ int cs__policy_registry_load(struct cs_config *cfg, const char *path, const char
         doc = load_json(path, err);
         if (!doc)
             goto out;
-        /* runtime.md section 2: an unknown key anywhere fails the load (the wire decoder ignores
-         * unknown properties by design; the registry is stricter, so that a misspelled "deny"
-         * or "network_allow" cannot silently protect nothing). */
+        /* docs/contract/runtime.md §2: an unknown key anywhere fails the load (the wire decoder
+         * ignores unknown properties by design; the registry is stricter, so that a misspelled
+         * "deny" or "network_allow" cannot silently protect nothing). */
         if (unknown_keys(doc, &csw_config_registry_type, path, err) != 0)
             goto out;
         struct cs_wire_diag diag;
@@ -657,8 +657,8 @@ static const char *profile_name(enum cs_policy_profile p)
     return "?";
 }
 
-int cs_workspace_check(const struct cs_workspace *ws, enum cs_policy_access access, char *msg,
-                       size_t msg_cap)
+int cs_workspace_check(const struct cs_workspace *ws, enum cs_policy_access access,
+                       struct cs_diag *diag)
 {
     _Static_assert(CSW_ERROR_UNAUTHORIZED != 0, "0 means allowed");
     const char *verb = "read";
@@ -679,20 +679,16 @@ int cs_workspace_check(const struct cs_workspace *ws, enum cs_policy_access acce
     }
     /* The environment first: a linux-container workspace fails closed whatever its profile. */
     if (!cs_workspace_is_exec_path(ws)) {
-        if (msg && msg_cap)
-            snprintf(msg, msg_cap,
-                     "workspace %s: environment %s (linux-container) is registered but not an "
-                     "exec path",
-                     cs__policy_quote(qid, sizeof qid, ws->id, ws->id_len),
-                     cs__policy_quote(qenv, sizeof qenv, ws->environment, strlen(ws->environment)));
-        return CSW_ERROR_UNAUTHORIZED;
+        return cs_diag_set(
+            diag, CSW_ERROR_UNAUTHORIZED,
+            "workspace %s: environment %s (linux-container) is registered but not an exec path",
+            cs__policy_quote(qid, sizeof qid, ws->id, ws->id_len),
+            cs__policy_quote(qenv, sizeof qenv, ws->environment, strlen(ws->environment)));
     }
     if (!allowed) {
-        if (msg && msg_cap)
-            snprintf(msg, msg_cap, "workspace %s: profile %s does not permit %s",
-                     cs__policy_quote(qid, sizeof qid, ws->id, ws->id_len),
-                     profile_name(ws->profile), verb);
-        return CSW_ERROR_UNAUTHORIZED;
+        return cs_diag_set(
+            diag, CSW_ERROR_UNAUTHORIZED, "workspace %s: profile %s does not permit %s",
+            cs__policy_quote(qid, sizeof qid, ws->id, ws->id_len), profile_name(ws->profile), verb);
     }
     return 0;
 }

@@ -1,5 +1,5 @@
 /*
- * runner: where the work runs (runtime.md section 4). The gateway holds one runner with an
+ * runner: where the work runs (docs/contract/runtime.md §4). The gateway holds one runner with an
  * asynchronous interface: submit an operation of the runner wire protocol (the generated
  * struct csw_runner_wire_op: read, find, apply_patch, exec, the process operations, ...) and
  * receive its completion later. Two implementations:
@@ -33,7 +33,7 @@
 
 /* The wire protocol version this build speaks. */
 #define CS_RUNNER_PROTOCOL 5
-/* Per-call deadline of the uds runner (runtime.md section 4). */
+/* Per-call deadline of the uds runner (docs/contract/runtime.md section 4). */
 #define CS_RUNNER_DEADLINE_MS 120000
 /* Responses the worker keeps for replay. */
 #define CS_RUNNER_REPLAY_CACHE 32

@@ -134,7 +134,7 @@ static char *root_of(const struct csw_runner_workspace *ws)
 /*
  * The deny state of ws (on the loop thread): NULL with *rc 0 when ws has no deny rules. Created
  * at the workspace's first operation in this process, with a bounded scan that remembers the
- * identity of every denied file existing then (contract.md section 7, "at start"). *rc is an
+ * identity of every denied file existing then (docs/contract/tools.md §5, "at start"). *rc is an
  * error (msg set) when the rules do not compile (the gateway validated them: an invariant broke)
  * or on OOM: the operation then fails closed.
  */
@@ -168,8 +168,8 @@ static struct cs_fs_deny *deny_of(struct cs_runner_exec *ex, const struct csw_ru
         return NULL;
     }
     int rootfd = -1;
-    if (cs_fs_root_open(w.root, &rootfd, NULL, 0) == 0) {
-        (void)cs_fs_deny_scan(w.d, rootfd, NULL, NULL, NULL, 0);
+    if (cs_fs_root_open(w.root, &rootfd, NULL) == 0) {
+        (void)cs_fs_deny_scan(w.d, rootfd, NULL, NULL, NULL);
         close(rootfd);
     }
     ex->denies[ex->n_denies++] = w;
@@ -306,7 +306,7 @@ struct file_job {
         struct csw_mcp_apply_patch_output patch;
     } out;
     int rc;
-    char msg[512];
+    struct cs_diag msg;
     struct cs_pool_job *pj;
     struct cs_loop_timer *timer; /* the time limit; NULL once fired or cancelled */
     bool timed_out;
@@ -402,16 +402,15 @@ static void file_work(void *arg, const struct cs_cancel *cancel)
     switch (j->tag) {
     case CSW_RUNNER_WIRE_OP_READ:
     case CSW_RUNNER_WIRE_OP_VERSION:
-        j->rc = cs_fs_read_deny(j->root, j->deny, &j->in.read, cancel, &j->out.read, j->msg,
-                                sizeof j->msg);
+        j->rc = cs_fs_read_deny(j->root, j->deny, &j->in.read, cancel, &j->out.read, &j->msg);
         return;
     case CSW_RUNNER_WIRE_OP_FIND:
         j->rc = cs_fs_find_deny(j->root, j->deny, &j->in.find, CS_FS_FIND_WALK_CAP, cancel,
-                                &j->out.find, j->msg, sizeof j->msg);
+                                &j->out.find, &j->msg);
         return;
     case CSW_RUNNER_WIRE_OP_APPLY_PATCH:
-        j->rc = cs_patch_txn_apply_deny(j->root, j->deny, &j->in.patch, cancel, &j->out.patch,
-                                        j->msg, sizeof j->msg);
+        j->rc =
+            cs_patch_txn_apply_deny(j->root, j->deny, &j->in.patch, cancel, &j->out.patch, &j->msg);
         return;
     case CSW_RUNNER_WIRE_OP_HELLO:
     case CSW_RUNNER_WIRE_OP_EXEC:
@@ -456,7 +455,7 @@ static void file_done(void *arg)
         res.u.version.data.version = (struct cs_str){"absent", 6};
         ok(j->done, j->arg, &res);
     } else if (j->rc != 0) {
-        fail(j->done, j->arg, j->rc, j->msg);
+        fail(j->done, j->arg, j->rc, j->msg.text);
     } else {
         switch (j->tag) {
         case CSW_RUNNER_WIRE_OP_READ:
@@ -644,21 +643,21 @@ static void op_exec(struct cs_runner_exec *ex, const struct csw_runner_wire_exec
     size_t n_masks = 0;
     int drc = 0;
     const char *dwhy = NULL;
-    char dmsg[512] = "";
+    struct cs_diag dmsg = {0};
     struct cs_fs_deny *deny = deny_of(ex, &d->workspace, &drc, &dwhy);
     if (drc == 0 && deny) {
         /* At each spawn: what the rules deny now (and the files known under other names) is
          * remembered and masked in the sandbox; a mask list that cannot be built fails the
          * spawn instead of running the command with the secrets visible. */
         int rootfd = -1;
-        drc = root ? cs_fs_root_open(root, &rootfd, dmsg, sizeof dmsg) : 0;
+        drc = root ? cs_fs_root_open(root, &rootfd, &dmsg) : 0;
         if (drc == 0 && rootfd >= 0) {
-            drc = cs_fs_deny_scan(deny, rootfd, &masks, &n_masks, dmsg, sizeof dmsg);
+            drc = cs_fs_deny_scan(deny, rootfd, &masks, &n_masks, &dmsg);
             close(rootfd);
         }
         if (drc != 0)
             drc = CSW_ERROR_PROCESS_SPAWN_FAILED;
-        dwhy = dmsg;
+        dwhy = dmsg.text;
     }
     if (!root || !pid || !wsid || d->process_id.n >= CS_SUPERVISOR_ID_SIZE) {
         fail(done, arg, CSW_ERROR_INTERNAL,

@@ -1,7 +1,7 @@
 /*
- * runner_uds: the gateway side of `--runner uds` (runtime.md section 4). Creates a private 0700
- * leaf directory under the runner dir, starts codespace-runtime on `<leaf>/runner.sock`, polls for
- * the socket (20 ms, up to 2 s, while the worker lives), does the hello handshake, then carries
+ * runner_uds: the gateway side of `--runner uds` (docs/contract/runtime.md §4). Creates a private
+ * 0700 leaf directory under the runner dir, starts codespace-runtime on `<leaf>/runner.sock`, polls
+ * for the socket (20 ms, up to 2 s, while the worker lives), does the hello handshake, then carries
  * requests (`rrpc-<n>` ids, a 120 s deadline each) and the worker's events.
  *
  * Failure split: a request that could not be queued is "before dispatch" (nothing ran); a
@@ -10,10 +10,10 @@
  * the gateway is a child subreaper, so the worker's orphaned commands become our children, and
  * their groups are killed and reaped here. The socket and the directory are removed.
  *
- * A lost worker is replaced (runtime.md section 5, invariant R12): the next call after the loss
- * starts a fresh worker in a fresh leaf directory, blocking like the first start, with a back-off
- * after workers that die young (RESTART_*), at most RESTART_PER_MIN starts a minute, each start
- * logged. Each worker's connection has its own link, so a late callback of the old connection
+ * A lost worker is replaced (docs/contract/runtime.md §5, invariant R12): the next call after the
+ * loss starts a fresh worker in a fresh leaf directory, blocking like the first start, with a
+ * back-off after workers that die young (RESTART_*), at most RESTART_PER_MIN starts a minute, each
+ * start logged. Each worker's connection has its own link, so a late callback of the old connection
  * never touches the new one.
  *
  * Trust: the worker is our own child, but its frames are still decoded through the generated
@@ -105,7 +105,7 @@ struct cs__runner_uds {
     bool lost;
     char lost_why[256];
     /* The worker's stderr (its JSON log lines): a pipe the gateway relays to its own stderr, so
-     * that no child inherits the server's stdout or stderr (runtime.md section 3). */
+     * that no child inherits the server's stdout or stderr (docs/contract/runtime.md section 3). */
     int logfd;
     struct cs_loop_fd *logw;
     char logbuf[4096];

@@ -1,8 +1,8 @@
 /*
- * codespace-runtime: the worker behind `--runner uds` (runtime.md section 4). Started and owned
- * by the gateway; binds `runner.sock` in the gateway's private leaf directory, accepts exactly one
- * connection, and serves the runner wire protocol (version 5) on it with the same executor the
- * in-process runner uses (files, patch engine, supervisor).
+ * codespace-runtime: the worker behind `--runner uds` (docs/contract/runtime.md §4). Started and
+ * owned by the gateway; binds `runner.sock` in the gateway's private leaf directory, accepts
+ * exactly one connection, and serves the runner wire protocol (version 5) on it with the same
+ * executor the in-process runner uses (files, patch engine, supervisor).
  *
  * Hardening at start: not dumpable, no core files, every LD_* variable removed from its
  * environment, SIGKILL when the gateway dies (parent-death signal). None of this sandboxes the
@@ -546,7 +546,7 @@ int main(int argc, char **argv)
             }
         } else if (strcmp(argv[i], "--root") == 0 && i + 1 < argc) {
             /* A workspace root the gateway holds, inherited as a descriptor: the worker serves
-             * exactly these and never opens a root by path (runtime.md section 2). */
+             * exactly these and never opens a root by path (docs/contract/runtime.md section 2). */
             if (adopt_root(argv[++i]) != 0)
                 return 2;
         } else if (strcmp(argv[i], "--help") == 0) {
@@ -580,7 +580,7 @@ int main(int argc, char **argv)
         usage();
         return 2;
     }
-    /* Hardening first (runtime.md section 4, "Worker hardening"). */
+    /* Hardening first (docs/contract/runtime.md section 4, "Worker hardening"). */
     pid_t parent = getppid();
     (void)prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
     struct rlimit nocore = {0, 0};

@@ -1,6 +1,6 @@
 /*
- * store: the operation ledger (runtime.md section 6, contract.md section 3 apply_patch and
- * operation_status) on SQLite. One row per apply_patch operation: minted with status `unknown`
+ * store: the operation ledger (docs/contract/runtime.md §6, docs/contract/tools.md §3 apply_patch
+ * and operation_status) on SQLite. One row per apply_patch operation: minted with status `unknown`
  * before the first write, finished with the final result. Rows never finished stay `unknown`
  * forever (after a crash too) and are never replayed as anything else. See docs/ledger.md.
  *

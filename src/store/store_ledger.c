@@ -1,16 +1,14 @@
 /*
- * store_ledger: the operation ledger on SQLite. Opening checks the file before anything writes
- * to it (header, quick_check, application id, schema version), then sets WAL, synchronous=FULL,
- * foreign keys and a busy timeout and runs the numbered migrations (PRAGMA user_version), each in
- * one transaction. Every statement is prepared once at open; every text is bound with its length.
- * Also here: operation ids (uuid v4 from getrandom), times (RFC 3339 UTC, milliseconds) and the
- * apply_patch fingerprint.
+ * store_ledger: the operation ledger's queries on SQLite (store_open.c opens the file, checks it
+ * and migrates it). Every statement is prepared once at open (cs__store_prepare); every text is
+ * bound with its length. Also here: operation ids (uuid v4 from getrandom), times (RFC 3339 UTC,
+ * milliseconds) and the apply_patch fingerprint.
  *
- * Trust: the path is the operator's; the file's contents are checked before use; ids, keys and
- * workspace ids are the client's and only ever bound as parameters. Rows are decoded back through
- * the generated code, so a tampered row gives CS_STORE_ERROR. Entry points: see store.h.
+ * Trust: ids, keys and workspace ids are the client's and only ever bound as parameters. Rows
+ * are decoded back through the generated code, so a tampered row gives CS_STORE_ERROR. Entry
+ * points: see store.h.
  */
-#include "store.h"
+#include "store_internal.h"
 
 #include "base_id.h"
 
@@ -23,27 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
-
-#define BUSY_TIMEOUT_MS 5000
-
-enum stmt_id {
-    ST_BEGIN_IMMEDIATE,
-    ST_BEGIN,
-    ST_COMMIT,
-    ST_ROLLBACK,
-    ST_SELECT_KEY,
-    ST_INSERT_OP,
-    ST_INSERT_EVENT,
-    ST_FINISH,
-    ST_FINISHED,
-    ST_GET_ID,
-    ST_GET_KEY,
-    ST_EVENTS,
-    ST_GET_ERROR,
-    ST__COUNT
-};
 
 /* The columns ST_GET_ID and ST_GET_KEY return, in this order. */
 #define ROW_COLUMNS "id, workspace_id, kind, status, result, created_at, finished_at"
@@ -68,82 +46,7 @@ static const char *const stmt_sql[ST__COUNT] = {
     [ST_GET_ERROR] = "SELECT error FROM operations WHERE id = ?1",
 };
 
-/*
- * Migrations: entry i takes the schema from version i to i + 1. Never edit a shipped entry; add
- * one (and raise CS_STORE_SCHEMA_VERSION). The CHECK constraints mirror the wire enums.
- */
-static const char *const migrations[CS_STORE_SCHEMA_VERSION] = {
-    "CREATE TABLE operations ("
-    " id TEXT PRIMARY KEY NOT NULL,"
-    " key TEXT UNIQUE,"
-    " workspace_id TEXT NOT NULL,"
-    " fingerprint TEXT NOT NULL,"
-    " kind TEXT NOT NULL CHECK (kind IN ('patch')),"
-    " status TEXT NOT NULL CHECK (status IN ('applied', 'checked', 'rejected',"
-    "  'failed_rolled_back', 'failed_partial', 'unknown')),"
-    " result TEXT,"
-    " created_at TEXT NOT NULL,"
-    " finished_at TEXT"
-    ") STRICT;"
-    "CREATE TABLE operation_events ("
-    " seq INTEGER PRIMARY KEY,"
-    " operation_id TEXT NOT NULL REFERENCES operations (id) ON DELETE CASCADE,"
-    " name TEXT NOT NULL CHECK (name IN ('minted', 'finished')),"
-    " at TEXT NOT NULL,"
-    " reason TEXT CHECK (reason IS NULL OR reason IN ('unknown'))"
-    ") STRICT;"
-    "CREATE INDEX operation_events_by_operation ON operation_events (operation_id, seq);",
-    /* 2: the tool error a rejected operation was answered with, {"code", "message"} as JSON,
-     * so that a replay answers the same error. */
-    "ALTER TABLE operations ADD COLUMN error TEXT;",
-};
-
-struct cs_store {
-    sqlite3 *db;
-    sqlite3_stmt *st[ST__COUNT];
-};
-
 /* ---- messages ---- */
-
-/* Writes the formatted text into msg on one line (control bytes become spaces), then replaces
- * every byte that is not part of a well-formed UTF-8 sequence with '?' (a path may hold any
- * bytes, and truncation may cut a character), so the message is always safe to log or send. */
-static void msgf(char *msg, size_t cap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void msgf(char *msg, size_t cap, const char *fmt, ...)
-{
-    if (msg == NULL || cap == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    int r = vsnprintf(msg, cap, fmt, ap);
-    va_end(ap);
-    if (r < 0) {
-        msg[0] = '\0';
-        return;
-    }
-    unsigned char *s = (unsigned char *)msg;
-    size_t n = strlen(msg);
-    for (size_t i = 0; i < n; i++) {
-        if (s[i] < 0x20 || s[i] == 0x7F)
-            s[i] = ' '; /* one line: quick_check answers with newlines */
-    }
-    for (size_t i = 0; i < n;) {
-        size_t need = s[i] < 0x80                      ? 0
-                      : (s[i] >= 0xC2 && s[i] <= 0xDF) ? 1
-                      : (s[i] >= 0xE0 && s[i] <= 0xEF) ? 2
-                      : (s[i] >= 0xF0 && s[i] <= 0xF4) ? 3
-                                                       : 4;
-        size_t k = 1;
-        while (need < 4 && k <= need && i + k < n && (s[i + k] & 0xC0) == 0x80)
-            k++;
-        if (need == 4 || k != need + 1) {
-            s[i] = '?';
-            i++;
-            continue;
-        }
-        i += k;
-    }
-}
 
 static enum cs_store_status db_fail(struct cs_store *store, char *msg, size_t cap, const char *what)
 {
@@ -223,252 +126,17 @@ static const char *col_text(sqlite3_stmt *st, int i, size_t *n)
     return s;
 }
 
-/* ---- open ---- */
-
-/* Creates the missing parent directories of path with mode 0700. */
-static enum cs_store_status make_parents(const char *path, char *msg, size_t cap)
+/* Prepares every statement of stmt_sql on store->db, once, at open (store_open.c). Returns an
+ * SQLite code. */
+int cs__store_prepare(struct cs_store *store)
 {
-    enum cs_store_status ret = CS_STORE_ERROR;
-    char *dir = strdup(path);
-    if (dir == NULL) {
-        msgf(msg, cap, "operations database %s: out of memory", path);
-        goto out;
-    }
-    char *slash = strrchr(dir, '/');
-    if (slash == NULL || slash == dir) {
-        ret = CS_STORE_OK; /* the current directory, or "/" */
-        goto out;
-    }
-    *slash = '\0';
-    for (char *p = dir + 1;; p++) {
-        bool end = *p == '\0';
-        if (*p != '/' && !end)
-            continue;
-        *p = '\0';
-        if (p[-1] != '/' && mkdir(dir, 0700) != 0 && errno != EEXIST) {
-            msgf(msg, cap, "operations database %s: cannot create directory %s: %s", path, dir,
-                 strerror(errno));
-            goto out;
-        }
-        if (end)
-            break;
-        *p = '/';
-    }
-    ret = CS_STORE_OK;
-out:
-    free(dir);
-    return ret;
-}
-
-/* Runs a PRAGMA that answers one row; copies its first column's text into buf. */
-static int pragma_text(sqlite3 *db, const char *sql, char *buf, size_t cap)
-{
-    sqlite3_stmt *st = NULL;
-    int rc = sqlite3_prepare_v2(db, sql, -1, &st, NULL);
-    if (rc != SQLITE_OK)
-        goto out;
-    rc = sqlite3_step(st);
-    if (rc != SQLITE_ROW)
-        goto out;
-    const char *s = (const char *)sqlite3_column_text(st, 0);
-    snprintf(buf, cap, "%s", s != NULL ? s : "");
-    rc = SQLITE_OK;
-out:
-    sqlite3_finalize(st);
-    return rc == SQLITE_DONE ? SQLITE_ERROR : rc;
-}
-
-static int pragma_int(sqlite3 *db, const char *sql, long long *v)
-{
-    char buf[32];
-    int rc = pragma_text(db, sql, buf, sizeof buf);
-    if (rc == SQLITE_OK)
-        *v = strtoll(buf, NULL, 10);
-    return rc;
-}
-
-/* Applies migrations from version `from` on, each in its own transaction. */
-static int migrate(sqlite3 *db, long long from, const char **what)
-{
-    for (long long v = from; v < CS_STORE_SCHEMA_VERSION; v++) {
-        char sql[96];
-        *what = "begin migration";
-        int rc = sqlite3_exec(db, "BEGIN IMMEDIATE", NULL, NULL, NULL);
+    for (int i = 0; i < ST__COUNT; i++) {
+        int rc = sqlite3_prepare_v3(store->db, stmt_sql[i], -1, SQLITE_PREPARE_PERSISTENT,
+                                    &store->st[i], NULL);
         if (rc != SQLITE_OK)
             return rc;
-        /* Another process may have migrated between our read and our lock: read again. */
-        long long now = 0;
-        *what = "read user_version";
-        rc = pragma_int(db, "PRAGMA user_version", &now);
-        if (rc == SQLITE_OK && now != v) {
-            sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
-            if (now < v || now > CS_STORE_SCHEMA_VERSION) {
-                *what = "schema version changed during migration";
-                return SQLITE_ERROR;
-            }
-            v = now - 1;
-            continue;
-        }
-        if (rc == SQLITE_OK) {
-            *what = "migration";
-            rc = sqlite3_exec(db, migrations[v], NULL, NULL, NULL);
-        }
-        if (rc == SQLITE_OK) {
-            snprintf(sql, sizeof sql, "PRAGMA user_version = %lld; PRAGMA application_id = %d",
-                     v + 1, CS_STORE_APPLICATION_ID);
-            rc = sqlite3_exec(db, sql, NULL, NULL, NULL);
-        }
-        if (rc == SQLITE_OK) {
-            *what = "commit migration";
-            rc = sqlite3_exec(db, "COMMIT", NULL, NULL, NULL);
-        }
-        if (rc != SQLITE_OK) {
-            if (!sqlite3_get_autocommit(db))
-                sqlite3_exec(db, "ROLLBACK", NULL, NULL, NULL);
-            return rc;
-        }
     }
     return SQLITE_OK;
-}
-
-enum cs_store_status cs_store_open(const char *path, struct cs_store **out, char *msg, size_t cap)
-{
-    enum cs_store_status ret = CS_STORE_ERROR;
-    struct cs_store *store = NULL;
-    const char *what = "open";
-    bool memory = strcmp(path, ":memory:") == 0;
-    int rc = SQLITE_OK; /* stays SQLITE_OK unless a SQLite call fails */
-    *out = NULL;
-
-    if (!memory && path[0] == '\0') {
-        msgf(msg, cap, "operations database: empty path");
-        goto out;
-    }
-    if (!memory && make_parents(path, msg, cap) != CS_STORE_OK)
-        goto out;
-    store = calloc(1, sizeof *store);
-    if (store == NULL) {
-        msgf(msg, cap, "operations database %s: out of memory", path);
-        goto out;
-    }
-    /* No URI parsing: the operator's path is a file name, whatever characters it holds. */
-    rc = sqlite3_open_v2(path, &store->db,
-                         SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_EXRESCODE, NULL);
-    if (rc != SQLITE_OK)
-        goto out;
-    sqlite3_extended_result_codes(store->db, 1);
-    /* Until the checks pass, closing must not checkpoint a WAL left by an earlier run into the
-     * main file: a refused database is left exactly as it was. */
-    what = "configure";
-    rc = sqlite3_db_config(store->db, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, NULL);
-    if (rc != SQLITE_OK)
-        goto out;
-    what = "busy timeout";
-    rc = sqlite3_busy_timeout(store->db, BUSY_TIMEOUT_MS);
-    if (rc != SQLITE_OK)
-        goto out;
-
-    /* Checks first: nothing below writes to a file that fails them. Reading user_version reads
-     * the header (SQLITE_NOTADB for a file that is not SQLite); quick_check reads every page. */
-    long long version = 0, app_id = 0, objects = 0;
-    what = "read schema version";
-    rc = pragma_int(store->db, "PRAGMA user_version", &version);
-    if (rc != SQLITE_OK)
-        goto out;
-    char check[256];
-    what = "quick_check";
-    rc = pragma_text(store->db, "PRAGMA quick_check(1)", check, sizeof check);
-    if (rc != SQLITE_OK)
-        goto out;
-    if (strcmp(check, "ok") != 0) {
-        msgf(msg, cap,
-             "operations database %s: corrupt (quick_check: %s); refusing to use it, the file was "
-             "left as it is",
-             path, check);
-        goto out;
-    }
-    what = "read application_id";
-    rc = pragma_int(store->db, "PRAGMA application_id", &app_id);
-    if (rc == SQLITE_OK) {
-        what = "read schema";
-        rc = pragma_int(store->db, "SELECT count(*) FROM sqlite_schema", &objects);
-    }
-    if (rc != SQLITE_OK)
-        goto out;
-    if (version > CS_STORE_SCHEMA_VERSION) {
-        msgf(msg, cap,
-             "operations database %s: schema version %lld is newer than this server's (%d); "
-             "refusing to use it",
-             path, version, CS_STORE_SCHEMA_VERSION);
-        goto out;
-    }
-    if ((version > 0 && app_id != CS_STORE_APPLICATION_ID) || (version == 0 && objects > 0) ||
-        version < 0) {
-        msgf(msg, cap,
-             "operations database %s: not a CodeSpace operations database (application_id %lld, "
-             "user_version %lld); refusing to use it",
-             path, app_id, version);
-        goto out;
-    }
-
-    what = "configure";
-    rc = sqlite3_db_config(store->db, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 0, NULL);
-    if (rc != SQLITE_OK)
-        goto out;
-
-    /* WAL: readers do not block the writer. ":memory:" has no WAL and answers "memory". */
-    char mode[32];
-    what = "set journal_mode=WAL";
-    rc = pragma_text(store->db, "PRAGMA journal_mode=WAL", mode, sizeof mode);
-    if (rc != SQLITE_OK)
-        goto out;
-    if (strcmp(mode, memory ? "memory" : "wal") != 0) {
-        msgf(msg, cap, "operations database %s: journal_mode=WAL answered \"%s\"", path, mode);
-        goto out;
-    }
-    /* FULL: in WAL mode every commit syncs the WAL, so a minted row is on disk before the patch's
-     * first write (NORMAL could lose the last commits on power loss). See docs/ledger.md. */
-    what = "set synchronous and foreign_keys";
-    rc = sqlite3_exec(store->db, "PRAGMA synchronous=FULL; PRAGMA foreign_keys=ON", NULL, NULL,
-                      NULL);
-    if (rc != SQLITE_OK)
-        goto out;
-    rc = migrate(store->db, version, &what);
-    if (rc != SQLITE_OK)
-        goto out;
-    what = "prepare";
-    for (int i = 0; i < ST__COUNT; i++) {
-        rc = sqlite3_prepare_v3(store->db, stmt_sql[i], -1, SQLITE_PREPARE_PERSISTENT,
-                                &store->st[i], NULL);
-        if (rc != SQLITE_OK)
-            goto out;
-    }
-    *out = store;
-    store = NULL;
-    ret = CS_STORE_OK;
-out:
-    if (ret != CS_STORE_OK && rc != SQLITE_OK) {
-        /* errno (from the VFS) says why a file could not be opened: permissions, a directory. */
-        int errnum = store->db != NULL ? sqlite3_system_errno(store->db) : 0;
-        msgf(msg, cap,
-             "operations database %s: %s failed: %s (SQLite code %d%s%s); the file was left as "
-             "it is",
-             path, what, store->db != NULL ? sqlite3_errmsg(store->db) : sqlite3_errstr(rc),
-             store->db != NULL ? sqlite3_extended_errcode(store->db) : rc, errnum != 0 ? ", " : "",
-             errnum != 0 ? strerror(errnum) : "");
-    }
-    cs_store_close(store);
-    return ret;
-}
-
-void cs_store_close(struct cs_store *store)
-{
-    if (store == NULL)
-        return;
-    for (int i = 0; i < ST__COUNT; i++)
-        sqlite3_finalize(store->st[i]);
-    sqlite3_close(store->db);
-    free(store);
 }
 
 /* ---- mint, finish ---- */

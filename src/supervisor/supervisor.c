@@ -8,13 +8,15 @@
  *
  * Signals go to the leader through its pidfd and to the group through kill(-pgid) only while the
  * leader is unreaped: the group id is the leader's pid, which cannot be recycled before we reap
- * it (runtime.md section 5).
+ * it (docs/contract/runtime.md section 5).
  *
- * Trust: see supervisor.h. Every buffer has a fixed cap: the ring (limits.ring_bytes), a pending
- * write (the message that carried it, already capped by the transport).
+ * Trust: see supervisor.h. Every buffer has a fixed cap: the output ring (limits.ring_bytes; its
+ * type is supervisor_ring.c), a pending write (the message that carried it, already capped by the
+ * transport).
  * Entry points: supervisor.h.
  */
 #include "supervisor_internal.h"
+#include "supervisor_ring.h"
 
 #include "base_id.h"
 #include "base_roots.h"
@@ -82,24 +84,18 @@ struct proc {
     enum csw_process_termination term;
     int exit_code, signo;
     int64_t rows, cols;
-    /* The output ring: positions [total - retained, total) are kept; position q lives at
-     * buf[q % cap] once the buffer has reached cap (before that, at buf[q]: no wrap yet). After
-     * the process finished, the kept bytes are compacted to buf[0 ..) (linear, from base). */
-    uint8_t *buf;
-    size_t alloc, cap;
-    uint64_t total;
-    bool linear;
-    uint64_t base;
+    /* The combined output (supervisor_ring.c); compacted once the process has finished. */
+    struct cs_ring ring;
     struct waiter *waiters;
     struct write_req *wq, *wq_tail;
     struct cs_loop_timer *limit_timer, *kill_timer, *drain_timer, *write_timer;
     cs_supervisor_exit_fn on_exit;
     void *exit_arg;
     /* The plan prepare returned for a sandboxed process (NULL otherwise): removed once the
-     * process is reaped, if `run` did not get as far as removing it (sandbox.md section 1). */
+     * process is reaped, if `run` did not remove it first (docs/contract/sandbox.md §1). */
     char *plan;
-    /* A sandboxed process: the read end of the helper's denial report pipe (contract.md
-     * section 8), read once the helper is reaped; the decoded report when there was one. */
+    /* A sandboxed process: the read end of the helper's denial report pipe (docs/contract/tools.md
+     * section 6), read once the helper is reaped; the decoded report when there was one. */
     int report;
     bool has_report;
     struct csw_sandbox_report rep;
@@ -125,72 +121,11 @@ int cs_supervisor_new_id(char out[CS_SUPERVISOR_ID_SIZE])
     return cs_id_new("proc-", out, CS_SUPERVISOR_ID_SIZE);
 }
 
-/* ---- the ring ---- */
+/* ---- the ring (supervisor_ring.c) ---- */
 
 static uint64_t retained_from(const struct proc *p)
 {
-    if (p->linear)
-        return p->base;
-    return p->total > p->cap ? p->total - p->cap : 0;
-}
-
-/* Copies [from, to) (within the retained window) to dst. */
-static void ring_copy(const struct proc *p, uint64_t from, uint64_t to, uint8_t *dst)
-{
-    if (p->linear) {
-        memcpy(dst, p->buf + (from - p->base), (size_t)(to - from));
-        return;
-    }
-    while (from < to) {
-        size_t at = p->alloc < p->cap ? (size_t)from : (size_t)(from % p->cap);
-        size_t run = (p->alloc < p->cap ? p->alloc : p->cap) - at;
-        if (run > to - from)
-            run = (size_t)(to - from);
-        memcpy(dst, p->buf + at, run);
-        dst += run;
-        from += run;
-    }
-}
-
-/* Where the next output bytes go and how many fit contiguously; grows the buffer until it
- * reaches the cap. Returns NULL on OOM (the caller stops reading for this turn). */
-static uint8_t *ring_space(struct proc *p, size_t *space)
-{
-    if (p->alloc < p->cap) {
-        if (p->total == p->alloc) {
-            size_t n = p->alloc ? p->alloc * 2 : 16384;
-            if (n > p->cap)
-                n = p->cap;
-            uint8_t *nb = realloc(p->buf, n);
-            if (!nb)
-                return NULL;
-            p->buf = nb;
-            p->alloc = n;
-        }
-        if (p->alloc < p->cap) {
-            *space = p->alloc - (size_t)p->total;
-            return p->buf + p->total;
-        }
-    }
-    size_t at = (size_t)(p->total % p->cap);
-    *space = p->cap - at;
-    return p->buf + at;
-}
-
-/* Once finished: keep only the retained bytes, in a buffer of their size. */
-static void ring_compact(struct proc *p)
-{
-    uint64_t from = retained_from(p);
-    size_t n = (size_t)(p->total - from);
-    uint8_t *nb = malloc(n ? n : 1);
-    if (!nb)
-        return; /* keep the ring as it is; it reads the same */
-    ring_copy(p, from, p->total, nb);
-    free(p->buf);
-    p->buf = nb;
-    p->alloc = n;
-    p->linear = true;
-    p->base = from;
+    return cs__ring_retained_from(&p->ring);
 }
 
 /* ---- results ---- */
@@ -199,7 +134,7 @@ static void ring_compact(struct proc *p)
  * Returns a new string (free it), or NULL on OOM. */
 static char *chunk_from(const struct proc *p, uint64_t start, uint64_t *next, size_t *len)
 {
-    size_t n = (size_t)(p->total - start);
+    size_t n = (size_t)(p->ring.total - start);
     uint8_t *raw = malloc(n ? n : 1);
     char *text = malloc(3 * n + 1);
     if (!raw || !text) {
@@ -207,7 +142,7 @@ static char *chunk_from(const struct proc *p, uint64_t start, uint64_t *next, si
         free(text);
         return NULL;
     }
-    ring_copy(p, start, p->total, raw);
+    cs__ring_copy(&p->ring, start, p->ring.total, raw);
     size_t used = 0;
     *len = cs_utf8_lossy(raw, n, !p->finished, text, &used, NULL);
     free(raw);
@@ -299,9 +234,7 @@ static void answer_exec(struct proc *p, bool with_output, cs_supervisor_done_fn 
 /* The effective start of a read at cursor: inside the retained window. */
 static uint64_t read_start(const struct proc *p, int64_t cursor)
 {
-    uint64_t from = retained_from(p);
-    uint64_t start = (uint64_t)cursor > from ? (uint64_t)cursor : from;
-    return start > p->total ? p->total : start;
+    return cs__ring_start(&p->ring, cursor);
 }
 
 /* Answers a read at cursor. */
@@ -309,11 +242,11 @@ static void answer_read(struct proc *p, int64_t cursor, cs_supervisor_done_fn do
 {
     uint64_t from = retained_from(p);
     uint64_t start = read_start(p, cursor);
-    if (p->finished && p->term == CSW_PROCESS_TERMINATION_TIMEOUT && start == p->total) {
+    if (p->finished && p->term == CSW_PROCESS_TERMINATION_TIMEOUT && start == p->ring.total) {
         char msg[160];
         snprintf(msg, sizeof msg,
                  "the process was killed at its time limit (%lld ms); no output past cursor %llu",
-                 (long long)p->s->lim.timeout_ms, (unsigned long long)p->total);
+                 (long long)p->s->lim.timeout_ms, (unsigned long long)p->ring.total);
         done(arg, CSW_ERROR_TIMEOUT, msg, NULL);
         return;
     }
@@ -328,7 +261,7 @@ static void answer_read(struct proc *p, int64_t cursor, cs_supervisor_done_fn do
         .process_id = {p->id, strlen(p->id)},
         .cursor = (int64_t)next,
         .chunk = {text, len},
-        .eof = p->finished && next == p->total,
+        .eof = p->finished && next == p->ring.total,
         .output_lost = from > 0,
         .retained_from = (int64_t)from,
     };
@@ -407,15 +340,15 @@ static int waiter_add(struct proc *p, enum waiter_kind kind, int64_t cursor, int
  * UTF-8 sequence that the next output may complete (a long poll keeps waiting for those). */
 static bool readable_from(const struct proc *p, uint64_t start)
 {
-    if (p->total <= start)
+    if (p->ring.total <= start)
         return false;
-    if (p->finished || p->total - start > 3)
+    if (p->finished || p->ring.total - start > 3)
         return true;
     uint8_t raw[3];
     char text[3 * sizeof raw + 1];
     size_t used = 0;
-    ring_copy(p, start, p->total, raw);
-    cs_utf8_lossy(raw, (size_t)(p->total - start), true, text, &used, NULL);
+    cs__ring_copy(&p->ring, start, p->ring.total, raw);
+    cs_utf8_lossy(raw, (size_t)(p->ring.total - start), true, text, &used, NULL);
     return used > 0;
 }
 
@@ -599,7 +532,7 @@ static void maybe_finish(struct proc *p)
     if (!p->stdin_closed)
         close_stdin(p);
     fail_writes(p, "the process has exited");
-    ring_compact(p);
+    cs__ring_compact(&p->ring);
     s->live--;
     s->exited++;
     /* The exit callback first (the lease goes; over uds the process_exited event leaves before
@@ -631,14 +564,14 @@ static void on_output(void *arg, int fd, unsigned events)
     bool got = false, eof = false;
     while (budget > 0) {
         size_t space = 0;
-        uint8_t *dst = ring_space(p, &space);
+        uint8_t *dst = cs__ring_space(&p->ring, &space);
         if (!dst)
             break;
         if (space > budget)
             space = budget;
         ssize_t n = read(fd, dst, space);
         if (n > 0) {
-            p->total += (uint64_t)n;
+            cs__ring_commit(&p->ring, (size_t)n);
             budget -= (size_t)n;
             got = true;
             continue;
@@ -779,7 +712,7 @@ static void proc_free(struct proc *p)
         s->live--;
     proc_unlink(p);
     free(p->workspace_id);
-    free(p->buf);
+    cs__ring_fini(&p->ring);
     free(p);
 }
 
@@ -802,7 +735,7 @@ struct cs_supervisor *cs_supervisor_new(struct cs_loop *loop,
     s->lim.path = s->path;
     s->lim.tmpdir = s->tmpdir;
     s->lim.sandbox_helper = s->sandbox;
-    /* sandbox.md section 1: the plans a runner of ours that is gone left behind (R9). */
+    /* docs/contract/sandbox.md §1: the plans a runner of ours that is gone left behind (R9). */
     if (s->sandbox)
         (void)cs__supervisor_plan_sweep();
     return s;
@@ -953,7 +886,7 @@ int cs_supervisor_spawn(struct cs_supervisor *s, const struct cs_supervisor_spaw
             goto out;
         }
     }
-    /* runtime.md section 5: everything cleared, then only these. */
+    /* docs/contract/runtime.md section 5: everything cleared, then only these. */
     size_t ne = 0;
     envp[ne++] = concat("PATH=", s->sandbox ? CS_SUPERVISOR_SANDBOX_PATH : s->path);
     envp[ne++] = concat("HOME=", sp->root);
@@ -982,7 +915,7 @@ int cs_supervisor_spawn(struct cs_supervisor *s, const struct cs_supervisor_spaw
     p->tty = sp->tty;
     p->rows = 24;
     p->cols = 80;
-    p->cap = s->lim.ring_bytes;
+    cs__ring_init(&p->ring, s->lim.ring_bytes);
     p->pidfd = p->in = p->out = p->report = -1;
     p->term = CSW_PROCESS_TERMINATION_UNKNOWN;
     p->on_exit = sp->on_exit;
@@ -1004,7 +937,7 @@ int cs_supervisor_spawn(struct cs_supervisor *s, const struct cs_supervisor_spaw
         goto out;
     }
     if (s->sandbox) {
-        /* sandbox.md section 1: prepare writes the plan; the helper runs it in place of the
+        /* docs/contract/sandbox.md §1: prepare writes the plan; the helper runs it in place of the
          * command. A program missing from the sandbox PATH fails here, before anything runs
          * (the sandbox binds /usr, /bin, ... of this host read-only). */
         if (!strchr(argv[0], '/')) {
@@ -1295,7 +1228,7 @@ void cs_supervisor_status(struct cs_supervisor *s, const struct csw_mcp_process_
             out.signal.name.n = strlen(name);
         }
     }
-    out.output_total = (int64_t)p->total;
+    out.output_total = (int64_t)p->ring.total;
     out.output_retained_from = (int64_t)retained_from(p);
     out.eof = p->finished;
     out.tty = p->tty;

@@ -1,8 +1,8 @@
 /*
- * supervisor: the managed processes of one runner (runtime.md section 5). Spawns commands from
- * an argv without a shell, each in its own session and process group, with pipes or a PTY on the
- * event loop; keeps each one's combined output in a capped ring; reaps through pidfds; enforces
- * the time limit and the live-process cap; answers the process tools (contract.md section 3).
+ * supervisor: the managed processes of one runner (docs/contract/runtime.md §5). Spawns commands
+ * from an argv without a shell, each in its own session and process group, with pipes or a PTY on
+ * the event loop; keeps each one's combined output in a capped ring; reaps through pidfds; enforces
+ * the time limit and the live-process cap; answers the process tools (docs/contract/tools.md §3).
  *
  * The supervisor knows nothing of MCP sessions or workspaces' leases: it takes the tools' decoded
  * inputs, fills their generated output structs and completes each request through a callback,
@@ -45,11 +45,11 @@ struct cs_supervisor_limits {
      * enabled cannot exec. */
     const char *sandbox_helper;
     /* A root runner's commands run as this unprivileged host uid and gid when the workspace
-     * root is owned by 0 (sandbox.md section 3); 0: the helper's default (65533). */
+     * root is owned by 0 (docs/contract/sandbox.md section 3); 0: the helper's default (65533). */
     int64_t sandbox_uid, sandbox_gid;
 };
 
-/* The fixed limits of runtime.md section 5 (the others come from the configuration). */
+/* The fixed limits of docs/contract/runtime.md §5 (the others come from the configuration). */
 #define CS_SUPERVISOR_RING_BYTES    (256 * 1024)     /* output kept per process */
 #define CS_SUPERVISOR_RETAIN_MS     (15 * 60 * 1000) /* an exited handle lives this long ... */
 #define CS_SUPERVISOR_RETAIN_MAX    64               /* ... and at most this many of them */
@@ -71,7 +71,7 @@ int cs_supervisor_spawn_aux(const char *prog, char *const argv[], char *const en
 int cs_supervisor_spawn_aux_keep(const char *prog, char *const argv[], char *const envp[],
                                  const int fds[3], const int *keep, size_t nkeep, pid_t *pid);
 
-/* The PATH of a sandboxed command (sandbox.md section 3). */
+/* The PATH of a sandboxed command (docs/contract/sandbox.md section 3). */
 #define CS_SUPERVISOR_SANDBOX_PATH "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"
 
 /* Runs `helper probe` (stdio null, 5 s). Returns 0 when it succeeded, else -1 with msg saying
@@ -79,8 +79,8 @@ int cs_supervisor_spawn_aux_keep(const char *prog, char *const argv[], char *con
 int cs_supervisor_sandbox_probe(const char *helper, char *msg, size_t cap);
 
 /*
- * sandbox.md section 3, for a runner running as root: whether a command in the workspace whose
- * held root is rootfd can get an unprivileged identity. A root owned by uid or gid 0 needs an
+ * docs/contract/sandbox.md §3, for a runner running as root: whether a command in the workspace
+ * whose held root is rootfd can get an unprivileged identity. A root owned by uid or gid 0 needs an
  * idmapped bind (the root's owner mapped to uid/gid); this makes one, detached, in a throwaway
  * user namespace, exactly as the helper will. Returns 0 (possible, or not root, or not needed),
  * or -1 with msg saying why not.

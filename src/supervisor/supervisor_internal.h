@@ -39,7 +39,7 @@ struct cs__supervisor_fds {
  * or NULL (not found). */
 char *cs__supervisor_lookup(const char *path, const char *name);
 
-/* Runs the helper's prepare for req (sandbox.md section 1), with rootfd (the held workspace
+/* Runs the helper's prepare for req (docs/contract/sandbox.md §1), with rootfd (the held workspace
  * root, or -1) as its fd 3. Returns the plan path (free it), or
  * NULL with msg saying why. */
 char *cs__supervisor_sandbox_prepare(const char *helper,

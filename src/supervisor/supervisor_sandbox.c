@@ -1,11 +1,11 @@
 /*
- * supervisor_sandbox: the runner's side of the Linux command sandbox (sandbox.md sections 1, 2).
- * It never builds a sandbox itself: it runs the helper, codespace-linux-sandbox, to `probe` once
- * and to `prepare` each command's plan (the request on stdin, one JSON line back, 5 s and 1 MiB
- * at most), and the supervisor then starts `codespace-linux-sandbox run --plan <path>` in place
+ * supervisor_sandbox: the runner's side of the Linux command sandbox (docs/contract/sandbox.md §1,
+ * 2). It never builds a sandbox itself: it runs the helper, codespace-linux-sandbox, to `probe`
+ * once and to `prepare` each command's plan (the request on stdin, one JSON line back, 5 s and 1
+ * MiB at most), and the supervisor then starts `codespace-linux-sandbox run --plan <path>` in place
  * of the command. Only the generated protocol code (schema/sandbox/) is linked here.
  *
- * No plan outlives its run (sandbox.md section 1, invariant R9). The helper is given
+ * No plan outlives its run (docs/contract/sandbox.md section 1, invariant R9). The helper is given
  * CODESPACE_SANDBOX_RUNNER_PID=<our pid>, so its plan directories are named
  * `codespace-sandbox-<pid>-XXXXXX` under the helper's TMPDIR (below). Then:
  *  - once a sandboxed process is reaped (whatever ended it), or when spawning `run` failed after

@@ -1,5 +1,5 @@
 /*
- * supervisor_spawn: starting one command (runtime.md section 5). A vfork-style clone from an
+ * supervisor_spawn: starting one command (docs/contract/runtime.md §5). A vfork-style clone from an
  * argv, no shell (posix_spawn cannot set the parent-death signal): a new session (so a new process
  * group, and for a PTY the terminal as controlling terminal), every signal back to its default and
  * unblocked (the server blocks SIGINT/SIGTERM for its signalfd and ignores SIGPIPE; a child must
@@ -12,6 +12,7 @@
  * taken relative to the workspace root, as a shell would in that directory.
  * Entry points: cs__supervisor_start.
  */
+#include "base_diag.h"
 #include "supervisor_internal.h"
 
 #include <errno.h>
@@ -33,15 +34,6 @@
 #include <termios.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-__attribute__((format(printf, 3, 4))) static void msgf(char *msg, size_t cap, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    if (msg && cap)
-        vsnprintf(msg, cap, fmt, ap);
-    va_end(ap);
-}
 
 /* Finds name in the absolute entries of path. Returns a new string, or NULL (not found). */
 char *cs__supervisor_lookup(const char *path, const char *name)
@@ -197,7 +189,7 @@ static pid_t spawn_child(const struct cs__supervisor_cmd *cmd, const char *prog,
     void *stack =
         mmap(NULL, STACK, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
     if (stack == MAP_FAILED) {
-        msgf(msg, cap, "cannot spawn: %s", strerror(errno));
+        cs_diag_format(msg, cap, "cannot spawn: %s", strerror(errno));
         return -1;
     }
     struct child c = {
@@ -222,17 +214,19 @@ static pid_t spawn_child(const struct cs__supervisor_cmd *cmd, const char *prog,
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     munmap(stack, STACK);
     if (pid < 0) {
-        msgf(msg, cap, "cannot spawn: clone: %s", strerror(ce));
+        cs_diag_format(msg, cap, "cannot spawn: clone: %s", strerror(ce));
         return -1;
     }
     if (c.err != 0) {
         while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
             ;
         if (strcmp(c.step, "execve") == 0 || strcmp(c.step, "chdir") == 0)
-            msgf(msg, cap, "%s: %s", strcmp(c.step, "chdir") == 0 ? cmd->root : cmd->argv[0],
-                 strerror(c.err));
+            cs_diag_format(msg, cap, "%s: %s",
+                           strcmp(c.step, "chdir") == 0 ? cmd->root : cmd->argv[0],
+                           strerror(c.err));
         else
-            msgf(msg, cap, "cannot spawn %s: %s: %s", cmd->argv[0], c.step, strerror(c.err));
+            cs_diag_format(msg, cap, "cannot spawn %s: %s: %s", cmd->argv[0], c.step,
+                           strerror(c.err));
         return -1;
     }
     return pid;
@@ -253,18 +247,18 @@ int cs__supervisor_start(const struct cs__supervisor_cmd *cmd, struct cs__superv
     } else {
         prog = cs__supervisor_lookup(cmd->path, cmd->argv[0]);
         if (!prog) {
-            msgf(msg, cap, "%s: command not found in the runner's PATH", cmd->argv[0]);
+            cs_diag_format(msg, cap, "%s: command not found in the runner's PATH", cmd->argv[0]);
             goto out;
         }
     }
     if (!prog) {
-        msgf(msg, cap, "spawn: %s", strerror(ENOMEM));
+        cs_diag_format(msg, cap, "spawn: %s", strerror(ENOMEM));
         goto out;
     }
     if (cmd->tty) {
         if (open_pty(&master, slave_path, sizeof slave_path, cmd->rows, cmd->cols) != 0 ||
             (slave = open(slave_path, O_RDWR | O_NOCTTY | O_CLOEXEC)) < 0) {
-            msgf(msg, cap, "cannot open a pseudo-terminal: %s", strerror(errno));
+            cs_diag_format(msg, cap, "cannot open a pseudo-terminal: %s", strerror(errno));
             goto out;
         }
     } else {
@@ -272,7 +266,7 @@ int cs__supervisor_start(const struct cs__supervisor_cmd *cmd, struct cs__superv
          * open file description). */
         if (pipe2(in, O_CLOEXEC) != 0 || pipe2(out, O_CLOEXEC) != 0 || set_nonblock(in[1]) != 0 ||
             set_nonblock(out[0]) != 0) {
-            msgf(msg, cap, "cannot create pipes: %s", strerror(errno));
+            cs_diag_format(msg, cap, "cannot create pipes: %s", strerror(errno));
             goto out;
         }
         /* A larger pipe lets a chatty command run ahead of the loop between reads. Best
@@ -291,7 +285,7 @@ int cs__supervisor_start(const struct cs__supervisor_cmd *cmd, struct cs__superv
         kill(pid, SIGKILL);
         while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
             ;
-        msgf(msg, cap, "pidfd_open: %s", strerror(pe));
+        cs_diag_format(msg, cap, "pidfd_open: %s", strerror(pe));
         goto out;
     }
     fds->pid = pid;

@@ -1,9 +1,11 @@
 /*
  * tools: handler registration and every tool: workspace_info and operation_status here, the
  * others through the runner (runner.h: in-process or uds). The tool layer owns the policy gate,
- * the per-workspace mutation lease and the operation ledger; the runner owns the work.
+ * the per-workspace mutation lease (its state machine is tools_lease.c) and the operation ledger;
+ * the runner owns the work.
  */
 #include "tools.h"
+#include "tools_lease.h"
 
 #include "base_roots.h"
 
@@ -51,14 +53,14 @@ static void workspace_info(void *arg, struct cs_mcp_call *call, const void *inpu
         return;
     }
     struct csw_mcp_workspace_info_output out;
-    char msg[512];
+    struct cs_diag msg = {0};
     /* A workspace where no command can start says so: process.available is false there. */
     struct cs_runtime_caps caps = t->caps;
     if (slot != SIZE_MAX && slot > 0 && t->no_exec && t->no_exec[slot - 1])
         caps.process_available = false;
-    int rc = cs_policy_workspace_info(t->cfg, &caps, t->version, in, &out, msg, sizeof msg);
+    int rc = cs_policy_workspace_info(t->cfg, &caps, t->version, in, &out, &msg);
     if (rc != 0) {
-        cs_mcp_call_error(call, (enum csw_error)rc, NULL, "%s", msg);
+        cs_mcp_call_error(call, (enum csw_error)rc, NULL, "%s", msg.text);
         return;
     }
     json_t *j = NULL;
@@ -110,16 +112,16 @@ void cs_tools_free(struct cs_tools *t)
 static const struct cs_workspace *gate(struct cs_tools *t, struct cs_mcp_call *call,
                                        const struct cs_str *id, enum cs_policy_access access)
 {
-    char msg[512];
+    struct cs_diag msg = {0};
     const struct cs_workspace *ws = cs_config_workspace(t->cfg, id->s, id->n);
     if (ws == NULL) {
         cs_mcp_call_error(call, CSW_ERROR_WORKSPACE_NOT_FOUND, NULL,
                           "no workspace is registered under this workspace_id");
         return NULL;
     }
-    int rc = cs_workspace_check(ws, access, msg, sizeof msg);
+    int rc = cs_workspace_check(ws, access, &msg);
     if (rc != 0) {
-        cs_mcp_call_error(call, (enum csw_error)rc, NULL, "%s", msg);
+        cs_mcp_call_error(call, (enum csw_error)rc, NULL, "%s", msg.text);
         return NULL;
     }
     return ws;
@@ -228,53 +230,10 @@ static void find_tool(void *arg, struct cs_mcp_call *call, const void *input)
     cs_runner_call(t->runner, &op, plain_done, call);
 }
 
-/* ---- the workspace lease ---- */
-
-/*
- * Takes the lease of ws for call: 0 when it was free (the caller now holds it: run, and release
- * it with lease_release when the work is over, now or later), 1 when a mutation holds it and the
- * call was queued (FIFO; lease_release runs it later, and the input lives until the call
- * completes), or a catalogue code with the call not queued: WORKSPACE_BUSY (a live process holds
- * it), RESOURCE_QUEUE_FULL.
- */
-static int lease_acquire(struct cs_tools_lease *l, struct cs_mcp_call *call, const void *input,
-                         cs_tools_locked_fn run)
-{
-    switch (l->state) {
-    case CS_TOOLS_LEASE_FREE:
-        l->state = CS_TOOLS_LEASE_HELD;
-        return 0;
-    case CS_TOOLS_LEASE_LIVE:
-        return CSW_ERROR_WORKSPACE_BUSY;
-    case CS_TOOLS_LEASE_HELD:
-        break;
-    }
-    if (l->n_wait >= CS_TOOLS_LEASE_MAX_WAITERS)
-        return CSW_ERROR_RESOURCE_QUEUE_FULL;
-    size_t slot = (l->head + l->n_wait) % CS_TOOLS_LEASE_MAX_WAITERS;
-    l->wait[slot].call = call;
-    l->wait[slot].input = input;
-    l->wait[slot].run = run;
-    l->n_wait++;
-    return 1;
-}
-
-bool cs__tools_lease_unqueue(struct cs_tools_lease *l, const struct cs_mcp_call *call)
-{
-    const size_t cap = CS_TOOLS_LEASE_MAX_WAITERS;
-    for (size_t i = 0; i < l->n_wait; i++) {
-        if (l->wait[(l->head + i) % cap].call != call)
-            continue;
-        for (size_t k = i; k + 1 < l->n_wait; k++)
-            l->wait[(l->head + k) % cap] = l->wait[(l->head + k + 1) % cap];
-        l->n_wait--;
-        return true;
-    }
-    return false;
-}
+/* ---- the workspace lease (the state machine is tools_lease.c) ---- */
 
 /* The cancel hook of a queued mutation: it leaves the FIFO (held nothing else) and completes
- * into nothing (contract.md section 2). */
+ * into nothing (docs/contract/tools.md section 2). */
 static void lease_wait_cancelled(void *arg, struct cs_mcp_call *call)
 {
     struct cs_tools_lease *l = arg;
@@ -295,50 +254,28 @@ static void lease_refuse(struct cs_tools_lease *l, struct cs_mcp_call *call, int
                           "%d calls already wait for this workspace", CS_TOOLS_LEASE_MAX_WAITERS);
 }
 
-/* A live process took the lease: every queued mutation fails WORKSPACE_BUSY. */
-static void lease_refuse_waiters(struct cs_tools_lease *l)
+/* The lease's hooks: a waiter's turn, a waiter refused because a process went live. */
+static void lease_grant(struct cs_tools_lease *l, struct cs_mcp_call *call, const void *input,
+                        cs_tools_locked_fn run)
 {
-    while (l->n_wait > 0) {
-        struct cs_mcp_call *call = l->wait[l->head].call;
-        l->head = (l->head + 1) % CS_TOOLS_LEASE_MAX_WAITERS;
-        l->n_wait--;
-        lease_refuse(l, call, CSW_ERROR_WORKSPACE_BUSY);
-    }
+    cs_mcp_call_on_cancel(call, NULL, NULL); /* no longer queued; run sets its own */
+    run(l->t, l->ws, call, input);
 }
 
-/* The lease goes free (a mutation finished, a spawn failed, a live process ended) and passes to
- * the waiters in order. Once a process holds it, the remaining waiters fail WORKSPACE_BUSY.
- * Reentrant: a waiter that completes at once releases it again inside the loop. */
-static void lease_release(struct cs_tools_lease *l)
+static void lease_busy(struct cs_tools_lease *l, struct cs_mcp_call *call)
 {
-    l->state = CS_TOOLS_LEASE_FREE;
-    l->process_id[0] = '\0';
-    l->killing = false;
-    if (l->draining)
-        return;
-    l->draining = true;
-    while (l->n_wait > 0 && l->state == CS_TOOLS_LEASE_FREE) {
-        struct cs_mcp_call *call = l->wait[l->head].call;
-        const void *input = l->wait[l->head].input;
-        cs_tools_locked_fn run = l->wait[l->head].run;
-        l->head = (l->head + 1) % CS_TOOLS_LEASE_MAX_WAITERS;
-        l->n_wait--;
-        l->state = CS_TOOLS_LEASE_HELD;
-        cs_mcp_call_on_cancel(call, NULL, NULL); /* no longer queued; run sets its own */
-        run(l->t, l->ws, call, input);
-    }
-    if (l->state == CS_TOOLS_LEASE_LIVE)
-        lease_refuse_waiters(l);
-    l->draining = false;
+    lease_refuse(l, call, CSW_ERROR_WORKSPACE_BUSY);
 }
+
+static const struct cs_tools_lease_hooks lease_hooks = {lease_grant, lease_busy};
 
 /* Runs run under ws's lease: now, queued, or refused. run releases the lease when done. */
 static void with_lease(struct cs_tools *t, const struct cs_workspace *ws, struct cs_mcp_call *call,
                        const void *input, cs_tools_locked_fn run)
 {
     struct cs_tools_lease *l = &t->leases[ws - t->cfg->workspaces];
-    int rc = lease_acquire(l, call, input, run);
-    if (rc == 1) { /* queued: lease_release runs it, unless its client cancels it first */
+    int rc = cs__tools_lease_acquire(l, call, input, run);
+    if (rc == 1) { /* queued: a release runs it, unless its client cancels it first */
         cs_mcp_call_on_cancel(call, lease_wait_cancelled, l);
         return;
     }
@@ -356,9 +293,8 @@ static void on_process_exited(void *arg, const char *process_id)
     struct cs_tools *t = arg;
     for (size_t i = 0; i < t->cfg->n_workspaces; i++) {
         struct cs_tools_lease *l = &t->leases[i];
-        if ((l->state == CS_TOOLS_LEASE_LIVE || l->killing) &&
-            strcmp(l->process_id, process_id) == 0) {
-            lease_release(l);
+        if (cs__tools_lease_holds(l, process_id)) {
+            cs__tools_lease_release(l);
             return;
         }
     }
@@ -368,8 +304,8 @@ static void on_runner_lost(void *arg)
 {
     struct cs_tools *t = arg;
     for (size_t i = 0; i < t->cfg->n_workspaces; i++)
-        if (t->leases[i].state == CS_TOOLS_LEASE_LIVE || t->leases[i].killing)
-            lease_release(&t->leases[i]);
+        if (cs__tools_lease_holds(&t->leases[i], NULL))
+            cs__tools_lease_release(&t->leases[i]);
 }
 
 /* ---- apply_patch ---- */
@@ -438,7 +374,7 @@ static void patch_done(void *arg, const struct cs_runner_reply *r)
     }
     struct cs_tools_lease *l = pc->l;
     free(pc);
-    lease_release(l);
+    cs__tools_lease_release(l);
 }
 
 static void apply_patch_locked(struct cs_tools *t, const struct cs_workspace *ws,
@@ -449,27 +385,28 @@ static void apply_patch_locked(struct cs_tools *t, const struct cs_workspace *ws
     struct patch_call *pc = calloc(1, sizeof *pc);
     if (!pc) {
         cs_mcp_call_error(call, CSW_ERROR_INTERNAL, NULL, "out of memory");
-        lease_release(l);
+        cs__tools_lease_release(l);
         return;
     }
     pc->t = t;
     pc->l = l;
     pc->call = call;
     struct csw_mcp_apply_patch_output replay;
-    char msg[512];
+    struct cs_diag msg = {0};
     enum csw_error replayed_error = CSW_ERROR_INTERNAL;
-    int rc = cs_patch_txn_begin(t->store, in, &replay, pc->op_id, &replayed_error, msg, sizeof msg);
+    int rc = cs_patch_txn_begin(t->store, in, &replay, pc->op_id, &replayed_error, &msg);
     if (rc == CS_PATCH_TXN_REPLAYED) {
         cs_mcp_call_ok(call, &replay);
         csw_mcp_apply_patch_output_free(&replay);
     } else if (rc == CS_PATCH_TXN_REPLAYED_ERROR) {
-        cs_mcp_call_error(call, replayed_error, pc->op_id, "%s", msg);
+        cs_mcp_call_error(call, replayed_error, pc->op_id, "%s", msg.text);
     } else if (rc != 0) {
-        cs_mcp_call_error(call, (enum csw_error)rc, pc->op_id[0] ? pc->op_id : NULL, "%s", msg);
+        cs_mcp_call_error(call, (enum csw_error)rc, pc->op_id[0] ? pc->op_id : NULL, "%s",
+                          msg.text);
     }
     if (rc != 0) {
         free(pc);
-        lease_release(l);
+        cs__tools_lease_release(l);
         return;
     }
     _Static_assert(sizeof(struct csw_runner_wire_apply_patch_data_expected_versions_entry) ==
@@ -558,14 +495,14 @@ static void exec_done(void *arg, const struct cs_runner_reply *r)
         cs_mcp_call_ok(ec->call, &out);
         break;
     }
-    bool mine = strcmp(l->process_id, ec->process_id) == 0;
+    bool mine = cs__tools_lease_holds(l, ec->process_id);
     free(ec);
-    if (release && mine && (l->state == CS_TOOLS_LEASE_LIVE || l->killing))
-        lease_release(l);
+    if (release && mine)
+        cs__tools_lease_release(l);
 }
 
 /*
- * The cancel hook of a dispatched exec_command (contract.md section 2): its client will never
+ * The cancel hook of a dispatched exec_command (docs/contract/tools.md §2): its client will never
  * learn the process id, so the process is killed at once (SIGKILL to its group) and a yield
  * stops waiting. The lease stays held, as by a running mutation, until the process has finished
  * (its exit releases it), so the next mutation queues behind the kill instead of failing
@@ -579,10 +516,7 @@ static void exec_cancelled(void *arg, struct cs_mcp_call *call)
     struct cs_runner *runner = ec->t->runner;
     char id[CS_SUPERVISOR_ID_SIZE];
     memcpy(id, ec->process_id, sizeof id); /* ec may be freed inside cs_runner_cancel */
-    if (l->state == CS_TOOLS_LEASE_LIVE && strcmp(l->process_id, id) == 0) {
-        l->state = CS_TOOLS_LEASE_HELD;
-        l->killing = true;
-    }
+    cs__tools_lease_kill(l, id);
     cs_runner_cancel(runner, exec_done, ec, id);
 }
 
@@ -595,7 +529,7 @@ static void exec_locked(struct cs_tools *t, const struct cs_workspace *ws, struc
     if (!ec || cs_supervisor_new_id(ec->process_id) != 0) {
         free(ec);
         cs_mcp_call_error(call, CSW_ERROR_INTERNAL, NULL, "no memory or random source");
-        lease_release(l);
+        cs__tools_lease_release(l);
         return;
     }
     ec->t = t;
@@ -622,9 +556,7 @@ static void exec_locked(struct cs_tools *t, const struct cs_workspace *ws, struc
     d->yield_ms = in->has_yield_ms ? in->yield_ms : 0;
     /* Live from here: a confirmed process holds the lease until it exits; with yield_ms 0 the
      * call may complete inside cs_runner_call. Queued waiters fail at once. */
-    l->state = CS_TOOLS_LEASE_LIVE;
-    snprintf(l->process_id, sizeof l->process_id, "%s", ec->process_id);
-    lease_refuse_waiters(l);
+    cs__tools_lease_go_live(l, ec->process_id);
     cs_mcp_call_on_cancel(call, exec_cancelled, ec);
     cs_runner_call(t->runner, &op, exec_done, ec);
 }
@@ -726,9 +658,9 @@ static void operation_status_tool(void *arg, struct cs_mcp_call *call, const voi
     csw_mcp_operation_status_output_free(&out);
 }
 
-/* The sibling codespace-runtime of our own executable (runtime.md section 1). */
+/* The sibling codespace-runtime of our own executable (docs/contract/runtime.md section 1). */
 /* Whether the kernel offers seccomp user notification, which the sandbox helper uses to learn
- * of refused system calls (contract.md section 8): the helper reads the same file. */
+ * of refused system calls (docs/contract/tools.md section 6): the helper reads the same file. */
 static bool seccomp_user_notif(void)
 {
     FILE *f = fopen("/proc/sys/kernel/seccomp/actions_avail", "re");
@@ -805,10 +737,10 @@ static int build_wsdesc(struct cs_tools *t)
 }
 
 /*
- * sandbox.md section 3, for a server running as root: a command never holds host uid 0. Without
- * the sandbox there is no unprivileged identity to give it, so no command runs at all (never the
- * unsandboxed fallback a non-root server has); with it, a workspace whose root is owned by root
- * needs an idmapped bind, and a workspace whose filesystem cannot have one runs no command
+ * docs/contract/sandbox.md §3, for a server running as root: a command never holds host uid 0.
+ * Without the sandbox there is no unprivileged identity to give it, so no command runs at all
+ * (never the unsandboxed fallback a non-root server has); with it, a workspace whose root is owned
+ * by root needs an idmapped bind, and a workspace whose filesystem cannot have one runs no command
  * either. Each such workspace gets its reason in t->no_exec (exec_command answers
  * PROCESS_SPAWN_FAILED with it; workspace_info reports process.available false). probe_err is
  * why the probe failed. Returns 0, or -1 on OOM with err set.
@@ -864,10 +796,11 @@ int cs_tools_register(struct cs_mcp *srv, struct cs_tools *t, const struct cs_co
     if (!t->leases || build_wsdesc(t) != 0)
         return -1;
     for (size_t i = 0; i < cfg->n_workspaces; i++) {
+        t->leases[i].hooks = &lease_hooks;
         t->leases[i].t = t;
         t->leases[i].ws = &cfg->workspaces[i];
     }
-    /* runtime.md section 2: every root was opened once at load; from here on the file tools,
+    /* docs/contract/runtime.md §2: every root was opened once at load; from here on the file tools,
      * the supervisor and the sandbox reach a root only through that descriptor. */
     for (size_t i = 0; i < cfg->n_workspaces; i++) {
         const struct cs_workspace *ws = &cfg->workspaces[i];
@@ -878,8 +811,8 @@ int cs_tools_register(struct cs_mcp *srv, struct cs_tools *t, const struct cs_co
         }
     }
     struct cs_runner_events ev = {on_process_exited, on_runner_lost, t};
-    /* sandbox.md section 2: probe the helper once; its answer decides how every command spawns
-     * and what workspace_info reports. */
+    /* docs/contract/sandbox.md §2: probe the helper once; its answer decides how every command
+     * spawns and what workspace_info reports. */
     char *helper = cfg->sandbox_bin ? strdup(cfg->sandbox_bin) : sibling("codespace-linux-sandbox");
     char perr[2048] = "no helper";
     bool sandboxed = helper && cs_supervisor_sandbox_probe(helper, perr, sizeof perr) == 0;

@@ -14,50 +14,9 @@
 #include "policy.h"
 #include "store.h"
 
-/* Most calls waiting on one workspace's lease (runtime.md section 5); past it,
- * RESOURCE_QUEUE_FULL. */
-#define CS_TOOLS_LEASE_MAX_WAITERS 64
-
 struct cs_tools;
 struct cs_runner;
-
-/* Runs a mutation that now holds its workspace's lease (see tools.c). */
-typedef void (*cs_tools_locked_fn)(struct cs_tools *t, const struct cs_workspace *ws,
-                                   struct cs_mcp_call *call, const void *input);
-
-/*
- * One workspace's exclusive mutation lease (runtime.md section 5): free; held by a running
- * mutation (apply_patch, or an exec_command being spawned), while later mutations wait in a FIFO
- * of at most CS_TOOLS_LEASE_MAX_WAITERS; or held by a live process until it finishes, while new
- * mutations are refused with WORKSPACE_BUSY (and the FIFO was failed when it went live).
- */
-enum cs_tools_lease_state {
-    CS_TOOLS_LEASE_FREE,
-    CS_TOOLS_LEASE_HELD,
-    CS_TOOLS_LEASE_LIVE,
-};
-
-struct cs_tools_lease {
-    struct cs_tools *t;
-    const struct cs_workspace *ws;
-    enum cs_tools_lease_state state;
-    char process_id[48]; /* the live process, when LIVE (or killing) */
-    bool draining;       /* lease_release is handing it to waiters */
-    /* HELD by process_id, an exec_command the client cancelled, being killed: until it has
-     * finished, later mutations queue (as behind a running mutation) instead of failing
-     * WORKSPACE_BUSY; its exit releases the lease to them. */
-    bool killing;
-    struct {
-        struct cs_mcp_call *call;
-        const void *input;
-        cs_tools_locked_fn run;
-    } wait[CS_TOOLS_LEASE_MAX_WAITERS];
-    size_t head, n_wait;
-};
-
-/* Removes call from l's FIFO (a queued mutation its client cancelled); the later waiters keep
- * their order. Returns true when it was queued. Internal; exposed for the unit tests. */
-bool cs__tools_lease_unqueue(struct cs_tools_lease *l, const struct cs_mcp_call *call);
+struct cs_tools_lease; /* tools_lease.h */
 
 /* What the handlers share; borrowed by the handlers for the server's lifetime. */
 struct cs_tools {
@@ -71,7 +30,7 @@ struct cs_tools {
     struct cs_runner *runner;            /* where the work runs (owned) */
     struct csw_runner_workspace *wsdesc; /* each workspace as the wire describes it */
     /* Per registry workspace: why no command can run there (a root server whose commands cannot
-     * get an unprivileged identity, sandbox.md section 3), or NULL. Owned. */
+     * get an unprivileged identity, docs/contract/sandbox.md section 3), or NULL. Owned. */
     char **no_exec;
 };
 

@@ -1,5 +1,5 @@
 /*
- * Length-prefixed framing for the runner wire protocol (runtime.md section 4): a 4-byte
+ * Length-prefixed framing for the runner wire protocol (docs/contract/runtime.md §4): a 4-byte
  * big-endian length, then that many bytes. The Ragel grammar below is turned into
  * transport_lenframe.c in the build tree by ragel -G2 (never checked in).
  * Trust: every byte comes from an untrusted peer. A length is checked (1..cap) as soon as its

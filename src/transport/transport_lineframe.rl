@@ -1,5 +1,5 @@
 /*
- * Newline-delimited framing for stdio JSON-RPC (runtime.md section 3): one message a line, the
+ * Newline-delimited framing for stdio JSON-RPC (docs/contract/runtime.md §3): a message a line, the
  * line being the bytes before "\n" minus one trailing "\r"; empty lines are skipped. The Ragel
  * grammar below is turned into transport_lineframe.c in the build tree by ragel -G2.
  * Trust: every byte comes from an untrusted peer. A line is buffered only up to the cap set at

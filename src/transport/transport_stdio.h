@@ -1,8 +1,8 @@
 /*
  * transport_stdio: newline-delimited messages on a pair of file descriptors, on the event loop
- * (runtime.md section 3, stdio). Input is cut into lines by the Ragel line framer; an over-long
- * line is reported and skipped without being buffered. Output lines are queued and written
- * without blocking the loop; nothing but what the caller queues is ever written to out_fd.
+ * (docs/contract/runtime.md §3, stdio). Input is cut into lines by the Ragel line framer; an
+ * over-long line is reported and skipped without being buffered. Output lines are queued and
+ * written without blocking the loop; nothing but what the caller queues is ever written to out_fd.
  * Backpressure: while more than 32 MiB of output waits, input is not read.
  *
  * Trust: input bytes come from the client and are untrusted; they only pass through the framer.

@@ -1,5 +1,5 @@
 """A codespace-mcp server over stdio for tests: one reader thread per pipe, synchronous
-requests matched by id, tool results checked for the contract's shape (contract.md section 2).
+requests matched by id, tool results checked for the contract's shape (docs/contract/tools.md §2).
 
 Used by tests/e2e/test_files.py, tests/e2e/test_patch.py, tests/e2e/test_process*.py and
 tests/patch_diff/run_diff.py. Several requests may be outstanding at once: start() sends one and

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""End-to-end tests of cancellation (contract.md section 2, issue #16) and of `arguments` that is
+"""End-to-end tests of cancellation (docs/contract/tools.md §2, #16) and of `arguments` that is
 present but not an object, over stdio and Streamable HTTP (CTest e2e_cancel, and e2e_cancel_uds
 with CS_E2E_RUNNER=uds).
 

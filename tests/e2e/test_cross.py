@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Cross-transport end-to-end test: one stdio server and one Streamable HTTP server
 (--http --port 0) on the same workspace must publish the same tools/list and give the same
-workspace_info answers (runtime.md section 3: the transports carry one MCP core).
+workspace_info answers (docs/contract/runtime.md section 3: the transports carry one MCP core).
 
 Run: CODESPACE_MCP_BIN=build/release/src/main/codespace-mcp \
        /usr/bin/python3 -m unittest -v test_cross        (from tests/e2e)

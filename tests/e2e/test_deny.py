@@ -1,4 +1,4 @@
-"""Deny rules (contract.md section 7, issue 18) through the real server, with the sandbox helper
+"""Deny rules (docs/contract/tools.md §5, issue 18) through the real server, with the sandbox helper
 required (CODESPACE_REQUIRE_LINUX_SANDBOX=1): never skipped.
 
 read refuses every spelling of a denied path (PATH_DENIED, whether it exists or not), find never

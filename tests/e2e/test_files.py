@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""End-to-end tests of the file tools, read and find (contract.md sections 2, 3 and 5).
+"""End-to-end tests of the file tools, read and find (docs/contract/tools.md sections 2, 3).
 
 Starts the real binary (CODESPACE_MCP_BIN) over stdio with `--workspace <tmpdir>/ws` (workspace
 "default", read and write) and a `--config` registry adding "ro" (read-only profile) and "box" (a

@@ -1,4 +1,4 @@
-"""End-to-end tests of the Streamable HTTP transport (runtime.md section 3) on the real binary.
+"""End-to-end tests of the Streamable HTTP transport (docs/contract/runtime.md §3), real binary.
 
 Starts `$CODESPACE_MCP_BIN --http --port 0 --workspace <tmpdir>` (plus `--token` for the bearer
 tests), learns the port from the "listening" line of its JSON log on stderr, and talks to it with
@@ -422,6 +422,15 @@ class TestHttp(HttpCase):
             b"Mcp-Session-Id: " + sid.encode() + b"\r\n"
             b"Content-Length: " + str(len(ping)).encode() + b"\r\n\r\n" + ping.encode())
         self.assertEqual(status, 200, body)
+        # Two Content-Type headers are refused, whichever comes first (the server counts them).
+        for first, second in ((b"application/json", b"text/plain"),
+                              (b"text/plain", b"application/json")):
+            status, _, body = self.raw(
+                b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+                b"Mcp-Session-Id: " + sid.encode() + b"\r\n"
+                b"Content-Type: " + first + b"\r\nContent-Type: " + second + b"\r\n"
+                b"Content-Length: " + str(len(ping)).encode() + b"\r\n\r\n" + ping.encode())
+            self.assertEqual(status, 415, body)
 
     # ---- DNS rebinding ----
 

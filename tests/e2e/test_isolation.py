@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""The isolation suite of sandbox.md section 5 through the real MCP server (exec_command).
+"""The isolation suite of docs/contract/sandbox.md §5 through the real MCP server (exec_command).
 
 Starts codespace-mcp (CODESPACE_MCP_BIN) over stdio with CODESPACE_LINUX_SANDBOX_BIN set to the
 helper (CS_SANDBOX_BIN) and CODESPACE_REQUIRE_LINUX_SANDBOX=1: a server that cannot start with
@@ -543,7 +543,7 @@ class IsolationCase(unittest.TestCase):
                 self.assertEqual(res["tiocsti_high"], [-1, EPERM], res)
                 self.assertEqual(res["tioclinux"], [-1, EPERM], res)
 
-    # ---- denial reports (contract.md section 8) -----------------------------------------
+    # ---- denial reports (docs/contract/tools.md §6) -----------------------------------------
 
     def run_exec(self, command):
         """Runs command with a yield long enough to see it end: (exec, status, read) results."""
@@ -863,7 +863,7 @@ result(out)
 
 
 class NetworkAllowCase(unittest.TestCase):
-    """network_allow through the real server's exec_command (sandbox.md section 4): a
+    """network_allow through the real server's exec_command (docs/contract/sandbox.md section 4): a
     workspace with network "enabled" and network_allow [] reaches nothing, not even a loopback
     server on this machine; one listing that server's address reaches it (the control)."""
 

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""End-to-end tests of apply_patch and operation_status (contract.md sections 3, 5 and 6).
+"""End-to-end tests of apply_patch and operation_status (docs/contract/patch.md).
 
 Starts the real binary (CODESPACE_MCP_BIN) over stdio with `--workspace <tmp>/ws` (workspace
 "default"), `--operations-db <tmp>/ops.db` and a `--config` registry adding "ro" (read-only
@@ -277,7 +277,7 @@ class PatchCase(unittest.TestCase):
         self.assertIn("line", err["message"])
 
     def test_two_concurrent_patches_both_apply(self):
-        """runtime.md section 5: both succeed, one after the other (the lease serializes them)."""
+        """docs/contract/runtime.md §5: both succeed, one after the other (the lease orders them)"""
         self.put("conc/a.txt", "0\n")
         base = self.srv.next_id
         self.srv.next_id += 2

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""No sandbox plan outlives its run (sandbox.md section 1; invariant R9 in
+"""No sandbox plan outlives its run (docs/contract/sandbox.md section 1; invariant R9 in
 docs/security-model.md), through the real server (codespace-mcp over stdio) and the real helper.
 
 - 1,000 rounds of exec_command (`sleep 5`, yield 0 to 10 ms) immediately followed by

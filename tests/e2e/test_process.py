@@ -1,7 +1,8 @@
 #!/usr/bin/python3
-"""End-to-end tests of the process tools over stdio (contract.md section 3: exec_command,
-write_stdin, read_process, process_status, process_resize, terminate_process; runtime.md
-section 5: lifetime, environment, output ring, time limit, live-process cap, workspace lease).
+"""End-to-end tests of the process tools over stdio (docs/contract/tools.md section 3: exec_command,
+write_stdin, read_process, process_status, process_resize, terminate_process;
+docs/contract/runtime.md section 5: lifetime, environment, output ring, time limit, live-process
+cap, workspace lease).
 
 Starts the real binary (CODESPACE_MCP_BIN) with `--workspace <tmp>/ws` (workspace "default"),
 `--operations-db :memory:` and a `--config` registry adding "ro" (read-only), "box" (a

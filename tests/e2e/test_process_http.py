@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""End-to-end tests of managed processes over Streamable HTTP (runtime.md sections 3 and 5): a
+"""End-to-end tests of managed processes over Streamable HTTP (docs/contract/runtime.md §3 and 5): a
 process belongs to the runner, not to the HTTP session or connection that started it.
 
 - a session ended with DELETE while its process runs; a new session writes, reads and waits;

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""End-to-end tests of codespace-mcp over stdio (contract.md sections 1-5, runtime.md 2-3).
+"""End-to-end tests of codespace-mcp over stdio (docs/contract/tools.md, docs/contract/runtime.md).
 
 Starts the real binary (path in CODESPACE_MCP_BIN) with --workspace on a temporary directory
 and talks newline-delimited JSON-RPC to it, as a client would. Every success result is validated
@@ -37,10 +37,10 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 REPLY_TIMEOUT = 15.0  # seconds; generous for the ASan/UBSan build on 2 cores
 EXIT_TIMEOUT = 5.0  # "EOF -> exit 0 within a few seconds"
-MAX_LINE = 16 * 1024 * 1024  # runtime.md section 3
+MAX_LINE = 16 * 1024 * 1024  # docs/contract/runtime.md section 3
 
 VERSIONS = ["2025-11-25", "2025-06-18", "2025-03-26"]
-TOOLS = [  # contract.md section 3, in order
+TOOLS = [  # docs/contract/tools.md section 3, in order
     "workspace_info", "read", "find", "apply_patch", "operation_status", "exec_command",
     "write_stdin", "read_process", "process_status", "process_resize", "terminate_process",
 ]
@@ -792,7 +792,7 @@ class TestTools(StdioCase):
         self.assertEqual(net["policy"], "restricted")
         self.assertIs(net["client_may_escalate"], False)
         self.assertNotIn("allow", net)
-        # One probe decides both (contract.md section 4).
+        # One probe decides both (docs/contract/tools.md section 4).
         self.assertIn((iso["command_sandbox"], net["enforcement"]),
                       [("none", "none"), ("linux-sandbox", "enforced")])
         self.assertEqual(find_key(info, "environment_id"), [])
@@ -989,7 +989,7 @@ class TestJsonRpcErrors(StdioCase):
 
 
 class TestBadConfig(unittest.TestCase):
-    """Every invalid value of runtime.md section 2 stops the start: exit status 2, quickly, and
+    """Every invalid value of docs/contract/runtime.md §2 stops the start: exit status 2, fast, and
     one JSON log line on stderr, msg "invalid configuration", whose "error" names the flag,
     variable or file and JSON path. Nothing on stdout."""
 
@@ -1028,7 +1028,7 @@ class TestBadConfig(unittest.TestCase):
         self.assertEqual(p.stdout, b"", "nothing may reach stdout")
         lines = err.splitlines()
         self.assertEqual(len(lines), 1, "exactly one line on stderr, got %r" % err)
-        # A JSON log line like every other line on stderr (runtime.md section 2).
+        # A JSON log line like every other line on stderr (docs/contract/runtime.md section 2).
         entry = json.loads(lines[0])
         self.assertEqual(entry["level"], "error", entry)
         self.assertEqual(entry["msg"], "invalid configuration", entry)

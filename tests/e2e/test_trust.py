@@ -1,6 +1,6 @@
 #!/usr/bin/python3
-"""The trust boundary through the real MCP server (issue 15; runtime.md section 2, sandbox.md
-section 3): identity, set-id bits, held roots, overlapping roots.
+"""The trust boundary through the real MCP server (issue 15; docs/contract/runtime.md §2,
+docs/contract/sandbox.md §3): identity, set-id bits, held roots, overlapping roots.
 
 Starts codespace-mcp (CODESPACE_MCP_BIN) over stdio with the sandbox helper (CS_SANDBOX_BIN)
 required: a server that cannot start with the sandbox fails, nothing is skipped. CS_E2E_RUNNER=uds

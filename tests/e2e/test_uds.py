@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""End-to-end tests of the uds runner (runtime.md sections 4 and 5, issue 7).
+"""End-to-end tests of the uds runner (docs/contract/runtime.md sections 4 and 5, issue 7).
 
 Two halves:
 - the worker alone: `codespace-runtime --socket <dir>/runner.sock` driven by a raw client that
@@ -59,7 +59,7 @@ def mcp_binary():
 def runtime_binary():
     path = os.environ.get("CODESPACE_RUNTIME_BIN")
     if not path:
-        # Beside codespace-mcp (runtime.md section 1), else in the build tree's src/runtime/.
+        # Beside codespace-mcp (docs/contract/runtime.md §1), else in the build tree's src/runtime/.
         mcp = os.path.dirname(mcp_binary())
         path = os.path.join(mcp, "codespace-runtime")
         if not os.access(path, os.X_OK):
@@ -738,7 +738,7 @@ class GatewayCase(unittest.TestCase):
                 self.assertEqual(leaves(self.rdir), [])
 
     def test_worker_does_not_share_the_gateway_stdio(self):
-        # runtime.md section 3: no child inherits the server's stdout or stderr. The worker's
+        # docs/contract/runtime.md §3: no child inherits the server's stdout or stderr. The worker's
         # stderr is a pipe of its own, which the gateway relays.
         srv = self.start()
         wpid = self.worker(srv)

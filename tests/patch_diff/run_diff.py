@@ -311,7 +311,7 @@ def hand_cases():
     add("add_marker_no_space", {}, P("*** Add File:a.txt", "+a"))
     add("path_trailing_space", {}, P("*** Add File: a.txt ", "+a"))
     add("header_leading_space", {}, P(" *** Add File: a.txt", "+a"))
-    # contract.md section 6: tolerated where no chunk is open, as the reference does
+    # docs/contract/patch.md section 1: tolerated where no chunk is open, as the reference does
     add("header_leading_space_after_add", {}, P("*** Add File: a.txt", "+a", "\t*** Add File: b.txt", "+b"))
     add("header_leading_space_in_chunk", {"f.txt": TEN},
         P("*** Update File: f.txt", "-line 1", "+one", " *** Add File: b.txt"))

@@ -1,4 +1,4 @@
-"""Isolation and proxy suite for codespace-linux-sandbox (sandbox.md section 5).
+"""Isolation and proxy suite for codespace-linux-sandbox (docs/contract/sandbox.md section 5).
 
 Drives the real helper binary directly: `prepare` with a JSON request on stdin, then
 `run --plan <path>` as the runner will. Every escape attempt first proves it runs inside the
@@ -188,7 +188,7 @@ class TestProtocol(SandboxCase):
                 self.assertIn(b"done", o)
 
     def test_plan_directory_names_the_runner(self):
-        # sandbox.md section 1, R9: a runner passes its pid, which names the plan directory (the
+        # docs/contract/sandbox.md §1, R9: a runner passes its pid, which names the plan dir (the
         # runner's start-up sweep goes by it); prepare by hand keeps the plain name
         plain = self.prepare(["/bin/true"], helper_env={"TMPDIR": self.tmp})
         self.assertRegex(plain, "^%s/codespace-sandbox-[A-Za-z0-9]{6}/plan$" % re.escape(self.tmp))
@@ -366,7 +366,7 @@ class TestProcess(SandboxCase):
         p = self.sh("echo $$; id -u; id -g; hostname")
         lines = self.ok(p).split()
         if os.geteuid() == 0:
-            # sandbox.md section 3: a root caller's command runs as an unprivileged id (the
+            # docs/contract/sandbox.md §3: a root caller's command runs as an unprivileged id (the
             # workspace belongs to root here, so the default sandbox id).
             self.assertEqual(lines[1], "65533")
             self.assertEqual(lines[2], "65533")
@@ -1023,7 +1023,7 @@ ROOT = os.geteuid() == 0
 
 
 class TestIdentity(SandboxCase):
-    """sandbox.md section 3: who the command is, what it can leave behind, and the workspace
+    """docs/contract/sandbox.md §3: who the command is, what it can leave behind, and the workspace
     reached through the runner's held descriptor (workspace_fd) rather than its path."""
 
     def ids(self, **kw):
@@ -1138,7 +1138,7 @@ print(sorted(set(res.values())))
             os.rename(moved, self.tmp)
 
 
-# -- denial reports (contract.md section 8) ------------------------------------------------
+# -- denial reports (docs/contract/tools.md §6) ------------------------------------------------
 
 # Inside: one refused call, and its errno printed (the report must never change what it sees).
 SYSCALL_PY = r"""

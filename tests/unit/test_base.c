@@ -753,7 +753,7 @@ static void test_fail_nth_allocation(void **state)
 static void test_error_catalogue(void **state)
 {
     (void)state;
-    assert_int_equal(CSW_ERROR__COUNT, 26); /* PATH_DENIED (contract.md section 5) is the 26th */
+    assert_int_equal(CSW_ERROR__COUNT, 26); /* PATH_DENIED is the 26th (docs/contract/errors.md) */
     assert_int_equal(csw_error_from_name("PATH_DENIED", 11), CSW_ERROR_PATH_DENIED);
     assert_string_equal(csw_error_names[CSW_ERROR_INVALID_ARGUMENTS], "INVALID_ARGUMENTS");
     assert_string_equal(csw_error_names[CSW_ERROR_INTERNAL], "INTERNAL");
@@ -1390,6 +1390,71 @@ static void test_json_budget_shapes(void **state)
     }
 }
 
+/* Strings end where jansson says, whatever side of an 8-byte word the quote or an escape falls
+ * on (the pre-pass reads strings a word at a time); escapes and a watched key are reported. */
+static void test_json_budget_string_ends(void **state)
+{
+    (void)state;
+    char t[96], body[40];
+    for (size_t len = 0; len < 24; len++) {
+        for (size_t esc = 0; esc <= len + 1; esc++) {
+            /* A string of len bytes, with an escaped quote at esc when esc < len. */
+            size_t k = 0;
+            for (size_t i = 0; i < len; i++) {
+                if (i == esc) {
+                    body[k++] = '\\';
+                    body[k++] = '"';
+                } else {
+                    body[k++] = (char)('a' + i % 26);
+                }
+            }
+            int n = snprintf(t, sizeof t, "{\"id\":\"%.*s\",\"k\":[1]}", (int)k, body);
+            struct cs_json_budget b = {.watch = "k"};
+            char why[160];
+            assert_int_equal(cs_json_budget_check(t, (size_t)n, &b, why, sizeof why), 0);
+            json_error_t err;
+            json_t *j = json_loadb(t, (size_t)n, 0, &err);
+            assert_non_null(j);
+            assert_int_equal(b.values, 4); /* the object, the id, the array, the 1 */
+            assert_int_equal(b.members, 2);
+            assert_int_equal(b.id_off, 6);
+            assert_int_equal(b.id_len, k + 2);
+            assert_int_equal(b.escapes, esc < len);
+            assert_true(b.watch_seen);
+            json_decref(j);
+        }
+    }
+    /* A backslash as the last byte, or escaping the last byte: the string runs to the end. */
+    static const char *const open_ended[] = {"[\"abc\\", "[\"abcdefghijkl\\", "[\"abcdefgh\\\""};
+    for (size_t i = 0; i < sizeof open_ended / sizeof *open_ended; i++) {
+        struct cs_json_budget b = {0};
+        char why[160];
+        assert_int_equal(
+            cs_json_budget_check(open_ended[i], strlen(open_ended[i]), &b, why, sizeof why), 0);
+        assert_int_equal(b.values, 2);
+        assert_true(b.escapes);
+    }
+    /* The watched key is a key at any depth, never a value, and only as spelt. */
+    static const struct {
+        const char *text;
+        bool seen;
+    } watch[] = {
+        {"{\"_meta\":{}}", true},
+        {"{\"p\":{\"q\":[{\"_meta\":1}]}}", true},
+        {"{\"p\":\"_meta\"}", false},
+        {"[\"_meta\"]", false},
+        {"{\"_met\":1,\"_metaa\":2}", false},
+        {"{\"\\u005fmeta\":1}", false}, /* escaped: the caller sees escapes instead */
+    };
+    for (size_t i = 0; i < sizeof watch / sizeof *watch; i++) {
+        struct cs_json_budget b = {.watch = "_meta"};
+        char why[160];
+        assert_int_equal(
+            cs_json_budget_check(watch[i].text, strlen(watch[i].text), &b, why, sizeof why), 0);
+        assert_int_equal(b.watch_seen, watch[i].seen);
+    }
+}
+
 static void test_json_budget_refusals(void **state)
 {
     (void)state;
@@ -1462,6 +1527,7 @@ int main(void)
         cmocka_unit_test(test_log_levels_and_redaction),
         cmocka_unit_test(test_json_quote_matches_jansson),
         cmocka_unit_test(test_json_budget_shapes),
+        cmocka_unit_test(test_json_budget_string_ends),
         cmocka_unit_test(test_json_budget_refusals),
         cmocka_unit_test(test_json_clamp_numbers),
         cmocka_unit_test(test_netallow_entries),

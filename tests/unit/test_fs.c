@@ -165,19 +165,32 @@ static void test_normalize_table(void **state)
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const struct norm_case *c = &cases[i];
         struct cs_fs_path p;
-        char msg[256] = "";
+        struct cs_diag msg = {0};
         size_t n = c->n ? c->n : strlen(c->in);
-        int rc = cs_fs_path_normalize(c->in, n, &p, msg, sizeof msg);
+        int rc = cs_fs_path_normalize(c->in, n, &p, &msg);
         if (rc != c->rc)
-            fail_msg("case %zu (%s): rc %d, want %d (%s)", i, c->in, rc, c->rc, msg);
+            fail_msg("case %zu (%s): rc %d, want %d (%s)", i, c->in, rc, c->rc, msg.text);
         if (rc == 0) {
             assert_string_equal(p.rel, c->want);
             assert_int_equal(p.len, strlen(c->want));
             assert_int_equal(p.dir_only, c->dir_only);
         } else {
-            assert_true(msg[0] != '\0');
+            assert_true(msg.text[0] != '\0');
+            assert_int_equal(msg.code, rc); /* the diag carries the code returned */
         }
     }
+}
+
+/* A path's control bytes reach the message spelled out (base_diag), not raw. */
+static void test_normalize_message_control_bytes(void **state)
+{
+    (void)state;
+    struct cs_fs_path p;
+    struct cs_diag msg = {0};
+    static const char in[] = "a\x1b[2J/../../x";
+    assert_int_equal(cs_fs_path_normalize(in, sizeof in - 1, &p, &msg), CSW_ERROR_PATH_ESCAPE);
+    assert_int_equal(msg.code, CSW_ERROR_PATH_ESCAPE);
+    assert_string_equal(msg.text, "a\\x1B[2J/../../x: '..' climbs above the workspace root");
 }
 
 static void test_normalize_length(void **state)
@@ -185,14 +198,14 @@ static void test_normalize_length(void **state)
     (void)state;
     static char in[3 * CS_FS_PATH_MAX];
     struct cs_fs_path p;
-    char msg[256];
+    struct cs_diag msg = {0};
     /* Exactly CS_FS_PATH_MAX bytes fits. */
     memset(in, 'a', CS_FS_PATH_MAX);
-    assert_int_equal(cs_fs_path_normalize(in, CS_FS_PATH_MAX, &p, msg, sizeof msg), 0);
+    assert_int_equal(cs_fs_path_normalize(in, CS_FS_PATH_MAX, &p, &msg), 0);
     assert_int_equal(p.len, CS_FS_PATH_MAX);
     /* One more does not. */
     memset(in, 'a', CS_FS_PATH_MAX + 1);
-    assert_int_equal(cs_fs_path_normalize(in, CS_FS_PATH_MAX + 1, &p, msg, sizeof msg),
+    assert_int_equal(cs_fs_path_normalize(in, CS_FS_PATH_MAX + 1, &p, &msg),
                      CSW_ERROR_FILE_OPERATION_FAILED);
     /* A long input that normalises short is fine: "x/" then a long component, then "..". */
     size_t n = 0;
@@ -202,12 +215,12 @@ static void test_normalize_length(void **state)
     n += 2 * CS_FS_PATH_MAX;
     memcpy(in + n, "/..", 3);
     n += 3;
-    assert_int_equal(cs_fs_path_normalize(in, n, &p, msg, sizeof msg), 0);
+    assert_int_equal(cs_fs_path_normalize(in, n, &p, &msg), 0);
     assert_string_equal(p.rel, "x");
     /* An escape wins over the length. */
     memcpy(in, "../", 3);
     memset(in + 3, 'c', 2 * CS_FS_PATH_MAX);
-    assert_int_equal(cs_fs_path_normalize(in, 3 + 2 * CS_FS_PATH_MAX, &p, msg, sizeof msg),
+    assert_int_equal(cs_fs_path_normalize(in, 3 + 2 * CS_FS_PATH_MAX, &p, &msg),
                      CSW_ERROR_PATH_ESCAPE);
 }
 
@@ -219,7 +232,7 @@ struct glob_case {
     bool match;
 };
 
-/* The deny matcher (contract.md section 7): gitignore anchoring, "**", trailing slash (alone or
+/* The deny matcher (docs/contract/tools.md §5): gitignore anchoring, "**", trailing slash (alone or
  * after "**"), dotfiles, ancestors, byte-wise and case-sensitive. */
 static void test_deny_table(void **state)
 {
@@ -334,11 +347,11 @@ static void test_deny_read_find(void **state)
     struct cs_fs_deny *d = cs_fs_deny_new(rules, 2);
     assert_non_null(d);
     int rootfd = -1;
-    assert_int_equal(cs_fs_root_open(root, &rootfd, NULL, 0), 0);
+    assert_int_equal(cs_fs_root_open(root, &rootfd, NULL), 0);
     char **masks = NULL;
     size_t n = 0;
-    char msg[512];
-    assert_int_equal(cs_fs_deny_scan(d, rootfd, &masks, &n, msg, sizeof msg), 0);
+    struct cs_diag msg = {0};
+    assert_int_equal(cs_fs_deny_scan(d, rootfd, &masks, &n, &msg), 0);
     assert_int_equal(n, 3);
     for (size_t i = 0; i < n; i++)
         free(masks[i]);
@@ -350,29 +363,26 @@ static void test_deny_read_find(void **state)
     for (size_t i = 0; i < sizeof denied / sizeof *denied; i++) {
         in.path = (struct cs_str){(char *)denied[i], strlen(denied[i])};
         struct csw_mcp_read_output out;
-        assert_int_equal(cs_fs_read_deny(root, d, &in, NULL, &out, msg, sizeof msg),
-                         CSW_ERROR_PATH_DENIED);
-        assert_null(strstr(msg, "secret"));
+        assert_int_equal(cs_fs_read_deny(root, d, &in, NULL, &out, &msg), CSW_ERROR_PATH_DENIED);
+        assert_null(strstr(msg.text, "secret"));
     }
     in.path = (struct cs_str){"../.env", 7};
     struct csw_mcp_read_output out;
-    assert_int_equal(cs_fs_read_deny(root, d, &in, NULL, &out, msg, sizeof msg),
-                     CSW_ERROR_PATH_ESCAPE);
+    assert_int_equal(cs_fs_read_deny(root, d, &in, NULL, &out, &msg), CSW_ERROR_PATH_ESCAPE);
     /* a hard link made later is refused through the remembered identity */
     char a[512], b[512];
     snprintf(a, sizeof a, "%s/k.pem", root);
     snprintf(b, sizeof b, "%s/sub/link.txt", root);
     assert_int_equal(link(a, b), 0);
     in.path = (struct cs_str){"sub/link.txt", 12};
-    assert_int_equal(cs_fs_read_deny(root, d, &in, NULL, &out, msg, sizeof msg),
-                     CSW_ERROR_PATH_DENIED);
+    assert_int_equal(cs_fs_read_deny(root, d, &in, NULL, &out, &msg), CSW_ERROR_PATH_DENIED);
     in.path = (struct cs_str){"sub/ok.txt", 10};
-    assert_int_equal(cs_fs_read_deny(root, d, &in, NULL, &out, msg, sizeof msg), 0);
+    assert_int_equal(cs_fs_read_deny(root, d, &in, NULL, &out, &msg), 0);
     csw_mcp_read_output_free(&out);
 
     struct csw_mcp_find_input fin = {.limit = 100};
     struct csw_mcp_find_output fout;
-    assert_int_equal(cs_fs_find_deny(root, d, &fin, 1000, NULL, &fout, msg, sizeof msg), 0);
+    assert_int_equal(cs_fs_find_deny(root, d, &fin, 1000, NULL, &fout, &msg), 0);
     assert_int_equal(fout.paths.n, 1);
     assert_string_equal(fout.paths.v[0].s, "sub/ok.txt");
     csw_mcp_find_output_free(&fout);
@@ -561,22 +571,26 @@ static struct csw_mcp_read_input read_in(const char *path, int64_t offset, int64
 }
 
 static int do_read(const char *path, int64_t offset, int64_t limit, struct csw_mcp_read_output *out,
-                   char *msg)
+                   struct cs_diag *msg)
 {
     struct csw_mcp_read_input in = read_in(path, offset, limit);
-    return cs_fs_read(fx.root, &in, NULL, out, msg, 512);
+    int rc = cs_fs_read(fx.root, &in, NULL, out, msg);
+    /* A failure carries the code it returns. */
+    assert_true(rc == 0 || (msg->set && msg->code == (enum csw_error)rc));
+    return rc;
 }
 
 static void test_read_windows(void **state)
 {
     (void)state;
-    char msg[512], v[72];
+    char v[72];
+    struct cs_diag msg = {0};
     struct csw_mcp_read_output out;
     put_str("abc.txt", "abcdef");
     sha256_hex("abcdef", 6, v);
 
     /* The contract's example. */
-    assert_int_equal(do_read("abc.txt", -1, 3, &out, msg), 0);
+    assert_int_equal(do_read("abc.txt", -1, 3, &out, &msg), 0);
     assert_string_equal(out.path.s, "abc.txt");
     assert_string_equal(out.content.s, "abc");
     assert_int_equal(out.byte_count, 3);
@@ -588,7 +602,7 @@ static void test_read_windows(void **state)
     assert_string_equal(out.version.s, v);
     csw_mcp_read_output_free(&out);
 
-    assert_int_equal(do_read("abc.txt", 3, -1, &out, msg), 0);
+    assert_int_equal(do_read("abc.txt", 3, -1, &out, &msg), 0);
     assert_string_equal(out.content.s, "def");
     assert_false(out.truncated);
     assert_false(out.has_next_offset);
@@ -598,7 +612,7 @@ static void test_read_windows(void **state)
     csw_mcp_read_output_free(&out);
 
     /* An offset of 0 given is echoed; a window ending exactly at the end is not truncated. */
-    assert_int_equal(do_read("./abc.txt", 0, 6, &out, msg), 0);
+    assert_int_equal(do_read("./abc.txt", 0, 6, &out, &msg), 0);
     assert_string_equal(out.path.s, "abc.txt");
     assert_true(out.has_offset);
     assert_int_equal(out.offset, 0);
@@ -607,29 +621,29 @@ static void test_read_windows(void **state)
 
     /* Past the end and at the end: empty, not truncated, the same version. */
     for (int64_t off = 6; off <= 1000; off += 994) {
-        assert_int_equal(do_read("abc.txt", off, 2, &out, msg), 0);
+        assert_int_equal(do_read("abc.txt", off, 2, &out, &msg), 0);
         assert_string_equal(out.content.s, "");
         assert_int_equal(out.byte_count, 0);
         assert_false(out.truncated);
         assert_string_equal(out.version.s, v);
         csw_mcp_read_output_free(&out);
     }
-    assert_int_equal(do_read("abc.txt", INT64_MAX, 2, &out, msg), 0);
+    assert_int_equal(do_read("abc.txt", INT64_MAX, 2, &out, &msg), 0);
     assert_int_equal(out.byte_count, 0);
     csw_mcp_read_output_free(&out);
 
     /* Limits. */
-    assert_int_equal(do_read("abc.txt", -1, 0, &out, msg), CSW_ERROR_OUTPUT_LIMIT);
-    assert_int_equal(do_read("abc.txt", -1, CS_FS_READ_MAX_BYTES + 1, &out, msg),
+    assert_int_equal(do_read("abc.txt", -1, 0, &out, &msg), CSW_ERROR_OUTPUT_LIMIT);
+    assert_int_equal(do_read("abc.txt", -1, CS_FS_READ_MAX_BYTES + 1, &out, &msg),
                      CSW_ERROR_OUTPUT_LIMIT);
     assert_null(out.content.s);
-    assert_int_equal(do_read("abc.txt", -1, CS_FS_READ_MAX_BYTES, &out, msg), 0);
+    assert_int_equal(do_read("abc.txt", -1, CS_FS_READ_MAX_BYTES, &out, &msg), 0);
     csw_mcp_read_output_free(&out);
 
     /* An empty file. */
     put("empty", "", 0);
     sha256_hex("", 0, v);
-    assert_int_equal(do_read("empty", -1, -1, &out, msg), 0);
+    assert_int_equal(do_read("empty", -1, -1, &out, &msg), 0);
     assert_int_equal(out.byte_count, 0);
     assert_false(out.truncated);
     assert_string_equal(out.version.s, v);
@@ -638,13 +652,13 @@ static void test_read_windows(void **state)
     /* A window that cuts a character: lossy for that window only. */
     put_str("utf8.txt", "a\xe2\x82\xac"
                         "b");
-    assert_int_equal(do_read("utf8.txt", -1, 3, &out, msg), 0);
+    assert_int_equal(do_read("utf8.txt", -1, 3, &out, &msg), 0);
     assert_string_equal(out.content.s, "a" R);
     assert_true(out.content_lossy);
     assert_int_equal(out.byte_count, 3);
     assert_int_equal(out.next_offset, 3);
     csw_mcp_read_output_free(&out);
-    assert_int_equal(do_read("utf8.txt", 1, -1, &out, msg), 0);
+    assert_int_equal(do_read("utf8.txt", 1, -1, &out, &msg), 0);
     assert_string_equal(out.content.s, "\xe2\x82\xac"
                                        "b");
     assert_false(out.content_lossy);
@@ -665,13 +679,14 @@ static void test_read_large(void **state)
         data[i] = (unsigned char)('a' + (x >> 16) % 26);
     }
     put("big.txt", data, n);
-    char v[72], msg[512];
+    char v[72];
+    struct cs_diag msg = {0};
     sha256_hex(data, n, v);
     struct csw_mcp_read_output out;
     int64_t off = 0;
     size_t windows = 0;
     for (;;) {
-        assert_int_equal(do_read("big.txt", off, 1000003, &out, msg), 0);
+        assert_int_equal(do_read("big.txt", off, 1000003, &out, &msg), 0);
         assert_string_equal(out.version.s, v);
         assert_int_equal(out.content.n, (size_t)out.byte_count);
         assert_memory_equal(out.content.s, data + off, (size_t)out.byte_count);
@@ -689,7 +704,7 @@ static void test_read_large(void **state)
     }
     assert_int_equal(windows, (n + 1000002) / 1000003);
     /* A window straddling the chunk size. */
-    assert_int_equal(do_read("big.txt", 256 * 1024 - 5, 10, &out, msg), 0);
+    assert_int_equal(do_read("big.txt", 256 * 1024 - 5, 10, &out, &msg), 0);
     assert_memory_equal(out.content.s, data + 256 * 1024 - 5, 10);
     csw_mcp_read_output_free(&out);
     free(data);
@@ -760,23 +775,23 @@ static const struct class_case class_cases[] = {
 static void run_class_cases(bool fallback)
 {
     cs__fs_force_fallback(fallback);
-    char msg[512];
+    struct cs_diag msg = {0};
     struct csw_mcp_read_output out;
     for (size_t i = 0; i < sizeof class_cases / sizeof class_cases[0]; i++) {
         const struct class_case *c = &class_cases[i];
-        int rc = do_read(c->path, -1, -1, &out, msg);
+        int rc = do_read(c->path, -1, -1, &out, &msg);
         if (rc != c->rc)
             fail_msg("%s: %s: rc %d, want %d (%s)", fallback ? "fallback" : "openat2", c->path, rc,
-                     c->rc, rc ? msg : "ok");
+                     c->rc, rc ? msg.text : "ok");
         if (rc == 0) {
             assert_null(strstr(out.content.s, "secret"));
             csw_mcp_read_output_free(&out);
         }
     }
     if (fx.have_dev)
-        assert_int_equal(do_read("d/chr", -1, -1, &out, msg), CSW_ERROR_SPECIAL_FILE_REJECTED);
+        assert_int_equal(do_read("d/chr", -1, -1, &out, &msg), CSW_ERROR_SPECIAL_FILE_REJECTED);
     if (fx.have_sock)
-        assert_int_equal(do_read("d/sock", -1, -1, &out, msg), CSW_ERROR_SPECIAL_FILE_REJECTED);
+        assert_int_equal(do_read("d/sock", -1, -1, &out, &msg), CSW_ERROR_SPECIAL_FILE_REJECTED);
     cs__fs_force_fallback(false);
 }
 
@@ -795,7 +810,8 @@ static void test_version_cache(void **state)
     for (size_t i = 0; i < n; i++)
         data[i] = (unsigned char)('a' + (i * 7 + i / 4096) % 26);
     put("cached.txt", data, n);
-    char path[512], v[72], msg[512];
+    char path[512], v[72];
+    struct cs_diag msg = {0};
     snprintf(path, sizeof path, "%s/cached.txt", fx.root);
     struct csw_mcp_read_output out;
     /* A file changed less than the coarsest timestamp step ago is never remembered (2.1 s: this
@@ -804,7 +820,7 @@ static void test_version_cache(void **state)
 
     uint64_t hits = cs_fs_version_cache_hits();
     sha256_hex(data, n, v);
-    assert_int_equal(do_read("cached.txt", 0, 1000, &out, msg), 0);
+    assert_int_equal(do_read("cached.txt", 0, 1000, &out, &msg), 0);
     assert_string_equal(out.version.s, v);
     csw_mcp_read_output_free(&out);
     assert_int_equal(cs_fs_version_cache_hits(), hits); /* the first pass */
@@ -812,7 +828,7 @@ static void test_version_cache(void **state)
     /* Windows anywhere, across block boundaries, to the end and past it: from the cache. */
     const int64_t offs[] = {2 * 1024 * 1024 + 5, 1024 * 1024 - 10, (int64_t)n - 100, 0};
     for (size_t i = 0; i < sizeof offs / sizeof offs[0]; i++) {
-        assert_int_equal(do_read("cached.txt", offs[i], 1048576, &out, msg), 0);
+        assert_int_equal(do_read("cached.txt", offs[i], 1048576, &out, &msg), 0);
         size_t want = n - (size_t)offs[i] < 1048576 ? n - (size_t)offs[i] : 1048576;
         assert_int_equal((size_t)out.byte_count, want);
         assert_memory_equal(out.content.s, data + offs[i], want);
@@ -820,7 +836,7 @@ static void test_version_cache(void **state)
         assert_int_equal(out.truncated, (size_t)offs[i] + want < n);
         csw_mcp_read_output_free(&out);
     }
-    assert_int_equal(do_read("cached.txt", (int64_t)n + 10, 10, &out, msg), 0);
+    assert_int_equal(do_read("cached.txt", (int64_t)n + 10, 10, &out, &msg), 0);
     assert_int_equal(out.byte_count, 0);
     assert_false(out.truncated);
     assert_string_equal(out.version.s, v);
@@ -833,7 +849,7 @@ static void test_version_cache(void **state)
     data[10] = 'Z';
     assert_int_equal(pwrite(fd, "Z", 1, 10), 1);
     sha256_hex(data, n, v);
-    assert_int_equal(do_read("cached.txt", 4 * 1024 * 1024, 100, &out, msg), 0);
+    assert_int_equal(do_read("cached.txt", 4 * 1024 * 1024, 100, &out, &msg), 0);
     assert_string_equal(out.version.s, v);
     assert_memory_equal(out.content.s, data + 4 * 1024 * 1024, 100);
     csw_mcp_read_output_free(&out);
@@ -847,13 +863,13 @@ static void test_version_cache(void **state)
     data[3 * 1024 * 1024 + 1] = 'Y';
     usleep(2200 * 1000);
     sha256_hex(data, n, v);
-    assert_int_equal(do_read("cached.txt", 0, 10, &out, msg), 0); /* remembered again */
+    assert_int_equal(do_read("cached.txt", 0, 10, &out, &msg), 0); /* remembered again */
     assert_string_equal(out.version.s, v);
     csw_mcp_read_output_free(&out);
     map[3 * 1024 * 1024 + 2] = 'X';
     data[3 * 1024 * 1024 + 2] = 'X';
     sha256_hex(data, n, v);
-    assert_int_equal(do_read("cached.txt", 3 * 1024 * 1024 - 50, 100, &out, msg), 0);
+    assert_int_equal(do_read("cached.txt", 3 * 1024 * 1024 - 50, 100, &out, &msg), 0);
     assert_string_equal(out.version.s, v);
     assert_memory_equal(out.content.s, data + 3 * 1024 * 1024 - 50, 100);
     csw_mcp_read_output_free(&out);
@@ -865,7 +881,7 @@ static void test_version_cache(void **state)
     assert_int_equal(pwrite(fd, data, n, 0), (ssize_t)n);
     close(fd);
     sha256_hex(data, n, v);
-    assert_int_equal(do_read("cached.txt", 1024 * 1024, 10, &out, msg), 0);
+    assert_int_equal(do_read("cached.txt", 1024 * 1024, 10, &out, &msg), 0);
     assert_string_equal(out.version.s, v);
     assert_memory_equal(out.content.s, "qqqqqqqqqq", 10);
     csw_mcp_read_output_free(&out);
@@ -877,7 +893,7 @@ static void test_version_cache(void **state)
     snprintf(np, sizeof np, "%s/cached.new", fx.root);
     assert_int_equal(rename(np, path), 0);
     sha256_hex(data, n, v);
-    assert_int_equal(do_read("cached.txt", 0, 1, &out, msg), 0);
+    assert_int_equal(do_read("cached.txt", 0, 1, &out, &msg), 0);
     assert_string_equal(out.version.s, v);
     assert_memory_equal(out.content.s, "R", 1);
     csw_mcp_read_output_free(&out);
@@ -901,15 +917,15 @@ static void test_classify_fallback(void **state)
 static void test_classify_messages(void **state)
 {
     (void)state;
-    char msg[512];
+    struct cs_diag msg = {0};
     struct csw_mcp_read_output out;
     for (int fb = 0; fb < 2; fb++) {
         cs__fs_force_fallback(fb);
-        assert_int_equal(do_read("d/dir-link/f.txt", -1, -1, &out, msg),
+        assert_int_equal(do_read("d/dir-link/f.txt", -1, -1, &out, &msg),
                          CSW_ERROR_SYMLINK_REJECTED);
-        assert_non_null(strstr(msg, "d/dir-link"));
-        assert_int_equal(do_read("d/file/x", -1, -1, &out, msg), CSW_ERROR_PATH_NOT_DIRECTORY);
-        assert_non_null(strstr(msg, "d/file"));
+        assert_non_null(strstr(msg.text, "d/dir-link"));
+        assert_int_equal(do_read("d/file/x", -1, -1, &out, &msg), CSW_ERROR_PATH_NOT_DIRECTORY);
+        assert_non_null(strstr(msg.text, "d/file"));
     }
     cs__fs_force_fallback(false);
 }
@@ -919,25 +935,25 @@ static void test_open_dir(void **state)
 {
     (void)state;
     int rootfd = -1;
-    char msg[256];
-    assert_int_equal(cs_fs_root_open(fx.root, &rootfd, msg, sizeof msg), 0);
+    struct cs_diag msg = {0};
+    assert_int_equal(cs_fs_root_open(fx.root, &rootfd, &msg), 0);
     for (int fb = 0; fb < 2; fb++) {
         cs__fs_force_fallback(fb);
         struct cs_fs_path p;
         struct stat st;
         int fd = -1;
-        assert_int_equal(cs_fs_path_normalize("d/sub", 5, &p, msg, sizeof msg), 0);
-        assert_int_equal(cs_fs_open_beneath(rootfd, &p, CS_FS_WANT_DIR, &fd, &st, msg, 256), 0);
+        assert_int_equal(cs_fs_path_normalize("d/sub", 5, &p, &msg), 0);
+        assert_int_equal(cs_fs_open_beneath(rootfd, &p, CS_FS_WANT_DIR, &fd, &st, &msg), 0);
         assert_true(S_ISDIR(st.st_mode));
         close(fd);
-        assert_int_equal(cs_fs_path_normalize("d/dir-link", 10, &p, msg, sizeof msg), 0);
-        assert_int_equal(cs_fs_open_beneath(rootfd, &p, CS_FS_WANT_DIR, &fd, &st, msg, 256),
+        assert_int_equal(cs_fs_path_normalize("d/dir-link", 10, &p, &msg), 0);
+        assert_int_equal(cs_fs_open_beneath(rootfd, &p, CS_FS_WANT_DIR, &fd, &st, &msg),
                          CSW_ERROR_SYMLINK_REJECTED);
-        assert_int_equal(cs_fs_path_normalize("d/file", 6, &p, msg, sizeof msg), 0);
-        assert_int_equal(cs_fs_open_beneath(rootfd, &p, CS_FS_WANT_DIR, &fd, &st, msg, 256),
+        assert_int_equal(cs_fs_path_normalize("d/file", 6, &p, &msg), 0);
+        assert_int_equal(cs_fs_open_beneath(rootfd, &p, CS_FS_WANT_DIR, &fd, &st, &msg),
                          CSW_ERROR_PATH_NOT_DIRECTORY);
-        assert_int_equal(cs_fs_path_normalize(".", 1, &p, msg, sizeof msg), 0);
-        assert_int_equal(cs_fs_open_beneath(rootfd, &p, CS_FS_WANT_DIR, &fd, &st, msg, 256), 0);
+        assert_int_equal(cs_fs_path_normalize(".", 1, &p, &msg), 0);
+        assert_int_equal(cs_fs_open_beneath(rootfd, &p, CS_FS_WANT_DIR, &fd, &st, &msg), 0);
         close(fd);
     }
     cs__fs_force_fallback(false);
@@ -966,12 +982,12 @@ static int do_find_in(const char *root, const char *glob, int64_t offset, int64_
                       struct csw_mcp_find_output *out)
 {
     struct csw_mcp_find_input in = find_in(glob, offset, limit);
-    char msg[512];
+    struct cs_diag msg = {0};
     int rootfd = -1;
-    int rc = cs_fs_root_open(root, &rootfd, msg, sizeof msg);
+    int rc = cs_fs_root_open(root, &rootfd, &msg);
     if (rc != 0)
         return rc;
-    rc = cs_fs_find_at(rootfd, &in, cap, NULL, out, msg, sizeof msg);
+    rc = cs_fs_find_at(rootfd, &in, cap, NULL, out, &msg);
     close(rootfd);
     return rc;
 }
@@ -1156,28 +1172,27 @@ static void test_find_cap(void **state)
 static void test_find_root_gone(void **state)
 {
     (void)state;
-    char gone[300], msg[512];
+    char gone[300];
+    struct cs_diag msg = {0};
     snprintf(gone, sizeof gone, "%s/gone", fx.dir);
     assert_int_equal(mkdir(gone, 0755), 0);
     int rootfd = -1;
-    assert_int_equal(cs_fs_root_open(gone, &rootfd, msg, sizeof msg), 0);
+    assert_int_equal(cs_fs_root_open(gone, &rootfd, &msg), 0);
     assert_int_equal(rmdir(gone), 0);
     struct csw_mcp_find_output out;
     struct csw_mcp_find_input in = find_in(NULL, -1, -1);
     /* By path: the root cannot be opened. */
-    assert_int_equal(cs_fs_find(gone, &in, NULL, &out, msg, sizeof msg),
-                     CSW_ERROR_FILE_OPERATION_FAILED);
-    assert_non_null(strstr(msg, "gone"));
+    assert_int_equal(cs_fs_find(gone, &in, NULL, &out, &msg), CSW_ERROR_FILE_OPERATION_FAILED);
+    assert_non_null(strstr(msg.text, "gone"));
     /* By an fd opened before: the dead directory cannot be read. */
-    assert_int_equal(cs_fs_find_at(rootfd, &in, 10, NULL, &out, msg, sizeof msg),
+    assert_int_equal(cs_fs_find_at(rootfd, &in, 10, NULL, &out, &msg),
                      CSW_ERROR_FILE_OPERATION_FAILED);
     struct csw_mcp_read_input rin = read_in("a", -1, -1);
     struct csw_mcp_read_output rout;
-    assert_int_equal(cs_fs_read(gone, &rin, NULL, &rout, msg, sizeof msg),
+    assert_int_equal(cs_fs_read(gone, &rin, NULL, &rout, &msg), CSW_ERROR_FILE_OPERATION_FAILED);
+    assert_int_equal(cs_fs_read_at(rootfd, &rin, NULL, &rout, &msg),
                      CSW_ERROR_FILE_OPERATION_FAILED);
-    assert_int_equal(cs_fs_read_at(rootfd, &rin, NULL, &rout, msg, sizeof msg),
-                     CSW_ERROR_FILE_OPERATION_FAILED);
-    assert_non_null(strstr(msg, "gone"));
+    assert_non_null(strstr(msg.text, "gone"));
     close(rootfd);
 }
 
@@ -1185,18 +1200,17 @@ static void test_find_root_gone(void **state)
 static void test_root_replaced_by_symlink(void **state)
 {
     (void)state;
-    char link[300], msg[512];
+    char link[300];
+    struct cs_diag msg = {0};
     snprintf(link, sizeof link, "%s/rootlink", fx.dir);
     assert_int_equal(symlink(fx.root, link), 0);
     struct csw_mcp_read_input in = read_in("abc.txt", -1, -1);
     struct csw_mcp_read_output out;
-    assert_int_equal(cs_fs_read(link, &in, NULL, &out, msg, sizeof msg),
-                     CSW_ERROR_FILE_OPERATION_FAILED);
-    assert_non_null(strstr(msg, "no longer a directory"));
+    assert_int_equal(cs_fs_read(link, &in, NULL, &out, &msg), CSW_ERROR_FILE_OPERATION_FAILED);
+    assert_non_null(strstr(msg.text, "no longer a directory"));
     struct csw_mcp_find_input fin = find_in(NULL, -1, -1);
     struct csw_mcp_find_output fout;
-    assert_int_equal(cs_fs_find(link, &fin, NULL, &fout, msg, sizeof msg),
-                     CSW_ERROR_FILE_OPERATION_FAILED);
+    assert_int_equal(cs_fs_find(link, &fin, NULL, &fout, &msg), CSW_ERROR_FILE_OPERATION_FAILED);
     assert_int_equal(unlink(link), 0);
 }
 
@@ -1211,22 +1225,22 @@ static void test_cancelled(void **state)
     free(data);
     struct cs_cancel cancel = {false};
     cs_cancel_set(&cancel);
-    char msg[512];
+    struct cs_diag msg = {0};
     struct csw_mcp_read_input in = read_in("cancel.bin", 0, 16);
     struct csw_mcp_read_output out;
-    assert_int_equal(cs_fs_read(fx.root, &in, &cancel, &out, msg, sizeof msg), CSW_ERROR_TIMEOUT);
-    assert_non_null(strstr(msg, "cancelled"));
+    assert_int_equal(cs_fs_read(fx.root, &in, &cancel, &out, &msg), CSW_ERROR_TIMEOUT);
+    assert_non_null(strstr(msg.text, "cancelled"));
     assert_null(out.version.s);
     assert_null(out.content.s);
     struct csw_mcp_find_input fin = find_in(NULL, -1, -1);
     struct csw_mcp_find_output fout;
-    assert_int_equal(cs_fs_find(fx.root, &fin, &cancel, &fout, msg, sizeof msg), CSW_ERROR_TIMEOUT);
-    assert_non_null(strstr(msg, "cancelled"));
+    assert_int_equal(cs_fs_find(fx.root, &fin, &cancel, &fout, &msg), CSW_ERROR_TIMEOUT);
+    assert_non_null(strstr(msg.text, "cancelled"));
     assert_null(fout.listing_version.s);
     assert_int_equal(fout.paths.n, 0);
     /* A flag that is not set changes nothing. */
     struct cs_cancel idle = {false};
-    assert_int_equal(cs_fs_read(fx.root, &in, &idle, &out, msg, sizeof msg), 0);
+    assert_int_equal(cs_fs_read(fx.root, &in, &idle, &out, &msg), 0);
     assert_int_equal(out.byte_count, 16);
     csw_mcp_read_output_free(&out);
 }
@@ -1243,13 +1257,13 @@ struct cache_reader {
 static void *cache_reader_main(void *arg)
 {
     struct cache_reader *r = arg;
-    char msg[512];
+    struct cs_diag msg = {0};
     for (int i = 0; i < 25; i++) {
         int64_t off = (int64_t)(((size_t)i * 524287u + (size_t)(uintptr_t)arg % 4096) % r->n);
         struct csw_mcp_read_input in = read_in("shared.bin", off, 65536);
         struct csw_mcp_read_output out;
         size_t want = r->n - (size_t)off < 65536 ? r->n - (size_t)off : 65536;
-        if (cs_fs_read(fx.root, &in, NULL, &out, msg, sizeof msg) != 0) {
+        if (cs_fs_read(fx.root, &in, NULL, &out, &msg) != 0) {
             r->failures++;
             continue;
         }
@@ -1270,12 +1284,13 @@ static void test_version_cache_threads(void **state)
     for (size_t i = 0; i < n; i++)
         data[i] = (unsigned char)('a' + (i * 13 + i / 1000) % 26);
     put("shared.bin", data, n);
-    char v[72], msg[512];
+    char v[72];
+    struct cs_diag msg = {0};
     sha256_hex(data, n, v);
     usleep(2200 * 1000); /* older than the coarsest timestamp step: remembered */
     struct csw_mcp_read_input in = read_in("shared.bin", 0, 1);
     struct csw_mcp_read_output out;
-    assert_int_equal(cs_fs_read(fx.root, &in, NULL, &out, msg, sizeof msg), 0);
+    assert_int_equal(cs_fs_read(fx.root, &in, NULL, &out, &msg), 0);
     assert_string_equal(out.version.s, v);
     csw_mcp_read_output_free(&out);
     uint64_t hits = cs_fs_version_cache_hits();
@@ -1368,7 +1383,7 @@ static void test_race(void **state)
         double end = now() + 1.0;
         while (now() < end) {
             n++;
-            char msg[512];
+            struct cs_diag msg = {0};
             if (n % 16 == 0) {
                 struct csw_mcp_find_output out;
                 assert_int_equal(do_find_in(fx.root, "race/**", -1, -1, 1000, &out), 0);
@@ -1378,17 +1393,17 @@ static void test_race(void **state)
                 continue;
             }
             struct csw_mcp_read_output out;
-            int rc =
-                do_read(n % 2 ? "race/swap/file.txt" : "race/swap/sub/file.txt", -1, -1, &out, msg);
+            int rc = do_read(n % 2 ? "race/swap/file.txt" : "race/swap/sub/file.txt", -1, -1, &out,
+                             &msg);
             if (rc == 0) {
                 assert_string_equal(out.content.s, "inside\n");
                 csw_mcp_read_output_free(&out);
                 ok++;
             } else {
-                assert_null(strstr(msg, "SECRET"));
+                assert_null(strstr(msg.text, "SECRET"));
                 if (rc != CSW_ERROR_SYMLINK_REJECTED && rc != CSW_ERROR_FILE_NOT_FOUND &&
                     rc != CSW_ERROR_PATH_NOT_DIRECTORY)
-                    fail_msg("%s: unexpected rc %d: %s", fb ? "fallback" : "openat2", rc, msg);
+                    fail_msg("%s: unexpected rc %d: %s", fb ? "fallback" : "openat2", rc, msg.text);
                 refused++;
             }
         }
@@ -1406,6 +1421,7 @@ int main(void)
     /* clang-format off */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_normalize_table),
+        cmocka_unit_test(test_normalize_message_control_bytes),
         cmocka_unit_test(test_normalize_length),
         cmocka_unit_test(test_glob_table),
         cmocka_unit_test(test_deny_table),

@@ -21,10 +21,10 @@
 static struct cs_patch *parse_ok(const char *text)
 {
     struct cs_patch *p = NULL;
-    char msg[512] = "";
-    int rc = cs_patch_parse(text, strlen(text), &p, msg, sizeof msg);
+    struct cs_diag msg = {0};
+    int rc = cs_patch_parse(text, strlen(text), &p, &msg);
     if (rc != CS_PATCH_OK)
-        fail_msg("parse failed: %s", msg);
+        fail_msg("parse failed: %s", msg.text);
     assert_non_null(p);
     return p;
 }
@@ -32,11 +32,12 @@ static struct cs_patch *parse_ok(const char *text)
 static void parse_err(const char *text, const char *want)
 {
     struct cs_patch *p = NULL;
-    char msg[512] = "";
-    int rc = cs_patch_parse(text, strlen(text), &p, msg, sizeof msg);
+    struct cs_diag msg = {0};
+    int rc = cs_patch_parse(text, strlen(text), &p, &msg);
     assert_int_equal(rc, CS_PATCH_ERR_INVALID);
     assert_null(p);
-    assert_string_equal(msg, want);
+    assert_int_equal(msg.code, CSW_ERROR_INVALID_PATCH);
+    assert_string_equal(msg.text, want);
 }
 
 /* Parses patch, applies its only operation (an Update) to old, and compares with want. */
@@ -46,10 +47,10 @@ static void apply_ok(const char *patch, const char *old, const char *want)
     assert_int_equal(p->n_ops, 1);
     char *out = NULL;
     size_t out_len = 0;
-    char msg[512] = "";
-    int rc = cs_patch_apply_update(&p->ops[0], old, strlen(old), &out, &out_len, msg, sizeof msg);
+    struct cs_diag msg = {0};
+    int rc = cs_patch_apply_update(&p->ops[0], old, strlen(old), &out, &out_len, &msg);
     if (rc != CS_PATCH_OK)
-        fail_msg("apply failed: %s", msg);
+        fail_msg("apply failed: %s", msg.text);
     assert_int_equal(out_len, strlen(out));
     assert_string_equal(out, want);
     free(out);
@@ -62,11 +63,12 @@ static void apply_err(const char *patch, const char *old, const char *want)
     assert_int_equal(p->n_ops, 1);
     char *out = NULL;
     size_t out_len = 0;
-    char msg[512] = "";
-    int rc = cs_patch_apply_update(&p->ops[0], old, strlen(old), &out, &out_len, msg, sizeof msg);
+    struct cs_diag msg = {0};
+    int rc = cs_patch_apply_update(&p->ops[0], old, strlen(old), &out, &out_len, &msg);
     assert_int_equal(rc, CS_PATCH_ERR_INVALID);
     assert_null(out);
-    assert_string_equal(msg, want);
+    assert_int_equal(msg.code, CSW_ERROR_INVALID_PATCH);
+    assert_string_equal(msg.text, want);
     cs_patch_free(p);
 }
 
@@ -235,7 +237,7 @@ static void parse_whitespace_around_markers(void **state)
     cs_patch_free(p);
 }
 
-/* contract.md section 6: leading white space before an operation header is tolerated where no
+/* docs/contract/patch.md §1: leading white space before an operation header is tolerated where no
  * chunk is open (after "*** Begin Patch", between operations, after an Add body), as Codex's
  * apply_patch accepts; inside a chunk such a line stays chunk content. */
 static void parse_leading_ws_before_headers(void **state)
@@ -330,8 +332,8 @@ static void parse_path_with_nul(void **state)
     (void)state;
     static const char text[] = "*** Begin Patch\n*** Delete File: a\0b\n*** End Patch\n";
     struct cs_patch *p = NULL;
-    char msg[256];
-    assert_int_equal(cs_patch_parse(text, sizeof text - 1, &p, msg, sizeof msg), CS_PATCH_OK);
+    struct cs_diag msg = {0};
+    assert_int_equal(cs_patch_parse(text, sizeof text - 1, &p, &msg), CS_PATCH_OK);
     assert_int_equal(p->ops[0].path_len, 3);
     assert_memory_equal(p->ops[0].path, "a\0b", 3);
     cs_patch_free(p);
@@ -351,8 +353,8 @@ static void parse_text_is_copied(void **state)
     char *text = strdup(BEGIN "*** Add File: a\n+x\n" END);
     assert_non_null(text);
     struct cs_patch *p = NULL;
-    char msg[256];
-    assert_int_equal(cs_patch_parse(text, strlen(text), &p, msg, sizeof msg), CS_PATCH_OK);
+    struct cs_diag msg = {0};
+    assert_int_equal(cs_patch_parse(text, strlen(text), &p, &msg), CS_PATCH_OK);
     memset(text, 'z', strlen(text));
     free(text);
     assert_string_equal(p->ops[0].path, "a");
@@ -570,23 +572,22 @@ static void err_long_line_is_cut(void **state)
     parse_err(text, want);
 }
 
-static void err_msg_truncated_on_char_boundary(void **state)
+static void err_msg_carries_code(void **state)
 {
     (void)state;
-    /* "line 2: empty path after ..." never appears; the quoted line holds multi-byte chars. */
+    /* The quoted line holds multi-byte chars; the diag's bound and UTF-8 cut are base_diag's
+     * (tests/unit/test_diag.c). Here: the refusal carries INVALID_PATCH and keeps the chars. */
     const char *text = BEGIN "\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\n" END;
-    char msg[160];
+    struct cs_diag d = {0};
     struct cs_patch *p = NULL;
-    for (size_t cap = 1; cap < sizeof msg; cap++) {
-        memset(msg, 'Z', sizeof msg);
-        assert_int_equal(cs_patch_parse(text, strlen(text), &p, msg, cap), CS_PATCH_ERR_INVALID);
-        size_t n = strlen(msg);
-        assert_true(n < cap);
-        /* No dangling lead byte or cut sequence at the end. */
-        if (n > 0 && ((unsigned char)msg[n - 1] & 0x80) != 0)
-            assert_int_equal((unsigned char)msg[n - 1], 0xA9);
-    }
-    assert_int_equal(cs_patch_parse(text, strlen(text), &p, NULL, 0), CS_PATCH_ERR_INVALID);
+    assert_int_equal(cs_patch_parse(text, strlen(text), &p, &d), CS_PATCH_ERR_INVALID);
+    assert_true(cs_diag_failed(&d));
+    assert_int_equal(d.code, CSW_ERROR_INVALID_PATCH);
+    assert_int_equal(cs_patch_rc_error(CS_PATCH_ERR_INVALID), CSW_ERROR_INVALID_PATCH);
+    assert_int_equal(cs_patch_rc_error(CS_PATCH_ERR_NOMEM), CSW_ERROR_INTERNAL);
+    assert_int_equal(cs_patch_rc_error(CS_PATCH_OK), 0);
+    assert_non_null(strstr(d.text, "\"\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\""));
+    assert_int_equal(cs_patch_parse(text, strlen(text), &p, NULL), CS_PATCH_ERR_INVALID);
 }
 
 static void err_too_many_lines(void **state)
@@ -597,9 +598,9 @@ static void err_too_many_lines(void **state)
     assert_non_null(text);
     memset(text, '\n', n);
     struct cs_patch *p = NULL;
-    char msg[128];
-    assert_int_equal(cs_patch_parse(text, n, &p, msg, sizeof msg), CS_PATCH_ERR_INVALID);
-    assert_string_equal(msg, "patch has more than 4194304 lines");
+    struct cs_diag msg = {0};
+    assert_int_equal(cs_patch_parse(text, n, &p, &msg), CS_PATCH_ERR_INVALID);
+    assert_string_equal(msg.text, "patch has more than 4194304 lines");
     free(text);
 }
 
@@ -858,12 +859,11 @@ static void err_apply_not_update(void **state)
     struct cs_patch *p = parse_ok(BEGIN "*** Delete File: a\n" END);
     char *out = NULL;
     size_t n = 0;
-    char msg[128];
-    assert_int_equal(cs_patch_apply_update(&p->ops[0], "x\n", 2, &out, &n, msg, sizeof msg),
+    struct cs_diag msg = {0};
+    assert_int_equal(cs_patch_apply_update(&p->ops[0], "x\n", 2, &out, &n, &msg),
                      CS_PATCH_ERR_INVALID);
     assert_null(out);
-    assert_int_equal(cs_patch_apply_update(NULL, "x\n", 2, &out, &n, msg, sizeof msg),
-                     CS_PATCH_ERR_INVALID);
+    assert_int_equal(cs_patch_apply_update(NULL, "x\n", 2, &out, &n, &msg), CS_PATCH_ERR_INVALID);
     cs_patch_free(p);
 }
 
@@ -874,10 +874,9 @@ static void apply_nul_bytes_in_file(void **state)
     static const char old[] = "a\0z\nb\n";
     char *out = NULL;
     size_t n = 0;
-    char msg[128];
-    assert_int_equal(
-        cs_patch_apply_update(&p->ops[0], old, sizeof old - 1, &out, &n, msg, sizeof msg),
-        CS_PATCH_OK);
+    struct cs_diag msg = {0};
+    assert_int_equal(cs_patch_apply_update(&p->ops[0], old, sizeof old - 1, &out, &n, &msg),
+                     CS_PATCH_OK);
     assert_int_equal(n, 6);
     assert_memory_equal(out, "a\0z\nB\n", 6);
     free(out);
@@ -891,7 +890,7 @@ static void apply_same_plan_twice(void **state)
     for (int i = 0; i < 2; i++) {
         char *out = NULL;
         size_t n = 0;
-        assert_int_equal(cs_patch_apply_update(&p->ops[0], "a\nb\n", 4, &out, &n, NULL, 0),
+        assert_int_equal(cs_patch_apply_update(&p->ops[0], "a\nb\n", 4, &out, &n, NULL),
                          CS_PATCH_OK);
         assert_string_equal(out, "a\nB\n");
         free(out);
@@ -953,7 +952,7 @@ int main(void)
         cmocka_unit_test(err_heredoc_empty),
         cmocka_unit_test(err_quotes_escape_bytes),
         cmocka_unit_test(err_long_line_is_cut),
-        cmocka_unit_test(err_msg_truncated_on_char_boundary),
+        cmocka_unit_test(err_msg_carries_code),
         cmocka_unit_test(err_too_many_lines),
         cmocka_unit_test(apply_simple),
         cmocka_unit_test(apply_several_chunks),

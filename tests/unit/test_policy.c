@@ -1,8 +1,9 @@
 /*
  * Unit tests of the policy module: configuration (flags, variables, defaults, every refusal of
- * runtime.md section 2), the registry file and the quick-start workspace (with real directories
- * under a mkdtemp root), lookups and permissions, and the workspace_info builder (contract.md
- * section 4), whose output is checked field by field and through the generated encoder.
+ * docs/contract/runtime.md §2), the registry file and the quick-start workspace (with real
+ * directories under a mkdtemp root), lookups and permissions, and the workspace_info builder
+ * (docs/contract/tools.md section 4), whose output is checked field by field and through the
+ * generated encoder.
  *
  * The environment is always passed explicitly, so nothing here depends on the caller's.
  */
@@ -459,7 +460,7 @@ static void test_argument_errors(void **state)
     load_err(ARGV("--hostname", "x"), BASE_ENV, "unknown flag \"--hostname\" (see --help)");
 }
 
-/* ---- every refused value of runtime.md section 2 ---- */
+/* ---- every refused value of docs/contract/runtime.md section 2 ---- */
 
 static void test_bad_values(void **state)
 {
@@ -587,7 +588,7 @@ static void test_runner_dir_refusals(void **state)
 static void test_registry_example(void **state)
 {
     (void)state;
-    /* runtime.md section 2's example, with real roots, plus a container and a defaults-only
+    /* docs/contract/runtime.md §2's example, with real roots, plus a container and a defaults-only
      * workspace. The root of "demo" is given with a trailing "/." to check canonicalisation. */
     write_cfgf("{\n"
                "  \"environments\": { \"box\": { \"kind\": \"linux-container\" } },\n"
@@ -831,8 +832,8 @@ static void test_registry_network_allow_entries(void **state)
     cs_config_free(&cfg);
 }
 
-/* deny (contract.md section 7): rules load as given; a bad glob fails the load naming the
- * entry; unknown keys anywhere fail the load naming the key (runtime.md section 2). */
+/* deny (docs/contract/tools.md §5): rules load as given; a bad glob fails the load naming the
+ * entry; unknown keys anywhere fail the load naming the key (docs/contract/runtime.md §2). */
 static void test_registry_deny_and_unknown_keys(void **state)
 {
     (void)state;
@@ -927,7 +928,7 @@ static void test_quick_start(void **state)
     load_err(NOARGS, ENV("HOME=/h", var), want);
 }
 
-/* runtime.md section 2: no root equal to, inside or containing another (through a symlink
+/* docs/contract/runtime.md §2: no root equal to, inside or containing another (through a symlink
  * alias too: roots are compared canonical), and each root is held as a descriptor. */
 static void test_roots_disjoint_and_held(void **state)
 {
@@ -989,7 +990,7 @@ static void test_roots_disjoint_and_held(void **state)
     rmdir(sub);
 }
 
-/* sandbox.md section 3: the ids a root server's commands run as. */
+/* docs/contract/sandbox.md section 3: the ids a root server's commands run as. */
 static void test_sandbox_ids(void **state)
 {
     (void)state;
@@ -1108,25 +1109,23 @@ static void test_permissions(void **state)
     assert_true(cs_workspace_can_exec(box));
     assert_false(cs_workspace_is_exec_path(box));
 
-    char msg[256];
-    assert_int_equal(cs_workspace_check(rw, CS_POLICY_ACCESS_READ, msg, sizeof msg), 0);
-    assert_int_equal(cs_workspace_check(rw, CS_POLICY_ACCESS_WRITE, msg, sizeof msg), 0);
-    assert_int_equal(cs_workspace_check(rw, CS_POLICY_ACCESS_EXEC, NULL, 0), 0);
-    assert_int_equal(cs_workspace_check(ro, CS_POLICY_ACCESS_READ, msg, sizeof msg), 0);
-    assert_int_equal(cs_workspace_check(ro, CS_POLICY_ACCESS_WRITE, msg, sizeof msg),
-                     CSW_ERROR_UNAUTHORIZED);
-    assert_string_equal(msg, "workspace \"ro\": profile read-only does not permit write");
-    assert_int_equal(cs_workspace_check(ro, CS_POLICY_ACCESS_EXEC, msg, sizeof msg),
-                     CSW_ERROR_UNAUTHORIZED);
-    assert_string_equal(msg, "workspace \"ro\": profile read-only does not permit exec");
+    struct cs_diag msg = {0};
+    assert_int_equal(cs_workspace_check(rw, CS_POLICY_ACCESS_READ, &msg), 0);
+    assert_int_equal(cs_workspace_check(rw, CS_POLICY_ACCESS_WRITE, &msg), 0);
+    assert_int_equal(cs_workspace_check(rw, CS_POLICY_ACCESS_EXEC, NULL), 0);
+    assert_int_equal(cs_workspace_check(ro, CS_POLICY_ACCESS_READ, &msg), 0);
+    assert_int_equal(cs_workspace_check(ro, CS_POLICY_ACCESS_WRITE, &msg), CSW_ERROR_UNAUTHORIZED);
+    assert_string_equal(msg.text, "workspace \"ro\": profile read-only does not permit write");
+    assert_int_equal(msg.code, CSW_ERROR_UNAUTHORIZED);
+    assert_int_equal(cs_workspace_check(ro, CS_POLICY_ACCESS_EXEC, &msg), CSW_ERROR_UNAUTHORIZED);
+    assert_string_equal(msg.text, "workspace \"ro\": profile read-only does not permit exec");
     for (int a = CS_POLICY_ACCESS_READ; a <= CS_POLICY_ACCESS_EXEC; a++) {
-        assert_int_equal(cs_workspace_check(box, (enum cs_policy_access)a, msg, sizeof msg),
+        assert_int_equal(cs_workspace_check(box, (enum cs_policy_access)a, &msg),
                          CSW_ERROR_UNAUTHORIZED);
-        assert_string_equal(msg, "workspace \"box\": environment \"box\" (linux-container) is "
-                                 "registered but not an exec path");
+        assert_string_equal(msg.text, "workspace \"box\": environment \"box\" (linux-container) is "
+                                      "registered but not an exec path");
     }
-    assert_int_equal(cs_workspace_check(ro, CS_POLICY_ACCESS_WRITE, NULL, 0),
-                     CSW_ERROR_UNAUTHORIZED);
+    assert_int_equal(cs_workspace_check(ro, CS_POLICY_ACCESS_WRITE, NULL), CSW_ERROR_UNAUTHORIZED);
     cs_config_free(&cfg);
 }
 
@@ -1160,10 +1159,10 @@ static json_t *info_json(const struct cs_config *cfg, const struct cs_runtime_ca
         in.workspace_id.n = id_len;
     }
     struct csw_mcp_workspace_info_output out;
-    char msg[256];
-    int rc = cs_policy_workspace_info(cfg, caps, "1.2.3", &in, &out, msg, sizeof msg);
+    struct cs_diag msg = {0};
+    int rc = cs_policy_workspace_info(cfg, caps, "1.2.3", &in, &out, &msg);
     if (rc != 0)
-        fail_msg("workspace_info failed (%d): %s", rc, msg);
+        fail_msg("workspace_info failed (%d): %s", rc, msg.text);
     json_t *j = NULL;
     struct cs_wire_diag diag;
     char buf[600];
@@ -1213,7 +1212,7 @@ static void test_info_server_only(void **state)
     expect_json(info_json(&cfg, &full_caps, "", 0), "{" SERVER_PART ", \"workspace_id\": null}");
     /* A NULL input is the same as an empty one. */
     struct csw_mcp_workspace_info_output out;
-    assert_int_equal(cs_policy_workspace_info(&cfg, &full_caps, "1.2.3", NULL, &out, NULL, 0), 0);
+    assert_int_equal(cs_policy_workspace_info(&cfg, &full_caps, "1.2.3", NULL, &out, NULL), 0);
     assert_null(out.workspace_id.s);
     assert_false(out.has_execution);
     /* The tool names come from the generated table, in its order. */
@@ -1330,20 +1329,21 @@ static void test_info_unknown_workspace(void **state)
                                               .workspace_id = {(char *)"x", 1}};
     struct csw_mcp_workspace_info_output out;
     memset(&out, 0xa5, sizeof out);
-    char msg[256];
-    assert_int_equal(cs_policy_workspace_info(&cfg, &full_caps, "1", &in, &out, msg, sizeof msg),
+    struct cs_diag msg = {0};
+    assert_int_equal(cs_policy_workspace_info(&cfg, &full_caps, "1", &in, &out, &msg),
                      CSW_ERROR_WORKSPACE_NOT_FOUND);
-    assert_string_equal(msg, "unknown workspace_id \"x\"");
+    assert_string_equal(msg.text, "unknown workspace_id \"x\"");
+    assert_int_equal(msg.code, CSW_ERROR_WORKSPACE_NOT_FOUND);
     const unsigned char *p = (const unsigned char *)&out;
     for (size_t i = 0; i < sizeof out; i++)
         assert_int_equal(p[i], 0);
     /* Exact bytes: a NUL inside or a prefix matches nothing; the message stays printable. */
     in.workspace_id = (struct cs_str){(char *)"rw\0\n", 4};
-    assert_int_equal(cs_policy_workspace_info(&cfg, &full_caps, "1", &in, &out, msg, sizeof msg),
+    assert_int_equal(cs_policy_workspace_info(&cfg, &full_caps, "1", &in, &out, &msg),
                      CSW_ERROR_WORKSPACE_NOT_FOUND);
-    assert_string_equal(msg, "unknown workspace_id \"rw??\"");
+    assert_string_equal(msg.text, "unknown workspace_id \"rw??\"");
     in.workspace_id = (struct cs_str){(char *)"r", 1};
-    assert_int_equal(cs_policy_workspace_info(&cfg, &full_caps, "1", &in, &out, NULL, 0),
+    assert_int_equal(cs_policy_workspace_info(&cfg, &full_caps, "1", &in, &out, NULL),
                      CSW_ERROR_WORKSPACE_NOT_FOUND);
     cs_config_free(&cfg);
 }
@@ -1368,8 +1368,8 @@ static void test_info_caps(void **state)
         json_string_value(json_object_get(json_object_get(x, "network"), "enforcement")), "none");
     json_decref(j);
 
-    /* denial_reports (contract.md section 8): only with the sandbox; network only for an enabled
-     * workspace, syscall only with seccomp user notification; never filesystem. */
+    /* denial_reports (docs/contract/tools.md §6): only with the sandbox; network only for an
+     * enabled workspace, syscall only with seccomp user notification; never filesystem. */
     c = full_caps;
     c.syscall_denials = false;
     j = info_json(&cfg, &c, "rw", 2);
@@ -1426,18 +1426,16 @@ static void test_info_caps(void **state)
     struct csw_mcp_workspace_info_input in = {.has_workspace_id = true,
                                               .workspace_id = {(char *)"rw", 2}};
     struct csw_mcp_workspace_info_output out;
-    char msg[256];
+    struct cs_diag msg = {0};
     c = full_caps;
     c.max_live_processes = 0;
-    assert_int_equal(cs_policy_workspace_info(&cfg, &c, "1", &in, &out, msg, sizeof msg),
-                     CSW_ERROR_INTERNAL);
-    assert_string_equal(msg, "runtime caps: max_live_processes must be >= 1");
+    assert_int_equal(cs_policy_workspace_info(&cfg, &c, "1", &in, &out, &msg), CSW_ERROR_INTERNAL);
+    assert_string_equal(msg.text, "runtime caps: max_live_processes must be >= 1");
     assert_null(out.version.s);
     c = full_caps;
     c.landlock_abi = -1;
-    assert_int_equal(cs_policy_workspace_info(&cfg, &c, "1", &in, &out, msg, sizeof msg),
-                     CSW_ERROR_INTERNAL);
-    assert_string_equal(msg, "runtime caps: landlock_abi must be >= 0");
+    assert_int_equal(cs_policy_workspace_info(&cfg, &c, "1", &in, &out, &msg), CSW_ERROR_INTERNAL);
+    assert_string_equal(msg.text, "runtime caps: landlock_abi must be >= 0");
     /* Limits do not matter when the process tools are not offered. */
     c = full_caps;
     c.process_available = false;
@@ -1481,11 +1479,11 @@ static void test_info_out_of_memory(void **state)
                                                   .workspace_id = {(char *)ids[k], strlen(ids[k])}};
         for (long n = 0;; n++) {
             struct csw_mcp_workspace_info_output out;
-            char msg[256];
+            struct cs_diag msg = {0};
             json_set_alloc_funcs(counting_malloc, counting_free);
             alloc_live = 0;
             alloc_budget = n;
-            int rc = cs_policy_workspace_info(&cfg, &full_caps, "1", &in, &out, msg, sizeof msg);
+            int rc = cs_policy_workspace_info(&cfg, &full_caps, "1", &in, &out, &msg);
             if (rc == 0)
                 csw_mcp_workspace_info_output_free(&out);
             alloc_budget = -1;
@@ -1496,7 +1494,7 @@ static void test_info_out_of_memory(void **state)
             if (rc == 0)
                 break;
             assert_int_equal(rc, CSW_ERROR_INTERNAL);
-            assert_string_equal(msg, "out of memory building workspace_info");
+            assert_string_equal(msg.text, "out of memory building workspace_info");
             assert_null(out.version.s);
             assert_null(out.tools_exposed.v);
             assert_true(n < 1000);
