@@ -33,7 +33,7 @@ struct cs_runner_conn {
     uint8_t *out;
     size_t out_n, out_off, out_cap;
     bool closing, closed_reported, in_frame, flush_queued;
-    char why[256];
+    char *why; /* the close reason, whole (owned); NULL before the close or on OOM */
 };
 
 static void flush_turn(void *arg);
@@ -44,7 +44,7 @@ static void report_closed(void *arg)
     if (c->closed_reported)
         return;
     c->closed_reported = true;
-    c->cb.closed(c->cb.arg, c->why);
+    c->cb.closed(c->cb.arg, c->why ? c->why : "closed (no memory for the reason)");
 }
 
 void cs_runner_conn_close(struct cs_runner_conn *c, const char *why)
@@ -52,7 +52,9 @@ void cs_runner_conn_close(struct cs_runner_conn *c, const char *why)
     if (c->closing)
         return;
     c->closing = true;
-    snprintf(c->why, sizeof c->why, "%s", why);
+    /* A copy, not a fixed buffer: the reasons composed here (a decoder diagnostic is up to
+     * 514 bytes) and by callers are reported whole, never cut. */
+    c->why = strdup(why);
     cs_loop_fd_del(c->w);
     c->w = NULL;
     if (cs_loop_defer(c->loop, report_closed, c) != 0)
@@ -187,6 +189,7 @@ void cs_runner_conn_free(struct cs_runner_conn *c)
     cs_lenframe_fini(&c->fr);
     close(c->fd);
     free(c->out);
+    free(c->why);
     free(c);
 }
 

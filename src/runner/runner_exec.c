@@ -104,6 +104,7 @@ void cs_runner_exec_reap_strays(struct cs_runner_exec *ex)
     if (!f)
         return;
     long pid;
+    /* NOLINTNEXTLINE(cert-err34-c): the kernel writes this file, decimal pids only */
     while (fscanf(f, "%ld", &pid) == 1)
         if (pid > 0 && !cs_supervisor_owns_pid(ex->sup, (pid_t)pid))
             (void)waitpid((pid_t)pid, NULL, WNOHANG);

@@ -142,6 +142,7 @@ static void kill_orphans(void)
             const char *rp = strrchr(buf, ')'); /* the name may hold spaces and parens */
             char state = 0;
             long ppid = 0, pgrp = 0;
+            /* NOLINTNEXTLINE(cert-err34-c): the kernel's stat line, well-formed numbers */
             if (!rp || sscanf(rp + 1, " %c %ld %ld", &state, &ppid, &pgrp) != 3 || ppid != self)
                 continue;
             any = true;

@@ -320,7 +320,8 @@ int cs__supervisor_plan_remove(const char *plan_path)
         return -1;
     const char *name = plan_path + nt + 1;
     const char *slash = strchr(name, '/');
-    if (!slash || strcmp(slash, "/plan") != 0 || strncmp(name, PLAN_PREFIX, strlen(PLAN_PREFIX)))
+    if (!slash || strcmp(slash, "/plan") != 0 ||
+        strncmp(name, PLAN_PREFIX, strlen(PLAN_PREFIX)) != 0)
         return -1;
     char dir[NAME_MAX + 1];
     size_t nd = (size_t)(slash - name);

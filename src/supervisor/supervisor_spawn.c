@@ -17,6 +17,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <pthread.h>
 #include <sched.h>
@@ -111,14 +112,13 @@ struct ksigaction {
 __attribute__((no_sanitize("address", "undefined"))) static int child_main(void *arg)
 {
     struct child *c = arg;
-    long r;
     /* Every signal back to its default: the server ignores SIGPIPE and has handlers. */
     struct ksigaction dfl = {0};
     for (long sig = 1; sig < 65; sig++)
         if (sig != SIGKILL && sig != SIGSTOP)
             (void)syscall(SYS_rt_sigaction, sig, &dfl, NULL, 8L);
     c->step = "setsid";
-    if ((r = syscall(SYS_setsid)) < 0)
+    if (syscall(SYS_setsid) < 0)
         goto fail;
     /* The command's leader dies with its runner (the gateway, or the uds worker): a runner
      * killed with SIGKILL cannot leave commands behind. */
@@ -175,7 +175,7 @@ __attribute__((no_sanitize("address", "undefined"))) static int child_main(void 
         }
     }
     c->step = "close_range";
-    if (syscall(SYS_close_range, first_closed, (long)~0U, 0L) != 0)
+    if (syscall(SYS_close_range, first_closed, (long)UINT_MAX, 0L) != 0)
         goto fail;
     unsigned long none = 0;
     (void)syscall(SYS_rt_sigprocmask, (long)SIG_SETMASK, &none, NULL, 8L);
