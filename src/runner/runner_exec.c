@@ -675,11 +675,11 @@ static void op_exec(struct cs_runner_exec *ex, const struct csw_runner_wire_exec
             .on_exit = exited,
             .exit_arg = ex,
         };
-        char msg[512];
-        int rc = cs_supervisor_spawn(ex->sup, &sp, sup_done, p, msg, sizeof msg);
+        struct cs_diag dg = {0};
+        int rc = cs_supervisor_spawn(ex->sup, &sp, sup_done, p, &dg);
         if (rc != 0) {
             pending_unlink(p);
-            fail(done, arg, rc, msg);
+            fail(done, arg, rc, dg.text);
             free(p);
         }
     }

@@ -243,11 +243,12 @@ static void answer_read(struct proc *p, int64_t cursor, cs_supervisor_done_fn do
     uint64_t from = retained_from(p);
     uint64_t start = read_start(p, cursor);
     if (p->finished && p->term == CSW_PROCESS_TERMINATION_TIMEOUT && start == p->ring.total) {
-        char msg[160];
-        snprintf(msg, sizeof msg,
-                 "the process was killed at its time limit (%lld ms); no output past cursor %llu",
-                 (long long)p->s->lim.timeout_ms, (unsigned long long)p->ring.total);
-        done(arg, CSW_ERROR_TIMEOUT, msg, NULL);
+        struct cs_diag dg;
+        cs_diag_set(
+            &dg, CSW_ERROR_TIMEOUT,
+            "the process was killed at its time limit (%lld ms); no output past cursor %llu",
+            (long long)p->s->lim.timeout_ms, (unsigned long long)p->ring.total);
+        done(arg, dg.code, dg.text, NULL);
         return;
     }
     uint64_t next = 0;
@@ -778,7 +779,7 @@ static char *concat(const char *a, const char *b)
 
 /* Builds the prepare request for one command and runs prepare. Returns the plan path or NULL. */
 static char *sandbox_prepare(struct cs_supervisor *s, const struct cs_supervisor_spawn *sp,
-                             int rootfd, char **argv, char **envp, size_t ne, char *msg, size_t cap)
+                             int rootfd, char **argv, char **envp, size_t ne, struct cs_diag *d)
 {
     struct csw_sandbox_prepare_request req;
     memset(&req, 0, sizeof req);
@@ -786,7 +787,7 @@ static char *sandbox_prepare(struct cs_supervisor *s, const struct cs_supervisor
     struct csw_sandbox_prepare_request_env_entry *env = calloc(ne, sizeof *env);
     char *path = NULL;
     if (!av || !env) {
-        snprintf(msg, cap, "out of memory");
+        cs_diag_set(d, CSW_ERROR_PROCESS_SPAWN_FAILED, "out of memory");
         goto out;
     }
     for (size_t i = 0; i < sp->argc; i++)
@@ -808,7 +809,7 @@ static char *sandbox_prepare(struct cs_supervisor *s, const struct cs_supervisor
     if (sp->n_deny_mask > 0) {
         dm = calloc(sp->n_deny_mask, sizeof *dm);
         if (!dm) {
-            snprintf(msg, cap, "out of memory");
+            cs_diag_set(d, CSW_ERROR_PROCESS_SPAWN_FAILED, "out of memory");
             goto out;
         }
         for (size_t i = 0; i < sp->n_deny_mask; i++)
@@ -832,7 +833,12 @@ static char *sandbox_prepare(struct cs_supervisor *s, const struct cs_supervisor
     req.sandbox_uid = s->lim.sandbox_uid;
     req.has_sandbox_gid = s->lim.sandbox_gid > 0;
     req.sandbox_gid = s->lim.sandbox_gid;
-    path = cs__supervisor_sandbox_prepare(s->sandbox, &req, rootfd, msg, cap);
+    /* prepare still explains itself in a buffer (supervisor_sandbox.c); its text is already
+     * formatted by cs_diag_format. */
+    char why[CS_DIAG_TEXT_SIZE] = "";
+    path = cs__supervisor_sandbox_prepare(s->sandbox, &req, rootfd, why, sizeof why);
+    if (!path)
+        cs_diag_set(d, CSW_ERROR_PROCESS_SPAWN_FAILED, "%s", why);
 out:
     free(av);
     free(dm);
@@ -841,13 +847,13 @@ out:
 }
 
 int cs_supervisor_spawn(struct cs_supervisor *s, const struct cs_supervisor_spawn *sp,
-                        cs_supervisor_done_fn done, void *arg, char *msg, size_t msg_cap)
+                        cs_supervisor_done_fn done, void *arg, struct cs_diag *d)
 {
     sweep(s);
     if ((int64_t)s->live >= s->lim.max_live) {
-        snprintf(msg, msg_cap, "live process limit reached (%lld processes run)",
-                 (long long)s->lim.max_live);
-        return CSW_ERROR_WORKSPACE_BUSY;
+        return cs_diag_set(d, CSW_ERROR_WORKSPACE_BUSY,
+                           "live process limit reached (%lld processes run)",
+                           (long long)s->lim.max_live);
     }
     int rc = CSW_ERROR_PROCESS_SPAWN_FAILED;
     /* The held root (base_roots.h); a process that holds none (tools, unit tests) opens the
@@ -856,9 +862,9 @@ int cs_supervisor_spawn(struct cs_supervisor *s, const struct cs_supervisor_spaw
     if (rootfd < 0 && !cs_roots_active())
         rootfd = own_rootfd = open(sp->root, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (rootfd < 0) {
-        snprintf(msg, msg_cap, "%s: %s", sp->root,
-                 cs_roots_active() ? "not a workspace root this process holds" : strerror(errno));
-        return rc;
+        return cs_diag_set(d, rc, "%s: %s", sp->root,
+                           cs_roots_active() ? "not a workspace root this process holds"
+                                             : strerror(errno));
     }
     char **argv = calloc(sp->argc + 1, sizeof *argv);
     enum { NENV = 11 };
@@ -869,17 +875,17 @@ int cs_supervisor_spawn(struct cs_supervisor *s, const struct cs_supervisor_spaw
     char *run_argv[5], *run_env[2];
     int report[2] = {-1, -1}; /* the denial report pipe of a sandboxed process */
     if (!argv || !p) {
-        snprintf(msg, msg_cap, "out of memory");
+        cs_diag_set(d, CSW_ERROR_PROCESS_SPAWN_FAILED, "out of memory");
         goto out;
     }
     for (size_t i = 0; i < sp->argc; i++) {
         if (memchr(sp->argv[i].s, '\0', sp->argv[i].n)) {
-            snprintf(msg, msg_cap, "command[%zu] contains a NUL byte", i);
+            cs_diag_set(d, CSW_ERROR_PROCESS_SPAWN_FAILED, "command[%zu] contains a NUL byte", i);
             goto out;
         }
         argv[i] = strndup(sp->argv[i].s, sp->argv[i].n);
         if (!argv[i]) {
-            snprintf(msg, msg_cap, "out of memory");
+            cs_diag_set(d, CSW_ERROR_PROCESS_SPAWN_FAILED, "out of memory");
             goto out;
         }
     }
@@ -898,7 +904,7 @@ int cs_supervisor_spawn(struct cs_supervisor *s, const struct cs_supervisor_spaw
         envp[ne++] = strdup("NO_COLOR=1");
     for (size_t i = 0; i < ne; i++) {
         if (!envp[i]) {
-            snprintf(msg, msg_cap, "out of memory");
+            cs_diag_set(d, CSW_ERROR_PROCESS_SPAWN_FAILED, "out of memory");
             goto out;
         }
     }
@@ -906,7 +912,7 @@ int cs_supervisor_spawn(struct cs_supervisor *s, const struct cs_supervisor_spaw
     snprintf(p->id, sizeof p->id, "%s", sp->process_id);
     p->workspace_id = strdup(sp->workspace_id ? sp->workspace_id : "");
     if (!p->workspace_id) {
-        snprintf(msg, msg_cap, "out of memory");
+        cs_diag_set(d, CSW_ERROR_PROCESS_SPAWN_FAILED, "out of memory");
         goto out;
     }
     p->tty = sp->tty;
@@ -928,9 +934,9 @@ int cs_supervisor_spawn(struct cs_supervisor *s, const struct cs_supervisor_spaw
         .cols = p->cols,
     };
     if (!s->sandbox && sp->network_enabled) {
-        snprintf(msg, msg_cap,
-                 "network \"enabled\" needs the Linux sandbox helper, whose probe failed: a "
-                 "missing Linux helper is not permission");
+        cs_diag_set(d, CSW_ERROR_PROCESS_SPAWN_FAILED,
+                    "network \"enabled\" needs the Linux sandbox helper, whose probe failed: a "
+                    "missing Linux helper is not permission");
         goto out;
     }
     if (s->sandbox) {
@@ -940,8 +946,9 @@ int cs_supervisor_spawn(struct cs_supervisor *s, const struct cs_supervisor_spaw
         if (!strchr(argv[0], '/')) {
             char *found = cs__supervisor_lookup(CS_SUPERVISOR_SANDBOX_PATH, argv[0]);
             if (!found) {
-                snprintf(msg, msg_cap, "%s: command not found in the sandbox PATH (%s)", argv[0],
-                         CS_SUPERVISOR_SANDBOX_PATH);
+                cs_diag_set(d, CSW_ERROR_PROCESS_SPAWN_FAILED,
+                            "%s: command not found in the sandbox PATH (%s)", argv[0],
+                            CS_SUPERVISOR_SANDBOX_PATH);
                 goto out;
             }
             free(found);
@@ -954,11 +961,11 @@ int cs_supervisor_spawn(struct cs_supervisor *s, const struct cs_supervisor_spaw
                     : faccessat(rootfd, argv[0], X_OK, AT_EACCESS) != 0 ? errno
                                                                         : 0;
             if (e != 0) {
-                snprintf(msg, msg_cap, "%s: %s", argv[0], strerror(e));
+                cs_diag_set(d, CSW_ERROR_PROCESS_SPAWN_FAILED, "%s: %s", argv[0], strerror(e));
                 goto out;
             }
         }
-        plan = sandbox_prepare(s, sp, rootfd, argv, envp, ne, msg, msg_cap);
+        plan = sandbox_prepare(s, sp, rootfd, argv, envp, ne, d);
         if (!plan)
             goto out;
         run_argv[0] = (char *)"codespace-linux-sandbox";
@@ -976,7 +983,8 @@ int cs_supervisor_spawn(struct cs_supervisor *s, const struct cs_supervisor_spaw
          * clobber one with the other; the read end non-blocking, read after the reap. */
         int rp[2];
         if (pipe2(rp, O_CLOEXEC | O_NONBLOCK) != 0) {
-            snprintf(msg, msg_cap, "cannot create the report pipe: %s", strerror(errno));
+            cs_diag_set(d, CSW_ERROR_PROCESS_SPAWN_FAILED, "cannot create the report pipe: %s",
+                        strerror(errno));
             goto out;
         }
         report[0] = fcntl(rp[0], F_DUPFD_CLOEXEC, 5);
@@ -984,18 +992,20 @@ int cs_supervisor_spawn(struct cs_supervisor *s, const struct cs_supervisor_spaw
         close(rp[0]);
         close(rp[1]);
         if (report[0] < 0 || report[1] < 0) {
-            snprintf(msg, msg_cap, "cannot create the report pipe: %s", strerror(errno));
+            cs_diag_set(d, CSW_ERROR_PROCESS_SPAWN_FAILED, "cannot create the report pipe: %s",
+                        strerror(errno));
             goto out;
         }
         /* The helper's writes must not block it: a pipe's 64 KiB hold a whole report. */
         if (fcntl(report[1], F_SETFL, 0) != 0) {
-            snprintf(msg, msg_cap, "cannot create the report pipe: %s", strerror(errno));
+            cs_diag_set(d, CSW_ERROR_PROCESS_SPAWN_FAILED, "cannot create the report pipe: %s",
+                        strerror(errno));
             goto out;
         }
     }
     cmd.report_fd = report[1];
     struct cs__supervisor_fds fds;
-    if (cs__supervisor_start(&cmd, &fds, msg, msg_cap) != 0)
+    if (cs__supervisor_start(&cmd, &fds, d) != 0)
         goto out;
     p->pid = fds.pid;
     p->pidfd = fds.pidfd;
@@ -1024,7 +1034,8 @@ int cs_supervisor_spawn(struct cs_supervisor *s, const struct cs_supervisor_spaw
         s->loop, sp->timeout_ms > 0 ? sp->timeout_ms : s->lim.timeout_ms, on_time_limit, p);
     if (!p->pidw || !p->outw || !p->limit_timer) {
         /* Cannot watch it: it must not run unwatched. */
-        snprintf(msg, msg_cap, "out of resources watching the process: %s", strerror(errno));
+        cs_diag_set(d, CSW_ERROR_PROCESS_SPAWN_FAILED, "out of resources watching the process: %s",
+                    strerror(errno));
         proc_free(p);
         p = NULL;
         goto out;
@@ -1247,9 +1258,9 @@ void cs_supervisor_resize(struct cs_supervisor *s, const struct csw_mcp_process_
     }
     struct winsize ws = {.ws_row = (unsigned short)in->rows, .ws_col = (unsigned short)in->cols};
     if (ioctl(p->out, TIOCSWINSZ, &ws) != 0) {
-        char msg[128];
-        snprintf(msg, sizeof msg, "TIOCSWINSZ: %s", strerror(errno));
-        done(arg, CSW_ERROR_INTERNAL, msg, NULL);
+        struct cs_diag dg;
+        cs_diag_set(&dg, CSW_ERROR_INTERNAL, "TIOCSWINSZ: %s", strerror(errno));
+        done(arg, dg.code, dg.text, NULL);
         return;
     }
     p->rows = in->rows;

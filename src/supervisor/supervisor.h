@@ -23,6 +23,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "base_diag.h"
 #include "base_loop.h"
 #include "csw.h"
 
@@ -142,11 +143,11 @@ struct cs_supervisor_spawn {
  * csw_mcp_exec_command_output (at once when yield_ms is 0, else when it finished or yield_ms
  * passed), and on_exit runs once when it finishes. Otherwise returns CSW_ERROR_WORKSPACE_BUSY
  * (live-process limit reached, nothing spawned) or CSW_ERROR_PROCESS_SPAWN_FAILED (nothing
- * started: missing executable, bad argv, out of resources) with msg saying why; done and on_exit
- * are never called then.
+ * started: missing executable, bad argv, out of resources), with d (may be NULL) holding that
+ * code and saying why; done and on_exit are never called then.
  */
 int cs_supervisor_spawn(struct cs_supervisor *s, const struct cs_supervisor_spawn *sp,
-                        cs_supervisor_done_fn done, void *arg, char *msg, size_t msg_cap);
+                        cs_supervisor_done_fn done, void *arg, struct cs_diag *d);
 
 /* The workspace id a process (live or retained) was started for, or NULL (borrowed until the
  * next supervisor call). */

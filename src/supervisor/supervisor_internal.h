@@ -63,9 +63,9 @@ int cs__supervisor_plan_remove(const char *plan_path);
  * (pid not alive, or over an hour old), ours only (uid). Returns how many went, or -1. */
 int cs__supervisor_plan_sweep(void);
 
-/* Starts cmd. Returns 0 with fds filled, or -1 with msg saying why (nothing is left running and
- * no descriptor is left open). */
+/* Starts cmd. Returns 0 with fds filled, or -1 with d (may be NULL) saying why under
+ * CSW_ERROR_PROCESS_SPAWN_FAILED (nothing is left running and no descriptor is left open). */
 int cs__supervisor_start(const struct cs__supervisor_cmd *cmd, struct cs__supervisor_fds *fds,
-                         char *msg, size_t cap);
+                         struct cs_diag *d);
 
 #endif
