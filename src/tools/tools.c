@@ -828,7 +828,10 @@ int cs_tools_register(struct cs_mcp *srv, struct cs_tools *t, const struct cs_co
             .sandbox_uid = cfg->sandbox_uid,
             .sandbox_gid = cfg->sandbox_gid,
         };
-        t->runner = bin ? cs_runner_uds_new(loop, &opt, &ev, err, err_cap) : NULL;
+        struct cs_diag rd = {0};
+        t->runner = bin ? cs_runner_uds_new(loop, &opt, &ev, &rd) : NULL;
+        if (cs_diag_failed(&rd))
+            snprintf(err, err_cap, "%s", rd.text);
         free(bin);
     } else {
         struct cs_supervisor_limits lim;
