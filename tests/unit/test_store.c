@@ -110,6 +110,10 @@ static void open_refused(const char *path, const char *want)
         print_message("refused: %s\n", dg.text);
     if (strstr(dg.text, path) == NULL || strstr(dg.text, want) == NULL)
         fail_msg("message \"%s\" lacks \"%s\" or the path", dg.text, want);
+    /* Through the one formatter: INTERNAL, one line (quick_check's newlines are spelled \x0A). */
+    assert_int_equal(dg.code, CSW_ERROR_INTERNAL);
+    for (const char *c = dg.text; *c; c++)
+        assert_true((unsigned char)*c >= 0x20 && *c != 0x7F);
     if (before != NULL) {
         char *after = slurp(path, &n1);
         assert_int_equal(n0, n1);
