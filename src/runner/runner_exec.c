@@ -448,7 +448,7 @@ static void file_done(void *arg)
             cs_diag_set(&dg, CSW_ERROR_INTERNAL, "%s was stopped: the server is shutting down%s",
                         op_name(j->tag),
                         j->tag == CSW_RUNNER_WIRE_OP_APPLY_PATCH ? " (before any write)" : "");
-        fail(j->done, j->arg, dg.code, dg.text);
+        fail(j->done, j->arg, (int)dg.code, dg.text);
     } else if (j->tag == CSW_RUNNER_WIRE_OP_VERSION && j->rc == CSW_ERROR_FILE_NOT_FOUND) {
         res.tag = CSW_RUNNER_WIRE_RESULT_VERSION;
         res.u.version.data.version = (struct cs_str){"absent", 6};

@@ -369,7 +369,8 @@ static void on_message(void *arg, struct csw_runner_wire *msg)
     } else if (!resp->ok && resp->has_error) {
         cs_diag_set(&d, resp->error.code, "%.*s", (int)resp->error.message.n,
                     resp->error.message.s);
-        rep = (struct cs_runner_reply){.outcome = CS_RUNNER_ERROR, .code = d.code, .msg = d.text};
+        rep = (struct cs_runner_reply){
+            .outcome = CS_RUNNER_ERROR, .code = (int)d.code, .msg = d.text};
     } else {
         rep = (struct cs_runner_reply){.outcome = CS_RUNNER_AMBIGUOUS,
                                        .msg = "runner transport failed: a response with neither "

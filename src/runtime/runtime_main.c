@@ -375,7 +375,7 @@ static void on_bad(void *arg, const json_t *raw, const char *why)
     }
     struct cs_diag d;
     cs_diag_set(&d, CSW_ERROR_INVALID_ARGUMENTS, "undecodable frame: %s", why);
-    send_error(w, rid, d.code, d.text, false);
+    send_error(w, rid, (int)d.code, d.text, false);
     (void)cs_runner_conn_flush(w->conn, 1000);
     w->closing = true;
 }

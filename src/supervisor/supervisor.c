@@ -248,7 +248,7 @@ static void answer_read(struct proc *p, int64_t cursor, cs_supervisor_done_fn do
             &dg, CSW_ERROR_TIMEOUT,
             "the process was killed at its time limit (%lld ms); no output past cursor %llu",
             (long long)p->s->lim.timeout_ms, (unsigned long long)p->ring.total);
-        done(arg, dg.code, dg.text, NULL);
+        done(arg, (int)dg.code, dg.text, NULL);
         return;
     }
     uint64_t next = 0;
@@ -862,7 +862,7 @@ int cs_supervisor_spawn(struct cs_supervisor *s, const struct cs_supervisor_spaw
     if (rootfd < 0 && !cs_roots_active())
         rootfd = own_rootfd = open(sp->root, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (rootfd < 0) {
-        return cs_diag_set(d, rc, "%s: %s", sp->root,
+        return cs_diag_set(d, (enum csw_error)rc, "%s: %s", sp->root,
                            cs_roots_active() ? "not a workspace root this process holds"
                                              : strerror(errno));
     }
@@ -1260,7 +1260,7 @@ void cs_supervisor_resize(struct cs_supervisor *s, const struct csw_mcp_process_
     if (ioctl(p->out, TIOCSWINSZ, &ws) != 0) {
         struct cs_diag dg;
         cs_diag_set(&dg, CSW_ERROR_INTERNAL, "TIOCSWINSZ: %s", strerror(errno));
-        done(arg, dg.code, dg.text, NULL);
+        done(arg, (int)dg.code, dg.text, NULL);
         return;
     }
     p->rows = in->rows;
