@@ -71,8 +71,8 @@ static int on_frame(void *arg, const uint8_t *data, size_t len)
      * arrays is a bad frame, not 130 MB of tree. */
     json_t *j = cs_json_loadb_budget((const char *)data, len, JSON_ALLOW_NUL, &jerr);
     if (!j) {
-        char why[300];
-        snprintf(why, sizeof why, "frame is not JSON: %s", jerr.text);
+        char why[CS_DIAG_TEXT_SIZE];
+        cs_diag_format(why, sizeof why, "frame is not JSON: %s", jerr.text);
         c->cb.bad(c->cb.arg, NULL, why);
         cs_runner_conn_close(c, why);
         return 1;
@@ -80,8 +80,8 @@ static int on_frame(void *arg, const uint8_t *data, size_t len)
     struct csw_runner_wire msg;
     struct cs_wire_diag diag;
     if (csw_runner_wire_decode(j, &msg, &diag) != CS_WIRE_OK) {
-        char why[600];
-        snprintf(why, sizeof why, "%s: %s", diag.pointer[0] ? diag.pointer : "/", diag.text);
+        char why[CS_DIAG_TEXT_SIZE];
+        cs_diag_format(why, sizeof why, "%s: %s", diag.pointer[0] ? diag.pointer : "/", diag.text);
         c->cb.bad(c->cb.arg, j, why);
         json_decref(j);
         cs_runner_conn_close(c, why);
@@ -132,8 +132,8 @@ static void on_ready(void *arg, int fd, unsigned events)
         if (n > 0) {
             enum cs_frame_status st = cs_lenframe_feed(&c->fr, buf, (size_t)n, NULL);
             if (st != CS_FRAME_OK && st != CS_FRAME_STOPPED) {
-                char why[200];
-                snprintf(why, sizeof why, "bad frame: %s", cs_frame_status_str(st));
+                char why[CS_DIAG_TEXT_SIZE];
+                cs_diag_format(why, sizeof why, "bad frame: %s", cs_frame_status_str(st));
                 c->cb.bad(c->cb.arg, NULL, why);
                 cs_runner_conn_close(c, why);
             }

@@ -438,18 +438,18 @@ static void file_done(void *arg)
     memset(&res, 0, sizeof res);
     if (j->rc == CSW_ERROR_TIMEOUT) {
         /* The job saw its cancel flag: the time limit, or the executor is being freed. */
-        char msg[600];
+        struct cs_diag dg;
         if (j->timed_out)
-            snprintf(msg, sizeof msg,
-                     "%s did not finish within the time limit of %" PRId64
-                     " ms (CODESPACE_PROCESS_TIMEOUT_SECS) and was stopped%s",
-                     op_name(j->tag), j->ex->timeout_ms,
-                     j->tag == CSW_RUNNER_WIRE_OP_APPLY_PATCH ? " before any write" : "");
+            cs_diag_set(&dg, CSW_ERROR_TIMEOUT,
+                        "%s did not finish within the time limit of %" PRId64
+                        " ms (CODESPACE_PROCESS_TIMEOUT_SECS) and was stopped%s",
+                        op_name(j->tag), j->ex->timeout_ms,
+                        j->tag == CSW_RUNNER_WIRE_OP_APPLY_PATCH ? " before any write" : "");
         else
-            snprintf(msg, sizeof msg, "%s was stopped: the server is shutting down%s",
-                     op_name(j->tag),
-                     j->tag == CSW_RUNNER_WIRE_OP_APPLY_PATCH ? " (before any write)" : "");
-        fail(j->done, j->arg, j->timed_out ? CSW_ERROR_TIMEOUT : CSW_ERROR_INTERNAL, msg);
+            cs_diag_set(&dg, CSW_ERROR_INTERNAL, "%s was stopped: the server is shutting down%s",
+                        op_name(j->tag),
+                        j->tag == CSW_RUNNER_WIRE_OP_APPLY_PATCH ? " (before any write)" : "");
+        fail(j->done, j->arg, (int)dg.code, dg.text);
     } else if (j->tag == CSW_RUNNER_WIRE_OP_VERSION && j->rc == CSW_ERROR_FILE_NOT_FOUND) {
         res.tag = CSW_RUNNER_WIRE_RESULT_VERSION;
         res.u.version.data.version = (struct cs_str){"absent", 6};
@@ -676,11 +676,11 @@ static void op_exec(struct cs_runner_exec *ex, const struct csw_runner_wire_exec
             .on_exit = exited,
             .exit_arg = ex,
         };
-        char msg[512];
-        int rc = cs_supervisor_spawn(ex->sup, &sp, sup_done, p, msg, sizeof msg);
+        struct cs_diag dg = {0};
+        int rc = cs_supervisor_spawn(ex->sup, &sp, sup_done, p, &dg);
         if (rc != 0) {
             pending_unlink(p);
-            fail(done, arg, rc, msg);
+            fail(done, arg, rc, dg.text);
             free(p);
         }
     }
