@@ -606,7 +606,7 @@ static enum cs_store_status fill_status(struct cs_store *store, sqlite3_stmt *st
     }
     s = col_text(st, 4, &n);
     if (s != NULL) {
-        struct csw_mcp_apply_patch_output r;
+        struct csw_mcp_apply_patch_output r = {0}; /* decode_result fills it on success */
         enum cs_store_status ret = decode_result(s, n, &r, d);
         if (ret != CS_STORE_OK)
             return ret;
