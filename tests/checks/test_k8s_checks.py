@@ -67,20 +67,20 @@ class ManifestTest(Case):
         self.assertPasses(run("check_k8s.py", "--dir", K8S))
 
     def test_unmodified_copy_passes(self):
-        self.assertPasses(self.broken("gateway.yaml"))
+        self.assertPasses(self.broken("20-gateway.yaml"))
 
     # Schema: the Kubernetes API's definitions.
     def test_misspelled_field_fails(self):
-        self.assertFailsWith(self.broken("gateway.yaml", "  revisionHistoryLimit: 5",
+        self.assertFailsWith(self.broken("20-gateway.yaml", "  revisionHistoryLimit: 5",
                                          "  revisionHistoryLimt: 5"),
                              "Deployment/codespace-gateway: /spec:", "'revisionHistoryLimt'")
 
     def test_wrong_type_fails(self):
-        self.assertFailsWith(self.broken("gateway.yaml", "  replicas: 2", "  replicas: two"),
+        self.assertFailsWith(self.broken("20-gateway.yaml", "  replicas: 2", "  replicas: two"),
                              "/spec/replicas: 'two' is not of type 'integer'")
 
     def test_missing_required_field_fails(self):
-        self.assertFailsWith(self.broken("gateway.yaml", "            - name: http\n"
+        self.assertFailsWith(self.broken("20-gateway.yaml", "            - name: http\n"
                                          "              containerPort: 8787",
                                          "            - name: http"),
                              "'containerPort' is a required property")
@@ -88,105 +88,105 @@ class ManifestTest(Case):
     def test_field_in_the_wrong_place_fails(self):
         # runAsNonRoot exists on the container's securityContext, readOnlyRootFilesystem only
         # there: moved to the pod's it is an unknown field.
-        self.assertFailsWith(self.broken("gateway.yaml", "        runAsNonRoot: true\n",
+        self.assertFailsWith(self.broken("20-gateway.yaml", "        runAsNonRoot: true\n",
                                          "        runAsNonRoot: true\n"
                                          "        readOnlyRootFilesystem: true\n"),
                              "/spec/template/spec/securityContext:", "'readOnlyRootFilesystem'")
 
     def test_unknown_kind_fails(self):
-        self.assertFailsWith(self.broken("runtimeclass.yaml", "apiVersion: node.k8s.io/v1",
+        self.assertFailsWith(self.broken("10-runtimeclass.yaml", "apiVersion: node.k8s.io/v1",
                                          "apiVersion: node.k8s.io/v1alpha9"),
                              "is not a kind these manifests may use")
 
     # Schema: the agent-sandbox CRDs.
     def test_claim_with_v1alpha1_field_fails(self):
-        self.assertFailsWith(self.broken("workspace.yaml", "  warmPoolRef:",
+        self.assertFailsWith(self.broken("30-workspace.yaml", "  warmPoolRef:",
                                          "  sandboxTemplateRef:"),
                              "SandboxClaim/ws-demo: /spec: 'warmPoolRef' is a required property",
                              "'sandboxTemplateRef' was unexpected")
 
     def test_crd_enum_fails(self):
-        self.assertFailsWith(self.broken("workspace.yaml", "shutdownPolicy: Retain",
+        self.assertFailsWith(self.broken("30-workspace.yaml", "shutdownPolicy: Retain",
                                          "shutdownPolicy: Keep"),
                              "/spec/lifecycle/shutdownPolicy: 'Keep' is not one of")
 
     def test_crd_pod_spec_typo_fails(self):
-        self.assertFailsWith(self.broken("workspace.yaml", "      runtimeClassName:",
+        self.assertFailsWith(self.broken("30-workspace.yaml", "      runtimeClassName:",
                                          "      runtimeClass:"),
                              "SandboxTemplate/codespace-workspace: /spec/podTemplate/spec:",
                              "'runtimeClass'", "runtimeClassName is not set")
 
     def test_crd_metadata_type_fails(self):
-        self.assertFailsWith(self.broken("workspace.yaml", "  name: ws-demo\n",
+        self.assertFailsWith(self.broken("30-workspace.yaml", "  name: ws-demo\n",
                                          "  name: ws-demo\n  generation: soon\n"),
                              "/metadata/generation: 'soon' is not of type 'integer'")
 
     # Project rules.
     def test_root_container_fails(self):
-        self.assertFailsWith(self.broken("workspace.yaml", "runAsUser: 10001", "runAsUser: 0"),
+        self.assertFailsWith(self.broken("30-workspace.yaml", "runAsUser: 10001", "runAsUser: 0"),
                              "runAsUser must be a non-zero uid, got 0")
 
     def test_run_as_non_root_off_fails(self):
-        self.assertFailsWith(self.broken("gateway.yaml", "runAsNonRoot: true",
+        self.assertFailsWith(self.broken("20-gateway.yaml", "runAsNonRoot: true",
                                          "runAsNonRoot: false", count=2),
                              "runAsNonRoot must be true")
 
     def test_privileged_pod_fails(self):
-        self.assertFailsWith(self.broken("workspace.yaml", "privileged: false",
+        self.assertFailsWith(self.broken("30-workspace.yaml", "privileged: false",
                                          "privileged: true"),
                              "privileged must not be true")
 
     def test_privilege_escalation_fails(self):
-        self.assertFailsWith(self.broken("gateway.yaml", "allowPrivilegeEscalation: false",
+        self.assertFailsWith(self.broken("20-gateway.yaml", "allowPrivilegeEscalation: false",
                                          "allowPrivilegeEscalation: true"),
                              "allowPrivilegeEscalation must be false")
 
     def test_added_capability_fails(self):
-        self.assertFailsWith(self.broken("workspace.yaml", "              drop: [ALL]",
+        self.assertFailsWith(self.broken("30-workspace.yaml", "              drop: [ALL]",
                                          "              drop: [ALL]\n"
                                          "              add: [SYS_ADMIN]"),
                              "no capability may be added")
 
     def test_writable_root_fails(self):
-        self.assertFailsWith(self.broken("workspace.yaml", "readOnlyRootFilesystem: true",
+        self.assertFailsWith(self.broken("30-workspace.yaml", "readOnlyRootFilesystem: true",
                                          "readOnlyRootFilesystem: false"),
                              "readOnlyRootFilesystem must be true")
 
     def test_unconfined_seccomp_fails(self):
-        self.assertFailsWith(self.broken("gateway.yaml", "type: RuntimeDefault",
+        self.assertFailsWith(self.broken("20-gateway.yaml", "type: RuntimeDefault",
                                          "type: Unconfined"),
                              "seccompProfile.type must be RuntimeDefault or Localhost")
 
     def test_host_network_and_host_path_fail(self):
-        self.assertFailsWith(self.broken("workspace.yaml", "      enableServiceLinks: false\n",
+        self.assertFailsWith(self.broken("30-workspace.yaml", "      enableServiceLinks: false\n",
                                          "      enableServiceLinks: false\n"
                                          "      hostNetwork: true\n"),
                              "hostNetwork shares a host namespace")
-        self.assertFailsWith(self.broken("workspace.yaml", "          emptyDir:\n"
+        self.assertFailsWith(self.broken("30-workspace.yaml", "          emptyDir:\n"
                                          "            sizeLimit: 1Gi",
                                          "          hostPath:\n            path: /"),
                              "hostPath mounts a node directory")
 
     def test_missing_probe_fails(self):
-        self.assertFailsWith(self.broken("workspace.yaml", "          livenessProbe:",
+        self.assertFailsWith(self.broken("30-workspace.yaml", "          livenessProbe:",
                                          "          startupProbe:"),
                              "containers/worker: no livenessProbe")
 
     def test_missing_limits_fail(self):
-        self.assertFailsWith(self.broken("gateway.yaml", "              memory: 512Mi\n", ""),
+        self.assertFailsWith(self.broken("20-gateway.yaml", "              memory: 512Mi\n", ""),
                              "resources.limits.memory is not set")
 
     def test_unpinned_image_fails(self):
-        self.assertFailsWith(self.broken("gateway.yaml", "image: codespace:0.1.0",
+        self.assertFailsWith(self.broken("20-gateway.yaml", "image: codespace:0.1.0",
                                          "image: codespace:latest"),
                              "must be pinned by a tag")
-        self.assertFailsWith(self.broken("workspace.yaml", "image: codespace:0.1.0",
+        self.assertFailsWith(self.broken("30-workspace.yaml", "image: codespace:0.1.0",
                                          "image: codespace"),
                              "must be pinned by a tag")
 
     def test_token_in_plain_env_fails(self):
         self.assertFailsWith(
-            self.broken("gateway.yaml",
+            self.broken("20-gateway.yaml",
                         "              valueFrom:\n                secretKeyRef:\n"
                         "                  name: codespace-http-token\n"
                         "                  key: token",
@@ -194,38 +194,38 @@ class ManifestTest(Case):
             "env CODESPACE_HTTP_TOKEN: a secret must come from a Secret")
 
     def test_token_flag_fails(self):
-        self.assertFailsWith(self.broken("gateway.yaml", "            - --http\n",
+        self.assertFailsWith(self.broken("20-gateway.yaml", "            - --http\n",
                                          "            - --http\n            - --token=x\n"),
                              "--token in args")
 
     def test_tls_key_outside_secret_fails(self):
-        self.assertFailsWith(self.broken("workspace.yaml", "            - /etc/codespace/tls/tls.key",
+        self.assertFailsWith(self.broken("30-workspace.yaml", "            - /etc/codespace/tls/tls.key",
                                          "            - /tmp/tls.key"),
                              "--tls-key '/tmp/tls.key' is not under a mounted secret volume")
 
     def test_writable_secret_mount_fails(self):
-        self.assertFailsWith(self.broken("workspace.yaml",
+        self.assertFailsWith(self.broken("30-workspace.yaml",
                                          "              mountPath: /etc/codespace/tls\n"
                                          "              readOnly: true",
                                          "              mountPath: /etc/codespace/tls"),
                              "secret volume tls must be mounted readOnly")
 
     def test_secret_with_data_fails(self):
-        self.assertFailsWith(self.broken("gateway.yaml", extra=(
+        self.assertFailsWith(self.broken("20-gateway.yaml", extra=(
             "---\napiVersion: v1\nkind: Secret\nmetadata:\n  name: leaked\n"
             "  namespace: codespace\nstringData:\n  token: hunter2\n")),
             "Secret/leaked: a Secret with data")
 
     def test_missing_runtime_class_fails(self):
-        self.assertFailsWith(self.broken("runtimeclass.yaml", "  name: codespace-isolated",
+        self.assertFailsWith(self.broken("10-runtimeclass.yaml", "  name: codespace-isolated",
                                          "  name: other"),
                              "runtimeClassName 'codespace-isolated' is not a RuntimeClass")
 
     def test_dangling_references_fail(self):
-        self.assertFailsWith(self.broken("workspace.yaml", "  warmPoolRef:\n    name: codespace-workspace",
+        self.assertFailsWith(self.broken("30-workspace.yaml", "  warmPoolRef:\n    name: codespace-workspace",
                                          "  warmPoolRef:\n    name: nothing"),
                              "warmPoolRef 'nothing' names no SandboxWarmPool")
-        self.assertFailsWith(self.broken("gateway.yaml", "  type: ClusterIP\n  selector:\n"
+        self.assertFailsWith(self.broken("20-gateway.yaml", "  type: ClusterIP\n  selector:\n"
                                          "    app.kubernetes.io/name: codespace-gateway",
                                          "  type: ClusterIP\n  selector:\n"
                                          "    app.kubernetes.io/name: codespace-gatway"),
