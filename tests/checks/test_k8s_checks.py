@@ -8,6 +8,7 @@ CODESPACE_MCP_BIN, when set, is the built codespace-mcp; its directory holds the
 binaries, used for the flag and library proofs (skipped without them).
 """
 
+import json
 import os
 import re
 import shutil
@@ -247,6 +248,31 @@ class ManifestTest(Case):
         if "does not know the remote runner yet" not in out:
             self.skipTest("codespace-mcp knows the remote runner: its flags were checked")
         self.assertEqual(rc, 0, out)
+
+
+class VendoredSchemaTest(unittest.TestCase):
+    """The vendored schemas are data with a recorded origin: a commit each, and no prose."""
+
+    def keys(self, node):
+        if isinstance(node, dict):
+            for k, v in node.items():
+                yield k, v
+                yield from self.keys(v)
+        elif isinstance(node, list):
+            for v in node:
+                yield from self.keys(v)
+
+    def test_sources_recorded_and_descriptions_dropped(self):
+        for name, part in (("kubernetes-definitions.json", "definitions"),
+                           ("agent-sandbox-crds.json", "crds")):
+            with open(os.path.join(HERE, "k8s-schemas", name), encoding="utf-8") as f:
+                data = json.load(f)
+            self.assertRegex(data["source"]["commit"], r"^[0-9a-f]{40}$", name)
+            self.assertTrue(data["source"]["repository"], name)
+            # A property may be named "description"; a schema's own prose is a string there.
+            prose = [v for k, v in self.keys(data[part]) if k == "description"
+                     and isinstance(v, str)]
+            self.assertEqual(prose, [], name)
 
 
 class ContainerfileTest(Case):
