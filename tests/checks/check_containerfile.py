@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Check deploy/Containerfile's syntax and structure (issue 21); no image is built.
 
-Usage: check_containerfile.py [FILE] [--bin PATH ...]
+Usage: check_containerfile.py [FILE] [--bootstrap SCRIPT] [--bin PATH ...]
 
 No container engine runs on these machines, so this reads the file instead:
 1. Syntax: every instruction is a known one, continuation lines join, JSON-form arguments
@@ -12,7 +12,10 @@ No container engine runs on these machines, so this reads the file instead:
 3. Shape: at least two stages; the build stage runs cmake; the last stage installs no compiler,
    cmake or -dev package, copies only from an earlier stage (no source tree), and ends as a
    fixed non-root USER (numeric uid and gid, neither 0).
-4. Libraries: with --bin (the built codespace-mcp, codespace-runtime, ...), every shared
+4. In step with scripts/bootstrap.sh: the build stage installs every library header package
+   (-dev) and build tool the project's bootstrap list names, except the ones only tests, fuzzing
+   and formatting need (TEST_ONLY), so a new build dependency cannot be forgotten here.
+5. Libraries: with --bin (the built codespace-mcp, codespace-runtime, ...), every shared
    library the binary names (NEEDED entries and the ones it loads with dlopen, found as
    sonames in its bytes) must come from a package the last stage installs, or from libc6
    (part of the base image). The package of each soname is asked of dpkg -S, so this part is
@@ -32,6 +35,12 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 DEFAULT_FILE = os.path.join(REPO, "deploy", "Containerfile")
+DEFAULT_BOOTSTRAP = os.path.join(REPO, "scripts", "bootstrap.sh")
+# Bootstrap packages the image's build does not need: tests (cmocka, yaml), fuzzing and
+# sanitizers (clang and its runtime), formatting, and the git used by development scripts.
+TEST_ONLY = {"libcmocka-dev", "libclang-rt-14-dev", "clang", "clang-format", "clang-tidy",
+             "python3-yaml", "git", "nodejs", "npm"}
+BUILD_TOOLS = {"gcc", "make", "cmake", "pkg-config", "ragel", "python3", "python3-jsonschema"}
 
 INSTRUCTIONS = {"FROM", "RUN", "CMD", "LABEL", "EXPOSE", "ENV", "ADD", "COPY", "ENTRYPOINT",
                 "VOLUME", "USER", "WORKDIR", "ARG", "ONBUILD", "STOPSIGNAL", "HEALTHCHECK",
@@ -100,7 +109,16 @@ def package_of(soname):
     return None
 
 
-def check(path, binaries):
+def bootstrap_packages(path):
+    """The package names in bootstrap.sh's PACKAGES="..." list."""
+    with open(path, encoding="utf-8") as f:
+        m = re.search(r'^PACKAGES="([^"]*)"', f.read(), re.M)
+    if not m:
+        raise ValueError(f"{path}: no PACKAGES=\"...\" list")
+    return m.group(1).split()
+
+
+def check(path, binaries, bootstrap=None):
     problems, notes = [], []
     try:
         with open(path, encoding="utf-8") as f:
@@ -158,6 +176,19 @@ def check(path, binaries):
     if not any(w == "RUN" and "cmake" in a for s in stages[:-1] for _, w, a in s["ins"]):
         problems.append("no build stage runs cmake")
 
+    if bootstrap:
+        try:
+            wanted = [p for p in bootstrap_packages(bootstrap) if p not in TEST_ONLY
+                      and (p.endswith("-dev") or p in BUILD_TOOLS)]
+        except (OSError, ValueError) as e:
+            return problems + [str(e)], notes
+        built = {p for s in stages[:-1] for _, w, a in s["ins"] if w == "RUN"
+                 for p in apt_packages(a)}
+        for p in wanted:
+            if p not in built:
+                problems.append(f"scripts/bootstrap.sh needs {p} to build, but no build stage "
+                                "installs it")
+
     last = stages[-1]
     installed = []
     for n, word, arg in last["ins"]:
@@ -204,9 +235,10 @@ def check(path, binaries):
 def main(argv):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("file", nargs="?", default=DEFAULT_FILE)
+    ap.add_argument("--bootstrap", default=DEFAULT_BOOTSTRAP)
     ap.add_argument("--bin", action="append", default=[])
     args = ap.parse_args(argv)
-    problems, notes = check(args.file, args.bin)
+    problems, notes = check(args.file, args.bin, args.bootstrap)
     for n in notes:
         print(f"check_containerfile: note: {n}")
     for p in problems:

@@ -325,6 +325,10 @@ class ContainerfileTest(Case):
                                          "COPY --from=build /out/ /usr/local/bin/\nCOPY . /src"),
                              "copies '. /src' from the build context")
 
+    def test_build_dependency_missing_from_build_stage_fails(self):
+        self.assertFailsWith(self.broken(r" libssl-dev", ""),
+                             "scripts/bootstrap.sh needs libssl-dev to build")
+
     def test_unknown_instruction_fails(self):
         self.assertFailsWith(self.broken(r"^WORKDIR /workspace$", "WORKDIRR /workspace"),
                              "unknown instruction 'WORKDIRR'")
