@@ -12,10 +12,10 @@ import json
 import os
 import re
 import shutil
-import subprocess
-import sys
 import tempfile
 import unittest
+
+from checkcase import CheckCase, run
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -25,26 +25,9 @@ MCP_BIN = os.environ.get("CODESPACE_MCP_BIN")
 BIN_DIR = os.path.dirname(MCP_BIN) if MCP_BIN else None
 
 
-def run(script, *args):
-    r = subprocess.run([sys.executable, os.path.join(HERE, script), *args],
-                       capture_output=True, text=True, timeout=120)
-    return r.returncode, r.stdout + r.stderr
 
-
-class Case(unittest.TestCase):
-    def setUp(self):
-        self.tmp = tempfile.mkdtemp(prefix="cs-k8s-")
-        self.addCleanup(shutil.rmtree, self.tmp)
-
-    def assertFailsWith(self, result, *needles):
-        rc, out = result
-        self.assertEqual(rc, 1, out)
-        for n in needles:
-            self.assertIn(n, out)
-
-    def assertPasses(self, result):
-        rc, out = result
-        self.assertEqual(rc, 0, out)
+class Case(CheckCase):
+    PREFIX = "cs-k8s-"
 
 
 class ManifestTest(Case):
