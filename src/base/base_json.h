@@ -91,6 +91,8 @@ struct cs_json_budget {
     /* Where the top-level object's "id" member's value is, when it is a scalar token of at
      * most CS_JSON_BUDGET_ID_MAX bytes (spelt "id" without escapes): id_len is 0 otherwise. */
     size_t id_off, id_len;
+    /* The same for the top-level "method" member's value (its token as written, quotes too). */
+    size_t method_off, method_len;
     bool escapes;    /* some string (key or value) holds a backslash */
     bool watch_seen; /* an object at any depth has the key watch, spelt without escapes */
 };

@@ -118,7 +118,9 @@ int cs_json_budget_check(const char *buf, size_t n, struct cs_json_budget *b, ch
     size_t bytes = COST_BASE, longest = 0, longest_run = 0, longest_key = 0, id_off = 0, id_len = 0;
     bool seen_top = false, top_object = false;
     /* The last token, so that a ':' can turn the string just counted as a value into a key. */
-    bool last_string = false, want_id = false, escapes = false, seen = false;
+    bool last_string = false, escapes = false, seen = false;
+    enum { WANT_NONE, WANT_ID, WANT_METHOD } want = WANT_NONE; /* the value of a top-level key */
+    size_t method_off = 0, method_len = 0;
     size_t last_len = 0, last_start = 0, watch_len = b->watch ? strlen(b->watch) : 0;
     size_t i = 0;
     while (i < n) {
@@ -141,18 +143,21 @@ int cs_json_budget_check(const char *buf, size_t n, struct cs_json_budget *b, ch
             bytes += COST_SLOT + (c == '[' ? COST_ARRAY : COST_OBJECT);
             if (++depth > deepest)
                 deepest = depth;
-            last_string = want_id = false;
+            last_string = false;
+            want = WANT_NONE;
             i++;
             continue;
         case ']':
         case '}':
             if (depth > 0)
                 depth--;
-            last_string = want_id = false;
+            last_string = false;
+            want = WANT_NONE;
             i++;
             continue;
         case ',':
-            last_string = want_id = false;
+            last_string = false;
+            want = WANT_NONE;
             i++;
             continue;
         case ':':
@@ -168,9 +173,14 @@ int cs_json_budget_check(const char *buf, size_t n, struct cs_json_budget *b, ch
                     memcmp(s + last_start + 1, b->watch, watch_len) == 0)
                     seen = true;
             }
-            /* The key was "id", a member of the top-level object. */
-            want_id = last_string && depth == 1 && top_object && last_len == 2 &&
-                      s[last_start + 1] == 'i' && s[last_start + 2] == 'd';
+            /* The key was "id" or "method", a member of the top-level object. */
+            want = WANT_NONE;
+            if (last_string && depth == 1 && top_object) {
+                if (last_len == 2 && memcmp(s + last_start + 1, "id", 2) == 0)
+                    want = WANT_ID;
+                else if (last_len == 6 && memcmp(s + last_start + 1, "method", 6) == 0)
+                    want = WANT_METHOD;
+            }
             last_string = false;
             i++;
             continue;
@@ -203,11 +213,16 @@ int cs_json_budget_check(const char *buf, size_t n, struct cs_json_budget *b, ch
         }
         /* A scalar token ends here (start..i). */
         seen_top = true;
-        if (want_id && i - start <= CS_JSON_BUDGET_ID_MAX) {
-            id_off = start;
-            id_len = i - start;
+        if (want != WANT_NONE && i - start <= CS_JSON_BUDGET_ID_MAX) {
+            if (want == WANT_ID) {
+                id_off = start;
+                id_len = i - start;
+            } else {
+                method_off = start;
+                method_len = i - start;
+            }
         }
-        want_id = false;
+        want = WANT_NONE;
     }
     {
         /* The lexer's buffer grows by doubling, the old one live while it is copied: cap + cap/2
@@ -224,6 +239,8 @@ int cs_json_budget_check(const char *buf, size_t n, struct cs_json_budget *b, ch
     b->bytes = bytes;
     b->id_off = id_off;
     b->id_len = id_len;
+    b->method_off = method_off;
+    b->method_len = method_len;
     b->escapes = escapes;
     b->watch_seen = seen;
     if (deepest > max_depth) {

@@ -1138,7 +1138,7 @@ static void handle_one(struct cs_mcp_exchange *x, json_t *msg, const char *raw,
     struct cs_mcp_session *s = x->s;
     struct cs_jsonrpc_msg m;
     enum cs_jsonrpc_kind kind = cs_jsonrpc_classify(msg, &m);
-    /* The revision, as is_modern() says, from the members classify found (one decode). */
+    /* The revision, as cs_mcp_msg_modern() says, from the members classify found (one decode). */
     bool modern =
         !x->batch &&
         (json_is_object(msg)
@@ -1238,8 +1238,9 @@ struct cs_mcp_msg {
     bool over_budget; /* refused by the pre-pass (M8), answered -32600 under raw_id */
     size_t len;       /* of the text: a large one's memory is handed back when it is freed */
     bool no_meta;     /* no "_meta" in the text, in any spelling (no escapes at all) */
-    char *raw_id;     /* an object's "id" token as written, or NULL */
-    char **raw_ids;   /* a batch: each element's, or NULL (nraw of them) */
+    signed char members_modern, initialize; /* what the envelope says, once read; -1 before */
+    char *raw_id;                           /* an object's "id" token as written, or NULL */
+    char **raw_ids;                         /* a batch: each element's, or NULL (nraw of them) */
     size_t nraw;
 };
 
@@ -1286,6 +1287,7 @@ struct cs_mcp_msg *cs_mcp_msg_parse(const char *data, size_t len)
     if (!m)
         return NULL;
     m->len = len;
+    m->members_modern = m->initialize = -1;
     /* The parse budget (M8): refused before jansson builds anything, under its id when the
      * pre-pass found a readable one (a string or an integer token). */
     struct cs_json_budget b = {.watch = "_meta"};
@@ -1320,6 +1322,14 @@ struct cs_mcp_msg *cs_mcp_msg_parse(const char *data, size_t len)
     /* A key spelt with an escape could be "_meta"; without any backslash, only the plain
      * spelling can be, and a text without it has no _meta to decode (members_modern). */
     m->no_meta = !b.escapes && !b.watch_seen;
+    /* Without escapes, the method token as written says whether it is server/discover: with no
+     * _meta either, the message's members cannot make it 2026-07-28 (no envelope decode). */
+    static const char discover[] = "\"server/discover\"";
+    if (m->no_meta && b.method_len > 0)
+        m->members_modern = b.method_len == sizeof discover - 1 &&
+                                    memcmp(data + b.method_off, discover, sizeof discover - 1) == 0
+                                ? 1
+                                : 0;
     if (json_is_object(msg)) {
         /* The pre-pass saw the top-level "id" member spelt plainly (the last one, as jansson
          * keeps); any other spelling is looked for by the full scan. */
@@ -1381,33 +1391,38 @@ static bool members_modern(const json_t *method, const json_t *params)
     return modern;
 }
 
-static bool is_modern(const json_t *msg, const struct cs_mcp_headers *hdr)
+/* Reads m's envelope once (an object's): whether its members make it 2026-07-28, and whether it
+ * is an initialize request. The transport asks both before the core reads it again. */
+static void envelope_once(struct cs_mcp_msg *m)
 {
-    if (!json_is_object(msg))
-        return !json_is_array(msg) && header_modern(hdr);
-    /* An open decode (jsonrpc_message.json): only presence matters here. */
-    struct csw_protocol_jsonrpc_message m;
-    if (csw_protocol_jsonrpc_message_decode(msg, &m, NULL) != CS_WIRE_OK)
-        return header_modern(hdr);
-    bool modern = members_modern(m.has_method ? m.method : NULL, m.has_params ? m.params : NULL);
-    csw_protocol_jsonrpc_message_free(&m);
-    return modern || header_modern(hdr);
-}
-
-bool cs_mcp_msg_modern(const struct cs_mcp_msg *m, const struct cs_mcp_headers *hdr)
-{
-    return m->json ? is_modern(m->json, hdr) : header_modern(hdr);
-}
-
-bool cs_mcp_msg_is_initialize(const struct cs_mcp_msg *m)
-{
+    if (m->members_modern >= 0 && m->initialize >= 0)
+        return;
+    m->members_modern = m->initialize = 0;
     struct csw_protocol_jsonrpc_message j;
     if (!json_is_object(m->json) ||
         csw_protocol_jsonrpc_message_decode(m->json, &j, NULL) != CS_WIRE_OK)
-        return false;
-    bool yes = j.has_id && j.has_method && str_is(j.method, "initialize");
+        return;
+    m->members_modern = members_modern(j.has_method ? j.method : NULL,
+                                       j.has_params && !m->no_meta ? j.params : NULL)
+                            ? 1
+                            : 0;
+    m->initialize = j.has_id && j.has_method && str_is(j.method, "initialize") ? 1 : 0;
     csw_protocol_jsonrpc_message_free(&j);
-    return yes;
+}
+
+bool cs_mcp_msg_modern(struct cs_mcp_msg *m, const struct cs_mcp_headers *hdr)
+{
+    if (!m->json || !json_is_object(m->json))
+        return m->json ? !json_is_array(m->json) && header_modern(hdr) : header_modern(hdr);
+    if (m->members_modern < 0)
+        envelope_once(m);
+    return m->members_modern || header_modern(hdr);
+}
+
+bool cs_mcp_msg_is_initialize(struct cs_mcp_msg *m)
+{
+    envelope_once(m);
+    return m->initialize;
 }
 
 struct cs_mcp_exchange *cs_mcp_session_handle_msg(struct cs_mcp_session *s, struct cs_mcp_msg *m,

@@ -142,9 +142,10 @@ void cs_mcp_msg_free(struct cs_mcp_msg *m);
  * MCP-Protocol-Version header says 2026-07-28. Such a message needs no session and gets none;
  * anything else follows the 2025 rules (initialize, sessions). A batch is never 2026.
  */
-bool cs_mcp_msg_modern(const struct cs_mcp_msg *m, const struct cs_mcp_headers *hdr);
-/* Whether m is an initialize request (a 2025 session would start with it). */
-bool cs_mcp_msg_is_initialize(const struct cs_mcp_msg *m);
+bool cs_mcp_msg_modern(struct cs_mcp_msg *m, const struct cs_mcp_headers *hdr);
+/* Whether m is an initialize request (a 2025 session would start with it). Both read m's
+ * envelope once and remember what it says (m is otherwise unchanged). */
+bool cs_mcp_msg_is_initialize(struct cs_mcp_msg *m);
 /* cs_mcp_session_handle for a parsed message (taken, freed even on failure), with the HTTP
  * headers (NULL on stdio; used during the call only). */
 struct cs_mcp_exchange *cs_mcp_session_handle_msg(struct cs_mcp_session *s, struct cs_mcp_msg *m,

@@ -1434,6 +1434,29 @@ static void test_json_budget_string_ends(void **state)
         assert_int_equal(b.values, 2);
         assert_true(b.escapes);
     }
+    /* The top-level "method" member's token, as the id's: only at the top level, last one wins. */
+    static const struct {
+        const char *text, *method;
+    } methods[] = {
+        {"{\"jsonrpc\":\"2.0\",\"method\":\"server/discover\",\"id\":1}", "\"server/discover\""},
+        {"{\"method\":5}", "5"},
+        {"{\"p\":{\"method\":\"x\"}}", NULL},
+        {"{\"method\":\"a\",\"method\":\"b\"}", "\"b\""},
+        {"{\"method\":{\"a\":1}}", NULL},
+        {"[\"method\",\"x\"]", NULL},
+    };
+    for (size_t i = 0; i < sizeof methods / sizeof *methods; i++) {
+        struct cs_json_budget b = {0};
+        char why[160];
+        const char *mt = methods[i].text;
+        assert_int_equal(cs_json_budget_check(mt, strlen(mt), &b, why, sizeof why), 0);
+        if (methods[i].method) {
+            assert_int_equal(b.method_len, strlen(methods[i].method));
+            assert_memory_equal(mt + b.method_off, methods[i].method, b.method_len);
+        } else {
+            assert_int_equal(b.method_len, 0);
+        }
+    }
     /* The watched key is a key at any depth, never a value, and only as spelt. */
     static const struct {
         const char *text;
