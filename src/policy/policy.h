@@ -57,6 +57,7 @@ enum cs_config_transport {
 enum cs_config_runner {
     CS_CONFIG_RUNNER_IN_PROCESS,
     CS_CONFIG_RUNNER_UDS,
+    CS_CONFIG_RUNNER_TCP, /* a codespace-runtime --listen worker (docs/scale-out.md) */
 };
 
 enum cs_policy_profile {
@@ -131,6 +132,14 @@ struct cs_config {
     enum cs_config_runner runner;
     /* --runner-dir, CODESPACE_RUNNER_DIR: absolute, slashes normalised (no trailing one) */
     char *runner_dir;
+    /* --runner tcp://HOST:PORT: the URL as given (valid); NULL otherwise */
+    char *runner_url;
+    /* --runner-tls on|off, CODESPACE_RUNNER_TLS: off is plaintext */
+    bool runner_plaintext;
+    /* --tls-cert, --tls-key (paths, NULL: none), --tls-peer-sha256 (has_runner_tls_pin) */
+    char *runner_tls_cert, *runner_tls_key;
+    unsigned char runner_tls_pin[32];
+    bool has_runner_tls_pin;
     /* CODESPACE_PROCESS_TIMEOUT_SECS: 1..CS_POLICY_MAX_TIMEOUT_SECS */
     int64_t process_timeout_secs;
     /* CODESPACE_MAX_PROCESSES: 1..CS_POLICY_MAX_PROCS */

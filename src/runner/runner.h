@@ -104,6 +104,28 @@ struct cs_runner_uds_options {
 struct cs_runner *cs_runner_uds_new(struct cs_loop *loop, const struct cs_runner_uds_options *opt,
                                     const struct cs_runner_events *ev, char *err, size_t err_cap);
 
+/* The tcp runner (runner_tcp.c, docs/scale-out.md): a worker started by someone else
+ * (codespace-runtime --listen), reached at url over TLS 1.3 with pinned certificates. */
+struct cs_runner_tcp_options {
+    const char *url;     /* tcp://HOST:PORT */
+    const char *version; /* ours, sent as hello's peer */
+    /* TLS: our certificate and key, the worker's certificate pin; or plaintext (a private link
+     * only). Copied. */
+    bool plaintext;
+    const char *cert, *key;
+    unsigned char peer_pin[32];
+};
+
+/* Connects in the background (calls made meanwhile wait for the hello's answer). Returns NULL
+ * with err set when the URL or the TLS files are bad; an unreachable worker is not an error here
+ * (calls fail before dispatch while it is). */
+struct cs_runner *cs_runner_tcp_new(struct cs_loop *loop, const struct cs_runner_tcp_options *opt,
+                                    const struct cs_runner_events *ev, char *err, size_t err_cap);
+/* "HOST:PORT" of a tcp runner (its identity for workspace_info; never a credential). */
+void cs_runner_tcp_identity(const struct cs_runner *r, char *hostport, size_t cap);
+/* Whether r is a tcp runner. */
+bool cs_runner_is_tcp(const struct cs_runner *r);
+
 /* ---- the executor (runner_exec.c) ---- */
 
 struct cs_runner_exec;

@@ -804,9 +804,12 @@ int cs_tools_register(struct cs_mcp *srv, struct cs_tools *t, const struct cs_co
         free(helper);
         return -1;
     }
-    if (!sandboxed) {
+    if (!sandboxed || cfg->runner == CS_CONFIG_RUNNER_TCP) {
+        /* A tcp:// worker runs its commands under its own --sandbox, which the gateway cannot
+         * see: it claims no sandbox rather than one it cannot check (docs/scale-out.md). */
         free(helper);
         helper = NULL;
+        sandboxed = false;
     }
     if (identity_rules(t, sandboxed, perr, err, err_cap) != 0) {
         free(helper);
@@ -833,6 +836,17 @@ int cs_tools_register(struct cs_mcp *srv, struct cs_tools *t, const struct cs_co
         };
         t->runner = bin ? cs_runner_uds_new(loop, &opt, &ev, err, err_cap) : NULL;
         free(bin);
+    } else if (cfg->runner == CS_CONFIG_RUNNER_TCP) {
+        /* A worker someone else started (docs/scale-out.md): its sandbox is its own. */
+        struct cs_runner_tcp_options opt = {
+            .url = cfg->runner_url,
+            .version = version,
+            .plaintext = cfg->runner_plaintext,
+            .cert = cfg->runner_tls_cert,
+            .key = cfg->runner_tls_key,
+        };
+        memcpy(opt.peer_pin, cfg->runner_tls_pin, sizeof opt.peer_pin);
+        t->runner = cs_runner_tcp_new(loop, &opt, &ev, err, err_cap);
     } else {
         struct cs_supervisor_limits lim;
         cs_supervisor_limits_init(&lim, cfg->max_processes, cfg->process_timeout_secs * 1000,
