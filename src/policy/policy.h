@@ -234,6 +234,11 @@ struct cs_runtime_caps {
     bool patch_available;   /* apply_patch is implemented */
     bool process_available; /* exec_command and the process tools are implemented */
     bool uds_runner;        /* runner "uds" (else "in-process") */
+    /* runner "remote" (docs/scale-out.md): the worker's HOST:PORT and, with TLS, its pinned
+     * certificate's SHA-256 in lowercase hex (NULL on a plaintext link). Identity only. */
+    bool remote_runner;
+    const char *remote_address;
+    const char *remote_certificate_sha256;
     bool sandbox;           /* the sandbox probe succeeded: linux-sandbox and enforced network */
     bool has_landlock_abi;
     int64_t landlock_abi; /* >= 0 when has_landlock_abi */

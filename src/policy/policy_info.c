@@ -122,6 +122,18 @@ static int fill_execution(struct csw_mcp_workspace_info_output_execution *x,
     x->isolation.runner = caps->uds_runner
                               ? CSW_MCP_WORKSPACE_INFO_OUTPUT_EXECUTION_ISOLATION_RUNNER_UDS
                               : CSW_MCP_WORKSPACE_INFO_OUTPUT_EXECUTION_ISOLATION_RUNNER_IN_PROCESS;
+    if (caps->remote_runner) {
+        x->isolation.runner = CSW_MCP_WORKSPACE_INFO_OUTPUT_EXECUTION_ISOLATION_RUNNER_REMOTE;
+        x->isolation.has_worker = true;
+        if (set_str(&x->isolation.worker.address, caps->remote_address) != 0)
+            return -1;
+        if (caps->remote_certificate_sha256) {
+            x->isolation.worker.has_certificate_sha256 = true;
+            if (set_str(&x->isolation.worker.certificate_sha256,
+                        caps->remote_certificate_sha256) != 0)
+                return -1;
+        }
+    }
     x->isolation.has_landlock_abi = caps->has_landlock_abi;
     x->isolation.landlock_abi = caps->has_landlock_abi ? caps->landlock_abi : 0;
     /* docs/contract/tools.md §6: only the kinds the helper really learns of here. Network refusals

@@ -665,6 +665,13 @@ int main(int argc, char **argv)
                             "--tls-peer-sha256 (64 hex digits), or --plaintext alone\n");
             return 2;
         }
+        /* Nobody checks a listening worker's identity rules for it (the gateway does for its
+         * uds worker): as root it runs commands only sandboxed, as an unprivileged id. */
+        if (geteuid() == 0 && (!sandbox || sandbox_uid <= 0 || sandbox_gid <= 0)) {
+            fprintf(stderr, "codespace-runtime: a root --listen worker needs --sandbox, "
+                            "--sandbox-uid and --sandbox-gid (it never runs a command as root)\n");
+            return 2;
+        }
         if (!cs_roots_active()) {
             fprintf(stderr, "codespace-runtime: --listen needs at least one --root PATH\n");
             return 2;

@@ -736,7 +736,8 @@ static int identity_rules(struct cs_tools *t, bool sandboxed, const char *probe_
         snprintf(err, err_cap, "out of memory");
         return -1;
     }
-    if (geteuid() != 0)
+    /* A tcp:// worker applies its own: as root it runs only with --sandbox and a command id. */
+    if (geteuid() != 0 || cfg->runner == CS_CONFIG_RUNNER_TCP)
         return 0;
     for (size_t i = 0; i < cfg->n_workspaces; i++) {
         const struct cs_workspace *ws = &cfg->workspaces[i];
@@ -864,6 +865,16 @@ int cs_tools_register(struct cs_mcp *srv, struct cs_tools *t, const struct cs_co
     t->caps.patch_available = true;
     t->caps.process_available = true;
     t->caps.uds_runner = cfg->runner == CS_CONFIG_RUNNER_UDS;
+    if (cfg->runner == CS_CONFIG_RUNNER_TCP) {
+        t->caps.remote_runner = true;
+        cs_runner_tcp_identity(t->runner, t->remote_address, sizeof t->remote_address);
+        t->caps.remote_address = t->remote_address;
+        if (!cfg->runner_plaintext) {
+            for (size_t i = 0; i < sizeof cfg->runner_tls_pin; i++)
+                snprintf(t->remote_pin + 2 * i, 3, "%02x", cfg->runner_tls_pin[i]);
+            t->caps.remote_certificate_sha256 = t->remote_pin;
+        }
+    }
     t->caps.tty_supported = true;
     t->caps.max_live_processes = cfg->max_processes;
     t->caps.timeout_ms = cfg->process_timeout_secs * 1000;
