@@ -101,6 +101,13 @@ struct cs_workspace {
     /* deny rules (docs/contract/tools.md §5), as given, each checked by cs_fs_deny_rule_valid */
     char **deny;
     size_t n_deny;
+    /* runner: this workspace's own remote worker (docs/scale-out.md), else the gateway's
+     * --runner. runner_url is a valid tcp://HOST:PORT; TLS files and pin unless plaintext. */
+    bool has_runner;
+    char *runner_url;
+    bool runner_plaintext;
+    char *runner_tls_cert, *runner_tls_key;
+    unsigned char runner_tls_pin[32];
 };
 
 /*

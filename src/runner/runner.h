@@ -126,6 +126,14 @@ void cs_runner_tcp_identity(const struct cs_runner *r, char *hostport, size_t ca
 /* Whether r is a tcp runner. */
 bool cs_runner_is_tcp(const struct cs_runner *r);
 
+/* Workspace placement (runner_multi.c): a runner that routes each call to the runner holding
+ * its workspace, def (taken) for every workspace without a route. Returns NULL on OOM (def is
+ * then still the caller's). */
+struct cs_runner *cs_runner_multi_new(struct cs_loop *loop, struct cs_runner *def);
+/* Routes workspace_id's calls to sub (taken, once, even when several workspaces share it, and
+ * even when this fails). Returns 0 or -1 (OOM). */
+int cs_runner_multi_route(struct cs_runner *multi, const char *workspace_id, struct cs_runner *sub);
+
 /* ---- the executor (runner_exec.c) ---- */
 
 struct cs_runner_exec;

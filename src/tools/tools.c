@@ -742,6 +742,8 @@ static int identity_rules(struct cs_tools *t, bool sandboxed, const char *probe_
     for (size_t i = 0; i < cfg->n_workspaces; i++) {
         const struct cs_workspace *ws = &cfg->workspaces[i];
         char why[1024] = "";
+        if (ws->has_runner)
+            continue; /* its worker applies its own (docs/scale-out.md) */
         if (!sandboxed)
             snprintf(why, sizeof why,
                      "this server runs as root and never runs a command as host root: without "
@@ -759,6 +761,64 @@ static int identity_rules(struct cs_tools *t, bool sandboxed, const char *probe_
             return -1;
         }
     }
+    return 0;
+}
+
+/*
+ * Workspace placement (docs/scale-out.md): workspaces whose registry entry names a runner of
+ * their own go to that worker, the others to the gateway's --runner. Workspaces naming the same
+ * URL share one connection (the first one's TLS settings). Returns 0, or -1 with err set.
+ */
+static int place_workspaces(struct cs_tools *t, struct cs_loop *loop, const char *version,
+                            char *err, size_t err_cap)
+{
+    const struct cs_config *cfg = t->cfg;
+    bool any = false;
+    for (size_t i = 0; i < cfg->n_workspaces; i++)
+        any = any || cfg->workspaces[i].has_runner;
+    if (!any)
+        return 0;
+    struct cs_runner *multi = cs_runner_multi_new(loop, t->runner);
+    struct cs_runner **subs = calloc(cfg->n_workspaces, sizeof *subs);
+    if (!multi || !subs) {
+        free(subs);
+        cs_runner_free(multi);
+        snprintf(err, err_cap, "out of memory");
+        return -1;
+    }
+    t->runner = multi;
+    for (size_t i = 0; i < cfg->n_workspaces; i++) {
+        const struct cs_workspace *ws = &cfg->workspaces[i];
+        if (!ws->has_runner)
+            continue;
+        for (size_t j = 0; j < i && !subs[i]; j++)
+            if (subs[j] && strcmp(cfg->workspaces[j].runner_url, ws->runner_url) == 0)
+                subs[i] = subs[j];
+        if (!subs[i]) {
+            struct cs_runner_tcp_options opt = {
+                .url = ws->runner_url,
+                .version = version,
+                .plaintext = ws->runner_plaintext,
+                .cert = ws->runner_tls_cert,
+                .key = ws->runner_tls_key,
+            };
+            memcpy(opt.peer_pin, ws->runner_tls_pin, sizeof opt.peer_pin);
+            struct cs_runner_events ev = {on_process_exited, on_runner_lost, t};
+            char e[1024];
+            subs[i] = cs_runner_tcp_new(loop, &opt, &ev, e, sizeof e);
+            if (!subs[i]) {
+                snprintf(err, err_cap, "workspace %s: runner %s: %s", ws->id, ws->runner_url, e);
+                free(subs);
+                return -1; /* t->runner (the multi) is freed with the tools */
+            }
+        }
+        if (cs_runner_multi_route(multi, ws->id, subs[i]) != 0) {
+            snprintf(err, err_cap, "out of memory");
+            free(subs);
+            return -1;
+        }
+    }
+    free(subs);
     return 0;
 }
 
@@ -857,7 +917,7 @@ int cs_tools_register(struct cs_mcp *srv, struct cs_tools *t, const struct cs_co
         t->runner = cs_runner_inproc_new(loop, &lim, &ev);
     }
     free(helper);
-    if (!t->runner)
+    if (!t->runner || place_workspaces(t, loop, version, err, err_cap) != 0)
         return -1;
     /* Files (src/fs), patches (src/patch, src/store) and processes (src/supervisor), in this
      * process or in the uds worker; command_sandbox and enforcement follow the probe above. */

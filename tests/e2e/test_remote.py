@@ -218,6 +218,66 @@ class RemoteTest(unittest.TestCase):
         self.assertIsNone(out)
         self.assertNotEqual(err["code"], "TIMEOUT", err)
 
+    def test_per_workspace_runner(self):
+        """Placement: "far" lives on the worker, "near" on the gateway's own runner; process
+        handles go back to the runner that started them."""
+        near = os.path.join(self.tmp, "near")
+        os.mkdir(near)
+        with open(os.path.join(self.ws, "f.txt"), "w") as f:
+            f.write("far\n")
+        with open(os.path.join(near, "n.txt"), "w") as f:
+            f.write("near\n")
+        w = self.worker()
+        reg = {"workspaces": {
+            "near": {"root": near, "profile": "workspace-write"},
+            "far": {"root": self.ws, "profile": "workspace-write",
+                    "runner": {"url": "tcp://%s:%d" % (self.waddr, PORT),
+                               "tls_cert": self.gcert, "tls_key": self.gkey,
+                               "tls_peer_sha256": self.wpin}}}}
+        cfg = os.path.join(self.tmp, "reg.json")
+        with open(cfg, "w") as f:
+            json.dump(reg, f)
+        state = os.path.join(self.tmp, "state-placement")
+        os.mkdir(state)
+        srv = mcp_stdio.StdioServer("ip", ["netns", "exec", self.nsg, tp.binary(), "--config", cfg,
+                                           "--operations-db", ":memory:"], state)
+        self.servers.append(srv)
+        self.assertEqual(srv.call("read", {"workspace_id": "far", "path": "f.txt"})["content"],
+                         "far\n")
+        self.assertEqual(srv.call("read", {"workspace_id": "near", "path": "n.txt"})["content"],
+                         "near\n")
+        far = srv.call("workspace_info", {"workspace_id": "far"})["execution"]["isolation"]
+        self.assertEqual(far["runner"], "remote", far)
+        self.assertEqual(far["worker"], {"address": "%s:%d" % (self.waddr, PORT),
+                                         "certificate_sha256": self.wpin})
+        near_iso = srv.call("workspace_info", {"workspace_id": "near"})["execution"]["isolation"]
+        self.assertEqual(near_iso["runner"], mcp_stdio.runner() if mcp_stdio.runner() != "remote"
+                         else "in-process", near_iso)
+        self.assertNotIn("worker", near_iso)
+        dur = tp.uniq(301)
+        out = srv.call("exec_command", {"workspace_id": "far", "command": ["sleep", dur],
+                                        "yield_ms": 100})
+        st = srv.call("process_status", {"process_id": out["process_id"]})
+        self.assertEqual(st["state"], "running", st)
+        srv.call("terminate_process", {"process_id": out["process_id"]})
+        self.assertTrue(w.saw('"runner connection accepted"'), w.lines)
+
+    def test_registry_runner_is_validated(self):
+        for bad in ({"url": "http://h:1", "plaintext": True},
+                    {"url": "tcp://h:1"},
+                    {"url": "tcp://h:1", "plaintext": True, "tls_key": "k"},
+                    {"url": "tcp://h:1", "tls_cert": "c", "tls_key": "k",
+                     "tls_peer_sha256": "xyz"},
+                    {"url": "tcp://h:1", "plaintext": True, "tls": "on"}):
+            cfg = os.path.join(self.tmp, "bad.json")
+            with open(cfg, "w") as f:
+                json.dump({"workspaces": {"w": {"root": self.ws, "runner": bad}}}, f)
+            p = subprocess.run([tp.binary(), "--config", cfg, "--operations-db", ":memory:"],
+                               stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                               timeout=30)
+            self.assertEqual(p.returncode, 2, (bad, p.stderr))
+            self.assertIn("/workspaces/w/runner", p.stderr, bad)
+
     # ---- faults ----
 
     def test_link_cut_mid_patch(self):
