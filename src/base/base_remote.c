@@ -87,4 +87,3 @@ int cs_tls_pin_parse(const char *text, unsigned char out[CS_TLS_PIN_SIZE])
     }
     return *p == '\0' ? 0 : -1;
 }
-

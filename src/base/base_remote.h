@@ -12,7 +12,7 @@
 
 #include <stddef.h>
 
-#define CS_TLS_PIN_SIZE 32 /* SHA-256 */
+#define CS_TLS_PIN_SIZE        32 /* SHA-256 */
 #define CS_RUNNER_URL_HOST_MAX 256
 #define CS_RUNNER_URL_PORT_MAX 8
 

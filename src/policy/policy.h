@@ -246,7 +246,7 @@ struct cs_runtime_caps {
     bool remote_runner;
     const char *remote_address;
     const char *remote_certificate_sha256;
-    bool sandbox;           /* the sandbox probe succeeded: linux-sandbox and enforced network */
+    bool sandbox; /* the sandbox probe succeeded: linux-sandbox and enforced network */
     bool has_landlock_abi;
     int64_t landlock_abi; /* >= 0 when has_landlock_abi */
     bool syscall_denials; /* the sandbox reports refused system calls (seccomp user_notif) */

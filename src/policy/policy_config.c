@@ -365,8 +365,9 @@ static int resolve_runner_tls(struct cs_config *cfg, const struct raw *raw,
     if (!cfg->runner_plaintext && any && !all)
         return cs__policy_errf(err, "--tls-cert, --tls-key and --tls-peer-sha256 go together");
     if (cfg->runner == CS_CONFIG_RUNNER_TCP && !cfg->runner_plaintext && !all)
-        return cs__policy_errf(err, "--runner %s needs --tls-cert, --tls-key and "
-                                    "--tls-peer-sha256 (or --runner-tls off on a private link)",
+        return cs__policy_errf(err,
+                               "--runner %s needs --tls-cert, --tls-key and "
+                               "--tls-peer-sha256 (or --runner-tls off on a private link)",
                                cfg->runner_url);
     return 0;
 }

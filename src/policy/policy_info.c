@@ -148,8 +148,8 @@ static int fill_execution(struct csw_mcp_workspace_info_output_execution *x,
             return -1;
         if (caps->remote_certificate_sha256) {
             x->isolation.worker.has_certificate_sha256 = true;
-            if (set_str(&x->isolation.worker.certificate_sha256,
-                        caps->remote_certificate_sha256) != 0)
+            if (set_str(&x->isolation.worker.certificate_sha256, caps->remote_certificate_sha256) !=
+                0)
                 return -1;
         }
     }
@@ -185,8 +185,9 @@ static int fill_execution(struct csw_mcp_workspace_info_output_execution *x,
     }
     /* The same probe that decides how commands spawn decides what is claimed here. */
     x->network.enforcement =
-        caps->sandbox && !ws->has_runner ? CSW_MCP_WORKSPACE_INFO_OUTPUT_EXECUTION_NETWORK_ENFORCEMENT_ENFORCED
-                      : CSW_MCP_WORKSPACE_INFO_OUTPUT_EXECUTION_NETWORK_ENFORCEMENT_NONE;
+        caps->sandbox && !ws->has_runner
+            ? CSW_MCP_WORKSPACE_INFO_OUTPUT_EXECUTION_NETWORK_ENFORCEMENT_ENFORCED
+            : CSW_MCP_WORKSPACE_INFO_OUTPUT_EXECUTION_NETWORK_ENFORCEMENT_NONE;
     x->network.has_allow = ws->has_network_allow;
     if (ws->has_network_allow &&
         set_strings(&x->network.allow.v, &x->network.allow.n,

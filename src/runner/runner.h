@@ -7,7 +7,10 @@
  *   - in-process: the executor (runner_exec.c: files, patch engine, supervisor) on the gateway's
  *     own loop;
  *   - uds: the same executor inside codespace-runtime, behind a private Unix socket, spoken to
- *     with the wire protocol (version 5) over the length-prefix framer.
+ *     with the wire protocol (version 5) over the length-prefix framer;
+ *   - tcp: the same protocol to a codespace-runtime --listen the gateway did not start, over
+ *     TCP with mutual TLS 1.3 (runner_tcp.c, runner_tls.c; docs/scale-out.md);
+ *   - multi: routes each call to the runner holding its workspace (runner_multi.c).
  *
  * The tool layer cannot tell them apart except through the outcome kinds a transport can add
  * (before dispatch, ambiguous) and workspace_info's isolation.runner.

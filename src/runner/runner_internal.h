@@ -14,9 +14,9 @@ struct cs_runner {
     bool uds;
     struct cs_loop *loop;
     struct cs_runner_events ev;
-    struct cs_runner_exec *ex; /* in-process */
-    struct cs__runner_uds *u;  /* uds */
-    struct cs__runner_tcp *tcp; /* tcp (runner_tcp.c) */
+    struct cs_runner_exec *ex;      /* in-process */
+    struct cs__runner_uds *u;       /* uds */
+    struct cs__runner_tcp *tcp;     /* tcp (runner_tcp.c) */
     struct cs__runner_multi *multi; /* per-workspace placement (runner_multi.c) */
 };
 

@@ -38,8 +38,8 @@
 
 #include "base_log.h"
 
-#define CONNECT_MS    5000  /* TCP connect */
-#define HELLO_MS      15000 /* connect + TLS handshake + hello answer */
+#define CONNECT_MS     5000  /* TCP connect */
+#define HELLO_MS       15000 /* connect + TLS handshake + hello answer */
 #define BACKOFF_MIN_MS 100
 #define BACKOFF_MAX_MS 5000
 
@@ -84,7 +84,7 @@ struct cs__runner_tcp {
     struct cs_loop_timer *sweep, *retry;
     int64_t backoff_ms;
     int64_t retry_at; /* when retry fires */
-    char why[320]; /* the last connection's end */
+    char why[320];    /* the last connection's end */
     bool freeing;
 };
 
@@ -261,7 +261,7 @@ static void up(struct cs__runner_tcp *t)
     size_t n = 0;
     for (struct live *l = t->live; l; l = l->next)
         n++;
-    char (*ids)[CS_SUPERVISOR_ID_SIZE] = n ? calloc(n, sizeof *ids) : NULL;
+    char(*ids)[CS_SUPERVISOR_ID_SIZE] = n ? calloc(n, sizeof *ids) : NULL;
     size_t k = 0;
     for (struct live *l = t->live; l && ids; l = l->next)
         memcpy(ids[k++], l->id, sizeof *ids);
@@ -329,8 +329,7 @@ static void on_message(void *arg, struct csw_runner_wire *msg)
         if (resp->protocol != CS_RUNNER_PROTOCOL)
             snprintf(why, sizeof why, "protocol mismatch: the worker speaks %" PRId64 ", we %d",
                      resp->protocol, CS_RUNNER_PROTOCOL);
-        else if (!resp->ok || !resp->has_result ||
-                 resp->result.tag != CSW_RUNNER_WIRE_RESULT_HELLO)
+        else if (!resp->ok || !resp->has_result || resp->result.tag != CSW_RUNNER_WIRE_RESULT_HELLO)
             snprintf(why, sizeof why, "the worker refused hello: %.*s",
                      resp->has_error ? (int)resp->error.message.n : 0,
                      resp->has_error ? resp->error.message.s : "");

@@ -195,8 +195,9 @@ static int handshake(SSL *ssl, bool server, int stopfd, char *why, size_t cap)
         if (!ev) {
             long vr = SSL_get_verify_result(ssl);
             if (vr != X509_V_OK)
-                snprintf(why, cap, "TLS handshake failed: the peer's certificate does not match "
-                                   "the pinned SHA-256");
+                snprintf(why, cap,
+                         "TLS handshake failed: the peer's certificate does not match "
+                         "the pinned SHA-256");
             else
                 ssl_error(why, cap, "TLS handshake failed");
             return -1;
@@ -373,7 +374,9 @@ static int tcp_connect(const char *host, const char *port, int stopfd, int timeo
             if (w > 0 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) == 0 && soerr == 0)
                 break;
             snprintf(why, cap, "cannot connect to %s:%s: %s", host, port,
-                     w == 0 ? "timed out" : w < 0 ? "stopped" : strerror(soerr));
+                     w == 0  ? "timed out"
+                     : w < 0 ? "stopped"
+                             : strerror(soerr));
         } else {
             snprintf(why, cap, "cannot connect to %s:%s: %s", host, port, strerror(errno));
         }

@@ -17,6 +17,12 @@
  *
  * Trust: the peer is the gateway that started us (the socket lives in its 0700 directory); its
  * frames are still decoded through the generated decoder.
+ *
+ * --listen HOST:PORT (docs/scale-out.md): a worker nobody started for us. It opens its own roots
+ * (--root PATH), binds its Unix socket in a private 0700 directory of its own, and a TLS front
+ * (runner_tls.c) bridges each authenticated TCP connection to it; the accept code below is the
+ * same. A connection's end does not end the worker: its processes and replay cache stay, and
+ * the next connection says hello again.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -649,8 +655,9 @@ int main(int argc, char **argv)
         char url[300];
         const char *colon = strrchr(listen, ':');
         bool port0 = colon && strcmp(colon + 1, "0") == 0;
-        snprintf(url, sizeof url, "tcp://%.*s%s", (int)(port0 ? (size_t)(colon - listen) : strlen(listen)),
-                 listen, port0 ? ":1" : "");
+        snprintf(url, sizeof url, "tcp://%.*s%s",
+                 (int)(port0 ? (size_t)(colon - listen) : strlen(listen)), listen,
+                 port0 ? ":1" : "");
         bool tls_ok = tls.plaintext ? !tls.cert && !tls.key && !tls_pin
                                     : tls.cert && tls.key && tls_pin &&
                                           cs_tls_pin_parse(tls_pin, tls.peer_pin) == 0;
