@@ -24,6 +24,7 @@
  * the result back through a pipe the loop watches, so a slow DNS answer stalls only its own
  * connection (ST_RESOLVING); IP literals are parsed at once.
  */
+#include <assert.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>
@@ -191,6 +192,7 @@ static void conn_free(struct proxy *px, struct conn *c)
     free(c->req.rewritten);
     free(c->c2u.d);
     free(c->u2c.d);
+    assert((c->prev_c == NULL) == (px->conns == c)); /* only the head has no predecessor */
     if (c->prev_c)
         c->prev_c->next_c = c->next_c;
     else

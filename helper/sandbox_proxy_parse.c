@@ -124,7 +124,8 @@ enum cs_sbx_parse cs_sbx_parse_request(const char *buf, size_t n, struct cs_sbx_
         o = ml + 1;
         if (pl == 0 || path[0] != '/')
             out[o++] = '/';
-        memcpy(out + o, path, pl);
+        if (pl > 0) /* an empty path may be NULL */
+            memcpy(out + o, path, pl);
         o += pl;
         out[o++] = ' ';
         memcpy(out + o, ver, 8);

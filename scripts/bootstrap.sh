@@ -6,7 +6,7 @@ set -eu
 
 PACKAGES="
   gcc make cmake pkg-config git
-  clang libclang-rt-14-dev clang-format
+  clang libclang-rt-14-dev clang-format clang-tidy
   ragel
   libjansson-dev libseccomp-dev libcmocka-dev
   libsqlite3-dev libmicrohttpd-dev libssl-dev

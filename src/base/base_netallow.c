@@ -43,7 +43,7 @@ static bool is_hostchar(unsigned char c)
 
 static char lower(char c)
 {
-    return c >= 'A' && c <= 'Z' ? (char)(c - 'A' + 'a') : c;
+    return (char)(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
 }
 
 int cs_netallow_host_normalize(char *host)

@@ -820,6 +820,7 @@ static enum cs_wire_status put(struct ctx *c, const char *s, size_t n)
         return CS_WIRE_OK; /* the buffer may not exist yet */
     if (!tb_room(c->tb, n))
         return oom(c);
+    assert(c->tb->p); /* room for n > 0 bytes means a buffer */
     memcpy(c->tb->p + c->tb->n, s, n);
     c->tb->n += n;
     return CS_WIRE_OK;

@@ -230,7 +230,7 @@ void cs_fs_deny_free(struct cs_fs_deny *d)
 {
     if (d == NULL)
         return;
-    for (size_t i = 0; i < d->n; i++)
+    for (size_t i = 0; d->text && i < d->n; i++) /* d may be half-built */
         free(d->text[i]);
     free(d->text);
     free(d->shapes);

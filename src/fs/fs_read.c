@@ -413,7 +413,8 @@ static int stream(int fd, uint64_t offset, size_t limit, const char *rel, unsign
                 w = nw;
                 wcap = nc;
             }
-            memcpy(w + wn, chunk + (from - pos), take);
+            if (take > 0) /* w is still NULL when nothing was taken yet */
+                memcpy(w + wn, chunk + (from - pos), take);
             wn += take;
         }
         pos = end;

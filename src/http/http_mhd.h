@@ -32,6 +32,7 @@
     X(MHD_suspend_connection)
 
 struct cs_mhd_api {
+/* NOLINTNEXTLINE(bugprone-macro-parentheses): f is a declarator, not an expression */
 #define CS_MHD_POINTER(f) __typeof__(f) *f;
     CS_MHD_FUNCTIONS(CS_MHD_POINTER)
 #undef CS_MHD_POINTER

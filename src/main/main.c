@@ -230,10 +230,10 @@ int main(int argc, char **argv)
     /* The ledger first: a database that cannot be opened or is corrupt stops the start
      * (docs/contract/runtime.md section 6); it is never replaced. */
     struct cs_store *store = NULL;
-    char serr[1024];
-    if (cs_store_open(cfg.operations_db, &store, serr, sizeof serr) != CS_STORE_OK) {
+    struct cs_diag serr = {0};
+    if (cs_store_open(cfg.operations_db, &store, &serr) != CS_STORE_OK) {
         cs_log(CS_LOG_ERROR, "cannot open the operations database",
-               json_pack("{s:s,s:s}", "path", cfg.operations_db, "error", serr));
+               json_pack("{s:s,s:s}", "path", cfg.operations_db, "error", serr.text));
         cs_config_free(&cfg);
         return 1;
     }

@@ -201,7 +201,7 @@ const char *cs__policy_quote(char *buf, size_t cap, const char *s, size_t n)
         }
         if (esc)
             buf[len++] = '\\';
-        buf[len++] = b < 0x20 || b == 0x7f ? '?' : (char)b;
+        buf[len++] = (char)(b < 0x20 || b == 0x7f ? '?' : b);
     }
     buf[len++] = '"';
     buf[len] = '\0';
@@ -487,7 +487,7 @@ static int resolve_log_level(struct cs_config *cfg, const struct raw *r,
 static int resolve(struct cs_config *cfg, const struct raw *raw, char **envp,
                    struct cs_config_error *err)
 {
-    int64_t v;
+    int64_t v = 0;
     const struct raw *r;
 
     r = &raw[S_TRANSPORT];

@@ -102,10 +102,10 @@ struct cs_runner_uds_options {
 
 /* The uds runner: creates the leaf directory, starts the worker (handing it every held root of
  * base_roots.h as an inherited descriptor: it never opens a root by path), waits for its socket (20
- * ms polls, 2 s) and does the hello handshake, blocking. Returns the runner, or NULL with err set
- * (nothing left behind: no worker, no directory). */
+ * ms polls, 2 s) and does the hello handshake, blocking. Returns the runner, or NULL with d (may
+ * be NULL) saying why under CSW_ERROR_INTERNAL (nothing left behind: no worker, no directory). */
 struct cs_runner *cs_runner_uds_new(struct cs_loop *loop, const struct cs_runner_uds_options *opt,
-                                    const struct cs_runner_events *ev, char *err, size_t err_cap);
+                                    const struct cs_runner_events *ev, struct cs_diag *d);
 
 /* The tcp runner (runner_tcp.c, docs/scale-out.md): a worker started by someone else
  * (codespace-runtime --listen), reached at url over TLS 1.3 with pinned certificates. */

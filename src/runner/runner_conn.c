@@ -33,7 +33,7 @@ struct cs_runner_conn {
     uint8_t *out;
     size_t out_n, out_off, out_cap;
     bool closing, closed_reported, in_frame, flush_queued;
-    char why[256];
+    char *why; /* the close reason, whole (owned); NULL before the close or on OOM */
 };
 
 static void flush_turn(void *arg);
@@ -44,7 +44,7 @@ static void report_closed(void *arg)
     if (c->closed_reported)
         return;
     c->closed_reported = true;
-    c->cb.closed(c->cb.arg, c->why);
+    c->cb.closed(c->cb.arg, c->why ? c->why : "closed (no memory for the reason)");
 }
 
 void cs_runner_conn_close(struct cs_runner_conn *c, const char *why)
@@ -52,7 +52,9 @@ void cs_runner_conn_close(struct cs_runner_conn *c, const char *why)
     if (c->closing)
         return;
     c->closing = true;
-    snprintf(c->why, sizeof c->why, "%s", why);
+    /* A copy, not a fixed buffer: the reasons composed here (a decoder diagnostic is up to
+     * 514 bytes) and by callers are reported whole, never cut. */
+    c->why = strdup(why);
     cs_loop_fd_del(c->w);
     c->w = NULL;
     if (cs_loop_defer(c->loop, report_closed, c) != 0)
@@ -69,8 +71,8 @@ static int on_frame(void *arg, const uint8_t *data, size_t len)
      * arrays is a bad frame, not 130 MB of tree. */
     json_t *j = cs_json_loadb_budget((const char *)data, len, JSON_ALLOW_NUL, &jerr);
     if (!j) {
-        char why[300];
-        snprintf(why, sizeof why, "frame is not JSON: %s", jerr.text);
+        char why[CS_DIAG_TEXT_SIZE];
+        cs_diag_format(why, sizeof why, "frame is not JSON: %s", jerr.text);
         c->cb.bad(c->cb.arg, NULL, why);
         cs_runner_conn_close(c, why);
         return 1;
@@ -78,8 +80,8 @@ static int on_frame(void *arg, const uint8_t *data, size_t len)
     struct csw_runner_wire msg;
     struct cs_wire_diag diag;
     if (csw_runner_wire_decode(j, &msg, &diag) != CS_WIRE_OK) {
-        char why[600];
-        snprintf(why, sizeof why, "%s: %s", diag.pointer[0] ? diag.pointer : "/", diag.text);
+        char why[CS_DIAG_TEXT_SIZE];
+        cs_diag_format(why, sizeof why, "%s: %s", diag.pointer[0] ? diag.pointer : "/", diag.text);
         c->cb.bad(c->cb.arg, j, why);
         json_decref(j);
         cs_runner_conn_close(c, why);
@@ -130,8 +132,8 @@ static void on_ready(void *arg, int fd, unsigned events)
         if (n > 0) {
             enum cs_frame_status st = cs_lenframe_feed(&c->fr, buf, (size_t)n, NULL);
             if (st != CS_FRAME_OK && st != CS_FRAME_STOPPED) {
-                char why[200];
-                snprintf(why, sizeof why, "bad frame: %s", cs_frame_status_str(st));
+                char why[CS_DIAG_TEXT_SIZE];
+                cs_diag_format(why, sizeof why, "bad frame: %s", cs_frame_status_str(st));
                 c->cb.bad(c->cb.arg, NULL, why);
                 cs_runner_conn_close(c, why);
             }
@@ -187,6 +189,7 @@ void cs_runner_conn_free(struct cs_runner_conn *c)
     cs_lenframe_fini(&c->fr);
     close(c->fd);
     free(c->out);
+    free(c->why);
     free(c);
 }
 

@@ -104,6 +104,7 @@ void cs_runner_exec_reap_strays(struct cs_runner_exec *ex)
     if (!f)
         return;
     long pid;
+    /* NOLINTNEXTLINE(cert-err34-c): the kernel writes this file, decimal pids only */
     while (fscanf(f, "%ld", &pid) == 1)
         if (pid > 0 && !cs_supervisor_owns_pid(ex->sup, (pid_t)pid))
             (void)waitpid((pid_t)pid, NULL, WNOHANG);
@@ -284,6 +285,10 @@ static void exited(void *arg, const char *id)
 /* One file operation: copies of its inputs (the op is borrowed only for cs_runner_exec_op), its
  * outputs, and its time limit. Created and completed on the loop thread; between the two, only
  * the pool thread running file_work touches in, out, rc and msg. */
+/* How long a read or find may run on the loop thread before it moves to a pool thread
+ * (job_inline): most calls finish well inside it and skip two cross-thread wake-ups. */
+#define CS_EXEC_INLINE_NS ((int64_t)1000000)
+
 struct file_job {
     struct cs_runner_exec *ex;
     cs_runner_done_fn done;
@@ -394,10 +399,10 @@ static const char *op_name(enum csw_runner_wire_op_tag tag)
     return "the operation";
 }
 
-/* On a pool thread: the fs or patch call, on the job's own copies. */
-static void file_work(void *arg, const struct cs_cancel *cancel)
+/* The fs or patch call, on the job's own copies: on a pool thread, or on the loop thread under a
+ * deadline (job_inline). */
+static void file_work_with(struct file_job *j, const struct cs_cancel *cancel)
 {
-    struct file_job *j = arg;
     switch (j->tag) {
     case CSW_RUNNER_WIRE_OP_READ:
     case CSW_RUNNER_WIRE_OP_VERSION:
@@ -427,6 +432,12 @@ static void file_work(void *arg, const struct cs_cancel *cancel)
     assert(0 && "file_work: not a file operation");
 }
 
+/* On a pool thread. */
+static void file_work(void *arg, const struct cs_cancel *cancel)
+{
+    file_work_with(arg, cancel);
+}
+
 /* On the loop thread, once file_work has returned: the reply, then the job goes. */
 static void file_done(void *arg)
 {
@@ -437,18 +448,18 @@ static void file_done(void *arg)
     memset(&res, 0, sizeof res);
     if (j->rc == CSW_ERROR_TIMEOUT) {
         /* The job saw its cancel flag: the time limit, or the executor is being freed. */
-        char msg[600];
+        struct cs_diag dg;
         if (j->timed_out)
-            snprintf(msg, sizeof msg,
-                     "%s did not finish within the time limit of %" PRId64
-                     " ms (CODESPACE_PROCESS_TIMEOUT_SECS) and was stopped%s",
-                     op_name(j->tag), j->ex->timeout_ms,
-                     j->tag == CSW_RUNNER_WIRE_OP_APPLY_PATCH ? " before any write" : "");
+            cs_diag_set(&dg, CSW_ERROR_TIMEOUT,
+                        "%s did not finish within the time limit of %" PRId64
+                        " ms (CODESPACE_PROCESS_TIMEOUT_SECS) and was stopped%s",
+                        op_name(j->tag), j->ex->timeout_ms,
+                        j->tag == CSW_RUNNER_WIRE_OP_APPLY_PATCH ? " before any write" : "");
         else
-            snprintf(msg, sizeof msg, "%s was stopped: the server is shutting down%s",
-                     op_name(j->tag),
-                     j->tag == CSW_RUNNER_WIRE_OP_APPLY_PATCH ? " (before any write)" : "");
-        fail(j->done, j->arg, j->timed_out ? CSW_ERROR_TIMEOUT : CSW_ERROR_INTERNAL, msg);
+            cs_diag_set(&dg, CSW_ERROR_INTERNAL, "%s was stopped: the server is shutting down%s",
+                        op_name(j->tag),
+                        j->tag == CSW_RUNNER_WIRE_OP_APPLY_PATCH ? " (before any write)" : "");
+        fail(j->done, j->arg, (int)dg.code, dg.text);
     } else if (j->tag == CSW_RUNNER_WIRE_OP_VERSION && j->rc == CSW_ERROR_FILE_NOT_FOUND) {
         res.tag = CSW_RUNNER_WIRE_RESULT_VERSION;
         res.u.version.data.version = (struct cs_str){"absent", 6};
@@ -511,9 +522,39 @@ static void file_timeout(void *arg)
     cs_pool_cancel(j->pj);
 }
 
+/* Runs j's work on the loop thread under a deadline of CS_EXEC_INLINE_NS. True when it finished
+ * in time (file_done has answered and freed j); false when the deadline cut it short: nothing
+ * was answered, and j is as it was, to run again from the start on a pool thread. Only reads and
+ * walks: they change nothing, so running one twice is safe, and a slice of either is bounded
+ * (one 256 KiB chunk, or a directory's entries), so the loop is held for about a millisecond at
+ * most (P6). A patch always goes to the pool. */
+static bool job_inline(struct file_job *j)
+{
+    if (j->tag != CSW_RUNNER_WIRE_OP_READ && j->tag != CSW_RUNNER_WIRE_OP_VERSION &&
+        j->tag != CSW_RUNNER_WIRE_OP_FIND)
+        return false;
+    struct cs_cancel c = {.deadline_ns = cs_cancel_now_ns() + CS_EXEC_INLINE_NS};
+    atomic_init(&c.set, false);
+    file_work_with(j, &c);
+    if (j->rc == CSW_ERROR_TIMEOUT && cs_cancel_requested(&c)) {
+        /* Cut short: outputs are zeroed on error; start again on a thread. */
+        if (j->tag == CSW_RUNNER_WIRE_OP_FIND)
+            csw_mcp_find_output_free(&j->out.find);
+        else
+            csw_mcp_read_output_free(&j->out.read);
+        j->rc = 0;
+        cs_diag_clear(&j->msg);
+        return false;
+    }
+    file_done(j);
+    return true;
+}
+
 static void job_submit(struct file_job *j)
 {
     struct cs_runner_exec *ex = j->ex;
+    if (job_inline(j))
+        return;
     j->timer = cs_loop_timer_add(ex->loop, ex->timeout_ms, file_timeout, j);
     if (j->timer)
         j->pj = cs_pool_submit(ex->pool, file_work, file_done, j);
@@ -675,11 +716,11 @@ static void op_exec(struct cs_runner_exec *ex, const struct csw_runner_wire_exec
             .on_exit = exited,
             .exit_arg = ex,
         };
-        char msg[512];
-        int rc = cs_supervisor_spawn(ex->sup, &sp, sup_done, p, msg, sizeof msg);
+        struct cs_diag dg = {0};
+        int rc = cs_supervisor_spawn(ex->sup, &sp, sup_done, p, &dg);
         if (rc != 0) {
             pending_unlink(p);
-            fail(done, arg, rc, msg);
+            fail(done, arg, rc, dg.text);
             free(p);
         }
     }

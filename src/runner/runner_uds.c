@@ -142,6 +142,7 @@ static void kill_orphans(void)
             const char *rp = strrchr(buf, ')'); /* the name may hold spaces and parens */
             char state = 0;
             long ppid = 0, pgrp = 0;
+            /* NOLINTNEXTLINE(cert-err34-c): the kernel's stat line, well-formed numbers */
             if (!rp || sscanf(rp + 1, " %c %ld %ld", &state, &ppid, &pgrp) != 3 || ppid != self)
                 continue;
             any = true;
@@ -281,7 +282,7 @@ static void lose(struct cs__runner_uds *u, const char *why)
     u->lost = true;
     cs_loop_timer_cancel(u->sweep);
     u->sweep = NULL;
-    snprintf(u->lost_why, sizeof u->lost_why, "%s", why);
+    cs_diag_format(u->lost_why, sizeof u->lost_why, "%s", why); /* cut on a character */
     struct link *l = u->link;
     u->link = NULL;
     if (l) {
@@ -297,9 +298,9 @@ static void lose(struct cs__runner_uds *u, const char *why)
     cs_log(
         CS_LOG_WARNING, "runner worker lost",
         json_pack("{s:s,s:I}", "error", why, "next_start_in_ms", (json_int_t)backoff_ms(u->young)));
-    char msg[320];
-    snprintf(msg, sizeof msg, "runner transport failed: %s", why);
-    complete_all(u, CS_RUNNER_AMBIGUOUS, msg);
+    struct cs_diag d; /* the tool layer answers a transport failure with TIMEOUT */
+    cs_diag_set(&d, CSW_ERROR_TIMEOUT, "runner transport failed: %s", why);
+    complete_all(u, CS_RUNNER_AMBIGUOUS, d.text);
     if (u->r->ev.lost)
         u->r->ev.lost(u->r->ev.arg);
 }
@@ -363,13 +364,14 @@ static void on_message(void *arg, struct csw_runner_wire *msg)
     if (!c)
         return; /* a late answer to a call already completed (deadline): dropped */
     struct cs_runner_reply rep;
-    char text[1024];
+    struct cs_diag d;
     if (resp->ok && resp->has_result) {
         rep = (struct cs_runner_reply){.outcome = CS_RUNNER_OK, .result = &resp->result};
     } else if (!resp->ok && resp->has_error) {
-        snprintf(text, sizeof text, "%.*s", (int)resp->error.message.n, resp->error.message.s);
+        cs_diag_set(&d, resp->error.code, "%.*s", (int)resp->error.message.n,
+                    resp->error.message.s);
         rep = (struct cs_runner_reply){
-            .outcome = CS_RUNNER_ERROR, .code = (int)resp->error.code, .msg = text};
+            .outcome = CS_RUNNER_ERROR, .code = (int)d.code, .msg = d.text};
     } else {
         rep = (struct cs_runner_reply){.outcome = CS_RUNNER_AMBIGUOUS,
                                        .msg = "runner transport failed: a response with neither "
@@ -385,8 +387,8 @@ static void on_bad(void *arg, const json_t *raw, const char *why)
     struct link *l = arg;
     if (l != l->u->link)
         return;
-    char msg[400];
-    snprintf(msg, sizeof msg, "bad frame from the worker: %s", why);
+    char msg[CS_DIAG_TEXT_SIZE];
+    cs_diag_format(msg, sizeof msg, "bad frame from the worker: %s", why);
     lose(l->u, msg);
 }
 
@@ -395,8 +397,8 @@ static void on_closed(void *arg, const char *why)
     struct link *l = arg;
     struct cs__runner_uds *u = l->u;
     if (l == u->link) {
-        char msg[320];
-        snprintf(msg, sizeof msg, "worker connection ended: %s", why);
+        char msg[CS_DIAG_TEXT_SIZE];
+        cs_diag_format(msg, sizeof msg, "worker connection ended: %s", why);
         lose(u, msg); /* moves l to u->dying */
     }
     /* Without memory to defer, l stays in u->dying until the runner is freed. */
@@ -431,36 +433,43 @@ static void on_sweep(void *arg)
         u->sweep = cs_loop_timer_add(u->r->loop, 1000, on_sweep, u);
 }
 
-static int start_worker(struct cs__runner_uds *u, char *err, size_t cap);
+static int start_worker(struct cs__runner_uds *u, struct cs_diag *d);
 
 /* After a loss: starts a new worker unless the back-off or the per-minute cap says not yet.
- * Returns 0 with a live worker, or -1 with why set. */
-static int replace_worker(struct cs__runner_uds *u, char *why, size_t cap)
+ * Returns 0 with a live worker, or -1 with d saying why (under TIMEOUT, what the tool layer
+ * answers a call refused before dispatch with). */
+static int replace_worker(struct cs__runner_uds *u, struct cs_diag *d)
 {
     int64_t now = cs_loop_now_ms();
     int64_t oldest = u->starts[u->nstarts % RESTART_PER_MIN];
     if (now < u->not_before) {
-        snprintf(why, cap, "%s; the next worker starts in %" PRId64 " ms", u->lost_why,
-                 u->not_before - now);
+        cs_diag_set(d, CSW_ERROR_TIMEOUT,
+                    "runner transport failed before dispatch: %s; the next worker starts in "
+                    "%" PRId64 " ms",
+                    u->lost_why, u->not_before - now);
         return -1;
     }
     if (u->nstarts >= RESTART_PER_MIN && now - oldest < 60000) {
-        snprintf(why, cap,
-                 "%s; %d workers started within a minute, the next starts in %" PRId64 " ms",
-                 u->lost_why, RESTART_PER_MIN, oldest + 60000 - now);
+        cs_diag_set(d, CSW_ERROR_TIMEOUT,
+                    "runner transport failed before dispatch: %s; %d workers started within a "
+                    "minute, the next starts in %" PRId64 " ms",
+                    u->lost_why, RESTART_PER_MIN, oldest + 60000 - now);
         return -1;
     }
-    char err[512];
+    struct cs_diag err = {0};
     u->starts[u->nstarts++ % RESTART_PER_MIN] = now;
     cs_log(CS_LOG_INFO, "runner worker starting",
            json_pack("{s:s,s:I}", "replacing", u->lost_why, "start", (json_int_t)u->nstarts));
-    if (start_worker(u, err, sizeof err) != 0) {
+    if (start_worker(u, &err) != 0) {
         u->young++;
         u->not_before = cs_loop_now_ms() + backoff_ms(u->young);
         cs_log(CS_LOG_ERROR, "runner worker did not start",
-               json_pack("{s:s,s:I}", "error", err, "next_start_in_ms",
+               json_pack("{s:s,s:I}", "error", err.text, "next_start_in_ms",
                          (json_int_t)backoff_ms(u->young)));
-        snprintf(why, cap, "%.160s; a new worker did not start: %.160s", u->lost_why, err);
+        cs_diag_set(d, CSW_ERROR_TIMEOUT,
+                    "runner transport failed before dispatch: %.160s; a new worker did not "
+                    "start: %.160s",
+                    u->lost_why, err.text);
         return -1;
     }
     cs_log(CS_LOG_INFO, "runner worker replaced",
@@ -472,10 +481,9 @@ void cs__runner_uds_call(struct cs_runner *r, const struct csw_runner_wire_op *o
                          cs_runner_done_fn done, void *arg)
 {
     struct cs__runner_uds *u = r->u;
-    char msg[420], why[360];
-    if (u->lost && replace_worker(u, why, sizeof why) != 0) {
-        snprintf(msg, sizeof msg, "runner transport failed before dispatch: %s", why);
-        struct cs_runner_reply rep = {.outcome = CS_RUNNER_BEFORE_DISPATCH, .msg = msg};
+    struct cs_diag why;
+    if (u->lost && replace_worker(u, &why) != 0) {
+        struct cs_runner_reply rep = {.outcome = CS_RUNNER_BEFORE_DISPATCH, .msg = why.text};
         done(arg, &rep);
         return;
     }
@@ -491,9 +499,9 @@ void cs__runner_uds_call(struct cs_runner *r, const struct csw_runner_wire_op *o
     w.u.request.op = *op; /* shallow: borrowed for the encode */
     if (!c || cs_runner_conn_send(u->link->conn, &w) != 0) {
         free(c);
-        snprintf(msg, sizeof msg,
-                 "runner transport failed before dispatch: the request could not be written");
-        struct cs_runner_reply rep = {.outcome = CS_RUNNER_BEFORE_DISPATCH, .msg = msg};
+        struct cs_runner_reply rep = {
+            .outcome = CS_RUNNER_BEFORE_DISPATCH,
+            .msg = "runner transport failed before dispatch: the request could not be written"};
         done(arg, &rep);
         return;
     }
@@ -599,7 +607,7 @@ static char **worker_env(void)
 }
 
 static int spawn_worker(struct cs__runner_uds *u, const struct cs_runner_uds_options *opt,
-                        char *err, size_t cap)
+                        struct cs_diag *d)
 {
     char maxp[32], tmo[32], uid[32], gid[32];
     snprintf(maxp, sizeof maxp, "%" PRId64, opt->max_processes);
@@ -617,7 +625,7 @@ static int spawn_worker(struct cs__runner_uds *u, const struct cs_runner_uds_opt
         free(argv);
         free(rootargs);
         free(keep);
-        snprintf(err, cap, "out of memory");
+        cs_diag_set(d, CSW_ERROR_INTERNAL, "out of memory");
         return -1;
     }
     argv[k++] = (char *)"codespace-runtime";
@@ -649,7 +657,7 @@ static int spawn_worker(struct cs__runner_uds *u, const struct cs_runner_uds_opt
             free(argv);
             free(rootargs);
             free(keep);
-            snprintf(err, cap, "out of memory");
+            cs_diag_set(d, CSW_ERROR_INTERNAL, "out of memory");
             return -1;
         }
         argv[k++] = (char *)"--root";
@@ -685,12 +693,13 @@ static int spawn_worker(struct cs__runner_uds *u, const struct cs_runner_uds_opt
         close(logp[0]);
     }
     if (e != 0) {
-        snprintf(err, cap, "cannot start the worker %s: %s", opt->runtime_bin, strerror(e));
+        cs_diag_set(d, CSW_ERROR_INTERNAL, "cannot start the worker %s: %s", opt->runtime_bin,
+                    strerror(e));
         return -1;
     }
     u->pidfd = pidfd_open(u->pid, 0);
     if (u->pidfd < 0) {
-        snprintf(err, cap, "pidfd_open: %s", strerror(errno));
+        cs_diag_set(d, CSW_ERROR_INTERNAL, "pidfd_open: %s", strerror(errno));
         kill(u->pid, SIGKILL);
         waitpid(u->pid, NULL, 0);
         return -1;
@@ -699,19 +708,20 @@ static int spawn_worker(struct cs__runner_uds *u, const struct cs_runner_uds_opt
 }
 
 /* Connects to the worker's socket, polling while the worker lives. Returns the fd or -1. */
-static int connect_worker(struct cs__runner_uds *u, char *err, size_t cap)
+static int connect_worker(struct cs__runner_uds *u, struct cs_diag *d)
 {
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
     snprintf(sa.sun_path, sizeof sa.sun_path, "%s", u->sock);
     for (int waited = 0; waited <= POLL_FOR_MS; waited += POLL_EVERY_MS) {
         struct pollfd p = {.fd = u->pidfd, .events = POLLIN};
         if (poll(&p, 1, 0) > 0) {
-            snprintf(err, cap, "the worker exited before its socket appeared (see its log)");
+            cs_diag_set(d, CSW_ERROR_INTERNAL,
+                        "the worker exited before its socket appeared (see its log)");
             return -1;
         }
         int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
         if (fd < 0) {
-            snprintf(err, cap, "socket: %s", strerror(errno));
+            cs_diag_set(d, CSW_ERROR_INTERNAL, "socket: %s", strerror(errno));
             return -1;
         }
         if (connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0)
@@ -719,13 +729,13 @@ static int connect_worker(struct cs__runner_uds *u, char *err, size_t cap)
         close(fd);
         (void)poll(NULL, 0, POLL_EVERY_MS);
     }
-    snprintf(err, cap, "the worker's socket %s did not appear within 2 s", u->sock);
+    cs_diag_set(d, CSW_ERROR_INTERNAL, "the worker's socket %s did not appear within 2 s", u->sock);
     return -1;
 }
 
 struct hello_wait {
     bool got;
-    char err[512];
+    struct cs_diag err; /* set: the handshake failed */
 };
 
 static int hello_frame(void *arg, const uint8_t *data, size_t len)
@@ -737,31 +747,34 @@ static int hello_frame(void *arg, const uint8_t *data, size_t len)
     struct csw_runner_wire msg;
     struct cs_wire_diag diag;
     if (!j || csw_runner_wire_decode(j, &msg, &diag) != CS_WIRE_OK) {
-        snprintf(h->err, sizeof h->err, "the worker's hello answer is not a wire message%s%s",
-                 j ? ": " : "", j ? diag.text : "");
+        cs_diag_set(&h->err, CSW_ERROR_INTERNAL,
+                    "the worker's hello answer is not a wire message%s%s", j ? ": " : "",
+                    j ? diag.text : "");
         json_decref(j);
         return 1;
     }
     json_decref(j);
     const struct csw_runner_response *r = &msg.u.response;
     if (msg.tag != CSW_RUNNER_WIRE_RESPONSE)
-        snprintf(h->err, sizeof h->err, "the worker answered hello with something else");
+        cs_diag_set(&h->err, CSW_ERROR_INTERNAL, "the worker answered hello with something else");
     else if (r->protocol != CS_RUNNER_PROTOCOL)
-        snprintf(h->err, sizeof h->err, "protocol mismatch: the worker speaks %" PRId64 ", we %d",
-                 r->protocol, CS_RUNNER_PROTOCOL);
+        cs_diag_set(&h->err, CSW_ERROR_INTERNAL,
+                    "protocol mismatch: the worker speaks %" PRId64 ", we %d", r->protocol,
+                    CS_RUNNER_PROTOCOL);
     else if (!r->ok || !r->has_result || r->result.tag != CSW_RUNNER_WIRE_RESULT_HELLO)
-        snprintf(h->err, sizeof h->err, "the worker refused hello: %.*s",
-                 r->has_error ? (int)r->error.message.n : 0,
-                 r->has_error ? r->error.message.s : "");
+        cs_diag_set(&h->err, CSW_ERROR_INTERNAL, "the worker refused hello: %.*s",
+                    r->has_error ? (int)r->error.message.n : 0,
+                    r->has_error ? r->error.message.s : "");
     else if (r->result.u.hello.data.protocol != CS_RUNNER_PROTOCOL)
-        snprintf(h->err, sizeof h->err, "protocol mismatch: the worker speaks %" PRId64 ", we %d",
-                 r->result.u.hello.data.protocol, CS_RUNNER_PROTOCOL);
+        cs_diag_set(&h->err, CSW_ERROR_INTERNAL,
+                    "protocol mismatch: the worker speaks %" PRId64 ", we %d",
+                    r->result.u.hello.data.protocol, CS_RUNNER_PROTOCOL);
     csw_runner_wire_free(&msg);
     return 1;
 }
 
 /* The handshake, blocking (before the loop runs): hello out, its answer in within 2 s. */
-static int handshake(int fd, const char *version, char *err, size_t cap)
+static int handshake(int fd, const char *version, struct cs_diag *d)
 {
     char peer[128];
     snprintf(peer, sizeof peer, "codespace-mcp %s", version);
@@ -780,7 +793,7 @@ static int handshake(int fd, const char *version, char *err, size_t cap)
     if (csw_runner_wire_encode(&w, &j, &diag) != CS_WIRE_OK ||
         !(text = json_dumps(j, JSON_COMPACT))) {
         json_decref(j);
-        snprintf(err, cap, "cannot encode hello");
+        cs_diag_set(d, CSW_ERROR_INTERNAL, "cannot encode hello");
         return -1;
     }
     json_decref(j);
@@ -791,7 +804,7 @@ static int handshake(int fd, const char *version, char *err, size_t cap)
         write(fd, hdr, sizeof hdr) == (ssize_t)sizeof hdr && write(fd, text, len) == (ssize_t)len;
     free(text);
     if (!sent) {
-        snprintf(err, cap, "cannot send hello: %s", strerror(errno));
+        cs_diag_set(d, CSW_ERROR_INTERNAL, "cannot send hello: %s", strerror(errno));
         return -1;
     }
     struct hello_wait h = {0};
@@ -802,35 +815,38 @@ static int handshake(int fd, const char *version, char *err, size_t cap)
         int64_t left = end - cs_loop_now_ms();
         struct pollfd p = {.fd = fd, .events = POLLIN};
         if (left <= 0 || poll(&p, 1, (int)left) <= 0) {
-            snprintf(h.err, sizeof h.err, "no answer to hello within 2 s");
+            cs_diag_set(&h.err, CSW_ERROR_INTERNAL, "no answer to hello within 2 s");
             break;
         }
         uint8_t buf[4096];
         ssize_t n = read(fd, buf, sizeof buf);
         if (n <= 0) {
-            snprintf(h.err, sizeof h.err, "the worker closed the connection during hello");
+            cs_diag_set(&h.err, CSW_ERROR_INTERNAL,
+                        "the worker closed the connection during hello");
             break;
         }
         enum cs_frame_status st = cs_lenframe_feed(&fr, buf, (size_t)n, NULL);
         if (st != CS_FRAME_OK && st != CS_FRAME_STOPPED) {
-            snprintf(h.err, sizeof h.err, "bad frame during hello: %s", cs_frame_status_str(st));
+            cs_diag_set(&h.err, CSW_ERROR_INTERNAL, "bad frame during hello: %s",
+                        cs_frame_status_str(st));
             break;
         }
-        if (h.got && !cs_lenframe_at_boundary(&fr) && !h.err[0])
-            snprintf(h.err, sizeof h.err, "the worker sent more than the hello answer");
+        if (h.got && !cs_lenframe_at_boundary(&fr) && !cs_diag_failed(&h.err))
+            cs_diag_set(&h.err, CSW_ERROR_INTERNAL, "the worker sent more than the hello answer");
     }
     cs_lenframe_fini(&fr);
-    if (h.err[0]) {
-        snprintf(err, cap, "%s", h.err);
+    if (cs_diag_failed(&h.err)) {
+        if (d)
+            *d = h.err;
         return -1;
     }
     return 0;
 }
 
 /* Starts a worker: a fresh leaf directory, the process, its socket, the handshake (blocking, up
- * to 2 s + 2 s), then its watches on the loop. Returns 0, or -1 with err set and nothing of the
- * attempt left (no worker, no directory). */
-static int start_worker(struct cs__runner_uds *u, char *err, size_t err_cap)
+ * to 2 s + 2 s), then its watches on the loop. Returns 0, or -1 with d set (INTERNAL) and nothing
+ * of the attempt left (no worker, no directory). */
+static int start_worker(struct cs__runner_uds *u, struct cs_diag *d)
 {
     struct cs_runner_uds_options opt = {
         .runtime_bin = u->runtime_bin,
@@ -853,42 +869,43 @@ static int start_worker(struct cs__runner_uds *u, char *err, size_t err_cap)
     u->sock = malloc(dn + strlen("/runner.sock"));
     int fd = -1;
     if (!u->dir || !u->sock) {
-        snprintf(err, err_cap, "out of memory");
+        cs_diag_set(d, CSW_ERROR_INTERNAL, "out of memory");
         goto fail;
     }
     snprintf(u->dir, dn, "%s/%s", opt.runner_dir, leaf);
     snprintf(u->sock, dn + strlen("/runner.sock"), "%s/runner.sock", u->dir);
     if (strlen(u->sock) >= sizeof((struct sockaddr_un *)0)->sun_path) {
-        snprintf(err, err_cap, "runner dir %s is too long for a Unix socket path", opt.runner_dir);
+        cs_diag_set(d, CSW_ERROR_INTERNAL, "runner dir %s is too long for a Unix socket path",
+                    opt.runner_dir);
         goto fail;
     }
     /* Only the leaf is ours: created 0700 (the mode is forced past the umask), the parent is
      * never touched. */
     if (mkdir(u->dir, 0700) != 0) {
-        snprintf(err, err_cap, "cannot create %s: %s", u->dir, strerror(errno));
+        cs_diag_set(d, CSW_ERROR_INTERNAL, "cannot create %s: %s", u->dir, strerror(errno));
         free(u->dir);
         u->dir = NULL;
         goto fail;
     }
     if (chmod(u->dir, 0700) != 0) {
-        snprintf(err, err_cap, "chmod %s: %s", u->dir, strerror(errno));
+        cs_diag_set(d, CSW_ERROR_INTERNAL, "chmod %s: %s", u->dir, strerror(errno));
         goto fail;
     }
-    if (spawn_worker(u, &opt, err, err_cap) != 0)
+    if (spawn_worker(u, &opt, d) != 0)
         goto fail;
-    fd = connect_worker(u, err, err_cap);
-    if (fd < 0 || handshake(fd, opt.version, err, err_cap) != 0)
+    fd = connect_worker(u, d);
+    if (fd < 0 || handshake(fd, opt.version, d) != 0)
         goto fail;
     u->link = calloc(1, sizeof *u->link);
     if (!u->link) {
-        snprintf(err, err_cap, "out of memory");
+        cs_diag_set(d, CSW_ERROR_INTERNAL, "out of memory");
         goto fail;
     }
     u->link->u = u;
     struct cs_runner_conn_callbacks cb = {on_message, on_bad, on_closed, u->link};
     u->link->conn = cs_runner_conn_new(u->r->loop, fd, &cb);
     if (!u->link->conn) {
-        snprintf(err, err_cap, "out of memory");
+        cs_diag_set(d, CSW_ERROR_INTERNAL, "out of memory");
         goto fail;
     }
     fd = -1;
@@ -898,7 +915,7 @@ static int start_worker(struct cs__runner_uds *u, char *err, size_t err_cap)
     if (u->logfd >= 0)
         u->logw = cs_loop_fd_add(u->r->loop, u->logfd, CS_LOOP_READ, on_worker_log, u);
     if (!u->pidw || !u->sweep || (u->logfd >= 0 && !u->logw)) {
-        snprintf(err, err_cap, "cannot watch the worker: %s", strerror(errno));
+        cs_diag_set(d, CSW_ERROR_INTERNAL, "cannot watch the worker: %s", strerror(errno));
         goto fail;
     }
     u->lost = false;
@@ -1000,14 +1017,14 @@ static char *dup_or_null(const char *s, bool *oom)
 }
 
 struct cs_runner *cs_runner_uds_new(struct cs_loop *loop, const struct cs_runner_uds_options *opt,
-                                    const struct cs_runner_events *ev, char *err, size_t err_cap)
+                                    const struct cs_runner_events *ev, struct cs_diag *d)
 {
     struct cs_runner *r = calloc(1, sizeof *r);
     struct cs__runner_uds *u = calloc(1, sizeof *u);
     if (!r || !u) {
         free(r);
         free(u);
-        snprintf(err, err_cap, "out of memory");
+        cs_diag_set(d, CSW_ERROR_INTERNAL, "out of memory");
         return NULL;
     }
     r->uds = true;
@@ -1028,7 +1045,7 @@ struct cs_runner *cs_runner_uds_new(struct cs_loop *loop, const struct cs_runner
     u->sandbox_uid = opt->sandbox_uid;
     u->sandbox_gid = opt->sandbox_gid;
     if (oom || !u->runner_dir || !u->runtime_bin || !u->version) {
-        snprintf(err, err_cap, "out of memory");
+        cs_diag_set(d, CSW_ERROR_INTERNAL, "out of memory");
         goto fail;
     }
     int swept = sweep_leaves(u->runner_dir);
@@ -1038,7 +1055,7 @@ struct cs_runner *cs_runner_uds_new(struct cs_loop *loop, const struct cs_runner
     /* Commands orphaned by a lost worker become ours, to be killed and reaped. */
     (void)prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
     u->starts[u->nstarts++ % RESTART_PER_MIN] = cs_loop_now_ms();
-    if (start_worker(u, err, err_cap) != 0)
+    if (start_worker(u, d) != 0)
         goto fail;
     return r;
 fail:

@@ -214,8 +214,8 @@ static void req_done(void *arg, const struct cs_runner_reply *rep)
     }
     char *text = NULL;
     size_t n = 0;
-    char emsg[600] = "";
-    const char *why = emsg;
+    struct cs_diag bad = {0}; /* a result our own schema refuses */
+    const char *why = bad.text;
     int ecode = CSW_ERROR_INTERNAL;
     if (rep->outcome == CS_RUNNER_OK) {
         struct csw_runner_wire m;
@@ -229,8 +229,8 @@ static void req_done(void *arg, const struct cs_runner_reply *rep)
         struct cs_wire_diag diag;
         /* Written straight to text: no jansson value for a result that may be a megabyte. */
         if (csw_runner_wire_encode_text(&m, &text, &n, &diag) != CS_WIRE_OK)
-            snprintf(emsg, sizeof emsg, "result failed its schema at %s: %s", diag.pointer,
-                     diag.text);
+            ecode = cs_diag_set(&bad, CSW_ERROR_INTERNAL, "result failed its schema at %s: %s",
+                                diag.pointer, diag.text);
     } else {
         ecode = rep->outcome == CS_RUNNER_ERROR ? rep->code : CSW_ERROR_INTERNAL;
         why = rep->msg;
@@ -290,11 +290,12 @@ static void on_message(void *arg, struct csw_runner_wire *msg)
     char rid[128];
     snprintf(rid, sizeof rid, "%.*s", (int)(rq->request_id.n < 120 ? rq->request_id.n : 120),
              rq->request_id.s);
-    char why[256];
+    struct cs_diag why;
     if (rq->protocol != CS_RUNNER_PROTOCOL) {
-        snprintf(why, sizeof why, "protocol mismatch: this worker speaks %d, the request %" PRId64,
-                 CS_RUNNER_PROTOCOL, rq->protocol);
-        refuse(w, rid, why);
+        cs_diag_set(&why, CSW_ERROR_INVALID_ARGUMENTS,
+                    "protocol mismatch: this worker speaks %d, the request %" PRId64,
+                    CS_RUNNER_PROTOCOL, rq->protocol);
+        refuse(w, rid, why.text);
         return;
     }
     if (!w->hello_done) {
@@ -303,10 +304,10 @@ static void on_message(void *arg, struct csw_runner_wire *msg)
             return;
         }
         if (rq->op.u.hello.data.protocol != CS_RUNNER_PROTOCOL) {
-            snprintf(why, sizeof why,
-                     "protocol mismatch: this worker speaks %d, the gateway %" PRId64,
-                     CS_RUNNER_PROTOCOL, rq->op.u.hello.data.protocol);
-            refuse(w, rid, why);
+            cs_diag_set(&why, CSW_ERROR_INVALID_ARGUMENTS,
+                        "protocol mismatch: this worker speaks %d, the gateway %" PRId64,
+                        CS_RUNNER_PROTOCOL, rq->op.u.hello.data.protocol);
+            refuse(w, rid, why.text);
             return;
         }
         w->hello_done = true;
@@ -380,9 +381,9 @@ static void on_bad(void *arg, const json_t *raw, const char *why)
             snprintf(rid, sizeof rid, "%.*s", (int)id.request_id.n, id.request_id.s);
         csw_runner_wire_frame_id_free(&id);
     }
-    char msg[400];
-    snprintf(msg, sizeof msg, "undecodable frame: %s", why);
-    send_error(w, rid, CSW_ERROR_INVALID_ARGUMENTS, msg, false);
+    struct cs_diag d;
+    cs_diag_set(&d, CSW_ERROR_INVALID_ARGUMENTS, "undecodable frame: %s", why);
+    send_error(w, rid, (int)d.code, d.text, false);
     (void)cs_runner_conn_flush(w->conn, 1000);
     w->closing = true;
 }

@@ -15,8 +15,9 @@
  *
  * Entry points: cs_store_open / cs_store_close, cs_store_mint, cs_store_finish,
  * cs_store_get_by_id / cs_store_get_by_key (operation_status), cs_store_get_result (a replay),
- * cs_store_fingerprint. The library never logs or prints; fallible functions put a human message
- * (valid UTF-8) in msg when msg is not NULL and write their outputs only on success.
+ * cs_store_fingerprint, cs_store_status_error. The library never logs or prints; a fallible
+ * function explains a failure in d (struct cs_diag, may be NULL), under the code
+ * cs_store_status_error gives its status, and writes its outputs only on success.
  *
  * Threads: a store is one SQLite connection, used from one thread at a time (the gateway loop).
  */
@@ -26,6 +27,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "base_diag.h"
 #include "csw.h"
 
 #define CS_STORE_ID_SIZE          40 /* "op-" + 36-character uuid + NUL */
@@ -34,17 +36,24 @@
 #define CS_STORE_SCHEMA_VERSION   2  /* PRAGMA user_version this code writes and understands */
 #define CS_STORE_APPLICATION_ID   0x43534f50 /* PRAGMA application_id: "CSOP" */
 
-/*
- * What a store call returns. Errors map to the wire as follows (the tool layer's choice):
- * CS_STORE_NOT_FOUND is OPERATION_NOT_FOUND; CS_STORE_ERROR and CS_STORE_INVALID are INTERNAL.
- */
+/* What a store call returns; cs_store_status_error maps it to the catalogue. */
 enum cs_store_status {
     CS_STORE_OK = 0,
     CS_STORE_KEY_EXISTS = 1, /* cs_store_mint: the key names an existing row (see existing) */
     CS_STORE_NOT_FOUND = 2,  /* no row with that id or key */
-    CS_STORE_ERROR = -1,     /* SQLite, file system, memory, or a corrupt row; msg says which */
-    CS_STORE_INVALID = -2,   /* the caller broke this API's contract (a bug); msg says how */
+    CS_STORE_ERROR = -1,     /* SQLite, file system, memory, or a corrupt row; d says which */
+    CS_STORE_INVALID = -2,   /* the caller broke this API's contract (a bug); d says how */
 };
+
+/*
+ * The one mapping of enum cs_store_status to csw_error, and the code every store function puts
+ * in its diag: 0 for CS_STORE_OK and CS_STORE_KEY_EXISTS (a decision for the caller, not an
+ * error), CSW_ERROR_OPERATION_NOT_FOUND for CS_STORE_NOT_FOUND, CSW_ERROR_INTERNAL for
+ * CS_STORE_ERROR and CS_STORE_INVALID (nothing the client sent can cause either). A caller for
+ * which a missing row is the server's own inconsistency (a row it just minted or found) reports
+ * CSW_ERROR_INTERNAL instead.
+ */
+int cs_store_status_error(enum cs_store_status st);
 
 struct cs_store;
 
@@ -64,10 +73,9 @@ struct cs_store_existing {
  * pending migrations run, each in one transaction. A file that cannot be opened, is not SQLite, is
  * corrupt or is refused is left exactly as it was (never replaced, truncated or recreated).
  * Returns CS_STORE_OK with *out a new store (release it with cs_store_close), or CS_STORE_ERROR
- * with *out NULL and msg naming the path and SQLite's error.
+ * with *out NULL and d naming the path and SQLite's error.
  */
-enum cs_store_status cs_store_open(const char *path, struct cs_store **out, char *msg,
-                                   size_t msg_cap);
+enum cs_store_status cs_store_open(const char *path, struct cs_store **out, struct cs_diag *d);
 
 /* Closes the connection and frees the store. Accepts NULL. */
 void cs_store_close(struct cs_store *store);
@@ -88,7 +96,7 @@ void cs_store_close(struct cs_store *store);
 enum cs_store_status cs_store_mint(struct cs_store *store, const char *workspace_id, size_t ws_n,
                                    const char *key, size_t key_n, const char *fingerprint,
                                    char id_out[CS_STORE_ID_SIZE],
-                                   struct cs_store_existing *existing, char *msg, size_t msg_cap);
+                                   struct cs_store_existing *existing, struct cs_diag *d);
 
 /*
  * Finishes the operation id (NUL-terminated): sets status, the result, finished_at (now) and adds
@@ -102,7 +110,7 @@ enum cs_store_status cs_store_mint(struct cs_store *store, const char *workspace
 enum cs_store_status cs_store_finish(struct cs_store *store, const char *id,
                                      enum csw_patch_status status,
                                      const struct csw_mcp_apply_patch_output *result,
-                                     bool reason_unknown, char *msg, size_t msg_cap);
+                                     bool reason_unknown, struct cs_diag *d);
 
 /*
  * Finishes operation id as rejected, keeping the tool error it was answered with (code, message)
@@ -110,8 +118,8 @@ enum cs_store_status cs_store_finish(struct cs_store *store, const char *id,
  * Returns as cs_store_finish; CS_STORE_INVALID for a code outside the catalogue.
  */
 enum cs_store_status cs_store_finish_rejected(struct cs_store *store, const char *id,
-                                              enum csw_error code, const char *message, char *msg,
-                                              size_t msg_cap);
+                                              enum csw_error code, const char *message,
+                                              struct cs_diag *d);
 
 /*
  * The tool error operation id (NUL-terminated) was rejected with: CS_STORE_OK with *code and
@@ -121,7 +129,7 @@ enum cs_store_status cs_store_finish_rejected(struct cs_store *store, const char
  */
 enum cs_store_status cs_store_get_error(struct cs_store *store, const char *id,
                                         enum csw_error *code, char *message, size_t message_cap,
-                                        char *msg, size_t msg_cap);
+                                        struct cs_diag *d);
 
 /*
  * operation_status: fills *out (overwritten; release with csw_mcp_operation_status_output_free)
@@ -131,11 +139,11 @@ enum cs_store_status cs_store_get_error(struct cs_store *store, const char *id,
  * CS_STORE_ERROR; out is zeroed unless CS_STORE_OK.
  */
 enum cs_store_status cs_store_get_by_id(struct cs_store *store, const char *id, size_t id_n,
-                                        struct csw_mcp_operation_status_output *out, char *msg,
-                                        size_t msg_cap);
+                                        struct csw_mcp_operation_status_output *out,
+                                        struct cs_diag *d);
 enum cs_store_status cs_store_get_by_key(struct cs_store *store, const char *key, size_t key_n,
-                                         struct csw_mcp_operation_status_output *out, char *msg,
-                                         size_t msg_cap);
+                                         struct csw_mcp_operation_status_output *out,
+                                         struct cs_diag *d);
 
 /*
  * A replay: fills *out (overwritten; release with csw_mcp_apply_patch_output_free) with the stored
@@ -145,8 +153,7 @@ enum cs_store_status cs_store_get_by_key(struct cs_store *store, const char *key
  * CS_STORE_ERROR; out is zeroed unless CS_STORE_OK.
  */
 enum cs_store_status cs_store_get_result(struct cs_store *store, const char *id,
-                                         struct csw_mcp_apply_patch_output *out, char *msg,
-                                         size_t msg_cap);
+                                         struct csw_mcp_apply_patch_output *out, struct cs_diag *d);
 
 /*
  * The apply_patch idempotency fingerprint: "sha256:" + lowercase hex of the SHA-256 of the
@@ -164,8 +171,7 @@ enum cs_store_status cs_store_get_result(struct cs_store *store, const char *id,
  * libcrypto failure).
  */
 enum cs_store_status cs_store_fingerprint(const struct csw_mcp_apply_patch_input *in,
-                                          char out[CS_STORE_FINGERPRINT_SIZE], char *msg,
-                                          size_t msg_cap);
+                                          char out[CS_STORE_FINGERPRINT_SIZE], struct cs_diag *d);
 
 /* Helpers the unit tests call directly. */
 
@@ -179,6 +185,6 @@ void cs__store_now(char out[CS_STORE_TIME_SIZE]);
  * property named drop (NULL: none): lets a test run it on a variant of the apply_patch input. */
 enum cs_store_status cs__store_fingerprint_of(const struct cs_wire_type *t, const void *in,
                                               const char *drop, char out[CS_STORE_FINGERPRINT_SIZE],
-                                              char *msg, size_t msg_cap);
+                                              struct cs_diag *d);
 
 #endif

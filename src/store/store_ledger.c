@@ -48,10 +48,35 @@ static const char *const stmt_sql[ST__COUNT] = {
 
 /* ---- messages ---- */
 
-static enum cs_store_status db_fail(struct cs_store *store, char *msg, size_t cap, const char *what)
+enum cs_store_status cs__store_fail(struct cs_diag *d, enum cs_store_status st, const char *fmt,
+                                    ...)
 {
-    msgf(msg, cap, "operations database: %s: %s", what, sqlite3_errmsg(store->db));
-    return CS_STORE_ERROR;
+    va_list ap;
+    va_start(ap, fmt);
+    cs_diag_vset(d, (enum csw_error)cs_store_status_error(st), fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+int cs_store_status_error(enum cs_store_status st)
+{
+    switch (st) {
+    case CS_STORE_OK:
+    case CS_STORE_KEY_EXISTS:
+        return 0;
+    case CS_STORE_NOT_FOUND:
+        return CSW_ERROR_OPERATION_NOT_FOUND;
+    case CS_STORE_ERROR:
+    case CS_STORE_INVALID:
+        break;
+    }
+    return CSW_ERROR_INTERNAL;
+}
+
+static enum cs_store_status db_fail(struct cs_store *store, struct cs_diag *d, const char *what)
+{
+    return cs__store_fail(d, CS_STORE_ERROR, "operations database: %s: %s", what,
+                          sqlite3_errmsg(store->db));
 }
 
 /* ---- ids, times ---- */
@@ -182,7 +207,7 @@ static void copy_text(char *buf, size_t cap, const char *s, size_t n)
 enum cs_store_status cs_store_mint(struct cs_store *store, const char *workspace_id, size_t ws_n,
                                    const char *key, size_t key_n, const char *fingerprint,
                                    char id_out[CS_STORE_ID_SIZE],
-                                   struct cs_store_existing *existing, char *msg, size_t cap)
+                                   struct cs_store_existing *existing, struct cs_diag *d)
 {
     enum cs_store_status ret = CS_STORE_ERROR;
     char id[CS_STORE_ID_SIZE], now[CS_STORE_TIME_SIZE];
@@ -190,21 +215,21 @@ enum cs_store_status cs_store_mint(struct cs_store *store, const char *workspace
 
     if (workspace_id == NULL || ws_n == 0 || (key != NULL && (key_n == 0 || existing == NULL)) ||
         !fingerprint_ok(fingerprint)) {
-        msgf(msg, cap,
-             "operations database: mint: empty workspace id or key, no existing-row "
-             "output, or a malformed fingerprint");
-        return CS_STORE_INVALID;
+        return cs__store_fail(
+            d, CS_STORE_INVALID,
+            "operations database: mint: empty workspace id or key, no existing-row "
+            "output, or a malformed fingerprint");
     }
     if (cs__store_new_id(id) != 0) {
-        msgf(msg, cap, "operations database: mint: getrandom: %s", strerror(errno));
-        return CS_STORE_ERROR;
+        return cs__store_fail(d, CS_STORE_ERROR, "operations database: mint: getrandom: %s",
+                              strerror(errno));
     }
     cs__store_now(now);
 
     /* IMMEDIATE takes the write lock first: the key check and the insert see one state. */
     rc = run(store, ST_BEGIN_IMMEDIATE);
     if (rc != SQLITE_OK) {
-        ret = db_fail(store, msg, cap, "mint: begin");
+        ret = db_fail(store, d, "mint: begin");
         goto out;
     }
     if (key != NULL) {
@@ -224,7 +249,8 @@ enum cs_store_status cs_store_mint(struct cs_store *store, const char *workspace
             int status = s != NULL ? csw_patch_status_from_name(s, n) : -1;
             sqlite3_reset(st);
             if (status < 0) {
-                msgf(msg, cap, "operations database: row %s has an invalid status", existing->id);
+                cs__store_fail(d, CS_STORE_ERROR,
+                               "operations database: row %s has an invalid status", existing->id);
                 goto out;
             }
             existing->status = (enum csw_patch_status)status;
@@ -233,7 +259,7 @@ enum cs_store_status cs_store_mint(struct cs_store *store, const char *workspace
         }
         sqlite3_reset(st);
         if (rc != SQLITE_DONE) {
-            ret = db_fail(store, msg, cap, "mint: look up key");
+            ret = db_fail(store, d, "mint: look up key");
             goto out;
         }
     }
@@ -251,17 +277,17 @@ enum cs_store_status cs_store_mint(struct cs_store *store, const char *workspace
         rc = sqlite3_step(st);
     sqlite3_reset(st);
     if (rc != SQLITE_DONE) {
-        ret = db_fail(store, msg, cap, "mint: insert");
+        ret = db_fail(store, d, "mint: insert");
         goto out;
     }
     rc = insert_event(store, id, "minted", now, NULL);
     if (rc != SQLITE_OK) {
-        ret = db_fail(store, msg, cap, "mint: insert event");
+        ret = db_fail(store, d, "mint: insert event");
         goto out;
     }
     rc = run(store, ST_COMMIT);
     if (rc != SQLITE_OK) {
-        ret = db_fail(store, msg, cap, "mint: commit");
+        ret = db_fail(store, d, "mint: commit");
         goto out;
     }
     memcpy(id_out, id, sizeof id);
@@ -275,8 +301,7 @@ out:
 static enum cs_store_status finish_row(struct cs_store *store, const char *id,
                                        enum csw_patch_status status,
                                        const struct csw_mcp_apply_patch_output *result,
-                                       bool reason_unknown, const char *error, char *msg,
-                                       size_t cap)
+                                       bool reason_unknown, const char *error, struct cs_diag *d)
 {
     enum cs_store_status ret = CS_STORE_ERROR;
     json_t *j = NULL;
@@ -287,31 +312,30 @@ static enum cs_store_status finish_row(struct cs_store *store, const char *id,
     if ((unsigned)status >= CSW_PATCH_STATUS__COUNT ||
         (result != NULL && (result->status != status || result->operation_id.s == NULL ||
                             strcmp(result->operation_id.s, id) != 0))) {
-        msgf(msg, cap,
-             "operations database: finish %s: the result's status or operation_id "
-             "does not match",
-             id);
-        return CS_STORE_INVALID;
+        return cs__store_fail(d, CS_STORE_INVALID,
+                              "operations database: finish %s: the result's status or operation_id "
+                              "does not match",
+                              id);
     }
     if (result != NULL) {
         struct cs_wire_diag diag;
         if (csw_mcp_apply_patch_output_encode(result, &j, &diag) != CS_WIRE_OK) {
             char buf[600];
-            msgf(msg, cap, "operations database: finish %s: result does not encode: %s", id,
-                 cs_wire_diag_format(&diag, buf, sizeof buf));
-            ret = CS_STORE_INVALID;
+            ret = cs__store_fail(d, CS_STORE_INVALID,
+                                 "operations database: finish %s: result does not encode: %s", id,
+                                 cs_wire_diag_format(&diag, buf, sizeof buf));
             goto out;
         }
         text = json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS);
         if (text == NULL) {
-            msgf(msg, cap, "operations database: finish %s: out of memory", id);
+            cs__store_fail(d, CS_STORE_ERROR, "operations database: finish %s: out of memory", id);
             goto out;
         }
     }
     cs__store_now(now);
     rc = run(store, ST_BEGIN_IMMEDIATE);
     if (rc != SQLITE_OK) {
-        ret = db_fail(store, msg, cap, "finish: begin");
+        ret = db_fail(store, d, "finish: begin");
         goto out;
     }
     sqlite3_stmt *st = stmt(store, ST_FINISH);
@@ -329,7 +353,7 @@ static enum cs_store_status finish_row(struct cs_store *store, const char *id,
         rc = sqlite3_step(st);
     sqlite3_reset(st);
     if (rc != SQLITE_DONE) {
-        ret = db_fail(store, msg, cap, "finish: update");
+        ret = db_fail(store, d, "finish: update");
         goto out;
     }
     if (sqlite3_changes(store->db) == 0) {
@@ -339,24 +363,24 @@ static enum cs_store_status finish_row(struct cs_store *store, const char *id,
             rc = sqlite3_step(st);
         sqlite3_reset(st);
         if (rc == SQLITE_ROW) {
-            msgf(msg, cap, "operations database: finish %s: already finished", id);
-            ret = CS_STORE_INVALID;
+            ret = cs__store_fail(d, CS_STORE_INVALID,
+                                 "operations database: finish %s: already finished", id);
         } else if (rc == SQLITE_DONE) {
-            msgf(msg, cap, "operations database: finish %s: no such operation", id);
-            ret = CS_STORE_NOT_FOUND;
+            ret = cs__store_fail(d, CS_STORE_NOT_FOUND,
+                                 "operations database: finish %s: no such operation", id);
         } else {
-            ret = db_fail(store, msg, cap, "finish: look up");
+            ret = db_fail(store, d, "finish: look up");
         }
         goto out;
     }
     rc = insert_event(store, id, "finished", now, reason_unknown ? "unknown" : NULL);
     if (rc != SQLITE_OK) {
-        ret = db_fail(store, msg, cap, "finish: insert event");
+        ret = db_fail(store, d, "finish: insert event");
         goto out;
     }
     rc = run(store, ST_COMMIT);
     if (rc != SQLITE_OK) {
-        ret = db_fail(store, msg, cap, "finish: commit");
+        ret = db_fail(store, d, "finish: commit");
         goto out;
     }
     ret = CS_STORE_OK;
@@ -370,18 +394,18 @@ out:
 enum cs_store_status cs_store_finish(struct cs_store *store, const char *id,
                                      enum csw_patch_status status,
                                      const struct csw_mcp_apply_patch_output *result,
-                                     bool reason_unknown, char *msg, size_t cap)
+                                     bool reason_unknown, struct cs_diag *d)
 {
-    return finish_row(store, id, status, result, reason_unknown, NULL, msg, cap);
+    return finish_row(store, id, status, result, reason_unknown, NULL, d);
 }
 
 enum cs_store_status cs_store_finish_rejected(struct cs_store *store, const char *id,
-                                              enum csw_error code, const char *message, char *msg,
-                                              size_t cap)
+                                              enum csw_error code, const char *message,
+                                              struct cs_diag *d)
 {
     if ((unsigned)code >= CSW_ERROR__COUNT) {
-        msgf(msg, cap, "operations database: finish %s: no such error code", id);
-        return CS_STORE_INVALID;
+        return cs__store_fail(d, CS_STORE_INVALID,
+                              "operations database: finish %s: no such error code", id);
     }
     /* The stored body is the error schema's (errors.json), written by its generated encoder. */
     struct csw_errors e = {
@@ -392,11 +416,12 @@ enum cs_store_status cs_store_finish_rejected(struct cs_store *store, const char
     if (csw_errors_encode_text(&e, &text, &n, &diag) != CS_WIRE_OK)
         text = NULL;
     if (!text) {
-        msgf(msg, cap, "operations database: finish %s: the error is not UTF-8, or no memory", id);
-        return CS_STORE_ERROR;
+        return cs__store_fail(
+            d, CS_STORE_ERROR,
+            "operations database: finish %s: the error is not UTF-8, or no memory", id);
     }
     enum cs_store_status ret =
-        finish_row(store, id, CSW_PATCH_STATUS_REJECTED, NULL, false, text, msg, cap);
+        finish_row(store, id, CSW_PATCH_STATUS_REJECTED, NULL, false, text, d);
     cs_wire_release(text);
     return ret;
 }
@@ -404,7 +429,7 @@ enum cs_store_status cs_store_finish_rejected(struct cs_store *store, const char
 /* Steps statement sid (one row by id, bound as ?1) to the row of id: CS_STORE_OK with *st at the
  * row, CS_STORE_NOT_FOUND or CS_STORE_ERROR. *st is set either way: the caller resets it. */
 static enum cs_store_status row_by_id(struct cs_store *store, enum stmt_id sid, const char *id,
-                                      sqlite3_stmt **st, char *msg, size_t cap)
+                                      sqlite3_stmt **st, struct cs_diag *d)
 {
     *st = stmt(store, sid);
     int rc = bind_text(*st, 1, id, strlen(id));
@@ -413,18 +438,17 @@ static enum cs_store_status row_by_id(struct cs_store *store, enum stmt_id sid, 
     if (rc == SQLITE_ROW)
         return CS_STORE_OK;
     if (rc == SQLITE_DONE) {
-        msgf(msg, cap, "operations database: no operation %s", id);
-        return CS_STORE_NOT_FOUND;
+        return cs__store_fail(d, CS_STORE_NOT_FOUND, "operations database: no operation %s", id);
     }
-    return db_fail(store, msg, cap, "look up operation");
+    return db_fail(store, d, "look up operation");
 }
 
 enum cs_store_status cs_store_get_error(struct cs_store *store, const char *id,
                                         enum csw_error *code, char *message, size_t message_cap,
-                                        char *msg, size_t cap)
+                                        struct cs_diag *d)
 {
     sqlite3_stmt *st = NULL;
-    enum cs_store_status ret = row_by_id(store, ST_GET_ERROR, id, &st, msg, cap);
+    enum cs_store_status ret = row_by_id(store, ST_GET_ERROR, id, &st, d);
     if (ret != CS_STORE_OK)
         goto out;
     ret = CS_STORE_ERROR;
@@ -441,7 +465,8 @@ enum cs_store_status cs_store_get_error(struct cs_store *store, const char *id,
     struct cs_wire_diag diag;
     if (!j || csw_errors_decode(j, &e, &diag) != CS_WIRE_OK) {
         json_decref(j);
-        msgf(msg, cap, "operations database: operation %s has an invalid stored error", id);
+        cs__store_fail(d, CS_STORE_ERROR,
+                       "operations database: operation %s has an invalid stored error", id);
         goto out;
     }
     *code = e.code;
@@ -458,31 +483,29 @@ out:
 
 /* Decodes a stored result (n bytes of JSON) into *out. */
 static enum cs_store_status decode_result(const char *s, size_t n,
-                                          struct csw_mcp_apply_patch_output *out, char *msg,
-                                          size_t cap)
+                                          struct csw_mcp_apply_patch_output *out, struct cs_diag *d)
 {
     json_error_t jerr;
     json_t *j = json_loadb(s, n, 0, &jerr);
     if (j == NULL) {
-        msgf(msg, cap, "operations database: stored result is not JSON: %s", jerr.text);
-        return CS_STORE_ERROR;
+        return cs__store_fail(d, CS_STORE_ERROR,
+                              "operations database: stored result is not JSON: %s", jerr.text);
     }
     struct cs_wire_diag diag;
     enum cs_wire_status ws = csw_mcp_apply_patch_output_decode(j, out, &diag);
     json_decref(j);
     if (ws != CS_WIRE_OK) {
         char buf[600];
-        msgf(msg, cap, "operations database: stored result does not decode: %s",
-             cs_wire_diag_format(&diag, buf, sizeof buf));
-        return CS_STORE_ERROR;
+        return cs__store_fail(d, CS_STORE_ERROR,
+                              "operations database: stored result does not decode: %s",
+                              cs_wire_diag_format(&diag, buf, sizeof buf));
     }
     return CS_STORE_OK;
 }
 
-static enum cs_store_status nomem(char *msg, size_t cap)
+static enum cs_store_status nomem(struct cs_diag *d)
 {
-    msgf(msg, cap, "operations database: out of memory");
-    return CS_STORE_ERROR;
+    return cs__store_fail(d, CS_STORE_ERROR, "operations database: out of memory");
 }
 
 static int set_col(struct cs_str *dst, sqlite3_stmt *st, int i)
@@ -493,9 +516,8 @@ static int set_col(struct cs_str *dst, sqlite3_stmt *st, int i)
 }
 
 /* Reads the events of out->operation_id into out->events. */
-static enum cs_store_status read_events(struct cs_store *store,
-                                        struct csw_mcp_operation_status_output *out, char *msg,
-                                        size_t cap)
+static enum cs_store_status
+read_events(struct cs_store *store, struct csw_mcp_operation_status_output *out, struct cs_diag *d)
 {
     sqlite3_stmt *st = stmt(store, ST_EVENTS);
     size_t have = 0, room = 0;
@@ -508,7 +530,7 @@ static enum cs_store_status read_events(struct cs_store *store,
             struct csw_mcp_operation_status_output_events_item *nv =
                 cs_wire_malloc(nroom * sizeof *nv);
             if (nv == NULL) {
-                msgf(msg, cap, "operations database: out of memory");
+                cs__store_fail(d, CS_STORE_ERROR, "operations database: out of memory");
                 goto out;
             }
             memset(nv, 0, nroom * sizeof *nv);
@@ -528,21 +550,22 @@ static enum cs_store_status read_events(struct cs_store *store,
                     ? csw_mcp_operation_status_output_events_item_reason_from_name(reason, n)
                     : 0;
         if (k < 0 || r < 0) {
-            msgf(msg, cap, "operations database: operation %s has an invalid event",
-                 out->operation_id.s);
+            cs__store_fail(d, CS_STORE_ERROR,
+                           "operations database: operation %s has an invalid event",
+                           out->operation_id.s);
             goto out;
         }
         e->name = (enum csw_mcp_operation_status_output_events_item_name)k;
         e->has_reason = reason != NULL;
         e->reason = (enum csw_mcp_operation_status_output_events_item_reason)r;
         if (set_col(&e->at, st, 1) != 0) {
-            msgf(msg, cap, "operations database: out of memory");
+            cs__store_fail(d, CS_STORE_ERROR, "operations database: out of memory");
             goto out;
         }
         rc = SQLITE_OK;
     }
     if (rc != SQLITE_DONE) {
-        ret = db_fail(store, msg, cap, "read events");
+        ret = db_fail(store, d, "read events");
         goto out;
     }
     out->events.v = v;
@@ -560,31 +583,31 @@ out:
 
 /* Fills out from the row st (ROW_COLUMNS) is on. */
 static enum cs_store_status fill_status(struct cs_store *store, sqlite3_stmt *st,
-                                        struct csw_mcp_operation_status_output *out, char *msg,
-                                        size_t cap)
+                                        struct csw_mcp_operation_status_output *out,
+                                        struct cs_diag *d)
 {
     size_t n;
     const char *s = col_text(st, 3, &n);
     int status = s != NULL ? csw_patch_status_from_name(s, n) : -1;
     s = col_text(st, 2, &n);
     if (status < 0 || s == NULL || n != 5 || memcmp(s, "patch", 5) != 0) {
-        msgf(msg, cap, "operations database: a row has an invalid status or kind");
-        return CS_STORE_ERROR;
+        return cs__store_fail(d, CS_STORE_ERROR,
+                              "operations database: a row has an invalid status or kind");
     }
     out->status = (enum csw_patch_status)status;
     out->replayed = false;
     if (set_col(&out->operation_id, st, 0) != 0 || set_col(&out->workspace_id, st, 1) != 0 ||
         set_col(&out->created_at, st, 5) != 0)
-        return nomem(msg, cap);
+        return nomem(d);
     if (sqlite3_column_type(st, 6) != SQLITE_NULL) {
         out->has_finished_at = true;
         if (set_col(&out->finished_at, st, 6) != 0)
-            return nomem(msg, cap);
+            return nomem(d);
     }
     s = col_text(st, 4, &n);
     if (s != NULL) {
-        struct csw_mcp_apply_patch_output r;
-        enum cs_store_status ret = decode_result(s, n, &r, msg, cap);
+        struct csw_mcp_apply_patch_output r = {0}; /* decode_result fills it on success */
+        enum cs_store_status ret = decode_result(s, n, &r, d);
         if (ret != CS_STORE_OK)
             return ret;
         /* Move the arrays: both structs come from the same allocator and item types. */
@@ -598,19 +621,19 @@ static enum cs_store_status fill_status(struct cs_store *store, sqlite3_stmt *st
         r.changes.n = 0;
         csw_mcp_apply_patch_output_free(&r);
     }
-    return read_events(store, out, msg, cap);
+    return read_events(store, out, d);
 }
 
 static enum cs_store_status get_status(struct cs_store *store, enum stmt_id which, const char *s,
                                        size_t n, struct csw_mcp_operation_status_output *out,
-                                       char *msg, size_t cap)
+                                       struct cs_diag *d)
 {
     enum cs_store_status ret = CS_STORE_ERROR;
     memset(out, 0, sizeof *out);
     /* One read transaction: the row and its events come from one snapshot. */
     int rc = run(store, ST_BEGIN);
     if (rc != SQLITE_OK) {
-        ret = db_fail(store, msg, cap, "begin");
+        ret = db_fail(store, d, "begin");
         goto out;
     }
     sqlite3_stmt *st = stmt(store, which);
@@ -618,13 +641,13 @@ static enum cs_store_status get_status(struct cs_store *store, enum stmt_id whic
     if (rc == SQLITE_OK)
         rc = sqlite3_step(st);
     if (rc == SQLITE_DONE) {
-        msgf(msg, cap, "operations database: no operation with that %s",
-             which == ST_GET_ID ? "id" : "key");
-        ret = CS_STORE_NOT_FOUND;
+        ret =
+            cs__store_fail(d, CS_STORE_NOT_FOUND, "operations database: no operation with that %s",
+                           which == ST_GET_ID ? "id" : "key");
     } else if (rc == SQLITE_ROW) {
-        ret = fill_status(store, st, out, msg, cap);
+        ret = fill_status(store, st, out, d);
     } else {
-        ret = db_fail(store, msg, cap, "look up operation");
+        ret = db_fail(store, d, "look up operation");
     }
     sqlite3_reset(st);
 out:
@@ -635,45 +658,45 @@ out:
 }
 
 enum cs_store_status cs_store_get_by_id(struct cs_store *store, const char *id, size_t id_n,
-                                        struct csw_mcp_operation_status_output *out, char *msg,
-                                        size_t cap)
+                                        struct csw_mcp_operation_status_output *out,
+                                        struct cs_diag *d)
 {
-    return get_status(store, ST_GET_ID, id, id_n, out, msg, cap);
+    return get_status(store, ST_GET_ID, id, id_n, out, d);
 }
 
 enum cs_store_status cs_store_get_by_key(struct cs_store *store, const char *key, size_t key_n,
-                                         struct csw_mcp_operation_status_output *out, char *msg,
-                                         size_t cap)
+                                         struct csw_mcp_operation_status_output *out,
+                                         struct cs_diag *d)
 {
-    return get_status(store, ST_GET_KEY, key, key_n, out, msg, cap);
+    return get_status(store, ST_GET_KEY, key, key_n, out, d);
 }
 
 enum cs_store_status cs_store_get_result(struct cs_store *store, const char *id,
-                                         struct csw_mcp_apply_patch_output *out, char *msg,
-                                         size_t cap)
+                                         struct csw_mcp_apply_patch_output *out, struct cs_diag *d)
 {
     memset(out, 0, sizeof *out);
     sqlite3_stmt *st = NULL;
-    enum cs_store_status ret = row_by_id(store, ST_GET_ID, id, &st, msg, cap);
+    enum cs_store_status ret = row_by_id(store, ST_GET_ID, id, &st, d);
     if (ret != CS_STORE_OK)
         goto out;
     ret = CS_STORE_ERROR;
     size_t n;
     const char *s = col_text(st, 4, &n);
     if (s != NULL) {
-        ret = decode_result(s, n, out, msg, cap);
+        ret = decode_result(s, n, out, d);
         if (ret != CS_STORE_OK)
             goto out;
     } else {
         s = col_text(st, 3, &n);
         int status = s != NULL ? csw_patch_status_from_name(s, n) : -1;
         if (status < 0) {
-            msgf(msg, cap, "operations database: operation %s has an invalid status", id);
+            cs__store_fail(d, CS_STORE_ERROR,
+                           "operations database: operation %s has an invalid status", id);
             goto out;
         }
         out->status = (enum csw_patch_status)status;
         if (cs_str_set_n(&out->operation_id, id, strlen(id)) != 0) {
-            msgf(msg, cap, "operations database: out of memory");
+            cs__store_fail(d, CS_STORE_ERROR, "operations database: out of memory");
             goto out;
         }
     }
@@ -754,7 +777,7 @@ static void fingerprint_view(const struct cs_wire_object *o, char *v, const char
 
 enum cs_store_status cs__store_fingerprint_of(const struct cs_wire_type *t, const void *in,
                                               const char *drop, char out[CS_STORE_FINGERPRINT_SIZE],
-                                              char *msg, size_t cap)
+                                              struct cs_diag *d)
 {
     static const char digits[] = "0123456789abcdef";
     enum cs_store_status ret = CS_STORE_ERROR;
@@ -763,7 +786,7 @@ enum cs_store_status cs__store_fingerprint_of(const struct cs_wire_type *t, cons
     json_t *j = NULL;
     char *view = t->kind == CS_WIRE_OBJECT ? malloc(t->size) : NULL;
     if (view == NULL) {
-        msgf(msg, cap, "fingerprint: out of memory, or not an object type");
+        cs__store_fail(d, CS_STORE_ERROR, "fingerprint: out of memory, or not an object type");
         goto out;
     }
     memcpy(view, in, t->size);
@@ -771,12 +794,13 @@ enum cs_store_status cs__store_fingerprint_of(const struct cs_wire_type *t, cons
     struct cs_wire_diag diag;
     if (cs_wire_encode(t, view, &j, &diag) != CS_WIRE_OK) {
         char buf[600];
-        msgf(msg, cap, "fingerprint: %s", cs_wire_diag_format(&diag, buf, sizeof buf));
+        cs__store_fail(d, CS_STORE_ERROR, "fingerprint: %s",
+                       cs_wire_diag_format(&diag, buf, sizeof buf));
         goto out;
     }
     text = json_dumps(j, JSON_SORT_KEYS | JSON_COMPACT | JSON_ENSURE_ASCII);
     if (text == NULL) {
-        msgf(msg, cap, "fingerprint: out of memory");
+        cs__store_fail(d, CS_STORE_ERROR, "fingerprint: out of memory");
         goto out;
     }
     unsigned char md[EVP_MAX_MD_SIZE];
@@ -785,7 +809,7 @@ enum cs_store_status cs__store_fingerprint_of(const struct cs_wire_type *t, cons
     if (ctx == NULL || EVP_DigestInit_ex(ctx, EVP_sha256(), NULL) != 1 ||
         EVP_DigestUpdate(ctx, text, strlen(text)) != 1 || EVP_DigestFinal_ex(ctx, md, &mdn) != 1 ||
         mdn != 32) {
-        msgf(msg, cap, "fingerprint: SHA-256 failed");
+        cs__store_fail(d, CS_STORE_ERROR, "fingerprint: SHA-256 failed");
         goto out;
     }
     memcpy(out, "sha256:", 7);
@@ -804,9 +828,7 @@ out:
 }
 
 enum cs_store_status cs_store_fingerprint(const struct csw_mcp_apply_patch_input *in,
-                                          char out[CS_STORE_FINGERPRINT_SIZE], char *msg,
-                                          size_t cap)
+                                          char out[CS_STORE_FINGERPRINT_SIZE], struct cs_diag *d)
 {
-    return cs__store_fingerprint_of(&csw_mcp_apply_patch_input_type, in, "operation_key", out, msg,
-                                    cap);
+    return cs__store_fingerprint_of(&csw_mcp_apply_patch_input_type, in, "operation_key", out, d);
 }

@@ -54,12 +54,12 @@ static const char *const migrations[CS_STORE_SCHEMA_VERSION] = {
 /* ---- open ---- */
 
 /* Creates the missing parent directories of path with mode 0700. */
-static enum cs_store_status make_parents(const char *path, char *msg, size_t cap)
+static enum cs_store_status make_parents(const char *path, struct cs_diag *d)
 {
     enum cs_store_status ret = CS_STORE_ERROR;
     char *dir = strdup(path);
     if (dir == NULL) {
-        msgf(msg, cap, "operations database %s: out of memory", path);
+        cs__store_fail(d, CS_STORE_ERROR, "operations database %s: out of memory", path);
         goto out;
     }
     char *slash = strrchr(dir, '/');
@@ -74,8 +74,9 @@ static enum cs_store_status make_parents(const char *path, char *msg, size_t cap
             continue;
         *p = '\0';
         if (p[-1] != '/' && mkdir(dir, 0700) != 0 && errno != EEXIST) {
-            msgf(msg, cap, "operations database %s: cannot create directory %s: %s", path, dir,
-                 strerror(errno));
+            cs__store_fail(d, CS_STORE_ERROR,
+                           "operations database %s: cannot create directory %s: %s", path, dir,
+                           strerror(errno));
             goto out;
         }
         if (end)
@@ -159,7 +160,7 @@ static int migrate(sqlite3 *db, long long from, const char **what)
     return SQLITE_OK;
 }
 
-enum cs_store_status cs_store_open(const char *path, struct cs_store **out, char *msg, size_t cap)
+enum cs_store_status cs_store_open(const char *path, struct cs_store **out, struct cs_diag *d)
 {
     enum cs_store_status ret = CS_STORE_ERROR;
     struct cs_store *store = NULL;
@@ -169,14 +170,14 @@ enum cs_store_status cs_store_open(const char *path, struct cs_store **out, char
     *out = NULL;
 
     if (!memory && path[0] == '\0') {
-        msgf(msg, cap, "operations database: empty path");
+        cs__store_fail(d, CS_STORE_ERROR, "operations database: empty path");
         goto out;
     }
-    if (!memory && make_parents(path, msg, cap) != CS_STORE_OK)
+    if (!memory && make_parents(path, d) != CS_STORE_OK)
         goto out;
     store = calloc(1, sizeof *store);
     if (store == NULL) {
-        msgf(msg, cap, "operations database %s: out of memory", path);
+        cs__store_fail(d, CS_STORE_ERROR, "operations database %s: out of memory", path);
         goto out;
     }
     /* No URI parsing: the operator's path is a file name, whatever characters it holds. */
@@ -209,10 +210,11 @@ enum cs_store_status cs_store_open(const char *path, struct cs_store **out, char
     if (rc != SQLITE_OK)
         goto out;
     if (strcmp(check, "ok") != 0) {
-        msgf(msg, cap,
-             "operations database %s: corrupt (quick_check: %s); refusing to use it, the file was "
-             "left as it is",
-             path, check);
+        cs__store_fail(
+            d, CS_STORE_ERROR,
+            "operations database %s: corrupt (quick_check: %s); refusing to use it, the file was "
+            "left as it is",
+            path, check);
         goto out;
     }
     what = "read application_id";
@@ -224,18 +226,20 @@ enum cs_store_status cs_store_open(const char *path, struct cs_store **out, char
     if (rc != SQLITE_OK)
         goto out;
     if (version > CS_STORE_SCHEMA_VERSION) {
-        msgf(msg, cap,
-             "operations database %s: schema version %lld is newer than this server's (%d); "
-             "refusing to use it",
-             path, version, CS_STORE_SCHEMA_VERSION);
+        cs__store_fail(
+            d, CS_STORE_ERROR,
+            "operations database %s: schema version %lld is newer than this server's (%d); "
+            "refusing to use it",
+            path, version, CS_STORE_SCHEMA_VERSION);
         goto out;
     }
     if ((version > 0 && app_id != CS_STORE_APPLICATION_ID) || (version == 0 && objects > 0) ||
         version < 0) {
-        msgf(msg, cap,
-             "operations database %s: not a CodeSpace operations database (application_id %lld, "
-             "user_version %lld); refusing to use it",
-             path, app_id, version);
+        cs__store_fail(
+            d, CS_STORE_ERROR,
+            "operations database %s: not a CodeSpace operations database (application_id %lld, "
+            "user_version %lld); refusing to use it",
+            path, app_id, version);
         goto out;
     }
 
@@ -251,7 +255,8 @@ enum cs_store_status cs_store_open(const char *path, struct cs_store **out, char
     if (rc != SQLITE_OK)
         goto out;
     if (strcmp(mode, memory ? "memory" : "wal") != 0) {
-        msgf(msg, cap, "operations database %s: journal_mode=WAL answered \"%s\"", path, mode);
+        cs__store_fail(d, CS_STORE_ERROR,
+                       "operations database %s: journal_mode=WAL answered \"%s\"", path, mode);
         goto out;
     }
     /* FULL: in WAL mode every commit syncs the WAL, so a minted row is on disk before the patch's
@@ -275,12 +280,13 @@ out:
     if (ret != CS_STORE_OK && rc != SQLITE_OK) {
         /* errno (from the VFS) says why a file could not be opened: permissions, a directory. */
         int errnum = store->db != NULL ? sqlite3_system_errno(store->db) : 0;
-        msgf(msg, cap,
-             "operations database %s: %s failed: %s (SQLite code %d%s%s); the file was left as "
-             "it is",
-             path, what, store->db != NULL ? sqlite3_errmsg(store->db) : sqlite3_errstr(rc),
-             store->db != NULL ? sqlite3_extended_errcode(store->db) : rc, errnum != 0 ? ", " : "",
-             errnum != 0 ? strerror(errnum) : "");
+        cs__store_fail(
+            d, CS_STORE_ERROR,
+            "operations database %s: %s failed: %s (SQLite code %d%s%s); the file was left as "
+            "it is",
+            path, what, store->db != NULL ? sqlite3_errmsg(store->db) : sqlite3_errstr(rc),
+            store->db != NULL ? sqlite3_extended_errcode(store->db) : rc, errnum != 0 ? ", " : "",
+            errnum != 0 ? strerror(errnum) : "");
     }
     cs_store_close(store);
     return ret;

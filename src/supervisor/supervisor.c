@@ -243,11 +243,12 @@ static void answer_read(struct proc *p, int64_t cursor, cs_supervisor_done_fn do
     uint64_t from = retained_from(p);
     uint64_t start = read_start(p, cursor);
     if (p->finished && p->term == CSW_PROCESS_TERMINATION_TIMEOUT && start == p->ring.total) {
-        char msg[160];
-        snprintf(msg, sizeof msg,
-                 "the process was killed at its time limit (%lld ms); no output past cursor %llu",
-                 (long long)p->s->lim.timeout_ms, (unsigned long long)p->ring.total);
-        done(arg, CSW_ERROR_TIMEOUT, msg, NULL);
+        struct cs_diag dg;
+        cs_diag_set(
+            &dg, CSW_ERROR_TIMEOUT,
+            "the process was killed at its time limit (%lld ms); no output past cursor %llu",
+            (long long)p->s->lim.timeout_ms, (unsigned long long)p->ring.total);
+        done(arg, (int)dg.code, dg.text, NULL);
         return;
     }
     uint64_t next = 0;
@@ -506,6 +507,7 @@ static void sweep(struct cs_supervisor *s)
     while (s->exited > s->lim.retain_max) {
         struct proc *oldest = NULL;
         for (struct proc *p = s->procs; p; p = p->next)
+            /* NOLINTNEXTLINE(clang-analyzer-unix.Malloc): list kept whole by proc_unlink */
             if (p->finished && !p->pinned && (!oldest || p->finished_at < oldest->finished_at))
                 oldest = p;
         if (!oldest)
@@ -541,6 +543,7 @@ static void maybe_finish(struct proc *p)
     if (p->on_exit)
         p->on_exit(p->exit_arg, p->id);
     while (p->waiters)
+        /* NOLINTNEXTLINE(clang-analyzer-unix.Malloc): waiter_answer unlinks the head */
         waiter_answer(p->waiters);
     p->pinned = false;
     sweep(s);
@@ -681,6 +684,7 @@ static void proc_free(struct proc *p)
     drop_plan(p);
     while (p->waiters) {
         struct waiter *w = p->waiters;
+        /* NOLINTNEXTLINE(clang-analyzer-unix.Malloc): waiter_unlink moves the head on */
         waiter_unlink(w);
         w->done(w->arg, CSW_ERROR_INTERNAL, "the server is shutting down", NULL);
         free(w);
@@ -778,10 +782,10 @@ static char *concat(const char *a, const char *b)
 
 /* Builds the plan for one command through the generated encoder, as `prepare` would write it,
  * and returns it as a sealed memfd for `run --plan-fd 5` (no prepare process, no plan file:
- * issue 20), or -1 with msg. Every rule prepare checks, run checks again on this plan
+ * issue 20), or -1 with d. Every rule prepare checks, run checks again on this plan
  * (cs_sbx_plan_parse), so nothing is trusted more for being built here. */
 static int sandbox_plan(struct cs_supervisor *s, const struct cs_supervisor_spawn *sp, char **argv,
-                        char **envp, size_t ne, char *msg, size_t cap)
+                        char **envp, size_t ne, struct cs_diag *d)
 {
     struct csw_sandbox_plan plan;
     memset(&plan, 0, sizeof plan);
@@ -789,7 +793,7 @@ static int sandbox_plan(struct cs_supervisor *s, const struct cs_supervisor_spaw
     struct csw_sandbox_plan_env_entry *env = calloc(ne, sizeof *env);
     int fd = -1;
     if (!av || !env) {
-        snprintf(msg, cap, "out of memory");
+        cs_diag_set(d, CSW_ERROR_PROCESS_SPAWN_FAILED, "out of memory");
         goto out;
     }
     for (size_t i = 0; i < sp->argc; i++)
@@ -811,7 +815,7 @@ static int sandbox_plan(struct cs_supervisor *s, const struct cs_supervisor_spaw
     if (sp->n_deny_mask > 0) {
         dm = calloc(sp->n_deny_mask, sizeof *dm);
         if (!dm) {
-            snprintf(msg, cap, "out of memory");
+            cs_diag_set(d, CSW_ERROR_PROCESS_SPAWN_FAILED, "out of memory");
             goto out;
         }
         for (size_t i = 0; i < sp->n_deny_mask; i++)
@@ -835,7 +839,7 @@ static int sandbox_plan(struct cs_supervisor *s, const struct cs_supervisor_spaw
     plan.sandbox_uid = s->lim.sandbox_uid;
     plan.has_sandbox_gid = s->lim.sandbox_gid > 0;
     plan.sandbox_gid = s->lim.sandbox_gid;
-    fd = cs__supervisor_sandbox_plan_memfd(&plan, msg, cap);
+    fd = cs__supervisor_sandbox_plan_memfd(&plan, d);
 out:
     free(av);
     free(dm);
@@ -844,13 +848,13 @@ out:
 }
 
 int cs_supervisor_spawn(struct cs_supervisor *s, const struct cs_supervisor_spawn *sp,
-                        cs_supervisor_done_fn done, void *arg, char *msg, size_t msg_cap)
+                        cs_supervisor_done_fn done, void *arg, struct cs_diag *d)
 {
     sweep(s);
     if ((int64_t)s->live >= s->lim.max_live) {
-        snprintf(msg, msg_cap, "live process limit reached (%lld processes run)",
-                 (long long)s->lim.max_live);
-        return CSW_ERROR_WORKSPACE_BUSY;
+        return cs_diag_set(d, CSW_ERROR_WORKSPACE_BUSY,
+                           "live process limit reached (%lld processes run)",
+                           (long long)s->lim.max_live);
     }
     int rc = CSW_ERROR_PROCESS_SPAWN_FAILED;
     /* The held root (base_roots.h); a process that holds none (tools, unit tests) opens the
@@ -859,9 +863,9 @@ int cs_supervisor_spawn(struct cs_supervisor *s, const struct cs_supervisor_spaw
     if (rootfd < 0 && !cs_roots_active())
         rootfd = own_rootfd = open(sp->root, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (rootfd < 0) {
-        snprintf(msg, msg_cap, "%s: %s", sp->root,
-                 cs_roots_active() ? "not a workspace root this process holds" : strerror(errno));
-        return rc;
+        return cs_diag_set(d, (enum csw_error)rc, "%s: %s", sp->root,
+                           cs_roots_active() ? "not a workspace root this process holds"
+                                             : strerror(errno));
     }
     char **argv = calloc(sp->argc + 1, sizeof *argv);
     enum { NENV = 11 };
@@ -873,17 +877,17 @@ int cs_supervisor_spawn(struct cs_supervisor *s, const struct cs_supervisor_spaw
     int plan_fd = -1;         /* the sealed plan of a sandboxed process */
     int report[2] = {-1, -1}; /* the denial report pipe of a sandboxed process */
     if (!argv || !p) {
-        snprintf(msg, msg_cap, "out of memory");
+        cs_diag_set(d, CSW_ERROR_PROCESS_SPAWN_FAILED, "out of memory");
         goto out;
     }
     for (size_t i = 0; i < sp->argc; i++) {
         if (memchr(sp->argv[i].s, '\0', sp->argv[i].n)) {
-            snprintf(msg, msg_cap, "command[%zu] contains a NUL byte", i);
+            cs_diag_set(d, CSW_ERROR_PROCESS_SPAWN_FAILED, "command[%zu] contains a NUL byte", i);
             goto out;
         }
         argv[i] = strndup(sp->argv[i].s, sp->argv[i].n);
         if (!argv[i]) {
-            snprintf(msg, msg_cap, "out of memory");
+            cs_diag_set(d, CSW_ERROR_PROCESS_SPAWN_FAILED, "out of memory");
             goto out;
         }
     }
@@ -902,7 +906,7 @@ int cs_supervisor_spawn(struct cs_supervisor *s, const struct cs_supervisor_spaw
         envp[ne++] = strdup("NO_COLOR=1");
     for (size_t i = 0; i < ne; i++) {
         if (!envp[i]) {
-            snprintf(msg, msg_cap, "out of memory");
+            cs_diag_set(d, CSW_ERROR_PROCESS_SPAWN_FAILED, "out of memory");
             goto out;
         }
     }
@@ -910,7 +914,7 @@ int cs_supervisor_spawn(struct cs_supervisor *s, const struct cs_supervisor_spaw
     snprintf(p->id, sizeof p->id, "%s", sp->process_id);
     p->workspace_id = strdup(sp->workspace_id ? sp->workspace_id : "");
     if (!p->workspace_id) {
-        snprintf(msg, msg_cap, "out of memory");
+        cs_diag_set(d, CSW_ERROR_PROCESS_SPAWN_FAILED, "out of memory");
         goto out;
     }
     p->tty = sp->tty;
@@ -932,9 +936,9 @@ int cs_supervisor_spawn(struct cs_supervisor *s, const struct cs_supervisor_spaw
         .cols = p->cols,
     };
     if (!s->sandbox && sp->network_enabled) {
-        snprintf(msg, msg_cap,
-                 "network \"enabled\" needs the Linux sandbox helper, whose probe failed: a "
-                 "missing Linux helper is not permission");
+        cs_diag_set(d, CSW_ERROR_PROCESS_SPAWN_FAILED,
+                    "network \"enabled\" needs the Linux sandbox helper, whose probe failed: a "
+                    "missing Linux helper is not permission");
         goto out;
     }
     if (s->sandbox) {
@@ -944,8 +948,9 @@ int cs_supervisor_spawn(struct cs_supervisor *s, const struct cs_supervisor_spaw
         if (!strchr(argv[0], '/')) {
             char *found = cs__supervisor_lookup(CS_SUPERVISOR_SANDBOX_PATH, argv[0]);
             if (!found) {
-                snprintf(msg, msg_cap, "%s: command not found in the sandbox PATH (%s)", argv[0],
-                         CS_SUPERVISOR_SANDBOX_PATH);
+                cs_diag_set(d, CSW_ERROR_PROCESS_SPAWN_FAILED,
+                            "%s: command not found in the sandbox PATH (%s)", argv[0],
+                            CS_SUPERVISOR_SANDBOX_PATH);
                 goto out;
             }
             free(found);
@@ -958,11 +963,11 @@ int cs_supervisor_spawn(struct cs_supervisor *s, const struct cs_supervisor_spaw
                     : faccessat(rootfd, argv[0], X_OK, AT_EACCESS) != 0 ? errno
                                                                         : 0;
             if (e != 0) {
-                snprintf(msg, msg_cap, "%s: %s", argv[0], strerror(e));
+                cs_diag_set(d, CSW_ERROR_PROCESS_SPAWN_FAILED, "%s: %s", argv[0], strerror(e));
                 goto out;
             }
         }
-        plan_fd = sandbox_plan(s, sp, argv, envp, ne, msg, msg_cap);
+        plan_fd = sandbox_plan(s, sp, argv, envp, ne, d);
         if (plan_fd < 0)
             goto out;
         run_argv[0] = (char *)"codespace-linux-sandbox";
@@ -981,7 +986,8 @@ int cs_supervisor_spawn(struct cs_supervisor *s, const struct cs_supervisor_spaw
          * clobber one with the other; the read end non-blocking, read after the reap. */
         int rp[2];
         if (pipe2(rp, O_CLOEXEC | O_NONBLOCK) != 0) {
-            snprintf(msg, msg_cap, "cannot create the report pipe: %s", strerror(errno));
+            cs_diag_set(d, CSW_ERROR_PROCESS_SPAWN_FAILED, "cannot create the report pipe: %s",
+                        strerror(errno));
             goto out;
         }
         report[0] = fcntl(rp[0], F_DUPFD_CLOEXEC, 5);
@@ -989,18 +995,20 @@ int cs_supervisor_spawn(struct cs_supervisor *s, const struct cs_supervisor_spaw
         close(rp[0]);
         close(rp[1]);
         if (report[0] < 0 || report[1] < 0) {
-            snprintf(msg, msg_cap, "cannot create the report pipe: %s", strerror(errno));
+            cs_diag_set(d, CSW_ERROR_PROCESS_SPAWN_FAILED, "cannot create the report pipe: %s",
+                        strerror(errno));
             goto out;
         }
         /* The helper's writes must not block it: a pipe's 64 KiB hold a whole report. */
         if (fcntl(report[1], F_SETFL, 0) != 0) {
-            snprintf(msg, msg_cap, "cannot create the report pipe: %s", strerror(errno));
+            cs_diag_set(d, CSW_ERROR_PROCESS_SPAWN_FAILED, "cannot create the report pipe: %s",
+                        strerror(errno));
             goto out;
         }
     }
     cmd.report_fd = report[1];
     struct cs__supervisor_fds fds;
-    int started = cs__supervisor_start(&cmd, &fds, msg, msg_cap);
+    int started = cs__supervisor_start(&cmd, &fds, d);
     if (plan_fd >= 0) /* the helper has its own copy, or never will */
         close(plan_fd);
     plan_fd = -1;
@@ -1033,7 +1041,8 @@ int cs_supervisor_spawn(struct cs_supervisor *s, const struct cs_supervisor_spaw
         s->loop, sp->timeout_ms > 0 ? sp->timeout_ms : s->lim.timeout_ms, on_time_limit, p);
     if (!p->pidw || !p->outw || !p->limit_timer) {
         /* Cannot watch it: it must not run unwatched. */
-        snprintf(msg, msg_cap, "out of resources watching the process: %s", strerror(errno));
+        cs_diag_set(d, CSW_ERROR_PROCESS_SPAWN_FAILED, "out of resources watching the process: %s",
+                    strerror(errno));
         proc_free(p);
         p = NULL;
         goto out;
@@ -1072,8 +1081,10 @@ out:
 static struct proc *find(struct cs_supervisor *s, const struct cs_str *id)
 {
     sweep(s);
+    /* NOLINTNEXTLINE(clang-analyzer-unix.Malloc): list kept whole by proc_unlink */
     for (struct proc *p = s->procs; p; p = p->next)
         if (strlen(p->id) == id->n && memcmp(p->id, id->s, id->n) == 0)
+            /* NOLINTNEXTLINE(clang-analyzer-unix.Malloc): as above */
             return p;
     return NULL;
 }
@@ -1177,7 +1188,7 @@ void cs_supervisor_write_stdin(struct cs_supervisor *s, const struct csw_mcp_wri
     memcpy(data, in->data.s, in->data.n);
     if (extra) {
         struct termios tio;
-        data[in->data.n] = tcgetattr(p->in, &tio) == 0 ? (char)tio.c_cc[VEOF] : (char)4;
+        data[in->data.n] = (char)(tcgetattr(p->in, &tio) == 0 ? tio.c_cc[VEOF] : 4);
     }
     r->data = data;
     r->n = in->data.n + extra;
@@ -1258,9 +1269,9 @@ void cs_supervisor_resize(struct cs_supervisor *s, const struct csw_mcp_process_
     }
     struct winsize ws = {.ws_row = (unsigned short)in->rows, .ws_col = (unsigned short)in->cols};
     if (ioctl(p->out, TIOCSWINSZ, &ws) != 0) {
-        char msg[128];
-        snprintf(msg, sizeof msg, "TIOCSWINSZ: %s", strerror(errno));
-        done(arg, CSW_ERROR_INTERNAL, msg, NULL);
+        struct cs_diag dg;
+        cs_diag_set(&dg, CSW_ERROR_INTERNAL, "TIOCSWINSZ: %s", strerror(errno));
+        done(arg, (int)dg.code, dg.text, NULL);
         return;
     }
     p->rows = in->rows;

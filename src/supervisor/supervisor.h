@@ -23,6 +23,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "base_diag.h"
 #include "base_loop.h"
 #include "csw.h"
 
@@ -83,10 +84,9 @@ int cs_supervisor_sandbox_probe(const char *helper, char *msg, size_t cap);
  * whose held root is rootfd can get an unprivileged identity. A root owned by uid or gid 0 needs an
  * idmapped bind (the root's owner mapped to uid/gid); this makes one, detached, in a throwaway
  * user namespace, exactly as the helper will. Returns 0 (possible, or not root, or not needed),
- * or -1 with msg saying why not.
+ * or -1 with d saying why not.
  */
-int cs_supervisor_sandbox_identity_check(int rootfd, int64_t uid, int64_t gid, char *msg,
-                                         size_t cap);
+int cs_supervisor_sandbox_identity_check(int rootfd, int64_t uid, int64_t gid, struct cs_diag *d);
 
 /*
  * Completes one request. code is 0 with out pointing to the tool's output struct (borrowed for
@@ -142,11 +142,11 @@ struct cs_supervisor_spawn {
  * csw_mcp_exec_command_output (at once when yield_ms is 0, else when it finished or yield_ms
  * passed), and on_exit runs once when it finishes. Otherwise returns CSW_ERROR_WORKSPACE_BUSY
  * (live-process limit reached, nothing spawned) or CSW_ERROR_PROCESS_SPAWN_FAILED (nothing
- * started: missing executable, bad argv, out of resources) with msg saying why; done and on_exit
- * are never called then.
+ * started: missing executable, bad argv, out of resources), with d (may be NULL) holding that
+ * code and saying why; done and on_exit are never called then.
  */
 int cs_supervisor_spawn(struct cs_supervisor *s, const struct cs_supervisor_spawn *sp,
-                        cs_supervisor_done_fn done, void *arg, char *msg, size_t msg_cap);
+                        cs_supervisor_done_fn done, void *arg, struct cs_diag *d);
 
 /* The workspace id a process (live or retained) was started for, or NULL (borrowed until the
  * next supervisor call). */

@@ -43,8 +43,8 @@ char *cs__supervisor_lookup(const char *path, const char *name);
 
 /* The plan as the helper's `run --plan-fd` takes it: encoded here through the generated encoder
  * into a memfd (close-on-exec) sealed against writes, growing, shrinking and new seals, at fd
- * 6 or above. Returns the fd, or -1 with msg saying why. */
-int cs__supervisor_sandbox_plan_memfd(const struct csw_sandbox_plan *plan, char *msg, size_t cap);
+ * 6 or above. Returns the fd, or -1 with d saying why. */
+int cs__supervisor_sandbox_plan_memfd(const struct csw_sandbox_plan *plan, struct cs_diag *d);
 
 /* The TMPDIR given to the sandbox helper (static storage). */
 const char *cs__supervisor_helper_tmpdir(void);
@@ -63,9 +63,9 @@ int cs__supervisor_plan_remove(const char *plan_path);
  * (pid not alive, or over an hour old), ours only (uid). Returns how many went, or -1. */
 int cs__supervisor_plan_sweep(void);
 
-/* Starts cmd. Returns 0 with fds filled, or -1 with msg saying why (nothing is left running and
- * no descriptor is left open). */
+/* Starts cmd. Returns 0 with fds filled, or -1 with d (may be NULL) saying why under
+ * CSW_ERROR_PROCESS_SPAWN_FAILED (nothing is left running and no descriptor is left open). */
 int cs__supervisor_start(const struct cs__supervisor_cmd *cmd, struct cs__supervisor_fds *fds,
-                         char *msg, size_t cap);
+                         struct cs_diag *d);
 
 #endif

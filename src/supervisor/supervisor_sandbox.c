@@ -220,13 +220,14 @@ int cs_supervisor_sandbox_probe(const char *helper, char *msg, size_t cap)
 
 /* ---- the plan as a sealed memfd (issue 20: no prepare process, no file) ---- */
 
-int cs__supervisor_sandbox_plan_memfd(const struct csw_sandbox_plan *plan, char *msg, size_t cap)
+int cs__supervisor_sandbox_plan_memfd(const struct csw_sandbox_plan *plan, struct cs_diag *d)
 {
     char *text = NULL;
     size_t n = 0;
     struct cs_wire_diag diag;
     if (csw_sandbox_plan_encode_text(plan, &text, &n, &diag) != CS_WIRE_OK) {
-        snprintf(msg, cap, "sandbox plan: %s: %s", diag.pointer, diag.text);
+        cs_diag_set(d, CSW_ERROR_PROCESS_SPAWN_FAILED, "sandbox plan: %s: %s", diag.pointer,
+                    diag.text);
         return -1;
     }
     int fd = memfd_create("codespace-sandbox-plan", MFD_CLOEXEC | MFD_ALLOW_SEALING);
@@ -252,7 +253,8 @@ int cs__supervisor_sandbox_plan_memfd(const struct csw_sandbox_plan *plan, char 
     cs_wire_release(text);
     return high;
 fail:
-    snprintf(msg, cap, "sandbox plan memfd: %s", strerror(errno ? errno : EIO));
+    cs_diag_set(d, CSW_ERROR_PROCESS_SPAWN_FAILED, "sandbox plan memfd: %s",
+                strerror(errno ? errno : EIO));
     if (fd >= 0)
         close(fd);
     cs_wire_release(text);
@@ -320,7 +322,8 @@ int cs__supervisor_plan_remove(const char *plan_path)
         return -1;
     const char *name = plan_path + nt + 1;
     const char *slash = strchr(name, '/');
-    if (!slash || strcmp(slash, "/plan") != 0 || strncmp(name, PLAN_PREFIX, strlen(PLAN_PREFIX)))
+    if (!slash || strcmp(slash, "/plan") != 0 ||
+        strncmp(name, PLAN_PREFIX, strlen(PLAN_PREFIX)) != 0)
         return -1;
     char dir[NAME_MAX + 1];
     size_t nd = (size_t)(slash - name);
@@ -385,14 +388,14 @@ static int write_proc(pid_t pid, const char *file, const char *text)
     return n == (ssize_t)strlen(text) ? 0 : -1;
 }
 
-int cs_supervisor_sandbox_identity_check(int rootfd, int64_t uid, int64_t gid, char *msg,
-                                         size_t cap)
+int cs_supervisor_sandbox_identity_check(int rootfd, int64_t uid, int64_t gid, struct cs_diag *d)
 {
     struct stat st;
     if (geteuid() != 0)
         return 0;
     if (fstat(rootfd, &st) != 0) {
-        snprintf(msg, cap, "cannot stat the workspace root: %s", strerror(errno));
+        cs_diag_set(d, CSW_ERROR_PROCESS_SPAWN_FAILED, "cannot stat the workspace root: %s",
+                    strerror(errno));
         return -1;
     }
     if (st.st_uid != 0 && st.st_gid != 0)
@@ -403,18 +406,18 @@ int cs_supervisor_sandbox_identity_check(int rootfd, int64_t uid, int64_t gid, c
      * pipes, so neither side can read its own byte back. */
     int up[2], down[2];
     if (pipe2(up, O_CLOEXEC) != 0) {
-        snprintf(msg, cap, "pipe: %s", strerror(errno));
+        cs_diag_set(d, CSW_ERROR_PROCESS_SPAWN_FAILED, "pipe: %s", strerror(errno));
         return -1;
     }
     if (pipe2(down, O_CLOEXEC) != 0) {
-        snprintf(msg, cap, "pipe: %s", strerror(errno));
+        cs_diag_set(d, CSW_ERROR_PROCESS_SPAWN_FAILED, "pipe: %s", strerror(errno));
         close(up[0]);
         close(up[1]);
         return -1;
     }
     pid_t pid = fork();
     if (pid < 0) {
-        snprintf(msg, cap, "fork: %s", strerror(errno));
+        cs_diag_set(d, CSW_ERROR_PROCESS_SPAWN_FAILED, "fork: %s", strerror(errno));
         close(up[0]);
         close(up[1]);
         close(down[0]);
@@ -462,12 +465,13 @@ int cs_supervisor_sandbox_identity_check(int rootfd, int64_t uid, int64_t gid, c
     rc = 0;
 out:
     if (rc != 0)
-        snprintf(msg, cap,
-                 "this server runs as root and the workspace root is owned by root, so commands "
-                 "must run as the unprivileged id %lld through an idmapped bind of the "
-                 "workspace, which this kernel or the workspace's filesystem cannot provide (%s: "
-                 "%s); no command runs as host root instead",
-                 (long long)uid, step, c == 'x' ? "unshare refused" : strerror(errno));
+        cs_diag_set(
+            d, CSW_ERROR_PROCESS_SPAWN_FAILED,
+            "this server runs as root and the workspace root is owned by root, so commands "
+            "must run as the unprivileged id %lld through an idmapped bind of the "
+            "workspace, which this kernel or the workspace's filesystem cannot provide (%s: "
+            "%s); no command runs as host root instead",
+            (long long)uid, step, c == 'x' ? "unshare refused" : strerror(errno));
     if (tree >= 0)
         close(tree);
     if (ns >= 0)

@@ -17,6 +17,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <pthread.h>
 #include <sched.h>
@@ -111,14 +112,13 @@ struct ksigaction {
 __attribute__((no_sanitize("address", "undefined"))) static int child_main(void *arg)
 {
     struct child *c = arg;
-    long r;
     /* Every signal back to its default: the server ignores SIGPIPE and has handlers. */
     struct ksigaction dfl = {0};
     for (long sig = 1; sig < 65; sig++)
         if (sig != SIGKILL && sig != SIGSTOP)
             (void)syscall(SYS_rt_sigaction, sig, &dfl, NULL, 8L);
     c->step = "setsid";
-    if ((r = syscall(SYS_setsid)) < 0)
+    if (syscall(SYS_setsid) < 0)
         goto fail;
     /* The command's leader dies with its runner (the gateway, or the uds worker): a runner
      * killed with SIGKILL cannot leave commands behind. */
@@ -175,7 +175,7 @@ __attribute__((no_sanitize("address", "undefined"))) static int child_main(void 
         }
     }
     c->step = "close_range";
-    if (syscall(SYS_close_range, first_closed, (long)~0U, 0L) != 0)
+    if (syscall(SYS_close_range, first_closed, (long)UINT_MAX, 0L) != 0)
         goto fail;
     unsigned long none = 0;
     (void)syscall(SYS_rt_sigprocmask, (long)SIG_SETMASK, &none, NULL, 8L);
@@ -187,15 +187,15 @@ fail:
     return 127;
 }
 
-/* Starts the child; returns its pid (it has exec'd), or -1 with msg set (nothing left running). */
+/* Starts the child; returns its pid (it has exec'd), or -1 with d set (nothing left running). */
 static pid_t spawn_child(const struct cs__supervisor_cmd *cmd, const char *prog, const char *slave,
-                         int in, int out, char *msg, size_t cap)
+                         int in, int out, struct cs_diag *d)
 {
     enum { STACK = 64 * 1024 };
     void *stack =
         mmap(NULL, STACK, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
     if (stack == MAP_FAILED) {
-        cs_diag_format(msg, cap, "cannot spawn: %s", strerror(errno));
+        cs_diag_set(d, CSW_ERROR_PROCESS_SPAWN_FAILED, "cannot spawn: %s", strerror(errno));
         return -1;
     }
     struct child c = {
@@ -221,26 +221,25 @@ static pid_t spawn_child(const struct cs__supervisor_cmd *cmd, const char *prog,
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     munmap(stack, STACK);
     if (pid < 0) {
-        cs_diag_format(msg, cap, "cannot spawn: clone: %s", strerror(ce));
+        cs_diag_set(d, CSW_ERROR_PROCESS_SPAWN_FAILED, "cannot spawn: clone: %s", strerror(ce));
         return -1;
     }
     if (c.err != 0) {
         while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
             ;
         if (strcmp(c.step, "execve") == 0 || strcmp(c.step, "chdir") == 0)
-            cs_diag_format(msg, cap, "%s: %s",
-                           strcmp(c.step, "chdir") == 0 ? cmd->root : cmd->argv[0],
-                           strerror(c.err));
+            cs_diag_set(d, CSW_ERROR_PROCESS_SPAWN_FAILED, "%s: %s",
+                        strcmp(c.step, "chdir") == 0 ? cmd->root : cmd->argv[0], strerror(c.err));
         else
-            cs_diag_format(msg, cap, "cannot spawn %s: %s: %s", cmd->argv[0], c.step,
-                           strerror(c.err));
+            cs_diag_set(d, CSW_ERROR_PROCESS_SPAWN_FAILED, "cannot spawn %s: %s: %s", cmd->argv[0],
+                        c.step, strerror(c.err));
         return -1;
     }
     return pid;
 }
 
 int cs__supervisor_start(const struct cs__supervisor_cmd *cmd, struct cs__supervisor_fds *fds,
-                         char *msg, size_t cap)
+                         struct cs_diag *d)
 {
     int rc = -1;
     char *prog = NULL;
@@ -254,18 +253,20 @@ int cs__supervisor_start(const struct cs__supervisor_cmd *cmd, struct cs__superv
     } else {
         prog = cs__supervisor_lookup(cmd->path, cmd->argv[0]);
         if (!prog) {
-            cs_diag_format(msg, cap, "%s: command not found in the runner's PATH", cmd->argv[0]);
+            cs_diag_set(d, CSW_ERROR_PROCESS_SPAWN_FAILED,
+                        "%s: command not found in the runner's PATH", cmd->argv[0]);
             goto out;
         }
     }
     if (!prog) {
-        cs_diag_format(msg, cap, "spawn: %s", strerror(ENOMEM));
+        cs_diag_set(d, CSW_ERROR_PROCESS_SPAWN_FAILED, "spawn: %s", strerror(ENOMEM));
         goto out;
     }
     if (cmd->tty) {
         if (open_pty(&master, slave_path, sizeof slave_path, cmd->rows, cmd->cols) != 0 ||
             (slave = open(slave_path, O_RDWR | O_NOCTTY | O_CLOEXEC)) < 0) {
-            cs_diag_format(msg, cap, "cannot open a pseudo-terminal: %s", strerror(errno));
+            cs_diag_set(d, CSW_ERROR_PROCESS_SPAWN_FAILED, "cannot open a pseudo-terminal: %s",
+                        strerror(errno));
             goto out;
         }
     } else {
@@ -273,7 +274,8 @@ int cs__supervisor_start(const struct cs__supervisor_cmd *cmd, struct cs__superv
          * open file description). */
         if (pipe2(in, O_CLOEXEC) != 0 || pipe2(out, O_CLOEXEC) != 0 || set_nonblock(in[1]) != 0 ||
             set_nonblock(out[0]) != 0) {
-            cs_diag_format(msg, cap, "cannot create pipes: %s", strerror(errno));
+            cs_diag_set(d, CSW_ERROR_PROCESS_SPAWN_FAILED, "cannot create pipes: %s",
+                        strerror(errno));
             goto out;
         }
         /* A larger pipe lets a chatty command run ahead of the loop between reads. Best
@@ -281,7 +283,7 @@ int cs__supervisor_start(const struct cs__supervisor_cmd *cmd, struct cs__superv
         (void)fcntl(out[0], F_SETPIPE_SZ, 1024 * 1024);
     }
 
-    pid_t pid = spawn_child(cmd, prog, cmd->tty ? slave_path : NULL, in[0], out[1], msg, cap);
+    pid_t pid = spawn_child(cmd, prog, cmd->tty ? slave_path : NULL, in[0], out[1], d);
     if (pid < 0)
         goto out;
     /* The child has exec'd (the parent of a CLONE_VFORK child resumes only then), and it is a
@@ -292,7 +294,7 @@ int cs__supervisor_start(const struct cs__supervisor_cmd *cmd, struct cs__superv
         kill(pid, SIGKILL);
         while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
             ;
-        cs_diag_format(msg, cap, "pidfd_open: %s", strerror(pe));
+        cs_diag_set(d, CSW_ERROR_PROCESS_SPAWN_FAILED, "pidfd_open: %s", strerror(pe));
         goto out;
     }
     fds->pid = pid;

@@ -303,7 +303,7 @@ static void patch_done(void *arg, const struct cs_runner_reply *r)
 {
     struct patch_call *pc = arg;
     struct cs_tools *t = pc->t;
-    char smsg[512];
+    struct cs_diag sd = {0}; /* the ledger's account of a failed finish */
     struct csw_mcp_apply_patch_output out;
     memset(&out, 0, sizeof out);
     out.operation_id = (struct cs_str){pc->op_id, strlen(pc->op_id)};
@@ -311,8 +311,7 @@ static void patch_done(void *arg, const struct cs_runner_reply *r)
     case CS_RUNNER_OK: {
         const struct csw_runner_wire_apply_patch_result *res = &r->result->u.apply_patch.data;
         if (r->result->tag != CSW_RUNNER_WIRE_RESULT_APPLY_PATCH) {
-            (void)cs_store_finish(t->store, pc->op_id, CSW_PATCH_STATUS_UNKNOWN, NULL, true, smsg,
-                                  sizeof smsg);
+            (void)cs_store_finish(t->store, pc->op_id, CSW_PATCH_STATUS_UNKNOWN, NULL, true, &sd);
             cs_mcp_call_error(pc->call, CSW_ERROR_INTERNAL, pc->op_id,
                               "the runner answered apply_patch with another result");
             break;
@@ -322,11 +321,10 @@ static void patch_done(void *arg, const struct cs_runner_reply *r)
         out.files.n = res->files.n;
         out.changes.v = res->changes.v;
         out.changes.n = res->changes.n;
-        if (cs_store_finish(t->store, pc->op_id, out.status, &out, false, smsg, sizeof smsg) !=
-            CS_STORE_OK) {
+        if (cs_store_finish(t->store, pc->op_id, out.status, &out, false, &sd) != CS_STORE_OK) {
             cs_mcp_call_error(pc->call, CSW_ERROR_INTERNAL, pc->op_id,
                               "the patch ended %s but the ledger could not record it: %s",
-                              csw_patch_status_names[out.status], smsg);
+                              csw_patch_status_names[out.status], sd.text);
             break;
         }
         cs_mcp_call_ok(pc->call, &out);
@@ -335,21 +333,21 @@ static void patch_done(void *arg, const struct cs_runner_reply *r)
     case CS_RUNNER_ERROR:
         /* Rejected before any write: the row keeps the error, which a replay answers again. */
         (void)cs_store_finish_rejected(t->store, pc->op_id, (enum csw_error)r->code,
-                                       r->msg ? r->msg : "", smsg, sizeof smsg);
+                                       r->msg ? r->msg : "", &sd);
         cs_mcp_call_error(pc->call, (enum csw_error)r->code, pc->op_id, "%s", r->msg ? r->msg : "");
         break;
     case CS_RUNNER_BEFORE_DISPATCH:
         (void)cs_store_finish_rejected(t->store, pc->op_id, CSW_ERROR_TIMEOUT, r->msg ? r->msg : "",
-                                       smsg, sizeof smsg);
+                                       &sd);
         cs_mcp_call_error(pc->call, CSW_ERROR_TIMEOUT, pc->op_id, "%s", r->msg ? r->msg : "");
         break;
     case CS_RUNNER_AMBIGUOUS:
         /* The patch may or may not have been written: the row says unknown, for good. */
         out.status = CSW_PATCH_STATUS_UNKNOWN;
-        if (cs_store_finish(t->store, pc->op_id, out.status, &out, true, smsg, sizeof smsg) !=
-            CS_STORE_OK)
+        if (cs_store_finish(t->store, pc->op_id, out.status, &out, true, &sd) != CS_STORE_OK)
             cs_mcp_call_error(pc->call, CSW_ERROR_INTERNAL, pc->op_id,
-                              "the runner was lost and the ledger could not record it: %s", smsg);
+                              "the runner was lost and the ledger could not record it: %s",
+                              sd.text);
         else
             cs_mcp_call_ok(pc->call, &out);
         break;
@@ -621,19 +619,18 @@ static void operation_status_tool(void *arg, struct cs_mcp_call *call, const voi
         return;
     }
     struct csw_mcp_operation_status_output out;
-    char msg[512];
-    enum cs_store_status ss = in->has_operation_id
-                                  ? cs_store_get_by_id(t->store, in->operation_id.s,
-                                                       in->operation_id.n, &out, msg, sizeof msg)
-                                  : cs_store_get_by_key(t->store, in->operation_key.s,
-                                                        in->operation_key.n, &out, msg, sizeof msg);
+    struct cs_diag sd = {0};
+    enum cs_store_status ss =
+        in->has_operation_id
+            ? cs_store_get_by_id(t->store, in->operation_id.s, in->operation_id.n, &out, &sd)
+            : cs_store_get_by_key(t->store, in->operation_key.s, in->operation_key.n, &out, &sd);
     if (ss == CS_STORE_NOT_FOUND) {
         cs_mcp_call_error(call, CSW_ERROR_OPERATION_NOT_FOUND, NULL, "no operation with this %s",
                           in->has_operation_id ? "operation_id" : "operation_key");
         return;
     }
     if (ss != CS_STORE_OK) {
-        cs_mcp_call_error(call, CSW_ERROR_INTERNAL, NULL, "ledger: %s", msg);
+        cs_mcp_call_error(call, sd.code, NULL, "ledger: %s", sd.text);
         return;
     }
     cs_mcp_call_ok(call, &out);
@@ -742,6 +739,7 @@ static int identity_rules(struct cs_tools *t, bool sandboxed, const char *probe_
     for (size_t i = 0; i < cfg->n_workspaces; i++) {
         const struct cs_workspace *ws = &cfg->workspaces[i];
         char why[1024] = "";
+        struct cs_diag d = {0};
         if (ws->has_runner)
             continue; /* its worker applies its own (docs/scale-out.md) */
         if (!sandboxed)
@@ -749,10 +747,9 @@ static int identity_rules(struct cs_tools *t, bool sandboxed, const char *probe_
                      "this server runs as root and never runs a command as host root: without "
                      "the Linux sandbox (its probe failed: %s) no command can run",
                      probe_err);
-        else if (ws->has_root_fd &&
-                 cs_supervisor_sandbox_identity_check(ws->root_fd, cfg->sandbox_uid,
-                                                      cfg->sandbox_gid, why, sizeof why) != 0)
-            ; /* why is set */
+        else if (ws->has_root_fd && cs_supervisor_sandbox_identity_check(
+                                        ws->root_fd, cfg->sandbox_uid, cfg->sandbox_gid, &d) != 0)
+            snprintf(why, sizeof why, "%s", d.text);
         else
             continue;
         t->no_exec[i] = strdup(why);
@@ -895,7 +892,10 @@ int cs_tools_register(struct cs_mcp *srv, struct cs_tools *t, const struct cs_co
             .sandbox_uid = cfg->sandbox_uid,
             .sandbox_gid = cfg->sandbox_gid,
         };
-        t->runner = bin ? cs_runner_uds_new(loop, &opt, &ev, err, err_cap) : NULL;
+        struct cs_diag rd = {0};
+        t->runner = bin ? cs_runner_uds_new(loop, &opt, &ev, &rd) : NULL;
+        if (cs_diag_failed(&rd))
+            snprintf(err, err_cap, "%s", rd.text);
         free(bin);
     } else if (cfg->runner == CS_CONFIG_RUNNER_TCP) {
         /* A worker someone else started (docs/scale-out.md): its sandbox is its own. */

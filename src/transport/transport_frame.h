@@ -2,12 +2,13 @@
  * Transport framing: two resumable parsers (Ragel state machines) that cut a byte stream into
  * messages, plus the header encoder for the length-prefixed form.
  *   - lenframe: a 4-byte big-endian length, then that many bytes (runner wire protocol,
- * docs/contract/runtime.md section 4). A length of 0 or over the cap is a fatal stream error.
+ *     docs/contract/runtime.md §4). A length of 0 or over the cap is a fatal stream error.
  *   - lineframe: newline-delimited lines (stdio JSON-RPC, docs/contract/runtime.md §3). An
- * over-long line is reported once, skipped up to its newline without being buffered, and parsing
- * goes on. Trust: every input byte comes from an untrusted peer. Lengths are checked against the
- * cap set at init before anything is allocated; buffers never grow past the cap; bad input is a
- * status code, never an abort. The parsers do not validate UTF-8 or JSON: that is the caller's job.
+ *     over-long line is reported once, skipped up to its newline without being buffered, and
+ *     parsing goes on.
+ * Trust: every input byte comes from an untrusted peer. Lengths are checked against the cap set
+ * at init before anything is allocated; buffers never grow past the cap; bad input is a status
+ * code, never an abort. The parsers do not validate UTF-8 or JSON: that is the caller's job.
  * Entry points: cs_lenframe_init/feed/finish/fini, cs_lenframe_encode_header,
  * cs_lineframe_init/feed/finish/fini, cs_frame_status_str. The state machines are described in
  * docs/transport.md.

@@ -11,10 +11,10 @@ import json
 import os
 import shutil
 import stat
-import subprocess
 import sys
-import tempfile
 import unittest
+
+from checkcase import CheckCase, run
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
@@ -23,26 +23,9 @@ ALLOWLIST = os.path.join(HERE, "deps-allowlist.json")
 MCP_BIN = os.environ.get("CODESPACE_MCP_BIN")
 
 
-def run(script, *args):
-    r = subprocess.run([sys.executable, os.path.join(HERE, script), *args],
-                       capture_output=True, text=True, timeout=120)
-    return r.returncode, r.stdout + r.stderr
 
-
-class TmpCase(unittest.TestCase):
-    def setUp(self):
-        self.tmp = tempfile.mkdtemp(prefix="cs-checks-")
-        self.addCleanup(shutil.rmtree, self.tmp)
-
-    def assertFailsWith(self, result, *needles):
-        rc, out = result
-        self.assertEqual(rc, 1, out)
-        for n in needles:
-            self.assertIn(n, out)
-
-    def assertPasses(self, result):
-        rc, out = result
-        self.assertEqual(rc, 0, out)
+class TmpCase(CheckCase):
+    PREFIX = "cs-checks-"
 
 
 class ComposeTest(TmpCase):

@@ -13,30 +13,24 @@ Standard library (and jsonschema, which docgen.py needs); the repository is neve
 import json
 import os
 import shutil
-import subprocess
-import sys
-import tempfile
 import unittest
+
+from checkcase import CheckCase, run
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 
 
-def run(path, *args):
-    r = subprocess.run([sys.executable, path, *args], capture_output=True, text=True,
-                       timeout=120)
-    return r.returncode, r.stdout + r.stderr
-
-
-class TmpRepo(unittest.TestCase):
+class TmpRepo(CheckCase):
     """A copy of the parts of the repository a check reads, under self.root."""
 
     PARTS = ("schema", "docs", "gen", "src/tools", "src/runner", "tests/golden", "tests/e2e",
              "tests/unit", "fuzz")
 
+    PREFIX = "cs-contract-"
+
     def setUp(self):
-        self.tmp = tempfile.mkdtemp(prefix="cs-contract-")
-        self.addCleanup(shutil.rmtree, self.tmp)
+        super().setUp()
         self.root = os.path.join(self.tmp, "repo")
         for part in self.PARTS:
             shutil.copytree(os.path.join(REPO, part), os.path.join(self.root, part),
@@ -50,15 +44,6 @@ class TmpRepo(unittest.TestCase):
         with open(path, "w", encoding="utf-8") as f:
             f.write(text.replace(old, new, 1))
 
-    def assertFailsWith(self, result, *needles):
-        rc, out = result
-        self.assertEqual(rc, 1, out)
-        for n in needles:
-            self.assertIn(n, out)
-
-    def assertPasses(self, result):
-        rc, out = result
-        self.assertEqual(rc, 0, out)
 
 
 class ToolReferenceTest(TmpRepo):

@@ -8,10 +8,12 @@
  * line per input line on stdout:
  *
  *     accept\t<path>
- *     reject\t<path>\t<pointer>: <text>
+ *     reject\t<path>\t<pointer>\t<text>
  *
- * A file jansson cannot parse is a reject with pointer "/". An unknown type name or a malformed
- * input line is an error: a message on stderr and exit status 2.
+ * <pointer> is the decoder's diagnostic location as an RFC 6901 JSON pointer ("" for the whole
+ * document), compared by the driver with the one the case records. A file jansson cannot parse
+ * is a reject at "". An unknown type name or a malformed input line is an error: a message on
+ * stderr and exit status 2.
  */
 #ifndef _GNU_SOURCE
 #define _POSIX_C_SOURCE 200809L /* getline */
@@ -31,10 +33,12 @@ static void put_field(const char *s)
         putchar((unsigned char)*s < 0x20 || *s == 0x7f ? ' ' : *s);
 }
 
-static void put_reject(const char *path, const char *why)
+static void put_reject(const char *path, const char *pointer, const char *why)
 {
     fputs("reject\t", stdout);
     put_field(path);
+    putchar('\t');
+    put_field(pointer);
     putchar('\t');
     put_field(why);
     putchar('\n');
@@ -48,9 +52,9 @@ static int check(const struct csw_toplevel *tl, const char *path)
     json_t *j = json_load_file(path, JSON_ALLOW_NUL | JSON_DECODE_ANY, &jerr);
     if (!j) {
         char why[512];
-        snprintf(why, sizeof why, "/: not parsed by jansson: %s (line %d, column %d)", jerr.text,
+        snprintf(why, sizeof why, "not parsed by jansson: %s (line %d, column %d)", jerr.text,
                  jerr.line, jerr.column);
-        put_reject(path, why);
+        put_reject(path, "", why);
         return 0;
     }
     const struct cs_wire_type *t = tl->type;
@@ -70,12 +74,9 @@ static int check(const struct csw_toplevel *tl, const char *path)
         put_field(path);
         putchar('\n');
         break;
-    case CS_WIRE_INVALID: {
-        char why[600];
-        cs_wire_diag_format(&diag, why, sizeof why);
-        put_reject(path, why);
+    case CS_WIRE_INVALID:
+        put_reject(path, diag.pointer, diag.text);
         break;
-    }
     case CS_WIRE_NOMEM:
         fprintf(stderr, "golden_check: %s: decoder out of memory\n", path);
         rc = 2;

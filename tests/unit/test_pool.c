@@ -216,6 +216,23 @@ static void test_free_cancels_running_and_queued(void **state)
     cs_loop_free(loop);
 }
 
+/* A flag's deadline: none (0) never fires, a past one reads as set, a future one not yet; set()
+ * still wins either way (runner_exec.c runs small file calls on the loop under one). */
+static void test_cancel_deadline(void **state)
+{
+    (void)state;
+    struct cs_cancel c = {.deadline_ns = 0};
+    atomic_init(&c.set, false);
+    assert_false(cs_cancel_requested(&c));
+    c.deadline_ns = cs_cancel_now_ns() - 1;
+    assert_true(cs_cancel_requested(&c));
+    c.deadline_ns = cs_cancel_now_ns() + (int64_t)60 * 1000000000;
+    assert_false(cs_cancel_requested(&c));
+    cs_cancel_set(&c);
+    assert_true(cs_cancel_requested(&c));
+    assert_false(cs_cancel_requested(NULL));
+}
+
 static void test_bad_thread_counts(void **state)
 {
     (void)state;
@@ -234,6 +251,7 @@ int main(void)
         cmocka_unit_test(test_jobs_complete_on_loop_thread),
         cmocka_unit_test(test_loop_turns_while_busy_and_cancel),
         cmocka_unit_test(test_free_cancels_running_and_queued),
+        cmocka_unit_test(test_cancel_deadline),
         cmocka_unit_test(test_bad_thread_counts),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

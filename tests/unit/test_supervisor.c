@@ -33,7 +33,7 @@
 struct answer {
     bool done;
     int code;
-    char msg[256];
+    char msg[CS_DIAG_TEXT_SIZE];
     char text[300 * 1024];
     size_t text_n;
     int64_t cursor, retained_from, exit_code, total;
@@ -210,10 +210,11 @@ static int spawn(struct answer *a, bool tty, int64_t yield_ms, const char *const
     static struct ctx c;
     c = (struct ctx){K_EXEC, a, F.loop};
     memset(a, 0, sizeof *a);
-    char msg[256];
-    int rc = cs_supervisor_spawn(F.sup, &sp, done_fn, &c, msg, sizeof msg);
+    struct cs_diag dg = {0};
+    int rc = cs_supervisor_spawn(F.sup, &sp, done_fn, &c, &dg);
     if (rc != 0) {
-        snprintf(a->msg, sizeof a->msg, "%s", msg);
+        assert_int_equal(dg.code, rc); /* the diag carries the code spawn returns */
+        snprintf(a->msg, sizeof a->msg, "%s", dg.text);
         return rc;
     }
     wait_for(a);
@@ -622,8 +623,8 @@ static void test_plan_memfd_sealed(void **state)
     plan.network = CSW_SANDBOX_PLAN_NETWORK_RESTRICTED;
     plan.has_workspace_fd = true;
     plan.workspace_fd = 3;
-    char msg[256];
-    int fd = cs__supervisor_sandbox_plan_memfd(&plan, msg, sizeof msg);
+    struct cs_diag d = {0};
+    int fd = cs__supervisor_sandbox_plan_memfd(&plan, &d);
     assert_true(fd >= 6);
     assert_int_equal(fcntl(fd, F_GETFD) & FD_CLOEXEC, FD_CLOEXEC);
     int seals = fcntl(fd, F_GET_SEALS);
