@@ -141,12 +141,8 @@ struct cs_config {
     char *runner_dir;
     /* --runner tcp://HOST:PORT: the URL as given (valid); NULL otherwise */
     char *runner_url;
-    /* --runner-tls on|off, CODESPACE_RUNNER_TLS: off is plaintext */
-    bool runner_plaintext;
-    /* --tls-cert, --tls-key (paths, NULL: none), --tls-peer-sha256 (has_runner_tls_pin) */
+    /* --tls-cert, --tls-key (paths, NULL: none); the pin and --runner-tls are at the end */
     char *runner_tls_cert, *runner_tls_key;
-    unsigned char runner_tls_pin[32];
-    bool has_runner_tls_pin;
     /* CODESPACE_PROCESS_TIMEOUT_SECS: 1..CS_POLICY_MAX_TIMEOUT_SECS */
     int64_t process_timeout_secs;
     /* CODESPACE_MAX_PROCESSES: 1..CS_POLICY_MAX_PROCS */
@@ -172,6 +168,12 @@ struct cs_config {
     /* The file's workspaces in document order, then "default" from --workspace. */
     struct cs_workspace *workspaces;
     size_t n_workspaces;
+
+    /* --tls-peer-sha256, CODESPACE_RUNNER_TLS_PEER_SHA256 (when has_runner_tls_pin) */
+    unsigned char runner_tls_pin[32];
+    bool has_runner_tls_pin;
+    /* --runner-tls on|off, CODESPACE_RUNNER_TLS: off is plaintext */
+    bool runner_plaintext;
 };
 
 /* One message naming what was wrong (flag or variable and value, or file and JSON path). */

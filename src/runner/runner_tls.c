@@ -191,7 +191,9 @@ static int handshake(SSL *ssl, bool server, int stopfd, char *why, size_t cap)
         if (r == 1)
             return 0;
         int e = SSL_get_error(ssl, r);
-        short ev = e == SSL_ERROR_WANT_READ ? POLLIN : e == SSL_ERROR_WANT_WRITE ? POLLOUT : 0;
+        short ev = (short)(e == SSL_ERROR_WANT_READ    ? POLLIN
+                           : e == SSL_ERROR_WANT_WRITE ? POLLOUT
+                                                       : 0);
         if (!ev) {
             long vr = SSL_get_verify_result(ssl);
             if (vr != X509_V_OK)
@@ -219,7 +221,6 @@ static void pump(SSL *ssl, int net, int local, int stopfd, char *why, size_t cap
 {
     char *out = malloc(PUMP_BUF), *in = malloc(PUMP_BUF);
     size_t out_n = 0, in_n = 0, in_off = 0;
-    bool local_eof = false;
     if (!out || !in) {
         snprintf(why, cap, "out of memory");
         goto end;
@@ -227,13 +228,12 @@ static void pump(SSL *ssl, int net, int local, int stopfd, char *why, size_t cap
     for (;;) {
         bool progress = false, net_wants_write = false, local_wants_write = false;
         /* local -> net */
-        if (out_n == 0 && !local_eof) {
+        if (out_n == 0) {
             ssize_t n = read(local, out, PUMP_BUF);
             if (n > 0) {
                 out_n = (size_t)n;
                 progress = true;
             } else if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
-                local_eof = true;
                 break; /* the loop closed its end: the link is over */
             }
         }
