@@ -4,6 +4,8 @@ find_package(PkgConfig REQUIRED)
 find_package(Threads REQUIRED)
 pkg_check_modules(JANSSON REQUIRED IMPORTED_TARGET jansson)
 pkg_check_modules(CRYPTO REQUIRED IMPORTED_TARGET libcrypto)
+# TLS 1.3 of the remote runner (src/runner/runner_tls.c, docs/scale-out.md).
+pkg_check_modules(SSL REQUIRED IMPORTED_TARGET libssl)
 pkg_check_modules(MHD REQUIRED IMPORTED_TARGET libmicrohttpd)
 pkg_check_modules(SQLITE REQUIRED IMPORTED_TARGET sqlite3)
 if(BUILD_TESTING)

@@ -11,7 +11,10 @@ PACKAGES="
   libjansson-dev libseccomp-dev libcmocka-dev
   libsqlite3-dev libmicrohttpd-dev libssl-dev
   python3 python3-jsonschema python3-yaml
+  openssl iproute2
 "
+# openssl (the CLI) makes the remote runner tests' certificates at test time; iproute2's ip
+# builds their network namespaces and veth pairs (tests/e2e/test_remote.py).
 # Node.js (for the end-to-end tests with the official MCP SDK) is checked by command, not by
 # package: a machine may carry a newer Node than Debian's under the same package name.
 if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then

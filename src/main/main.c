@@ -255,7 +255,10 @@ int main(int argc, char **argv)
     }
     cs_log(CS_LOG_INFO, "starting",
            json_pack("{s:s,s:i,s:s}", "version", CS_VERSION, "workspaces", (int)cfg.n_workspaces,
-                     "runner", cfg.runner == CS_CONFIG_RUNNER_UDS ? "uds" : "in-process"));
+                     "runner",
+                     cfg.runner == CS_CONFIG_RUNNER_UDS   ? "uds"
+                     : cfg.runner == CS_CONFIG_RUNNER_TCP ? "tcp"
+                                                          : "in-process"));
     cs_json_set_large_hook(trim_soon, &g);
     if (serve(&g, &cfg) != 0) {
         g.exit_code = 1;

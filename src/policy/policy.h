@@ -57,6 +57,7 @@ enum cs_config_transport {
 enum cs_config_runner {
     CS_CONFIG_RUNNER_IN_PROCESS,
     CS_CONFIG_RUNNER_UDS,
+    CS_CONFIG_RUNNER_TCP, /* a codespace-runtime --listen worker (docs/scale-out.md) */
 };
 
 enum cs_policy_profile {
@@ -100,6 +101,13 @@ struct cs_workspace {
     /* deny rules (docs/contract/tools.md §5), as given, each checked by cs_fs_deny_rule_valid */
     char **deny;
     size_t n_deny;
+    /* runner: this workspace's own remote worker (docs/scale-out.md), else the gateway's
+     * --runner. runner_url is a valid tcp://HOST:PORT; TLS files and pin unless plaintext. */
+    bool has_runner;
+    char *runner_url;
+    bool runner_plaintext;
+    char *runner_tls_cert, *runner_tls_key;
+    unsigned char runner_tls_pin[32];
 };
 
 /*
@@ -131,6 +139,10 @@ struct cs_config {
     enum cs_config_runner runner;
     /* --runner-dir, CODESPACE_RUNNER_DIR: absolute, slashes normalised (no trailing one) */
     char *runner_dir;
+    /* --runner tcp://HOST:PORT: the URL as given (valid); NULL otherwise */
+    char *runner_url;
+    /* --tls-cert, --tls-key (paths, NULL: none); the pin and --runner-tls are at the end */
+    char *runner_tls_cert, *runner_tls_key;
     /* CODESPACE_PROCESS_TIMEOUT_SECS: 1..CS_POLICY_MAX_TIMEOUT_SECS */
     int64_t process_timeout_secs;
     /* CODESPACE_MAX_PROCESSES: 1..CS_POLICY_MAX_PROCS */
@@ -156,6 +168,12 @@ struct cs_config {
     /* The file's workspaces in document order, then "default" from --workspace. */
     struct cs_workspace *workspaces;
     size_t n_workspaces;
+
+    /* --tls-peer-sha256, CODESPACE_RUNNER_TLS_PEER_SHA256 (when has_runner_tls_pin) */
+    unsigned char runner_tls_pin[32];
+    bool has_runner_tls_pin;
+    /* --runner-tls on|off, CODESPACE_RUNNER_TLS: off is plaintext */
+    bool runner_plaintext;
 };
 
 /* One message naming what was wrong (flag or variable and value, or file and JSON path). */
@@ -225,7 +243,12 @@ struct cs_runtime_caps {
     bool patch_available;   /* apply_patch is implemented */
     bool process_available; /* exec_command and the process tools are implemented */
     bool uds_runner;        /* runner "uds" (else "in-process") */
-    bool sandbox;           /* the sandbox probe succeeded: linux-sandbox and enforced network */
+    /* runner "remote" (docs/scale-out.md): the worker's HOST:PORT and, with TLS, its pinned
+     * certificate's SHA-256 in lowercase hex (NULL on a plaintext link). Identity only. */
+    bool remote_runner;
+    const char *remote_address;
+    const char *remote_certificate_sha256;
+    bool sandbox; /* the sandbox probe succeeded: linux-sandbox and enforced network */
     bool has_landlock_abi;
     int64_t landlock_abi; /* >= 0 when has_landlock_abi */
     bool syscall_denials; /* the sandbox reports refused system calls (seccomp user_notif) */

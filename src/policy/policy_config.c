@@ -14,6 +14,7 @@
 
 #include "policy.h"
 #include "policy_internal.h"
+#include "base_remote.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -45,6 +46,10 @@ enum slot {
     S_SANDBOX_BIN,
     S_SANDBOX_UID,
     S_SANDBOX_GID,
+    S_RUNNER_TLS,
+    S_TLS_CERT,
+    S_TLS_KEY,
+    S_TLS_PIN,
     S__COUNT
 };
 
@@ -74,6 +79,10 @@ static const struct setting settings[S__COUNT] = {
     [S_SANDBOX_BIN] = {NULL, "CODESPACE_LINUX_SANDBOX_BIN"},
     [S_SANDBOX_UID] = {"--sandbox-uid", "CODESPACE_SANDBOX_UID"},
     [S_SANDBOX_GID] = {"--sandbox-gid", "CODESPACE_SANDBOX_GID"},
+    [S_RUNNER_TLS] = {"--runner-tls", "CODESPACE_RUNNER_TLS"},
+    [S_TLS_CERT] = {"--tls-cert", "CODESPACE_RUNNER_TLS_CERT"},
+    [S_TLS_KEY] = {"--tls-key", "CODESPACE_RUNNER_TLS_KEY"},
+    [S_TLS_PIN] = {"--tls-peer-sha256", "CODESPACE_RUNNER_TLS_PEER_SHA256"},
 };
 
 /* A setting as given: value NULL when neither the flag nor the variable is set; source names
@@ -120,8 +129,17 @@ static const char usage_text[] =
     "      operation ledger; :memory: for none (default\n"
     "      $XDG_STATE_HOME/codespace/operations.db, else\n"
     "      $HOME/.local/state/codespace/operations.db)\n"
-    "  --runner in-process|uds             CODESPACE_RUNNER\n"
-    "      where processes are supervised (default in-process)\n"
+    "  --runner in-process|uds|tcp://HOST:PORT  CODESPACE_RUNNER\n"
+    "      where files and processes are handled; tcp:// is a codespace-runtime --listen\n"
+    "      worker on another host (default in-process)\n"
+    "  --runner-tls on|off                 CODESPACE_RUNNER_TLS\n"
+    "      TLS 1.3 to a tcp:// runner; off only on a private link (default on)\n"
+    "  --tls-cert FILE                     CODESPACE_RUNNER_TLS_CERT\n"
+    "      the gateway's certificate (PEM) for tcp:// runners (default none)\n"
+    "  --tls-key FILE                      CODESPACE_RUNNER_TLS_KEY\n"
+    "      its private key (PEM) (default none)\n"
+    "  --tls-peer-sha256 HEX               CODESPACE_RUNNER_TLS_PEER_SHA256\n"
+    "      the SHA-256 of the worker's certificate, 64 hex digits (default none)\n"
     "  --runner-dir DIR                    CODESPACE_RUNNER_DIR\n"
     "      parent of the uds runner's private directory; /, /tmp, /var/tmp and $HOME\n"
     "      are refused (default $TMPDIR, else /tmp)\n"
@@ -317,6 +335,44 @@ static int resolve_operations_db(struct cs_config *cfg, const struct raw *r, cha
 }
 
 /*
+ * The TLS settings of tcp:// runners (docs/scale-out.md): with TLS on (the default) a tcp runner
+ * needs all three of certificate, key and pin; with it off, none. They are checked here for
+ * form (the pin's hex); the files are loaded when the runner starts.
+ */
+static int resolve_runner_tls(struct cs_config *cfg, const struct raw *raw,
+                              struct cs_config_error *err)
+{
+    const struct raw *t = &raw[S_RUNNER_TLS];
+    cfg->runner_plaintext = false;
+    if (t->value && strcmp(t->value, "off") == 0)
+        cfg->runner_plaintext = true;
+    else if (t->value && strcmp(t->value, "on") != 0)
+        return bad_value(err, t, "\"on\" or \"off\"");
+    if (raw[S_TLS_CERT].value && take_string(&raw[S_TLS_CERT], &cfg->runner_tls_cert, err) != 0)
+        return -1;
+    if (raw[S_TLS_KEY].value && take_string(&raw[S_TLS_KEY], &cfg->runner_tls_key, err) != 0)
+        return -1;
+    if (raw[S_TLS_PIN].value) {
+        if (cs_tls_pin_parse(raw[S_TLS_PIN].value, cfg->runner_tls_pin) != 0)
+            return bad_value(err, &raw[S_TLS_PIN], "64 hex digits (pairs may be split by ':')");
+        cfg->has_runner_tls_pin = true;
+    }
+    bool any = cfg->runner_tls_cert || cfg->runner_tls_key || cfg->has_runner_tls_pin;
+    bool all = cfg->runner_tls_cert && cfg->runner_tls_key && cfg->has_runner_tls_pin;
+    if (cfg->runner_plaintext && any)
+        return cs__policy_errf(err, "%s: off, yet a TLS certificate, key or pin is given",
+                               t->source);
+    if (!cfg->runner_plaintext && any && !all)
+        return cs__policy_errf(err, "--tls-cert, --tls-key and --tls-peer-sha256 go together");
+    if (cfg->runner == CS_CONFIG_RUNNER_TCP && !cfg->runner_plaintext && !all)
+        return cs__policy_errf(err,
+                               "--runner %s needs --tls-cert, --tls-key and "
+                               "--tls-peer-sha256 (or --runner-tls off on a private link)",
+                               cfg->runner_url);
+    return 0;
+}
+
+/*
  * The runner dir: a configured value must be absolute and may not be "/", "/tmp", "/var/tmp" or
  * $HOME (compared after normalising slashes): the gateway creates its private directory there,
  * and those are shared or too valuable. The default ($TMPDIR, else /tmp) is not refused: the
@@ -480,10 +536,20 @@ static int resolve(struct cs_config *cfg, const struct raw *raw, char **envp,
 
     r = &raw[S_RUNNER];
     cfg->runner = CS_CONFIG_RUNNER_IN_PROCESS;
-    if (r->value && strcmp(r->value, "uds") == 0)
+    char uhost[CS_RUNNER_URL_HOST_MAX], uport[CS_RUNNER_URL_PORT_MAX];
+    if (r->value && strcmp(r->value, "uds") == 0) {
         cfg->runner = CS_CONFIG_RUNNER_UDS;
-    else if (r->value && strcmp(r->value, "in-process") != 0)
-        return bad_value(err, r, "\"in-process\" or \"uds\"");
+    } else if (r->value && strncmp(r->value, "tcp:", 4) == 0) {
+        if (cs_runner_url_parse(r->value, uhost, uport) != 0)
+            return bad_value(err, r, "tcp://HOST:PORT");
+        cfg->runner = CS_CONFIG_RUNNER_TCP;
+        if (take_string(r, &cfg->runner_url, err) != 0)
+            return CS_CONFIG_ERROR;
+    } else if (r->value && strcmp(r->value, "in-process") != 0) {
+        return bad_value(err, r, "\"in-process\", \"uds\" or tcp://HOST:PORT");
+    }
+    if (resolve_runner_tls(cfg, raw, err) != 0)
+        return CS_CONFIG_ERROR;
 
     if (resolve_runner_dir(cfg, &raw[S_RUNNER_DIR], envp, err) != 0)
         return CS_CONFIG_ERROR;
@@ -602,6 +668,9 @@ void cs_config_free(struct cs_config *cfg)
     free(cfg->workspace_dir);
     free(cfg->operations_db);
     free(cfg->runner_dir);
+    free(cfg->runner_url);
+    free(cfg->runner_tls_cert);
+    free(cfg->runner_tls_key);
     free(cfg->runtime_bin);
     free(cfg->sandbox_bin);
     for (size_t i = 0; i < cfg->n_environments; i++)

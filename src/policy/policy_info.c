@@ -13,6 +13,7 @@
  * Entry point: cs_policy_workspace_info.
  */
 #include "policy.h"
+#include "base_remote.h"
 #include "policy_internal.h"
 
 #include <stdio.h>
@@ -122,12 +123,42 @@ static int fill_execution(struct csw_mcp_workspace_info_output_execution *x,
     x->isolation.runner = caps->uds_runner
                               ? CSW_MCP_WORKSPACE_INFO_OUTPUT_EXECUTION_ISOLATION_RUNNER_UDS
                               : CSW_MCP_WORKSPACE_INFO_OUTPUT_EXECUTION_ISOLATION_RUNNER_IN_PROCESS;
-    x->isolation.has_landlock_abi = caps->has_landlock_abi;
-    x->isolation.landlock_abi = caps->has_landlock_abi ? caps->landlock_abi : 0;
+    if (ws->has_runner) {
+        /* Its own worker (docs/scale-out.md): identity only; its sandbox is not ours to claim. */
+        char host[CS_RUNNER_URL_HOST_MAX], port[CS_RUNNER_URL_PORT_MAX];
+        char addr[CS_RUNNER_URL_HOST_MAX + CS_RUNNER_URL_PORT_MAX + 1] = "";
+        char pin[65] = "";
+        if (cs_runner_url_parse(ws->runner_url, host, port) == 0)
+            snprintf(addr, sizeof addr, "%s:%s", host, port);
+        for (size_t i = 0; i < sizeof ws->runner_tls_pin; i++)
+            snprintf(pin + 2 * i, 3, "%02x", ws->runner_tls_pin[i]);
+        x->isolation.runner = CSW_MCP_WORKSPACE_INFO_OUTPUT_EXECUTION_ISOLATION_RUNNER_REMOTE;
+        x->isolation.command_sandbox =
+            CSW_MCP_WORKSPACE_INFO_OUTPUT_EXECUTION_ISOLATION_COMMAND_SANDBOX_NONE;
+        x->isolation.has_worker = true;
+        if (set_str(&x->isolation.worker.address, addr) != 0)
+            return -1;
+        x->isolation.worker.has_certificate_sha256 = !ws->runner_plaintext;
+        if (!ws->runner_plaintext && set_str(&x->isolation.worker.certificate_sha256, pin) != 0)
+            return -1;
+    } else if (caps->remote_runner) {
+        x->isolation.runner = CSW_MCP_WORKSPACE_INFO_OUTPUT_EXECUTION_ISOLATION_RUNNER_REMOTE;
+        x->isolation.has_worker = true;
+        if (set_str(&x->isolation.worker.address, caps->remote_address) != 0)
+            return -1;
+        if (caps->remote_certificate_sha256) {
+            x->isolation.worker.has_certificate_sha256 = true;
+            if (set_str(&x->isolation.worker.certificate_sha256, caps->remote_certificate_sha256) !=
+                0)
+                return -1;
+        }
+    }
+    x->isolation.has_landlock_abi = caps->has_landlock_abi && !ws->has_runner;
+    x->isolation.landlock_abi = x->isolation.has_landlock_abi ? caps->landlock_abi : 0;
     /* docs/contract/tools.md §6: only the kinds the helper really learns of here. Network refusals
      * come from the proxy (an enabled workspace); system calls from seccomp user notification;
      * file system refusals are never claimed (the kernel does not tell the helper). */
-    if (caps->sandbox) {
+    if (caps->sandbox && !ws->has_runner) {
         enum csw_mcp_workspace_info_output_execution_isolation_denial_reports_item k[2];
         size_t nk = 0;
         if (ws->network == CS_POLICY_NETWORK_ENABLED)
@@ -154,8 +185,9 @@ static int fill_execution(struct csw_mcp_workspace_info_output_execution *x,
     }
     /* The same probe that decides how commands spawn decides what is claimed here. */
     x->network.enforcement =
-        caps->sandbox ? CSW_MCP_WORKSPACE_INFO_OUTPUT_EXECUTION_NETWORK_ENFORCEMENT_ENFORCED
-                      : CSW_MCP_WORKSPACE_INFO_OUTPUT_EXECUTION_NETWORK_ENFORCEMENT_NONE;
+        caps->sandbox && !ws->has_runner
+            ? CSW_MCP_WORKSPACE_INFO_OUTPUT_EXECUTION_NETWORK_ENFORCEMENT_ENFORCED
+            : CSW_MCP_WORKSPACE_INFO_OUTPUT_EXECUTION_NETWORK_ENFORCEMENT_NONE;
     x->network.has_allow = ws->has_network_allow;
     if (ws->has_network_allow &&
         set_strings(&x->network.allow.v, &x->network.allow.n,

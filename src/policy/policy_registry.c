@@ -18,6 +18,7 @@
 
 #include "policy.h"
 #include "policy_internal.h"
+#include "base_remote.h"
 
 #include "base_netallow.h"
 #include "base_roots.h"
@@ -199,6 +200,9 @@ void cs__policy_workspace_clear(struct cs_workspace *ws)
     for (size_t i = 0; i < ws->n_deny; i++)
         free(ws->deny[i]);
     free(ws->deny);
+    free(ws->runner_url);
+    free(ws->runner_tls_cert);
+    free(ws->runner_tls_key);
     memset(ws, 0, sizeof *ws);
 }
 
@@ -346,6 +350,49 @@ static int workspace_load(struct cs_config *cfg,
         goto out;
     }
     ws.env_kind = found->kind;
+
+    /* runner: a remote worker for this workspace (docs/scale-out.md); the URL and the pin are
+     * checked here, the TLS files when the runner starts. */
+    if (v->has_runner) {
+        const struct csw_config_registry_workspaces_value_runner *rn = &v->runner;
+        char uhost[CS_RUNNER_URL_HOST_MAX], uport[CS_RUNNER_URL_PORT_MAX];
+        bool tls_any = rn->has_tls_cert || rn->has_tls_key || rn->has_tls_peer_sha256;
+        bool tls_all = rn->has_tls_cert && rn->has_tls_key && rn->has_tls_peer_sha256;
+        bool plain = rn->has_plaintext && rn->plaintext;
+        if (has_nul(&rn->url) || cs_runner_url_parse(rn->url.s, uhost, uport) != 0) {
+            REG_ERR(err, &w, "/runner/url", "expected tcp://HOST:PORT, got %s",
+                    cs__policy_quote(q, sizeof q, rn->url.s, rn->url.n));
+            goto out;
+        }
+        if (plain ? tls_any : !tls_all) {
+            REG_ERR(err, &w, "/runner", "%s",
+                    plain ? "plaintext, yet a tls_* key is given"
+                          : "needs tls_cert, tls_key and tls_peer_sha256 (or plaintext: true)");
+            goto out;
+        }
+        if (rn->has_tls_peer_sha256 &&
+            (has_nul(&rn->tls_peer_sha256) ||
+             cs_tls_pin_parse(rn->tls_peer_sha256.s, ws.runner_tls_pin) != 0)) {
+            REG_ERR(err, &w, "/runner/tls_peer_sha256", "%s",
+                    "expected 64 hex digits (pairs may be split by ':')");
+            goto out;
+        }
+        if ((rn->has_tls_cert && has_nul(&rn->tls_cert)) ||
+            (rn->has_tls_key && has_nul(&rn->tls_key))) {
+            REG_ERR(err, &w, "/runner", "%s", "a TLS file name contains a NUL byte");
+            goto out;
+        }
+        ws.has_runner = true;
+        ws.runner_plaintext = plain;
+        ws.runner_url = strdup(rn->url.s);
+        ws.runner_tls_cert = rn->has_tls_cert ? strdup(rn->tls_cert.s) : NULL;
+        ws.runner_tls_key = rn->has_tls_key ? strdup(rn->tls_key.s) : NULL;
+        if (!ws.runner_url || (rn->has_tls_cert && !ws.runner_tls_cert) ||
+            (rn->has_tls_key && !ws.runner_tls_key)) {
+            rc = oom(err);
+            goto out;
+        }
+    }
 
     /* network_allow: each entry validated, then kept as given (the proxy reads it; it only
      * matters for "enabled"). Absent and [] stay distinct: public only versus nothing. */

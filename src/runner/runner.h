@@ -7,7 +7,10 @@
  *   - in-process: the executor (runner_exec.c: files, patch engine, supervisor) on the gateway's
  *     own loop;
  *   - uds: the same executor inside codespace-runtime, behind a private Unix socket, spoken to
- *     with the wire protocol (version 5) over the length-prefix framer.
+ *     with the wire protocol (version 5) over the length-prefix framer;
+ *   - tcp: the same protocol to a codespace-runtime --listen the gateway did not start, over
+ *     TCP with mutual TLS 1.3 (runner_tcp.c, runner_tls.c; docs/scale-out.md);
+ *   - multi: routes each call to the runner holding its workspace (runner_multi.c).
  *
  * The tool layer cannot tell them apart except through the outcome kinds a transport can add
  * (before dispatch, ambiguous) and workspace_info's isolation.runner.
@@ -103,6 +106,36 @@ struct cs_runner_uds_options {
  * be NULL) saying why under CSW_ERROR_INTERNAL (nothing left behind: no worker, no directory). */
 struct cs_runner *cs_runner_uds_new(struct cs_loop *loop, const struct cs_runner_uds_options *opt,
                                     const struct cs_runner_events *ev, struct cs_diag *d);
+
+/* The tcp runner (runner_tcp.c, docs/scale-out.md): a worker started by someone else
+ * (codespace-runtime --listen), reached at url over TLS 1.3 with pinned certificates. */
+struct cs_runner_tcp_options {
+    const char *url;     /* tcp://HOST:PORT */
+    const char *version; /* ours, sent as hello's peer */
+    /* TLS: our certificate and key, the worker's certificate pin; or plaintext (a private link
+     * only). Copied. */
+    bool plaintext;
+    const char *cert, *key;
+    unsigned char peer_pin[32];
+};
+
+/* Connects in the background (calls made meanwhile wait for the hello's answer). Returns NULL
+ * with err set when the URL or the TLS files are bad; an unreachable worker is not an error here
+ * (calls fail before dispatch while it is). */
+struct cs_runner *cs_runner_tcp_new(struct cs_loop *loop, const struct cs_runner_tcp_options *opt,
+                                    const struct cs_runner_events *ev, char *err, size_t err_cap);
+/* "HOST:PORT" of a tcp runner (its identity for workspace_info; never a credential). */
+void cs_runner_tcp_identity(const struct cs_runner *r, char *hostport, size_t cap);
+/* Whether r is a tcp runner. */
+bool cs_runner_is_tcp(const struct cs_runner *r);
+
+/* Workspace placement (runner_multi.c): a runner that routes each call to the runner holding
+ * its workspace, def (taken) for every workspace without a route. Returns NULL on OOM (def is
+ * then still the caller's). */
+struct cs_runner *cs_runner_multi_new(struct cs_loop *loop, struct cs_runner *def);
+/* Routes workspace_id's calls to sub (taken, once, even when several workspaces share it, and
+ * even when this fails). Returns 0 or -1 (OOM). */
+int cs_runner_multi_route(struct cs_runner *multi, const char *workspace_id, struct cs_runner *sub);
 
 /* ---- the executor (runner_exec.c) ---- */
 

@@ -35,7 +35,11 @@ struct cs_runner *cs_runner_inproc_new(struct cs_loop *loop, const struct cs_sup
 void cs_runner_call(struct cs_runner *r, const struct csw_runner_wire_op *op,
                     cs_runner_done_fn done, void *arg)
 {
-    if (r->uds)
+    if (r->multi)
+        cs__runner_multi_call(r, op, done, arg);
+    else if (r->tcp)
+        cs__runner_tcp_call(r, op, done, arg);
+    else if (r->uds)
         cs__runner_uds_call(r, op, done, arg);
     else
         cs_runner_exec_op(r->ex, op, done, arg);
@@ -44,6 +48,14 @@ void cs_runner_call(struct cs_runner *r, const struct csw_runner_wire_op *op,
 void cs_runner_cancel(struct cs_runner *r, cs_runner_done_fn done, void *arg,
                       const char *process_id)
 {
+    if (r->multi) {
+        cs__runner_multi_cancel(r, done, arg, process_id);
+        return;
+    }
+    if (r->tcp) {
+        cs__runner_tcp_cancel(r, done, arg, process_id);
+        return;
+    }
     if (r->uds) {
         cs__runner_uds_cancel(r, done, arg, process_id);
         return;
@@ -57,6 +69,10 @@ void cs_runner_free(struct cs_runner *r)
 {
     if (!r)
         return;
+    if (r->multi)
+        cs__runner_multi_free(r);
+    if (r->tcp)
+        cs__runner_tcp_free(r);
     if (r->uds)
         cs__runner_uds_free(r);
     cs_runner_exec_free(r->ex);

@@ -17,6 +17,12 @@
  *
  * Trust: the peer is the gateway that started us (the socket lives in its 0700 directory); its
  * frames are still decoded through the generated decoder.
+ *
+ * --listen HOST:PORT (docs/scale-out.md): a worker nobody started for us. It opens its own roots
+ * (--root PATH), binds its Unix socket in a private 0700 directory of its own, and a TLS front
+ * (runner_tls.c) bridges each authenticated TCP connection to it; the accept code below is the
+ * same. A connection's end does not end the worker: its processes and replay cache stay, and
+ * the next connection says hello again.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -36,6 +42,7 @@
 #include "base_loop.h"
 #include "base_version.h"
 #include "runner.h"
+#include "runner_tls.h"
 
 extern char **environ;
 
@@ -57,6 +64,7 @@ struct worker {
     } cache[CS_RUNNER_REPLAY_CACHE];
     size_t cache_next;
     struct req *reqs; /* requests the executor has not answered yet, for cancel */
+    bool listening;   /* --listen: a connection's end is not ours (docs/scale-out.md) */
 };
 
 /* One request in flight. */
@@ -388,6 +396,8 @@ static void drop_probe(void *arg)
     cs_runner_conn_free(w->conn);
     w->conn = NULL;
     w->closing = false;
+    w->hello_done = false; /* --listen: the next gateway connection says hello again */
+    w->got_frame = false;
     w->lw = cs_loop_fd_add(w->loop, w->lfd, CS_LOOP_READ, on_accept, w);
     if (!w->lw)
         cs_loop_stop(w->loop);
@@ -397,6 +407,10 @@ static void on_closed(void *arg, const char *why)
 {
     struct worker *w = arg;
     (void)why;
+    /* --listen: the processes and the replay cache outlive the connection; the gateway comes
+     * back (docs/scale-out.md, "Failure model"). */
+    if (w->listening && cs_loop_defer(w->loop, drop_probe, w) == 0)
+        return;
     if (!w->got_frame && !w->hello_done) {
         /* A connection that said nothing (someone probing whether the socket is live) is not
          * the gateway: keep listening for it. */
@@ -493,6 +507,39 @@ static int bind_socket(const char *path)
     return fd;
 }
 
+/* "--root PATH" (--listen): the worker opens its own root by the no-follow walk; a remote
+ * worker is given its roots by its operator, never by the gateway. Returns 0 or -1. */
+static int open_root(const char *path)
+{
+    int fd = cs_roots_walk(path);
+    if (fd < 0 || cs_roots_add(path, fd) != 0) {
+        fprintf(stderr, "codespace-runtime: --root %s: %s\n", path, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    close(fd);
+    return 0;
+}
+
+/* --listen: the worker's Unix socket goes in a private 0700 directory of its own; only the
+ * TLS front (runner_tls.c) connects to it, after authenticating its peer. Returns the socket
+ * path (static) or NULL. */
+static char listen_dir[4096], listen_sock[4200];
+
+static const char *listen_socket_path(void)
+{
+    const char *tmp = getenv("TMPDIR");
+    snprintf(listen_dir, sizeof listen_dir, "%s/codespace-listen-XXXXXX",
+             tmp && tmp[0] == '/' ? tmp : "/tmp");
+    if (!mkdtemp(listen_dir)) {
+        fprintf(stderr, "codespace-runtime: mkdtemp %s: %s\n", listen_dir, strerror(errno));
+        return NULL;
+    }
+    snprintf(listen_sock, sizeof listen_sock, "%s/runner.sock", listen_dir);
+    return listen_sock;
+}
+
 /* "--root FD:PATH": holds the inherited directory FD as the root PATH. Returns 0 or -1. */
 static int adopt_root(const char *arg)
 {
@@ -520,9 +567,21 @@ int main(int argc, char **argv)
     const char *sandbox = NULL;
     long long max_procs = 8, sandbox_uid = 0, sandbox_gid = 0;
     long long timeout_ms = 30000;
+    const char *listen = NULL, *tls_pin = NULL;
+    struct cs_tls_config tls = {0};
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--socket") == 0 && i + 1 < argc) {
             sock = argv[++i];
+        } else if (strcmp(argv[i], "--listen") == 0 && i + 1 < argc) {
+            listen = argv[++i];
+        } else if (strcmp(argv[i], "--plaintext") == 0) {
+            tls.plaintext = true;
+        } else if (strcmp(argv[i], "--tls-cert") == 0 && i + 1 < argc) {
+            tls.cert = argv[++i];
+        } else if (strcmp(argv[i], "--tls-key") == 0 && i + 1 < argc) {
+            tls.key = argv[++i];
+        } else if (strcmp(argv[i], "--tls-peer-sha256") == 0 && i + 1 < argc) {
+            tls_pin = argv[++i];
         } else if (strcmp(argv[i], "--max-processes") == 0 && i + 1 < argc) {
             char *end;
             max_procs = strtoll(argv[++i], &end, 10);
@@ -553,7 +612,8 @@ int main(int argc, char **argv)
         } else if (strcmp(argv[i], "--root") == 0 && i + 1 < argc) {
             /* A workspace root the gateway holds, inherited as a descriptor: the worker serves
              * exactly these and never opens a root by path (docs/contract/runtime.md section 2). */
-            if (adopt_root(argv[++i]) != 0)
+            const char *arg = argv[++i];
+            if (arg[0] == '/' ? open_root(arg) != 0 : adopt_root(arg) != 0)
                 return 2;
         } else if (strcmp(argv[i], "--help") == 0) {
             printf("usage: codespace-runtime --socket <path> [--max-processes N] [--timeout-ms "
@@ -572,6 +632,14 @@ int main(int argc, char **argv)
                    "                         a root worker's unprivileged command ids\n"
                    "  --root FD:PATH         serve the workspace root PATH through the inherited "
                    "directory FD\n"
+                   "  --listen HOST:PORT     a remote worker (docs/scale-out.md): serve gateways "
+                   "over TCP instead of --socket\n"
+                   "  --root PATH            (--listen) serve the workspace root PATH, opened "
+                   "here\n"
+                   "  --tls-cert FILE, --tls-key FILE, --tls-peer-sha256 HEX\n"
+                   "                         (--listen) TLS 1.3: our certificate and key, the "
+                   "gateway's certificate pin\n"
+                   "  --plaintext            (--listen) no TLS: a private link only\n"
                    "  --version, --help\n");
             return 0;
         } else if (strcmp(argv[i], "--version") == 0) {
@@ -581,6 +649,43 @@ int main(int argc, char **argv)
             usage();
             return 2;
         }
+    }
+    char lhost[CS_RUNNER_URL_HOST_MAX], lport[CS_RUNNER_URL_PORT_MAX];
+    if (listen) {
+        /* The URL syntax of --runner, with port 0 (any free port, logged) allowed here. */
+        char url[300];
+        const char *colon = strrchr(listen, ':');
+        bool port0 = colon && strcmp(colon + 1, "0") == 0;
+        snprintf(url, sizeof url, "tcp://%.*s%s",
+                 (int)(port0 ? (size_t)(colon - listen) : strlen(listen)), listen,
+                 port0 ? ":1" : "");
+        bool tls_ok = tls.plaintext ? !tls.cert && !tls.key && !tls_pin
+                                    : tls.cert && tls.key && tls_pin &&
+                                          cs_tls_pin_parse(tls_pin, tls.peer_pin) == 0;
+        if (sock || cs_runner_url_parse(url, lhost, lport) != 0) {
+            fprintf(stderr, "codespace-runtime: --listen HOST:PORT (not with --socket)\n");
+            return 2;
+        }
+        if (port0)
+            snprintf(lport, sizeof lport, "0");
+        if (!tls_ok) {
+            fprintf(stderr, "codespace-runtime: --listen needs --tls-cert, --tls-key and "
+                            "--tls-peer-sha256 (64 hex digits), or --plaintext alone\n");
+            return 2;
+        }
+        /* Nobody checks a listening worker's identity rules for it (the gateway does for its
+         * uds worker): as root it runs commands only sandboxed, as an unprivileged id. */
+        if (geteuid() == 0 && (!sandbox || sandbox_uid <= 0 || sandbox_gid <= 0)) {
+            fprintf(stderr, "codespace-runtime: a root --listen worker needs --sandbox, "
+                            "--sandbox-uid and --sandbox-gid (it never runs a command as root)\n");
+            return 2;
+        }
+        if (!cs_roots_active()) {
+            fprintf(stderr, "codespace-runtime: --listen needs at least one --root PATH\n");
+            return 2;
+        }
+        if (!(sock = listen_socket_path()))
+            return 1;
     }
     if (!sock || sock[0] != '/') {
         usage();
@@ -592,7 +697,8 @@ int main(int argc, char **argv)
     struct rlimit nocore = {0, 0};
     (void)setrlimit(RLIMIT_CORE, &nocore);
     scrub_env();
-    if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0 || getppid() != parent) {
+    /* A listening worker is started by its own supervisor, not by a gateway. */
+    if (!listen && (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0 || getppid() != parent)) {
         fprintf(stderr, "codespace-runtime: the gateway is already gone\n");
         return 1;
     }
@@ -608,7 +714,26 @@ int main(int argc, char **argv)
     struct worker w;
     memset(&w, 0, sizeof w);
     w.lfd = lfd;
+    w.listening = listen != NULL;
     int rc = 1;
+    struct cs_tls_ctx *tctx = NULL;
+    struct cs_tls_front *front = NULL;
+    if (listen) {
+        char err[512];
+        tctx = cs_tls_ctx_new(&tls, true, err, sizeof err);
+        front = tctx ? cs_tls_front_start(tctx, lhost, lport, sock, err, sizeof err) : NULL;
+        if (!front) {
+            fprintf(stderr, "codespace-runtime: %s\n", err);
+            unlink(sock);
+            rmdir(listen_dir);
+            close(lfd);
+            cs_tls_ctx_free(tctx);
+            return 1;
+        }
+        cs_log(CS_LOG_INFO, "runner listening",
+               json_pack("{s:s,s:i,s:b}", "host", lhost, "port", cs_tls_front_port(front), "tls",
+                         !tls.plaintext));
+    }
     w.loop = cs_loop_new();
     /* Every exec request carries its own time limit; file operations (run on the executor's
      * threads) have the gateway's process time limit, given by --timeout-ms. */
@@ -641,5 +766,10 @@ out:
     }
     cs_loop_free(w.loop);
     close(lfd);
+    if (listen) {
+        cs_tls_front_stop(front);
+        unlink(sock);
+        rmdir(listen_dir);
+    }
     return rc;
 }

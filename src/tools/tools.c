@@ -733,12 +733,15 @@ static int identity_rules(struct cs_tools *t, bool sandboxed, const char *probe_
         snprintf(err, err_cap, "out of memory");
         return -1;
     }
-    if (geteuid() != 0)
+    /* A tcp:// worker applies its own: as root it runs only with --sandbox and a command id. */
+    if (geteuid() != 0 || cfg->runner == CS_CONFIG_RUNNER_TCP)
         return 0;
     for (size_t i = 0; i < cfg->n_workspaces; i++) {
         const struct cs_workspace *ws = &cfg->workspaces[i];
         char why[1024] = "";
         struct cs_diag d = {0};
+        if (ws->has_runner)
+            continue; /* its worker applies its own (docs/scale-out.md) */
         if (!sandboxed)
             snprintf(why, sizeof why,
                      "this server runs as root and never runs a command as host root: without "
@@ -755,6 +758,64 @@ static int identity_rules(struct cs_tools *t, bool sandboxed, const char *probe_
             return -1;
         }
     }
+    return 0;
+}
+
+/*
+ * Workspace placement (docs/scale-out.md): workspaces whose registry entry names a runner of
+ * their own go to that worker, the others to the gateway's --runner. Workspaces naming the same
+ * URL share one connection (the first one's TLS settings). Returns 0, or -1 with err set.
+ */
+static int place_workspaces(struct cs_tools *t, struct cs_loop *loop, const char *version,
+                            char *err, size_t err_cap)
+{
+    const struct cs_config *cfg = t->cfg;
+    bool any = false;
+    for (size_t i = 0; i < cfg->n_workspaces; i++)
+        any = any || cfg->workspaces[i].has_runner;
+    if (!any)
+        return 0;
+    struct cs_runner *multi = cs_runner_multi_new(loop, t->runner);
+    struct cs_runner **subs = calloc(cfg->n_workspaces, sizeof *subs);
+    if (!multi || !subs) {
+        free(subs);
+        cs_runner_free(multi);
+        snprintf(err, err_cap, "out of memory");
+        return -1;
+    }
+    t->runner = multi;
+    for (size_t i = 0; i < cfg->n_workspaces; i++) {
+        const struct cs_workspace *ws = &cfg->workspaces[i];
+        if (!ws->has_runner)
+            continue;
+        for (size_t j = 0; j < i && !subs[i]; j++)
+            if (subs[j] && strcmp(cfg->workspaces[j].runner_url, ws->runner_url) == 0)
+                subs[i] = subs[j];
+        if (!subs[i]) {
+            struct cs_runner_tcp_options opt = {
+                .url = ws->runner_url,
+                .version = version,
+                .plaintext = ws->runner_plaintext,
+                .cert = ws->runner_tls_cert,
+                .key = ws->runner_tls_key,
+            };
+            memcpy(opt.peer_pin, ws->runner_tls_pin, sizeof opt.peer_pin);
+            struct cs_runner_events ev = {on_process_exited, on_runner_lost, t};
+            char e[1024];
+            subs[i] = cs_runner_tcp_new(loop, &opt, &ev, e, sizeof e);
+            if (!subs[i]) {
+                snprintf(err, err_cap, "workspace %s: runner %s: %s", ws->id, ws->runner_url, e);
+                free(subs);
+                return -1; /* t->runner (the multi) is freed with the tools */
+            }
+        }
+        if (cs_runner_multi_route(multi, ws->id, subs[i]) != 0) {
+            snprintf(err, err_cap, "out of memory");
+            free(subs);
+            return -1;
+        }
+    }
+    free(subs);
     return 0;
 }
 
@@ -801,9 +862,12 @@ int cs_tools_register(struct cs_mcp *srv, struct cs_tools *t, const struct cs_co
         free(helper);
         return -1;
     }
-    if (!sandboxed) {
+    if (!sandboxed || cfg->runner == CS_CONFIG_RUNNER_TCP) {
+        /* A tcp:// worker runs its commands under its own --sandbox, which the gateway cannot
+         * see: it claims no sandbox rather than one it cannot check (docs/scale-out.md). */
         free(helper);
         helper = NULL;
+        sandboxed = false;
     }
     if (identity_rules(t, sandboxed, perr, err, err_cap) != 0) {
         free(helper);
@@ -833,6 +897,17 @@ int cs_tools_register(struct cs_mcp *srv, struct cs_tools *t, const struct cs_co
         if (cs_diag_failed(&rd))
             snprintf(err, err_cap, "%s", rd.text);
         free(bin);
+    } else if (cfg->runner == CS_CONFIG_RUNNER_TCP) {
+        /* A worker someone else started (docs/scale-out.md): its sandbox is its own. */
+        struct cs_runner_tcp_options opt = {
+            .url = cfg->runner_url,
+            .version = version,
+            .plaintext = cfg->runner_plaintext,
+            .cert = cfg->runner_tls_cert,
+            .key = cfg->runner_tls_key,
+        };
+        memcpy(opt.peer_pin, cfg->runner_tls_pin, sizeof opt.peer_pin);
+        t->runner = cs_runner_tcp_new(loop, &opt, &ev, err, err_cap);
     } else {
         struct cs_supervisor_limits lim;
         cs_supervisor_limits_init(&lim, cfg->max_processes, cfg->process_timeout_secs * 1000,
@@ -842,7 +917,7 @@ int cs_tools_register(struct cs_mcp *srv, struct cs_tools *t, const struct cs_co
         t->runner = cs_runner_inproc_new(loop, &lim, &ev);
     }
     free(helper);
-    if (!t->runner)
+    if (!t->runner || place_workspaces(t, loop, version, err, err_cap) != 0)
         return -1;
     /* Files (src/fs), patches (src/patch, src/store) and processes (src/supervisor), in this
      * process or in the uds worker; command_sandbox and enforcement follow the probe above. */
@@ -850,6 +925,16 @@ int cs_tools_register(struct cs_mcp *srv, struct cs_tools *t, const struct cs_co
     t->caps.patch_available = true;
     t->caps.process_available = true;
     t->caps.uds_runner = cfg->runner == CS_CONFIG_RUNNER_UDS;
+    if (cfg->runner == CS_CONFIG_RUNNER_TCP) {
+        t->caps.remote_runner = true;
+        cs_runner_tcp_identity(t->runner, t->remote_address, sizeof t->remote_address);
+        t->caps.remote_address = t->remote_address;
+        if (!cfg->runner_plaintext) {
+            for (size_t i = 0; i < sizeof cfg->runner_tls_pin; i++)
+                snprintf(t->remote_pin + 2 * i, 3, "%02x", cfg->runner_tls_pin[i]);
+            t->caps.remote_certificate_sha256 = t->remote_pin;
+        }
+    }
     t->caps.tty_supported = true;
     t->caps.max_live_processes = cfg->max_processes;
     t->caps.timeout_ms = cfg->process_timeout_secs * 1000;

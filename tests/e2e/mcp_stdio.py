@@ -8,7 +8,8 @@ call_start() / call_wait() do the same for tools/call. Standard library only (/u
 
 CS_E2E_RUNNER (in-process or uds; the *_uds CTest copies set uds) adds `--runner <value>` to
 every server the e2e tests start (runner_args()), and runner() is what workspace_info must then
-report. It is not a CODESPACE_* variable because the servers' environments drop those.
+report. CS_E2E_RUNNER=tcp (the *_tcp copies) starts a `codespace-runtime --listen` per server in
+a network namespace joined by a veth pair, serving that server's roots (RemoteWorker). It is not a CODESPACE_* variable because the servers' environments drop those.
 """
 
 import json
@@ -21,14 +22,133 @@ REPLY_TIMEOUT = 30.0  # seconds; generous for the ASan build on 2 cores
 
 
 def runner():
-    """The runner the e2e servers run with: CS_E2E_RUNNER, else the default "in-process"."""
-    return os.environ.get("CS_E2E_RUNNER") or "in-process"
+    """The runner the e2e servers run with: CS_E2E_RUNNER, else the default "in-process"
+    (workspace_info reports "tcp" as "remote")."""
+    value = os.environ.get("CS_E2E_RUNNER") or "in-process"
+    return "remote" if value == "tcp" else value
 
 
 def runner_args():
-    """["--runner", CS_E2E_RUNNER] when the variable is set, else [] (the server's default)."""
+    """["--runner", CS_E2E_RUNNER] when the variable is set, else [] (the server's default).
+    For tcp, StdioServer starts a worker of its own (RemoteWorker) and passes its address."""
     value = os.environ.get("CS_E2E_RUNNER")
+    if value == "tcp":
+        return []
     return ["--runner", value] if value else []
+
+
+# ---- CS_E2E_RUNNER=tcp: a codespace-runtime --listen per server, in a network namespace of its
+# own joined to ours by a veth pair (docs/scale-out.md). The namespace is made once per test
+# process and deleted at its exit; plaintext, as the link is private to this machine. ----
+
+_NETNS = {}
+
+
+def _netns():
+    """(namespace, worker address): made on first use, deleted at exit."""
+    if _NETNS:
+        return _NETNS["ns"], _NETNS["addr"]
+    import atexit
+    import random
+    tag = "%x%04x" % (os.getpid() % 0xfff, random.randrange(0x10000))
+    ns, host_dev, ns_dev = "cse-" + tag, "veh" + tag, "ven" + tag
+    n = random.randrange(256)
+    host_addr, addr = "10.233.%d.1" % n, "10.233.%d.2" % n
+
+    def run(*argv):
+        subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    run("ip", "netns", "add", ns)
+    atexit.register(subprocess.run, ["ip", "netns", "del", ns], stderr=subprocess.DEVNULL)
+    atexit.register(subprocess.run, ["ip", "link", "del", host_dev], stderr=subprocess.DEVNULL)
+    run("ip", "link", "add", host_dev, "type", "veth", "peer", "name", ns_dev, "netns", ns)
+    run("ip", "addr", "add", host_addr + "/30", "dev", host_dev)
+    run("ip", "link", "set", host_dev, "up")
+    run("ip", "-n", ns, "addr", "add", addr + "/30", "dev", ns_dev)
+    run("ip", "-n", ns, "link", "set", ns_dev, "up")
+    run("ip", "-n", ns, "link", "set", "lo", "up")
+    _NETNS.update(ns=ns, addr=addr)
+    return ns, addr
+
+
+def _roots(args):
+    """The workspace roots a gateway started with args will serve (--workspace, --config)."""
+    roots = []
+    args = list(args)
+    for i, a in enumerate(args):
+        val = None
+        if a in ("--workspace", "--config") and i + 1 < len(args):
+            key, val = a, args[i + 1]
+        elif a.startswith("--workspace=") or a.startswith("--config="):
+            key, val = a.split("=", 1)
+        if val is None:
+            continue
+        if key == "--workspace":
+            roots.append(val)
+            continue
+        try:
+            with open(val, encoding="utf-8") as f:
+                doc = json.load(f)
+            for ws in (doc.get("workspaces") or {}).values():
+                if isinstance(ws, dict) and isinstance(ws.get("root"), str):
+                    roots.append(ws["root"])
+        except (OSError, ValueError, AttributeError):
+            pass
+    out = []
+    for r in roots:
+        r = os.path.realpath(r)
+        if os.path.isdir(r) and r not in out:
+            out.append(r)
+    return out
+
+
+class RemoteWorker:
+    """A codespace-runtime --listen for one gateway: its roots, its limits and test switches."""
+
+    def __init__(self, binary, args, env):
+        self.proc = None
+        ns, addr = _netns()
+        self.url = "tcp://%s:1" % addr  # nothing listens there: the gateway fails as it should
+        roots = _roots(args)
+        if not roots:
+            return
+        d = os.path.dirname(binary)
+        runtime = os.path.join(d, "codespace-runtime")
+        helper = os.path.join(d, "codespace-linux-sandbox")
+        argv = ["ip", "netns", "exec", ns, runtime, "--listen", addr + ":0", "--plaintext"]
+        for r in roots:
+            argv += ["--root", r]
+        if os.geteuid() == 0:
+            ids = env.get("CODESPACE_SANDBOX_UID") or "65533"
+            argv += ["--sandbox", helper, "--sandbox-uid", ids,
+                     "--sandbox-gid", env.get("CODESPACE_SANDBOX_GID") or ids]
+        if env.get("CODESPACE_MAX_PROCESSES"):
+            argv += ["--max-processes", env["CODESPACE_MAX_PROCESSES"]]
+        secs = env.get("CODESPACE_PROCESS_TIMEOUT_SECS") or "30"
+        if secs.isdigit():
+            argv += ["--timeout-ms", str(int(secs) * 1000)]
+        wenv = {k: v for k, v in env.items() if not k.startswith("CODESPACE_")
+                or k.startswith("CODESPACE_TEST_")}
+        self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.PIPE, env=wenv)
+        line = self.proc.stderr.readline()
+        try:
+            self.url = "tcp://%s:%d" % (addr, json.loads(line)["port"])
+        except (ValueError, KeyError, TypeError):
+            self.close()
+            raise AssertionError("the tcp worker did not start: %r" % line)
+        threading.Thread(target=self._drain, daemon=True).start()
+
+    def _drain(self):
+        for _ in iter(self.proc.stderr.readline, b""):
+            pass
+
+    def args(self):
+        return ["--runner", self.url, "--runner-tls", "off"]
+
+    def close(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
 
 
 def sanitized(path):
@@ -70,7 +190,12 @@ class StdioServer:
         env = {k: v for k, v in os.environ.items() if not k.startswith("CODESPACE_")}
         env["XDG_STATE_HOME"] = state_dir
         env.update(extra_env or {})
-        self.proc = subprocess.Popen([binary] + list(args) + runner_args(), stdin=subprocess.PIPE,
+        self.worker = None
+        extra = runner_args()
+        if os.environ.get("CS_E2E_RUNNER") == "tcp" and "--runner" not in args:
+            self.worker = RemoteWorker(binary, args, env)
+            extra = self.worker.args()
+        self.proc = subprocess.Popen([binary] + list(args) + extra, stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
         self.replies = queue.Queue()
         self.stash = {}  # replies that arrived while another id was awaited
@@ -176,6 +301,8 @@ class StdioServer:
         """SIGKILL, as a crash would; the exit status is not checked."""
         self.proc.kill()
         self.proc.wait()
+        if self.worker:
+            self.worker.close()
         for f in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
             try:
                 f.close()
@@ -191,6 +318,8 @@ class StdioServer:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        if self.worker:
+            self.worker.close()
         for f in (self.proc.stdout, self.proc.stderr):
             f.close()
         if self.proc.returncode != 0:

@@ -497,9 +497,21 @@ static void test_bad_values(void **state)
         {"--config=", NULL, "--config: must not be empty"},
         {"--workspace=", NULL, "--workspace: must not be empty"},
         {"--operations-db=", NULL, "--operations-db: must not be empty"},
-        {"--runner=docker", NULL, "--runner: expected \"in-process\" or \"uds\", got \"docker\""},
+        {"--runner=docker", NULL,
+         "--runner: expected \"in-process\", \"uds\" or tcp://HOST:PORT, got \"docker\""},
         {NULL, "CODESPACE_RUNNER=inprocess",
-         "CODESPACE_RUNNER: expected \"in-process\" or \"uds\", got \"inprocess\""},
+         "CODESPACE_RUNNER: expected \"in-process\", \"uds\" or tcp://HOST:PORT, got "
+         "\"inprocess\""},
+        {"--runner=tcp://h:0", NULL, "--runner: expected tcp://HOST:PORT, got \"tcp://h:0\""},
+        {"--runner=tcp://h", NULL, "--runner: expected tcp://HOST:PORT, got \"tcp://h\""},
+        {"--runner=tcp://10.0.0.2:7451", NULL,
+         "--runner tcp://10.0.0.2:7451 needs --tls-cert, --tls-key and --tls-peer-sha256 (or "
+         "--runner-tls off on a private link)"},
+        {"--runner-tls=maybe", NULL, "--runner-tls: expected \"on\" or \"off\", got \"maybe\""},
+        {"--tls-peer-sha256=abc", NULL,
+         "--tls-peer-sha256: expected 64 hex digits (pairs may be split by ':'), got \"abc\""},
+        {"--tls-cert=/c", NULL, "--tls-cert, --tls-key and --tls-peer-sha256 go together"},
+
         {"--runner-dir=", NULL, "--runner-dir: must not be empty"},
         {"--runner-dir=run/cs", NULL, "--runner-dir: expected an absolute path, got \"run/cs\""},
         {"--log-level=loud", NULL,

@@ -1,0 +1,89 @@
+/*
+ * base_remote: parsing a remote runner's address and a certificate pin. See base_remote.h.
+ */
+#include "base_remote.h"
+
+#include <stdbool.h>
+#include <string.h>
+
+int cs_runner_url_parse(const char *url, char host[CS_RUNNER_URL_HOST_MAX],
+                        char port[CS_RUNNER_URL_PORT_MAX])
+{
+    static const char scheme[] = "tcp://";
+    if (!url || strncmp(url, scheme, sizeof scheme - 1) != 0)
+        return -1;
+    const char *h = url + sizeof scheme - 1, *hend, *p;
+    if (*h == '[') {
+        h++;
+        hend = strchr(h, ']');
+        if (!hend || hend[1] != ':')
+            return -1;
+        p = hend + 2;
+    } else {
+        hend = strrchr(h, ':');
+        if (!hend)
+            return -1;
+        p = hend + 1;
+    }
+    size_t hn = (size_t)(hend - h);
+    if (hn == 0 || hn >= CS_RUNNER_URL_HOST_MAX)
+        return -1;
+    bool bracket = h > url + sizeof scheme - 1 && h[-1] == '[';
+    for (size_t i = 0; i < hn; i++) {
+        char c = h[i];
+        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                  c == '.' || c == '-' || c == '_' || (bracket && c == ':');
+        if (!ok)
+            return -1;
+    }
+    size_t pn = strlen(p);
+    if (pn == 0 || pn > 5 || p[0] == '0')
+        return -1;
+    long v = 0;
+    for (size_t i = 0; i < pn; i++) {
+        if (p[i] < '0' || p[i] > '9')
+            return -1;
+        v = v * 10 + (p[i] - '0');
+    }
+    if (v < 1 || v > 65535)
+        return -1;
+    memcpy(host, h, hn);
+    host[hn] = '\0';
+    memcpy(port, p, pn + 1);
+    return 0;
+}
+
+static int hexval(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+int cs_tls_pin_parse(const char *text, unsigned char out[CS_TLS_PIN_SIZE])
+{
+    if (!text)
+        return -1;
+    size_t n = strlen(text);
+    bool colons = n == CS_TLS_PIN_SIZE * 3 - 1;
+    if (!colons && n != CS_TLS_PIN_SIZE * 2)
+        return -1;
+    const char *p = text;
+    for (size_t i = 0; i < CS_TLS_PIN_SIZE; i++) {
+        int hi = hexval(p[0]), lo = hexval(p[1]);
+        if (hi < 0 || lo < 0)
+            return -1;
+        out[i] = (unsigned char)(hi << 4 | lo);
+        p += 2;
+        if (colons && i + 1 < CS_TLS_PIN_SIZE) {
+            if (*p != ':')
+                return -1;
+            p++;
+        }
+    }
+    return *p == '\0' ? 0 : -1;
+}

@@ -1,0 +1,76 @@
+/*
+ * runner_tls: the network leg of the remote runner (docs/scale-out.md). The framed wire code
+ * (runner_conn.c) never sees TCP or TLS: a *pump* thread moves bytes between the network stream
+ * (OpenSSL TLS 1.3, or plain TCP when the operator asks for it) and one end of a local stream
+ * socket, and the loop reads and writes the other end exactly as it does the uds runner's socket.
+ *
+ *   - gateway side (cs_tls_link_start): a thread connects to HOST:PORT, does the TLS handshake,
+ *     checks the worker's certificate against its pin, and only then pumps. Any failure closes
+ *     the local end: the loop sees the stream end before a single frame went out.
+ *   - worker side (cs_tls_front_start): a thread accepts on HOST:PORT; each connection gets a
+ *     thread that does the handshake (10 s at most), checks the gateway's certificate against its
+ *     pin, and only then connects to the worker's private Unix socket and pumps. An unauthenticated
+ *     or wrong peer never reaches the Unix socket, so no frame of it is ever read. The newest
+ *     authenticated connection wins: the previous one is shut down.
+ *
+ * Authentication is mutual and pinned: each side has its own certificate and key (PEM files) and
+ * the SHA-256 of the peer's certificate (DER); the chain is not consulted, the pin is the trust.
+ * No other TLS version than 1.3 is accepted.
+ *
+ * Threads: the pump threads touch only their own descriptors and SSL objects, and the shared
+ * SSL_CTX (read-only after creation, as OpenSSL allows). They never touch the loop.
+ * Entry points: cs_runner_url_parse, cs_tls_pin_parse, cs_tls_ctx_new/free, cs_tls_link_*,
+ * cs_tls_front_*.
+ */
+#ifndef CS_RUNNER_TLS_H
+#define CS_RUNNER_TLS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "base_remote.h"
+
+/* One side's TLS settings. plaintext: no TLS at all (cert, key and pin ignored). */
+struct cs_tls_config {
+    bool plaintext;
+    const char *cert, *key; /* PEM files */
+    unsigned char peer_pin[CS_TLS_PIN_SIZE];
+};
+
+struct cs_tls_ctx;
+
+/* Loads cert and key (checked against each other) for a server or a client. plaintext gives a
+ * context that does no TLS. Returns NULL with err set. */
+struct cs_tls_ctx *cs_tls_ctx_new(const struct cs_tls_config *cfg, bool server, char *err,
+                                  size_t cap);
+void cs_tls_ctx_free(struct cs_tls_ctx *c);
+bool cs_tls_ctx_plaintext(const struct cs_tls_ctx *c);
+
+/* ---- gateway side ---- */
+
+struct cs_tls_link;
+
+/* Starts a thread that connects to host:port and authenticates within timeout_ms; *fd is the
+ * loop's end of the stream (non-blocking, close-on-exec; the caller owns it). Returns NULL with
+ * err set when nothing could start. ctx is borrowed and must outlive the link. */
+struct cs_tls_link *cs_tls_link_start(struct cs_tls_ctx *ctx, const char *host, const char *port,
+                                      int timeout_ms, int *fd, char *err, size_t cap);
+/* Why the link ended (empty while it runs, or when it ended cleanly). */
+void cs_tls_link_why(struct cs_tls_link *l, char *buf, size_t cap);
+/* Stops the thread (the network connection is closed) and frees. Accepts NULL. */
+void cs_tls_link_free(struct cs_tls_link *l);
+
+/* ---- worker side ---- */
+
+struct cs_tls_front;
+
+/* Listens on host:port and bridges each authenticated connection to the Unix socket unix_path
+ * (which the caller binds). ctx is borrowed. Returns NULL with err set. */
+struct cs_tls_front *cs_tls_front_start(struct cs_tls_ctx *ctx, const char *host, const char *port,
+                                        const char *unix_path, char *err, size_t cap);
+/* The port really bound (when 0 was asked for). */
+int cs_tls_front_port(const struct cs_tls_front *f);
+/* Stops accepting. Connections already bridged end with the process. Accepts NULL. */
+void cs_tls_front_stop(struct cs_tls_front *f);
+
+#endif

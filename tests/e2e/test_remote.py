@@ -1,0 +1,371 @@
+#!/usr/bin/python3
+"""End-to-end tests of the remote runner (issue 21, docs/scale-out.md).
+
+Two network namespaces joined by a veth pair stand for two hosts: `codespace-runtime --listen`
+runs in one, `codespace-mcp --runner tcp://...` in the other, mutually authenticated with TLS 1.3
+and pinned certificates generated here by `openssl req -x509` (no key is ever committed). The
+namespaces, the veth pair and the address block (10.231.N.0/30, N random) are unique per test and
+deleted in cleanup.
+
+- through the link: read, apply_patch, exec_command; workspace_info reports the worker;
+- the worker serves only its own roots: a gateway whose registry names another root is refused;
+- the link cut in the middle of an apply_patch (`ip link set down`): the call answers `unknown`,
+  the ledger row is `unknown`, the worker finished the patch once, and the retry after the link
+  is back applies nothing twice;
+- the worker killed (SIGKILL) and started again: the old process handle is PROCESS_NOT_FOUND and
+  the workspace is free again;
+- a wrong certificate refused in both directions (the gateway with a wrong pin, the worker with a
+  wrong pin): nothing runs, the call fails before dispatch.
+
+Needs root (namespaces), `ip` (iproute2) and `openssl`. Outside CI a missing piece skips; in CI
+(CI=true) it fails. Run (from tests/e2e):
+    CODESPACE_MCP_BIN=build/release/src/main/codespace-mcp /usr/bin/python3 -m unittest -v test_remote
+"""
+import hashlib
+import json
+import os
+import random
+import shutil
+import signal
+import ssl
+import subprocess
+import tempfile
+import threading
+import time
+import unittest
+
+import mcp_stdio
+import test_process as tp
+
+SLOW = tp.SLOW
+PORT = 7451
+
+
+def need(ok, why):
+    if ok:
+        return
+    if os.environ.get("CI") == "true":
+        raise AssertionError("CI=true and " + why)
+    raise unittest.SkipTest(why)
+
+
+def runtime_binary():
+    mcp = tp.binary()
+    path = os.path.join(os.path.dirname(mcp), "codespace-runtime")
+    if not os.access(path, os.X_OK):
+        path = os.path.join(os.path.dirname(os.path.dirname(mcp)), "runtime", "codespace-runtime")
+    return path
+
+
+def sandbox_args():
+    """The worker runs its commands through the Linux sandbox helper beside it, as ids 65533
+    (a root worker never runs a command as root)."""
+    helper = os.path.join(os.path.dirname(runtime_binary()), "codespace-linux-sandbox")
+    if not os.access(helper, os.X_OK):
+        helper = os.path.join(os.path.dirname(os.path.dirname(runtime_binary())), "sandbox",
+                              "codespace-linux-sandbox")
+    return ["--sandbox", helper, "--sandbox-uid", "65533", "--sandbox-gid", "65533"]
+
+
+def run(*argv, check=True):
+    return subprocess.run(list(argv), check=check, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True)
+
+
+def make_cert(d, name):
+    cert, key = os.path.join(d, name + ".pem"), os.path.join(d, name + ".key")
+    run("openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+        "-nodes", "-keyout", key, "-out", cert, "-days", "2", "-subj", "/CN=" + name)
+    with open(cert, encoding="ascii") as f:
+        der = ssl.PEM_cert_to_DER_cert(f.read())
+    return cert, key, hashlib.sha256(der).hexdigest()
+
+
+class Worker:
+    """codespace-runtime --listen in namespace ns; its log lines are kept."""
+
+    def __init__(self, ns, addr, args, env=None):
+        e = dict(os.environ)
+        e.update(env or {})
+        self.proc = subprocess.Popen(
+            ["ip", "netns", "exec", ns, runtime_binary(), "--listen", "%s:%d" % (addr, PORT)]
+            + args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=e)
+        self.lines = []
+        self.listening = threading.Event()
+        threading.Thread(target=self._err, daemon=True).start()
+        if not self.listening.wait(10 * SLOW):
+            self.kill()
+            raise AssertionError("the worker did not listen: %s" % self.lines)
+
+    def _err(self):
+        for raw in self.proc.stderr:
+            line = raw.decode(errors="replace")
+            self.lines.append(line)
+            if '"runner listening"' in line:
+                self.listening.set()
+
+    def saw(self, text):
+        return any(text in line for line in self.lines)
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+
+
+class RemoteTest(unittest.TestCase):
+    def setUp(self):
+        need(os.geteuid() == 0, "the remote runner tests need root (network namespaces)")
+        need(shutil.which("ip") is not None, "no ip (iproute2)")
+        need(shutil.which("openssl") is not None, "no openssl")
+        need(os.access(runtime_binary(), os.X_OK), "no codespace-runtime")
+        self.tmp = tempfile.mkdtemp(prefix="cs-remote-")
+        self.addCleanup(shutil.rmtree, self.tmp, True)
+        tag = "%x%04x" % (os.getpid() % 0xfff, random.randrange(0x10000))
+        self.nsg, self.nsw = "csg-" + tag, "csw-" + tag
+        self.veg, self.vew = "vg" + tag, "vw" + tag
+        n = random.randrange(256)
+        self.gaddr, self.waddr = "10.231.%d.1" % n, "10.231.%d.2" % n
+        run("ip", "netns", "add", self.nsg)
+        self.addCleanup(run, "ip", "netns", "del", self.nsg, check=False)
+        run("ip", "netns", "add", self.nsw)
+        self.addCleanup(run, "ip", "netns", "del", self.nsw, check=False)
+        run("ip", "link", "add", self.veg, "netns", self.nsg, "type", "veth", "peer", "name",
+            self.vew, "netns", self.nsw)
+        for ns, dev, addr in ((self.nsg, self.veg, self.gaddr), (self.nsw, self.vew, self.waddr)):
+            run("ip", "-n", ns, "addr", "add", addr + "/30", "dev", dev)
+            run("ip", "-n", ns, "link", "set", dev, "up")
+            run("ip", "-n", ns, "link", "set", "lo", "up")
+        self.ws = os.path.join(self.tmp, "ws")
+        os.mkdir(self.ws)
+        self.gcert, self.gkey, self.gpin = make_cert(self.tmp, "gateway")
+        self.wcert, self.wkey, self.wpin = make_cert(self.tmp, "worker")
+        self.servers = []
+
+    def tearDown(self):
+        for s in self.servers:
+            s.close()
+
+    def worker(self, pin=None, env=None, roots=None):
+        w = Worker(self.nsw, self.waddr,
+                   ["--tls-cert", self.wcert, "--tls-key", self.wkey, "--tls-peer-sha256",
+                    pin or self.gpin] + sandbox_args()
+                   + sum((["--root", r] for r in roots or [self.ws]), []),
+                   env)
+        self.addCleanup(w.kill)
+        return w
+
+    def gateway(self, pin=None, ws=None):
+        state = os.path.join(self.tmp, "state-%d" % len(self.servers))
+        os.mkdir(state)
+        args = ["netns", "exec", self.nsg, tp.binary(), "--workspace", ws or self.ws,
+                "--operations-db", os.path.join(state, "ops.db"),
+                "--runner", "tcp://%s:%d" % (self.waddr, PORT),
+                "--tls-cert", self.gcert, "--tls-key", self.gkey,
+                "--tls-peer-sha256", pin or self.wpin]
+        s = mcp_stdio.StdioServer("ip", args, state)
+        self.servers.append(s)
+        return s
+
+    def call_until(self, srv, tool, args, ok, timeout):
+        """Calls tool until ok(result, error) holds (the gateway reconnects in the background)."""
+        end = time.time() + timeout
+        while True:
+            out, err = srv.call_raw(tool, args)
+            if ok(out, err) or time.time() > end:
+                return out, err
+            time.sleep(0.2)
+
+    # ---- through the link ----
+
+    def test_files_patch_exec_through_tls(self):
+        with open(os.path.join(self.ws, "a.txt"), "w") as f:
+            f.write("alpha\n")
+        w = self.worker()
+        srv = self.gateway()
+        out = srv.call("read", {"workspace_id": "default", "path": "a.txt"})
+        self.assertEqual(out["content"], "alpha\n")
+        out, err = srv.call_raw("apply_patch", {"workspace_id": "default", "patch":
+                                "*** Begin Patch\n*** Add File: b.txt\n+beta\n*** End Patch\n"})
+        self.assertIsNone(err, err)
+        self.assertEqual(out["status"], "applied")
+        with open(os.path.join(self.ws, "b.txt")) as f:
+            self.assertEqual(f.read(), "beta\n")
+        out = srv.call("exec_command", {"workspace_id": "default",
+                                        "command": ["sh", "-c", "cat b.txt"], "yield_ms": 5000})
+        self.assertEqual(out["output"], "beta\n")
+        self.assertEqual(out["exit_code"], 0)
+        self.assertTrue(w.saw('"runner connection accepted"'), w.lines)
+        self.assertIn('"tls":true', "".join(w.lines))
+        info = srv.call("workspace_info", {"workspace_id": "default"})
+        iso = info["execution"]["isolation"]
+        self.assertEqual(iso["runner"], "remote")
+        text = json.dumps(info)
+        # The worker's identity, never a credential.
+        self.assertIn("%s:%d" % (self.waddr, PORT), text)
+        self.assertIn(self.wpin, text)
+        for secret in (self.gkey, self.wkey, self.gpin):
+            self.assertNotIn(secret, text)
+
+    def test_worker_serves_only_its_roots(self):
+        other = os.path.join(self.tmp, "other")
+        os.mkdir(other)
+        with open(os.path.join(other, "x.txt"), "w") as f:
+            f.write("x\n")
+        self.worker()
+        srv = self.gateway(ws=other)
+        out, err = srv.call_raw("read", {"workspace_id": "default", "path": "x.txt"})
+        self.assertIsNone(out)
+        self.assertNotEqual(err["code"], "TIMEOUT", err)
+
+    def test_per_workspace_runner(self):
+        """Placement: "far" lives on the worker, "near" on the gateway's own runner; process
+        handles go back to the runner that started them."""
+        near = os.path.join(self.tmp, "near")
+        os.mkdir(near)
+        with open(os.path.join(self.ws, "f.txt"), "w") as f:
+            f.write("far\n")
+        with open(os.path.join(near, "n.txt"), "w") as f:
+            f.write("near\n")
+        w = self.worker()
+        reg = {"workspaces": {
+            "near": {"root": near, "profile": "workspace-write"},
+            "far": {"root": self.ws, "profile": "workspace-write",
+                    "runner": {"url": "tcp://%s:%d" % (self.waddr, PORT),
+                               "tls_cert": self.gcert, "tls_key": self.gkey,
+                               "tls_peer_sha256": self.wpin}}}}
+        cfg = os.path.join(self.tmp, "reg.json")
+        with open(cfg, "w") as f:
+            json.dump(reg, f)
+        state = os.path.join(self.tmp, "state-placement")
+        os.mkdir(state)
+        srv = mcp_stdio.StdioServer("ip", ["netns", "exec", self.nsg, tp.binary(), "--config", cfg,
+                                           "--operations-db", ":memory:"], state)
+        self.servers.append(srv)
+        self.assertEqual(srv.call("read", {"workspace_id": "far", "path": "f.txt"})["content"],
+                         "far\n")
+        self.assertEqual(srv.call("read", {"workspace_id": "near", "path": "n.txt"})["content"],
+                         "near\n")
+        far = srv.call("workspace_info", {"workspace_id": "far"})["execution"]["isolation"]
+        self.assertEqual(far["runner"], "remote", far)
+        self.assertEqual(far["worker"], {"address": "%s:%d" % (self.waddr, PORT),
+                                         "certificate_sha256": self.wpin})
+        near_iso = srv.call("workspace_info", {"workspace_id": "near"})["execution"]["isolation"]
+        self.assertEqual(near_iso["runner"], mcp_stdio.runner() if mcp_stdio.runner() != "remote"
+                         else "in-process", near_iso)
+        self.assertNotIn("worker", near_iso)
+        dur = tp.uniq(301)
+        out = srv.call("exec_command", {"workspace_id": "far", "command": ["sleep", dur],
+                                        "yield_ms": 100})
+        st = srv.call("process_status", {"process_id": out["process_id"]})
+        self.assertEqual(st["state"], "running", st)
+        srv.call("terminate_process", {"process_id": out["process_id"]})
+        self.assertTrue(w.saw('"runner connection accepted"'), w.lines)
+
+    def test_registry_runner_is_validated(self):
+        for bad in ({"url": "http://h:1", "plaintext": True},
+                    {"url": "tcp://h:1"},
+                    {"url": "tcp://h:1", "plaintext": True, "tls_key": "k"},
+                    {"url": "tcp://h:1", "tls_cert": "c", "tls_key": "k",
+                     "tls_peer_sha256": "xyz"},
+                    {"url": "tcp://h:1", "plaintext": True, "tls": "on"}):
+            cfg = os.path.join(self.tmp, "bad.json")
+            with open(cfg, "w") as f:
+                json.dump({"workspaces": {"w": {"root": self.ws, "runner": bad}}}, f)
+            p = subprocess.run([tp.binary(), "--config", cfg, "--operations-db", ":memory:"],
+                               stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                               timeout=30)
+            self.assertEqual(p.returncode, 2, (bad, p.stderr))
+            self.assertIn("/workspaces/w/runner", p.stderr, bad)
+
+    # ---- faults ----
+
+    def test_link_cut_mid_patch(self):
+        for name in ("p1.txt", "p2.txt"):
+            with open(os.path.join(self.ws, name), "w") as f:
+                f.write("old\n")
+        w = self.worker(env={"CODESPACE_TEST_PATCH_STEP_DELAY_MS": "1500"})
+        srv = self.gateway()
+        srv.call("read", {"workspace_id": "default", "path": "p1.txt"})  # connected
+        patch = ("*** Begin Patch\n*** Update File: p1.txt\n-old\n+new\n"
+                 "*** Update File: p2.txt\n-old\n+new\n*** End Patch\n")
+        rid = srv.call_start("apply_patch", {"workspace_id": "default", "patch": patch})
+        time.sleep(0.5 * SLOW)
+        run("ip", "-n", self.nsg, "link", "set", self.veg, "down")
+        out, err = mcp_stdio.StdioServer.tool_result(srv.wait(rid, timeout=60))
+        self.assertIsNone(err, err)
+        self.assertEqual(out["status"], "unknown", out)
+        st = srv.call("operation_status", {"operation_id": out["operation_id"]})
+        self.assertEqual(st["status"], "unknown", st)
+        run("ip", "-n", self.nsg, "link", "set", self.veg, "up")
+        # The worker ran the patch to its end, once.
+        end = time.time() + 20 * SLOW
+        while time.time() < end:
+            with open(os.path.join(self.ws, "p2.txt")) as f:
+                if f.read() == "new\n":
+                    break
+            time.sleep(0.2)
+        for name in ("p1.txt", "p2.txt"):
+            with open(os.path.join(self.ws, name)) as f:
+                self.assertEqual(f.read(), "new\n")
+        # The retry, once the link is back, applies nothing twice.
+        out, err = self.call_until(srv, "apply_patch", {"workspace_id": "default",
+                                                        "patch": patch},
+                                   lambda o, e: not (e and e["code"] == "TIMEOUT"), 40 * SLOW)
+        self.assertIsNone(out, out)
+        self.assertNotEqual(err["code"], "TIMEOUT", err)
+        for name in ("p1.txt", "p2.txt"):
+            with open(os.path.join(self.ws, name)) as f:
+                self.assertEqual(f.read(), "new\n")
+        self.assertTrue(w.saw('"runner connection ended"') or w.saw("connection accepted"))
+
+    def test_worker_killed(self):
+        w = self.worker()
+        srv = self.gateway()
+        dur = tp.uniq(300)
+        out = srv.call("exec_command", {"workspace_id": "default",
+                                        "command": ["sleep", dur], "yield_ms": 100})
+        self.assertEqual(out["state"], "running", out)
+        pid = out["process_id"]
+        w.kill()
+        self.worker()  # started again by its supervisor
+        out, err = self.call_until(srv, "process_status", {"process_id": pid},
+                                   lambda o, e: e is not None and e["code"] == "PROCESS_NOT_FOUND",
+                                   30 * SLOW)
+        self.assertIsNotNone(err, out)
+        self.assertEqual(err["code"], "PROCESS_NOT_FOUND", err)
+        # The workspace is free again: a new command runs.
+        out, err = self.call_until(srv, "exec_command",
+                                   {"workspace_id": "default", "command": ["true"],
+                                    "yield_ms": 5000}, lambda o, e: e is None, 20 * SLOW)
+        self.assertIsNone(err, err)
+        self.assertEqual(out["exit_code"], 0)
+        tp.kill_leftovers()
+
+    def test_gateway_with_wrong_pin_is_refused(self):
+        w = self.worker()
+        srv = self.gateway(pin="00" * 32)
+        out, err = srv.call_raw("read", {"workspace_id": "default", "path": "a.txt"})
+        self.assertIsNone(out)
+        self.assertEqual(err["code"], "TIMEOUT", err)
+        self.assertIn("before dispatch", err["message"])
+        self.assertIn("certificate", err["message"])
+        time.sleep(0.5)
+        self.assertFalse(w.saw('"runner connection accepted"'), w.lines)
+
+    def test_worker_with_wrong_pin_refuses(self):
+        w = self.worker(pin="ab" * 32)
+        srv = self.gateway()
+        out, err = srv.call_raw("read", {"workspace_id": "default", "path": "a.txt"})
+        self.assertIsNone(out)
+        self.assertEqual(err["code"], "TIMEOUT", err)
+        self.assertIn("before dispatch", err["message"])
+        end = time.time() + 5
+        while not w.saw('"runner connection refused"') and time.time() < end:
+            time.sleep(0.1)
+        self.assertTrue(w.saw('"runner connection refused"'), w.lines)
+        self.assertFalse(w.saw('"runner connection accepted"'), w.lines)
+
+
+if __name__ == "__main__":
+    unittest.main()
