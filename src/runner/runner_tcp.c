@@ -28,6 +28,7 @@
  */
 #include "runner_internal.h"
 #include "runner_tls.h"
+#include "base_diag.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -390,15 +391,15 @@ static void on_closed(void *arg, const char *why)
 
 static void connect_now(struct cs__runner_tcp *t)
 {
-    char err[320];
+    struct cs_diag d = {0};
     struct tlink *l = calloc(1, sizeof *l);
     int fd = -1;
     if (!l) {
-        snprintf(err, sizeof err, "out of memory");
+        cs_diag_set(&d, CSW_ERROR_INTERNAL, "out of memory");
         goto fail;
     }
     l->t = t;
-    l->tls = cs_tls_link_start(t->ctx, t->host, t->port, CONNECT_MS, &fd, err, sizeof err);
+    l->tls = cs_tls_link_start(t->ctx, t->host, t->port, CONNECT_MS, &fd, &d);
     if (!l->tls)
         goto fail;
     struct cs_runner_conn_callbacks cb = {on_message, on_bad, on_closed, l};
@@ -406,7 +407,7 @@ static void connect_now(struct cs__runner_tcp *t)
     if (!l->conn) {
         close(fd);
         cs_tls_link_free(l->tls);
-        snprintf(err, sizeof err, "out of memory");
+        cs_diag_set(&d, CSW_ERROR_INTERNAL, "out of memory");
         goto fail;
     }
     t->link = l;
@@ -432,7 +433,7 @@ static void connect_now(struct cs__runner_tcp *t)
 fail:
     free(l);
     t->st = T_CONNECTING; /* so drop() accounts the failure and schedules the retry */
-    drop(t, err);
+    drop(t, d.text);
 }
 
 /* Every second: calls past their deadline are ambiguous; a connection not up in time drops. */
@@ -595,14 +596,14 @@ void cs__runner_tcp_free(struct cs_runner *r)
 }
 
 struct cs_runner *cs_runner_tcp_new(struct cs_loop *loop, const struct cs_runner_tcp_options *opt,
-                                    const struct cs_runner_events *ev, char *err, size_t err_cap)
+                                    const struct cs_runner_events *ev, struct cs_diag *err)
 {
     struct cs_runner *r = calloc(1, sizeof *r);
     struct cs__runner_tcp *t = calloc(1, sizeof *t);
     if (!r || !t || !(t->version = strdup(opt->version))) {
         free(r);
         free(t);
-        snprintf(err, err_cap, "out of memory");
+        cs_diag_set(err, CSW_ERROR_INTERNAL, "out of memory");
         return NULL;
     }
     r->loop = loop;
@@ -611,17 +612,17 @@ struct cs_runner *cs_runner_tcp_new(struct cs_loop *loop, const struct cs_runner
     t->r = r;
     t->next_id = 1;
     if (cs_runner_url_parse(opt->url, t->host, t->port) != 0) {
-        snprintf(err, err_cap, "runner %s is not tcp://HOST:PORT", opt->url);
+        cs_diag_set(err, CSW_ERROR_INTERNAL, "runner %s is not tcp://HOST:PORT", opt->url);
         goto fail;
     }
     struct cs_tls_config tc = {.plaintext = opt->plaintext, .cert = opt->cert, .key = opt->key};
     memcpy(tc.peer_pin, opt->peer_pin, sizeof tc.peer_pin);
-    t->ctx = cs_tls_ctx_new(&tc, false, err, err_cap);
+    t->ctx = cs_tls_ctx_new(&tc, false, err);
     if (!t->ctx)
         goto fail;
     t->sweep = cs_loop_timer_add(loop, 1000, on_sweep, t);
     if (!t->sweep) {
-        snprintf(err, err_cap, "out of memory");
+        cs_diag_set(err, CSW_ERROR_INTERNAL, "out of memory");
         goto fail;
     }
     /* The first connection starts now, in the background: calls wait for its hello. */

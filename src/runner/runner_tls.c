@@ -4,6 +4,8 @@
  */
 #include "runner_tls.h"
 
+#include "base_diag.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>
@@ -71,22 +73,36 @@ static int verify_pin(int preverify, X509_STORE_CTX *store)
     return 1;
 }
 
-static void ssl_error(char *err, size_t cap, const char *what)
+/* OpenSSL's first queued error as text (the queue is then cleared). */
+static void ssl_detail(char buf[static 256])
 {
     unsigned long e = ERR_get_error();
-    char buf[256] = "no detail";
+    snprintf(buf, 256, "no detail");
     if (e)
-        ERR_error_string_n(e, buf, sizeof buf);
+        ERR_error_string_n(e, buf, 256);
     ERR_clear_error();
-    snprintf(err, cap, "%s: %s", what, buf);
 }
 
-struct cs_tls_ctx *cs_tls_ctx_new(const struct cs_tls_config *cfg, bool server, char *err,
-                                  size_t cap)
+/* A link's end, for cs_tls_link_why: what failed and OpenSSL's reason. */
+static void ssl_why(char *why, size_t cap, const char *what)
+{
+    char buf[256];
+    ssl_detail(buf);
+    cs_diag_format(why, cap, "%s: %s", what, buf);
+}
+
+static void ssl_error(struct cs_diag *err, const char *what)
+{
+    char buf[256];
+    ssl_detail(buf);
+    cs_diag_set(err, CSW_ERROR_INTERNAL, "%s: %s", what, buf);
+}
+
+struct cs_tls_ctx *cs_tls_ctx_new(const struct cs_tls_config *cfg, bool server, struct cs_diag *err)
 {
     struct cs_tls_ctx *c = calloc(1, sizeof *c);
     if (!c) {
-        snprintf(err, cap, "out of memory");
+        cs_diag_set(err, CSW_ERROR_INTERNAL, "out of memory");
         return NULL;
     }
     c->plaintext = cfg->plaintext;
@@ -96,7 +112,7 @@ struct cs_tls_ctx *cs_tls_ctx_new(const struct cs_tls_config *cfg, bool server, 
     memcpy(c->pin, cfg->peer_pin, sizeof c->pin);
     c->ssl = SSL_CTX_new(server ? TLS_server_method() : TLS_client_method());
     if (!c->ssl || pin_index < 0) {
-        ssl_error(err, cap, "SSL_CTX_new");
+        ssl_error(err, "SSL_CTX_new");
         goto fail;
     }
     SSL_CTX_set_min_proto_version(c->ssl, TLS1_3_VERSION);
@@ -107,19 +123,19 @@ struct cs_tls_ctx *cs_tls_ctx_new(const struct cs_tls_config *cfg, bool server, 
     /* Not SSL_MODE_AUTO_RETRY: the pump works on non-blocking sockets. */
     SSL_CTX_clear_mode(c->ssl, SSL_MODE_AUTO_RETRY);
     if (!cfg->cert || !cfg->key) {
-        snprintf(err, cap, "TLS needs a certificate and a key (or plaintext)");
+        cs_diag_set(err, CSW_ERROR_INTERNAL, "TLS needs a certificate and a key (or plaintext)");
         goto fail;
     }
     if (SSL_CTX_use_certificate_chain_file(c->ssl, cfg->cert) != 1) {
-        ssl_error(err, cap, "cannot load the certificate");
+        ssl_error(err, "cannot load the certificate");
         goto fail;
     }
     if (SSL_CTX_use_PrivateKey_file(c->ssl, cfg->key, SSL_FILETYPE_PEM) != 1) {
-        ssl_error(err, cap, "cannot load the key");
+        ssl_error(err, "cannot load the key");
         goto fail;
     }
     if (SSL_CTX_check_private_key(c->ssl) != 1) {
-        ssl_error(err, cap, "the key does not match the certificate");
+        ssl_error(err, "the key does not match the certificate");
         goto fail;
     }
     SSL_CTX_set_ex_data(c->ssl, pin_index, c);
@@ -201,7 +217,7 @@ static int handshake(SSL *ssl, bool server, int stopfd, char *why, size_t cap)
                          "TLS handshake failed: the peer's certificate does not match "
                          "the pinned SHA-256");
             else
-                ssl_error(why, cap, "TLS handshake failed");
+                ssl_why(why, cap, "TLS handshake failed");
             return -1;
         }
         int64_t left = end - now_ms();
@@ -249,7 +265,7 @@ static void pump(SSL *ssl, int net, int local, int stopfd, char *why, size_t cap
                     if (e == SSL_ERROR_WANT_WRITE)
                         net_wants_write = true;
                     else if (e != SSL_ERROR_WANT_READ) {
-                        ssl_error(why, cap, "TLS write failed");
+                        ssl_why(why, cap, "TLS write failed");
                         goto end;
                     }
                 }
@@ -290,7 +306,7 @@ static void pump(SSL *ssl, int net, int local, int stopfd, char *why, size_t cap
                         else if (e == SSL_ERROR_SYSCALL)
                             snprintf(why, cap, "the peer closed the connection");
                         else
-                            ssl_error(why, cap, "TLS read failed");
+                            ssl_why(why, cap, "TLS read failed");
                         goto end;
                     }
                 }
@@ -411,7 +427,7 @@ static void *link_main(void *arg)
     if (!l->ctx->plaintext) {
         ssl = SSL_new(l->ctx->ssl);
         if (!ssl || SSL_set_fd(ssl, net) != 1) {
-            ssl_error(why, sizeof why, "SSL_new");
+            ssl_why(why, sizeof why, "SSL_new");
             goto end;
         }
         if (handshake(ssl, false, l->stopfd, why, sizeof why) != 0)
@@ -434,12 +450,12 @@ end:
 }
 
 struct cs_tls_link *cs_tls_link_start(struct cs_tls_ctx *ctx, const char *host, const char *port,
-                                      int timeout_ms, int *fd, char *err, size_t cap)
+                                      int timeout_ms, int *fd, struct cs_diag *err)
 {
     struct cs_tls_link *l = calloc(1, sizeof *l);
     int sp[2] = {-1, -1};
     if (!l) {
-        snprintf(err, cap, "out of memory");
+        cs_diag_set(err, CSW_ERROR_INTERNAL, "out of memory");
         return NULL;
     }
     l->ctx = ctx;
@@ -449,7 +465,7 @@ struct cs_tls_link *cs_tls_link_start(struct cs_tls_ctx *ctx, const char *host, 
     l->stopfd = eventfd(0, EFD_CLOEXEC);
     if (l->stopfd < 0 ||
         socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0, sp) != 0) {
-        snprintf(err, cap, "socketpair: %s", strerror(errno));
+        cs_diag_set(err, CSW_ERROR_INTERNAL, "socketpair: %s", strerror(errno));
         goto fail;
     }
     l->local = sp[1];
@@ -462,7 +478,7 @@ struct cs_tls_link *cs_tls_link_start(struct cs_tls_ctx *ctx, const char *host, 
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (e != 0) {
         pthread_mutex_destroy(&l->mu);
-        snprintf(err, cap, "pthread_create: %s", strerror(e));
+        cs_diag_set(err, CSW_ERROR_INTERNAL, "pthread_create: %s", strerror(e));
         goto fail;
     }
     *fd = sp[0];
@@ -545,7 +561,7 @@ static void *conn_main(void *arg)
     if (!f->ctx->plaintext) {
         ssl = SSL_new(f->ctx->ssl);
         if (!ssl || SSL_set_fd(ssl, c->net) != 1) {
-            ssl_error(why, sizeof why, "SSL_new");
+            ssl_why(why, sizeof why, "SSL_new");
             goto end;
         }
         if (handshake(ssl, true, c->stopfd, why, sizeof why) != 0) {
@@ -628,12 +644,12 @@ static void *front_main(void *arg)
 }
 
 struct cs_tls_front *cs_tls_front_start(struct cs_tls_ctx *ctx, const char *host, const char *port,
-                                        const char *unix_path, char *err, size_t cap)
+                                        const char *unix_path, struct cs_diag *err)
 {
     struct cs_tls_front *f = calloc(1, sizeof *f);
     if (!f || !(f->unix_path = strdup(unix_path))) {
         free(f);
-        snprintf(err, cap, "out of memory");
+        cs_diag_set(err, CSW_ERROR_INTERNAL, "out of memory");
         return NULL;
     }
     f->ctx = ctx;
@@ -648,7 +664,7 @@ struct cs_tls_front *cs_tls_front_start(struct cs_tls_ctx *ctx, const char *host
                     *res = NULL;
     int e = getaddrinfo(host, port, &hints, &res);
     if (e != 0) {
-        snprintf(err, cap, "cannot resolve %s: %s", host, gai_strerror(e));
+        cs_diag_set(err, CSW_ERROR_INTERNAL, "cannot resolve %s: %s", host, gai_strerror(e));
         goto fail;
     }
     for (struct addrinfo *a = res; a && f->lfd < 0; a = a->ai_next) {
@@ -665,7 +681,8 @@ struct cs_tls_front *cs_tls_front_start(struct cs_tls_ctx *ctx, const char *host
                 f->port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port
                                                          : ((struct sockaddr_in *)&ss)->sin_port);
         } else {
-            snprintf(err, cap, "cannot listen on %s:%s: %s", host, port, strerror(errno));
+            cs_diag_set(err, CSW_ERROR_INTERNAL, "cannot listen on %s:%s: %s", host, port,
+                        strerror(errno));
             close(fd);
         }
     }
@@ -678,7 +695,7 @@ struct cs_tls_front *cs_tls_front_start(struct cs_tls_ctx *ctx, const char *host
     e = pthread_create(&f->thread, NULL, front_main, f);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (e != 0) {
-        snprintf(err, cap, "pthread_create: %s", strerror(e));
+        cs_diag_set(err, CSW_ERROR_INTERNAL, "pthread_create: %s", strerror(e));
         goto fail;
     }
     return f;

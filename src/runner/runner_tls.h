@@ -37,12 +37,13 @@ struct cs_tls_config {
     unsigned char peer_pin[CS_TLS_PIN_SIZE];
 };
 
+struct cs_diag;
 struct cs_tls_ctx;
 
 /* Loads cert and key (checked against each other) for a server or a client. plaintext gives a
  * context that does no TLS. Returns NULL with err set. */
-struct cs_tls_ctx *cs_tls_ctx_new(const struct cs_tls_config *cfg, bool server, char *err,
-                                  size_t cap);
+struct cs_tls_ctx *cs_tls_ctx_new(const struct cs_tls_config *cfg, bool server,
+                                  struct cs_diag *err);
 void cs_tls_ctx_free(struct cs_tls_ctx *c);
 bool cs_tls_ctx_plaintext(const struct cs_tls_ctx *c);
 
@@ -54,7 +55,7 @@ struct cs_tls_link;
  * loop's end of the stream (non-blocking, close-on-exec; the caller owns it). Returns NULL with
  * err set when nothing could start. ctx is borrowed and must outlive the link. */
 struct cs_tls_link *cs_tls_link_start(struct cs_tls_ctx *ctx, const char *host, const char *port,
-                                      int timeout_ms, int *fd, char *err, size_t cap);
+                                      int timeout_ms, int *fd, struct cs_diag *err);
 /* Why the link ended (empty while it runs, or when it ended cleanly). */
 void cs_tls_link_why(struct cs_tls_link *l, char *buf, size_t cap);
 /* Stops the thread (the network connection is closed) and frees. Accepts NULL. */
@@ -67,7 +68,7 @@ struct cs_tls_front;
 /* Listens on host:port and bridges each authenticated connection to the Unix socket unix_path
  * (which the caller binds). ctx is borrowed. Returns NULL with err set. */
 struct cs_tls_front *cs_tls_front_start(struct cs_tls_ctx *ctx, const char *host, const char *port,
-                                        const char *unix_path, char *err, size_t cap);
+                                        const char *unix_path, struct cs_diag *err);
 /* The port really bound (when 0 was asked for). */
 int cs_tls_front_port(const struct cs_tls_front *f);
 /* Stops accepting. Connections already bridged end with the process. Accepts NULL. */

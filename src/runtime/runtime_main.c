@@ -719,11 +719,11 @@ int main(int argc, char **argv)
     struct cs_tls_ctx *tctx = NULL;
     struct cs_tls_front *front = NULL;
     if (listen) {
-        char err[512];
-        tctx = cs_tls_ctx_new(&tls, true, err, sizeof err);
-        front = tctx ? cs_tls_front_start(tctx, lhost, lport, sock, err, sizeof err) : NULL;
+        struct cs_diag err = {0};
+        tctx = cs_tls_ctx_new(&tls, true, &err);
+        front = tctx ? cs_tls_front_start(tctx, lhost, lport, sock, &err) : NULL;
         if (!front) {
-            fprintf(stderr, "codespace-runtime: %s\n", err);
+            fprintf(stderr, "codespace-runtime: %s\n", err.text);
             unlink(sock);
             rmdir(listen_dir);
             close(lfd);

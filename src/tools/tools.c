@@ -801,10 +801,11 @@ static int place_workspaces(struct cs_tools *t, struct cs_loop *loop, const char
             };
             memcpy(opt.peer_pin, ws->runner_tls_pin, sizeof opt.peer_pin);
             struct cs_runner_events ev = {on_process_exited, on_runner_lost, t};
-            char e[1024];
-            subs[i] = cs_runner_tcp_new(loop, &opt, &ev, e, sizeof e);
+            struct cs_diag e = {0};
+            subs[i] = cs_runner_tcp_new(loop, &opt, &ev, &e);
             if (!subs[i]) {
-                snprintf(err, err_cap, "workspace %s: runner %s: %s", ws->id, ws->runner_url, e);
+                snprintf(err, err_cap, "workspace %s: runner %s: %s", ws->id, ws->runner_url,
+                         e.text);
                 free(subs);
                 return -1; /* t->runner (the multi) is freed with the tools */
             }
@@ -907,7 +908,10 @@ int cs_tools_register(struct cs_mcp *srv, struct cs_tools *t, const struct cs_co
             .key = cfg->runner_tls_key,
         };
         memcpy(opt.peer_pin, cfg->runner_tls_pin, sizeof opt.peer_pin);
-        t->runner = cs_runner_tcp_new(loop, &opt, &ev, err, err_cap);
+        struct cs_diag e = {0};
+        t->runner = cs_runner_tcp_new(loop, &opt, &ev, &e);
+        if (!t->runner)
+            snprintf(err, err_cap, "%s", e.text);
     } else {
         struct cs_supervisor_limits lim;
         cs_supervisor_limits_init(&lim, cfg->max_processes, cfg->process_timeout_secs * 1000,
