@@ -15,6 +15,7 @@
 
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <sched.h>
 #include <stdint.h>
 #include <time.h>
 
@@ -46,6 +47,15 @@ static inline bool cs_cancel_requested(const struct cs_cancel *c)
 {
     return c && (atomic_load_explicit(&c->set, memory_order_relaxed) ||
                  (c->deadline_ns && cs_cancel_now_ns() >= c->deadline_ns));
+}
+
+/* Lets another runnable thread go first between slices of long work on a pool thread (a small
+ * call never waits behind a big hash's time slice); a flag with a deadline is work running on
+ * the loop thread itself, which has no one to make way for. */
+static inline void cs_cancel_yield(const struct cs_cancel *c)
+{
+    if (!c || !c->deadline_ns)
+        (void)sched_yield();
 }
 
 #endif

@@ -354,7 +354,7 @@ static int stream(int fd, uint64_t offset, size_t limit, const char *rel, unsign
         /* A whole-file hash is the one long CPU burn of the file tools: between chunks it lets
          * another runnable thread go first (another call's job, on a box with fewer CPUs than
          * busy hashes), so a small call never waits behind a big one's time slice. */
-        (void)sched_yield();
+        cs_cancel_yield(cancel);
         if (cs_cancel_requested(cancel)) {
             cs_diag_set(diag, CSW_ERROR_TIMEOUT, "reading %s was cancelled", rel);
             rc = CSW_ERROR_TIMEOUT;
@@ -471,7 +471,7 @@ static bool vc_window(int fd, const struct vc_snap *e, uint64_t offset, size_t l
                    : EVP_MD_CTX_copy_ex(ctx, e->state) != 1)
         goto out;
     while (pos < stop) {
-        (void)sched_yield(); /* as in the full pass */
+        cs_cancel_yield(cancel); /* as in the full pass */
         if (cs_cancel_requested(cancel))
             goto out; /* the full pass that follows reports it */
         size_t want = stop - pos < CHUNK_BYTES ? (size_t)(stop - pos) : CHUNK_BYTES;

@@ -199,7 +199,11 @@ int main(int argc, char **argv)
     /* Large buffers (message texts, bodies, big strings) always come from mmap and go back to
      * the system when freed: a fixed threshold stops glibc from raising it after the first
      * large free, which would put the next 16 MiB message in the heap for good (M8). */
-    (void)mallopt(M_MMAP_THRESHOLD, 256 * 1024);
+    (void)mallopt(M_MMAP_THRESHOLD, 1024 * 1024);
+    /* Below that, a freed block at the top of the heap stays for the next one (a file read's
+     * 256 KiB chunk, every call) up to this much; malloc_trim after a large message still hands
+     * everything back. */
+    (void)mallopt(M_TRIM_THRESHOLD, 4 * 1024 * 1024);
     struct cs_config cfg;
     struct cs_config_error cerr;
     switch (cs_config_load(&cfg, argc, argv, environ, &cerr)) {
