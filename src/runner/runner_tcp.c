@@ -206,13 +206,13 @@ static void drop(struct cs__runner_tcp *t, const char *why)
            json_pack("{s:s,s:s,s:s,s:I}", "host", t->host, "port", t->port, "error", why,
                      "next_attempt_in_ms", (json_int_t)t->backoff_ms));
     char msg[420];
-    snprintf(msg, sizeof msg, "runner transport failed: %s", why);
+    cs_diag_format(msg, sizeof msg, "runner transport failed: %s", why);
     while (t->calls) {
         struct tcall *c = t->calls;
         t->calls = c->next;
         finish(c, CS_RUNNER_AMBIGUOUS, msg);
     }
-    snprintf(msg, sizeof msg, "runner transport failed before dispatch: %s", why);
+    cs_diag_format(msg, sizeof msg, "runner transport failed before dispatch: %s", why);
     while (t->waiting) {
         struct tcall *c = t->waiting;
         t->waiting = c->next;
@@ -370,7 +370,7 @@ static void on_bad(void *arg, const json_t *raw, const char *why)
     if (l != l->t->link)
         return;
     char msg[400];
-    snprintf(msg, sizeof msg, "bad frame from the worker: %s", why);
+    cs_diag_format(msg, sizeof msg, "bad frame from the worker: %s", why);
     drop(l->t, msg);
 }
 
@@ -382,8 +382,8 @@ static void on_closed(void *arg, const char *why)
         char detail[320] = "";
         cs_tls_link_why(l->tls, detail, sizeof detail);
         char msg[400];
-        snprintf(msg, sizeof msg, "connection to %s:%s ended: %s", t->host, t->port,
-                 detail[0] ? detail : why);
+        cs_diag_format(msg, sizeof msg, "connection to %s:%s ended: %s", t->host, t->port,
+                       detail[0] ? detail : why);
         drop(t, msg);
     }
     (void)cs_loop_defer(t->r->loop, free_tlink, l);
@@ -466,10 +466,11 @@ void cs__runner_tcp_call(struct cs_runner *r, const struct csw_runner_wire_op *o
     if (t->st == T_DOWN) {
         int64_t left = t->retry ? t->retry_at - cs_loop_now_ms() : 0;
         if (left > 0) {
-            snprintf(msg, sizeof msg,
-                     "runner transport failed before dispatch: %s; the next attempt is in %" PRId64
-                     " ms",
-                     t->why, left);
+            cs_diag_format(
+                msg, sizeof msg,
+                "runner transport failed before dispatch: %s; the next attempt is in %" PRId64
+                " ms",
+                t->why, left);
             struct cs_runner_reply rep = {.outcome = CS_RUNNER_BEFORE_DISPATCH, .msg = msg};
             done(arg, &rep);
             return;
@@ -478,7 +479,7 @@ void cs__runner_tcp_call(struct cs_runner *r, const struct csw_runner_wire_op *o
         t->retry = NULL;
         connect_now(t);
         if (t->st == T_DOWN) {
-            snprintf(msg, sizeof msg, "runner transport failed before dispatch: %s", t->why);
+            cs_diag_format(msg, sizeof msg, "runner transport failed before dispatch: %s", t->why);
             struct cs_runner_reply rep = {.outcome = CS_RUNNER_BEFORE_DISPATCH, .msg = msg};
             done(arg, &rep);
             return;
