@@ -49,7 +49,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     }
     unsigned char pin[CS_TLS_PIN_SIZE], pin2[CS_TLS_PIN_SIZE];
     if (cs_tls_pin_parse(in, pin) == 0) {
-        assert(size == 64 || size == 95);
+        size_t len = strlen(in); /* a C string: the bytes after a NUL are not part of it */
+        assert(len == 64 || len == 95);
         char hex[2 * CS_TLS_PIN_SIZE + 1];
         for (size_t i = 0; i < CS_TLS_PIN_SIZE; i++)
             snprintf(hex + 2 * i, 3, "%02x", pin[i]);

@@ -818,7 +818,8 @@ static json_t *tools_call(struct cs_mcp_exchange *x, json_t *id, const char *raw
                                                  : "a boolean");
     } else if (st != CS_WIRE_OK) {
         char where[600];
-        cs_mcp_call_error(call, cs_diag_wire_error(st, CSW_ERROR_INVALID_ARGUMENTS), NULL, "%s",
+        cs_mcp_call_error(call, (enum csw_error)cs_diag_wire_error(st, CSW_ERROR_INVALID_ARGUMENTS),
+                          NULL, "%s",
                           st == CS_WIRE_NOMEM ? "out of memory decoding arguments"
                                               : cs_wire_diag_format(&diag, where, sizeof where));
     } else {
