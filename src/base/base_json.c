@@ -214,17 +214,6 @@ static size_t skip_value(const char *s, size_t n, size_t i)
     return i > start ? i : SIZE_MAX;
 }
 
-static int hexval(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 /* Whether the string literal body s[a..b) (between the quotes) decodes to key (ASCII). */
 static bool key_eq(const char *s, size_t a, size_t b, const char *key)
 {
@@ -240,7 +229,7 @@ static bool key_eq(const char *s, size_t a, size_t b, const char *key)
                     return false;
                 unsigned v = 0;
                 for (size_t j = 1; j <= 4; j++) {
-                    int h = hexval(s[i + j]);
+                    int h = cs_hexval(s[i + j]);
                     if (h < 0)
                         return false;
                     v = v * 16 + (unsigned)h;

@@ -119,4 +119,16 @@ json_t *cs_json_loadb_budget(const char *buf, size_t n, size_t flags, json_error
  * cs_json_loadb_budget for large texts from one thread (the loop) only. */
 void cs_json_set_large_hook(void (*fn)(void *arg), void *arg);
 
+/* The value of one hexadecimal digit (either case), or -1. */
+static inline int cs_hexval(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
 #endif

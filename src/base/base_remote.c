@@ -2,6 +2,7 @@
  * base_remote: parsing a remote runner's address and a certificate pin. See base_remote.h.
  */
 #include "base_remote.h"
+#include "base_json.h"
 
 #include <stdbool.h>
 #include <string.h>
@@ -53,17 +54,6 @@ int cs_runner_url_parse(const char *url, char host[CS_RUNNER_URL_HOST_MAX],
     return 0;
 }
 
-static int hexval(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 int cs_tls_pin_parse(const char *text, unsigned char out[CS_TLS_PIN_SIZE])
 {
     if (!text)
@@ -74,7 +64,7 @@ int cs_tls_pin_parse(const char *text, unsigned char out[CS_TLS_PIN_SIZE])
         return -1;
     const char *p = text;
     for (size_t i = 0; i < CS_TLS_PIN_SIZE; i++) {
-        int hi = hexval(p[0]), lo = hexval(p[1]);
+        int hi = cs_hexval(p[0]), lo = cs_hexval(p[1]);
         if (hi < 0 || lo < 0)
             return -1;
         out[i] = (unsigned char)(hi << 4 | lo);
