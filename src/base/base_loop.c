@@ -9,6 +9,7 @@
  * instead of touching freed memory.
  */
 #include "base_loop.h"
+#include "base_mem.h"
 
 #include <errno.h>
 #include <signal.h>
@@ -229,7 +230,7 @@ int cs_loop_signal(struct cs_loop *loop, int signo, cs_loop_signal_fn fn, void *
 
 int cs_loop_defer(struct cs_loop *loop, cs_loop_fn fn, void *arg)
 {
-    struct deferred *d = calloc(1, sizeof *d);
+    struct deferred *d = cs_zalloc(sizeof *d);
     if (!d)
         return -1;
     d->fn = fn;

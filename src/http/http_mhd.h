@@ -19,11 +19,10 @@
     X(MHD_create_response_from_buffer_with_free_callback)                                          \
     X(MHD_destroy_response)                                                                        \
     X(MHD_get_connection_info)                                                                     \
-    X(MHD_get_connection_values)                                                                   \
+    X(MHD_get_connection_values_n)                                                                 \
     X(MHD_get_daemon_info)                                                                         \
     X(MHD_get_timeout)                                                                             \
     X(MHD_is_feature_supported)                                                                    \
-    X(MHD_lookup_connection_value_n)                                                               \
     X(MHD_queue_response)                                                                          \
     X(MHD_resume_connection)                                                                       \
     X(MHD_run)                                                                                     \

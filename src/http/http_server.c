@@ -102,6 +102,54 @@ enum req_state {
     REQ_DONE,    /* a response is queued */
 };
 
+/* The request headers the server reads. They are collected in one pass over the request's
+ * headers when it starts (read_headers) and looked up by index afterwards. */
+enum hdr {
+    H_HOST,
+    H_ORIGIN,
+    H_AUTH,
+    H_CTYPE,
+    H_CLEN,
+    H_TRANSFER,
+    H_VERSION,
+    H_METHOD,
+    H_NAME,
+    H_SESSION,
+    H_COUNT
+};
+
+#define HDR_NAME(s) {s, sizeof(s) - 1}
+static const struct {
+    const char *name;
+    size_t len;
+} hdr_names[H_COUNT] = {
+    [H_HOST] = HDR_NAME(MHD_HTTP_HEADER_HOST),
+    [H_ORIGIN] = HDR_NAME(MHD_HTTP_HEADER_ORIGIN),
+    [H_AUTH] = HDR_NAME(MHD_HTTP_HEADER_AUTHORIZATION),
+    [H_CTYPE] = HDR_NAME(MHD_HTTP_HEADER_CONTENT_TYPE),
+    [H_CLEN] = HDR_NAME(MHD_HTTP_HEADER_CONTENT_LENGTH),
+    [H_TRANSFER] = HDR_NAME(MHD_HTTP_HEADER_TRANSFER_ENCODING),
+    [H_VERSION] = HDR_NAME("MCP-Protocol-Version"),
+    [H_METHOD] = HDR_NAME("Mcp-Method"),
+    [H_NAME] = HDR_NAME("Mcp-Name"),
+    [H_SESSION] = HDR_NAME("Mcp-Session-Id"),
+};
+#undef HDR_NAME
+
+/* Every occurrence is counted; the first one's value is kept (MHD's lookup also answers the
+ * first). A value holding a NUL byte is kept as bad: present, but never read. Values point into
+ * MHD's connection pool and stay valid until the request completes. */
+struct hdr_slot {
+    unsigned count;
+    bool bad;
+    const char *value;
+    size_t len;
+};
+
+struct hdrs {
+    struct hdr_slot slot[H_COUNT];
+};
+
 struct req {
     struct cs_http *h;
     struct MHD_Connection *conn;
@@ -122,6 +170,7 @@ struct req {
     struct cs_mcp_exchange *x; /* pending exchange, or NULL */
     json_t *reply;             /* owned once state is REQ_REPLIED; NULL means 202 */
     struct cs_loop_fd *watch;  /* peer hang-up watch while suspended */
+    struct hdrs hdrs;          /* read when the request starts */
 };
 
 struct cs_http {
@@ -403,62 +452,64 @@ static enum MHD_Result reject(struct req *r, unsigned status, const char *body, 
 
 /* ---- header checks (the decisions are http_guard.c's) ---- */
 
-struct hdr_count {
-    unsigned host, origin, auth, ctype, clen;
-};
-
-static enum MHD_Result count_header(void *cls, enum MHD_ValueKind kind, const char *key,
-                                    const char *value)
+static enum MHD_Result collect_header(void *cls, enum MHD_ValueKind kind, const char *key,
+                                      size_t key_size, const char *value, size_t value_size)
 {
-    struct hdr_count *c = cls;
+    struct hdrs *hs = cls;
     (void)kind;
-    (void)value;
-    if (strcasecmp(key, MHD_HTTP_HEADER_HOST) == 0)
-        c->host++;
-    else if (strcasecmp(key, MHD_HTTP_HEADER_ORIGIN) == 0)
-        c->origin++;
-    else if (strcasecmp(key, MHD_HTTP_HEADER_AUTHORIZATION) == 0)
-        c->auth++;
-    else if (strcasecmp(key, MHD_HTTP_HEADER_CONTENT_TYPE) == 0)
-        c->ctype++;
-    else if (strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH) == 0)
-        c->clen++;
+    for (size_t i = 0; i < H_COUNT; i++) {
+        if (hdr_names[i].len != key_size || strcasecmp(key, hdr_names[i].name) != 0)
+            continue;
+        struct hdr_slot *s = &hs->slot[i];
+        if (s->count++ == 0) {
+            s->bad = !value || strlen(value) != value_size;
+            s->value = value;
+            s->len = value_size;
+        }
+        break;
+    }
     return MHD_YES;
 }
 
-/* Looks a header up; *v is NUL-terminated. A value with an embedded NUL counts as absent-and-bad:
- * returns -1. Returns 1 when found, 0 when absent. */
-static int header(struct MHD_Connection *c, const char *name, const char **v, size_t *n)
+static void read_headers(struct MHD_Connection *c, struct hdrs *hs)
 {
-    if (cs_mhd.MHD_lookup_connection_value_n(c, MHD_HEADER_KIND, name, strlen(name), v, n) !=
-        MHD_YES)
+    memset(hs, 0, sizeof *hs);
+    cs_mhd.MHD_get_connection_values_n(c, MHD_HEADER_KIND, collect_header, hs);
+}
+
+/* Looks a collected header up; *v is NUL-terminated. Returns 1 when found, 0 when absent, -1 for
+ * a value with an embedded NUL (absent-and-bad). */
+static int header(const struct hdrs *hs, enum hdr which, const char **v, size_t *n)
+{
+    const struct hdr_slot *s = &hs->slot[which];
+    if (s->count == 0)
         return 0;
-    if (!*v || strlen(*v) != *n)
+    if (s->bad)
         return -1;
+    *v = s->value;
+    *n = s->len;
     return 1;
 }
 
-/* Looks one header up for the guard: value NULL when absent or holding a NUL byte. */
-static void guard_header(struct MHD_Connection *c, const char *name, unsigned count,
-                         struct cs_http_guard_header *out)
+/* One header for the guard: value NULL when absent or holding a NUL byte. */
+static void guard_header(const struct hdrs *hs, enum hdr which, struct cs_http_guard_header *out)
 {
-    out->count = count;
+    out->count = hs->slot[which].count;
     out->value = NULL;
     out->len = 0;
-    if (header(c, name, &out->value, &out->len) != 1) {
+    if (header(hs, which, &out->value, &out->len) != 1) {
         out->value = NULL;
         out->len = 0;
     }
 }
 
 /* Returns the rejection status, or 0 when the request may go on. */
-static unsigned check_origin_and_auth(struct cs_http *h, struct MHD_Connection *c,
-                                      const struct hdr_count *cnt, const char **why)
+static unsigned check_origin_and_auth(struct cs_http *h, const struct hdrs *hs, const char **why)
 {
     struct cs_http_guard_header host, origin, auth;
-    guard_header(c, MHD_HTTP_HEADER_HOST, cnt->host, &host);
-    guard_header(c, MHD_HTTP_HEADER_ORIGIN, cnt->origin, &origin);
-    guard_header(c, MHD_HTTP_HEADER_AUTHORIZATION, cnt->auth, &auth);
+    guard_header(hs, H_HOST, &host);
+    guard_header(hs, H_ORIGIN, &origin);
+    guard_header(hs, H_AUTH, &auth);
     const struct cs_http_guard g = {h->host, h->port, h->token, h->token_len};
     switch (cs_http_guard_check(&g, &host, &origin, &auth)) {
     case CS_HTTP_GUARD_OK:
@@ -478,13 +529,12 @@ static unsigned check_origin_and_auth(struct cs_http *h, struct MHD_Connection *
 
 /* A POST's Content-Type and Content-Length: *announced is the body size it announces (0 when
  * there is no Content-Length: chunked). */
-static enum cs_http_body_verdict check_body_headers(struct MHD_Connection *c,
-                                                    const struct hdr_count *cnt, size_t cap,
+static enum cs_http_body_verdict check_body_headers(const struct hdrs *hs, size_t cap,
                                                     size_t *announced)
 {
     struct cs_http_guard_header ctype, clen;
-    guard_header(c, MHD_HTTP_HEADER_CONTENT_TYPE, cnt->ctype, &ctype);
-    guard_header(c, MHD_HTTP_HEADER_CONTENT_LENGTH, cnt->clen, &clen);
+    guard_header(hs, H_CTYPE, &ctype);
+    guard_header(hs, H_CLEN, &clen);
     uint64_t len = 0;
     enum cs_http_body_verdict v = cs_http_guard_body(&ctype, &clen, cap, &len);
     *announced = (size_t)len; /* at most cap */
@@ -851,7 +901,8 @@ static void on_reply(void *arg, json_t *reply, const char *text, size_t len)
 static bool input_refused(const json_t *reply)
 {
     struct cs_jsonrpc_reply info;
-    return cs_jsonrpc_reply_info(reply, &info) && info.is_error && info.id_null;
+    return cs_jsonrpc_reply_has_error(reply) && cs_jsonrpc_reply_info(reply, &info) &&
+           info.is_error && info.id_null;
 }
 
 /* The HTTP status of a reply to a 2026-07-28 request (docs/protocol.md, "Errors"): 404 for a
@@ -859,7 +910,8 @@ static bool input_refused(const json_t *reply)
 static unsigned modern_status(const json_t *reply)
 {
     struct cs_jsonrpc_reply info;
-    if (!cs_jsonrpc_reply_info(reply, &info) || !info.is_error)
+    if (!cs_jsonrpc_reply_has_error(reply) || !cs_jsonrpc_reply_info(reply, &info) ||
+        !info.is_error)
         return MHD_HTTP_OK;
     int64_t code = info.code;
     if (code == CS_JSONRPC_METHOD_NOT_FOUND)
@@ -876,7 +928,7 @@ static bool version_ok(struct req *r)
 {
     const char *v;
     size_t n;
-    int has_ver = header(r->conn, "MCP-Protocol-Version", &v, &n);
+    int has_ver = header(&r->hdrs, H_VERSION, &v, &n);
     return has_ver == 0 || (has_ver > 0 && cs_mcp_version_supported(v));
 }
 
@@ -933,9 +985,9 @@ static enum MHD_Result dispatch(struct cs_http *h, struct req *r)
 {
     conn_received(r->conn);
     struct cs_mcp_headers hdr;
-    hdr.has_version = header(r->conn, "MCP-Protocol-Version", &hdr.version, &(size_t){0});
-    hdr.has_method = header(r->conn, "Mcp-Method", &hdr.method, &(size_t){0});
-    hdr.has_name = header(r->conn, "Mcp-Name", &hdr.name, &(size_t){0});
+    hdr.has_version = header(&r->hdrs, H_VERSION, &hdr.version, &(size_t){0});
+    hdr.has_method = header(&r->hdrs, H_METHOD, &hdr.method, &(size_t){0});
+    hdr.has_name = header(&r->hdrs, H_NAME, &hdr.name, &(size_t){0});
     struct cs_mcp_msg *m = cs_mcp_msg_parse(r->body ? r->body : "", r->len);
     free(r->body);
     r->body = NULL;
@@ -1030,13 +1082,14 @@ static unsigned body_append(struct cs_http *h, struct req *r, const char *data, 
 }
 
 /* True when the request announces a body (Content-Length other than 0, or Transfer-Encoding). */
-static bool has_body(struct MHD_Connection *c)
+static bool has_body(const struct hdrs *hs)
 {
     const char *v;
     size_t n;
-    if (header(c, MHD_HTTP_HEADER_TRANSFER_ENCODING, &v, &n) != 0)
+    if (header(hs, H_TRANSFER, &v, &n) != 0)
         return true;
-    return header(c, MHD_HTTP_HEADER_CONTENT_LENGTH, &v, &n) != 0 && strcmp(v, "0") != 0;
+    const struct hdr_slot *clen = &hs->slot[H_CLEN];
+    return clen->count > 0 && clen->value && strcmp(clen->value, "0") != 0;
 }
 
 /* The first call for a request: headers are in, no body yet. */
@@ -1045,9 +1098,7 @@ static enum MHD_Result first_call(struct cs_http *h, struct req *r, const char *
 {
     const char *why = NULL, *v;
     size_t n;
-    struct hdr_count cnt = {0, 0, 0, 0, 0};
-    cs_mhd.MHD_get_connection_values(r->conn, MHD_HEADER_KIND, count_header, &cnt);
-    unsigned status = check_origin_and_auth(h, r->conn, &cnt, &why);
+    unsigned status = check_origin_and_auth(h, &r->hdrs, &why);
     if (status == MHD_HTTP_UNAUTHORIZED)
         return reject(r, status, BODY_UNAUTHORIZED, why);
     if (status != 0)
@@ -1059,7 +1110,7 @@ static enum MHD_Result first_call(struct cs_http *h, struct req *r, const char *
     if (!post && !del)
         return reject(r, MHD_HTTP_METHOD_NOT_ALLOWED, BODY_NOT_ALLOWED, "method not allowed");
     enum cs_http_body_verdict body =
-        post ? check_body_headers(r->conn, &cnt, h->max_body, &r->announced) : CS_HTTP_BODY_OK;
+        post ? check_body_headers(&r->hdrs, h->max_body, &r->announced) : CS_HTTP_BODY_OK;
     if (body == CS_HTTP_BODY_BAD_TYPE)
         return reject(r, MHD_HTTP_UNSUPPORTED_MEDIA_TYPE, BODY_MEDIA_TYPE, "content type");
     if (body == CS_HTTP_BODY_TOO_LARGE)
@@ -1069,7 +1120,7 @@ static enum MHD_Result first_call(struct cs_http *h, struct req *r, const char *
     if (post && !budget_take(h, r, r->announced))
         return reject(r, MHD_HTTP_SERVICE_UNAVAILABLE, BODY_BUSY, "body budget in use");
 
-    int has_sid = header(r->conn, "Mcp-Session-Id", &v, &n);
+    int has_sid = header(&r->hdrs, H_SESSION, &v, &n);
     if (has_sid != 0) {
         r->named_session = true;
         struct sess *s = has_sid > 0 ? sess_find(h, v, n) : NULL;
@@ -1116,7 +1167,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         h->reqs = r;
         *con_cls = r;
         r->state = REQ_DONE; /* until first_call says otherwise */
-        if (!has_body(c)) {
+        read_headers(c, &r->hdrs);
+        if (!has_body(&r->hdrs)) {
             /* MHD closes the connection after a response queued on the first call (it cannot
              * know whether a body follows), so a bodiless request is answered on the second. */
             conn_received(c);

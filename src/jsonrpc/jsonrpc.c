@@ -109,6 +109,11 @@ json_t *cs_jsonrpc_error_ex(json_t *id, bool omit_null_id, int code, const char 
     return out;
 }
 
+bool cs_jsonrpc_reply_has_error(const json_t *reply)
+{
+    return json_object_get(reply, "error") != NULL; /* NULL for an array (a batch reply) */
+}
+
 bool cs_jsonrpc_reply_info(const json_t *reply, struct cs_jsonrpc_reply *out)
 {
     memset(out, 0, sizeof *out);

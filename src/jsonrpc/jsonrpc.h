@@ -64,6 +64,10 @@ struct cs_jsonrpc_reply {
 /* Fills *out from reply (borrowed). Returns false when reply is not an object. */
 bool cs_jsonrpc_reply_info(const json_t *reply, struct cs_jsonrpc_reply *out);
 
+/* True when reply (borrowed) is a single reply with an "error" member: the cheap test a transport
+ * makes on every reply before it asks cs_jsonrpc_reply_info what the error says. */
+bool cs_jsonrpc_reply_has_error(const json_t *reply);
+
 /* Returns a new response {"jsonrpc":"2.0","id":id,"result":result}. id is borrowed (NULL means
  * null); result is stolen. NULL on OOM. */
 json_t *cs_jsonrpc_result(json_t *id, json_t *result);

@@ -22,6 +22,7 @@
 #include "base_diag.h"
 #include "base_json.h"
 #include "base_log.h"
+#include "base_mem.h"
 #include "jsonrpc.h"
 
 const char *const cs_mcp_versions[] = {"2025-11-25", "2025-06-18", "2025-03-26"};
@@ -1284,7 +1285,7 @@ static char *raw_id_of(const char *s, size_t n)
 
 struct cs_mcp_msg *cs_mcp_msg_parse(const char *data, size_t len)
 {
-    struct cs_mcp_msg *m = calloc(1, sizeof *m);
+    struct cs_mcp_msg *m = cs_zalloc(sizeof *m);
     if (!m)
         return NULL;
     m->len = len;
@@ -1447,7 +1448,7 @@ struct cs_mcp_exchange *cs_mcp_session_handle_msg(struct cs_mcp_session *s, stru
         return NULL;
     }
     json_t *msg = m->json;
-    struct cs_mcp_exchange *x = calloc(1, sizeof *x);
+    struct cs_mcp_exchange *x = cs_zalloc(sizeof *x);
     if (!x) {
         cs_mcp_msg_free(m);
         reply(arg, NULL, NULL, 0); /* out of memory: nothing can be said */
