@@ -473,7 +473,7 @@ static bool vc_window(int fd, const struct vc_snap *e, uint64_t offset, size_t l
     while (pos < stop) {
         cs_cancel_yield(cancel); /* as in the full pass */
         if (cs_cancel_requested(cancel))
-            goto out; /* the full pass that follows reports it */
+            goto out; /* the caller tells a cut-short proof from a failed one */
         size_t want = stop - pos < CHUNK_BYTES ? (size_t)(stop - pos) : CHUNK_BYTES;
         ssize_t r = pread(fd, chunk, want, (off_t)pos);
         if (r < 0 && errno == EINTR)
@@ -558,6 +558,14 @@ static int read_at(int rootfd, struct cs_fs_deny *deny, const struct csw_mcp_rea
     if (hit) {
         struct vc_key k2 = key_of(&st2); /* the identity must not have changed during the reads */
         hit = key_eq(&k2, &snap.key);
+    }
+    if (!hit && cached && cs_cancel_requested(cancel)) {
+        /* Cut short (a cancelled call, or the loop's inline deadline, after which the call runs
+         * again on a thread): the entry was not disproved, so it stays for that next try. */
+        EVP_MD_CTX_free(snap.state);
+        cs_diag_set(diag, CSW_ERROR_TIMEOUT, "reading %s was cancelled", p.rel);
+        rc = CSW_ERROR_TIMEOUT;
+        goto out;
     }
     if (hit) {
         EVP_MD_CTX_free(snap.state);

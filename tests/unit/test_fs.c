@@ -843,6 +843,19 @@ static void test_version_cache(void **state)
     csw_mcp_read_output_free(&out);
     assert_int_equal(cs_fs_version_cache_hits(), hits + 5);
 
+    /* A read cut short (its deadline already passed: the loop's inline try, or a cancelled
+     * call) answers TIMEOUT and keeps the entry, which the call's next try then uses. */
+    struct cs_cancel past = {.deadline_ns = 1};
+    atomic_init(&past.set, false);
+    struct csw_mcp_read_input cut = read_in("cached.txt", 1024 * 1024, 1048576);
+    assert_int_equal(cs_fs_read(fx.root, &cut, &past, &out, &msg), CSW_ERROR_TIMEOUT);
+    cs_diag_clear(&msg);
+    assert_int_equal(do_read("cached.txt", 1024 * 1024, 1048576, &out, &msg), 0);
+    assert_memory_equal(out.content.s, data + 1024 * 1024, 1048576);
+    assert_string_equal(out.version.s, v);
+    csw_mcp_read_output_free(&out);
+    assert_int_equal(cs_fs_version_cache_hits(), hits + 6);
+
     /* An in-place write of one byte (same size) far from the window: a new version at once. */
     int fd = open(path, O_RDWR);
     assert_true(fd >= 0);
