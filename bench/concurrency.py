@@ -55,7 +55,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
-from rows import Rows, ratio  # noqa: E402
+from rows import Rows, ratio, table  # noqa: E402
 
 PROTOCOL = "2025-11-25"
 MIB = 1024 * 1024
@@ -603,26 +603,9 @@ def main():
         shutil.rmtree(work, ignore_errors=True)
 
     print()
-    print_rows(rows.rows)
+    print(table(rows.rows))
     rows.write(a.json)
     return 0 if ok else 1
-
-
-def fmt(x):
-    if x is None:
-        return "-"
-    return "%.3g" % x if abs(x) < 10 else "%.0f" % x
-
-
-def print_rows(rows):
-    print("%-72s %10s %10s %7s %11s %s" % ("measure", "ours", "baseline", "ratio", "target",
-                                           "met"))
-    for r in rows:
-        met = "-" if r["met"] is None else ("met" if r["met"] else "MISSED")
-        print("%-72s %10s %10s %7s %11s %s" % (
-            r["measure"][:72], fmt(r["ours"]) + " " + r["unit"] if r["ours"] is not None else "-",
-            fmt(r["baseline"]) + " " + r["unit"] if r["baseline"] is not None else "-",
-            "%.2fx" % r["ratio"] if r["ratio"] is not None else "-", r["target"], met))
 
 
 if __name__ == "__main__":
