@@ -276,6 +276,7 @@ def exec_worker(port, token, ws, seconds, barrier, out):
         out.put(("ok", n, errors, lat, cpu_s() - cpu0, first_error))
         c.close()
     except Exception as e:  # noqa: BLE001  (reported by the parent)
+        barrier.abort()  # the others and the parent stop waiting at once
         out.put(("error", "%s: %s" % (ws, e)))
 
 
@@ -298,6 +299,7 @@ def bwrap_worker(seconds, barrier, out):
             lat.append(done - t)
         out.put(("ok", n, 0, lat, cpu_s() - cpu0, None))
     except Exception as e:  # noqa: BLE001
+        barrier.abort()  # the others and the parent stop waiting at once
         out.put(("error", "bwrap: %s" % e))
 
 
@@ -338,6 +340,7 @@ def read_worker(port, token, ws, barrier, out):
         out.put(("ok", time.monotonic(), cpu_s() - cpu0, lat))
         c.close()
     except Exception as e:  # noqa: BLE001
+        barrier.abort()  # the others and the parent stop waiting at once
         out.put(("error", "%s: %s" % (ws, e)))
 
 
@@ -348,12 +351,13 @@ def cat_worker(path, barrier, out):
         subprocess.run(["cat", path], stdout=subprocess.DEVNULL, check=True)
         out.put(("ok", time.monotonic(), cpu_s(resource.RUSAGE_CHILDREN) - cpu0, []))
     except Exception as e:  # noqa: BLE001
+        barrier.abort()  # the others and the parent stop waiting at once
         out.put(("error", "cat: %s" % e))
 
 
-def gang(ctx, n, target, args, extra=()):
+def gang(ctx, n, target, args):
     """Starts n worker processes (target(*args(i), barrier, out)) behind one barrier with the
-    parent; returns (start monotonic time, results, processes)."""
+    parent (a worker that fails breaks it); returns (start monotonic time, queue, processes)."""
     barrier = ctx.Barrier(n + 1)
     out = ctx.Queue()
     procs = [ctx.Process(target=target, args=tuple(args(i)) + (barrier, out), daemon=True)
@@ -362,13 +366,14 @@ def gang(ctx, n, target, args, extra=()):
         p.start()
     try:
         barrier.wait(120)
-    except Exception:  # a worker failed before the barrier: collect its reason
-        errs = []
-        while not out.empty():
-            errs.append(out.get())
+    except Exception:  # a worker failed before the barrier (it broke it): say why
+        try:
+            why = out.get(timeout=10)[1]
+        except Exception:  # noqa: BLE001
+            why = "no reason given (the barrier timed out)"
         for p in procs:
             p.kill()
-        raise RuntimeError("workers failed to start: %r" % errs[:3])
+        raise RuntimeError("a worker failed to start: %s" % why)
     t0 = time.monotonic()
     return t0, out, procs
 
