@@ -40,6 +40,10 @@ def fmt(x):
     return "%.3g" % x
 
 
+def fmt_diff(x):
+    return "%+.0f" % x if abs(x) >= 100 else "%+.3g" % x
+
+
 def table(rows):
     """The rows as one aligned text table (measure, ours, baseline, ratio, target, met)."""
     head = ("measure", "ours", "baseline", "ratio", "target", "met")
@@ -51,7 +55,7 @@ def table(rows):
         if r["ratio"] is None:
             rat = "-"
         elif r.get("diff"):
-            rat = "%+.1f %s" % (r["ratio"], u)
+            rat = "%s %s" % (fmt_diff(r["ratio"]), u)
         else:
             rat = "%.2fx" % r["ratio"]
         met = "-" if r["met"] is None else ("met" if r["met"] else "MISSED")

@@ -26,7 +26,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
-from rows import fmt  # noqa: E402
+from rows import fmt, fmt_diff  # noqa: E402
 
 # script, its arguments for --quick, whether it takes --dir
 SCRIPTS = [
@@ -53,7 +53,7 @@ def markdown(groups):
             if r.get("ratio") is None:
                 rat = "-"
             elif r.get("diff"):
-                rat = "%+.1f %s" % (r["ratio"], u)
+                rat = "%s %s" % (fmt_diff(r["ratio"]), u)
             else:
                 rat = "%.2fx" % r["ratio"]
             met = "-" if r.get("met") is None else ("met" if r["met"] else "**missed**")
