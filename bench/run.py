@@ -8,8 +8,8 @@ rows, gets one row saying so. Rows whose target is "context" are printed, never 
 
 Run (release build; as root, as CI runs: the sandbox rows need it):
     cmake --preset release && cmake --build --preset release -j2
-    /usr/bin/python3 bench/run.py            # every script, their default sizes: ~6-8 min
-    /usr/bin/python3 bench/run.py --quick    # shorter runs of each: ~3 min, noisier
+    /usr/bin/python3 bench/run.py            # every script, their default sizes: ~3-5 min
+    /usr/bin/python3 bench/run.py --quick    # shorter runs of each: ~2 min, noisier
     /usr/bin/python3 bench/run.py --only uds,concurrency --dir /dev/shm
 Exits 1 when a target is missed or a script failed. Not a test: CI never runs it.
 """
