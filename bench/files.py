@@ -50,6 +50,8 @@ BIG = 64 * MIB
 WINDOW = MIB
 TREE_TOP, TREE_SUB, TREE_FILES = 100, 10, 100  # 100,000 files
 TARGETS = {"read 1 KiB": 3.0, "read 1 MiB window": 3.0, "find 100k": 2.0}
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from rows import Rows  # noqa: E402
 
 
 def build(root, tree):
@@ -139,6 +141,7 @@ def main():
     ap.add_argument("--keep", action="store_true", help="keep the generated data")
     ap.add_argument("--dir", default=None, help="parent directory of the generated data")
     ap.add_argument("--runs", type=int, default=7, help="runs of each find/cat measurement")
+    ap.add_argument("--json", default=None, help="also write the table rows to FILE (run.py)")
     opts = ap.parse_args()
     if not os.access(opts.bin, os.X_OK):
         raise SystemExit("bench: %s is not executable (build the release preset first)" % opts.bin)
@@ -163,7 +166,7 @@ def main():
             shutil.rmtree(tmp, ignore_errors=True)
         else:
             print("data kept in", tmp)
-    return report(rows)
+    return report(rows, opts.json)
 
 
 def measure(srv, root, tree, runs):
@@ -260,10 +263,11 @@ def measure(srv, root, tree, runs):
     return rows
 
 
-def report(rows):
+def report(rows, json_path=None):
     print("%-42s %12s %12s %8s %8s  %s" % ("measure", "ours (ms)", "base (ms)", "ratio",
                                            "target", "baseline"))
     missed = []
+    out = Rows()
     for name, ours, base, what in rows:
         ratio = ours / base
         target = TARGETS.get(name)
@@ -275,6 +279,10 @@ def report(rows):
         print("%-42s %12.3f %12.3f %7.2fx %8s  %s %s" % (
             name, ours * 1e3, base * 1e3, ratio, "%.0fx" % target if target else "-", what,
             verdict))
+        out.add("%s (vs %s)" % (name.replace("(info) ", ""), what), ours * 1e3, base * 1e3,
+                "ms", ratio, "<= %.0fx" % target if target else "context",
+                target is not None and ratio <= target)
+    out.write(json_path)
     if missed:
         print("targets missed: " + ", ".join(missed))
         return 1

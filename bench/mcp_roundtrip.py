@@ -42,6 +42,8 @@ PROTOCOL = "2025-11-25"
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+from rows import Rows  # noqa: E402
 
 
 # ---- installing the peer -------------------------------------------------------------------
@@ -367,6 +369,7 @@ def main():
                     help="seconds between initialize and the RSS reading (default 1)")
     ap.add_argument("--cache", default=os.environ.get(
         "CS_NPM_CACHE_DIR", os.path.join(REPO, "build", "npm-cache")))
+    ap.add_argument("--json", default=None, help="also write the table rows to FILE (run.py)")
     a = ap.parse_args()
 
     if not os.access(a.bin, os.X_OK):
@@ -440,6 +443,16 @@ def main():
           % (memory, TARGET_MEMORY, "met" if memory < TARGET_MEMORY else "MISSED"))
     print("stdio ping calls/s, ours / theirs:       %6.2fx  (context, not judged)"
           % (pings[0].median_cps / pings[1].median_cps))
+    out = Rows()
+    out.add("stdio tools/call, sequential, python client (vs server-filesystem)", o.median_cps,
+            t.median_cps, "/s", speedup, ">= %.0fx" % TARGET_SPEEDUP, speedup >= TARGET_SPEEDUP)
+    out.add("idle RSS (vs server-filesystem)", o.median_rss / 1024.0, t.median_rss / 1024.0,
+            "MiB", memory, "< %.2fx" % TARGET_MEMORY, memory < TARGET_MEMORY)
+    out.add("  stdio ping, sequential (vs server-filesystem)", pings[0].median_cps,
+            pings[1].median_cps, "/s", pings[0].median_cps / pings[1].median_cps)
+    http = next(r for r in rows if r.transport == "http")
+    out.add("  http tools/call, sequential (vs ours over stdio)", http.median_cps, o.median_cps,
+            "/s", http.median_cps / o.median_cps)
     if c_rows:
         print()
         print("Context, not judged: the same calls from bench/mcp_client.c (a C client, so the "
@@ -447,6 +460,9 @@ def main():
         for label, (mine, theirs_cps) in c_rows.items():
             print("  %-44s ours %8.0f  theirs %8.0f  ratio %5.2fx"
                   % (label, mine, theirs_cps, mine / theirs_cps))
+            out.add("  %s, C client (vs server-filesystem)" % label, mine, theirs_cps, "/s",
+                    mine / theirs_cps)
+    out.write(a.json)
     return 0 if speedup >= TARGET_SPEEDUP and memory < TARGET_MEMORY else 1
 
 

@@ -41,6 +41,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+from rows import Rows  # noqa: E402
 LINES = 200000
 CHUNKS = 1000
 CONTEXT = 3
@@ -211,6 +213,7 @@ def main():
     ap.add_argument("--keep", action="store_true", help="keep the generated data")
     ap.add_argument("--dir", default=None, help="parent directory of the generated data")
     ap.add_argument("--runs", type=int, default=3, help="runs of each measurement")
+    ap.add_argument("--json", default=None, help="also write the table rows to FILE (run.py)")
     opts = ap.parse_args()
     if not os.access(opts.bin, os.X_OK):
         raise SystemExit("bench: %s is not executable (build the release preset first)" % opts.bin)
@@ -291,6 +294,16 @@ def run(opts, tmp, patch_bin):
         [(r[1], r[2]) for r in apply_runs])
     row("apply_patch check_only", [r[0] for r in check_runs],
         [(r[1], r[2]) for r in check_runs])
+    out = Rows()
+    for name, runs in (("apply_patch, 1,000 chunks in 10 MB (vs GNU patch)", apply_runs),
+                       ("  apply_patch check_only (vs GNU patch)", check_runs)):
+        ours = med([r[0] for r in runs]) * 1e3
+        out.add(name, ours, base * 1e3 if base else None, "ms",
+                ours / (base * 1e3) if base else None)
+    out.add("  apply_patch peak RSS (vs GNU patch's)", max(r[2] for r in apply_runs) / 1024,
+            gnu_peak / 1024 if gnu_peak else None, "MiB",
+            max(r[2] for r in apply_runs) / gnu_peak if gnu_peak else None)
+    out.write(opts.json)
     if patch_bin:
         row("GNU patch (unified diff)", gnu_runs, [(None, gnu_peak)] if gnu_peak else None)
         row("  (info) GNU patch + fsync", gnu_sync_runs)

@@ -12,11 +12,12 @@ client speaking raw JSON-RPC over pipes):
   the floor's.
 
 Part 2, output throughput: `head -c 200M /dev/zero` under the supervisor (exec_command with
-yield_ms 30000; process_status polled if it is still running) against the same command writing
-to /dev/null (`sh -c 'head -c 200M /dev/zero >/dev/null'` through subprocess), interleaved,
-median of BIG_RUNS. Target: within 1.5x. Context rows (not judged): the same command piped into
-`cat >/dev/null` (what any reader of a pipe costs: the kernel copies every byte and wakes the
-reader) and with its stdout read by Python through a pipe.
+yield_ms 30000; process_status polled if it is still running) against the same command piped
+into `cat >/dev/null` (`sh -c 'head -c 200M /dev/zero | cat >/dev/null'` through subprocess:
+what any reader of a pipe costs, the kernel copying every byte and waking the reader),
+interleaved, median of BIG_RUNS. Target (issue 20): within 1.2x. Context rows (not judged): the
+same command writing to /dev/null (no reader: the floor no pipe reader can reach) and with its
+stdout read by Python through a pipe.
 
 The script exits 1 when a target is missed (it is never a CTest: timings on a shared 2-core
 machine are not a pass/fail unit test). desktop-commander is installed (pinned) from the npm
@@ -26,7 +27,8 @@ telemetry off. Without node, npm or the registry its row is printed as unavailab
 
 Run (release build; a sanitizer build measures the sanitizer):
     cmake --preset release && cmake --build --preset release -j2
-    /usr/bin/python3 bench/process.py [--runs N] [--big-runs R] [--bin PATH]
+    /usr/bin/python3 bench/process.py [--runs N] [--big-runs R] [--bin PATH] [--json FILE]
+                                      [--no-peer]
 """
 import argparse
 import json
@@ -42,11 +44,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 from mcp_roundtrip import StdioPeer, request, unprivileged  # noqa: E402  (shared stdio client)
+from rows import Rows  # noqa: E402
 
 DC_PKG = "@wonderwhy-er/desktop-commander"
 DC_VERSION = "0.2.52"
 TARGET_SPAWN_MS = 2.0
-TARGET_BIG_RATIO = 1.5
+TARGET_BIG_RATIO = 1.2
 BIG = "200M"
 
 
@@ -248,11 +251,14 @@ def main():
                     help="runs of the 200 MB command per row; the median is reported")
     ap.add_argument("--cache", default=os.environ.get(
         "CS_NPM_CACHE_DIR", os.path.join(REPO, "build", "npm-cache")))
+    ap.add_argument("--no-peer", action="store_true",
+                    help="skip desktop-commander (its row reads unavailable)")
+    ap.add_argument("--json", default=None, help="also write the table rows to FILE (run.py)")
     a = ap.parse_args()
 
     if not os.access(a.bin, os.X_OK):
         sys.exit("process: no codespace-mcp at %s (build the release preset, or --bin)" % a.bin)
-    entry, why = install_dc(a.cache)
+    entry, why = (None, "--no-peer") if a.no_peer else install_dc(a.cache)
     node = shutil.which("node")
     ours_version = subprocess.run([a.bin, "--version"], capture_output=True,
                                   text=True).stdout.split()[-1]
@@ -313,18 +319,33 @@ def main():
     print()
     print("%-58s %10s  %s" % ("head -c %s /dev/zero" % BIG, "median ms", "runs"))
     big_labels = {"ours": "under the supervisor (exec_command yield_ms 30000)",
-                  "devnull": "sh -c '... >/dev/null' via subprocess",
-                  "cat": "sh -c '... | cat >/dev/null' (a pipe read by cat; context)",
+                  "cat": "sh -c '... | cat >/dev/null' via subprocess (a pipe read by cat)",
+                  "devnull": "sh -c '... >/dev/null' (no reader; context)",
                   "pipe": "stdout read by python through a pipe (context)"}
-    for key in ("ours", "devnull", "cat", "pipe"):
+    for key in ("ours", "cat", "devnull", "pipe"):
         print("%-58s %10.1f  %s" % (big_labels[key], statistics.median(big[key]),
                                     " ".join("%.1f" % x for x in big[key])))
-    ratio = statistics.median(big["ours"]) / statistics.median(big["devnull"])
+    med = {k: statistics.median(v) for k, v in big.items()}
+    ratio = med["ours"] / med["cat"]
     big_ok = ratio <= TARGET_BIG_RATIO
-    print("supervisor / devnull: %.2fx  (target within %.1fx)  %s"
+    print("supervisor / pipe read by cat: %.2fx  (target within %.1fx)  %s"
           % (ratio, TARGET_BIG_RATIO, "met" if big_ok else "MISSED"))
-    print("supervisor / pipe read by cat: %.2fx  (context, not judged)"
-          % (statistics.median(big["ours"]) / statistics.median(big["cat"])))
+    print("supervisor / devnull: %.2fx  (context, not judged: no pipe reader reaches it)"
+          % (med["ours"] / med["devnull"]))
+
+    out = Rows()
+    ms = {k: statistics.median(v) for k, v in spawn.items()}
+    out.add("exec_command true, unsandboxed, stdio (vs subprocess.run)",
+            ms["ours"], ms["floor"], "ms", diff, "<= +%.0f ms" % TARGET_SPAWN_MS, spawn_ok,
+            diff=True)
+    if "theirs" in ms:
+        out.add("  desktop-commander start_process true (vs ours)", ms["theirs"], ms["ours"],
+                "ms", ms["theirs"] / ms["ours"])
+    out.add("200 MB of output drained by the supervisor (vs | cat >/dev/null)", med["ours"],
+            med["cat"], "ms", ratio, "<= %.1fx" % TARGET_BIG_RATIO, big_ok)
+    out.add("  the same (vs >/dev/null, no reader)", med["ours"], med["devnull"], "ms",
+            med["ours"] / med["devnull"])
+    out.write(a.json)
     return 0 if spawn_ok and big_ok else 1
 
 

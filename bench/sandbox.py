@@ -43,6 +43,7 @@ REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 from process import Peer  # noqa: E402  (raw stdio client with a tools/call helper)
 from mcp_roundtrip import unprivileged  # noqa: E402
+from rows import Rows  # noqa: E402
 
 TARGET_RATIO = 2.0
 BIG_BYTES = 100 * 1024 * 1024
@@ -152,6 +153,7 @@ def main():
                                           "codespace-mcp")))
     ap.add_argument("--runs", type=int, default=200, help="timed spawns per row (default 200)")
     ap.add_argument("--small", type=int, default=200, help="1 KiB requests per side")
+    ap.add_argument("--json", default=None, help="also write the table rows to FILE (run.py)")
     a = ap.parse_args()
     helper = os.path.join(os.path.dirname(a.bin), "codespace-linux-sandbox")
     if not os.access(helper, os.X_OK):
@@ -161,6 +163,7 @@ def main():
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     port = httpd.server_address[1]
     peers = []
+    out = Rows()
     try:
         root = os.path.join(work, "root")
         os.mkdir(root)
@@ -244,12 +247,22 @@ def main():
             else:
                 print("%-62s %21s" % (labels[k], "unavailable (apt-get install bubblewrap)"))
         ok = True
+        med = {k: statistics.median(v) for k, v in rows.items() if v}
         if rows["bwrap"]:
-            ratio = statistics.median(rows["sandboxed"]) / statistics.median(rows["bwrap"])
+            ratio = med["sandboxed"] / med["bwrap"]
             met = ratio <= TARGET_RATIO
             ok = ok and met
             print("sandboxed / bwrap: %.2fx  target <= %.1fx  %s" % (ratio, TARGET_RATIO,
                                                                     "met" if met else "MISSED"))
+            out.add("sandboxed exec_command true, stdio (vs bwrap --unshare-all true)",
+                    med["sandboxed"], med["bwrap"], "ms", ratio, "<= %.1fx" % TARGET_RATIO, met)
+            out.add("  the same, 20 deny rules over 10,000 files (vs bwrap)", med["deny"],
+                    med["bwrap"], "ms", med["deny"] / med["bwrap"])
+        else:
+            out.add("sandboxed exec_command true, stdio (bwrap unavailable)", med["sandboxed"],
+                    None, "ms")
+        out.add("  unsandboxed exec_command true (vs sandboxed)", med["unsandboxed"],
+                med["sandboxed"], "ms", med["unsandboxed"] / med["sandboxed"])
         print()
 
         # ---- part 2: proxy ----
@@ -276,6 +289,11 @@ def main():
         print("%-44s %11.0f MB/s %11.0f MB/s %7.2fx" % (
             "100 MB download", mbs_in, mbs_host, host["big_s"] and inside["big_s"] / host["big_s"]))
         print()
+        out.add("sandbox proxy: 1 KiB GET round trip (vs direct)", inside["small_median_us"],
+                host["small_median_us"], "µs",
+                inside["small_median_us"] / host["small_median_us"])
+        out.add("sandbox proxy: 100 MB GET (vs direct)", mbs_in, mbs_host, "MB/s",
+                mbs_in / mbs_host)
 
         # ---- part 3: refused system calls (the seccomp notifier, contract.md section 8) ----
         res = sbx.call("exec_command", {"workspace_id": "default", "command": [
@@ -289,8 +307,11 @@ def main():
         print("%-44s %10.2f µs" % ("allowed getppid (filter only)", r["allowed_us"]))
         den = res.get("denials", [])
         print("denials: %s" % json.dumps(den))
+        out.add("refused ptrace in the sandbox, reported (vs an allowed getppid)",
+                r["refused_us"], r["allowed_us"], "µs", r["refused_us"] / r["allowed_us"])
         return 0 if ok else 1
     finally:
+        out.write(a.json)
         for p in peers:
             p.close()
         httpd.shutdown()
