@@ -102,12 +102,14 @@ struct cs_workspace {
     char **deny;
     size_t n_deny;
     /* runner: this workspace's own remote worker (docs/scale-out.md), else the gateway's
-     * --runner. runner_url is a valid tcp://HOST:PORT; TLS files and pin unless plaintext. */
+     * --runner. runner_url is a valid tcp://HOST:PORT; unless plaintext, either TLS files and pin
+     * (certificate mode) or the pre-shared key file and its valid identity (PSK mode). */
     bool has_runner;
     char *runner_url;
     bool runner_plaintext;
     char *runner_tls_cert, *runner_tls_key;
     unsigned char runner_tls_pin[32];
+    char *runner_tls_psk, *runner_tls_psk_identity;
 };
 
 /*
@@ -143,6 +145,9 @@ struct cs_config {
     char *runner_url;
     /* --tls-cert, --tls-key (paths, NULL: none); the pin and --runner-tls are at the end */
     char *runner_tls_cert, *runner_tls_key;
+    /* --tls-psk (path), --tls-psk-identity (valid): PSK mode, exclusive of the certificate's;
+     * NULL: none */
+    char *runner_tls_psk, *runner_tls_psk_identity;
     /* CODESPACE_PROCESS_TIMEOUT_SECS: 1..CS_POLICY_MAX_TIMEOUT_SECS */
     int64_t process_timeout_secs;
     /* CODESPACE_MAX_PROCESSES: 1..CS_POLICY_MAX_PROCS */
@@ -243,11 +248,13 @@ struct cs_runtime_caps {
     bool patch_available;   /* apply_patch is implemented */
     bool process_available; /* exec_command and the process tools are implemented */
     bool uds_runner;        /* runner "uds" (else "in-process") */
-    /* runner "remote" (docs/scale-out.md): the worker's HOST:PORT and, with TLS, its pinned
-     * certificate's SHA-256 in lowercase hex (NULL on a plaintext link). Identity only. */
+    /* runner "remote" (docs/scale-out.md): the worker's HOST:PORT and, in certificate mode, its
+     * pinned certificate's SHA-256 in lowercase hex, in PSK mode the key's identity (each NULL
+     * otherwise, both on a plaintext link). Identity only. */
     bool remote_runner;
     const char *remote_address;
     const char *remote_certificate_sha256;
+    const char *remote_psk_identity;
     bool sandbox; /* the sandbox probe succeeded: linux-sandbox and enforced network */
     bool has_landlock_abi;
     int64_t landlock_abi; /* >= 0 when has_landlock_abi */

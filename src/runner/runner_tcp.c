@@ -21,7 +21,7 @@
  * announced as process_exited, which frees its workspace in the tool layer. The runner never calls
  * the tool layer's lost event: a lost connection does not mean lost processes.
  *
- * Trust: the worker is authenticated by its certificate pin; its frames are still decoded through
+ * Trust: the worker is authenticated by its certificate pin or the pre-shared key; its frames are still decoded through
  * the generated decoder, and a bad frame drops the connection (not the worker).
  * Entry points: cs_runner_tcp_new (runner.h), cs__runner_tcp_call/cancel/free
  * (runner_internal.h).
@@ -616,7 +616,11 @@ struct cs_runner *cs_runner_tcp_new(struct cs_loop *loop, const struct cs_runner
         cs_diag_set(err, CSW_ERROR_INTERNAL, "runner %s is not tcp://HOST:PORT", opt->url);
         goto fail;
     }
-    struct cs_tls_config tc = {.plaintext = opt->plaintext, .cert = opt->cert, .key = opt->key};
+    struct cs_tls_config tc = {.plaintext = opt->plaintext,
+                               .cert = opt->cert,
+                               .key = opt->key,
+                               .psk_file = opt->psk_file,
+                               .psk_identity = opt->psk_identity};
     memcpy(tc.peer_pin, opt->peer_pin, sizeof tc.peer_pin);
     t->ctx = cs_tls_ctx_new(&tc, false, err);
     if (!t->ctx)

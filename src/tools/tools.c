@@ -761,6 +761,24 @@ static int identity_rules(struct cs_tools *t, bool sandboxed, const char *probe_
     return 0;
 }
 
+/* A tcp runner's options from one set of remote settings: the gateway's flags or a registry
+ * entry (policy.h says which fields go together). Borrows every string. */
+static struct cs_runner_tcp_options tcp_options(const char *version, const char *url,
+                                                bool plaintext, const char *cert, const char *key,
+                                                const unsigned char pin[32], const char *psk,
+                                                const char *psk_identity)
+{
+    struct cs_runner_tcp_options opt = {.url = url,
+                                        .version = version,
+                                        .plaintext = plaintext,
+                                        .cert = cert,
+                                        .key = key,
+                                        .psk_file = psk,
+                                        .psk_identity = psk_identity};
+    memcpy(opt.peer_pin, pin, sizeof opt.peer_pin);
+    return opt;
+}
+
 /*
  * Workspace placement (docs/scale-out.md): workspaces whose registry entry names a runner of
  * their own go to that worker, the others to the gateway's --runner. Workspaces naming the same
@@ -792,14 +810,10 @@ static int place_workspaces(struct cs_tools *t, struct cs_loop *loop, const char
             if (subs[j] && strcmp(cfg->workspaces[j].runner_url, ws->runner_url) == 0)
                 subs[i] = subs[j];
         if (!subs[i]) {
-            struct cs_runner_tcp_options opt = {
-                .url = ws->runner_url,
-                .version = version,
-                .plaintext = ws->runner_plaintext,
-                .cert = ws->runner_tls_cert,
-                .key = ws->runner_tls_key,
-            };
-            memcpy(opt.peer_pin, ws->runner_tls_pin, sizeof opt.peer_pin);
+            struct cs_runner_tcp_options opt =
+                tcp_options(version, ws->runner_url, ws->runner_plaintext, ws->runner_tls_cert,
+                            ws->runner_tls_key, ws->runner_tls_pin, ws->runner_tls_psk,
+                            ws->runner_tls_psk_identity);
             struct cs_runner_events ev = {on_process_exited, on_runner_lost, t};
             struct cs_diag e = {0};
             subs[i] = cs_runner_tcp_new(loop, &opt, &ev, &e);
@@ -900,14 +914,10 @@ int cs_tools_register(struct cs_mcp *srv, struct cs_tools *t, const struct cs_co
         free(bin);
     } else if (cfg->runner == CS_CONFIG_RUNNER_TCP) {
         /* A worker someone else started (docs/scale-out.md): its sandbox is its own. */
-        struct cs_runner_tcp_options opt = {
-            .url = cfg->runner_url,
-            .version = version,
-            .plaintext = cfg->runner_plaintext,
-            .cert = cfg->runner_tls_cert,
-            .key = cfg->runner_tls_key,
-        };
-        memcpy(opt.peer_pin, cfg->runner_tls_pin, sizeof opt.peer_pin);
+        struct cs_runner_tcp_options opt =
+            tcp_options(version, cfg->runner_url, cfg->runner_plaintext, cfg->runner_tls_cert,
+                        cfg->runner_tls_key, cfg->runner_tls_pin, cfg->runner_tls_psk,
+                        cfg->runner_tls_psk_identity);
         struct cs_diag e = {0};
         t->runner = cs_runner_tcp_new(loop, &opt, &ev, &e);
         if (!t->runner)
@@ -933,7 +943,8 @@ int cs_tools_register(struct cs_mcp *srv, struct cs_tools *t, const struct cs_co
         t->caps.remote_runner = true;
         cs_runner_tcp_identity(t->runner, t->remote_address, sizeof t->remote_address);
         t->caps.remote_address = t->remote_address;
-        if (!cfg->runner_plaintext) {
+        t->caps.remote_psk_identity = cfg->runner_tls_psk_identity;
+        if (!cfg->runner_plaintext && !cfg->runner_tls_psk) {
             for (size_t i = 0; i < sizeof cfg->runner_tls_pin; i++)
                 snprintf(t->remote_pin + 2 * i, 3, "%02x", cfg->runner_tls_pin[i]);
             t->caps.remote_certificate_sha256 = t->remote_pin;

@@ -15,7 +15,15 @@ deleted in cleanup.
 - the worker killed (SIGKILL) and started again: the old process handle is PROCESS_NOT_FOUND and
   the workspace is free again;
 - a wrong certificate refused in both directions (the gateway with a wrong pin, the worker with a
-  wrong pin): nothing runs, the call fails before dispatch.
+  wrong pin): nothing runs, the call fails before dispatch;
+- pre-shared key mode (TLS 1.3 external PSK; keys made here by `openssl rand -hex 32`): read,
+  apply_patch and exec_command through it, workspace_info reports the identity and never the
+  key, which no log line holds either; another key on either side and another identity are
+  refused (the worker logs it, the gateway's error names the pre-shared key), nothing runs; a
+  key shorter than 32 bytes, a key file readable by others and a mix of both modes are refused
+  at start by both programs;
+- a registry workspace on a remote worker whose root does not exist on the gateway's host (the
+  gateway runs in a mount namespace where that path is hidden): served through the worker.
 
 Needs root (namespaces), `ip` (iproute2) and `openssl`. Outside CI a missing piece skips; in CI
 (CI=true) it fails. Run (from tests/e2e):
@@ -146,26 +154,36 @@ class RemoteTest(unittest.TestCase):
         for s in self.servers:
             s.close()
 
-    def worker(self, pin=None, env=None, roots=None):
+    def worker(self, pin=None, env=None, roots=None, auth=None):
+        """auth: the TLS flags (certificate mode with the gateway's pin by default)."""
+        auth = auth or ["--tls-cert", self.wcert, "--tls-key", self.wkey, "--tls-peer-sha256",
+                        pin or self.gpin]
         w = Worker(self.nsw, self.waddr,
-                   ["--tls-cert", self.wcert, "--tls-key", self.wkey, "--tls-peer-sha256",
-                    pin or self.gpin] + sandbox_args()
-                   + sum((["--root", r] for r in roots or [self.ws]), []),
+                   auth + sandbox_args() + sum((["--root", r] for r in roots or [self.ws]), []),
                    env)
         self.addCleanup(w.kill)
         return w
 
-    def gateway(self, pin=None, ws=None):
+    def gateway(self, pin=None, ws=None, auth=None):
         state = os.path.join(self.tmp, "state-%d" % len(self.servers))
         os.mkdir(state)
+        auth = auth or ["--tls-cert", self.gcert, "--tls-key", self.gkey,
+                        "--tls-peer-sha256", pin or self.wpin]
         args = ["netns", "exec", self.nsg, tp.binary(), "--workspace", ws or self.ws,
                 "--operations-db", os.path.join(state, "ops.db"),
-                "--runner", "tcp://%s:%d" % (self.waddr, PORT),
-                "--tls-cert", self.gcert, "--tls-key", self.gkey,
-                "--tls-peer-sha256", pin or self.wpin]
+                "--runner", "tcp://%s:%d" % (self.waddr, PORT)] + auth
         s = mcp_stdio.StdioServer("ip", args, state)
         self.servers.append(s)
         return s
+
+    def psk(self, name, nbytes=32, mode=0o600):
+        """A key file made as docs/scale-out.md says; returns (path, hex)."""
+        path = os.path.join(self.tmp, name + ".psk")
+        key = run("openssl", "rand", "-hex", str(nbytes)).stdout.strip()
+        with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode), "w") as f:
+            f.write(key + "\n")
+        os.chmod(path, mode)
+        return path, key
 
     def call_until(self, srv, tool, args, ok, timeout):
         """Calls tool until ok(result, error) holds (the gateway reconnects in the background)."""
@@ -365,6 +383,158 @@ class RemoteTest(unittest.TestCase):
             time.sleep(0.1)
         self.assertTrue(w.saw('"runner connection refused"'), w.lines)
         self.assertFalse(w.saw('"runner connection accepted"'), w.lines)
+
+
+    # ---- pre-shared key mode ----
+
+    def test_psk_files_patch_exec(self):
+        key, hexkey = self.psk("k")
+        with open(os.path.join(self.ws, "a.txt"), "w") as f:
+            f.write("alpha\n")
+        w = self.worker(auth=["--tls-psk", key, "--tls-psk-identity", "gw-1@worker"])
+        srv = self.gateway(auth=["--tls-psk", key, "--tls-psk-identity", "gw-1@worker"])
+        self.assertEqual(srv.call("read", {"workspace_id": "default", "path": "a.txt"})["content"],
+                         "alpha\n")
+        out, err = srv.call_raw("apply_patch", {"workspace_id": "default", "patch":
+                                "*** Begin Patch\n*** Add File: b.txt\n+beta\n*** End Patch\n"})
+        self.assertIsNone(err, err)
+        self.assertEqual(out["status"], "applied")
+        out = srv.call("exec_command", {"workspace_id": "default",
+                                        "command": ["sh", "-c", "cat b.txt"], "yield_ms": 5000})
+        self.assertEqual(out["output"], "beta\n")
+        self.assertEqual(out["exit_code"], 0)
+        self.assertTrue(w.saw('"runner connection accepted"'), w.lines)
+        info = srv.call("workspace_info", {"workspace_id": "default"})
+        iso = info["execution"]["isolation"]
+        self.assertEqual(iso["runner"], "remote")
+        self.assertEqual(iso["worker"], {"address": "%s:%d" % (self.waddr, PORT),
+                                         "psk_identity": "gw-1@worker"})
+        logs = "".join(w.lines) + "".join(srv.stderr)
+        for text in (json.dumps(info), logs):
+            self.assertNotIn(hexkey, text)
+            self.assertNotIn(hexkey[:16], text)
+
+    def refused(self, srv, w, worker_says, gateway_says):
+        """The call fails before dispatch naming the PSK; the worker logs why; nothing ran."""
+        out, err = srv.call_raw("exec_command", {"workspace_id": "default",
+                                                 "command": ["touch", "ran"], "yield_ms": 2000})
+        self.assertIsNone(out, out)
+        self.assertEqual(err["code"], "TIMEOUT", err)
+        self.assertIn("before dispatch", err["message"])
+        self.assertIn(gateway_says, err["message"])
+        end = time.time() + 5
+        while not w.saw('"runner connection refused"') and time.time() < end:
+            time.sleep(0.1)
+        refusals = [l for l in w.lines if '"runner connection refused"' in l]
+        self.assertTrue(refusals, w.lines)
+        self.assertIn(worker_says, refusals[0])
+        self.assertFalse(w.saw('"runner connection accepted"'), w.lines)
+        self.assertFalse(os.path.exists(os.path.join(self.ws, "ran")))
+        return err
+
+    def test_psk_gateway_with_wrong_key_is_refused(self):
+        good, hgood = self.psk("good")
+        bad, hbad = self.psk("bad")
+        w = self.worker(auth=["--tls-psk", good, "--tls-psk-identity", "gw"])
+        srv = self.gateway(auth=["--tls-psk", bad, "--tls-psk-identity", "gw"])
+        self.refused(srv, w, "pre-shared key is not ours", "pre-shared key")
+        logs = "".join(w.lines) + "".join(srv.stderr)
+        for k in (hgood, hbad):
+            self.assertNotIn(k, logs)
+
+    def test_psk_worker_with_wrong_key_is_refused(self):
+        good, _ = self.psk("good")
+        bad, _ = self.psk("bad")
+        w = self.worker(auth=["--tls-psk", bad, "--tls-psk-identity", "gw"])
+        srv = self.gateway(auth=["--tls-psk", good, "--tls-psk-identity", "gw"])
+        err = self.refused(srv, w, "pre-shared key is not ours", "pre-shared key")
+        self.assertIn("refuses another key or identity", err["message"])
+
+    def test_psk_wrong_identity_is_refused(self):
+        key, _ = self.psk("k")
+        w = self.worker(auth=["--tls-psk", key, "--tls-psk-identity", "gw-a"])
+        srv = self.gateway(auth=["--tls-psk", key, "--tls-psk-identity", "gw-b"])
+        self.refused(srv, w, "another pre-shared key identity", "pre-shared key")
+
+    def test_psk_certificate_gateway_is_refused(self):
+        """A gateway in certificate mode gets nothing from a PSK worker, and the reverse."""
+        key, _ = self.psk("k")
+        w = self.worker(auth=["--tls-psk", key, "--tls-psk-identity", "gw"])
+        srv = self.gateway()
+        out, err = srv.call_raw("read", {"workspace_id": "default", "path": "a.txt"})
+        self.assertIsNone(out)
+        self.assertIn("before dispatch", err["message"])
+        time.sleep(0.5)
+        self.assertFalse(w.saw('"runner connection accepted"'), w.lines)
+
+    def test_psk_bad_setups_refused_at_start(self):
+        short, hshort = self.psk("short", nbytes=16)
+        loose, _ = self.psk("loose", mode=0o644)
+        good, _ = self.psk("good")
+        cert = ["--tls-cert", self.wcert, "--tls-key", self.wkey, "--tls-peer-sha256", self.gpin]
+        for auth, says in ((["--tls-psk", short, "--tls-psk-identity", "gw"], "less than 32"),
+                           (["--tls-psk", loose, "--tls-psk-identity", "gw"], "by others"),
+                           (["--tls-psk", good], "--tls-psk-identity"),
+                           (["--tls-psk", good, "--tls-psk-identity", "a b"], "--tls-psk-identity"),
+                           (["--tls-psk", good, "--tls-psk-identity", "gw"] + cert, "either")):
+            p = subprocess.run([runtime_binary(), "--listen", "127.0.0.1:0", "--root", self.ws]
+                               + auth + sandbox_args(), stdin=subprocess.DEVNULL,
+                               capture_output=True, text=True, timeout=30)
+            self.assertNotEqual(p.returncode, 0, (auth, p.stderr))
+            self.assertIn(says, p.stderr, auth)
+            self.assertNotIn(hshort, p.stderr)
+        gcert = ["--tls-cert", self.gcert, "--tls-key", self.gkey, "--tls-peer-sha256", self.wpin]
+        for auth, says in ((["--tls-psk", short, "--tls-psk-identity", "gw"], "less than 32"),
+                           (["--tls-psk", loose, "--tls-psk-identity", "gw"], "by others"),
+                           (["--tls-psk", good], "go together"),
+                           (["--tls-psk", good, "--tls-psk-identity", "gw"] + gcert, "one mode")):
+            p = subprocess.run([tp.binary(), "--workspace", self.ws, "--operations-db", ":memory:",
+                                "--runner", "tcp://127.0.0.1:9"] + auth,
+                               stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                               timeout=30)
+            self.assertNotEqual(p.returncode, 0, (auth, p.stderr))
+            self.assertIn(says, p.stderr, auth)
+            self.assertNotIn(hshort, p.stderr)
+
+    def test_registry_psk_runner_root_absent_on_gateway_host(self):
+        """Placement with a pre-shared key, and the workspace's root exists only on the worker's
+        host: the gateway runs where that path is hidden (an empty tmpfs over its parent)."""
+        hidden = os.path.join(self.tmp, "hidden")
+        root = os.path.join(hidden, "far")
+        os.makedirs(root)
+        with open(os.path.join(root, "f.txt"), "w") as f:
+            f.write("far\n")
+        key, hexkey = self.psk("k")
+        w = self.worker(roots=[root], auth=["--tls-psk", key, "--tls-psk-identity", "gw"])
+        reg = {"workspaces": {"far": {"root": root, "profile": "workspace-write",
+                                      "runner": {"url": "tcp://%s:%d" % (self.waddr, PORT),
+                                                 "tls_psk_file": key,
+                                                 "tls_psk_identity": "gw"}}}}
+        cfg = os.path.join(self.tmp, "reg.json")
+        with open(cfg, "w") as f:
+            json.dump(reg, f)
+        state = os.path.join(self.tmp, "state-hidden")
+        os.mkdir(state)
+        script = 'mount -t tmpfs none "$1" && test ! -e "$2" && shift 2 && exec "$@"'
+        srv = mcp_stdio.StdioServer("ip", ["netns", "exec", self.nsg, "unshare", "-m", "sh", "-c",
+                                           script, "sh", hidden, root, tp.binary(), "--config",
+                                           cfg, "--operations-db", ":memory:"], state)
+        self.servers.append(srv)
+        self.assertEqual(srv.call("read", {"workspace_id": "far", "path": "f.txt"})["content"],
+                         "far\n")
+        out, err = srv.call_raw("apply_patch", {"workspace_id": "far", "patch":
+                                "*** Begin Patch\n*** Add File: g.txt\n+gee\n*** End Patch\n"})
+        self.assertIsNone(err, err)
+        with open(os.path.join(root, "g.txt")) as f:
+            self.assertEqual(f.read(), "gee\n")
+        out = srv.call("exec_command", {"workspace_id": "far", "command": ["cat", "g.txt"],
+                                        "yield_ms": 5000})
+        self.assertEqual(out["output"], "gee\n")
+        iso = srv.call("workspace_info", {"workspace_id": "far"})["execution"]["isolation"]
+        self.assertEqual(iso["worker"], {"address": "%s:%d" % (self.waddr, PORT),
+                                         "psk_identity": "gw"})
+        self.assertTrue(w.saw('"runner connection accepted"'), w.lines)
+        self.assertNotIn(hexkey, "".join(w.lines) + "".join(srv.stderr))
 
 
 if __name__ == "__main__":

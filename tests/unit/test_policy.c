@@ -505,8 +505,12 @@ static void test_bad_values(void **state)
         {"--runner=tcp://h:0", NULL, "--runner: expected tcp://HOST:PORT, got \"tcp://h:0\""},
         {"--runner=tcp://h", NULL, "--runner: expected tcp://HOST:PORT, got \"tcp://h\""},
         {"--runner=tcp://10.0.0.2:7451", NULL,
-         "--runner tcp://10.0.0.2:7451 needs --tls-cert, --tls-key and --tls-peer-sha256 (or "
-         "--runner-tls off on a private link)"},
+         "--runner tcp://10.0.0.2:7451 needs --tls-cert, --tls-key and --tls-peer-sha256, or "
+         "--tls-psk and --tls-psk-identity (or --runner-tls off on a private link)"},
+        {"--tls-psk=/k", NULL, "--tls-psk and --tls-psk-identity go together"},
+        {"--tls-psk-identity=a b", NULL,
+         "--tls-psk-identity: expected 1..128 bytes of [A-Za-z0-9._:@-], got \"a b\""},
+        {"--tls-psk=", NULL, "--tls-psk: must not be empty"},
         {"--runner-tls=maybe", NULL, "--runner-tls: expected \"on\" or \"off\", got \"maybe\""},
         {"--tls-peer-sha256=abc", NULL,
          "--tls-peer-sha256: expected 64 hex digits (pairs may be split by ':'), got \"abc\""},
@@ -680,6 +684,63 @@ static void test_registry_root_symlink_is_canonical(void **state)
     assert_string_equal(cfg.workspaces[0].root, fx.ws1);
     cs_config_free(&cfg);
     unlink(link);
+}
+
+/* docs/scale-out.md: a workspace on a remote worker is the worker's; its root need not exist on
+ * the gateway's host and is never opened there, but must be canonical as given. A local one must
+ * exist. The same for --workspace with the gateway's --runner tcp://. */
+static void test_registry_remote_root(void **state)
+{
+    (void)state;
+    char gone[512];
+    snprintf(gone, sizeof gone, "%s/not-here/ws", fx.dir);
+    write_cfgf("{\"workspaces\": {\"far\": {\"root\": \"%s\", \"runner\": {\"url\": "
+               "\"tcp://10.0.0.2:7451\", \"tls_psk_file\": \"/k\", \"tls_psk_identity\": "
+               "\"gw\"}}, \"near\": {\"root\": \"%s\"}}}",
+               gone, fx.ws1);
+    struct cs_config cfg;
+    load_ok(&cfg, ARGV("--config", fx.cfg), BASE_ENV);
+    assert_string_equal(cfg.workspaces[0].root, gone);
+    assert_false(cfg.workspaces[0].has_root_fd);
+    assert_string_equal(cfg.workspaces[0].runner_tls_psk, "/k");
+    assert_string_equal(cfg.workspaces[0].runner_tls_psk_identity, "gw");
+    assert_true(cfg.workspaces[1].has_root_fd);
+    cs_config_free(&cfg);
+
+    char want[1024];
+    snprintf(want, sizeof want, "/workspaces/far/root: does not exist: %s", gone);
+    write_cfgf("{\"workspaces\": {\"far\": {\"root\": \"%s\"}}}", gone);
+    cfg_err(want);
+    static const char *const odd[] = {"/a//b", "/a/./b", "/a/../b", "/a/", "/a/.", "/a/.."};
+    for (size_t i = 0; i < sizeof odd / sizeof odd[0]; i++) {
+        write_cfgf("{\"workspaces\": {\"far\": {\"root\": \"%s\", \"runner\": {\"url\": "
+                   "\"tcp://h:1\", \"plaintext\": true}}}}",
+                   odd[i]);
+        snprintf(want, sizeof want,
+                 "/workspaces/far/root: a remote workspace's root is the worker's path and must "
+                 "be canonical (no '//', '.' or '..' component, no trailing '/'): %s",
+                 odd[i]);
+        cfg_err(want);
+    }
+    load_ok(&cfg,
+            ARGV("--workspace", gone, "--runner", "tcp://h:1", "--runner-tls", "off",
+                 "--operations-db", ":memory:"),
+            BASE_ENV);
+    assert_string_equal(cfg.workspaces[0].root, gone);
+    assert_false(cfg.workspaces[0].has_root_fd);
+    cs_config_free(&cfg);
+    /* The worker would refuse these anyway: the two modes together, or half of one. */
+    write_cfgf("{\"workspaces\": {\"far\": {\"root\": \"/w\", \"runner\": {\"url\": "
+               "\"tcp://h:1\", \"tls_psk_file\": \"/k\", \"tls_psk_identity\": \"gw\", "
+               "\"tls_cert\": \"/c\"}}}}");
+    cfg_err("/workspaces/far/runner: certificates (tls_cert, tls_key, tls_peer_sha256) and a "
+            "pre-shared key (tls_psk_file, tls_psk_identity) are two modes: give one");
+    write_cfgf("{\"workspaces\": {\"far\": {\"root\": \"/w\", \"runner\": {\"url\": "
+               "\"tcp://h:1\", \"tls_psk_file\": \"/k\"}}}}");
+    cfg_err("/workspaces/far/runner: needs tls_psk_file and tls_psk_identity");
+    write_cfgf("{\"workspaces\": {\"far\": {\"root\": \"/w\", \"runner\": {\"url\": "
+               "\"tcp://h:1\", \"tls_psk_file\": \"/k\", \"tls_psk_identity\": \"a b\"}}}}");
+    cfg_err("/workspaces/far/runner/tls_psk_identity: expected 1..128 bytes of [A-Za-z0-9._:@-]");
 }
 
 static void test_registry_refusals(void **state)
@@ -1530,6 +1591,7 @@ int main(void)
         cmocka_unit_test(test_runner_dir_refusals),
         cmocka_unit_test(test_registry_example),
         cmocka_unit_test(test_registry_root_symlink_is_canonical),
+        cmocka_unit_test(test_registry_remote_root),
         cmocka_unit_test(test_registry_refusals),
         cmocka_unit_test(test_registry_network_allow_entries),
         cmocka_unit_test(test_registry_deny_and_unknown_keys),
