@@ -268,8 +268,8 @@ static void with_lease(struct cs_tools *t, const struct cs_workspace *ws, struct
     run(t, ws, call, input);
 }
 
-/* The runner's events: a process finished (its lease goes), or the uds worker is gone (every
- * process with it). */
+/* The runner's events: a process finished (its lease goes), or the default runner's uds worker
+ * is gone (every process with it). */
 static void on_process_exited(void *arg, const char *process_id)
 {
     struct cs_tools *t = arg;
@@ -282,11 +282,13 @@ static void on_process_exited(void *arg, const char *process_id)
     }
 }
 
+/* Only the default runner reports a loss: the workspaces placed on remote workers
+ * (docs/scale-out.md) are not its, their processes live on, and their leases stay. */
 static void on_runner_lost(void *arg)
 {
     struct cs_tools *t = arg;
     for (size_t i = 0; i < t->cfg->n_workspaces; i++)
-        if (cs__tools_lease_holds(&t->leases[i], NULL))
+        if (!t->cfg->workspaces[i].has_runner && cs__tools_lease_holds(&t->leases[i], NULL))
             cs__tools_lease_release(&t->leases[i]);
 }
 
@@ -814,7 +816,8 @@ static int place_workspaces(struct cs_tools *t, struct cs_loop *loop, const char
                 tcp_options(version, ws->runner_url, ws->runner_plaintext, ws->runner_tls_cert,
                             ws->runner_tls_key, ws->runner_tls_pin, ws->runner_tls_psk,
                             ws->runner_tls_psk_identity);
-            struct cs_runner_events ev = {on_process_exited, on_runner_lost, t};
+            /* A tcp runner reports no loss (a dropped link is not a dead worker). */
+            struct cs_runner_events ev = {on_process_exited, NULL, t};
             struct cs_diag e = {0};
             subs[i] = cs_runner_tcp_new(loop, &opt, &ev, &e);
             if (!subs[i]) {

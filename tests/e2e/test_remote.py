@@ -23,7 +23,9 @@ deleted in cleanup.
   key shorter than 32 bytes, a key file readable by others and a mix of both modes are refused
   at start by both programs;
 - a registry workspace on a remote worker whose root does not exist on the gateway's host (the
-  gateway runs in a mount namespace where that path is hidden): served through the worker.
+  gateway runs in a mount namespace where that path is hidden): served through the worker;
+- the gateway's own uds worker killed: the workspace it held is free again, while one on the
+  remote worker stays held by its running process (WORKSPACE_BUSY).
 
 Needs root (namespaces), `ip` (iproute2) and `openssl`. Outside CI a missing piece skips; in CI
 (CI=true) it fails. Run (from tests/e2e):
@@ -535,6 +537,62 @@ class RemoteTest(unittest.TestCase):
                                          "psk_identity": "gw"})
         self.assertTrue(w.saw('"runner connection accepted"'), w.lines)
         self.assertNotIn(hexkey, "".join(w.lines) + "".join(srv.stderr))
+
+
+    def test_lost_uds_runner_frees_only_its_own(self):
+        near = os.path.join(self.tmp, "near")
+        os.mkdir(near)
+        key, _ = self.psk("k")
+        self.worker(auth=["--tls-psk", key, "--tls-psk-identity", "gw"])
+        reg = {"workspaces": {
+            "near": {"root": near, "profile": "workspace-write"},
+            "far": {"root": self.ws, "profile": "workspace-write",
+                    "runner": {"url": "tcp://%s:%d" % (self.waddr, PORT),
+                               "tls_psk_file": key, "tls_psk_identity": "gw"}}}}
+        cfg = os.path.join(self.tmp, "reg.json")
+        with open(cfg, "w") as f:
+            json.dump(reg, f)
+        state = os.path.join(self.tmp, "state-lost")
+        os.mkdir(state)
+        srv = mcp_stdio.StdioServer("ip", ["netns", "exec", self.nsg, tp.binary(), "--config", cfg,
+                                           "--operations-db", ":memory:", "--runner", "uds"],
+                                    state)
+        self.servers.append(srv)
+        far = srv.call("exec_command", {"workspace_id": "far", "command": ["sleep", tp.uniq(302)],
+                                        "yield_ms": 100})
+        self.assertEqual(far["state"], "running", far)
+        self.addCleanup(tp.kill_leftovers)
+        out, err = srv.call_raw("exec_command", {"workspace_id": "near",
+                                                 "command": ["sleep", tp.uniq(303)],
+                                                 "yield_ms": 100})
+        self.assertIsNone(err, err)  # the uds worker is up, and "near" held by a process
+        self.assertEqual(out["state"], "running", out)
+        out, err = srv.call_raw("exec_command", {"workspace_id": "near", "command": ["true"],
+                                                 "yield_ms": 5000})
+        self.assertEqual(err["code"], "WORKSPACE_BUSY", err)
+        # The gateway's own worker (a child of the gateway process) dies.
+        kids = run("pgrep", "-P", str(srv.proc.pid), "-f", "codespace-runtime",
+                   check=False).stdout.split()
+        self.assertEqual(len(kids), 1, kids)
+        os.kill(int(kids[0]), signal.SIGKILL)
+        end = time.time() + 10 * SLOW
+        while not any('"runner worker lost"' in l for l in srv.stderr) and time.time() < end:
+            time.sleep(0.1)
+        self.assertTrue(any('"runner worker lost"' in l for l in srv.stderr), srv.stderr)
+        # "far" is still held by its process on the remote worker.
+        out, err = srv.call_raw("exec_command", {"workspace_id": "far", "command": ["true"],
+                                                 "yield_ms": 5000})
+        self.assertIsNone(out, out)
+        self.assertEqual(err["code"], "WORKSPACE_BUSY", err)
+        st = srv.call("process_status", {"process_id": far["process_id"]})
+        self.assertEqual(st["state"], "running", st)
+        # "near" is free: its process died with the worker (which starts again for the next
+        # call).
+        out, err = self.call_until(srv, "exec_command",
+                                   {"workspace_id": "near", "command": ["true"],
+                                    "yield_ms": 5000}, lambda o, e: e is None, 20 * SLOW)
+        self.assertIsNone(err, err)
+        srv.call("terminate_process", {"process_id": far["process_id"]})
 
 
 if __name__ == "__main__":
