@@ -178,6 +178,21 @@ class RemoteTest(unittest.TestCase):
         self.servers.append(s)
         return s
 
+    def registry_gateway(self, workspaces, wrap=(), extra=()):
+        """A gateway in the gateway namespace with a registry of these workspaces; wrap goes
+        between `ip netns exec NS` and the binary, extra after its flags."""
+        n = len(self.servers)
+        cfg = os.path.join(self.tmp, "reg-%d.json" % n)
+        with open(cfg, "w") as f:
+            json.dump({"workspaces": workspaces}, f)
+        state = os.path.join(self.tmp, "state-%d" % n)
+        os.mkdir(state)
+        srv = mcp_stdio.StdioServer("ip", ["netns", "exec", self.nsg] + list(wrap)
+                                    + [tp.binary(), "--config", cfg, "--operations-db", ":memory:"]
+                                    + list(extra), state)
+        self.servers.append(srv)
+        return srv
+
     def psk(self, name, nbytes=32, mode=0o600):
         """A key file made as docs/scale-out.md says; returns (path, hex)."""
         path = os.path.join(self.tmp, name + ".psk")
@@ -248,20 +263,12 @@ class RemoteTest(unittest.TestCase):
         with open(os.path.join(near, "n.txt"), "w") as f:
             f.write("near\n")
         w = self.worker()
-        reg = {"workspaces": {
+        srv = self.registry_gateway({
             "near": {"root": near, "profile": "workspace-write"},
             "far": {"root": self.ws, "profile": "workspace-write",
                     "runner": {"url": "tcp://%s:%d" % (self.waddr, PORT),
                                "tls_cert": self.gcert, "tls_key": self.gkey,
-                               "tls_peer_sha256": self.wpin}}}}
-        cfg = os.path.join(self.tmp, "reg.json")
-        with open(cfg, "w") as f:
-            json.dump(reg, f)
-        state = os.path.join(self.tmp, "state-placement")
-        os.mkdir(state)
-        srv = mcp_stdio.StdioServer("ip", ["netns", "exec", self.nsg, tp.binary(), "--config", cfg,
-                                           "--operations-db", ":memory:"], state)
-        self.servers.append(srv)
+                               "tls_peer_sha256": self.wpin}}})
         self.assertEqual(srv.call("read", {"workspace_id": "far", "path": "f.txt"})["content"],
                          "far\n")
         self.assertEqual(srv.call("read", {"workspace_id": "near", "path": "n.txt"})["content"],
@@ -508,20 +515,12 @@ class RemoteTest(unittest.TestCase):
             f.write("far\n")
         key, hexkey = self.psk("k")
         w = self.worker(roots=[root], auth=["--tls-psk", key, "--tls-psk-identity", "gw"])
-        reg = {"workspaces": {"far": {"root": root, "profile": "workspace-write",
-                                      "runner": {"url": "tcp://%s:%d" % (self.waddr, PORT),
-                                                 "tls_psk_file": key,
-                                                 "tls_psk_identity": "gw"}}}}
-        cfg = os.path.join(self.tmp, "reg.json")
-        with open(cfg, "w") as f:
-            json.dump(reg, f)
-        state = os.path.join(self.tmp, "state-hidden")
-        os.mkdir(state)
         script = 'mount -t tmpfs none "$1" && test ! -e "$2" && shift 2 && exec "$@"'
-        srv = mcp_stdio.StdioServer("ip", ["netns", "exec", self.nsg, "unshare", "-m", "sh", "-c",
-                                           script, "sh", hidden, root, tp.binary(), "--config",
-                                           cfg, "--operations-db", ":memory:"], state)
-        self.servers.append(srv)
+        srv = self.registry_gateway(
+            {"far": {"root": root, "profile": "workspace-write",
+                     "runner": {"url": "tcp://%s:%d" % (self.waddr, PORT),
+                                "tls_psk_file": key, "tls_psk_identity": "gw"}}},
+            wrap=["unshare", "-m", "sh", "-c", script, "sh", hidden, root])
         self.assertEqual(srv.call("read", {"workspace_id": "far", "path": "f.txt"})["content"],
                          "far\n")
         out, err = srv.call_raw("apply_patch", {"workspace_id": "far", "patch":
@@ -544,20 +543,12 @@ class RemoteTest(unittest.TestCase):
         os.mkdir(near)
         key, _ = self.psk("k")
         self.worker(auth=["--tls-psk", key, "--tls-psk-identity", "gw"])
-        reg = {"workspaces": {
+        srv = self.registry_gateway({
             "near": {"root": near, "profile": "workspace-write"},
             "far": {"root": self.ws, "profile": "workspace-write",
                     "runner": {"url": "tcp://%s:%d" % (self.waddr, PORT),
-                               "tls_psk_file": key, "tls_psk_identity": "gw"}}}}
-        cfg = os.path.join(self.tmp, "reg.json")
-        with open(cfg, "w") as f:
-            json.dump(reg, f)
-        state = os.path.join(self.tmp, "state-lost")
-        os.mkdir(state)
-        srv = mcp_stdio.StdioServer("ip", ["netns", "exec", self.nsg, tp.binary(), "--config", cfg,
-                                           "--operations-db", ":memory:", "--runner", "uds"],
-                                    state)
-        self.servers.append(srv)
+                               "tls_psk_file": key, "tls_psk_identity": "gw"}}},
+            extra=["--runner", "uds"])
         far = srv.call("exec_command", {"workspace_id": "far", "command": ["sleep", tp.uniq(302)],
                                         "yield_ms": 100})
         self.assertEqual(far["state"], "running", far)
