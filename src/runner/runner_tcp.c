@@ -236,8 +236,8 @@ static void up(struct cs__runner_tcp *t)
     t->st = T_UP;
     t->backoff_ms = 0;
     cs_log(CS_LOG_INFO, "runner connected",
-           json_pack("{s:s,s:s,s:b}", "host", t->host, "port", t->port, "tls",
-                     !cs_tls_ctx_plaintext(t->ctx)));
+           json_pack("{s:s,s:s,s:b,s:s}", "host", t->host, "port", t->port, "tls",
+                     !cs_tls_ctx_plaintext(t->ctx), "auth", cs_tls_ctx_auth(t->ctx)));
     /* FIFO: the waiting list is kept in arrival order. */
     while (t->waiting && t->st == T_UP) {
         struct tcall *c = t->waiting;

@@ -297,6 +297,11 @@ bool cs_tls_ctx_plaintext(const struct cs_tls_ctx *c)
     return c->plaintext;
 }
 
+const char *cs_tls_ctx_auth(const struct cs_tls_ctx *c)
+{
+    return c->plaintext ? "plaintext" : c->psk ? "psk" : "certificate";
+}
+
 void cs_tls_ctx_free(struct cs_tls_ctx *c)
 {
     if (!c)
@@ -750,7 +755,8 @@ static void *conn_main(void *arg)
         snprintf(why, sizeof why, "cannot reach the worker's socket: %s", strerror(errno));
         goto end;
     }
-    cs_log(CS_LOG_INFO, "runner connection accepted", json_pack("{s:b}", "tls", ssl != NULL));
+    cs_log(CS_LOG_INFO, "runner connection accepted",
+           json_pack("{s:b,s:s}", "tls", ssl != NULL, "auth", cs_tls_ctx_auth(f->ctx)));
     pump(ssl, c->net, local, c->stopfd, why, sizeof why);
     cs_log(CS_LOG_INFO, "runner connection ended", json_pack("{s:s}", "why", why));
 end:

@@ -55,6 +55,8 @@ struct cs_tls_ctx *cs_tls_ctx_new(const struct cs_tls_config *cfg, bool server,
                                   struct cs_diag *err);
 void cs_tls_ctx_free(struct cs_tls_ctx *c);
 bool cs_tls_ctx_plaintext(const struct cs_tls_ctx *c);
+/* How the context authenticates, for log lines: "plaintext", "certificate" or "psk". */
+const char *cs_tls_ctx_auth(const struct cs_tls_ctx *c);
 /* Reads a pre-shared key file (regular, at most 4 KiB, no permission for others) into out.
  * Returns 0, or -1 with err naming the file and the fault (never its content). */
 int cs_tls_psk_load(const char *path, unsigned char out[CS_TLS_PSK_MAX], size_t *len,

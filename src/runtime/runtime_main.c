@@ -745,8 +745,8 @@ int main(int argc, char **argv)
             return 1;
         }
         cs_log(CS_LOG_INFO, "runner listening",
-               json_pack("{s:s,s:i,s:b}", "host", lhost, "port", cs_tls_front_port(front), "tls",
-                         !tls.plaintext));
+               json_pack("{s:s,s:i,s:b,s:s}", "host", lhost, "port", cs_tls_front_port(front),
+                         "tls", !tls.plaintext, "auth", cs_tls_ctx_auth(tctx)));
     }
     w.loop = cs_loop_new();
     /* Every exec request carries its own time limit; file operations (run on the executor's

@@ -413,6 +413,9 @@ class RemoteTest(unittest.TestCase):
         self.assertEqual(out["output"], "beta\n")
         self.assertEqual(out["exit_code"], 0)
         self.assertTrue(w.saw('"runner connection accepted"'), w.lines)
+        self.assertTrue(w.saw('"auth":"psk"'), w.lines)
+        self.assertTrue(any('"runner connected"' in l and '"auth":"psk"' in l
+                            for l in srv.stderr), srv.stderr)
         info = srv.call("workspace_info", {"workspace_id": "default"})
         iso = info["execution"]["isolation"]
         self.assertEqual(iso["runner"], "remote")
