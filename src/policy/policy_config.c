@@ -367,33 +367,33 @@ static int resolve_runner_tls(struct cs_config *cfg, const struct raw *raw,
                               struct cs_config_error *err)
 {
     const struct raw *t = &raw[S_RUNNER_TLS];
-    cfg->runner_plaintext = false;
+    cfg->remote.plaintext = false;
     if (t->value && strcmp(t->value, "off") == 0)
-        cfg->runner_plaintext = true;
+        cfg->remote.plaintext = true;
     else if (t->value && strcmp(t->value, "on") != 0)
         return bad_value(err, t, "\"on\" or \"off\"");
-    if (raw[S_TLS_CERT].value && take_string(&raw[S_TLS_CERT], &cfg->runner_tls_cert, err) != 0)
+    if (raw[S_TLS_CERT].value && take_string(&raw[S_TLS_CERT], &cfg->remote.cert, err) != 0)
         return -1;
-    if (raw[S_TLS_KEY].value && take_string(&raw[S_TLS_KEY], &cfg->runner_tls_key, err) != 0)
+    if (raw[S_TLS_KEY].value && take_string(&raw[S_TLS_KEY], &cfg->remote.key, err) != 0)
         return -1;
     if (raw[S_TLS_PIN].value) {
-        if (cs_tls_pin_parse(raw[S_TLS_PIN].value, cfg->runner_tls_pin) != 0)
+        if (cs_tls_pin_parse(raw[S_TLS_PIN].value, cfg->remote.pin) != 0)
             return bad_value(err, &raw[S_TLS_PIN], "64 hex digits (pairs may be split by ':')");
-        cfg->has_runner_tls_pin = true;
+        cfg->remote.has_pin = true;
     }
-    if (raw[S_TLS_PSK].value && take_string(&raw[S_TLS_PSK], &cfg->runner_tls_psk, err) != 0)
+    if (raw[S_TLS_PSK].value && take_string(&raw[S_TLS_PSK], &cfg->remote.psk, err) != 0)
         return -1;
     if (raw[S_TLS_PSK_ID].value) {
         if (!cs_tls_psk_identity_ok(raw[S_TLS_PSK_ID].value))
             return bad_value(err, &raw[S_TLS_PSK_ID], "1..128 bytes of [A-Za-z0-9._:@-]");
-        if (take_string(&raw[S_TLS_PSK_ID], &cfg->runner_tls_psk_identity, err) != 0)
+        if (take_string(&raw[S_TLS_PSK_ID], &cfg->remote.psk_identity, err) != 0)
             return -1;
     }
-    bool any = cfg->runner_tls_cert || cfg->runner_tls_key || cfg->has_runner_tls_pin;
-    bool all = cfg->runner_tls_cert && cfg->runner_tls_key && cfg->has_runner_tls_pin;
-    bool psk_any = cfg->runner_tls_psk || cfg->runner_tls_psk_identity;
-    bool psk_all = cfg->runner_tls_psk && cfg->runner_tls_psk_identity;
-    if (cfg->runner_plaintext && (any || psk_any))
+    bool any = cfg->remote.cert || cfg->remote.key || cfg->remote.has_pin;
+    bool all = cfg->remote.cert && cfg->remote.key && cfg->remote.has_pin;
+    bool psk_any = cfg->remote.psk || cfg->remote.psk_identity;
+    bool psk_all = cfg->remote.psk && cfg->remote.psk_identity;
+    if (cfg->remote.plaintext && (any || psk_any))
         return cs__policy_errf(err,
                                "%s: off, yet a TLS certificate, key, pin or pre-shared key is "
                                "given",
@@ -402,16 +402,16 @@ static int resolve_runner_tls(struct cs_config *cfg, const struct raw *raw,
         return cs__policy_errf(err, "--tls-cert, --tls-key and --tls-peer-sha256 (certificate "
                                     "mode) do not go with --tls-psk and --tls-psk-identity (PSK "
                                     "mode): give one mode");
-    if (!cfg->runner_plaintext && any && !all)
+    if (!cfg->remote.plaintext && any && !all)
         return cs__policy_errf(err, "--tls-cert, --tls-key and --tls-peer-sha256 go together");
     if (psk_any && !psk_all)
         return cs__policy_errf(err, "--tls-psk and --tls-psk-identity go together");
-    if (cfg->runner == CS_CONFIG_RUNNER_TCP && !cfg->runner_plaintext && !all && !psk_all)
+    if (cfg->runner == CS_CONFIG_RUNNER_TCP && !cfg->remote.plaintext && !all && !psk_all)
         return cs__policy_errf(err,
                                "--runner %s needs --tls-cert, --tls-key and "
                                "--tls-peer-sha256, or --tls-psk and --tls-psk-identity (or "
                                "--runner-tls off on a private link)",
-                               cfg->runner_url);
+                               cfg->remote.url);
     return 0;
 }
 
@@ -586,7 +586,7 @@ static int resolve(struct cs_config *cfg, const struct raw *raw, char **envp,
         if (cs_runner_url_parse(r->value, uhost, uport) != 0)
             return bad_value(err, r, "tcp://HOST:PORT");
         cfg->runner = CS_CONFIG_RUNNER_TCP;
-        if (take_string(r, &cfg->runner_url, err) != 0)
+        if (take_string(r, &cfg->remote.url, err) != 0)
             return CS_CONFIG_ERROR;
     } else if (r->value && strcmp(r->value, "in-process") != 0) {
         return bad_value(err, r, "\"in-process\", \"uds\" or tcp://HOST:PORT");
@@ -701,6 +701,16 @@ out:
     return rc;
 }
 
+void cs__policy_remote_clear(struct cs_remote *rm)
+{
+    free(rm->url);
+    free(rm->cert);
+    free(rm->key);
+    free(rm->psk);
+    free(rm->psk_identity);
+    memset(rm, 0, sizeof *rm);
+}
+
 void cs_config_free(struct cs_config *cfg)
 {
     if (!cfg)
@@ -711,11 +721,7 @@ void cs_config_free(struct cs_config *cfg)
     free(cfg->workspace_dir);
     free(cfg->operations_db);
     free(cfg->runner_dir);
-    free(cfg->runner_url);
-    free(cfg->runner_tls_cert);
-    free(cfg->runner_tls_key);
-    free(cfg->runner_tls_psk);
-    free(cfg->runner_tls_psk_identity);
+    cs__policy_remote_clear(&cfg->remote);
     free(cfg->runtime_bin);
     free(cfg->sandbox_bin);
     for (size_t i = 0; i < cfg->n_environments; i++)

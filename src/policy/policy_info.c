@@ -29,20 +29,27 @@ static int set_str(struct cs_str *s, const char *src)
     return cs_str_set_n(s, src, strlen(src));
 }
 
-/* runner "remote": the worker's identity (docs/scale-out.md), its address and either its
- * certificate pin or the PSK identity (NULL: not in that mode); never a credential. */
+/* runner "remote": the worker's identity (docs/scale-out.md), its HOST:PORT and either its
+ * certificate pin (certificate mode) or the key's identity (PSK mode); never a credential. */
 static int set_worker(struct csw_mcp_workspace_info_output_execution_isolation *iso,
-                      const char *addr, const char *pin, const char *psk_identity)
+                      const struct cs_remote *rm)
 {
+    char host[CS_RUNNER_URL_HOST_MAX], port[CS_RUNNER_URL_PORT_MAX];
+    char addr[CS_RUNNER_URL_HOST_MAX + CS_RUNNER_URL_PORT_MAX + 1] = "";
+    char pin[2 * sizeof rm->pin + 1] = "";
+    if (cs_runner_url_parse(rm->url, host, port) == 0)
+        snprintf(addr, sizeof addr, "%s:%s", host, port);
+    for (size_t i = 0; i < sizeof rm->pin; i++)
+        snprintf(pin + 2 * i, 3, "%02x", rm->pin[i]);
     iso->runner = CSW_MCP_WORKSPACE_INFO_OUTPUT_EXECUTION_ISOLATION_RUNNER_REMOTE;
     iso->has_worker = true;
     if (set_str(&iso->worker.address, addr) != 0)
         return -1;
-    iso->worker.has_certificate_sha256 = pin != NULL;
-    if (pin && set_str(&iso->worker.certificate_sha256, pin) != 0)
+    iso->worker.has_certificate_sha256 = !rm->plaintext && !rm->psk;
+    if (iso->worker.has_certificate_sha256 && set_str(&iso->worker.certificate_sha256, pin) != 0)
         return -1;
-    iso->worker.has_psk_identity = psk_identity != NULL;
-    if (psk_identity && set_str(&iso->worker.psk_identity, psk_identity) != 0)
+    iso->worker.has_psk_identity = !rm->plaintext && rm->psk && rm->psk_identity;
+    if (iso->worker.has_psk_identity && set_str(&iso->worker.psk_identity, rm->psk_identity) != 0)
         return -1;
     return 0;
 }
@@ -143,22 +150,12 @@ static int fill_execution(struct csw_mcp_workspace_info_output_execution *x,
                               : CSW_MCP_WORKSPACE_INFO_OUTPUT_EXECUTION_ISOLATION_RUNNER_IN_PROCESS;
     if (ws->has_runner) {
         /* Its own worker (docs/scale-out.md): identity only; its sandbox is not ours to claim. */
-        char host[CS_RUNNER_URL_HOST_MAX], port[CS_RUNNER_URL_PORT_MAX];
-        char addr[CS_RUNNER_URL_HOST_MAX + CS_RUNNER_URL_PORT_MAX + 1] = "";
-        char pin[65] = "";
-        if (cs_runner_url_parse(ws->runner_url, host, port) == 0)
-            snprintf(addr, sizeof addr, "%s:%s", host, port);
-        for (size_t i = 0; i < sizeof ws->runner_tls_pin; i++)
-            snprintf(pin + 2 * i, 3, "%02x", ws->runner_tls_pin[i]);
         x->isolation.command_sandbox =
             CSW_MCP_WORKSPACE_INFO_OUTPUT_EXECUTION_ISOLATION_COMMAND_SANDBOX_NONE;
-        bool certs = !ws->runner_plaintext && !ws->runner_tls_psk;
-        if (set_worker(&x->isolation, addr, certs ? pin : NULL, ws->runner_tls_psk_identity) != 0)
+        if (set_worker(&x->isolation, &ws->remote) != 0)
             return -1;
-    } else if (caps->remote_runner) {
-        if (set_worker(&x->isolation, caps->remote_address, caps->remote_certificate_sha256,
-                       caps->remote_psk_identity) != 0)
-            return -1;
+    } else if (caps->remote && set_worker(&x->isolation, caps->remote) != 0) {
+        return -1;
     }
     x->isolation.has_landlock_abi = caps->has_landlock_abi && !ws->has_runner;
     x->isolation.landlock_abi = x->isolation.has_landlock_abi ? caps->landlock_abi : 0;

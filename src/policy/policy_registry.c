@@ -200,11 +200,7 @@ void cs__policy_workspace_clear(struct cs_workspace *ws)
     for (size_t i = 0; i < ws->n_deny; i++)
         free(ws->deny[i]);
     free(ws->deny);
-    free(ws->runner_url);
-    free(ws->runner_tls_cert);
-    free(ws->runner_tls_key);
-    free(ws->runner_tls_psk);
-    free(ws->runner_tls_psk_identity);
+    cs__policy_remote_clear(&ws->remote);
     memset(ws, 0, sizeof *ws);
 }
 
@@ -419,7 +415,7 @@ static int workspace_load(struct cs_config *cfg,
         }
         if (rn->has_tls_peer_sha256 &&
             (has_nul(&rn->tls_peer_sha256) ||
-             cs_tls_pin_parse(rn->tls_peer_sha256.s, ws.runner_tls_pin) != 0)) {
+             cs_tls_pin_parse(rn->tls_peer_sha256.s, ws.remote.pin) != 0)) {
             REG_ERR(err, &w, "/runner/tls_peer_sha256", "%s",
                     "expected 64 hex digits (pairs may be split by ':')");
             goto out;
@@ -431,17 +427,17 @@ static int workspace_load(struct cs_config *cfg,
             goto out;
         }
         ws.has_runner = true;
-        ws.runner_plaintext = plain;
-        ws.runner_url = strdup(rn->url.s);
-        ws.runner_tls_cert = rn->has_tls_cert ? strdup(rn->tls_cert.s) : NULL;
-        ws.runner_tls_key = rn->has_tls_key ? strdup(rn->tls_key.s) : NULL;
-        ws.runner_tls_psk = rn->has_tls_psk_file ? strdup(rn->tls_psk_file.s) : NULL;
-        ws.runner_tls_psk_identity =
+        ws.remote.plaintext = plain;
+        ws.remote.url = strdup(rn->url.s);
+        ws.remote.cert = rn->has_tls_cert ? strdup(rn->tls_cert.s) : NULL;
+        ws.remote.key = rn->has_tls_key ? strdup(rn->tls_key.s) : NULL;
+        ws.remote.psk = rn->has_tls_psk_file ? strdup(rn->tls_psk_file.s) : NULL;
+        ws.remote.psk_identity =
             rn->has_tls_psk_identity ? strdup(rn->tls_psk_identity.s) : NULL;
-        if (!ws.runner_url || (rn->has_tls_cert && !ws.runner_tls_cert) ||
-            (rn->has_tls_key && !ws.runner_tls_key) ||
-            (rn->has_tls_psk_file && !ws.runner_tls_psk) ||
-            (rn->has_tls_psk_identity && !ws.runner_tls_psk_identity)) {
+        if (!ws.remote.url || (rn->has_tls_cert && !ws.remote.cert) ||
+            (rn->has_tls_key && !ws.remote.key) ||
+            (rn->has_tls_psk_file && !ws.remote.psk) ||
+            (rn->has_tls_psk_identity && !ws.remote.psk_identity)) {
             rc = oom(err);
             goto out;
         }

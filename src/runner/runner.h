@@ -126,8 +126,6 @@ struct cs_runner_tcp_options {
  * (calls fail before dispatch while it is). */
 struct cs_runner *cs_runner_tcp_new(struct cs_loop *loop, const struct cs_runner_tcp_options *opt,
                                     const struct cs_runner_events *ev, struct cs_diag *err);
-/* "HOST:PORT" of a tcp runner (its identity for workspace_info; never a credential). */
-void cs_runner_tcp_identity(const struct cs_runner *r, char *hostport, size_t cap);
 /* Whether r is a tcp runner. */
 bool cs_runner_is_tcp(const struct cs_runner *r);
 

@@ -597,11 +597,6 @@ fail:
     return NULL;
 }
 
-void cs_runner_tcp_identity(const struct cs_runner *r, char *hostport, size_t cap)
-{
-    snprintf(hostport, cap, "%s:%s", r->tcp->host, r->tcp->port);
-}
-
 bool cs_runner_is_tcp(const struct cs_runner *r)
 {
     return r && r->tcp;

@@ -764,20 +764,17 @@ static int identity_rules(struct cs_tools *t, bool sandboxed, const char *probe_
 }
 
 /* A tcp runner's options from one set of remote settings: the gateway's flags or a registry
- * entry (policy.h says which fields go together). Borrows every string. */
-static struct cs_runner_tcp_options tcp_options(const char *version, const char *url,
-                                                bool plaintext, const char *cert, const char *key,
-                                                const unsigned char pin[32], const char *psk,
-                                                const char *psk_identity)
+ * entry. Borrows every string. */
+static struct cs_runner_tcp_options tcp_options(const char *version, const struct cs_remote *rm)
 {
-    struct cs_runner_tcp_options opt = {.url = url,
+    struct cs_runner_tcp_options opt = {.url = rm->url,
                                         .version = version,
-                                        .plaintext = plaintext,
-                                        .cert = cert,
-                                        .key = key,
-                                        .psk_file = psk,
-                                        .psk_identity = psk_identity};
-    memcpy(opt.peer_pin, pin, sizeof opt.peer_pin);
+                                        .plaintext = rm->plaintext,
+                                        .cert = rm->cert,
+                                        .key = rm->key,
+                                        .psk_file = rm->psk,
+                                        .psk_identity = rm->psk_identity};
+    memcpy(opt.peer_pin, rm->pin, sizeof opt.peer_pin);
     return opt;
 }
 
@@ -809,19 +806,16 @@ static int place_workspaces(struct cs_tools *t, struct cs_loop *loop, const char
         if (!ws->has_runner)
             continue;
         for (size_t j = 0; j < i && !subs[i]; j++)
-            if (subs[j] && strcmp(cfg->workspaces[j].runner_url, ws->runner_url) == 0)
+            if (subs[j] && strcmp(cfg->workspaces[j].remote.url, ws->remote.url) == 0)
                 subs[i] = subs[j];
         if (!subs[i]) {
-            struct cs_runner_tcp_options opt =
-                tcp_options(version, ws->runner_url, ws->runner_plaintext, ws->runner_tls_cert,
-                            ws->runner_tls_key, ws->runner_tls_pin, ws->runner_tls_psk,
-                            ws->runner_tls_psk_identity);
+            struct cs_runner_tcp_options opt = tcp_options(version, &ws->remote);
             /* A tcp runner reports no loss (a dropped link is not a dead worker). */
             struct cs_runner_events ev = {on_process_exited, NULL, t};
             struct cs_diag e = {0};
             subs[i] = cs_runner_tcp_new(loop, &opt, &ev, &e);
             if (!subs[i]) {
-                snprintf(err, err_cap, "workspace %s: runner %s: %s", ws->id, ws->runner_url,
+                snprintf(err, err_cap, "workspace %s: runner %s: %s", ws->id, ws->remote.url,
                          e.text);
                 free(subs);
                 return -1; /* t->runner (the multi) is freed with the tools */
@@ -917,10 +911,7 @@ int cs_tools_register(struct cs_mcp *srv, struct cs_tools *t, const struct cs_co
         free(bin);
     } else if (cfg->runner == CS_CONFIG_RUNNER_TCP) {
         /* A worker someone else started (docs/scale-out.md): its sandbox is its own. */
-        struct cs_runner_tcp_options opt =
-            tcp_options(version, cfg->runner_url, cfg->runner_plaintext, cfg->runner_tls_cert,
-                        cfg->runner_tls_key, cfg->runner_tls_pin, cfg->runner_tls_psk,
-                        cfg->runner_tls_psk_identity);
+        struct cs_runner_tcp_options opt = tcp_options(version, &cfg->remote);
         struct cs_diag e = {0};
         t->runner = cs_runner_tcp_new(loop, &opt, &ev, &e);
         if (!t->runner)
@@ -942,17 +933,8 @@ int cs_tools_register(struct cs_mcp *srv, struct cs_tools *t, const struct cs_co
     t->caps.patch_available = true;
     t->caps.process_available = true;
     t->caps.uds_runner = cfg->runner == CS_CONFIG_RUNNER_UDS;
-    if (cfg->runner == CS_CONFIG_RUNNER_TCP) {
-        t->caps.remote_runner = true;
-        cs_runner_tcp_identity(t->runner, t->remote_address, sizeof t->remote_address);
-        t->caps.remote_address = t->remote_address;
-        t->caps.remote_psk_identity = cfg->runner_tls_psk_identity;
-        if (!cfg->runner_plaintext && !cfg->runner_tls_psk) {
-            for (size_t i = 0; i < sizeof cfg->runner_tls_pin; i++)
-                snprintf(t->remote_pin + 2 * i, 3, "%02x", cfg->runner_tls_pin[i]);
-            t->caps.remote_certificate_sha256 = t->remote_pin;
-        }
-    }
+    if (cfg->runner == CS_CONFIG_RUNNER_TCP)
+        t->caps.remote = &cfg->remote;
     t->caps.tty_supported = true;
     t->caps.max_live_processes = cfg->max_processes;
     t->caps.timeout_ms = cfg->process_timeout_secs * 1000;

@@ -702,8 +702,8 @@ static void test_registry_remote_root(void **state)
     load_ok(&cfg, ARGV("--config", fx.cfg), BASE_ENV);
     assert_string_equal(cfg.workspaces[0].root, gone);
     assert_false(cfg.workspaces[0].has_root_fd);
-    assert_string_equal(cfg.workspaces[0].runner_tls_psk, "/k");
-    assert_string_equal(cfg.workspaces[0].runner_tls_psk_identity, "gw");
+    assert_string_equal(cfg.workspaces[0].remote.psk, "/k");
+    assert_string_equal(cfg.workspaces[0].remote.psk_identity, "gw");
     assert_true(cfg.workspaces[1].has_root_fd);
     cs_config_free(&cfg);
 
@@ -1275,6 +1275,65 @@ static void expect_json(json_t *got, const char *want_text)
     "  \"process_status\", \"process_resize\", \"terminate_process\"],"                            \
     "\"transports\": [\"stdio\", \"streamable-http\"], \"workspace_id_is_credential\": false"
 
+/* The "worker" object of workspace_info for id (docs/scale-out.md), as compact JSON. */
+static char *worker_of(const struct cs_config *cfg, const struct cs_runtime_caps *caps,
+                       const char *id)
+{
+    json_t *j = info_json(cfg, caps, id, strlen(id));
+    json_t *w = json_object_get(json_object_get(json_object_get(j, "execution"), "isolation"),
+                                "worker");
+    char *text = w ? json_dumps(w, JSON_SORT_KEYS | JSON_COMPACT) : strdup("none");
+    json_decref(j);
+    return text;
+}
+
+/* A remote worker is reported by address and, per mode, certificate pin or PSK identity; never
+ * a key file, key or certificate path. Per workspace (registry) and for the gateway's --runner. */
+static void test_info_remote_worker(void **state)
+{
+    (void)state;
+    static const char pin[] = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08";
+    write_cfgf("{\"workspaces\": {"
+               "\"c\": {\"root\": \"/w/c\", \"runner\": {\"url\": \"tcp://10.0.0.2:7451\", "
+               "\"tls_cert\": \"/etc/g.pem\", \"tls_key\": \"/etc/g.key\", "
+               "\"tls_peer_sha256\": \"%s\"}},"
+               "\"p\": {\"root\": \"/w/p\", \"runner\": {\"url\": \"tcp://[fd00::3]:7451\", "
+               "\"tls_psk_file\": \"/etc/w.psk\", \"tls_psk_identity\": \"gw@w3\"}},"
+               "\"n\": {\"root\": \"/w/n\", \"runner\": {\"url\": \"tcp://h:1\", "
+               "\"plaintext\": true}}}}",
+               pin);
+    struct cs_config cfg;
+    load_ok(&cfg, ARGV("--config", fx.cfg), BASE_ENV);
+    char want[256];
+    snprintf(want, sizeof want, "{\"address\":\"10.0.0.2:7451\",\"certificate_sha256\":\"%s\"}",
+             pin);
+    char *got = worker_of(&cfg, &full_caps, "c");
+    assert_string_equal(got, want);
+    free(got);
+    got = worker_of(&cfg, &full_caps, "p");
+    assert_string_equal(got, "{\"address\":\"fd00::3:7451\",\"psk_identity\":\"gw@w3\"}");
+    free(got);
+    got = worker_of(&cfg, &full_caps, "n");
+    assert_string_equal(got, "{\"address\":\"h:1\"}");
+    free(got);
+    cs_config_free(&cfg);
+
+    /* The gateway's own --runner tcp:// in PSK mode: every workspace, and nothing else. */
+    load_ok(&cfg,
+            ARGV("--workspace", "/w/d", "--runner", "tcp://10.0.0.9:7451", "--tls-psk", "/etc/k",
+                 "--tls-psk-identity", "gw"),
+            BASE_ENV);
+    struct cs_runtime_caps caps = full_caps;
+    caps.remote = &cfg.remote;
+    got = worker_of(&cfg, &caps, "default");
+    assert_string_equal(got, "{\"address\":\"10.0.0.9:7451\",\"psk_identity\":\"gw\"}");
+    free(got);
+    got = worker_of(&cfg, &full_caps, "default");
+    assert_string_equal(got, "none");
+    free(got);
+    cs_config_free(&cfg);
+}
+
 static void test_info_server_only(void **state)
 {
     (void)state;
@@ -1602,6 +1661,7 @@ int main(void)
         cmocka_unit_test(test_sandbox_ids),
         cmocka_unit_test(test_lookup),
         cmocka_unit_test(test_permissions),
+        cmocka_unit_test(test_info_remote_worker),
         cmocka_unit_test(test_info_server_only),
         cmocka_unit_test(test_info_host_workspace),
         cmocka_unit_test(test_info_container_fails_closed),
