@@ -72,8 +72,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         for (size_t i = 0; i < klen; i++)
             snprintf(hex + 2 * i, 3, "%02x", key[i]);
         hex[2 * klen] = '\n';
-        assert(cs_tls_psk_parse(hex, 2 * klen + 1, key2, &klen2) == 0 &&
-               "printed key must parse");
+        assert(cs_tls_psk_parse(hex, 2 * klen + 1, key2, &klen2) == 0 && "printed key must parse");
         assert(klen2 == klen && memcmp(key, key2, klen) == 0);
     } else if (kr == -2 || kr == -3) {
         size_t digits = 0;

@@ -103,8 +103,12 @@ int cs_tls_psk_parse(const char *text, size_t n, unsigned char out[CS_TLS_PSK_MA
         return -2;
     if (digits / 2 > CS_TLS_PSK_MAX)
         return -3;
-    for (size_t i = 0; i < digits / 2; i++)
-        out[i] = (unsigned char)(cs_hexval(text[b + 2 * i]) << 4 | cs_hexval(text[b + 2 * i + 1]));
+    for (size_t i = 0; i < digits / 2; i++) {
+        int hi = cs_hexval(text[b + 2 * i]), lo = cs_hexval(text[b + 2 * i + 1]);
+        if (hi < 0 || lo < 0)
+            return -1; /* checked above already */
+        out[i] = (unsigned char)((unsigned)hi << 4 | (unsigned)lo);
+    }
     *len = digits / 2;
     return 0;
 }

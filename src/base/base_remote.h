@@ -17,7 +17,7 @@
 #define CS_TLS_PIN_SIZE        32 /* SHA-256 */
 #define CS_RUNNER_URL_HOST_MAX 256
 #define CS_RUNNER_URL_PORT_MAX 8
-#define CS_TLS_PSK_MIN         32  /* bytes of key: 256 bits at least */
+#define CS_TLS_PSK_MIN         32 /* bytes of key: 256 bits at least */
 #define CS_TLS_PSK_MAX         64
 #define CS_TLS_PSK_ID_MAX      128 /* bytes of identity */
 

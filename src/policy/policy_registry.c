@@ -432,11 +432,9 @@ static int workspace_load(struct cs_config *cfg,
         ws.remote.cert = rn->has_tls_cert ? strdup(rn->tls_cert.s) : NULL;
         ws.remote.key = rn->has_tls_key ? strdup(rn->tls_key.s) : NULL;
         ws.remote.psk = rn->has_tls_psk_file ? strdup(rn->tls_psk_file.s) : NULL;
-        ws.remote.psk_identity =
-            rn->has_tls_psk_identity ? strdup(rn->tls_psk_identity.s) : NULL;
+        ws.remote.psk_identity = rn->has_tls_psk_identity ? strdup(rn->tls_psk_identity.s) : NULL;
         if (!ws.remote.url || (rn->has_tls_cert && !ws.remote.cert) ||
-            (rn->has_tls_key && !ws.remote.key) ||
-            (rn->has_tls_psk_file && !ws.remote.psk) ||
+            (rn->has_tls_key && !ws.remote.key) || (rn->has_tls_psk_file && !ws.remote.psk) ||
             (rn->has_tls_psk_identity && !ws.remote.psk_identity)) {
             rc = oom(err);
             goto out;

@@ -21,8 +21,9 @@
  * announced as process_exited, which frees its workspace in the tool layer. The runner never calls
  * the tool layer's lost event: a lost connection does not mean lost processes.
  *
- * Trust: the worker is authenticated by its certificate pin or the pre-shared key; its frames are still decoded through
- * the generated decoder, and a bad frame drops the connection (not the worker).
+ * Trust: the worker is authenticated by its certificate pin or the pre-shared key; its frames are
+ * still decoded through the generated decoder, and a bad frame drops the connection (not the
+ * worker).
  * Entry points: cs_runner_tcp_new (runner.h), cs__runner_tcp_call/cancel/free
  * (runner_internal.h).
  */

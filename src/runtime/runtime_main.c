@@ -669,11 +669,14 @@ int main(int argc, char **argv)
                  (int)(port0 ? (size_t)(colon - listen) : strlen(listen)), listen,
                  port0 ? ":1" : "");
         bool certs = tls.cert || tls.key || tls_pin, psk = tls.psk_file || tls.psk_identity;
-        bool tls_ok = tls.plaintext ? !certs && !psk
-                      : psk         ? !certs && tls.psk_file && tls.psk_identity &&
-                                  cs_tls_psk_identity_ok(tls.psk_identity)
-                                    : tls.cert && tls.key && tls_pin &&
-                                  cs_tls_pin_parse(tls_pin, tls.peer_pin) == 0;
+        /* One mode: plaintext alone, PSK file and identity, or certificate, key and pin. */
+        bool tls_ok;
+        if (tls.plaintext)
+            tls_ok = !certs && !psk;
+        else if (psk)
+            tls_ok = !certs && tls.psk_file && cs_tls_psk_identity_ok(tls.psk_identity);
+        else
+            tls_ok = tls.cert && tls.key && tls_pin && cs_tls_pin_parse(tls_pin, tls.peer_pin) == 0;
         if (sock || cs_runner_url_parse(url, lhost, lport) != 0) {
             fprintf(stderr, "codespace-runtime: --listen HOST:PORT (not with --socket)\n");
             return 2;

@@ -1280,8 +1280,8 @@ static char *worker_of(const struct cs_config *cfg, const struct cs_runtime_caps
                        const char *id)
 {
     json_t *j = info_json(cfg, caps, id, strlen(id));
-    json_t *w = json_object_get(json_object_get(json_object_get(j, "execution"), "isolation"),
-                                "worker");
+    json_t *w =
+        json_object_get(json_object_get(json_object_get(j, "execution"), "isolation"), "worker");
     char *text = w ? json_dumps(w, JSON_SORT_KEYS | JSON_COMPACT) : strdup("none");
     json_decref(j);
     return text;

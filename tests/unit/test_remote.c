@@ -293,7 +293,8 @@ static void psk_handshakes(void **state)
     /* Bad setups: refused when the context is made, the key never in the message. */
     struct cs_diag err = {0};
     struct cs_tls_config bad = {.psk_identity = "gw"};
-    bad.psk_file = key_file("short.psk", "00112233445566778899aabbccddeeff0011223344556677\n", 0600);
+    bad.psk_file =
+        key_file("short.psk", "00112233445566778899aabbccddeeff0011223344556677\n", 0600);
     assert_null(cs_tls_ctx_new(&bad, true, &err));
     assert_non_null(strstr(err.text, "less than 32 bytes"));
     assert_null(strstr(err.text, "0011223344"));
