@@ -5,12 +5,13 @@
  * socket, and the loop reads and writes the other end exactly as it does the uds runner's socket.
  *
  *   - gateway side (cs_tls_link_start): a thread connects to HOST:PORT, does the TLS handshake,
- *     checks the worker's certificate against its pin, and only then pumps. Any failure closes
- *     the local end: the loop sees the stream end before a single frame went out.
+ *     authenticates the worker (its certificate pin, or the pre-shared key), and only then
+ *     pumps. Any failure closes the local end: the loop sees the stream end before a single
+ *     frame went out.
  *   - worker side (cs_tls_front_start): a thread accepts on HOST:PORT; each connection gets a
- *     thread that does the handshake (10 s at most), checks the gateway's certificate against its
- *     pin, and only then connects to the worker's private Unix socket and pumps. An unauthenticated
- *     or wrong peer never reaches the Unix socket, so no frame of it is ever read. The newest
+ *     thread that does the handshake (10 s at most), authenticates the gateway the same way, and
+ *     only then connects to the worker's private Unix socket and pumps. An unauthenticated or
+ *     wrong peer never reaches the Unix socket, so no frame of it is ever read. The newest
  *     authenticated connection wins: the previous one is shut down.
  *
  * Authentication is mutual, in one of two modes (never both):
@@ -24,8 +25,8 @@
  *
  * Threads: the pump threads touch only their own descriptors and SSL objects, and the shared
  * SSL_CTX (read-only after creation, as OpenSSL allows). They never touch the loop.
- * Entry points: cs_runner_url_parse, cs_tls_pin_parse, cs_tls_ctx_new/free, cs_tls_link_*,
- * cs_tls_front_*.
+ * Entry points: cs_tls_ctx_new/free/plaintext/auth, cs_tls_psk_load, cs_tls_link_*,
+ * cs_tls_front_* (the address and pin parsers are base_remote.h's).
  */
 #ifndef CS_RUNNER_TLS_H
 #define CS_RUNNER_TLS_H

@@ -11,8 +11,8 @@
  *   (-2), more (-3), an odd count, a non-hex byte, a NUL or a space inside (-1) do not; identities
  *   of 1..128 bytes of [A-Za-z0-9._:@-] pass, others not;
  * - PSK mode of runner_tls, on 127.0.0.1 with a real handshake (a front bridging to a Unix socket
- *   this test listens on, a link connecting to it): the same key and identity carry bytes both
- *   ways; another key on the gateway, another identity, or a certificate-mode gateway reach
+ *   this test listens on, a link connecting to it): the same key and identity (32 and 64 bytes
+ *   of key) carry bytes both ways; another key on the gateway, another identity, or a certificate-mode gateway reach
  *   nothing (the Unix socket sees no connection) and the link's reason names the pre-shared key;
  *   a short key file, a key file readable by others and a mix of both modes fail at
  *   cs_tls_ctx_new with a message that never holds the key.
@@ -281,6 +281,12 @@ static void psk_handshakes(void **state)
     struct cs_tls_config cli = srv;
     char why[320];
     assert_int_equal(handshake_through(&srv, &cli, why, sizeof why), 1);
+    char longest[2 * CS_TLS_PSK_MAX + 2];
+    snprintf(longest, sizeof longest, "%s%s\n", key_a, key_b); /* 64 bytes */
+    struct cs_tls_config big = {.psk_file = key_file("big.psk", longest, 0600),
+                                .psk_identity = "gw-1"};
+    assert_int_equal(handshake_through(&big, &big, why, sizeof why), 1);
+    unlink(big.psk_file);
 
     cli.psk_file = b; /* another key */
     assert_int_equal(handshake_through(&srv, &cli, why, sizeof why), 0);
