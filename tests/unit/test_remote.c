@@ -12,10 +12,11 @@
  *   of 1..128 bytes of [A-Za-z0-9._:@-] pass, others not;
  * - PSK mode of runner_tls, on 127.0.0.1 with a real handshake (a front bridging to a Unix socket
  *   this test listens on, a link connecting to it): the same key and identity (32 and 64 bytes
- *   of key) carry bytes both ways; another key on the gateway, another identity, or a certificate-mode gateway reach
- *   nothing (the Unix socket sees no connection) and the link's reason names the pre-shared key;
- *   a short key file, a key file readable by others and a mix of both modes fail at
- *   cs_tls_ctx_new with a message that never holds the key.
+ *   of key) carry bytes both ways; another key on the gateway or another identity reaches
+ *   nothing (the Unix socket sees no connection) and the link's reason names the pre-shared
+ *   key; a short key file, a key file readable by others, a mix of both modes, a bad identity
+ *   and a key path that is not a regular file fail at cs_tls_ctx_new with a message that never
+ *   holds the key. (A certificate-mode gateway against a PSK worker: e2e_remote.)
  */
 #include <setjmp.h>
 #include <stdarg.h>
