@@ -1,5 +1,6 @@
 /*
- * base_remote: parsing a remote runner's address and a certificate pin. See base_remote.h.
+ * base_remote: parsing a remote runner's address, a certificate pin, a pre-shared key and its
+ * identity. See base_remote.h.
  */
 #include "base_remote.h"
 #include "base_json.h"
@@ -76,4 +77,55 @@ int cs_tls_pin_parse(const char *text, unsigned char out[CS_TLS_PIN_SIZE])
         }
     }
     return *p == '\0' ? 0 : -1;
+}
+
+static bool is_space(char c)
+{
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
+}
+
+int cs_tls_psk_parse(const char *text, size_t n, unsigned char out[CS_TLS_PSK_MAX], size_t *len)
+{
+    if (!text)
+        return -1;
+    size_t b = 0, e = n;
+    while (b < e && is_space(text[b]))
+        b++;
+    while (e > b && is_space(text[e - 1]))
+        e--;
+    size_t digits = e - b;
+    if (digits % 2 != 0)
+        return -1;
+    for (size_t i = b; i < e; i++)
+        if (cs_hexval(text[i]) < 0)
+            return -1;
+    if (digits / 2 < CS_TLS_PSK_MIN)
+        return -2;
+    if (digits / 2 > CS_TLS_PSK_MAX)
+        return -3;
+    for (size_t i = 0; i < digits / 2; i++) {
+        int hi = cs_hexval(text[b + 2 * i]), lo = cs_hexval(text[b + 2 * i + 1]);
+        if (hi < 0 || lo < 0)
+            return -1; /* checked above already */
+        out[i] = (unsigned char)((unsigned)hi << 4 | (unsigned)lo);
+    }
+    *len = digits / 2;
+    return 0;
+}
+
+bool cs_tls_psk_identity_ok(const char *id)
+{
+    if (!id)
+        return false;
+    size_t n = strlen(id);
+    if (n == 0 || n > CS_TLS_PSK_ID_MAX)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        char c = id[i];
+        bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                  c == '.' || c == '_' || c == ':' || c == '@' || c == '-';
+        if (!ok)
+            return false;
+    }
+    return true;
 }

@@ -1,20 +1,25 @@
 /*
- * base_remote: the two texts an operator writes to reach a remote runner (docs/scale-out.md):
- * its address, "tcp://HOST:PORT", and a certificate pin, a SHA-256 in hex. Pure functions, shared
+ * base_remote: the texts an operator writes to reach a remote runner (docs/scale-out.md): its
+ * address, "tcp://HOST:PORT", a certificate pin (a SHA-256 in hex), and in PSK mode the
+ * pre-shared key file's content (hex) and the key's identity. Pure functions, shared
  * by the registry loader (src/policy), the gateway's tcp runner and the worker (src/runner,
  * src/runtime), and fuzzed (fuzz/fuzz_remote.c).
  * Trust: both texts come from the operator (flags, variables, the registry file), never from a
  * client; still parsed strictly, with no allocation.
- * Entry points: cs_runner_url_parse, cs_tls_pin_parse.
+ * Entry points: cs_runner_url_parse, cs_tls_pin_parse, cs_tls_psk_parse, cs_tls_psk_identity_ok.
  */
 #ifndef CS_BASE_REMOTE_H
 #define CS_BASE_REMOTE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #define CS_TLS_PIN_SIZE        32 /* SHA-256 */
 #define CS_RUNNER_URL_HOST_MAX 256
 #define CS_RUNNER_URL_PORT_MAX 8
+#define CS_TLS_PSK_MIN         32 /* bytes of key: 256 bits at least */
+#define CS_TLS_PSK_MAX         64
+#define CS_TLS_PSK_ID_MAX      128 /* bytes of identity */
 
 /* "tcp://HOST:PORT": HOST a name or IPv4 literal ([...] for IPv6), 1..255 bytes of
  * [A-Za-z0-9.-_:] (':' only inside brackets); PORT 1..65535 in decimal without leading zeros.
@@ -25,5 +30,16 @@ int cs_runner_url_parse(const char *url, char host[CS_RUNNER_URL_HOST_MAX],
 /* A SHA-256 fingerprint: 64 hex digits, optionally in pairs separated by ':' (openssl x509
  * -fingerprint prints it so). Case-insensitive. Returns 0 or -1. */
 int cs_tls_pin_parse(const char *text, unsigned char out[CS_TLS_PIN_SIZE]);
+
+/* A pre-shared key file's n bytes: CS_TLS_PSK_MIN..CS_TLS_PSK_MAX bytes of key as an even number
+ * of hex digits (either case, no separators; `openssl rand -hex 32` writes one), with nothing
+ * around them but ASCII whitespace (a final newline, usually). Writes the key and *len. Returns
+ * 0, -1 when the text is not hex as said, -2 when the key is shorter than CS_TLS_PSK_MIN bytes,
+ * -3 when it is longer than CS_TLS_PSK_MAX. */
+int cs_tls_psk_parse(const char *text, size_t n, unsigned char out[CS_TLS_PSK_MAX], size_t *len);
+
+/* A PSK identity: 1..CS_TLS_PSK_ID_MAX bytes of [A-Za-z0-9._:@-]. Not a secret: it names the
+ * key, it travels in clear in the handshake, and workspace_info reports it. */
+bool cs_tls_psk_identity_ok(const char *id);
 
 #endif

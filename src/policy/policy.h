@@ -81,6 +81,21 @@ struct cs_config_environment {
     enum cs_policy_env_kind kind;
 };
 
+/*
+ * How the gateway reaches a remote worker (docs/scale-out.md): a valid tcp://HOST:PORT and, unless
+ * plaintext, either certificate mode (our certificate and key files, the worker's pin) or PSK
+ * mode (the key file and its valid identity), never both. Files are paths, read when the runner
+ * starts. Strings owned by the struct that holds it; NULL: not given.
+ */
+struct cs_remote {
+    char *url;
+    bool plaintext;
+    char *cert, *key;
+    unsigned char pin[32];
+    bool has_pin;
+    char *psk, *psk_identity;
+};
+
 /* A registered workspace. Every string is owned by the struct cs_config that holds it. */
 struct cs_workspace {
     char *id; /* NUL-terminated, no NUL inside, not empty */
@@ -101,13 +116,10 @@ struct cs_workspace {
     /* deny rules (docs/contract/tools.md §5), as given, each checked by cs_fs_deny_rule_valid */
     char **deny;
     size_t n_deny;
-    /* runner: this workspace's own remote worker (docs/scale-out.md), else the gateway's
-     * --runner. runner_url is a valid tcp://HOST:PORT; TLS files and pin unless plaintext. */
+    /* runner: this workspace's own remote worker (docs/scale-out.md, when has_runner), else the
+     * gateway's --runner. Its root is then the worker's path, not opened here (no root_fd). */
     bool has_runner;
-    char *runner_url;
-    bool runner_plaintext;
-    char *runner_tls_cert, *runner_tls_key;
-    unsigned char runner_tls_pin[32];
+    struct cs_remote remote;
 };
 
 /*
@@ -139,10 +151,10 @@ struct cs_config {
     enum cs_config_runner runner;
     /* --runner-dir, CODESPACE_RUNNER_DIR: absolute, slashes normalised (no trailing one) */
     char *runner_dir;
-    /* --runner tcp://HOST:PORT: the URL as given (valid); NULL otherwise */
-    char *runner_url;
-    /* --tls-cert, --tls-key (paths, NULL: none); the pin and --runner-tls are at the end */
-    char *runner_tls_cert, *runner_tls_key;
+    /* --runner tcp://HOST:PORT (url, NULL otherwise), --runner-tls (plaintext when off),
+     * --tls-cert, --tls-key, --tls-peer-sha256, --tls-psk, --tls-psk-identity and their
+     * CODESPACE_RUNNER_* variables */
+    struct cs_remote remote;
     /* CODESPACE_PROCESS_TIMEOUT_SECS: 1..CS_POLICY_MAX_TIMEOUT_SECS */
     int64_t process_timeout_secs;
     /* CODESPACE_MAX_PROCESSES: 1..CS_POLICY_MAX_PROCS */
@@ -168,12 +180,6 @@ struct cs_config {
     /* The file's workspaces in document order, then "default" from --workspace. */
     struct cs_workspace *workspaces;
     size_t n_workspaces;
-
-    /* --tls-peer-sha256, CODESPACE_RUNNER_TLS_PEER_SHA256 (when has_runner_tls_pin) */
-    unsigned char runner_tls_pin[32];
-    bool has_runner_tls_pin;
-    /* --runner-tls on|off, CODESPACE_RUNNER_TLS: off is plaintext */
-    bool runner_plaintext;
 };
 
 /* One message naming what was wrong (flag or variable and value, or file and JSON path). */
@@ -243,11 +249,9 @@ struct cs_runtime_caps {
     bool patch_available;   /* apply_patch is implemented */
     bool process_available; /* exec_command and the process tools are implemented */
     bool uds_runner;        /* runner "uds" (else "in-process") */
-    /* runner "remote" (docs/scale-out.md): the worker's HOST:PORT and, with TLS, its pinned
-     * certificate's SHA-256 in lowercase hex (NULL on a plaintext link). Identity only. */
-    bool remote_runner;
-    const char *remote_address;
-    const char *remote_certificate_sha256;
+    /* runner "remote" (docs/scale-out.md): the gateway's --runner tcp:// settings, of which
+     * workspace_info reports the identity only (NULL: another runner) */
+    const struct cs_remote *remote;
     bool sandbox; /* the sandbox probe succeeded: linux-sandbox and enforced network */
     bool has_landlock_abi;
     int64_t landlock_abi; /* >= 0 when has_landlock_abi */

@@ -16,6 +16,7 @@
 #include "policy_internal.h"
 #include "base_remote.h"
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <limits.h>
@@ -50,6 +51,8 @@ enum slot {
     S_TLS_CERT,
     S_TLS_KEY,
     S_TLS_PIN,
+    S_TLS_PSK,
+    S_TLS_PSK_ID,
     S__COUNT
 };
 
@@ -83,6 +86,8 @@ static const struct setting settings[S__COUNT] = {
     [S_TLS_CERT] = {"--tls-cert", "CODESPACE_RUNNER_TLS_CERT"},
     [S_TLS_KEY] = {"--tls-key", "CODESPACE_RUNNER_TLS_KEY"},
     [S_TLS_PIN] = {"--tls-peer-sha256", "CODESPACE_RUNNER_TLS_PEER_SHA256"},
+    [S_TLS_PSK] = {"--tls-psk", "CODESPACE_RUNNER_TLS_PSK"},
+    [S_TLS_PSK_ID] = {"--tls-psk-identity", "CODESPACE_RUNNER_TLS_PSK_IDENTITY"},
 };
 
 /* A setting as given: value NULL when neither the flag nor the variable is set; source names
@@ -97,7 +102,8 @@ static const char *const log_levels[] = {"emergency", "alert",  "critical", "err
                                          "warning",   "notice", "info",     "debug"};
 #define LOG_LEVEL_COUNT (sizeof log_levels / sizeof log_levels[0])
 
-static const char usage_text[] =
+/* The --help text in two literals (C99 promises literals of 4095 bytes, no more), joined once. */
+static const char usage_head[] =
     "usage: codespace-mcp [options]\n"
     "CodeSpace: an MCP execution server over operator-registered workspaces.\n"
     "\n"
@@ -139,7 +145,14 @@ static const char usage_text[] =
     "  --tls-key FILE                      CODESPACE_RUNNER_TLS_KEY\n"
     "      its private key (PEM) (default none)\n"
     "  --tls-peer-sha256 HEX               CODESPACE_RUNNER_TLS_PEER_SHA256\n"
-    "      the SHA-256 of the worker's certificate, 64 hex digits (default none)\n"
+    "      the SHA-256 of the worker's certificate, 64 hex digits (default none)\n";
+
+static const char usage_tail[] =
+    "  --tls-psk FILE                      CODESPACE_RUNNER_TLS_PSK\n"
+    "      PSK mode instead of certificates: the pre-shared key, 32..64 bytes as hex, in a\n"
+    "      file not readable by others (default none)\n"
+    "  --tls-psk-identity NAME             CODESPACE_RUNNER_TLS_PSK_IDENTITY\n"
+    "      the key's identity, 1..128 bytes of [A-Za-z0-9._:@-] (default none)\n"
     "  --runner-dir DIR                    CODESPACE_RUNNER_DIR\n"
     "      parent of the uds runner's private directory; /, /tmp, /var/tmp and $HOME\n"
     "      are refused (default $TMPDIR, else /tmp)\n"
@@ -167,8 +180,18 @@ static const char usage_text[] =
     "  --help\n"
     "      print this text and exit\n";
 
+static char usage_text[sizeof usage_head + sizeof usage_tail - 1];
+static pthread_once_t usage_once = PTHREAD_ONCE_INIT;
+
+static void usage_join(void)
+{
+    memcpy(usage_text, usage_head, sizeof usage_head - 1);
+    memcpy(usage_text + sizeof usage_head - 1, usage_tail, sizeof usage_tail);
+}
+
 const char *cs_config_usage(void)
 {
+    pthread_once(&usage_once, usage_join);
     return usage_text;
 }
 
@@ -336,39 +359,59 @@ static int resolve_operations_db(struct cs_config *cfg, const struct raw *r, cha
 
 /*
  * The TLS settings of tcp:// runners (docs/scale-out.md): with TLS on (the default) a tcp runner
- * needs all three of certificate, key and pin; with it off, none. They are checked here for
- * form (the pin's hex); the files are loaded when the runner starts.
+ * needs all three of certificate, key and pin (certificate mode), or both of pre-shared key file
+ * and identity (PSK mode), never a mix; with it off, none. They are checked here for form (the
+ * pin's hex, the identity's bytes); the files are loaded when the runner starts.
  */
 static int resolve_runner_tls(struct cs_config *cfg, const struct raw *raw,
                               struct cs_config_error *err)
 {
     const struct raw *t = &raw[S_RUNNER_TLS];
-    cfg->runner_plaintext = false;
+    cfg->remote.plaintext = false;
     if (t->value && strcmp(t->value, "off") == 0)
-        cfg->runner_plaintext = true;
+        cfg->remote.plaintext = true;
     else if (t->value && strcmp(t->value, "on") != 0)
         return bad_value(err, t, "\"on\" or \"off\"");
-    if (raw[S_TLS_CERT].value && take_string(&raw[S_TLS_CERT], &cfg->runner_tls_cert, err) != 0)
+    if (raw[S_TLS_CERT].value && take_string(&raw[S_TLS_CERT], &cfg->remote.cert, err) != 0)
         return -1;
-    if (raw[S_TLS_KEY].value && take_string(&raw[S_TLS_KEY], &cfg->runner_tls_key, err) != 0)
+    if (raw[S_TLS_KEY].value && take_string(&raw[S_TLS_KEY], &cfg->remote.key, err) != 0)
         return -1;
     if (raw[S_TLS_PIN].value) {
-        if (cs_tls_pin_parse(raw[S_TLS_PIN].value, cfg->runner_tls_pin) != 0)
+        if (cs_tls_pin_parse(raw[S_TLS_PIN].value, cfg->remote.pin) != 0)
             return bad_value(err, &raw[S_TLS_PIN], "64 hex digits (pairs may be split by ':')");
-        cfg->has_runner_tls_pin = true;
+        cfg->remote.has_pin = true;
     }
-    bool any = cfg->runner_tls_cert || cfg->runner_tls_key || cfg->has_runner_tls_pin;
-    bool all = cfg->runner_tls_cert && cfg->runner_tls_key && cfg->has_runner_tls_pin;
-    if (cfg->runner_plaintext && any)
-        return cs__policy_errf(err, "%s: off, yet a TLS certificate, key or pin is given",
+    if (raw[S_TLS_PSK].value && take_string(&raw[S_TLS_PSK], &cfg->remote.psk, err) != 0)
+        return -1;
+    if (raw[S_TLS_PSK_ID].value) {
+        if (!cs_tls_psk_identity_ok(raw[S_TLS_PSK_ID].value))
+            return bad_value(err, &raw[S_TLS_PSK_ID], "1..128 bytes of [A-Za-z0-9._:@-]");
+        if (take_string(&raw[S_TLS_PSK_ID], &cfg->remote.psk_identity, err) != 0)
+            return -1;
+    }
+    bool any = cfg->remote.cert || cfg->remote.key || cfg->remote.has_pin;
+    bool all = cfg->remote.cert && cfg->remote.key && cfg->remote.has_pin;
+    bool psk_any = cfg->remote.psk || cfg->remote.psk_identity;
+    bool psk_all = cfg->remote.psk && cfg->remote.psk_identity;
+    if (cfg->remote.plaintext && (any || psk_any))
+        return cs__policy_errf(err,
+                               "%s: off, yet a TLS certificate, key, pin or pre-shared key is "
+                               "given",
                                t->source);
-    if (!cfg->runner_plaintext && any && !all)
+    if (any && psk_any)
+        return cs__policy_errf(err, "--tls-cert, --tls-key and --tls-peer-sha256 (certificate "
+                                    "mode) do not go with --tls-psk and --tls-psk-identity (PSK "
+                                    "mode): give one mode");
+    if (!cfg->remote.plaintext && any && !all)
         return cs__policy_errf(err, "--tls-cert, --tls-key and --tls-peer-sha256 go together");
-    if (cfg->runner == CS_CONFIG_RUNNER_TCP && !cfg->runner_plaintext && !all)
+    if (psk_any && !psk_all)
+        return cs__policy_errf(err, "--tls-psk and --tls-psk-identity go together");
+    if (cfg->runner == CS_CONFIG_RUNNER_TCP && !cfg->remote.plaintext && !all && !psk_all)
         return cs__policy_errf(err,
                                "--runner %s needs --tls-cert, --tls-key and "
-                               "--tls-peer-sha256 (or --runner-tls off on a private link)",
-                               cfg->runner_url);
+                               "--tls-peer-sha256, or --tls-psk and --tls-psk-identity (or "
+                               "--runner-tls off on a private link)",
+                               cfg->remote.url);
     return 0;
 }
 
@@ -543,7 +586,7 @@ static int resolve(struct cs_config *cfg, const struct raw *raw, char **envp,
         if (cs_runner_url_parse(r->value, uhost, uport) != 0)
             return bad_value(err, r, "tcp://HOST:PORT");
         cfg->runner = CS_CONFIG_RUNNER_TCP;
-        if (take_string(r, &cfg->runner_url, err) != 0)
+        if (take_string(r, &cfg->remote.url, err) != 0)
             return CS_CONFIG_ERROR;
     } else if (r->value && strcmp(r->value, "in-process") != 0) {
         return bad_value(err, r, "\"in-process\", \"uds\" or tcp://HOST:PORT");
@@ -658,6 +701,16 @@ out:
     return rc;
 }
 
+void cs__policy_remote_clear(struct cs_remote *rm)
+{
+    free(rm->url);
+    free(rm->cert);
+    free(rm->key);
+    free(rm->psk);
+    free(rm->psk_identity);
+    memset(rm, 0, sizeof *rm);
+}
+
 void cs_config_free(struct cs_config *cfg)
 {
     if (!cfg)
@@ -668,9 +721,7 @@ void cs_config_free(struct cs_config *cfg)
     free(cfg->workspace_dir);
     free(cfg->operations_db);
     free(cfg->runner_dir);
-    free(cfg->runner_url);
-    free(cfg->runner_tls_cert);
-    free(cfg->runner_tls_key);
+    cs__policy_remote_clear(&cfg->remote);
     free(cfg->runtime_bin);
     free(cfg->sandbox_bin);
     for (size_t i = 0; i < cfg->n_environments; i++)

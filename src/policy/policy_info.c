@@ -29,6 +29,31 @@ static int set_str(struct cs_str *s, const char *src)
     return cs_str_set_n(s, src, strlen(src));
 }
 
+/* runner "remote": the worker's identity (docs/scale-out.md), its HOST:PORT and either its
+ * certificate pin (certificate mode) or the key's identity (PSK mode); never a credential. */
+static int set_worker(struct csw_mcp_workspace_info_output_execution_isolation *iso,
+                      const struct cs_remote *rm)
+{
+    char host[CS_RUNNER_URL_HOST_MAX], port[CS_RUNNER_URL_PORT_MAX];
+    char addr[CS_RUNNER_URL_HOST_MAX + CS_RUNNER_URL_PORT_MAX + 1] = "";
+    char pin[2 * sizeof rm->pin + 1] = "";
+    if (cs_runner_url_parse(rm->url, host, port) == 0)
+        snprintf(addr, sizeof addr, "%s:%s", host, port);
+    for (size_t i = 0; i < sizeof rm->pin; i++)
+        snprintf(pin + 2 * i, 3, "%02x", rm->pin[i]);
+    iso->runner = CSW_MCP_WORKSPACE_INFO_OUTPUT_EXECUTION_ISOLATION_RUNNER_REMOTE;
+    iso->has_worker = true;
+    if (set_str(&iso->worker.address, addr) != 0)
+        return -1;
+    iso->worker.has_certificate_sha256 = !rm->plaintext && !rm->psk;
+    if (iso->worker.has_certificate_sha256 && set_str(&iso->worker.certificate_sha256, pin) != 0)
+        return -1;
+    iso->worker.has_psk_identity = !rm->plaintext && rm->psk && rm->psk_identity;
+    if (iso->worker.has_psk_identity && set_str(&iso->worker.psk_identity, rm->psk_identity) != 0)
+        return -1;
+    return 0;
+}
+
 /* Fills an array field of n strings: *v gets the allocation, *count is set at once so that the
  * generated free releases a half-filled array. Returns 0 or -1 on OOM. */
 static int set_strings(struct cs_str **v, size_t *count, const char *const *src, size_t n)
@@ -125,33 +150,12 @@ static int fill_execution(struct csw_mcp_workspace_info_output_execution *x,
                               : CSW_MCP_WORKSPACE_INFO_OUTPUT_EXECUTION_ISOLATION_RUNNER_IN_PROCESS;
     if (ws->has_runner) {
         /* Its own worker (docs/scale-out.md): identity only; its sandbox is not ours to claim. */
-        char host[CS_RUNNER_URL_HOST_MAX], port[CS_RUNNER_URL_PORT_MAX];
-        char addr[CS_RUNNER_URL_HOST_MAX + CS_RUNNER_URL_PORT_MAX + 1] = "";
-        char pin[65] = "";
-        if (cs_runner_url_parse(ws->runner_url, host, port) == 0)
-            snprintf(addr, sizeof addr, "%s:%s", host, port);
-        for (size_t i = 0; i < sizeof ws->runner_tls_pin; i++)
-            snprintf(pin + 2 * i, 3, "%02x", ws->runner_tls_pin[i]);
-        x->isolation.runner = CSW_MCP_WORKSPACE_INFO_OUTPUT_EXECUTION_ISOLATION_RUNNER_REMOTE;
         x->isolation.command_sandbox =
             CSW_MCP_WORKSPACE_INFO_OUTPUT_EXECUTION_ISOLATION_COMMAND_SANDBOX_NONE;
-        x->isolation.has_worker = true;
-        if (set_str(&x->isolation.worker.address, addr) != 0)
+        if (set_worker(&x->isolation, &ws->remote) != 0)
             return -1;
-        x->isolation.worker.has_certificate_sha256 = !ws->runner_plaintext;
-        if (!ws->runner_plaintext && set_str(&x->isolation.worker.certificate_sha256, pin) != 0)
-            return -1;
-    } else if (caps->remote_runner) {
-        x->isolation.runner = CSW_MCP_WORKSPACE_INFO_OUTPUT_EXECUTION_ISOLATION_RUNNER_REMOTE;
-        x->isolation.has_worker = true;
-        if (set_str(&x->isolation.worker.address, caps->remote_address) != 0)
-            return -1;
-        if (caps->remote_certificate_sha256) {
-            x->isolation.worker.has_certificate_sha256 = true;
-            if (set_str(&x->isolation.worker.certificate_sha256, caps->remote_certificate_sha256) !=
-                0)
-                return -1;
-        }
+    } else if (caps->remote && set_worker(&x->isolation, caps->remote) != 0) {
+        return -1;
     }
     x->isolation.has_landlock_abi = caps->has_landlock_abi && !ws->has_runner;
     x->isolation.landlock_abi = x->isolation.has_landlock_abi ? caps->landlock_abi : 0;

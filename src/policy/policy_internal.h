@@ -3,7 +3,7 @@
  *
  * Trust: as policy.h; these helpers only format messages and load the registry.
  * Entry points: cs__policy_errf, cs__policy_quote, cs__policy_registry_load,
- * cs__policy_workspace_clear.
+ * cs__policy_workspace_clear, cs__policy_remote_clear.
  */
 #ifndef CS_POLICY_INTERNAL_H
 #define CS_POLICY_INTERNAL_H
@@ -34,5 +34,8 @@ int cs__policy_registry_load(struct cs_config *cfg, const char *path, const char
 
 /* Releases what ws owns and zeroes it. Accepts a zeroed or half-built workspace. */
 void cs__policy_workspace_clear(struct cs_workspace *ws);
+
+/* Releases what rm owns (not rm itself) and zeroes it, the key's pin included. */
+void cs__policy_remote_clear(struct cs_remote *rm);
 
 #endif

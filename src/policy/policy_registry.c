@@ -200,9 +200,7 @@ void cs__policy_workspace_clear(struct cs_workspace *ws)
     for (size_t i = 0; i < ws->n_deny; i++)
         free(ws->deny[i]);
     free(ws->deny);
-    free(ws->runner_url);
-    free(ws->runner_tls_cert);
-    free(ws->runner_tls_key);
+    cs__policy_remote_clear(&ws->remote);
     memset(ws, 0, sizeof *ws);
 }
 
@@ -261,6 +259,31 @@ static int dir_resolve(const char *path, const char *what, struct cs_workspace *
     ws->root_fd = fd;
     ws->has_root_fd = true;
     return 0;
+}
+
+/*
+ * The root of a workspace on a remote worker (docs/scale-out.md): the worker's path, which need
+ * not exist here and is never opened here. It must already be canonical, since the worker
+ * compares it byte for byte with the roots it was started with: absolute, no empty, "." or ".."
+ * component, no trailing '/'. Kept as given in ws->root; no descriptor.
+ */
+static int remote_root_take(const char *path, const char *what, struct cs_workspace *ws,
+                            struct cs_config_error *err)
+{
+    size_t n = strlen(path);
+    bool ok = path[0] == '/' && (n == 1 || path[n - 1] != '/') && !strstr(path, "//") &&
+              !strstr(path, "/./") && !strstr(path, "/../");
+    if (ok && n >= 2 && strcmp(path + n - 2, "/.") == 0)
+        ok = false;
+    if (ok && n >= 3 && strcmp(path + n - 3, "/..") == 0)
+        ok = false;
+    if (!ok)
+        return cs__policy_errf(err,
+                               "%s: a remote workspace's root is the worker's path and must be "
+                               "canonical (no '//', '.' or '..' component, no trailing '/'): %s",
+                               what, path);
+    ws->root = strdup(path);
+    return ws->root ? 0 : oom(err);
 }
 
 /* Whether root a is b or lies inside it (both canonical). */
@@ -329,7 +352,11 @@ static int workspace_load(struct cs_config *cfg,
         goto out;
     }
     snprintf(what, sizeof what, "config %s: %s/root", file, w.ptr);
-    if (dir_resolve(v->root.s, what, &ws, err) != 0)
+    /* A workspace held by a remote worker (its own runner, or the gateway's tcp:// one) is not
+     * opened here: the worker holds it. */
+    if (v->has_runner || cfg->runner == CS_CONFIG_RUNNER_TCP
+            ? remote_root_take(v->root.s, what, &ws, err) != 0
+            : dir_resolve(v->root.s, what, &ws, err) != 0)
         goto out;
 
     ws.profile = profile_of(v->profile);
@@ -351,44 +378,64 @@ static int workspace_load(struct cs_config *cfg,
     }
     ws.env_kind = found->kind;
 
-    /* runner: a remote worker for this workspace (docs/scale-out.md); the URL and the pin are
-     * checked here, the TLS files when the runner starts. */
+    /* runner: a remote worker for this workspace (docs/scale-out.md); the URL, the pin and the
+     * PSK identity are checked here, the TLS files and the key file when the runner starts. */
     if (v->has_runner) {
         const struct csw_config_registry_workspaces_value_runner *rn = &v->runner;
         char uhost[CS_RUNNER_URL_HOST_MAX], uport[CS_RUNNER_URL_PORT_MAX];
         bool tls_any = rn->has_tls_cert || rn->has_tls_key || rn->has_tls_peer_sha256;
         bool tls_all = rn->has_tls_cert && rn->has_tls_key && rn->has_tls_peer_sha256;
+        bool psk_any = rn->has_tls_psk_file || rn->has_tls_psk_identity;
+        bool psk_all = rn->has_tls_psk_file && rn->has_tls_psk_identity;
         bool plain = rn->has_plaintext && rn->plaintext;
         if (has_nul(&rn->url) || cs_runner_url_parse(rn->url.s, uhost, uport) != 0) {
             REG_ERR(err, &w, "/runner/url", "expected tcp://HOST:PORT, got %s",
                     cs__policy_quote(q, sizeof q, rn->url.s, rn->url.n));
             goto out;
         }
-        if (plain ? tls_any : !tls_all) {
+        if (plain ? tls_any || psk_any : tls_any && psk_any) {
             REG_ERR(err, &w, "/runner", "%s",
                     plain ? "plaintext, yet a tls_* key is given"
-                          : "needs tls_cert, tls_key and tls_peer_sha256 (or plaintext: true)");
+                          : "certificates (tls_cert, tls_key, tls_peer_sha256) and a pre-shared "
+                            "key (tls_psk_file, tls_psk_identity) are two modes: give one");
+            goto out;
+        }
+        if (!plain && (psk_any ? !psk_all : !tls_all)) {
+            REG_ERR(err, &w, "/runner", "%s",
+                    psk_any ? "needs tls_psk_file and tls_psk_identity"
+                            : "needs tls_cert, tls_key and tls_peer_sha256, or tls_psk_file and "
+                              "tls_psk_identity (or plaintext: true)");
+            goto out;
+        }
+        if (rn->has_tls_psk_identity &&
+            (has_nul(&rn->tls_psk_identity) || !cs_tls_psk_identity_ok(rn->tls_psk_identity.s))) {
+            REG_ERR(err, &w, "/runner/tls_psk_identity", "%s",
+                    "expected 1..128 bytes of [A-Za-z0-9._:@-]");
             goto out;
         }
         if (rn->has_tls_peer_sha256 &&
             (has_nul(&rn->tls_peer_sha256) ||
-             cs_tls_pin_parse(rn->tls_peer_sha256.s, ws.runner_tls_pin) != 0)) {
+             cs_tls_pin_parse(rn->tls_peer_sha256.s, ws.remote.pin) != 0)) {
             REG_ERR(err, &w, "/runner/tls_peer_sha256", "%s",
                     "expected 64 hex digits (pairs may be split by ':')");
             goto out;
         }
         if ((rn->has_tls_cert && has_nul(&rn->tls_cert)) ||
-            (rn->has_tls_key && has_nul(&rn->tls_key))) {
+            (rn->has_tls_key && has_nul(&rn->tls_key)) ||
+            (rn->has_tls_psk_file && has_nul(&rn->tls_psk_file))) {
             REG_ERR(err, &w, "/runner", "%s", "a TLS file name contains a NUL byte");
             goto out;
         }
         ws.has_runner = true;
-        ws.runner_plaintext = plain;
-        ws.runner_url = strdup(rn->url.s);
-        ws.runner_tls_cert = rn->has_tls_cert ? strdup(rn->tls_cert.s) : NULL;
-        ws.runner_tls_key = rn->has_tls_key ? strdup(rn->tls_key.s) : NULL;
-        if (!ws.runner_url || (rn->has_tls_cert && !ws.runner_tls_cert) ||
-            (rn->has_tls_key && !ws.runner_tls_key)) {
+        ws.remote.plaintext = plain;
+        ws.remote.url = strdup(rn->url.s);
+        ws.remote.cert = rn->has_tls_cert ? strdup(rn->tls_cert.s) : NULL;
+        ws.remote.key = rn->has_tls_key ? strdup(rn->tls_key.s) : NULL;
+        ws.remote.psk = rn->has_tls_psk_file ? strdup(rn->tls_psk_file.s) : NULL;
+        ws.remote.psk_identity = rn->has_tls_psk_identity ? strdup(rn->tls_psk_identity.s) : NULL;
+        if (!ws.remote.url || (rn->has_tls_cert && !ws.remote.cert) ||
+            (rn->has_tls_key && !ws.remote.key) || (rn->has_tls_psk_file && !ws.remote.psk) ||
+            (rn->has_tls_psk_identity && !ws.remote.psk_identity)) {
             rc = oom(err);
             goto out;
         }
@@ -484,7 +531,8 @@ static int quick_start(struct cs_config *cfg, const char *dir, const char *sourc
                         source, id, file ? file : "", id);
         goto out;
     }
-    if (dir_resolve(dir, source, &ws, err) != 0)
+    if (cfg->runner == CS_CONFIG_RUNNER_TCP ? remote_root_take(dir, source, &ws, err) != 0
+                                            : dir_resolve(dir, source, &ws, err) != 0)
         goto out;
     ws.id = strdup(id);
     ws.id_len = strlen(id);

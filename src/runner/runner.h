@@ -108,15 +108,17 @@ struct cs_runner *cs_runner_uds_new(struct cs_loop *loop, const struct cs_runner
                                     const struct cs_runner_events *ev, struct cs_diag *d);
 
 /* The tcp runner (runner_tcp.c, docs/scale-out.md): a worker started by someone else
- * (codespace-runtime --listen), reached at url over TLS 1.3 with pinned certificates. */
+ * (codespace-runtime --listen), reached at url over TLS 1.3 with pinned certificates or a
+ * pre-shared key. */
 struct cs_runner_tcp_options {
     const char *url;     /* tcp://HOST:PORT */
     const char *version; /* ours, sent as hello's peer */
-    /* TLS: our certificate and key, the worker's certificate pin; or plaintext (a private link
-     * only). Copied. */
+    /* TLS: our certificate and key, the worker's certificate pin; or (psk_file set) the
+     * pre-shared key file and its identity; or plaintext (a private link only). Copied. */
     bool plaintext;
     const char *cert, *key;
     unsigned char peer_pin[32];
+    const char *psk_file, *psk_identity;
 };
 
 /* Connects in the background (calls made meanwhile wait for the hello's answer). Returns NULL
@@ -124,8 +126,6 @@ struct cs_runner_tcp_options {
  * (calls fail before dispatch while it is). */
 struct cs_runner *cs_runner_tcp_new(struct cs_loop *loop, const struct cs_runner_tcp_options *opt,
                                     const struct cs_runner_events *ev, struct cs_diag *err);
-/* "HOST:PORT" of a tcp runner (its identity for workspace_info; never a credential). */
-void cs_runner_tcp_identity(const struct cs_runner *r, char *hostport, size_t cap);
 /* Whether r is a tcp runner. */
 bool cs_runner_is_tcp(const struct cs_runner *r);
 

@@ -1,11 +1,14 @@
 /*
  * runner_core: the runner object and the in-process implementation (the executor on the
- * gateway's own loop). The uds implementation is in runner_uds.c.
+ * gateway's own loop), and the request-id and cancel helpers of the uds and tcp runners. The uds
+ * implementation is in runner_uds.c, the tcp one in runner_tcp.c.
  * Entry points: runner.h.
  */
 #include "runner_internal.h"
 
+#include <inttypes.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -77,4 +80,66 @@ void cs_runner_free(struct cs_runner *r)
         cs__runner_uds_free(r);
     cs_runner_exec_free(r->ex);
     free(r);
+}
+
+/* ---- shared by the uds and tcp runners ---- */
+
+void cs__runner_rid_format(char out[CS__RUNNER_RID_SIZE], uint64_t id)
+{
+    snprintf(out, CS__RUNNER_RID_SIZE, "rrpc-%" PRIu64, id);
+}
+
+bool cs__runner_rid_parse(const struct cs_str *rid, uint64_t *out)
+{
+    if (rid->n < 6 || memcmp(rid->s, "rrpc-", 5) != 0)
+        return false;
+    uint64_t id = 0;
+    for (size_t i = 5; i < rid->n; i++) {
+        if (rid->s[i] < '0' || rid->s[i] > '9' || id > UINT64_MAX / 10)
+            return false;
+        id = id * 10 + (uint64_t)(rid->s[i] - '0');
+    }
+    *out = id;
+    return true;
+}
+
+void cs__runner_request(struct csw_runner_wire *w, char rid[CS__RUNNER_RID_SIZE], uint64_t id,
+                        const struct csw_runner_wire_op *op)
+{
+    cs__runner_rid_format(rid, id);
+    memset(w, 0, sizeof *w);
+    w->tag = CSW_RUNNER_WIRE_REQUEST;
+    w->u.request.protocol = CS_RUNNER_PROTOCOL;
+    w->u.request.request_id = (struct cs_str){rid, strlen(rid)};
+    w->u.request.op = *op;
+}
+
+void cs__runner_fail_before(cs_runner_done_fn done, void *arg, const char *msg)
+{
+    struct cs_runner_reply rep = {.outcome = CS_RUNNER_BEFORE_DISPATCH, .msg = msg};
+    done(arg, &rep);
+}
+
+static void cancel_done(void *arg, const struct cs_runner_reply *reply)
+{
+    (void)arg;
+    (void)reply;
+}
+
+void cs__runner_cancel_send(struct cs_runner *r, cs__runner_call_fn call, const uint64_t *id,
+                            const char *process_id)
+{
+    char rid[CS__RUNNER_RID_SIZE];
+    struct csw_runner_wire_op op = {.tag = CSW_RUNNER_WIRE_OP_CANCEL};
+    struct csw_runner_wire_cancel_data *d = &op.u.cancel.data;
+    if (id) {
+        cs__runner_rid_format(rid, *id);
+        d->has_request_id = true;
+        d->request_id = (struct cs_str){rid, strlen(rid)};
+    }
+    if (process_id) {
+        d->has_process_id = true;
+        d->process_id = (struct cs_str){(char *)(uintptr_t)process_id, strlen(process_id)};
+    }
+    call(r, &op, cancel_done, NULL);
 }

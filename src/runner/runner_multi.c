@@ -12,6 +12,7 @@
  */
 #include "runner_internal.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -91,10 +92,11 @@ static struct cs_runner *by_workspace(struct cs__runner_multi *m, const struct c
     return m->def;
 }
 
-static struct cs_runner *by_pid(struct cs__runner_multi *m, const char *id, size_t n)
+static struct cs_runner *by_pid(struct cs__runner_multi *m, const struct cs_str *id)
 {
     for (size_t i = 0; i < CS_RUNNER_MULTI_PIDS; i++)
-        if (m->pids[i].r && strlen(m->pids[i].id) == n && memcmp(m->pids[i].id, id, n) == 0)
+        if (m->pids[i].r && strlen(m->pids[i].id) == id->n &&
+            memcmp(m->pids[i].id, id->s, id->n) == 0)
             return m->pids[i].r;
     return m->def;
 }
@@ -115,20 +117,17 @@ static struct cs_runner *pick(struct cs__runner_multi *m, const struct csw_runne
     case CSW_RUNNER_WIRE_OP_TERMINATE_WORKSPACE:
         return by_workspace(m, &op->u.terminate_workspace.data.workspace_id);
     case CSW_RUNNER_WIRE_OP_WRITE_STDIN:
-        return by_pid(m, op->u.write_stdin.data.process_id.s, op->u.write_stdin.data.process_id.n);
+        return by_pid(m, &op->u.write_stdin.data.process_id);
     case CSW_RUNNER_WIRE_OP_READ_PROCESS:
-        return by_pid(m, op->u.read_process.data.process_id.s,
-                      op->u.read_process.data.process_id.n);
+        return by_pid(m, &op->u.read_process.data.process_id);
     case CSW_RUNNER_WIRE_OP_PROCESS_STATUS:
-        return by_pid(m, op->u.process_status.data.process_id.s,
-                      op->u.process_status.data.process_id.n);
+        return by_pid(m, &op->u.process_status.data.process_id);
     case CSW_RUNNER_WIRE_OP_RESIZE:
-        return by_pid(m, op->u.resize.data.process_id.s, op->u.resize.data.process_id.n);
+        return by_pid(m, &op->u.resize.data.process_id);
     case CSW_RUNNER_WIRE_OP_TERMINATE:
-        return by_pid(m, op->u.terminate.data.process_id.s, op->u.terminate.data.process_id.n);
+        return by_pid(m, &op->u.terminate.data.process_id);
     case CSW_RUNNER_WIRE_OP_WORKSPACE_OF:
-        return by_pid(m, op->u.workspace_of.data.process_id.s,
-                      op->u.workspace_of.data.process_id.n);
+        return by_pid(m, &op->u.workspace_of.data.process_id);
     case CSW_RUNNER_WIRE_OP_HELLO:
     case CSW_RUNNER_WIRE_OP_REPLAY:
     case CSW_RUNNER_WIRE_OP_CANCEL:
@@ -159,7 +158,8 @@ void cs__runner_multi_cancel(struct cs_runner *r, cs_runner_done_fn done, void *
 {
     struct cs__runner_multi *m = r->multi;
     if (process_id) {
-        cs_runner_cancel(by_pid(m, process_id, strlen(process_id)), done, arg, process_id);
+        struct cs_str id = {(char *)(uintptr_t)process_id, strlen(process_id)};
+        cs_runner_cancel(by_pid(m, &id), done, arg, process_id);
         return;
     }
     /* The call is in one of them; the others find nothing to cancel. */

@@ -21,8 +21,9 @@
  * announced as process_exited, which frees its workspace in the tool layer. The runner never calls
  * the tool layer's lost event: a lost connection does not mean lost processes.
  *
- * Trust: the worker is authenticated by its certificate pin; its frames are still decoded through
- * the generated decoder, and a bad frame drops the connection (not the worker).
+ * Trust: the worker is authenticated by its certificate pin or the pre-shared key; its frames are
+ * still decoded through the generated decoder, and a bad frame drops the connection (not the
+ * worker).
  * Entry points: cs_runner_tcp_new (runner.h), cs__runner_tcp_call/cancel/free
  * (runner_internal.h).
  */
@@ -108,20 +109,6 @@ static struct tcall *take(struct tcall **list, uint64_t id)
             return c;
         }
     return NULL;
-}
-
-static bool parse_rid(const struct cs_str *rid, uint64_t *out)
-{
-    if (rid->n < 6 || memcmp(rid->s, "rrpc-", 5) != 0)
-        return false;
-    uint64_t id = 0;
-    for (size_t i = 5; i < rid->n; i++) {
-        if (rid->s[i] < '0' || rid->s[i] > '9' || id > UINT64_MAX / 10)
-            return false;
-        id = id * 10 + (uint64_t)(rid->s[i] - '0');
-    }
-    *out = id;
-    return true;
 }
 
 static void live_add(struct cs__runner_tcp *t, const struct cs_str *id)
@@ -250,8 +237,8 @@ static void up(struct cs__runner_tcp *t)
     t->st = T_UP;
     t->backoff_ms = 0;
     cs_log(CS_LOG_INFO, "runner connected",
-           json_pack("{s:s,s:s,s:b}", "host", t->host, "port", t->port, "tls",
-                     !cs_tls_ctx_plaintext(t->ctx)));
+           json_pack("{s:s,s:s,s:b,s:s}", "host", t->host, "port", t->port, "tls",
+                     !cs_tls_ctx_plaintext(t->ctx), "auth", cs_tls_ctx_auth(t->ctx)));
     /* FIFO: the waiting list is kept in arrival order. */
     while (t->waiting && t->st == T_UP) {
         struct tcall *c = t->waiting;
@@ -321,7 +308,7 @@ static void on_message(void *arg, struct csw_runner_wire *msg)
     }
     const struct csw_runner_response *resp = &msg->u.response;
     uint64_t id;
-    if (!parse_rid(&resp->request_id, &id))
+    if (!cs__runner_rid_parse(&resp->request_id, &id))
         return;
     if (t->st == T_CONNECTING) {
         if (id != t->hello_id)
@@ -414,19 +401,15 @@ static void connect_now(struct cs__runner_tcp *t)
     t->st = T_CONNECTING;
     t->connect_deadline = cs_loop_now_ms() + HELLO_MS;
     /* hello goes first; the pump holds it until the peer is authenticated. */
-    char peer[128], rid[32];
+    char peer[128], rid[CS__RUNNER_RID_SIZE];
     snprintf(peer, sizeof peer, "codespace-mcp %s", t->version);
     t->hello_id = t->next_id++;
-    snprintf(rid, sizeof rid, "rrpc-%" PRIu64, t->hello_id);
+    struct csw_runner_wire_op hello = {.tag = CSW_RUNNER_WIRE_OP_HELLO};
+    hello.u.hello.data.protocol = CS_RUNNER_PROTOCOL;
+    hello.u.hello.data.has_peer = true;
+    hello.u.hello.data.peer = (struct cs_str){peer, strlen(peer)};
     struct csw_runner_wire w;
-    memset(&w, 0, sizeof w);
-    w.tag = CSW_RUNNER_WIRE_REQUEST;
-    w.u.request.protocol = CS_RUNNER_PROTOCOL;
-    w.u.request.request_id = (struct cs_str){rid, strlen(rid)};
-    w.u.request.op.tag = CSW_RUNNER_WIRE_OP_HELLO;
-    w.u.request.op.u.hello.data.protocol = CS_RUNNER_PROTOCOL;
-    w.u.request.op.u.hello.data.has_peer = true;
-    w.u.request.op.u.hello.data.peer = (struct cs_str){peer, strlen(peer)};
+    cs__runner_request(&w, rid, t->hello_id, &hello);
     if (cs_runner_conn_send(l->conn, &w) != 0)
         drop(t, "cannot send hello");
     return;
@@ -471,8 +454,7 @@ void cs__runner_tcp_call(struct cs_runner *r, const struct csw_runner_wire_op *o
                 "runner transport failed before dispatch: %s; the next attempt is in %" PRId64
                 " ms",
                 t->why, left);
-            struct cs_runner_reply rep = {.outcome = CS_RUNNER_BEFORE_DISPATCH, .msg = msg};
-            done(arg, &rep);
+            cs__runner_fail_before(done, arg, msg);
             return;
         }
         cs_loop_timer_cancel(t->retry);
@@ -480,28 +462,20 @@ void cs__runner_tcp_call(struct cs_runner *r, const struct csw_runner_wire_op *o
         connect_now(t);
         if (t->st == T_DOWN) {
             cs_diag_format(msg, sizeof msg, "runner transport failed before dispatch: %s", t->why);
-            struct cs_runner_reply rep = {.outcome = CS_RUNNER_BEFORE_DISPATCH, .msg = msg};
-            done(arg, &rep);
+            cs__runner_fail_before(done, arg, msg);
             return;
         }
     }
     struct tcall *c = calloc(1, sizeof *c);
-    char rid[32];
+    char rid[CS__RUNNER_RID_SIZE];
     uint64_t id = t->next_id++;
-    snprintf(rid, sizeof rid, "rrpc-%" PRIu64, id);
     struct csw_runner_wire w;
-    memset(&w, 0, sizeof w);
-    w.tag = CSW_RUNNER_WIRE_REQUEST;
-    w.u.request.protocol = CS_RUNNER_PROTOCOL;
-    w.u.request.request_id = (struct cs_str){rid, strlen(rid)};
-    w.u.request.op = *op; /* shallow: borrowed for the encode */
+    cs__runner_request(&w, rid, id, op);
     struct cs_wire_diag diag;
     if (!c || csw_runner_wire_encode_text(&w, &c->text, &c->n, &diag) != CS_WIRE_OK) {
         free(c);
-        struct cs_runner_reply rep = {
-            .outcome = CS_RUNNER_BEFORE_DISPATCH,
-            .msg = "runner transport failed before dispatch: the request could not be encoded"};
-        done(arg, &rep);
+        cs__runner_fail_before(
+            done, arg, "runner transport failed before dispatch: the request could not be encoded");
         return;
     }
     c->id = id;
@@ -519,12 +493,6 @@ void cs__runner_tcp_call(struct cs_runner *r, const struct csw_runner_wire_op *o
     *p = c;
 }
 
-static void cancel_done(void *arg, const struct cs_runner_reply *reply)
-{
-    (void)arg;
-    (void)reply;
-}
-
 void cs__runner_tcp_cancel(struct cs_runner *r, cs_runner_done_fn done, void *arg,
                            const char *process_id)
 {
@@ -536,19 +504,7 @@ void cs__runner_tcp_cancel(struct cs_runner *r, cs_runner_done_fn done, void *ar
         c = c->next;
     if (!c && !process_id)
         return;
-    char rid[32];
-    struct csw_runner_wire_op op = {.tag = CSW_RUNNER_WIRE_OP_CANCEL};
-    struct csw_runner_wire_cancel_data *d = &op.u.cancel.data;
-    if (c) {
-        snprintf(rid, sizeof rid, "rrpc-%" PRIu64, c->id);
-        d->has_request_id = true;
-        d->request_id = (struct cs_str){rid, strlen(rid)};
-    }
-    if (process_id) {
-        d->has_process_id = true;
-        d->process_id = (struct cs_str){(char *)(uintptr_t)process_id, strlen(process_id)};
-    }
-    cs__runner_tcp_call(r, &op, cancel_done, NULL);
+    cs__runner_cancel_send(r, cs__runner_tcp_call, c ? &c->id : NULL, process_id);
 }
 
 void cs__runner_tcp_free(struct cs_runner *r)
@@ -616,7 +572,11 @@ struct cs_runner *cs_runner_tcp_new(struct cs_loop *loop, const struct cs_runner
         cs_diag_set(err, CSW_ERROR_INTERNAL, "runner %s is not tcp://HOST:PORT", opt->url);
         goto fail;
     }
-    struct cs_tls_config tc = {.plaintext = opt->plaintext, .cert = opt->cert, .key = opt->key};
+    struct cs_tls_config tc = {.plaintext = opt->plaintext,
+                               .cert = opt->cert,
+                               .key = opt->key,
+                               .psk_file = opt->psk_file,
+                               .psk_identity = opt->psk_identity};
     memcpy(tc.peer_pin, opt->peer_pin, sizeof tc.peer_pin);
     t->ctx = cs_tls_ctx_new(&tc, false, err);
     if (!t->ctx)
@@ -636,11 +596,6 @@ fail:
     free(t);
     free(r);
     return NULL;
-}
-
-void cs_runner_tcp_identity(const struct cs_runner *r, char *hostport, size_t cap)
-{
-    snprintf(hostport, cap, "%s:%s", r->tcp->host, r->tcp->port);
 }
 
 bool cs_runner_is_tcp(const struct cs_runner *r)

@@ -20,6 +20,7 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -38,18 +39,35 @@
 
 /* ---- contexts ---- */
 
+#define PSK_FILE_MAX 4096
+
+/* TLS_AES_128_GCM_SHA256, the one suite of PSK mode (its hash is the PSK's). */
+static const unsigned char psk_suite[2] = {0x13, 0x01};
+
 struct cs_tls_ctx {
     bool plaintext;
+    bool psk; /* PSK mode, else certificate mode */
     SSL_CTX *ssl;
     unsigned char pin[CS_TLS_PIN_SIZE];
+    unsigned char key[CS_TLS_PSK_MAX];
+    size_t key_len;
+    char psk_id[CS_TLS_PSK_ID_MAX + 1];
 };
 
-static int pin_index = -1;
-static pthread_once_t pin_once = PTHREAD_ONCE_INIT;
+/* The SSL_CTX's ex_data slot holding its cs_tls_ctx; an SSL's, set by the server's PSK lookup
+ * when the peer named another identity. */
+static int ctx_index = -1, unknown_id_index = -1;
+static pthread_once_t index_once = PTHREAD_ONCE_INIT;
 
-static void pin_index_init(void)
+static void index_init(void)
 {
-    pin_index = SSL_CTX_get_ex_new_index(0, NULL, NULL, NULL, NULL);
+    ctx_index = SSL_CTX_get_ex_new_index(0, NULL, NULL, NULL, NULL);
+    unknown_id_index = SSL_get_ex_new_index(0, NULL, NULL, NULL, NULL);
+}
+
+static const struct cs_tls_ctx *ctx_of(SSL *ssl)
+{
+    return ssl ? SSL_CTX_get_ex_data(SSL_get_SSL_CTX(ssl), ctx_index) : NULL;
 }
 
 /* The pin is the trust: the leaf certificate's SHA-256 must equal it; the chain (self-signed,
@@ -60,7 +78,7 @@ static int verify_pin(int preverify, X509_STORE_CTX *store)
     if (X509_STORE_CTX_get_error_depth(store) != 0)
         return 1;
     SSL *ssl = X509_STORE_CTX_get_ex_data(store, SSL_get_ex_data_X509_STORE_CTX_idx());
-    const struct cs_tls_ctx *c = ssl ? SSL_CTX_get_ex_data(SSL_get_SSL_CTX(ssl), pin_index) : NULL;
+    const struct cs_tls_ctx *c = ctx_of(ssl);
     X509 *cert = X509_STORE_CTX_get_current_cert(store);
     unsigned char md[EVP_MAX_MD_SIZE];
     unsigned int mdn = 0;
@@ -71,6 +89,103 @@ static int verify_pin(int preverify, X509_STORE_CTX *store)
     }
     X509_STORE_CTX_set_error(store, X509_V_OK);
     return 1;
+}
+
+/* PSK mode's client: any certificate is refused (a server that sends one did not use our PSK). */
+static int refuse_cert(int preverify, X509_STORE_CTX *store)
+{
+    (void)preverify;
+    X509_STORE_CTX_set_error(store, X509_V_ERR_CERT_REJECTED);
+    return 0;
+}
+
+/* A session carrying the external PSK, for TLS_AES_128_GCM_SHA256 in TLS 1.3. */
+static SSL_SESSION *psk_session(SSL *ssl, const struct cs_tls_ctx *c)
+{
+    const SSL_CIPHER *suite = SSL_CIPHER_find(ssl, psk_suite);
+    SSL_SESSION *s = suite ? SSL_SESSION_new() : NULL;
+    if (s && SSL_SESSION_set1_master_key(s, c->key, c->key_len) == 1 &&
+        SSL_SESSION_set_cipher(s, suite) == 1 &&
+        SSL_SESSION_set_protocol_version(s, TLS1_3_VERSION) == 1)
+        return s;
+    SSL_SESSION_free(s);
+    return NULL;
+}
+
+/* The gateway offers its identity and key. md is the hash already chosen (after a retry), or
+ * NULL: with another hash than SHA-256 no PSK is offered (and the handshake then fails). */
+static int psk_use(SSL *ssl, const EVP_MD *md, const unsigned char **id, size_t *idlen,
+                   SSL_SESSION **sess)
+{
+    const struct cs_tls_ctx *c = ctx_of(ssl);
+    *sess = NULL;
+    if (!c)
+        return 0;
+    if (md && EVP_MD_get_type(md) != NID_sha256)
+        return 1;
+    *sess = psk_session(ssl, c);
+    if (!*sess)
+        return 0;
+    *id = (const unsigned char *)c->psk_id;
+    *idlen = strlen(c->psk_id);
+    return 1;
+}
+
+/* The worker knows one identity; any other finds no key (and, with no certificate to fall back
+ * on, the handshake fails). Compared in constant time over our identity's length. */
+static int psk_find(SSL *ssl, const unsigned char *id, size_t idlen, SSL_SESSION **sess)
+{
+    const struct cs_tls_ctx *c = ctx_of(ssl);
+    *sess = NULL;
+    if (!c)
+        return 0;
+    size_t n = strlen(c->psk_id);
+    if (idlen != n || CRYPTO_memcmp(id, c->psk_id, n) != 0) {
+        SSL_set_ex_data(ssl, unknown_id_index, (void *)1);
+        return 1;
+    }
+    *sess = psk_session(ssl, c);
+    return *sess ? 1 : 0;
+}
+
+int cs_tls_psk_load(const char *path, unsigned char out[CS_TLS_PSK_MAX], size_t *len,
+                    struct cs_diag *err)
+{
+    char buf[PSK_FILE_MAX + 1];
+    struct stat st;
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+    if (fd < 0) {
+        cs_diag_set(err, CSW_ERROR_INTERNAL, "cannot open the pre-shared key file %s: %s", path,
+                    strerror(errno));
+        return -1;
+    }
+    int rc = -1;
+    ssize_t n = -1;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        cs_diag_set(err, CSW_ERROR_INTERNAL, "the pre-shared key file %s is not a regular file",
+                    path);
+    } else if (st.st_mode & (S_IROTH | S_IWOTH)) {
+        cs_diag_set(err, CSW_ERROR_INTERNAL,
+                    "the pre-shared key file %s is readable or writable by others "
+                    "(mode %03o; chmod o-rw it)",
+                    path, (unsigned)(st.st_mode & 0777));
+    } else if ((n = read(fd, buf, sizeof buf)) < 0 || n > PSK_FILE_MAX) {
+        cs_diag_set(err, CSW_ERROR_INTERNAL, "cannot read the pre-shared key file %s: %s", path,
+                    n < 0 ? strerror(errno) : "larger than 4 KiB");
+    } else {
+        int p = cs_tls_psk_parse(buf, (size_t)n, out, len);
+        if (p == 0)
+            rc = 0;
+        else
+            cs_diag_set(err, CSW_ERROR_INTERNAL, "the pre-shared key file %s %s", path,
+                        p == -2   ? "holds less than 32 bytes of key (make one with "
+                                    "`openssl rand -hex 32`)"
+                        : p == -3 ? "holds more than 64 bytes of key"
+                                  : "is not hex digits (make one with `openssl rand -hex 32`)");
+    }
+    OPENSSL_cleanse(buf, sizeof buf);
+    close(fd);
+    return rc;
 }
 
 /* OpenSSL's first queued error as text (the queue is then cleared). */
@@ -108,10 +223,26 @@ struct cs_tls_ctx *cs_tls_ctx_new(const struct cs_tls_config *cfg, bool server, 
     c->plaintext = cfg->plaintext;
     if (c->plaintext)
         return c;
-    pthread_once(&pin_once, pin_index_init);
+    pthread_once(&index_once, index_init);
     memcpy(c->pin, cfg->peer_pin, sizeof c->pin);
+    c->psk = cfg->psk_file != NULL;
+    if (c->psk && (cfg->cert || cfg->key)) {
+        cs_diag_set(err, CSW_ERROR_INTERNAL,
+                    "a pre-shared key and a certificate are two modes: give one of them");
+        goto fail;
+    }
+    if (c->psk && !cs_tls_psk_identity_ok(cfg->psk_identity)) {
+        cs_diag_set(err, CSW_ERROR_INTERNAL,
+                    "a pre-shared key needs its identity: 1..128 bytes of [A-Za-z0-9._:@-]");
+        goto fail;
+    }
+    if (c->psk) {
+        snprintf(c->psk_id, sizeof c->psk_id, "%s", cfg->psk_identity);
+        if (cs_tls_psk_load(cfg->psk_file, c->key, &c->key_len, err) != 0)
+            goto fail;
+    }
     c->ssl = SSL_CTX_new(server ? TLS_server_method() : TLS_client_method());
-    if (!c->ssl || pin_index < 0) {
+    if (!c->ssl || ctx_index < 0 || unknown_id_index < 0) {
         ssl_error(err, "SSL_CTX_new");
         goto fail;
     }
@@ -122,6 +253,22 @@ struct cs_tls_ctx *cs_tls_ctx_new(const struct cs_tls_config *cfg, bool server, 
     SSL_CTX_set_options(c->ssl, SSL_OP_NO_TICKET);
     /* Not SSL_MODE_AUTO_RETRY: the pump works on non-blocking sockets. */
     SSL_CTX_clear_mode(c->ssl, SSL_MODE_AUTO_RETRY);
+    SSL_CTX_set_ex_data(c->ssl, ctx_index, c);
+    if (c->psk) {
+        /* One suite whose hash is the PSK's; no certificate on either side. */
+        if (SSL_CTX_set_ciphersuites(c->ssl, "TLS_AES_128_GCM_SHA256") != 1) {
+            ssl_error(err, "SSL_CTX_set_ciphersuites");
+            goto fail;
+        }
+        if (server) {
+            SSL_CTX_set_psk_find_session_callback(c->ssl, psk_find);
+            SSL_CTX_set_verify(c->ssl, SSL_VERIFY_NONE, NULL);
+        } else {
+            SSL_CTX_set_psk_use_session_callback(c->ssl, psk_use);
+            SSL_CTX_set_verify(c->ssl, SSL_VERIFY_PEER, refuse_cert);
+        }
+        return c;
+    }
     if (!cfg->cert || !cfg->key) {
         cs_diag_set(err, CSW_ERROR_INTERNAL, "TLS needs a certificate and a key (or plaintext)");
         goto fail;
@@ -138,7 +285,6 @@ struct cs_tls_ctx *cs_tls_ctx_new(const struct cs_tls_config *cfg, bool server, 
         ssl_error(err, "the key does not match the certificate");
         goto fail;
     }
-    SSL_CTX_set_ex_data(c->ssl, pin_index, c);
     SSL_CTX_set_verify(c->ssl, SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, verify_pin);
     return c;
 fail:
@@ -151,11 +297,17 @@ bool cs_tls_ctx_plaintext(const struct cs_tls_ctx *c)
     return c->plaintext;
 }
 
+const char *cs_tls_ctx_auth(const struct cs_tls_ctx *c)
+{
+    return c->plaintext ? "plaintext" : c->psk ? "psk" : "certificate";
+}
+
 void cs_tls_ctx_free(struct cs_tls_ctx *c)
 {
     if (!c)
         return;
     SSL_CTX_free(c->ssl);
+    OPENSSL_cleanse(c->key, sizeof c->key);
     free(c);
 }
 
@@ -204,6 +356,11 @@ static int handshake(SSL *ssl, bool server, int stopfd, char *why, size_t cap)
     for (;;) {
         ERR_clear_error();
         int r = server ? SSL_accept(ssl) : SSL_connect(ssl);
+        const struct cs_tls_ctx *c = ctx_of(ssl);
+        if (r == 1 && c && c->psk && !SSL_session_reused(ssl)) {
+            snprintf(why, cap, "TLS handshake failed: the peer did not use our pre-shared key");
+            return -1;
+        }
         if (r == 1)
             return 0;
         int e = SSL_get_error(ssl, r);
@@ -212,7 +369,22 @@ static int handshake(SSL *ssl, bool server, int stopfd, char *why, size_t cap)
                                                        : 0);
         if (!ev) {
             long vr = SSL_get_verify_result(ssl);
-            if (vr != X509_V_OK)
+            if (c && c->psk && SSL_get_ex_data(ssl, unknown_id_index))
+                snprintf(why, cap,
+                         "TLS handshake failed: the peer named another pre-shared key identity");
+            else if (c && c->psk && vr != X509_V_OK)
+                snprintf(why, cap,
+                         "TLS handshake failed: the peer sent a certificate; pre-shared key "
+                         "mode accepts none");
+            else if (c && c->psk && server &&
+                     ERR_GET_REASON(ERR_peek_error()) == SSL_R_BINDER_DOES_NOT_VERIFY)
+                ssl_why(why, cap, "TLS handshake failed: the peer's pre-shared key is not ours");
+            else if (c && c->psk)
+                ssl_why(why, cap,
+                        server ? "TLS handshake failed (pre-shared key mode)"
+                               : "TLS handshake failed (pre-shared key mode: the worker refuses "
+                                 "another key or identity)");
+            else if (vr != X509_V_OK)
                 snprintf(why, cap,
                          "TLS handshake failed: the peer's certificate does not match "
                          "the pinned SHA-256");
@@ -583,7 +755,8 @@ static void *conn_main(void *arg)
         snprintf(why, sizeof why, "cannot reach the worker's socket: %s", strerror(errno));
         goto end;
     }
-    cs_log(CS_LOG_INFO, "runner connection accepted", json_pack("{s:b}", "tls", ssl != NULL));
+    cs_log(CS_LOG_INFO, "runner connection accepted",
+           json_pack("{s:b,s:s}", "tls", ssl != NULL, "auth", cs_tls_ctx_auth(f->ctx)));
     pump(ssl, c->net, local, c->stopfd, why, sizeof why);
     cs_log(CS_LOG_INFO, "runner connection ended", json_pack("{s:s}", "why", why));
 end:
@@ -730,4 +903,20 @@ void cs_tls_front_stop(struct cs_tls_front *f)
         if (f->conns[i].used)
             (void)!write(f->conns[i].stopfd, &one, sizeof one);
     pthread_mutex_unlock(&f->mu);
+}
+
+void cs_tls_front_free(struct cs_tls_front *f)
+{
+    if (!f)
+        return;
+    cs_tls_front_stop(f);
+    for (size_t i = 0; i < MAX_CONNS; i++) {
+        if (f->conns[i].thread)
+            pthread_join(f->conns[i].thread, NULL);
+        close(f->conns[i].stopfd);
+    }
+    close(f->stopfd);
+    pthread_mutex_destroy(&f->mu);
+    free(f->unix_path);
+    free(f);
 }

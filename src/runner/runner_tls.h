@@ -5,22 +5,28 @@
  * socket, and the loop reads and writes the other end exactly as it does the uds runner's socket.
  *
  *   - gateway side (cs_tls_link_start): a thread connects to HOST:PORT, does the TLS handshake,
- *     checks the worker's certificate against its pin, and only then pumps. Any failure closes
- *     the local end: the loop sees the stream end before a single frame went out.
+ *     authenticates the worker (its certificate pin, or the pre-shared key), and only then
+ *     pumps. Any failure closes the local end: the loop sees the stream end before a single
+ *     frame went out.
  *   - worker side (cs_tls_front_start): a thread accepts on HOST:PORT; each connection gets a
- *     thread that does the handshake (10 s at most), checks the gateway's certificate against its
- *     pin, and only then connects to the worker's private Unix socket and pumps. An unauthenticated
- *     or wrong peer never reaches the Unix socket, so no frame of it is ever read. The newest
+ *     thread that does the handshake (10 s at most), authenticates the gateway the same way, and
+ *     only then connects to the worker's private Unix socket and pumps. An unauthenticated or
+ *     wrong peer never reaches the Unix socket, so no frame of it is ever read. The newest
  *     authenticated connection wins: the previous one is shut down.
  *
- * Authentication is mutual and pinned: each side has its own certificate and key (PEM files) and
- * the SHA-256 of the peer's certificate (DER); the chain is not consulted, the pin is the trust.
+ * Authentication is mutual, in one of two modes (never both):
+ *   - certificates, pinned: each side has its own certificate and key (PEM files) and the SHA-256
+ *     of the peer's certificate (DER); the chain is not consulted, the pin is the trust;
+ *   - a pre-shared key (TLS 1.3 external PSK, RFC 8446 section 2.2, with (EC)DHE for forward
+ *     secrecy): both sides hold the same key and identity; no certificate is sent or accepted.
+ *     A peer with another key fails the PSK binder; one with another identity finds no key; a
+ *     handshake that did not use our PSK is refused after the fact too.
  * No other TLS version than 1.3 is accepted.
  *
  * Threads: the pump threads touch only their own descriptors and SSL objects, and the shared
  * SSL_CTX (read-only after creation, as OpenSSL allows). They never touch the loop.
- * Entry points: cs_runner_url_parse, cs_tls_pin_parse, cs_tls_ctx_new/free, cs_tls_link_*,
- * cs_tls_front_*.
+ * Entry points: cs_tls_ctx_new/free/plaintext/auth, cs_tls_psk_load, cs_tls_link_*,
+ * cs_tls_front_* (the address and pin parsers are base_remote.h's).
  */
 #ifndef CS_RUNNER_TLS_H
 #define CS_RUNNER_TLS_H
@@ -30,22 +36,32 @@
 
 #include "base_remote.h"
 
-/* One side's TLS settings. plaintext: no TLS at all (cert, key and pin ignored). */
+/* One side's TLS settings. plaintext: no TLS at all (the rest ignored). Certificate mode: cert,
+ * key and peer_pin. PSK mode (psk_file set): psk_file and psk_identity, and no cert or key. */
 struct cs_tls_config {
     bool plaintext;
     const char *cert, *key; /* PEM files */
     unsigned char peer_pin[CS_TLS_PIN_SIZE];
+    const char *psk_file;     /* the key as hex (cs_tls_psk_parse); not readable by others */
+    const char *psk_identity; /* cs_tls_psk_identity_ok */
 };
 
 struct cs_diag;
 struct cs_tls_ctx;
 
-/* Loads cert and key (checked against each other) for a server or a client. plaintext gives a
- * context that does no TLS. Returns NULL with err set. */
+/* Loads cert and key (checked against each other), or the pre-shared key file, for a server or a
+ * client. plaintext gives a context that does no TLS. Returns NULL with err set (never holding
+ * the key). */
 struct cs_tls_ctx *cs_tls_ctx_new(const struct cs_tls_config *cfg, bool server,
                                   struct cs_diag *err);
 void cs_tls_ctx_free(struct cs_tls_ctx *c);
 bool cs_tls_ctx_plaintext(const struct cs_tls_ctx *c);
+/* How the context authenticates, for log lines: "plaintext", "certificate" or "psk". */
+const char *cs_tls_ctx_auth(const struct cs_tls_ctx *c);
+/* Reads a pre-shared key file (regular, at most 4 KiB, no permission for others) into out.
+ * Returns 0, or -1 with err naming the file and the fault (never its content). */
+int cs_tls_psk_load(const char *path, unsigned char out[CS_TLS_PSK_MAX], size_t *len,
+                    struct cs_diag *err);
 
 /* ---- gateway side ---- */
 
@@ -73,5 +89,8 @@ struct cs_tls_front *cs_tls_front_start(struct cs_tls_ctx *ctx, const char *host
 int cs_tls_front_port(const struct cs_tls_front *f);
 /* Stops accepting. Connections already bridged end with the process. Accepts NULL. */
 void cs_tls_front_stop(struct cs_tls_front *f);
+/* Stops accepting, stops every connection, waits for their threads and frees (the ctx may be
+ * freed after it). Accepts NULL. */
+void cs_tls_front_free(struct cs_tls_front *f);
 
 #endif

@@ -319,14 +319,9 @@ static void call_unlink(struct cs__runner_uds *u, struct call *c)
 
 static struct call *take_call(struct cs__runner_uds *u, const struct cs_str *rid)
 {
-    if (rid->n < 6 || memcmp(rid->s, "rrpc-", 5) != 0)
+    uint64_t id;
+    if (!cs__runner_rid_parse(rid, &id))
         return NULL;
-    uint64_t id = 0;
-    for (size_t i = 5; i < rid->n; i++) {
-        if (rid->s[i] < '0' || rid->s[i] > '9' || id > UINT64_MAX / 10)
-            return NULL;
-        id = id * 10 + (uint64_t)(rid->s[i] - '0');
-    }
     for (struct call *c = u->calls; c; c = c->next) {
         if (c->id != id)
             continue;
@@ -483,26 +478,18 @@ void cs__runner_uds_call(struct cs_runner *r, const struct csw_runner_wire_op *o
     struct cs__runner_uds *u = r->u;
     struct cs_diag why;
     if (u->lost && replace_worker(u, &why) != 0) {
-        struct cs_runner_reply rep = {.outcome = CS_RUNNER_BEFORE_DISPATCH, .msg = why.text};
-        done(arg, &rep);
+        cs__runner_fail_before(done, arg, why.text);
         return;
     }
     struct call *c = calloc(1, sizeof *c);
-    char rid[32];
+    char rid[CS__RUNNER_RID_SIZE];
     uint64_t id = u->next_id++;
-    snprintf(rid, sizeof rid, "rrpc-%" PRIu64, id);
     struct csw_runner_wire w;
-    memset(&w, 0, sizeof w);
-    w.tag = CSW_RUNNER_WIRE_REQUEST;
-    w.u.request.protocol = CS_RUNNER_PROTOCOL;
-    w.u.request.request_id = (struct cs_str){rid, strlen(rid)};
-    w.u.request.op = *op; /* shallow: borrowed for the encode */
+    cs__runner_request(&w, rid, id, op);
     if (!c || cs_runner_conn_send(u->link->conn, &w) != 0) {
         free(c);
-        struct cs_runner_reply rep = {
-            .outcome = CS_RUNNER_BEFORE_DISPATCH,
-            .msg = "runner transport failed before dispatch: the request could not be written"};
-        done(arg, &rep);
+        cs__runner_fail_before(
+            done, arg, "runner transport failed before dispatch: the request could not be written");
         return;
     }
     c->id = id;
@@ -514,13 +501,6 @@ void cs__runner_uds_call(struct cs_runner *r, const struct csw_runner_wire_op *o
     if (u->calls)
         u->calls->prev = c;
     u->calls = c;
-}
-
-/* The answer to a cancel request: nothing to do (the cancelled call completes on its own). */
-static void cancel_done(void *arg, const struct cs_runner_reply *reply)
-{
-    (void)arg;
-    (void)reply;
 }
 
 void cs__runner_uds_cancel(struct cs_runner *r, cs_runner_done_fn done, void *arg,
@@ -535,19 +515,7 @@ void cs__runner_uds_cancel(struct cs_runner *r, cs_runner_done_fn done, void *ar
     if (!c && !process_id)
         return; /* answered already */
     /* The wait is in the worker: it stops there, and its answer completes the call. */
-    char rid[32];
-    struct csw_runner_wire_op op = {.tag = CSW_RUNNER_WIRE_OP_CANCEL};
-    struct csw_runner_wire_cancel_data *d = &op.u.cancel.data;
-    if (c) {
-        snprintf(rid, sizeof rid, "rrpc-%" PRIu64, c->id);
-        d->has_request_id = true;
-        d->request_id = (struct cs_str){rid, strlen(rid)};
-    }
-    if (process_id) {
-        d->has_process_id = true;
-        d->process_id = (struct cs_str){(char *)(uintptr_t)process_id, strlen(process_id)};
-    }
-    cs__runner_uds_call(r, &op, cancel_done, NULL);
+    cs__runner_cancel_send(r, cs__runner_uds_call, c ? &c->id : NULL, process_id);
 }
 
 void cs__runner_uds_free(struct cs_runner *r)

@@ -582,6 +582,10 @@ int main(int argc, char **argv)
             tls.key = argv[++i];
         } else if (strcmp(argv[i], "--tls-peer-sha256") == 0 && i + 1 < argc) {
             tls_pin = argv[++i];
+        } else if (strcmp(argv[i], "--tls-psk") == 0 && i + 1 < argc) {
+            tls.psk_file = argv[++i];
+        } else if (strcmp(argv[i], "--tls-psk-identity") == 0 && i + 1 < argc) {
+            tls.psk_identity = argv[++i];
         } else if (strcmp(argv[i], "--max-processes") == 0 && i + 1 < argc) {
             char *end;
             max_procs = strtoll(argv[++i], &end, 10);
@@ -639,6 +643,11 @@ int main(int argc, char **argv)
                    "  --tls-cert FILE, --tls-key FILE, --tls-peer-sha256 HEX\n"
                    "                         (--listen) TLS 1.3: our certificate and key, the "
                    "gateway's certificate pin\n"
+                   "  --tls-psk FILE, --tls-psk-identity NAME\n"
+                   "                         (--listen) TLS 1.3 with a pre-shared key instead: "
+                   "the key file (hex,\n"
+                   "                         32..64 bytes, not readable by others) and its "
+                   "identity\n"
                    "  --plaintext            (--listen) no TLS: a private link only\n"
                    "  --version, --help\n");
             return 0;
@@ -659,9 +668,15 @@ int main(int argc, char **argv)
         snprintf(url, sizeof url, "tcp://%.*s%s",
                  (int)(port0 ? (size_t)(colon - listen) : strlen(listen)), listen,
                  port0 ? ":1" : "");
-        bool tls_ok = tls.plaintext ? !tls.cert && !tls.key && !tls_pin
-                                    : tls.cert && tls.key && tls_pin &&
-                                          cs_tls_pin_parse(tls_pin, tls.peer_pin) == 0;
+        bool certs = tls.cert || tls.key || tls_pin, psk = tls.psk_file || tls.psk_identity;
+        /* One mode: plaintext alone, PSK file and identity, or certificate, key and pin. */
+        bool tls_ok;
+        if (tls.plaintext)
+            tls_ok = !certs && !psk;
+        else if (psk)
+            tls_ok = !certs && tls.psk_file && cs_tls_psk_identity_ok(tls.psk_identity);
+        else
+            tls_ok = tls.cert && tls.key && tls_pin && cs_tls_pin_parse(tls_pin, tls.peer_pin) == 0;
         if (sock || cs_runner_url_parse(url, lhost, lport) != 0) {
             fprintf(stderr, "codespace-runtime: --listen HOST:PORT (not with --socket)\n");
             return 2;
@@ -669,8 +684,10 @@ int main(int argc, char **argv)
         if (port0)
             snprintf(lport, sizeof lport, "0");
         if (!tls_ok) {
-            fprintf(stderr, "codespace-runtime: --listen needs --tls-cert, --tls-key and "
-                            "--tls-peer-sha256 (64 hex digits), or --plaintext alone\n");
+            fprintf(stderr, "codespace-runtime: --listen needs either --tls-cert, --tls-key and "
+                            "--tls-peer-sha256 (64 hex digits), or --tls-psk and "
+                            "--tls-psk-identity ([A-Za-z0-9._:@-], 1..128 bytes), or "
+                            "--plaintext alone\n");
             return 2;
         }
         /* Nobody checks a listening worker's identity rules for it (the gateway does for its
@@ -731,8 +748,8 @@ int main(int argc, char **argv)
             return 1;
         }
         cs_log(CS_LOG_INFO, "runner listening",
-               json_pack("{s:s,s:i,s:b}", "host", lhost, "port", cs_tls_front_port(front), "tls",
-                         !tls.plaintext));
+               json_pack("{s:s,s:i,s:b,s:s}", "host", lhost, "port", cs_tls_front_port(front),
+                         "tls", !tls.plaintext, "auth", cs_tls_ctx_auth(tctx)));
     }
     w.loop = cs_loop_new();
     /* Every exec request carries its own time limit; file operations (run on the executor's

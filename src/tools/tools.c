@@ -268,8 +268,8 @@ static void with_lease(struct cs_tools *t, const struct cs_workspace *ws, struct
     run(t, ws, call, input);
 }
 
-/* The runner's events: a process finished (its lease goes), or the uds worker is gone (every
- * process with it). */
+/* The runner's events: a process finished (its lease goes), or the default runner's uds worker
+ * is gone (every process with it). */
 static void on_process_exited(void *arg, const char *process_id)
 {
     struct cs_tools *t = arg;
@@ -282,11 +282,13 @@ static void on_process_exited(void *arg, const char *process_id)
     }
 }
 
+/* Only the default runner reports a loss: the workspaces placed on remote workers
+ * (docs/scale-out.md) are not its, their processes live on, and their leases stay. */
 static void on_runner_lost(void *arg)
 {
     struct cs_tools *t = arg;
     for (size_t i = 0; i < t->cfg->n_workspaces; i++)
-        if (cs__tools_lease_holds(&t->leases[i], NULL))
+        if (!t->cfg->workspaces[i].has_runner && cs__tools_lease_holds(&t->leases[i], NULL))
             cs__tools_lease_release(&t->leases[i]);
 }
 
@@ -761,6 +763,21 @@ static int identity_rules(struct cs_tools *t, bool sandboxed, const char *probe_
     return 0;
 }
 
+/* A tcp runner's options from one set of remote settings: the gateway's flags or a registry
+ * entry. Borrows every string. */
+static struct cs_runner_tcp_options tcp_options(const char *version, const struct cs_remote *rm)
+{
+    struct cs_runner_tcp_options opt = {.url = rm->url,
+                                        .version = version,
+                                        .plaintext = rm->plaintext,
+                                        .cert = rm->cert,
+                                        .key = rm->key,
+                                        .psk_file = rm->psk,
+                                        .psk_identity = rm->psk_identity};
+    memcpy(opt.peer_pin, rm->pin, sizeof opt.peer_pin);
+    return opt;
+}
+
 /*
  * Workspace placement (docs/scale-out.md): workspaces whose registry entry names a runner of
  * their own go to that worker, the others to the gateway's --runner. Workspaces naming the same
@@ -789,22 +806,16 @@ static int place_workspaces(struct cs_tools *t, struct cs_loop *loop, const char
         if (!ws->has_runner)
             continue;
         for (size_t j = 0; j < i && !subs[i]; j++)
-            if (subs[j] && strcmp(cfg->workspaces[j].runner_url, ws->runner_url) == 0)
+            if (subs[j] && strcmp(cfg->workspaces[j].remote.url, ws->remote.url) == 0)
                 subs[i] = subs[j];
         if (!subs[i]) {
-            struct cs_runner_tcp_options opt = {
-                .url = ws->runner_url,
-                .version = version,
-                .plaintext = ws->runner_plaintext,
-                .cert = ws->runner_tls_cert,
-                .key = ws->runner_tls_key,
-            };
-            memcpy(opt.peer_pin, ws->runner_tls_pin, sizeof opt.peer_pin);
-            struct cs_runner_events ev = {on_process_exited, on_runner_lost, t};
+            struct cs_runner_tcp_options opt = tcp_options(version, &ws->remote);
+            /* A tcp runner reports no loss (a dropped link is not a dead worker). */
+            struct cs_runner_events ev = {on_process_exited, NULL, t};
             struct cs_diag e = {0};
             subs[i] = cs_runner_tcp_new(loop, &opt, &ev, &e);
             if (!subs[i]) {
-                snprintf(err, err_cap, "workspace %s: runner %s: %s", ws->id, ws->runner_url,
+                snprintf(err, err_cap, "workspace %s: runner %s: %s", ws->id, ws->remote.url,
                          e.text);
                 free(subs);
                 return -1; /* t->runner (the multi) is freed with the tools */
@@ -900,14 +911,7 @@ int cs_tools_register(struct cs_mcp *srv, struct cs_tools *t, const struct cs_co
         free(bin);
     } else if (cfg->runner == CS_CONFIG_RUNNER_TCP) {
         /* A worker someone else started (docs/scale-out.md): its sandbox is its own. */
-        struct cs_runner_tcp_options opt = {
-            .url = cfg->runner_url,
-            .version = version,
-            .plaintext = cfg->runner_plaintext,
-            .cert = cfg->runner_tls_cert,
-            .key = cfg->runner_tls_key,
-        };
-        memcpy(opt.peer_pin, cfg->runner_tls_pin, sizeof opt.peer_pin);
+        struct cs_runner_tcp_options opt = tcp_options(version, &cfg->remote);
         struct cs_diag e = {0};
         t->runner = cs_runner_tcp_new(loop, &opt, &ev, &e);
         if (!t->runner)
@@ -929,16 +933,8 @@ int cs_tools_register(struct cs_mcp *srv, struct cs_tools *t, const struct cs_co
     t->caps.patch_available = true;
     t->caps.process_available = true;
     t->caps.uds_runner = cfg->runner == CS_CONFIG_RUNNER_UDS;
-    if (cfg->runner == CS_CONFIG_RUNNER_TCP) {
-        t->caps.remote_runner = true;
-        cs_runner_tcp_identity(t->runner, t->remote_address, sizeof t->remote_address);
-        t->caps.remote_address = t->remote_address;
-        if (!cfg->runner_plaintext) {
-            for (size_t i = 0; i < sizeof cfg->runner_tls_pin; i++)
-                snprintf(t->remote_pin + 2 * i, 3, "%02x", cfg->runner_tls_pin[i]);
-            t->caps.remote_certificate_sha256 = t->remote_pin;
-        }
-    }
+    if (cfg->runner == CS_CONFIG_RUNNER_TCP)
+        t->caps.remote = &cfg->remote;
     t->caps.tty_supported = true;
     t->caps.max_live_processes = cfg->max_processes;
     t->caps.timeout_ms = cfg->process_timeout_secs * 1000;

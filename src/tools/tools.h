@@ -22,8 +22,6 @@ struct cs_tools_lease; /* tools_lease.h */
 struct cs_tools {
     const struct cs_config *cfg;
     struct cs_runtime_caps caps; /* what this build and runner really offer */
-    char remote_address[300];    /* runner "remote": HOST:PORT (caps.remote_address) */
-    char remote_pin[65];         /* its certificate pin in hex (caps.remote_certificate_sha256) */
     const char *version;
     struct cs_mcp_cached **info; /* workspace_info answers, encoded once (see tools.c) */
     size_t n_info;

@@ -15,7 +15,17 @@ deleted in cleanup.
 - the worker killed (SIGKILL) and started again: the old process handle is PROCESS_NOT_FOUND and
   the workspace is free again;
 - a wrong certificate refused in both directions (the gateway with a wrong pin, the worker with a
-  wrong pin): nothing runs, the call fails before dispatch.
+  wrong pin): nothing runs, the call fails before dispatch;
+- pre-shared key mode (TLS 1.3 external PSK; keys made here by `openssl rand -hex 32`): read,
+  apply_patch and exec_command through it, workspace_info reports the identity and never the
+  key, which no log line holds either; another key on either side and another identity are
+  refused (the worker logs it, the gateway's error names the pre-shared key), nothing runs; a
+  key shorter than 32 bytes, a key file readable by others and a mix of both modes are refused
+  at start by both programs;
+- a registry workspace on a remote worker whose root does not exist on the gateway's host (the
+  gateway runs in a mount namespace where that path is hidden): served through the worker;
+- the gateway's own uds worker killed: the workspace it held is free again, while one on the
+  remote worker stays held by its running process (WORKSPACE_BUSY).
 
 Needs root (namespaces), `ip` (iproute2) and `openssl`. Outside CI a missing piece skips; in CI
 (CI=true) it fails. Run (from tests/e2e):
@@ -146,26 +156,51 @@ class RemoteTest(unittest.TestCase):
         for s in self.servers:
             s.close()
 
-    def worker(self, pin=None, env=None, roots=None):
+    def worker(self, pin=None, env=None, roots=None, auth=None):
+        """auth: the TLS flags (certificate mode with the gateway's pin by default)."""
+        auth = auth or ["--tls-cert", self.wcert, "--tls-key", self.wkey, "--tls-peer-sha256",
+                        pin or self.gpin]
         w = Worker(self.nsw, self.waddr,
-                   ["--tls-cert", self.wcert, "--tls-key", self.wkey, "--tls-peer-sha256",
-                    pin or self.gpin] + sandbox_args()
-                   + sum((["--root", r] for r in roots or [self.ws]), []),
+                   auth + sandbox_args() + sum((["--root", r] for r in roots or [self.ws]), []),
                    env)
         self.addCleanup(w.kill)
         return w
 
-    def gateway(self, pin=None, ws=None):
+    def gateway(self, pin=None, ws=None, auth=None):
         state = os.path.join(self.tmp, "state-%d" % len(self.servers))
         os.mkdir(state)
+        auth = auth or ["--tls-cert", self.gcert, "--tls-key", self.gkey,
+                        "--tls-peer-sha256", pin or self.wpin]
         args = ["netns", "exec", self.nsg, tp.binary(), "--workspace", ws or self.ws,
                 "--operations-db", os.path.join(state, "ops.db"),
-                "--runner", "tcp://%s:%d" % (self.waddr, PORT),
-                "--tls-cert", self.gcert, "--tls-key", self.gkey,
-                "--tls-peer-sha256", pin or self.wpin]
+                "--runner", "tcp://%s:%d" % (self.waddr, PORT)] + auth
         s = mcp_stdio.StdioServer("ip", args, state)
         self.servers.append(s)
         return s
+
+    def registry_gateway(self, workspaces, wrap=(), extra=()):
+        """A gateway in the gateway namespace with a registry of these workspaces; wrap goes
+        between `ip netns exec NS` and the binary, extra after its flags."""
+        n = len(self.servers)
+        cfg = os.path.join(self.tmp, "reg-%d.json" % n)
+        with open(cfg, "w") as f:
+            json.dump({"workspaces": workspaces}, f)
+        state = os.path.join(self.tmp, "state-%d" % n)
+        os.mkdir(state)
+        srv = mcp_stdio.StdioServer("ip", ["netns", "exec", self.nsg] + list(wrap)
+                                    + [tp.binary(), "--config", cfg, "--operations-db", ":memory:"]
+                                    + list(extra), state)
+        self.servers.append(srv)
+        return srv
+
+    def psk(self, name, nbytes=32, mode=0o600):
+        """A key file made as docs/scale-out.md says; returns (path, hex)."""
+        path = os.path.join(self.tmp, name + ".psk")
+        key = run("openssl", "rand", "-hex", str(nbytes)).stdout.strip()
+        with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode), "w") as f:
+            f.write(key + "\n")
+        os.chmod(path, mode)
+        return path, key
 
     def call_until(self, srv, tool, args, ok, timeout):
         """Calls tool until ok(result, error) holds (the gateway reconnects in the background)."""
@@ -228,20 +263,12 @@ class RemoteTest(unittest.TestCase):
         with open(os.path.join(near, "n.txt"), "w") as f:
             f.write("near\n")
         w = self.worker()
-        reg = {"workspaces": {
+        srv = self.registry_gateway({
             "near": {"root": near, "profile": "workspace-write"},
             "far": {"root": self.ws, "profile": "workspace-write",
                     "runner": {"url": "tcp://%s:%d" % (self.waddr, PORT),
                                "tls_cert": self.gcert, "tls_key": self.gkey,
-                               "tls_peer_sha256": self.wpin}}}}
-        cfg = os.path.join(self.tmp, "reg.json")
-        with open(cfg, "w") as f:
-            json.dump(reg, f)
-        state = os.path.join(self.tmp, "state-placement")
-        os.mkdir(state)
-        srv = mcp_stdio.StdioServer("ip", ["netns", "exec", self.nsg, tp.binary(), "--config", cfg,
-                                           "--operations-db", ":memory:"], state)
-        self.servers.append(srv)
+                               "tls_peer_sha256": self.wpin}}})
         self.assertEqual(srv.call("read", {"workspace_id": "far", "path": "f.txt"})["content"],
                          "far\n")
         self.assertEqual(srv.call("read", {"workspace_id": "near", "path": "n.txt"})["content"],
@@ -365,6 +392,201 @@ class RemoteTest(unittest.TestCase):
             time.sleep(0.1)
         self.assertTrue(w.saw('"runner connection refused"'), w.lines)
         self.assertFalse(w.saw('"runner connection accepted"'), w.lines)
+
+
+    # ---- pre-shared key mode ----
+
+    def test_psk_files_patch_exec(self):
+        key, hexkey = self.psk("k")
+        with open(os.path.join(self.ws, "a.txt"), "w") as f:
+            f.write("alpha\n")
+        w = self.worker(auth=["--tls-psk", key, "--tls-psk-identity", "gw-1@worker"])
+        srv = self.gateway(auth=["--tls-psk", key, "--tls-psk-identity", "gw-1@worker"])
+        self.assertEqual(srv.call("read", {"workspace_id": "default", "path": "a.txt"})["content"],
+                         "alpha\n")
+        out, err = srv.call_raw("apply_patch", {"workspace_id": "default", "patch":
+                                "*** Begin Patch\n*** Add File: b.txt\n+beta\n*** End Patch\n"})
+        self.assertIsNone(err, err)
+        self.assertEqual(out["status"], "applied")
+        out = srv.call("exec_command", {"workspace_id": "default",
+                                        "command": ["sh", "-c", "cat b.txt"], "yield_ms": 5000})
+        self.assertEqual(out["output"], "beta\n")
+        self.assertEqual(out["exit_code"], 0)
+        self.assertTrue(w.saw('"runner connection accepted"'), w.lines)
+        self.assertTrue(w.saw('"auth":"psk"'), w.lines)
+        self.assertTrue(any('"runner connected"' in l and '"auth":"psk"' in l
+                            for l in srv.stderr), srv.stderr)
+        info = srv.call("workspace_info", {"workspace_id": "default"})
+        iso = info["execution"]["isolation"]
+        self.assertEqual(iso["runner"], "remote")
+        self.assertEqual(iso["worker"], {"address": "%s:%d" % (self.waddr, PORT),
+                                         "psk_identity": "gw-1@worker"})
+        logs = "".join(w.lines) + "".join(srv.stderr)
+        for text in (json.dumps(info), logs):
+            self.assertNotIn(hexkey, text)
+            self.assertNotIn(hexkey[:16], text)
+
+    def refused(self, srv, w, worker_says, gateway_says):
+        """The call fails before dispatch naming the PSK; the worker logs why; nothing ran."""
+        out, err = srv.call_raw("exec_command", {"workspace_id": "default",
+                                                 "command": ["touch", "ran"], "yield_ms": 2000})
+        self.assertIsNone(out, out)
+        self.assertEqual(err["code"], "TIMEOUT", err)
+        self.assertIn("before dispatch", err["message"])
+        self.assertIn(gateway_says, err["message"])
+        end = time.time() + 5
+        while not w.saw('"runner connection refused"') and time.time() < end:
+            time.sleep(0.1)
+        refusals = [l for l in w.lines if '"runner connection refused"' in l]
+        self.assertTrue(refusals, w.lines)
+        self.assertIn(worker_says, refusals[0])
+        self.assertFalse(w.saw('"runner connection accepted"'), w.lines)
+        self.assertFalse(os.path.exists(os.path.join(self.ws, "ran")))
+        return err
+
+    def test_psk_gateway_with_wrong_key_is_refused(self):
+        good, hgood = self.psk("good")
+        bad, hbad = self.psk("bad")
+        w = self.worker(auth=["--tls-psk", good, "--tls-psk-identity", "gw"])
+        srv = self.gateway(auth=["--tls-psk", bad, "--tls-psk-identity", "gw"])
+        self.refused(srv, w, "pre-shared key is not ours", "pre-shared key")
+        logs = "".join(w.lines) + "".join(srv.stderr)
+        for k in (hgood, hbad):
+            self.assertNotIn(k, logs)
+
+    def test_psk_worker_with_wrong_key_is_refused(self):
+        good, _ = self.psk("good")
+        bad, _ = self.psk("bad")
+        w = self.worker(auth=["--tls-psk", bad, "--tls-psk-identity", "gw"])
+        srv = self.gateway(auth=["--tls-psk", good, "--tls-psk-identity", "gw"])
+        err = self.refused(srv, w, "pre-shared key is not ours", "pre-shared key")
+        self.assertIn("refuses another key or identity", err["message"])
+
+    def test_psk_wrong_identity_is_refused(self):
+        key, _ = self.psk("k")
+        w = self.worker(auth=["--tls-psk", key, "--tls-psk-identity", "gw-a"])
+        srv = self.gateway(auth=["--tls-psk", key, "--tls-psk-identity", "gw-b"])
+        self.refused(srv, w, "another pre-shared key identity", "pre-shared key")
+
+    def test_psk_certificate_gateway_is_refused(self):
+        """A gateway in certificate mode gets nothing from a PSK worker, and the reverse."""
+        key, _ = self.psk("k")
+        w = self.worker(auth=["--tls-psk", key, "--tls-psk-identity", "gw"])
+        srv = self.gateway()
+        out, err = srv.call_raw("read", {"workspace_id": "default", "path": "a.txt"})
+        self.assertIsNone(out)
+        self.assertIn("before dispatch", err["message"])
+        time.sleep(0.5)
+        self.assertFalse(w.saw('"runner connection accepted"'), w.lines)
+
+    def test_psk_bad_setups_refused_at_start(self):
+        short, hshort = self.psk("short", nbytes=16)
+        loose, _ = self.psk("loose", mode=0o644)
+        good, _ = self.psk("good")
+        cert = ["--tls-cert", self.wcert, "--tls-key", self.wkey, "--tls-peer-sha256", self.gpin]
+        for auth, says in ((["--tls-psk", short, "--tls-psk-identity", "gw"], "less than 32"),
+                           (["--tls-psk", loose, "--tls-psk-identity", "gw"], "by others"),
+                           (["--tls-psk", good], "--tls-psk-identity"),
+                           (["--tls-psk", good, "--tls-psk-identity", "a b"], "--tls-psk-identity"),
+                           (["--tls-psk", good, "--tls-psk-identity", "gw"] + cert, "either")):
+            p = subprocess.run([runtime_binary(), "--listen", "127.0.0.1:0", "--root", self.ws]
+                               + auth + sandbox_args(), stdin=subprocess.DEVNULL,
+                               capture_output=True, text=True, timeout=30)
+            self.assertNotEqual(p.returncode, 0, (auth, p.stderr))
+            self.assertIn(says, p.stderr, auth)
+            self.assertNotIn(hshort, p.stderr)
+        gcert = ["--tls-cert", self.gcert, "--tls-key", self.gkey, "--tls-peer-sha256", self.wpin]
+        for auth, says in ((["--tls-psk", short, "--tls-psk-identity", "gw"], "less than 32"),
+                           (["--tls-psk", loose, "--tls-psk-identity", "gw"], "by others"),
+                           (["--tls-psk", good], "go together"),
+                           (["--tls-psk", good, "--tls-psk-identity", "gw"] + gcert, "one mode")):
+            p = subprocess.run([tp.binary(), "--workspace", self.ws, "--operations-db", ":memory:",
+                                "--runner", "tcp://127.0.0.1:9"] + auth,
+                               stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                               timeout=30)
+            self.assertNotEqual(p.returncode, 0, (auth, p.stderr))
+            self.assertIn(says, p.stderr, auth)
+            self.assertNotIn(hshort, p.stderr)
+
+    def test_registry_psk_runner_root_absent_on_gateway_host(self):
+        """Placement with a pre-shared key, and the workspace's root exists only on the worker's
+        host: the gateway runs where that path is hidden (an empty tmpfs over its parent)."""
+        hidden = os.path.join(self.tmp, "hidden")
+        root = os.path.join(hidden, "far")
+        os.makedirs(root)
+        with open(os.path.join(root, "f.txt"), "w") as f:
+            f.write("far\n")
+        key, hexkey = self.psk("k")
+        w = self.worker(roots=[root], auth=["--tls-psk", key, "--tls-psk-identity", "gw"])
+        script = 'mount -t tmpfs none "$1" && test ! -e "$2" && shift 2 && exec "$@"'
+        srv = self.registry_gateway(
+            {"far": {"root": root, "profile": "workspace-write",
+                     "runner": {"url": "tcp://%s:%d" % (self.waddr, PORT),
+                                "tls_psk_file": key, "tls_psk_identity": "gw"}}},
+            wrap=["unshare", "-m", "sh", "-c", script, "sh", hidden, root])
+        self.assertEqual(srv.call("read", {"workspace_id": "far", "path": "f.txt"})["content"],
+                         "far\n")
+        out, err = srv.call_raw("apply_patch", {"workspace_id": "far", "patch":
+                                "*** Begin Patch\n*** Add File: g.txt\n+gee\n*** End Patch\n"})
+        self.assertIsNone(err, err)
+        with open(os.path.join(root, "g.txt")) as f:
+            self.assertEqual(f.read(), "gee\n")
+        out = srv.call("exec_command", {"workspace_id": "far", "command": ["cat", "g.txt"],
+                                        "yield_ms": 5000})
+        self.assertEqual(out["output"], "gee\n")
+        iso = srv.call("workspace_info", {"workspace_id": "far"})["execution"]["isolation"]
+        self.assertEqual(iso["worker"], {"address": "%s:%d" % (self.waddr, PORT),
+                                         "psk_identity": "gw"})
+        self.assertTrue(w.saw('"runner connection accepted"'), w.lines)
+        self.assertNotIn(hexkey, "".join(w.lines) + "".join(srv.stderr))
+
+
+    def test_lost_uds_runner_frees_only_its_own(self):
+        near = os.path.join(self.tmp, "near")
+        os.mkdir(near)
+        key, _ = self.psk("k")
+        self.worker(auth=["--tls-psk", key, "--tls-psk-identity", "gw"])
+        srv = self.registry_gateway({
+            "near": {"root": near, "profile": "workspace-write"},
+            "far": {"root": self.ws, "profile": "workspace-write",
+                    "runner": {"url": "tcp://%s:%d" % (self.waddr, PORT),
+                               "tls_psk_file": key, "tls_psk_identity": "gw"}}},
+            extra=["--runner", "uds"])
+        far = srv.call("exec_command", {"workspace_id": "far", "command": ["sleep", tp.uniq(302)],
+                                        "yield_ms": 100})
+        self.assertEqual(far["state"], "running", far)
+        self.addCleanup(tp.kill_leftovers)
+        out, err = srv.call_raw("exec_command", {"workspace_id": "near",
+                                                 "command": ["sleep", tp.uniq(303)],
+                                                 "yield_ms": 100})
+        self.assertIsNone(err, err)  # the uds worker is up, and "near" held by a process
+        self.assertEqual(out["state"], "running", out)
+        out, err = srv.call_raw("exec_command", {"workspace_id": "near", "command": ["true"],
+                                                 "yield_ms": 5000})
+        self.assertEqual(err["code"], "WORKSPACE_BUSY", err)
+        # The gateway's own worker (a child of the gateway process) dies.
+        kids = run("pgrep", "-P", str(srv.proc.pid), "-f", "codespace-runtime",
+                   check=False).stdout.split()
+        self.assertEqual(len(kids), 1, kids)
+        os.kill(int(kids[0]), signal.SIGKILL)
+        end = time.time() + 10 * SLOW
+        while not any('"runner worker lost"' in l for l in srv.stderr) and time.time() < end:
+            time.sleep(0.1)
+        self.assertTrue(any('"runner worker lost"' in l for l in srv.stderr), srv.stderr)
+        # "far" is still held by its process on the remote worker.
+        out, err = srv.call_raw("exec_command", {"workspace_id": "far", "command": ["true"],
+                                                 "yield_ms": 5000})
+        self.assertIsNone(out, out)
+        self.assertEqual(err["code"], "WORKSPACE_BUSY", err)
+        st = srv.call("process_status", {"process_id": far["process_id"]})
+        self.assertEqual(st["state"], "running", st)
+        # "near" is free: its process died with the worker (which starts again for the next
+        # call).
+        out, err = self.call_until(srv, "exec_command",
+                                   {"workspace_id": "near", "command": ["true"],
+                                    "yield_ms": 5000}, lambda o, e: e is None, 20 * SLOW)
+        self.assertIsNone(err, err)
+        srv.call("terminate_process", {"process_id": far["process_id"]})
 
 
 if __name__ == "__main__":

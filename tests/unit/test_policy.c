@@ -505,8 +505,12 @@ static void test_bad_values(void **state)
         {"--runner=tcp://h:0", NULL, "--runner: expected tcp://HOST:PORT, got \"tcp://h:0\""},
         {"--runner=tcp://h", NULL, "--runner: expected tcp://HOST:PORT, got \"tcp://h\""},
         {"--runner=tcp://10.0.0.2:7451", NULL,
-         "--runner tcp://10.0.0.2:7451 needs --tls-cert, --tls-key and --tls-peer-sha256 (or "
-         "--runner-tls off on a private link)"},
+         "--runner tcp://10.0.0.2:7451 needs --tls-cert, --tls-key and --tls-peer-sha256, or "
+         "--tls-psk and --tls-psk-identity (or --runner-tls off on a private link)"},
+        {"--tls-psk=/k", NULL, "--tls-psk and --tls-psk-identity go together"},
+        {"--tls-psk-identity=a b", NULL,
+         "--tls-psk-identity: expected 1..128 bytes of [A-Za-z0-9._:@-], got \"a b\""},
+        {"--tls-psk=", NULL, "--tls-psk: must not be empty"},
         {"--runner-tls=maybe", NULL, "--runner-tls: expected \"on\" or \"off\", got \"maybe\""},
         {"--tls-peer-sha256=abc", NULL,
          "--tls-peer-sha256: expected 64 hex digits (pairs may be split by ':'), got \"abc\""},
@@ -680,6 +684,63 @@ static void test_registry_root_symlink_is_canonical(void **state)
     assert_string_equal(cfg.workspaces[0].root, fx.ws1);
     cs_config_free(&cfg);
     unlink(link);
+}
+
+/* docs/scale-out.md: a workspace on a remote worker is the worker's; its root need not exist on
+ * the gateway's host and is never opened there, but must be canonical as given. A local one must
+ * exist. The same for --workspace with the gateway's --runner tcp://. */
+static void test_registry_remote_root(void **state)
+{
+    (void)state;
+    char gone[512];
+    snprintf(gone, sizeof gone, "%s/not-here/ws", fx.dir);
+    write_cfgf("{\"workspaces\": {\"far\": {\"root\": \"%s\", \"runner\": {\"url\": "
+               "\"tcp://10.0.0.2:7451\", \"tls_psk_file\": \"/k\", \"tls_psk_identity\": "
+               "\"gw\"}}, \"near\": {\"root\": \"%s\"}}}",
+               gone, fx.ws1);
+    struct cs_config cfg;
+    load_ok(&cfg, ARGV("--config", fx.cfg), BASE_ENV);
+    assert_string_equal(cfg.workspaces[0].root, gone);
+    assert_false(cfg.workspaces[0].has_root_fd);
+    assert_string_equal(cfg.workspaces[0].remote.psk, "/k");
+    assert_string_equal(cfg.workspaces[0].remote.psk_identity, "gw");
+    assert_true(cfg.workspaces[1].has_root_fd);
+    cs_config_free(&cfg);
+
+    char want[1024];
+    snprintf(want, sizeof want, "/workspaces/far/root: does not exist: %s", gone);
+    write_cfgf("{\"workspaces\": {\"far\": {\"root\": \"%s\"}}}", gone);
+    cfg_err(want);
+    static const char *const odd[] = {"/a//b", "/a/./b", "/a/../b", "/a/", "/a/.", "/a/.."};
+    for (size_t i = 0; i < sizeof odd / sizeof odd[0]; i++) {
+        write_cfgf("{\"workspaces\": {\"far\": {\"root\": \"%s\", \"runner\": {\"url\": "
+                   "\"tcp://h:1\", \"plaintext\": true}}}}",
+                   odd[i]);
+        snprintf(want, sizeof want,
+                 "/workspaces/far/root: a remote workspace's root is the worker's path and must "
+                 "be canonical (no '//', '.' or '..' component, no trailing '/'): %s",
+                 odd[i]);
+        cfg_err(want);
+    }
+    load_ok(&cfg,
+            ARGV("--workspace", gone, "--runner", "tcp://h:1", "--runner-tls", "off",
+                 "--operations-db", ":memory:"),
+            BASE_ENV);
+    assert_string_equal(cfg.workspaces[0].root, gone);
+    assert_false(cfg.workspaces[0].has_root_fd);
+    cs_config_free(&cfg);
+    /* The worker would refuse these anyway: the two modes together, or half of one. */
+    write_cfgf("{\"workspaces\": {\"far\": {\"root\": \"/w\", \"runner\": {\"url\": "
+               "\"tcp://h:1\", \"tls_psk_file\": \"/k\", \"tls_psk_identity\": \"gw\", "
+               "\"tls_cert\": \"/c\"}}}}");
+    cfg_err("/workspaces/far/runner: certificates (tls_cert, tls_key, tls_peer_sha256) and a "
+            "pre-shared key (tls_psk_file, tls_psk_identity) are two modes: give one");
+    write_cfgf("{\"workspaces\": {\"far\": {\"root\": \"/w\", \"runner\": {\"url\": "
+               "\"tcp://h:1\", \"tls_psk_file\": \"/k\"}}}}");
+    cfg_err("/workspaces/far/runner: needs tls_psk_file and tls_psk_identity");
+    write_cfgf("{\"workspaces\": {\"far\": {\"root\": \"/w\", \"runner\": {\"url\": "
+               "\"tcp://h:1\", \"tls_psk_file\": \"/k\", \"tls_psk_identity\": \"a b\"}}}}");
+    cfg_err("/workspaces/far/runner/tls_psk_identity: expected 1..128 bytes of [A-Za-z0-9._:@-]");
 }
 
 static void test_registry_refusals(void **state)
@@ -1214,6 +1275,65 @@ static void expect_json(json_t *got, const char *want_text)
     "  \"process_status\", \"process_resize\", \"terminate_process\"],"                            \
     "\"transports\": [\"stdio\", \"streamable-http\"], \"workspace_id_is_credential\": false"
 
+/* The "worker" object of workspace_info for id (docs/scale-out.md), as compact JSON. */
+static char *worker_of(const struct cs_config *cfg, const struct cs_runtime_caps *caps,
+                       const char *id)
+{
+    json_t *j = info_json(cfg, caps, id, strlen(id));
+    json_t *w =
+        json_object_get(json_object_get(json_object_get(j, "execution"), "isolation"), "worker");
+    char *text = w ? json_dumps(w, JSON_SORT_KEYS | JSON_COMPACT) : strdup("none");
+    json_decref(j);
+    return text;
+}
+
+/* A remote worker is reported by address and, per mode, certificate pin or PSK identity; never
+ * a key file, key or certificate path. Per workspace (registry) and for the gateway's --runner. */
+static void test_info_remote_worker(void **state)
+{
+    (void)state;
+    static const char pin[] = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08";
+    write_cfgf("{\"workspaces\": {"
+               "\"c\": {\"root\": \"/w/c\", \"runner\": {\"url\": \"tcp://10.0.0.2:7451\", "
+               "\"tls_cert\": \"/etc/g.pem\", \"tls_key\": \"/etc/g.key\", "
+               "\"tls_peer_sha256\": \"%s\"}},"
+               "\"p\": {\"root\": \"/w/p\", \"runner\": {\"url\": \"tcp://[fd00::3]:7451\", "
+               "\"tls_psk_file\": \"/etc/w.psk\", \"tls_psk_identity\": \"gw@w3\"}},"
+               "\"n\": {\"root\": \"/w/n\", \"runner\": {\"url\": \"tcp://h:1\", "
+               "\"plaintext\": true}}}}",
+               pin);
+    struct cs_config cfg;
+    load_ok(&cfg, ARGV("--config", fx.cfg), BASE_ENV);
+    char want[256];
+    snprintf(want, sizeof want, "{\"address\":\"10.0.0.2:7451\",\"certificate_sha256\":\"%s\"}",
+             pin);
+    char *got = worker_of(&cfg, &full_caps, "c");
+    assert_string_equal(got, want);
+    free(got);
+    got = worker_of(&cfg, &full_caps, "p");
+    assert_string_equal(got, "{\"address\":\"fd00::3:7451\",\"psk_identity\":\"gw@w3\"}");
+    free(got);
+    got = worker_of(&cfg, &full_caps, "n");
+    assert_string_equal(got, "{\"address\":\"h:1\"}");
+    free(got);
+    cs_config_free(&cfg);
+
+    /* The gateway's own --runner tcp:// in PSK mode: every workspace, and nothing else. */
+    load_ok(&cfg,
+            ARGV("--workspace", "/w/d", "--runner", "tcp://10.0.0.9:7451", "--tls-psk", "/etc/k",
+                 "--tls-psk-identity", "gw"),
+            BASE_ENV);
+    struct cs_runtime_caps caps = full_caps;
+    caps.remote = &cfg.remote;
+    got = worker_of(&cfg, &caps, "default");
+    assert_string_equal(got, "{\"address\":\"10.0.0.9:7451\",\"psk_identity\":\"gw\"}");
+    free(got);
+    got = worker_of(&cfg, &full_caps, "default");
+    assert_string_equal(got, "none");
+    free(got);
+    cs_config_free(&cfg);
+}
+
 static void test_info_server_only(void **state)
 {
     (void)state;
@@ -1530,6 +1650,7 @@ int main(void)
         cmocka_unit_test(test_runner_dir_refusals),
         cmocka_unit_test(test_registry_example),
         cmocka_unit_test(test_registry_root_symlink_is_canonical),
+        cmocka_unit_test(test_registry_remote_root),
         cmocka_unit_test(test_registry_refusals),
         cmocka_unit_test(test_registry_network_allow_entries),
         cmocka_unit_test(test_registry_deny_and_unknown_keys),
@@ -1540,6 +1661,7 @@ int main(void)
         cmocka_unit_test(test_sandbox_ids),
         cmocka_unit_test(test_lookup),
         cmocka_unit_test(test_permissions),
+        cmocka_unit_test(test_info_remote_worker),
         cmocka_unit_test(test_info_server_only),
         cmocka_unit_test(test_info_host_workspace),
         cmocka_unit_test(test_info_container_fails_closed),
