@@ -90,6 +90,7 @@ struct conn {
     size_t head_n;
     struct buf c2u, u2c;
     bool spliced;                            /* pd[] are open */
+    size_t moved[2];                         /* bytes read from side i while copying */
     struct pipe_dir pd[2];                   /* pd[s]: the bytes from side s to the other */
     bool eof[2];                             /* side i sent EOF */
     bool shut[2];                            /* we shut down writing to side i */
@@ -445,7 +446,8 @@ static void enter_tunnel(struct proxy *px, struct conn *c)
     memcpy(c->c2u.d + c->c2u.len, c->head + c->req.head_len, extra);
     c->c2u.len += extra;
     c->st = ST_TUNNEL;
-    conn_splice(px, c);
+    /* Copying until one direction has carried BUF_CAP bytes (conn_bulk): a short exchange, such
+     * as a small request and its reply on a connection of their own, pays no pipes. */
     /* Both sides are writable now, most likely: no loop turn before the first bytes go. */
     if (!tunnel_io(c, 0, EPOLLOUT) || !tunnel_io(c, 1, EPOLLOUT)) {
         conn_free(px, c);
@@ -513,8 +515,10 @@ static bool dir_read(struct conn *c, int s)
         if (in->off + in->len == BUF_CAP)
             buf_compact(in);
         r = read(c->fd[s], in->d + in->off + in->len, buf_room(in));
-        if (r > 0)
+        if (r > 0) {
             in->len += (size_t)r;
+            c->moved[s] += (size_t)r;
+        }
     }
     if (r == 0)
         c->eof[s] = true;
@@ -637,6 +641,9 @@ static void on_conn_event(struct proxy *px, struct endpoint *e, uint32_t ev)
             conn_free(px, c);
             return;
         }
+        /* A bulk transfer: the bytes already buffered go first (dir_write), then the pipes. */
+        if (!c->spliced && (c->moved[0] >= BUF_CAP || c->moved[1] >= BUF_CAP))
+            conn_splice(px, c);
         break;
     }
     conn_update(px, c);
