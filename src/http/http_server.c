@@ -118,7 +118,10 @@ enum hdr {
     H_COUNT
 };
 
-#define HDR_NAME(s) {s, sizeof(s) - 1}
+#define HDR_NAME(s)                                                                                \
+    {                                                                                              \
+        s, sizeof(s) - 1                                                                           \
+    }
 static const struct {
     const char *name;
     size_t len;
