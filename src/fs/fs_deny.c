@@ -41,6 +41,10 @@ struct shape {
     const char *b;
     size_t n;
     bool anchored;
+    /* For the scan's quick rejection (leaf_match): the ASCII literal bytes that begin (pre) and
+     * end (suf) the glob's last segment, which a matching path's last component must begin and
+     * end with; 0 and 0 when the segment starts or ends with anything else. */
+    size_t last, pre_n, suf_n; /* last: offset of the last segment in b */
 };
 
 static void shape_of(const char *r, size_t n, struct shape *sh)
@@ -69,6 +73,26 @@ static void shape_of(const char *r, size_t n, struct shape *sh)
     }
     sh->b = r + s;
     sh->n = e > s ? e - s : 0;
+    sh->last = sh->pre_n = sh->suf_n = 0;
+    for (size_t i = sh->n; i > 0; i--) {
+        if (sh->b[i - 1] == '/') {
+            sh->last = i;
+            break;
+        }
+    }
+    /* Plain ASCII only: a byte that is '*', '?', '[', ']' or '\' (a wildcard, a class, an
+     * escape, or escaped itself), or not ASCII (compared as a code point), ends the run. An ASCII
+     * byte is always one character of its own in UTF-8, so the bytes must be there verbatim. */
+    const unsigned char *g = (const unsigned char *)sh->b;
+    size_t ln = sh->n - sh->last;
+#define PLAIN(ch)                                                                                  \
+    ((ch) < 0x80 && (ch) != '*' && (ch) != '?' && (ch) != '[' && (ch) != ']' && (ch) != '\\')
+    while (sh->pre_n < ln && PLAIN(g[sh->last + sh->pre_n]))
+        sh->pre_n++;
+    while (sh->suf_n < ln && PLAIN(g[sh->n - 1 - sh->suf_n]))
+        sh->suf_n++;
+#undef PLAIN
+    /* An escape before the suffix run only makes its first byte literal, which it is anyway. */
 }
 
 /* Whether the segment [o, e) of r closes every '[' it opens (find's class rules: '!' or '^'
@@ -172,6 +196,31 @@ static bool shape_match(const struct shape *sh, const char *path, size_t path_n)
     return false;
 }
 
+/*
+ * shape_match for the scan, which meets every path after its ancestors (cs_fs_deny_scan descends
+ * only into directories no rule denied, and evaluates nothing inside a denied one): a rule that
+ * matched a proper ancestor, or a component other than the last, would have matched one of
+ * those ancestors already. So only the last component (one component at any depth) or the whole
+ * path (anchored) is left to try, the same answer shape_match gives for such a path. leaf is the
+ * offset of the last component. First the rule's literal ends against it (quick rejection).
+ */
+static bool leaf_match(const struct shape *sh, const char *path, size_t path_n, size_t leaf)
+{
+    const unsigned char *g = (const unsigned char *)sh->b;
+    const unsigned char *s = (const unsigned char *)path;
+    if (sh->n == 0 || path_n == 0)
+        return false;
+    size_t ln = path_n - leaf;
+    /* (The last glob segment is never "**": shape_of strips trailing ones, and a lone "**"
+     * has neither run.) */
+    if (ln < sh->pre_n || ln < sh->suf_n || memcmp(s + leaf, g + sh->last, sh->pre_n) != 0 ||
+        memcmp(s + path_n - sh->suf_n, g + sh->n - sh->suf_n, sh->suf_n) != 0)
+        return false;
+    if (!sh->anchored)
+        return cs__fs_seg_match(g, sh->n, s + leaf, ln);
+    return cs__fs_path_match(g, sh->n, s, path_n);
+}
+
 bool cs_fs_deny_rule_match(const char *rule, size_t rule_n, const char *path, size_t path_n)
 {
     struct shape sh;
@@ -245,6 +294,14 @@ const char *cs_fs_deny_path(const struct cs_fs_deny *d, const char *rel, size_t 
         return NULL;
     for (size_t i = 0; i < d->n; i++)
         if (shape_match(&d->shapes[i], rel, rel_n))
+            return d->text[i];
+    return NULL;
+}
+
+const char *cs__fs_deny_leaf(const struct cs_fs_deny *d, const char *rel, size_t rel_n, size_t leaf)
+{
+    for (size_t i = 0; i < d->n; i++)
+        if (leaf_match(&d->shapes[i], rel, rel_n, leaf))
             return d->text[i];
     return NULL;
 }
@@ -447,7 +504,7 @@ static int scan_dir(struct scan *s, const char *rel, bool denied)
         bool is_dir = S_ISDIR(st.st_mode), is_reg = S_ISREG(st.st_mode);
         if (!is_dir && !is_reg)
             continue; /* links and special files: the tools refuse them anyway */
-        bool here = !denied && cs_fs_deny_path(s->d, path, plen) != NULL;
+        bool here = !denied && cs__fs_deny_leaf(s->d, path, plen, base) != NULL;
         if (denied || here)
             cs_fs_deny_remember(s->d, &st);
         if (here || (!denied && is_reg && cs_fs_deny_known(s->d, &st))) {

@@ -327,6 +327,73 @@ static void test_deny_table(void **state)
 }
 
 /* read and find with rules, and the identity memory, on a real tree. */
+/* The scan's matcher (cs__fs_deny_leaf: the last component only, after a quick rejection on the
+ * rule's literal ends) answers as cs_fs_deny_path for every path whose ancestors are not denied,
+ * over rules with escapes, classes, '?', "**", anchors and non-ASCII bytes and paths of one to
+ * three components (invalid UTF-8 included, as a directory listing may hold). */
+static void test_deny_leaf_equals_path(void **state)
+{
+    (void)state;
+    static const char *const rules[] = {
+        ".env",       ".env.*",   "**/*.pem",   "*.pem",         "secrets/",
+        "**/id_rsa*", "vault/**", "**/.aws/**", "a/*/x.pem",     "[a-z]*",
+        "?.pem",      "\\[x]",    "*\\*b",      "\xc3\xa9*",     "*m",
+        "p?m",        "**",       "a/**/keys",  "/secrets",      "./vault",
+        "*.p[e]m",    "[!a]",     "[]]",        "x.pem/",        "**/credentials*",
+        "*.\\pem",    "k?ys",     "a/x.pem",    "**/a/**/x.pem", "*\xc3\xa9.pem",
+    };
+    static const char *const comps[] = {
+        "a",     ".env",         "x.pem",      "id_rsa", "id_rsa.pub", "secrets",
+        "keys",  "\xc3\xa9.pem", "\xff.pem",   "[x]",    "a*b",        ".aws",
+        "vault", "pem",          ".env.local", "k.pxm",
+    };
+    enum { NC = sizeof comps / sizeof *comps };
+    size_t checked = 0, denied = 0;
+    for (size_t r = 0; r < sizeof rules / sizeof *rules; r++) {
+        struct cs_str rule = {(char *)rules[r], strlen(rules[r])};
+        struct cs_fs_deny *d = cs_fs_deny_new(&rule, 1);
+        assert_non_null(d);
+        for (size_t k = 0; k < NC * NC * NC + NC * NC + NC; k++) {
+            /* k enumerates the paths of one, two and three components */
+            size_t idx[3], depth;
+            if (k < NC) {
+                depth = 1, idx[0] = k;
+            } else if (k < NC + NC * NC) {
+                depth = 2, idx[0] = (k - NC) / NC, idx[1] = (k - NC) % NC;
+            } else {
+                size_t j = k - NC - NC * NC;
+                depth = 3, idx[0] = j / (NC * NC), idx[1] = j / NC % NC, idx[2] = j % NC;
+            }
+            char path[256];
+            size_t n = 0, leaf = 0;
+            bool ancestor_denied = false;
+            for (size_t c = 0; c < depth; c++) {
+                if (c > 0) {
+                    if (cs_fs_deny_path(d, path, n) != NULL)
+                        ancestor_denied = true;
+                    path[n++] = '/';
+                }
+                leaf = n;
+                size_t l = strlen(comps[idx[c]]);
+                memcpy(path + n, comps[idx[c]], l);
+                n += l;
+            }
+            path[n] = '\0';
+            if (ancestor_denied)
+                continue;
+            bool want = cs_fs_deny_path(d, path, n) != NULL;
+            bool got = cs__fs_deny_leaf(d, path, n, leaf) != NULL;
+            if (got != want)
+                fail_msg("rule '%s' path '%s': leaf %d, path %d", rules[r], path, got, want);
+            checked++;
+            denied += want;
+        }
+        cs_fs_deny_free(d);
+    }
+    assert_true(checked > 10000);
+    assert_true(denied > 500); /* the table is not all misses */
+}
+
 static void test_deny_read_find(void **state)
 {
     (void)state;
@@ -1425,6 +1492,7 @@ int main(void)
         cmocka_unit_test(test_normalize_length),
         cmocka_unit_test(test_glob_table),
         cmocka_unit_test(test_deny_table),
+        cmocka_unit_test(test_deny_leaf_equals_path),
         cmocka_unit_test(test_deny_read_find),
         cmocka_unit_test(test_utf8_table),
         cmocka_unit_test(test_read_windows),
