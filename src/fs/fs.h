@@ -252,6 +252,10 @@ bool cs__fs_path_match(const unsigned char *g, size_t gn, const unsigned char *s
  * is matched, after a quick rejection on the rule's literal ends. */
 const char *cs__fs_deny_leaf(const struct cs_fs_deny *d, const char *rel, size_t rel_n,
                              size_t leaf);
+/* Tests: the age under which a directory's listing is not cached (default 2000 ms), and how
+ * many directories the last scan of d took from its cache. */
+void cs__fs_deny_cache_window(long ms);
+size_t cs__fs_deny_cache_hits(const struct cs_fs_deny *d);
 int cs__fs_deny_check(const struct cs_fs_deny *d, const struct cs_fs_path *p, struct cs_diag *diag);
 
 /* ---- test hooks (internal) ---- */
