@@ -8,7 +8,8 @@
  *
  * Files: sandbox_main.c (CLI, probe), sandbox_plan.c (prepare, plan load, plan validation),
  * sandbox_run.c (outer helper, init, command), sandbox_identity.c (the command's ids and the
- * workspace tree), sandbox_setup.c (mounts, capabilities, Landlock, seccomp), sandbox_proxy.c
+ * workspace tree), sandbox_setup.c (mounts, capabilities, Landlock, seccomp), sandbox_filter.c
+ * (the seccomp rules, also compiled at build time by sandbox_filter_gen.c), sandbox_proxy.c
  * (the epoll proxy), sandbox_proxy_parse.c (request head parser; pure, fuzzed). The
  * network_allow entries and destination rules are src/base/base_netallow.c, shared with the
  * configuration load.
@@ -181,8 +182,9 @@ size_t cs_sbx_denial_count(void);
  * on fd; best effort (a failure leaves the runner without denials, never fails the command). */
 void cs_sbx_report_write(int fd);
 
-/* Whether the kernel and libseccomp support seccomp user notification. */
-bool cs_sbx_notify_supported(void);
+/* Whether the kernel supports seccomp user notification, and libseccomp too unless the filter
+ * is a program compiled at build time (precompiled). */
+bool cs_sbx_notify_supported(bool precompiled);
 
 /* Receives one notification on the listener fd, answers it with EPERM (never lets the call
  * proceed) and records it. Returns 0 (also when the caller was already gone), or -1 when the

@@ -88,33 +88,43 @@ static void write_map(pid_t pid, const char *file, const char *text)
     close(fd);
 }
 
+/* The idmap namespace's holder: born in it (CLONE_NEWUSER: the namespace exists once clone
+ * returns, so the helper writes its maps without waiting for the child to run), it waits for
+ * down to close. It shares the helper's memory (CLONE_VM, on a stack of its own: nothing to copy,
+ * no copy-on-write faults on either side), so it makes raw system calls only. */
+struct holder {
+    int down;       /* its end */
+    int down_write; /* the helper's end, in its copy of the descriptor table */
+};
+
+static int holder_main(void *arg)
+{
+    const struct holder *h = arg;
+    char c;
+    (void)syscall(SYS_close, (long)h->down_write);
+    (void)syscall(SYS_read, (long)h->down, &c, 1L); /* until the helper closes its end */
+    syscall(SYS_exit, 0L);
+    return 0;
+}
+
 /* A user namespace that maps the workspace root's owner (on disk) to the command's host ids:
- * the idmapping of the workspace bind. A child enters it and waits; its namespace outlives it
- * through the returned descriptor. */
+ * the idmapping of the workspace bind. A child is born in it and waits; the namespace outlives
+ * it through the returned descriptor. The child is not waited for here: the outer helper reaps
+ * every child it has (outer_on_signal); it cannot exit, nor its pid be reused, before down is
+ * closed below. */
 static int idmap_userns(const struct cs_sbx_ids *ids)
 {
-    /* up: the child says it has entered its namespace; down: closed by us when done. Two
-     * pipes, so neither side can read its own byte back. */
-    int up[2], down[2];
-    if (pipe2(up, O_CLOEXEC) < 0 || pipe2(down, O_CLOEXEC) < 0)
+    int down[2];
+    if (pipe2(down, O_CLOEXEC) < 0)
         cs_sbx_die("pipe");
-    pid_t pid = fork();
+    static char stack[16384] __attribute__((aligned(16)));
+    static struct holder h;
+    h = (struct holder){.down = down[0], .down_write = down[1]};
+    pid_t pid = clone(holder_main, stack + sizeof stack, CLONE_VM | CLONE_NEWUSER | SIGCHLD, &h);
     if (pid < 0)
-        cs_sbx_die("fork (idmap namespace)");
-    if (pid == 0) {
-        close(up[0]);
-        close(down[1]);
-        char c = unshare(CLONE_NEWUSER) == 0 ? 'u' : 'x';
-        (void)!write(up[1], &c, 1);
-        (void)!read(down[0], &c, 1); /* until the helper closes its end */
-        _exit(0);
-    }
-    close(up[1]);
+        cs_sbx_die("clone (idmap namespace)");
     close(down[0]);
-    char c = 0, map[64], path[64];
-    if (read(up[0], &c, 1) != 1 || c != 'u')
-        cs_sbx_diex("cannot create the idmap user namespace");
-    close(up[0]);
+    char map[64], path[64];
     write_map(pid, "setgroups", "deny");
     snprintf(map, sizeof map, "%u %u 1\n", ids->owner_uid, ids->host_uid);
     write_map(pid, "uid_map", map);
@@ -125,8 +135,6 @@ static int idmap_userns(const struct cs_sbx_ids *ids)
     if (ns < 0)
         cs_sbx_die("open the idmap user namespace");
     close(down[1]);
-    while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
-        ;
     return ns;
 }
 

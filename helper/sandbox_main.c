@@ -200,11 +200,25 @@ int main(int argc, char **argv)
         cs_sbx_diex("%s", err.text);
     /* Nothing the runner left open reaches the sandbox, but the held workspace root the plan
      * names (the runner passes it as fd 3). */
-    for (int fd = 3; fd < 1024; fd++)
-        if (!(plan.has_workspace_fd && fd == plan.workspace_fd) &&
-            !(plan.has_report_fd && fd == plan.report_fd))
-            close(fd);
-    if (close_range(1024, ~0u, 0) < 0)
+    /* One close_range per gap between the kept descriptors (3 to 1023, validated), not a close
+     * per number: a thousand system calls were 80 us of every spawn (issue 20). */
+    unsigned keep[2], nk = 0;
+    if (plan.has_workspace_fd)
+        keep[nk++] = (unsigned)plan.workspace_fd;
+    if (plan.has_report_fd)
+        keep[nk++] = (unsigned)plan.report_fd;
+    if (nk == 2 && keep[0] > keep[1]) {
+        unsigned t = keep[0];
+        keep[0] = keep[1];
+        keep[1] = t;
+    }
+    unsigned from = 3;
+    for (unsigned i = 0; i < nk; i++) {
+        if (keep[i] > from && close_range(from, keep[i] - 1, 0) < 0)
+            cs_sbx_die("close_range");
+        from = keep[i] + 1;
+    }
+    if (close_range(from, ~0u, 0) < 0)
         cs_sbx_die("close_range");
     /* The denial report's pipe (docs/contract/tools.md §6): the runner reads it after the end. */
     if (plan.has_report_fd) {

@@ -18,6 +18,7 @@
 #include <linux/landlock.h>
 #include <linux/mount.h>
 #include <linux/openat2.h>
+#include <linux/seccomp.h>
 #include <net/if.h>
 #include <netinet/in.h>
 #include <sched.h>
@@ -36,6 +37,8 @@
 #include <unistd.h>
 
 #include "sandbox.h"
+#include "sandbox_filter.h"
+#include "sandbox_filter_bpf.h"
 
 /* ---------------------------------------------------------------- network ---- */
 
@@ -168,9 +171,26 @@ static void unescape(char *s)
 }
 
 /* Remounts with extra the mount at dir and every mount below it (a recursive bind brings
- * submounts along, and MS_REMOUNT applies to one mount only). */
+ * submounts along, and MS_REMOUNT applies to one mount only). One recursive mount_setattr where
+ * the kernel has it (5.12): it changes every mount of the tree or none, and only adds flags, so
+ * the ones a user namespace locks stay; the top is read back. Older kernels: each mount listed
+ * in mountinfo, remounted and read back (reading mountinfo was most of this step's cost). */
 static void remount_tree_with(const char *dir, unsigned long extra)
 {
+    struct mount_attr attr = {.attr_set = ((extra & MS_RDONLY) ? MOUNT_ATTR_RDONLY : 0) |
+                                          ((extra & MS_NOSUID) ? MOUNT_ATTR_NOSUID : 0) |
+                                          ((extra & MS_NODEV) ? MOUNT_ATTR_NODEV : 0)};
+    if (syscall(SYS_mount_setattr, AT_FDCWD, dir, AT_RECURSIVE | AT_SYMLINK_NOFOLLOW, &attr,
+                sizeof attr) == 0) {
+        struct statvfs sv;
+        if (statvfs(dir, &sv) < 0 || ((extra & MS_RDONLY) && !(sv.f_flag & ST_RDONLY)) ||
+            ((extra & MS_NOSUID) && !(sv.f_flag & ST_NOSUID)) ||
+            ((extra & MS_NODEV) && !(sv.f_flag & ST_NODEV)))
+            cs_sbx_diex("remount %s did not hold", dir);
+        return;
+    }
+    if (errno != ENOSYS)
+        cs_sbx_diex("mount_setattr %s: %s", dir, strerror(errno));
     FILE *f = fopen("/oldroot/proc/self/mountinfo", "re");
     if (!f)
         cs_sbx_die("open mountinfo");
@@ -650,158 +670,42 @@ int cs_sbx_setup_landlock(const struct csw_sandbox_plan *plan)
 
 /* ---------------------------------------------------------------- seccomp ---- */
 
-/* SCMP_An() leaves datum_b implicit, which clang's -Wmissing-field-initializers rejects. */
-static struct scmp_arg_cmp cmp(unsigned arg, enum scmp_compare op, uint64_t a, uint64_t b)
+/* Loads the filter for the variant: the program compiled at build time (sandbox_filter_bpf.h)
+ * when the build had one, else the rules built and compiled here. Returns the listener (notify),
+ * else -1; dies if the filter cannot be loaded. */
+static int load_filter(bool network_enabled, bool notify)
 {
-    struct scmp_arg_cmp c = {.arg = arg, .op = op, .datum_a = a, .datum_b = b};
-    return c;
-}
-
-static void sc_add(scmp_filter_ctx ctx, uint32_t action, const char *name, unsigned n,
-                   const struct scmp_arg_cmp *cmp)
-{
-    int nr = seccomp_syscall_resolve_name(name);
-    if (nr == __NR_SCMP_ERROR)
-        return; /* not a syscall of this architecture */
-    int rc = seccomp_rule_add_array(ctx, action, nr, n, cmp);
-    if (rc < 0)
-        cs_sbx_diex("seccomp rule %s: %s", name, strerror(-rc));
-}
-
-void cs_sbx_setup_seccomp(bool network_enabled, int notify_sock)
-{
-    scmp_filter_ctx ctx = seccomp_init(SCMP_ACT_ALLOW);
+    unsigned short len = cs_sbx_bpf[network_enabled][notify].len;
+    if (len > 0) {
+        /* What seccomp_load does with this program: no_new_privs is set already (the init,
+         * and SCMP_FLTATR_CTL_NNP for the built path); a notifying filter asks for its
+         * listener. */
+        struct sock_fprog prog = {
+            .len = len, .filter = (struct sock_filter *)cs_sbx_bpf[network_enabled][notify].prog};
+        long fd = syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER,
+                          notify ? SECCOMP_FILTER_FLAG_NEW_LISTENER : 0, &prog);
+        if (fd < 0)
+            cs_sbx_die("seccomp (precompiled filter)");
+        return notify ? (int)fd : -1;
+    }
+    char err[256];
+    scmp_filter_ctx ctx = cs_sbx_filter_new(network_enabled, notify, err, sizeof err);
     if (!ctx)
-        cs_sbx_diex("seccomp_init failed");
-    /* Other architectures (i386 int 0x80, x32) kill the whole process. */
-    if (seccomp_attr_set(ctx, SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_KILL_PROCESS) < 0)
-        cs_sbx_diex("seccomp bad-arch action");
-    if (seccomp_attr_set(ctx, SCMP_FLTATR_CTL_NNP, 1) < 0)
-        cs_sbx_diex("seccomp nnp");
-
-    static const char *const denied[] = {
-        "ptrace",
-        "process_vm_readv",
-        "process_vm_writev",
-        "io_uring_setup",
-        "io_uring_enter",
-        "io_uring_register",
-        "keyctl",
-        "add_key",
-        "request_key",
-        "bpf",
-        "perf_event_open",
-        "userfaultfd",
-        "mount",
-        "umount2",
-        "pivot_root",
-        "move_mount",
-        "open_tree",
-        "fsopen",
-        "fsconfig",
-        "fsmount",
-        "fspick",
-        "mount_setattr",
-        "unshare",
-        "setns",
-        "kexec_load",
-        "kexec_file_load",
-        "init_module",
-        "finit_module",
-        "delete_module",
-        "swapon",
-        "swapoff",
-        "reboot",
-        "acct",
-        "quotactl",
-        "quotactl_fd",
-        "open_by_handle_at",
-        "name_to_handle_at",
-        "iopl",
-        "ioperm",
-        "syslog",
-        "chroot",
-        "lookup_dcookie",
-        "vhangup",
-        "nfsservctl",
-        "uselib",
-    };
-    /* The refusals the helper reports (docs/contract/tools.md §6) notify it instead: it answers
-     * each with EPERM, what SCMP_ACT_ERRNO(EPERM) returns. The set-id mode rules and the ENOSYS
-     * rules (clone3, openat2, fchmodat2: libc's fallback probes, hit by every fork) stay plain
-     * errno actions and are not reported. */
-    bool notify = notify_sock >= 0 && cs_sbx_notify_supported();
-    uint32_t eperm = SCMP_ACT_ERRNO(EPERM);
-    uint32_t report = notify ? SCMP_ACT_NOTIFY : eperm;
-    for (size_t i = 0; i < sizeof denied / sizeof *denied; i++)
-        sc_add(ctx, report, denied[i], 0, NULL);
-
-    /* clone with any namespace flag (CLONE_NEWTIME's bit is CSIGNAL's for clone, skip it). */
-    static const uint64_t ns[] = {CLONE_NEWNS,  CLONE_NEWUTS, CLONE_NEWIPC,   CLONE_NEWUSER,
-                                  CLONE_NEWPID, CLONE_NEWNET, CLONE_NEWCGROUP};
-    for (size_t i = 0; i < sizeof ns / sizeof *ns; i++) {
-        struct scmp_arg_cmp c = cmp(0, SCMP_CMP_MASKED_EQ, ns[i], ns[i]);
-        sc_add(ctx, report, "clone", 1, &c);
-    }
-    /* clone3 passes flags in memory the filter cannot read: ENOSYS, and libc falls back. */
-    sc_add(ctx, SCMP_ACT_ERRNO(ENOSYS), "clone3", 0, NULL);
-
-    /* personality: only PER_LINUX (the query 0xffffffff is refused too; libseccomp cannot
-     * compare one argument twice in a rule). */
-    {
-        struct scmp_arg_cmp c = cmp(0, SCMP_CMP_NE, 0, 0);
-        sc_add(ctx, report, "personality", 1, &c);
-    }
-    /* Terminal injection: the kernel compares the low 32 bits of the request number. */
-    {
-        struct scmp_arg_cmp c = cmp(1, SCMP_CMP_MASKED_EQ, 0xFFFFFFFFu, TIOCSTI);
-        sc_add(ctx, report, "ioctl", 1, &c);
-        struct scmp_arg_cmp d = cmp(1, SCMP_CMP_MASKED_EQ, 0xFFFFFFFFu, TIOCLINUX);
-        sc_add(ctx, report, "ioctl", 1, &d);
-    }
-    /* docs/contract/sandbox.md §3: no set-user-ID or set-group-ID bit can be set, by a mode change
-     * or by a creation mode (arg is where each call takes its mode). openat2 passes its mode in
-     * memory the filter cannot read, and fchmodat2 may be unknown to this libseccomp: both are
-     * refused outright (ENOSYS: libc falls back to openat / fchmodat). */
-    {
-        static const struct {
-            const char *name;
-            unsigned arg;
-        } modes[] = {{"chmod", 1}, {"fchmod", 1}, {"fchmodat", 2}, {"open", 2},  {"openat", 3},
-                     {"creat", 1}, {"mkdir", 1},  {"mkdirat", 2},  {"mknod", 1}, {"mknodat", 2}};
-        static const uint64_t bits[] = {S_ISUID, S_ISGID};
-        for (size_t i = 0; i < sizeof modes / sizeof *modes; i++)
-            for (size_t b = 0; b < 2; b++) {
-                struct scmp_arg_cmp c = cmp(modes[i].arg, SCMP_CMP_MASKED_EQ, bits[b], bits[b]);
-                sc_add(ctx, eperm, modes[i].name, 1, &c);
-            }
-        sc_add(ctx, SCMP_ACT_ERRNO(ENOSYS), "openat2", 0, NULL);
-#ifndef __NR_fchmodat2
-#define __NR_fchmodat2 452
-#endif
-        int rc2 = seccomp_rule_add_array(ctx, SCMP_ACT_ERRNO(ENOSYS), __NR_fchmodat2, 0, NULL);
-        if (rc2 < 0)
-            cs_sbx_diex("seccomp rule fchmodat2: %s", strerror(-rc2));
-    }
-    /* socket(): AF_UNIX only, plus AF_INET and AF_INET6 with the proxy. */
-    if (!network_enabled) {
-        struct scmp_arg_cmp c = cmp(0, SCMP_CMP_NE, AF_UNIX, 0);
-        sc_add(ctx, report, "socket", 1, &c);
-    } else {
-        for (uint64_t fam = 0; fam < AF_INET6; fam++) {
-            if (fam == AF_UNIX || fam == AF_INET)
-                continue;
-            struct scmp_arg_cmp c = cmp(0, SCMP_CMP_EQ, fam, 0);
-            sc_add(ctx, report, "socket", 1, &c);
-        }
-        struct scmp_arg_cmp c = cmp(0, SCMP_CMP_GT, AF_INET6, 0);
-        sc_add(ctx, report, "socket", 1, &c);
-    }
+        cs_sbx_diex("%s", err);
     int rc = seccomp_load(ctx);
     int listener = notify && rc == 0 ? seccomp_notify_fd(ctx) : -1;
     seccomp_release(ctx);
     if (rc < 0)
         cs_sbx_diex("seccomp_load: %s", strerror(-rc));
+    return listener;
+}
+
+void cs_sbx_setup_seccomp(bool network_enabled, int notify_sock)
+{
+    /* The refusals the helper reports (docs/contract/tools.md §6) notify it when the host can. */
+    bool notify =
+        notify_sock >= 0 && cs_sbx_notify_supported(cs_sbx_bpf[network_enabled][1].len > 0);
+    int listener = load_filter(network_enabled, notify);
     /* The listener goes to the outer helper and is closed here before execve: a command that
      * held it could answer its own notifications (and let a refused call succeed). */
     if (notify) {

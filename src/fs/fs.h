@@ -247,6 +247,15 @@ bool cs__fs_seg_match(const unsigned char *p, size_t pn, const unsigned char *s,
 bool cs__fs_path_match(const unsigned char *g, size_t gn, const unsigned char *s, size_t sn);
 /* The PATH_DENIED check of a normalised path: 0, or CSW_ERROR_PATH_DENIED with diag naming the
  * rule (never anything about the file). */
+/* cs_fs_deny_path for the scan: a path none of whose ancestors a rule denies, with leaf the
+ * offset of its last component; only that component (or the whole path, for an anchored rule)
+ * is matched, after a quick rejection on the rule's literal ends. */
+const char *cs__fs_deny_leaf(const struct cs_fs_deny *d, const char *rel, size_t rel_n,
+                             size_t leaf);
+/* Tests: the age under which a directory's listing is not cached (default 2000 ms), and how
+ * many directories the last scan of d took from its cache. */
+void cs__fs_deny_cache_window(long ms);
+size_t cs__fs_deny_cache_hits(const struct cs_fs_deny *d);
 int cs__fs_deny_check(const struct cs_fs_deny *d, const struct cs_fs_path *p, struct cs_diag *diag);
 
 /* ---- test hooks (internal) ---- */

@@ -17,7 +17,7 @@
  *
  * Threads: the rules are immutable after cs_fs_deny_new; the identity set has a mutex, since
  * reads, finds and patches run on the executor's file-work threads while a spawn scans on the
- * loop thread.
+ * loop thread; scans are serialised by another, which guards the scan's directory cache.
  *
  * Entry points: fs.h (cs_fs_deny_*, cs_fs_read_deny / cs_fs_find_deny are in fs_read.c and
  * fs_find.c).
@@ -29,6 +29,10 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdint.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <time.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -41,6 +45,10 @@ struct shape {
     const char *b;
     size_t n;
     bool anchored;
+    /* For the scan's quick rejection (leaf_match): the ASCII literal bytes that begin (pre) and
+     * end (suf) the glob's last segment, which a matching path's last component must begin and
+     * end with; 0 and 0 when the segment starts or ends with anything else. */
+    size_t last, pre_n, suf_n; /* last: offset of the last segment in b */
 };
 
 static void shape_of(const char *r, size_t n, struct shape *sh)
@@ -69,6 +77,26 @@ static void shape_of(const char *r, size_t n, struct shape *sh)
     }
     sh->b = r + s;
     sh->n = e > s ? e - s : 0;
+    sh->last = sh->pre_n = sh->suf_n = 0;
+    for (size_t i = sh->n; i > 0; i--) {
+        if (sh->b[i - 1] == '/') {
+            sh->last = i;
+            break;
+        }
+    }
+    /* Plain ASCII only: a byte that is '*', '?', '[', ']' or '\' (a wildcard, a class, an
+     * escape, or escaped itself), or not ASCII (compared as a code point), ends the run. An ASCII
+     * byte is always one character of its own in UTF-8, so the bytes must be there verbatim. */
+    const unsigned char *g = (const unsigned char *)sh->b;
+    size_t ln = sh->n - sh->last;
+#define PLAIN(ch)                                                                                  \
+    ((ch) < 0x80 && (ch) != '*' && (ch) != '?' && (ch) != '[' && (ch) != ']' && (ch) != '\\')
+    while (sh->pre_n < ln && PLAIN(g[sh->last + sh->pre_n]))
+        sh->pre_n++;
+    while (sh->suf_n < ln && PLAIN(g[sh->n - 1 - sh->suf_n]))
+        sh->suf_n++;
+#undef PLAIN
+    /* An escape before the suffix run only makes its first byte literal, which it is anyway. */
 }
 
 /* Whether the segment [o, e) of r closes every '[' it opens (find's class rules: '!' or '^'
@@ -172,6 +200,31 @@ static bool shape_match(const struct shape *sh, const char *path, size_t path_n)
     return false;
 }
 
+/*
+ * shape_match for the scan, which meets every path after its ancestors (cs_fs_deny_scan descends
+ * only into directories no rule denied, and evaluates nothing inside a denied one): a rule that
+ * matched a proper ancestor, or a component other than the last, would have matched one of
+ * those ancestors already. So only the last component (one component at any depth) or the whole
+ * path (anchored) is left to try, the same answer shape_match gives for such a path. leaf is the
+ * offset of the last component. First the rule's literal ends against it (quick rejection).
+ */
+static bool leaf_match(const struct shape *sh, const char *path, size_t path_n, size_t leaf)
+{
+    const unsigned char *g = (const unsigned char *)sh->b;
+    const unsigned char *s = (const unsigned char *)path;
+    if (sh->n == 0 || path_n == 0)
+        return false;
+    size_t ln = path_n - leaf;
+    /* (The last glob segment is never "**": shape_of strips trailing ones, and a lone "**"
+     * has neither run.) */
+    if (ln < sh->pre_n || ln < sh->suf_n || memcmp(s + leaf, g + sh->last, sh->pre_n) != 0 ||
+        memcmp(s + path_n - sh->suf_n, g + sh->n - sh->suf_n, sh->suf_n) != 0)
+        return false;
+    if (!sh->anchored)
+        return cs__fs_seg_match(g, sh->n, s + leaf, ln);
+    return cs__fs_path_match(g, sh->n, s, path_n);
+}
+
 bool cs_fs_deny_rule_match(const char *rule, size_t rule_n, const char *path, size_t path_n)
 {
     struct shape sh;
@@ -185,6 +238,8 @@ struct ident {
     uint64_t dev, ino; /* ino 0: an empty slot (no file has inode 0 on Linux file systems) */
 };
 
+struct cdir;
+
 struct cs_fs_deny {
     char **text; /* the rules as given */
     struct shape *shapes;
@@ -192,6 +247,9 @@ struct cs_fs_deny {
     pthread_mutex_t mu; /* guards ids, ids_cap, ids_n */
     struct ident *ids;  /* open addressing, power-of-two capacity, at most half full */
     size_t ids_cap, ids_n;
+    pthread_mutex_t scan_mu; /* one scan at a time: guards the directory cache */
+    struct cdir *dirs;       /* the scan's directory cache (see there), open addressing */
+    size_t dirs_cap, dirs_n, dirs_entries, dirs_hits;
 };
 
 struct cs_fs_deny *cs_fs_deny_new(const struct cs_str *rules, size_t n)
@@ -202,6 +260,11 @@ struct cs_fs_deny *cs_fs_deny_new(const struct cs_str *rules, size_t n)
     if (d == NULL)
         return NULL;
     if (pthread_mutex_init(&d->mu, NULL) != 0) {
+        free(d);
+        return NULL;
+    }
+    if (pthread_mutex_init(&d->scan_mu, NULL) != 0) {
+        pthread_mutex_destroy(&d->mu);
         free(d);
         return NULL;
     }
@@ -226,6 +289,8 @@ fail:
     return NULL;
 }
 
+static void cache_clear(struct cs_fs_deny *d);
+
 void cs_fs_deny_free(struct cs_fs_deny *d)
 {
     if (d == NULL)
@@ -235,6 +300,8 @@ void cs_fs_deny_free(struct cs_fs_deny *d)
     free(d->text);
     free(d->shapes);
     free(d->ids);
+    cache_clear(d);
+    pthread_mutex_destroy(&d->scan_mu);
     pthread_mutex_destroy(&d->mu);
     free(d);
 }
@@ -245,6 +312,14 @@ const char *cs_fs_deny_path(const struct cs_fs_deny *d, const char *rel, size_t 
         return NULL;
     for (size_t i = 0; i < d->n; i++)
         if (shape_match(&d->shapes[i], rel, rel_n))
+            return d->text[i];
+    return NULL;
+}
+
+const char *cs__fs_deny_leaf(const struct cs_fs_deny *d, const char *rel, size_t rel_n, size_t leaf)
+{
+    for (size_t i = 0; i < d->n; i++)
+        if (leaf_match(&d->shapes[i], rel, rel_n, leaf))
             return d->text[i];
     return NULL;
 }
@@ -339,6 +414,228 @@ out:
     pthread_mutex_unlock(&d->mu);
 }
 
+/* ---- the scan's directory cache ---- */
+
+/*
+ * The scan reads every directory and stats every entry at every spawn (10,000 files: most of a
+ * spawn's cost). What it reads of a directory, the names with their type and identity, changes
+ * only with the directory's own entries, and any change to those (a file created, removed,
+ * renamed in or out, hard-linked in) sets the directory's ctime to the time of the change; no
+ * caller can set a ctime back. So a directory whose inode, ctime, mtime, size and link count are
+ * those of the cached listing has that listing, and the scan reuses it instead of readdir and a
+ * stat per entry. Everything else is decided afresh at each scan from the listing, as before:
+ * the rules, the remembered identities (a file whose inode was remembered since is masked), the
+ * masks. A new file or directory, a rename, a new directory whose name a rule matches: each
+ * changes a directory's ctime, so that directory is read again.
+ *
+ * Trusted only where this holds: a listing is kept when the directory is on the root's file
+ * system, that is one whose ctime is the local kernel's (ext2/3/4, XFS, btrfs, tmpfs, F2FS; not
+ * a network or overlay file system), and its ctime is at least cache_racy_ms (2 s) old when it is
+ * read: a change in the same clock tick as the read could keep the ctime the read saw (timestamps
+ * are coarse), so a recently changed directory is read again next time too. Outside what this
+ * covers: the host's clock set back by more than that window, and a mount made on the host over
+ * a file of the workspace (root only), whose cached identity stays the file's beneath.
+ */
+struct centry {
+    uint64_t dev, ino;
+    uint32_t name; /* offset in names */
+    uint16_t len;
+    uint8_t kind; /* KIND_* */
+};
+
+enum { KIND_OTHER, KIND_REG, KIND_DIR };
+
+struct cdir {
+    char *rel; /* NULL: an empty slot */
+    uint64_t dev, ino, size, nlink;
+    struct timespec ctim, mtim;
+    char *names;
+    struct centry *e;
+    size_t n;
+    bool used; /* met by the current scan */
+};
+
+static long cache_racy_ms = 2000;
+
+void cs__fs_deny_cache_window(long ms)
+{
+    cache_racy_ms = ms;
+}
+
+size_t cs__fs_deny_cache_hits(const struct cs_fs_deny *d)
+{
+    return d->dirs_hits;
+}
+
+static size_t dir_slot(const char *rel, size_t n, size_t cap)
+{
+    uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a */
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ (unsigned char)rel[i]) * 0x100000001b3ull;
+    return (size_t)(h ^ (h >> 31)) & (cap - 1);
+}
+
+static void cdir_free(struct cdir *c)
+{
+    free(c->rel);
+    free(c->names);
+    free(c->e);
+    memset(c, 0, sizeof *c);
+}
+
+static void cache_clear(struct cs_fs_deny *d)
+{
+    for (size_t i = 0; i < d->dirs_cap; i++)
+        cdir_free(&d->dirs[i]);
+    free(d->dirs);
+    d->dirs = NULL;
+    d->dirs_cap = d->dirs_n = d->dirs_entries = 0;
+}
+
+static struct cdir *cache_find(struct cs_fs_deny *d, const char *rel, size_t n)
+{
+    if (d->dirs_cap == 0)
+        return NULL;
+    for (size_t i = dir_slot(rel, n, d->dirs_cap);; i = (i + 1) & (d->dirs_cap - 1)) {
+        struct cdir *c = &d->dirs[i];
+        if (c->rel == NULL)
+            return NULL;
+        if (strlen(c->rel) == n && memcmp(c->rel, rel, n) == 0)
+            return c;
+    }
+}
+
+static bool same_ts(const struct timespec *a, const struct timespec *b)
+{
+    return a->tv_sec == b->tv_sec && a->tv_nsec == b->tv_nsec;
+}
+
+static bool cdir_fresh(const struct cdir *c, const struct stat *st)
+{
+    return c->dev == (uint64_t)st->st_dev && c->ino == (uint64_t)st->st_ino &&
+           c->size == (uint64_t)st->st_size && c->nlink == (uint64_t)st->st_nlink &&
+           same_ts(&c->ctim, &st->st_ctim) && same_ts(&c->mtim, &st->st_mtim);
+}
+
+/* Puts c (moved in) into the table, replacing rel's old listing. Returns 0, or -1 on OOM (c is
+ * freed; the cache stays as it was but for rel's old listing, dropped). */
+static int cache_put(struct cs_fs_deny *d, struct cdir *c)
+{
+    size_t n = strlen(c->rel);
+    struct cdir *old = cache_find(d, c->rel, n);
+    if (old != NULL) {
+        d->dirs_entries -= old->n;
+        free(old->rel);
+        free(old->names);
+        free(old->e);
+        *old = *c;
+        d->dirs_entries += c->n;
+        return 0;
+    }
+    if (2 * (d->dirs_n + 1) > d->dirs_cap) {
+        size_t nc = d->dirs_cap ? 2 * d->dirs_cap : 64;
+        struct cdir *nv = calloc(nc, sizeof *nv);
+        if (nv == NULL) {
+            cdir_free(c);
+            return -1;
+        }
+        for (size_t i = 0; i < d->dirs_cap; i++) {
+            struct cdir *o = &d->dirs[i];
+            if (o->rel == NULL)
+                continue;
+            size_t j = dir_slot(o->rel, strlen(o->rel), nc);
+            while (nv[j].rel != NULL)
+                j = (j + 1) & (nc - 1);
+            nv[j] = *o;
+        }
+        free(d->dirs);
+        d->dirs = nv;
+        d->dirs_cap = nc;
+    }
+    size_t j = dir_slot(c->rel, n, d->dirs_cap);
+    while (d->dirs[j].rel != NULL)
+        j = (j + 1) & (d->dirs_cap - 1);
+    d->dirs[j] = *c;
+    d->dirs_n++;
+    d->dirs_entries += c->n;
+    return 0;
+}
+
+/* After a complete scan: drops the listings of directories it did not meet (gone, renamed, or
+ * below a directory now denied). Rebuilt in place through a fresh table. */
+static void cache_sweep(struct cs_fs_deny *d)
+{
+    struct cdir *old = d->dirs;
+    size_t cap = d->dirs_cap;
+    d->dirs = NULL;
+    d->dirs_cap = d->dirs_n = d->dirs_entries = 0;
+    for (size_t i = 0; i < cap; i++) {
+        struct cdir *c = &old[i];
+        if (c->rel == NULL)
+            continue;
+        if (!c->used) {
+            cdir_free(c);
+            continue;
+        }
+        c->used = false;
+        if (cache_put(d, c) != 0)
+            break; /* OOM: what is left is dropped below */
+    }
+    for (size_t i = 0; i < cap; i++)
+        if (old[i].rel != NULL && old[i].used)
+            cdir_free(&old[i]);
+    free(old);
+}
+
+/* A listing being read: entries and names grow together. */
+struct cbuild {
+    struct cdir c;
+    size_t ecap, ncap, nlen;
+    bool dead; /* not to be cached (OOM, too long) */
+};
+
+static void cbuild_add(struct cbuild *b, const char *name, size_t nl, int kind,
+                       const struct stat *st)
+{
+    if (b->dead)
+        return;
+    if (nl > UINT16_MAX || b->nlen + nl > UINT32_MAX) {
+        b->dead = true;
+        return;
+    }
+    if (b->c.n == b->ecap) {
+        size_t nc = b->ecap ? 2 * b->ecap : 16;
+        struct centry *nv = realloc(b->c.e, nc * sizeof *nv);
+        if (nv == NULL) {
+            b->dead = true;
+            return;
+        }
+        b->c.e = nv;
+        b->ecap = nc;
+    }
+    if (b->nlen + nl > b->ncap) {
+        size_t nc = b->ncap ? 2 * b->ncap : 256;
+        while (nc < b->nlen + nl)
+            nc *= 2;
+        char *nv = realloc(b->c.names, nc);
+        if (nv == NULL) {
+            b->dead = true;
+            return;
+        }
+        b->c.names = nv;
+        b->ncap = nc;
+    }
+    memcpy(b->c.names + b->nlen, name, nl);
+    b->c.e[b->c.n++] = (struct centry){
+        .dev = kind == KIND_OTHER ? 0 : (uint64_t)st->st_dev,
+        .ino = kind == KIND_OTHER ? 0 : (uint64_t)st->st_ino,
+        .name = (uint32_t)b->nlen,
+        .len = (uint16_t)nl,
+        .kind = (uint8_t)kind,
+    };
+    b->nlen += nl;
+}
+
 /* ---- the scan ---- */
 
 struct scan_dir {
@@ -355,6 +652,9 @@ struct scan {
     char **masks;
     size_t n_masks, masks_cap;
     bool want_masks, too_many;
+    bool cache_ok;       /* the root's file system keeps ctimes the cache can trust */
+    uint64_t dev;        /* the root's device: only its directories are cached */
+    struct timespec now; /* when the scan began */
 };
 
 static int scan_push(struct scan *s, const char *rel, size_t len, bool denied)
@@ -397,29 +697,62 @@ static int scan_mask(struct scan *s, const char *rel, size_t len)
     return 0;
 }
 
-/* Reads one directory (rel, "" for the root). Returns 0, 1 at the cap, -1 on OOM; a directory
- * that cannot be opened beneath the root is skipped (the root itself: -2). */
+/* One entry of directory rel (path[0..base) is rel and its '/'), kind and st as the directory
+ * holds them now. Returns 0, 1 at the cap, -1 on OOM. */
+static int scan_entry(struct scan *s, char *path, size_t base, const char *name, size_t nl,
+                      int kind, const struct stat *st, bool denied)
+{
+    if (++s->seen > CS_FS_DENY_SCAN_CAP)
+        return 1;
+    if (base + nl > CS_FS_PATH_MAX || kind == KIND_OTHER)
+        return 0; /* no tool can name it; links and special files: the tools refuse them anyway */
+    memcpy(path + base, name, nl);
+    path[base + nl] = '\0';
+    size_t plen = base + nl;
+    bool is_dir = kind == KIND_DIR, is_reg = kind == KIND_REG;
+    bool here = !denied && cs__fs_deny_leaf(s->d, path, plen, base) != NULL;
+    if (denied || here)
+        cs_fs_deny_remember(s->d, st);
+    if (here || (!denied && is_reg && cs_fs_deny_known(s->d, st))) {
+        if (scan_mask(s, path, plen) != 0)
+            return -1;
+    }
+    if (is_dir && scan_push(s, path, plen, denied || here) != 0)
+        return -1;
+    return 0;
+}
+
+/* Whether a directory changed at ts may still change within the same timestamp (see the cache). */
+static bool racy(const struct scan *s, const struct timespec *ts)
+{
+    int64_t age_ms = ((int64_t)s->now.tv_sec - (int64_t)ts->tv_sec) * 1000 +
+                     ((int64_t)s->now.tv_nsec - (int64_t)ts->tv_nsec) / 1000000;
+    return age_ms < cache_racy_ms;
+}
+
+/* Reads one directory (rel, "" for the root), or takes its cached listing when it has not
+ * changed. Returns 0, 1 at the cap, -1 on OOM; a directory that cannot be opened beneath the
+ * root is skipped (the root itself: -2). */
 static int scan_dir(struct scan *s, const char *rel, bool denied)
 {
     int fd;
     size_t len = strlen(rel);
+    struct stat dst;
     if (len == 0) {
         fd = openat(s->rootfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         if (fd < 0)
             return -2;
+        if (fstat(fd, &dst) != 0) {
+            close(fd);
+            return -2;
+        }
     } else {
         struct cs_fs_path p;
         memcpy(p.rel, rel, len + 1);
         p.len = len;
         p.dir_only = true;
-        struct stat st;
-        if (cs_fs_open_beneath(s->rootfd, &p, CS_FS_WANT_DIR, &fd, &st, NULL) != 0)
+        if (cs_fs_open_beneath(s->rootfd, &p, CS_FS_WANT_DIR, &fd, &dst, NULL) != 0)
             return 0;
-    }
-    DIR *dir = fdopendir(fd);
-    if (dir == NULL) {
-        close(fd);
-        return len == 0 ? -2 : 0;
     }
     int rc = 0;
     char path[CS_FS_PATH_MAX + 1];
@@ -427,42 +760,83 @@ static int scan_dir(struct scan *s, const char *rel, bool denied)
     size_t base = len ? len + 1 : 0;
     if (len)
         path[len] = '/';
+    bool cacheable = s->cache_ok && (uint64_t)dst.st_dev == s->dev && !racy(s, &dst.st_ctim) &&
+                     !racy(s, &dst.st_mtim);
+    struct cdir *c = cacheable ? cache_find(s->d, rel, len) : NULL;
+    if (c != NULL && cdir_fresh(c, &dst)) {
+        /* Unchanged since it was read: the same names, types and identities. */
+        close(fd);
+        c->used = true;
+        s->d->dirs_hits++;
+        for (size_t i = 0; i < c->n && rc == 0; i++) {
+            const struct centry *e = &c->e[i];
+            struct stat st;
+            memset(&st, 0, sizeof st);
+            st.st_dev = (dev_t)e->dev;
+            st.st_ino = (ino_t)e->ino;
+            rc = scan_entry(s, path, base, c->names + e->name, e->len, e->kind, &st, denied);
+        }
+        return rc;
+    }
+    DIR *dir = fdopendir(fd);
+    if (dir == NULL) {
+        close(fd);
+        return len == 0 ? -2 : 0;
+    }
+    struct cbuild b;
+    memset(&b, 0, sizeof b);
+    b.dead = !cacheable;
     struct dirent *e;
-    while ((e = readdir(dir)) != NULL) {
+    while (rc == 0 && (e = readdir(dir)) != NULL) {
         const char *name = e->d_name;
         if (name[0] == '.' && (name[1] == '\0' || (name[1] == '.' && name[2] == '\0')))
             continue;
-        if (++s->seen > CS_FS_DENY_SCAN_CAP) {
-            rc = 1;
-            break;
-        }
         size_t nl = strlen(name);
-        if (base + nl > CS_FS_PATH_MAX)
-            continue; /* no tool can name it */
-        memcpy(path + base, name, nl + 1);
-        size_t plen = base + nl;
         struct stat st;
-        if (fstatat(dirfd(dir), name, &st, AT_SYMLINK_NOFOLLOW) != 0)
-            continue;
-        bool is_dir = S_ISDIR(st.st_mode), is_reg = S_ISREG(st.st_mode);
-        if (!is_dir && !is_reg)
-            continue; /* links and special files: the tools refuse them anyway */
-        bool here = !denied && cs_fs_deny_path(s->d, path, plen) != NULL;
-        if (denied || here)
-            cs_fs_deny_remember(s->d, &st);
-        if (here || (!denied && is_reg && cs_fs_deny_known(s->d, &st))) {
-            if (scan_mask(s, path, plen) != 0) {
-                rc = -1;
-                break;
-            }
-        }
-        if (is_dir && scan_push(s, path, plen, denied || here) != 0) {
-            rc = -1;
-            break;
-        }
+        int kind = KIND_OTHER;
+        if (fstatat(dirfd(dir), name, &st, AT_SYMLINK_NOFOLLOW) == 0)
+            kind = S_ISDIR(st.st_mode) ? KIND_DIR : S_ISREG(st.st_mode) ? KIND_REG : KIND_OTHER;
+        cbuild_add(&b, name, nl, kind, &st);
+        rc = scan_entry(s, path, base, name, nl, kind, &st, denied);
     }
     closedir(dir);
+    if (rc == 0 && !b.dead && s->d->dirs_entries + b.c.n <= CS_FS_DENY_SCAN_CAP) {
+        b.c.rel = strndup(rel, len);
+        b.c.dev = (uint64_t)dst.st_dev;
+        b.c.ino = (uint64_t)dst.st_ino;
+        b.c.size = (uint64_t)dst.st_size;
+        b.c.nlink = (uint64_t)dst.st_nlink;
+        b.c.ctim = dst.st_ctim;
+        b.c.mtim = dst.st_mtim;
+        b.c.used = true;
+        if (b.c.rel == NULL)
+            cdir_free(&b.c);
+        else
+            (void)cache_put(s->d, &b.c); /* OOM: not cached, nothing else changes */
+    } else {
+        cdir_free(&b.c);
+        if (c != NULL)
+            c->used = false; /* stale: swept after the scan */
+    }
     return rc;
+}
+
+/* Whether the file system under fd keeps ctimes the cache may trust (see the cache). */
+static bool cache_trusted_fs(int fd)
+{
+    struct statfs sf;
+    if (fstatfs(fd, &sf) != 0)
+        return false;
+    switch ((unsigned long)sf.f_type) {
+    case 0xEF53UL:     /* ext2, ext3, ext4 */
+    case 0x58465342UL: /* XFS */
+    case 0x9123683EUL: /* btrfs */
+    case 0x01021994UL: /* tmpfs */
+    case 0xF2F52010UL: /* F2FS */
+        return true;
+    default:
+        return false;
+    }
 }
 
 int cs_fs_deny_scan(struct cs_fs_deny *d, int rootfd, char ***masks, size_t *n_masks,
@@ -480,12 +854,26 @@ int cs_fs_deny_scan(struct cs_fs_deny *d, int rootfd, char ***masks, size_t *n_m
     int rc = 0;
     if (d == NULL || d->n == 0)
         return 0;
+    struct stat rst;
+    pthread_mutex_lock(&d->scan_mu);
+    d->dirs_hits = 0;
+    s.cache_ok = cache_trusted_fs(rootfd) && fstat(rootfd, &rst) == 0 &&
+                 clock_gettime(CLOCK_REALTIME, &s.now) == 0;
+    s.dev = s.cache_ok ? (uint64_t)rst.st_dev : 0;
+    if (!s.cache_ok)
+        cache_clear(d);
     int r = scan_dir(&s, "", false);
     while (r == 0 && s.depth > 0) {
         struct scan_dir top = s.stack[--s.depth];
         r = scan_dir(&s, top.rel, top.denied);
         free(top.rel);
     }
+    /* A complete scan keeps the listings it met; any other end starts afresh next time. */
+    if (r == 0)
+        cache_sweep(d);
+    else
+        cache_clear(d);
+    pthread_mutex_unlock(&d->scan_mu);
     if (r == -2) {
         cs_diag_set(diag, CSW_ERROR_FILE_OPERATION_FAILED,
                     "cannot read the workspace root to resolve its deny rules");

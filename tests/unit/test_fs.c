@@ -327,6 +327,193 @@ static void test_deny_table(void **state)
 }
 
 /* read and find with rules, and the identity memory, on a real tree. */
+/* The scan's matcher (cs__fs_deny_leaf: the last component only, after a quick rejection on the
+ * rule's literal ends) answers as cs_fs_deny_path for every path whose ancestors are not denied,
+ * over rules with escapes, classes, '?', "**", anchors and non-ASCII bytes and paths of one to
+ * three components (invalid UTF-8 included, as a directory listing may hold). */
+static void test_deny_leaf_equals_path(void **state)
+{
+    (void)state;
+    static const char *const rules[] = {
+        ".env",       ".env.*",   "**/*.pem",   "*.pem",         "secrets/",
+        "**/id_rsa*", "vault/**", "**/.aws/**", "a/*/x.pem",     "[a-z]*",
+        "?.pem",      "\\[x]",    "*\\*b",      "\xc3\xa9*",     "*m",
+        "p?m",        "**",       "a/**/keys",  "/secrets",      "./vault",
+        "*.p[e]m",    "[!a]",     "[]]",        "x.pem/",        "**/credentials*",
+        "*.\\pem",    "k?ys",     "a/x.pem",    "**/a/**/x.pem", "*\xc3\xa9.pem",
+    };
+    static const char *const comps[] = {
+        "a",     ".env",         "x.pem",      "id_rsa", "id_rsa.pub", "secrets",
+        "keys",  "\xc3\xa9.pem", "\xff.pem",   "[x]",    "a*b",        ".aws",
+        "vault", "pem",          ".env.local", "k.pxm",
+    };
+    enum { NC = sizeof comps / sizeof *comps };
+    size_t checked = 0, denied = 0;
+    for (size_t r = 0; r < sizeof rules / sizeof *rules; r++) {
+        struct cs_str rule = {(char *)rules[r], strlen(rules[r])};
+        struct cs_fs_deny *d = cs_fs_deny_new(&rule, 1);
+        assert_non_null(d);
+        for (size_t k = 0; k < NC * NC * NC + NC * NC + NC; k++) {
+            /* k enumerates the paths of one, two and three components */
+            size_t idx[3], depth;
+            if (k < NC) {
+                depth = 1, idx[0] = k;
+            } else if (k < NC + NC * NC) {
+                depth = 2, idx[0] = (k - NC) / NC, idx[1] = (k - NC) % NC;
+            } else {
+                size_t j = k - NC - NC * NC;
+                depth = 3, idx[0] = j / (NC * NC), idx[1] = j / NC % NC, idx[2] = j % NC;
+            }
+            char path[256];
+            size_t n = 0, leaf = 0;
+            bool ancestor_denied = false;
+            for (size_t c = 0; c < depth; c++) {
+                if (c > 0) {
+                    if (cs_fs_deny_path(d, path, n) != NULL)
+                        ancestor_denied = true;
+                    path[n++] = '/';
+                }
+                leaf = n;
+                size_t l = strlen(comps[idx[c]]);
+                memcpy(path + n, comps[idx[c]], l);
+                n += l;
+            }
+            path[n] = '\0';
+            if (ancestor_denied)
+                continue;
+            bool want = cs_fs_deny_path(d, path, n) != NULL;
+            bool got = cs__fs_deny_leaf(d, path, n, leaf) != NULL;
+            if (got != want)
+                fail_msg("rule '%s' path '%s': leaf %d, path %d", rules[r], path, got, want);
+            checked++;
+            denied += want;
+        }
+        cs_fs_deny_free(d);
+    }
+    assert_true(checked > 10000);
+    assert_true(denied > 500); /* the table is not all misses */
+}
+
+/* One scan of d over rootfd: the masks, sorted and joined with ' ' into out. */
+static void scan_masks(struct cs_fs_deny *d, int rootfd, char *out, size_t cap)
+{
+    char **masks = NULL;
+    size_t n = 0;
+    struct cs_diag msg = {0};
+    assert_int_equal(cs_fs_deny_scan(d, rootfd, &masks, &n, &msg), 0);
+    for (size_t i = 0; i < n; i++) /* insertion sort: a handful */
+        for (size_t j = i; j > 0 && strcmp(masks[j - 1], masks[j]) > 0; j--) {
+            char *t = masks[j];
+            masks[j] = masks[j - 1];
+            masks[j - 1] = t;
+        }
+    out[0] = '\0';
+    for (size_t i = 0; i < n; i++) {
+        size_t l = strlen(out);
+        snprintf(out + l, cap - l, "%s%s", i ? " " : "", masks[i]);
+        free(masks[i]);
+    }
+    free(masks);
+}
+
+/* The scan's directory cache never lets a change through: after each change below, a scan that
+ * may use the cache answers what a scan that reads everything answers, and what the rules say
+ * (a new denied file, a directory renamed to a denied name, a new directory whose name is
+ * denied, a renamed tree, a hard link of a denied file), scanned at once and once the change is
+ * old enough for the cache to trust the directories again. An unchanged tree is taken from the
+ * cache (hits counted), and that answer is compared with a full read. */
+static void test_deny_scan_cache(void **state)
+{
+    (void)state;
+    char root[] = "/tmp/cs-fs-deny-cache-XXXXXX";
+    assert_non_null(mkdtemp(root));
+    char p[512], q[512];
+    static const char *const dirs[] = {"a", "a/b", "c"};
+    for (size_t i = 0; i < 3; i++) {
+        snprintf(p, sizeof p, "%s/%s", root, dirs[i]);
+        assert_int_equal(mkdir(p, 0755), 0);
+    }
+    static const char *const files[] = {"a/f1.txt", "a/b/f2.txt", "top.txt"};
+    for (size_t i = 0; i < 3; i++) {
+        snprintf(p, sizeof p, "%s/%s", root, files[i]);
+        FILE *f = fopen(p, "w");
+        assert_non_null(f);
+        fclose(f);
+    }
+    struct cs_str rules[] = {{"*.pem", 5}, {"secrets/", 8}, {"**/.env", 7}};
+    struct cs_fs_deny *d = cs_fs_deny_new(rules, 3), *d2 = cs_fs_deny_new(rules, 3);
+    assert_non_null(d);
+    assert_non_null(d2);
+    int rootfd = -1;
+    assert_int_equal(cs_fs_root_open(root, &rootfd, NULL), 0);
+    /* Listings older than 50 ms are cached; the tree is made older than that first. */
+    cs__fs_deny_cache_window(50);
+    usleep(120 * 1000);
+    char got[1024], want[1024];
+    scan_masks(d, rootfd, got, sizeof got);
+    assert_string_equal(got, "");
+    scan_masks(d, rootfd, got, sizeof got);
+    assert_string_equal(got, "");
+    assert_int_equal(cs__fs_deny_cache_hits(d), 4); /* root, a, a/b, c: all from the cache */
+
+    static const struct {
+        const char *op, *from, *to, *masks;
+        size_t dirs; /* the directories a scan reads then */
+    } steps[] = {
+        {"create", "a/b/new.pem", NULL, "a/b/new.pem", 4},
+        {"rename", "c", "secrets", "a/b/new.pem secrets", 4},
+        {"mkdir", "a/.env", NULL, "a/.env a/b/new.pem secrets", 5},
+        {"rename", "a", "z", "secrets z/.env z/b/new.pem", 5},
+        {"link", "z/b/new.pem", "top-link.txt", "secrets top-link.txt z/.env z/b/new.pem", 5},
+    };
+    for (size_t i = 0; i < sizeof steps / sizeof *steps; i++) {
+        snprintf(p, sizeof p, "%s/%s", root, steps[i].from);
+        if (steps[i].to)
+            snprintf(q, sizeof q, "%s/%s", root, steps[i].to);
+        if (strcmp(steps[i].op, "create") == 0) {
+            FILE *f = fopen(p, "w");
+            assert_non_null(f);
+            fclose(f);
+        } else if (strcmp(steps[i].op, "mkdir") == 0) {
+            assert_int_equal(mkdir(p, 0755), 0);
+        } else if (strcmp(steps[i].op, "rename") == 0) {
+            assert_int_equal(rename(p, q), 0);
+        } else {
+            assert_int_equal(link(p, q), 0);
+        }
+        /* d2 at once: the changed directories are too recent to be trusted (a change in the
+         * clock tick of the last read is the hard case) ... */
+        scan_masks(d2, rootfd, got, sizeof got);
+        if (strcmp(got, steps[i].masks) != 0)
+            fail_msg("step %zu (%s %s) at once: masks '%s', want '%s'", i, steps[i].op,
+                     steps[i].from, got, steps[i].masks);
+        /* ... d once the change is old enough to be trusted: its cached listings of the changed
+         * directories are stale and must be seen so ... */
+        usleep(120 * 1000);
+        scan_masks(d, rootfd, got, sizeof got);
+        if (strcmp(got, steps[i].masks) != 0)
+            fail_msg("step %zu (%s %s): masks '%s', want '%s'", i, steps[i].op, steps[i].from, got,
+                     steps[i].masks);
+        /* ... and then the whole tree comes from the cache, with the answer of a full read. */
+        scan_masks(d, rootfd, got, sizeof got);
+        assert_int_equal(cs__fs_deny_cache_hits(d), steps[i].dirs);
+        cs__fs_deny_cache_window(LONG_MAX / 2); /* nothing is cached: a full read */
+        scan_masks(d2, rootfd, want, sizeof want);
+        assert_int_equal(cs__fs_deny_cache_hits(d2), 0);
+        cs__fs_deny_cache_window(50);
+        if (strcmp(got, want) != 0 || strcmp(got, steps[i].masks) != 0)
+            fail_msg("step %zu: cached '%s', full read '%s', want '%s'", i, got, want,
+                     steps[i].masks);
+    }
+    close(rootfd);
+    cs_fs_deny_free(d);
+    cs_fs_deny_free(d2);
+    cs__fs_deny_cache_window(2000);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
+    assert_int_equal(system(cmd), 0);
+}
+
 static void test_deny_read_find(void **state)
 {
     (void)state;
@@ -1438,6 +1625,8 @@ int main(void)
         cmocka_unit_test(test_normalize_length),
         cmocka_unit_test(test_glob_table),
         cmocka_unit_test(test_deny_table),
+        cmocka_unit_test(test_deny_leaf_equals_path),
+        cmocka_unit_test(test_deny_scan_cache),
         cmocka_unit_test(test_deny_read_find),
         cmocka_unit_test(test_utf8_table),
         cmocka_unit_test(test_read_windows),
