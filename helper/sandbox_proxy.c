@@ -28,6 +28,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -113,6 +115,14 @@ struct proxy {
 };
 
 static char marker_listen, marker_sig, marker_lookup, marker_notify;
+
+/* A relay passes on what it got at once: Nagle's algorithm would hold a short segment (a reply's
+ * body after its head) until the peer acknowledged the last one. Best effort. */
+static void no_delay(int fd)
+{
+    int one = 1;
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+}
 
 #define MAX_LOOKUPS 64
 
@@ -266,6 +276,7 @@ static bool try_connect(struct proxy *px, struct conn *c)
         int s = socket(a->ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
         if (s < 0)
             continue;
+        no_delay(s);
         if (connect(s, (const struct sockaddr *)a, len) == 0 || errno == EINPROGRESS) {
             c->fd[1] = s;
             c->reg[1] = -1;
@@ -595,6 +606,7 @@ static void on_accept(struct proxy *px)
             close(fd);
             continue;
         }
+        no_delay(fd);
         c->fd[0] = fd;
         c->fd[1] = -1;
         c->reg[0] = c->reg[1] = -1;
