@@ -21,11 +21,16 @@
  * announced as process_exited, which frees its workspace in the tool layer. The runner never calls
  * the tool layer's lost event: a lost connection does not mean lost processes.
  *
+ * Isolation: each hello answer states what the worker enforces on its commands (its own sandbox
+ * probe); the runner keeps the last statement for workspace_info (none before the first, and for
+ * a worker that states nothing). With require_sandbox, a worker stating no sandbox is dropped at
+ * its hello, before any call is sent, and retried with the back-off.
+ *
  * Trust: the worker is authenticated by its certificate pin or the pre-shared key; its frames are
  * still decoded through the generated decoder, and a bad frame drops the connection (not the
  * worker).
- * Entry points: cs_runner_tcp_new (runner.h), cs__runner_tcp_call/cancel/free
- * (runner_internal.h).
+ * Entry points: cs_runner_tcp_new, cs_runner_tcp_isolation (runner.h),
+ * cs__runner_tcp_call/cancel/free (runner_internal.h).
  */
 #include "runner_internal.h"
 #include "runner_tls.h"

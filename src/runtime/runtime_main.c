@@ -6,7 +6,9 @@
  *
  * Hardening at start: not dumpable, no core files, every LD_* variable removed from its
  * environment, SIGKILL when the gateway dies (parent-death signal). None of this sandboxes the
- * commands it runs.
+ * commands it runs. The --sandbox helper is probed once at start (the gateway's code): a failed
+ * probe, or no sandbox under CODESPACE_REQUIRE_LINUX_SANDBOX=1, stops the worker there, and the
+ * hello answer states what the probe found (docs/scale-out.md).
  *
  * Protocol rules: the first request must be hello with protocol 5; any other protocol (in the
  * envelope or in hello), an undecodable frame, a frame of length 0 or over 16 MiB, or a message
@@ -635,7 +637,8 @@ int main(int argc, char **argv)
                    "  --timeout-ms MS        time limit of file operations "
                    "(CODESPACE_PROCESS_TIMEOUT_SECS)\n"
                    "  --sandbox HELPER       run every command through this "
-                   "codespace-linux-sandbox\n"
+                   "codespace-linux-sandbox (probed at\n"
+                   "                         start: a failed probe stops the worker)\n"
                    "  --sandbox-uid N, --sandbox-gid N\n"
                    "                         a root worker's unprivileged command ids\n"
                    "  --root FD:PATH         serve the workspace root PATH through the inherited "
@@ -653,7 +656,9 @@ int main(int argc, char **argv)
                    "                         32..64 bytes, not readable by others) and its "
                    "identity\n"
                    "  --plaintext            (--listen) no TLS: a private link only\n"
-                   "  --version, --help\n");
+                   "  --version, --help\n\n"
+                   "Environment: CODESPACE_REQUIRE_LINUX_SANDBOX=1 refuses to start without a "
+                   "working sandbox.\n");
             return 0;
         } else if (strcmp(argv[i], "--version") == 0) {
             printf("codespace-runtime %s\n", CS_VERSION);
