@@ -489,8 +489,11 @@ class RemoteTest(unittest.TestCase):
         self.assertIsNone(out, out)
         self.assertIn("CODESPACE_REQUIRE_LINUX_SANDBOX=1", err["message"])
         self.assertFalse(os.path.exists(os.path.join(root, "ran")))
-        self.assertTrue(any('"runner refused"' in l and addr in l for l in srv.stderr),
-                        srv.stderr)
+        logged = lambda: any('"runner refused"' in l and addr in l for l in srv.stderr)
+        end = time.time() + 5 * SLOW
+        while not logged() and time.time() < end:
+            time.sleep(0.1)
+        self.assertTrue(logged(), srv.stderr)
         iso, net = self.claims(srv, "default")
         self.assertEqual((iso["command_sandbox"], net["enforcement"]), ("none", "none"))
 
