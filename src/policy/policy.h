@@ -243,6 +243,13 @@ int cs_workspace_check(const struct cs_workspace *ws, enum cs_policy_access acce
 
 /* ---- workspace_info ---- */
 
+/* What a remote worker enforces on its commands, as its last hello said (docs/scale-out.md). */
+struct cs_worker_isolation {
+    bool sandbox;         /* its probe succeeded: linux-sandbox and enforced network */
+    int64_t landlock_abi; /* its kernel's Landlock ABI, 0 when not stated */
+    bool syscall_denials; /* its sandbox reports refused system calls */
+};
+
 /* What the runner really offers; filled by the gateway. */
 struct cs_runtime_caps {
     bool files_available;   /* read and find are implemented */
@@ -252,6 +259,10 @@ struct cs_runtime_caps {
     /* runner "remote" (docs/scale-out.md): the gateway's --runner tcp:// settings, of which
      * workspace_info reports the identity only (NULL: another runner) */
     const struct cs_remote *remote;
+    /* The workspace's remote worker's own report (a registry runner, or remote above): its
+     * isolation is reported from this, never from the fields below; NULL before its first hello
+     * (then none and none: nothing unproven is claimed). */
+    const struct cs_worker_isolation *worker;
     bool sandbox; /* the sandbox probe succeeded: linux-sandbox and enforced network */
     bool has_landlock_abi;
     int64_t landlock_abi; /* >= 0 when has_landlock_abi */

@@ -141,33 +141,39 @@ static int fill_execution(struct csw_mcp_workspace_info_output_execution *x,
 
     x->serialization.max_waiters_per_resource = CS_POLICY_MAX_WAITERS;
 
+    /* A workspace on a remote worker reports that worker's own probe, as its last hello said
+     * (docs/security-model.md R17); this process's probe says nothing about it. */
+    bool remote = ws->has_runner || caps->remote;
+    struct cs_worker_isolation none = {0};
+    struct cs_worker_isolation local = {
+        caps->sandbox, caps->has_landlock_abi ? caps->landlock_abi : 0, caps->syscall_denials};
+    const struct cs_worker_isolation *iso = !remote ? &local : caps->worker ? caps->worker : &none;
     x->isolation.command_sandbox =
-        caps->sandbox
+        iso->sandbox
             ? CSW_MCP_WORKSPACE_INFO_OUTPUT_EXECUTION_ISOLATION_COMMAND_SANDBOX_LINUX_SANDBOX
             : CSW_MCP_WORKSPACE_INFO_OUTPUT_EXECUTION_ISOLATION_COMMAND_SANDBOX_NONE;
     x->isolation.runner = caps->uds_runner
                               ? CSW_MCP_WORKSPACE_INFO_OUTPUT_EXECUTION_ISOLATION_RUNNER_UDS
                               : CSW_MCP_WORKSPACE_INFO_OUTPUT_EXECUTION_ISOLATION_RUNNER_IN_PROCESS;
     if (ws->has_runner) {
-        /* Its own worker (docs/scale-out.md): identity only; its sandbox is not ours to claim. */
-        x->isolation.command_sandbox =
-            CSW_MCP_WORKSPACE_INFO_OUTPUT_EXECUTION_ISOLATION_COMMAND_SANDBOX_NONE;
+        /* Its own worker (docs/scale-out.md): its identity, never a credential. */
         if (set_worker(&x->isolation, &ws->remote) != 0)
             return -1;
     } else if (caps->remote && set_worker(&x->isolation, caps->remote) != 0) {
         return -1;
     }
-    x->isolation.has_landlock_abi = caps->has_landlock_abi && !ws->has_runner;
-    x->isolation.landlock_abi = x->isolation.has_landlock_abi ? caps->landlock_abi : 0;
+    x->isolation.has_landlock_abi =
+        remote ? iso->sandbox && iso->landlock_abi > 0 : caps->has_landlock_abi;
+    x->isolation.landlock_abi = x->isolation.has_landlock_abi ? iso->landlock_abi : 0;
     /* docs/contract/tools.md §6: only the kinds the helper really learns of here. Network refusals
      * come from the proxy (an enabled workspace); system calls from seccomp user notification;
      * file system refusals are never claimed (the kernel does not tell the helper). */
-    if (caps->sandbox && !ws->has_runner) {
+    if (iso->sandbox) {
         enum csw_mcp_workspace_info_output_execution_isolation_denial_reports_item k[2];
         size_t nk = 0;
         if (ws->network == CS_POLICY_NETWORK_ENABLED)
             k[nk++] = CSW_MCP_WORKSPACE_INFO_OUTPUT_EXECUTION_ISOLATION_DENIAL_REPORTS_ITEM_NETWORK;
-        if (caps->syscall_denials)
+        if (iso->syscall_denials)
             k[nk++] = CSW_MCP_WORKSPACE_INFO_OUTPUT_EXECUTION_ISOLATION_DENIAL_REPORTS_ITEM_SYSCALL;
         x->isolation.has_denial_reports = true;
         if (nk > 0) {
@@ -189,9 +195,8 @@ static int fill_execution(struct csw_mcp_workspace_info_output_execution *x,
     }
     /* The same probe that decides how commands spawn decides what is claimed here. */
     x->network.enforcement =
-        caps->sandbox && !ws->has_runner
-            ? CSW_MCP_WORKSPACE_INFO_OUTPUT_EXECUTION_NETWORK_ENFORCEMENT_ENFORCED
-            : CSW_MCP_WORKSPACE_INFO_OUTPUT_EXECUTION_NETWORK_ENFORCEMENT_NONE;
+        iso->sandbox ? CSW_MCP_WORKSPACE_INFO_OUTPUT_EXECUTION_NETWORK_ENFORCEMENT_ENFORCED
+                     : CSW_MCP_WORKSPACE_INFO_OUTPUT_EXECUTION_NETWORK_ENFORCEMENT_NONE;
     x->network.has_allow = ws->has_network_allow;
     if (ws->has_network_allow &&
         set_strings(&x->network.allow.v, &x->network.allow.n,
@@ -204,7 +209,8 @@ static int fill_execution(struct csw_mcp_workspace_info_output_execution *x,
 static int caps_check(const struct cs_runtime_caps *caps, bool process, struct cs_diag *diag)
 {
     const char *bad = NULL;
-    if (caps->has_landlock_abi && caps->landlock_abi < 0)
+    if ((caps->has_landlock_abi && caps->landlock_abi < 0) ||
+        (caps->worker && caps->worker->landlock_abi < 0))
         bad = "landlock_abi must be >= 0";
     else if (process && caps->max_live_processes < 1)
         bad = "max_live_processes must be >= 1";

@@ -119,6 +119,9 @@ struct cs_runner_tcp_options {
     const char *cert, *key;
     unsigned char peer_pin[32];
     const char *psk_file, *psk_identity;
+    /* CODESPACE_REQUIRE_LINUX_SANDBOX=1: a worker whose hello does not state the Linux sandbox
+     * is refused (its calls fail before dispatch; the link is retried with the back-off). */
+    bool require_sandbox;
 };
 
 /* Connects in the background (calls made meanwhile wait for the hello's answer). Returns NULL
@@ -128,6 +131,19 @@ struct cs_runner *cs_runner_tcp_new(struct cs_loop *loop, const struct cs_runner
                                     const struct cs_runner_events *ev, struct cs_diag *err);
 /* Whether r is a tcp runner. */
 bool cs_runner_is_tcp(const struct cs_runner *r);
+/* What the worker of r (a tcp runner) enforces on its commands, as its last answered hello
+ * stated it (docs/scale-out.md): fills iso, all false and 0 before any hello was answered.
+ * Returns how many hellos have been answered, so a report built from iso can tell it is stale. */
+uint64_t cs_runner_tcp_isolation(const struct cs_runner *r, struct cs_supervisor_isolation *iso);
+
+/* The hello answer's isolation member, from what this worker's probe found. */
+void cs_runner_isolation_encode(const struct cs_supervisor_isolation *iso,
+                                struct csw_runner_wire_worker_isolation *w);
+/* What a hello answer states, read conservatively: w NULL (a worker that stated nothing) is no
+ * sandbox, and the sandbox counts only when both the command sandbox and the network
+ * enforcement are stated. */
+void cs_runner_isolation_decode(const struct csw_runner_wire_worker_isolation *w,
+                                struct cs_supervisor_isolation *iso);
 
 /* Workspace placement (runner_multi.c): a runner that routes each call to the runner holding
  * its workspace, def (taken) for every workspace without a route. Returns NULL on OOM (def is

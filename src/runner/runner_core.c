@@ -1,7 +1,8 @@
 /*
  * runner_core: the runner object and the in-process implementation (the executor on the
  * gateway's own loop), and the request-id and cancel helpers of the uds and tcp runners. The uds
- * implementation is in runner_uds.c, the tcp one in runner_tcp.c.
+ * implementation is in runner_uds.c, the tcp one in runner_tcp.c. Also the hello's isolation
+ * member both ends use (cs_runner_isolation_encode, cs_runner_isolation_decode).
  * Entry points: runner.h.
  */
 #include "runner_internal.h"
@@ -142,4 +143,35 @@ void cs__runner_cancel_send(struct cs_runner *r, cs__runner_call_fn call, const 
         d->process_id = (struct cs_str){(char *)(uintptr_t)process_id, strlen(process_id)};
     }
     call(r, &op, cancel_done, NULL);
+}
+
+void cs_runner_isolation_encode(const struct cs_supervisor_isolation *iso,
+                                struct csw_runner_wire_worker_isolation *w)
+{
+    memset(w, 0, sizeof *w);
+    w->command_sandbox = iso->sandbox
+                             ? CSW_RUNNER_WIRE_WORKER_ISOLATION_COMMAND_SANDBOX_LINUX_SANDBOX
+                             : CSW_RUNNER_WIRE_WORKER_ISOLATION_COMMAND_SANDBOX_NONE;
+    w->network_enforcement = iso->sandbox
+                                 ? CSW_RUNNER_WIRE_WORKER_ISOLATION_NETWORK_ENFORCEMENT_ENFORCED
+                                 : CSW_RUNNER_WIRE_WORKER_ISOLATION_NETWORK_ENFORCEMENT_NONE;
+    w->has_landlock_abi = iso->sandbox && iso->landlock_abi > 0;
+    w->landlock_abi = w->has_landlock_abi ? iso->landlock_abi : 0;
+    w->has_syscall_denials = iso->sandbox;
+    w->syscall_denials = iso->sandbox && iso->syscall_denials;
+}
+
+void cs_runner_isolation_decode(const struct csw_runner_wire_worker_isolation *w,
+                                struct cs_supervisor_isolation *iso)
+{
+    memset(iso, 0, sizeof *iso);
+    if (!w)
+        return;
+    iso->sandbox =
+        w->command_sandbox == CSW_RUNNER_WIRE_WORKER_ISOLATION_COMMAND_SANDBOX_LINUX_SANDBOX &&
+        w->network_enforcement == CSW_RUNNER_WIRE_WORKER_ISOLATION_NETWORK_ENFORCEMENT_ENFORCED;
+    if (!iso->sandbox)
+        return;
+    iso->landlock_abi = w->has_landlock_abi && w->landlock_abi > 0 ? w->landlock_abi : 0;
+    iso->syscall_denials = w->has_syscall_denials && w->syscall_denials;
 }

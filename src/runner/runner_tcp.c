@@ -21,11 +21,16 @@
  * announced as process_exited, which frees its workspace in the tool layer. The runner never calls
  * the tool layer's lost event: a lost connection does not mean lost processes.
  *
+ * Isolation: each hello answer states what the worker enforces on its commands (its own sandbox
+ * probe); the runner keeps the last statement for workspace_info (none before the first, and for
+ * a worker that states nothing). With require_sandbox, a worker stating no sandbox is dropped at
+ * its hello, before any call is sent, and retried with the back-off.
+ *
  * Trust: the worker is authenticated by its certificate pin or the pre-shared key; its frames are
  * still decoded through the generated decoder, and a bad frame drops the connection (not the
  * worker).
- * Entry points: cs_runner_tcp_new (runner.h), cs__runner_tcp_call/cancel/free
- * (runner_internal.h).
+ * Entry points: cs_runner_tcp_new, cs_runner_tcp_isolation (runner.h),
+ * cs__runner_tcp_call/cancel/free (runner_internal.h).
  */
 #include "runner_internal.h"
 #include "runner_tls.h"
@@ -88,6 +93,10 @@ struct cs__runner_tcp {
     int64_t retry_at; /* when retry fires */
     char why[320];    /* the last connection's end */
     bool freeing;
+    bool require_sandbox; /* CODESPACE_REQUIRE_LINUX_SANDBOX=1 */
+    /* What the worker enforces, as its last answered hello said (nothing before the first) */
+    struct cs_supervisor_isolation iso;
+    uint64_t hellos; /* hellos answered */
 };
 
 /* ---- calls ---- */
@@ -283,6 +292,25 @@ static void status_done(void *arg, const struct cs_runner_reply *rep)
     free(p);
 }
 
+/* Keeps what the worker's hello says it enforces (a worker that says nothing enforces
+ * nothing, docs/scale-out.md); with require_sandbox, a worker without the sandbox is refused:
+ * why says so, naming the worker and the requirement. */
+static void hello_isolation(struct cs__runner_tcp *t, const struct csw_runner_wire_hello_result *h,
+                            char *why, size_t cap)
+{
+    cs_runner_isolation_decode(h->has_isolation ? &h->isolation : NULL, &t->iso);
+    t->hellos++;
+    if (!t->require_sandbox || t->iso.sandbox)
+        return;
+    cs_diag_format(
+        why, cap,
+        "the worker %s:%s runs its commands without the Linux sandbox (its hello %s) and "
+        "CODESPACE_REQUIRE_LINUX_SANDBOX=1 requires it: nothing is sent to that worker",
+        t->host, t->port, h->has_isolation ? "says command_sandbox none" : "states no isolation");
+    cs_log(CS_LOG_ERROR, "runner refused",
+           json_pack("{s:s,s:s,s:s}", "host", t->host, "port", t->port, "error", why));
+}
+
 static void on_message(void *arg, struct csw_runner_wire *msg)
 {
     struct tlink *l = arg;
@@ -313,7 +341,7 @@ static void on_message(void *arg, struct csw_runner_wire *msg)
     if (t->st == T_CONNECTING) {
         if (id != t->hello_id)
             return; /* an answer to a call of an earlier connection: already completed */
-        char why[256] = "";
+        char why[320] = "";
         if (resp->protocol != CS_RUNNER_PROTOCOL)
             snprintf(why, sizeof why, "protocol mismatch: the worker speaks %" PRId64 ", we %d",
                      resp->protocol, CS_RUNNER_PROTOCOL);
@@ -324,6 +352,8 @@ static void on_message(void *arg, struct csw_runner_wire *msg)
         else if (resp->result.u.hello.data.protocol != CS_RUNNER_PROTOCOL)
             snprintf(why, sizeof why, "protocol mismatch: the worker speaks %" PRId64 ", we %d",
                      resp->result.u.hello.data.protocol, CS_RUNNER_PROTOCOL);
+        else
+            hello_isolation(t, &resp->result.u.hello.data, why, sizeof why);
         if (why[0])
             drop(t, why);
         else
@@ -568,6 +598,7 @@ struct cs_runner *cs_runner_tcp_new(struct cs_loop *loop, const struct cs_runner
     r->tcp = t;
     t->r = r;
     t->next_id = 1;
+    t->require_sandbox = opt->require_sandbox;
     if (cs_runner_url_parse(opt->url, t->host, t->port) != 0) {
         cs_diag_set(err, CSW_ERROR_INTERNAL, "runner %s is not tcp://HOST:PORT", opt->url);
         goto fail;
@@ -601,4 +632,13 @@ fail:
 bool cs_runner_is_tcp(const struct cs_runner *r)
 {
     return r && r->tcp;
+}
+
+uint64_t cs_runner_tcp_isolation(const struct cs_runner *r, struct cs_supervisor_isolation *iso)
+{
+    memset(iso, 0, sizeof *iso);
+    if (!r || !r->tcp)
+        return 0;
+    *iso = r->tcp->iso;
+    return r->tcp->hellos;
 }

@@ -6,7 +6,9 @@
  *
  * Hardening at start: not dumpable, no core files, every LD_* variable removed from its
  * environment, SIGKILL when the gateway dies (parent-death signal). None of this sandboxes the
- * commands it runs.
+ * commands it runs. The --sandbox helper is probed once at start (the gateway's code): a failed
+ * probe, or no sandbox under CODESPACE_REQUIRE_LINUX_SANDBOX=1, stops the worker there, and the
+ * hello answer states what the probe found (docs/scale-out.md).
  *
  * Protocol rules: the first request must be hello with protocol 5; any other protocol (in the
  * envelope or in hello), an undecodable frame, a frame of length 0 or over 16 MiB, or a message
@@ -65,6 +67,7 @@ struct worker {
     size_t cache_next;
     struct req *reqs; /* requests the executor has not answered yet, for cancel */
     bool listening;   /* --listen: a connection's end is not ours (docs/scale-out.md) */
+    struct cs_supervisor_isolation iso; /* what our commands get (the probe at start) */
 };
 
 /* One request in flight. */
@@ -317,6 +320,9 @@ static void on_message(void *arg, struct csw_runner_wire *msg)
         res.u.hello.data.protocol = CS_RUNNER_PROTOCOL;
         res.u.hello.data.has_peer = true;
         res.u.hello.data.peer = (struct cs_str){peer, strlen(peer)};
+        /* The gateway reports this, not its own probe, for the workspaces we hold. */
+        res.u.hello.data.has_isolation = true;
+        cs_runner_isolation_encode(&w->iso, &res.u.hello.data.isolation);
         struct req *r = calloc(1, sizeof *r);
         if (r && (r->request_id = strdup(rid))) {
             r->w = w;
@@ -631,7 +637,8 @@ int main(int argc, char **argv)
                    "  --timeout-ms MS        time limit of file operations "
                    "(CODESPACE_PROCESS_TIMEOUT_SECS)\n"
                    "  --sandbox HELPER       run every command through this "
-                   "codespace-linux-sandbox\n"
+                   "codespace-linux-sandbox (probed at\n"
+                   "                         start: a failed probe stops the worker)\n"
                    "  --sandbox-uid N, --sandbox-gid N\n"
                    "                         a root worker's unprivileged command ids\n"
                    "  --root FD:PATH         serve the workspace root PATH through the inherited "
@@ -649,7 +656,9 @@ int main(int argc, char **argv)
                    "                         32..64 bytes, not readable by others) and its "
                    "identity\n"
                    "  --plaintext            (--listen) no TLS: a private link only\n"
-                   "  --version, --help\n");
+                   "  --version, --help\n\n"
+                   "Environment: CODESPACE_REQUIRE_LINUX_SANDBOX=1 refuses to start without a "
+                   "working sandbox.\n");
             return 0;
         } else if (strcmp(argv[i], "--version") == 0) {
             printf("codespace-runtime %s\n", CS_VERSION);
@@ -708,6 +717,13 @@ int main(int argc, char **argv)
         usage();
         return 2;
     }
+    const char *require = getenv("CODESPACE_REQUIRE_LINUX_SANDBOX");
+    if (require && require[0] && strcmp(require, "0") != 0 && strcmp(require, "1") != 0) {
+        fprintf(stderr, "codespace-runtime: CODESPACE_REQUIRE_LINUX_SANDBOX must be 0 or 1\n");
+        if (listen)
+            rmdir(listen_dir);
+        return 2;
+    }
     /* Hardening first (docs/contract/runtime.md section 4, "Worker hardening"). */
     pid_t parent = getppid();
     (void)prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
@@ -724,6 +740,27 @@ int main(int argc, char **argv)
      * gateway's: reaped by a scan once a second, killed with the tree when we go. */
     (void)prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
 
+    /* What our commands really get, probed once with the gateway's own code (docs/scale-out.md):
+     * told to sandbox, we never run a command without it; required to, we never start bare. */
+    struct cs_supervisor_isolation iso;
+    char perr[2048];
+    if (cs_supervisor_isolation_probe(sandbox, &iso, perr, sizeof perr) != 0) {
+        fprintf(stderr,
+                "codespace-runtime: --sandbox %s: the Linux sandbox probe failed, and a worker "
+                "told to sandbox never runs a command without it; not starting: %s\n",
+                sandbox, perr);
+        if (listen)
+            rmdir(listen_dir);
+        return 1;
+    }
+    if (require && strcmp(require, "1") == 0 && !iso.sandbox) {
+        fprintf(stderr, "codespace-runtime: CODESPACE_REQUIRE_LINUX_SANDBOX=1 and this worker has "
+                        "no Linux sandbox (no --sandbox HELPER); not starting\n");
+        if (listen)
+            rmdir(listen_dir);
+        return 1;
+    }
+
     int lfd = bind_socket(sock);
     if (lfd < 0)
         return 1;
@@ -732,6 +769,7 @@ int main(int argc, char **argv)
     memset(&w, 0, sizeof w);
     w.lfd = lfd;
     w.listening = listen != NULL;
+    w.iso = iso;
     int rc = 1;
     struct cs_tls_ctx *tctx = NULL;
     struct cs_tls_front *front = NULL;
@@ -748,8 +786,9 @@ int main(int argc, char **argv)
             return 1;
         }
         cs_log(CS_LOG_INFO, "runner listening",
-               json_pack("{s:s,s:i,s:b,s:s}", "host", lhost, "port", cs_tls_front_port(front),
-                         "tls", !tls.plaintext, "auth", cs_tls_ctx_auth(tctx)));
+               json_pack("{s:s,s:i,s:b,s:s,s:s}", "host", lhost, "port", cs_tls_front_port(front),
+                         "tls", !tls.plaintext, "auth", cs_tls_ctx_auth(tctx), "command_sandbox",
+                         iso.sandbox ? "linux-sandbox" : "none"));
     }
     w.loop = cs_loop_new();
     /* Every exec request carries its own time limit; file operations (run on the executor's

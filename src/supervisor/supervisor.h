@@ -79,6 +79,19 @@ int cs_supervisor_spawn_aux_keep(const char *prog, char *const argv[], char *con
  * why (with the helper's stderr). */
 int cs_supervisor_sandbox_probe(const char *helper, char *msg, size_t cap);
 
+/* What this host's runner really enforces on its commands (docs/contract/tools.md section 4):
+ * the gateway's in-process or uds runner and a remote worker learn it the same way. */
+struct cs_supervisor_isolation {
+    bool sandbox;         /* the helper's probe succeeded: commands run in the Linux sandbox */
+    int64_t landlock_abi; /* the kernel's Landlock ABI with the sandbox, else 0 (unknown) */
+    bool syscall_denials; /* with the sandbox: seccomp user notification reports refused calls */
+};
+
+/* Probes helper (NULL: no sandbox, nothing run) once and fills iso. Returns 0, or -1 when the
+ * helper's probe failed (iso then says no sandbox) with msg saying why. */
+int cs_supervisor_isolation_probe(const char *helper, struct cs_supervisor_isolation *iso,
+                                  char *msg, size_t cap);
+
 /*
  * docs/contract/sandbox.md §3, for a runner running as root: whether a command in the workspace
  * whose held root is rootfd can get an unprivileged identity. A root owned by uid or gid 0 needs an

@@ -27,9 +27,9 @@
  * still decoded through the generated decoder and capped. The directories swept are untrusted
  * names in a shared directory: opened with O_NOFOLLOW relative to a directory fd, checked to be
  * directories of our uid, and only `plan` inside them is unlinked before the rmdir.
- * Entry points: cs_supervisor_sandbox_probe, cs__supervisor_sandbox_plan_memfd,
- * cs__supervisor_plan_remove, cs__supervisor_plan_sweep, cs__supervisor_plan_dir_pid,
- * cs_supervisor_sandbox_identity_check.
+ * Entry points: cs_supervisor_sandbox_probe, cs_supervisor_isolation_probe,
+ * cs__supervisor_sandbox_plan_memfd, cs__supervisor_plan_remove, cs__supervisor_plan_sweep,
+ * cs__supervisor_plan_dir_pid, cs_supervisor_sandbox_identity_check.
  */
 #include "supervisor_internal.h"
 
@@ -42,6 +42,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/landlock.h>
 #include <linux/magic.h>
 #include <linux/mount.h>
 #include <sched.h>
@@ -215,6 +216,37 @@ int cs_supervisor_sandbox_probe(const char *helper, char *msg, size_t cap)
                  WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st), err[0] ? err : "no output");
         return -1;
     }
+    return 0;
+}
+
+/* Whether the kernel reports refused system calls to a supervisor (SECCOMP_RET_USER_NOTIF). */
+static bool seccomp_user_notif(void)
+{
+    FILE *f = fopen("/proc/sys/kernel/seccomp/actions_avail", "re");
+    if (!f)
+        return false;
+    char buf[256];
+    bool yes = fgets(buf, sizeof buf, f) && strstr(buf, "user_notif");
+    fclose(f);
+    return yes;
+}
+
+int cs_supervisor_isolation_probe(const char *helper, struct cs_supervisor_isolation *iso,
+                                  char *msg, size_t cap)
+{
+    memset(iso, 0, sizeof *iso);
+    if (cap > 0)
+        msg[0] = '\0';
+    if (!helper) {
+        snprintf(msg, cap, "no helper");
+        return 0;
+    }
+    if (cs_supervisor_sandbox_probe(helper, msg, cap) != 0)
+        return -1;
+    iso->sandbox = true;
+    long abi = syscall(SYS_landlock_create_ruleset, NULL, 0, LANDLOCK_CREATE_RULESET_VERSION);
+    iso->landlock_abi = abi > 0 ? abi : 0;
+    iso->syscall_denials = seccomp_user_notif();
     return 0;
 }
 

@@ -15,8 +15,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <linux/landlock.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "fs.h"
@@ -43,6 +41,16 @@ static void workspace_info(void *arg, struct cs_mcp_call *call, const void *inpu
         else
             slot = SIZE_MAX; /* unknown: the builder reports it; nothing to cache */
     }
+    /* A workspace on a remote worker reports what that worker's last hello stated; its cached
+     * answer is rebuilt once another hello has been answered. */
+    struct cs_runner *remote =
+        slot != SIZE_MAX && slot > 0 && t->remote ? t->remote[slot - 1] : NULL;
+    struct cs_supervisor_isolation iso;
+    uint64_t hellos = remote ? cs_runner_tcp_isolation(remote, &iso) : 0;
+    if (remote && slot < t->n_info && t->info[slot] && t->info_hellos[slot - 1] != hellos) {
+        cs_mcp_cached_free(t->info[slot]);
+        t->info[slot] = NULL;
+    }
     if (slot != SIZE_MAX && slot < t->n_info && t->info[slot]) {
         cs_mcp_call_ok_cached(call, t->info[slot]);
         return;
@@ -53,6 +61,11 @@ static void workspace_info(void *arg, struct cs_mcp_call *call, const void *inpu
     struct cs_runtime_caps caps = t->caps;
     if (slot != SIZE_MAX && slot > 0 && t->no_exec && t->no_exec[slot - 1])
         caps.process_available = false;
+    struct cs_worker_isolation worker = {iso.sandbox, iso.landlock_abi, iso.syscall_denials};
+    if (remote && hellos > 0) {
+        caps.worker = &worker;
+        t->info_hellos[slot - 1] = hellos;
+    }
     int rc = cs_policy_workspace_info(t->cfg, &caps, t->version, in, &out, &msg);
     if (rc != 0) {
         cs_mcp_call_error(call, (enum csw_error)rc, NULL, "%s", msg.text);
@@ -95,6 +108,10 @@ void cs_tools_free(struct cs_tools *t)
     }
     free(t->no_exec);
     t->no_exec = NULL;
+    free(t->remote);
+    t->remote = NULL;
+    free(t->info_hellos);
+    t->info_hellos = NULL;
 }
 
 /* ---- the policy gate ---- */
@@ -642,17 +659,6 @@ static void operation_status_tool(void *arg, struct cs_mcp_call *call, const voi
 /* The sibling codespace-runtime of our own executable (docs/contract/runtime.md section 1). */
 /* Whether the kernel offers seccomp user notification, which the sandbox helper uses to learn
  * of refused system calls (docs/contract/tools.md section 6): the helper reads the same file. */
-static bool seccomp_user_notif(void)
-{
-    FILE *f = fopen("/proc/sys/kernel/seccomp/actions_avail", "re");
-    if (!f)
-        return false;
-    char buf[256];
-    bool yes = fgets(buf, sizeof buf, f) && strstr(buf, "user_notif");
-    fclose(f);
-    return yes;
-}
-
 static char *sibling(const char *name)
 {
     char self[PATH_MAX];
@@ -764,16 +770,18 @@ static int identity_rules(struct cs_tools *t, bool sandboxed, const char *probe_
 }
 
 /* A tcp runner's options from one set of remote settings: the gateway's flags or a registry
- * entry. Borrows every string. */
-static struct cs_runner_tcp_options tcp_options(const char *version, const struct cs_remote *rm)
+ * entry; CODESPACE_REQUIRE_LINUX_SANDBOX=1 holds for remote workers too. Borrows every string. */
+static struct cs_runner_tcp_options tcp_options(const struct cs_tools *t,
+                                                const struct cs_remote *rm)
 {
     struct cs_runner_tcp_options opt = {.url = rm->url,
-                                        .version = version,
+                                        .version = t->version,
                                         .plaintext = rm->plaintext,
                                         .cert = rm->cert,
                                         .key = rm->key,
                                         .psk_file = rm->psk,
-                                        .psk_identity = rm->psk_identity};
+                                        .psk_identity = rm->psk_identity,
+                                        .require_sandbox = t->cfg->require_linux_sandbox};
     memcpy(opt.peer_pin, rm->pin, sizeof opt.peer_pin);
     return opt;
 }
@@ -783,8 +791,7 @@ static struct cs_runner_tcp_options tcp_options(const char *version, const struc
  * their own go to that worker, the others to the gateway's --runner. Workspaces naming the same
  * URL share one connection (the first one's TLS settings). Returns 0, or -1 with err set.
  */
-static int place_workspaces(struct cs_tools *t, struct cs_loop *loop, const char *version,
-                            char *err, size_t err_cap)
+static int place_workspaces(struct cs_tools *t, struct cs_loop *loop, char *err, size_t err_cap)
 {
     const struct cs_config *cfg = t->cfg;
     bool any = false;
@@ -809,7 +816,7 @@ static int place_workspaces(struct cs_tools *t, struct cs_loop *loop, const char
             if (subs[j] && strcmp(cfg->workspaces[j].remote.url, ws->remote.url) == 0)
                 subs[i] = subs[j];
         if (!subs[i]) {
-            struct cs_runner_tcp_options opt = tcp_options(version, &ws->remote);
+            struct cs_runner_tcp_options opt = tcp_options(t, &ws->remote);
             /* A tcp runner reports no loss (a dropped link is not a dead worker). */
             struct cs_runner_events ev = {on_process_exited, NULL, t};
             struct cs_diag e = {0};
@@ -821,6 +828,7 @@ static int place_workspaces(struct cs_tools *t, struct cs_loop *loop, const char
                 return -1; /* t->runner (the multi) is freed with the tools */
             }
         }
+        t->remote[i] = subs[i];
         if (cs_runner_multi_route(multi, ws->id, subs[i]) != 0) {
             snprintf(err, err_cap, "out of memory");
             free(subs);
@@ -845,7 +853,9 @@ int cs_tools_register(struct cs_mcp *srv, struct cs_tools *t, const struct cs_co
         return -1;
     t->n_info = cfg->n_workspaces + 1;
     t->leases = calloc(cfg->n_workspaces + 1, sizeof *t->leases);
-    if (!t->leases || build_wsdesc(t) != 0)
+    t->remote = calloc(cfg->n_workspaces + 1, sizeof *t->remote);
+    t->info_hellos = calloc(cfg->n_workspaces + 1, sizeof *t->info_hellos);
+    if (!t->leases || !t->remote || !t->info_hellos || build_wsdesc(t) != 0)
         return -1;
     for (size_t i = 0; i < cfg->n_workspaces; i++) {
         t->leases[i].hooks = &lease_hooks;
@@ -867,7 +877,8 @@ int cs_tools_register(struct cs_mcp *srv, struct cs_tools *t, const struct cs_co
      * spawns and what workspace_info reports. */
     char *helper = cfg->sandbox_bin ? strdup(cfg->sandbox_bin) : sibling("codespace-linux-sandbox");
     char perr[2048] = "no helper";
-    bool sandboxed = helper && cs_supervisor_sandbox_probe(helper, perr, sizeof perr) == 0;
+    struct cs_supervisor_isolation iso;
+    bool sandboxed = helper && cs_supervisor_isolation_probe(helper, &iso, perr, sizeof perr) == 0;
     if (!sandboxed && cfg->require_linux_sandbox) {
         snprintf(err, err_cap,
                  "CODESPACE_REQUIRE_LINUX_SANDBOX=1 and the Linux sandbox probe failed: %s", perr);
@@ -887,10 +898,9 @@ int cs_tools_register(struct cs_mcp *srv, struct cs_tools *t, const struct cs_co
     }
     t->caps.sandbox = sandboxed;
     if (sandboxed) {
-        long abi = syscall(SYS_landlock_create_ruleset, NULL, 0, LANDLOCK_CREATE_RULESET_VERSION);
-        t->caps.has_landlock_abi = abi > 0;
-        t->caps.landlock_abi = abi > 0 ? abi : 0;
-        t->caps.syscall_denials = seccomp_user_notif();
+        t->caps.has_landlock_abi = iso.landlock_abi > 0;
+        t->caps.landlock_abi = iso.landlock_abi;
+        t->caps.syscall_denials = iso.syscall_denials;
     }
     if (cfg->runner == CS_CONFIG_RUNNER_UDS) {
         char *bin = cfg->runtime_bin ? strdup(cfg->runtime_bin) : sibling("codespace-runtime");
@@ -911,11 +921,13 @@ int cs_tools_register(struct cs_mcp *srv, struct cs_tools *t, const struct cs_co
         free(bin);
     } else if (cfg->runner == CS_CONFIG_RUNNER_TCP) {
         /* A worker someone else started (docs/scale-out.md): its sandbox is its own. */
-        struct cs_runner_tcp_options opt = tcp_options(version, &cfg->remote);
+        struct cs_runner_tcp_options opt = tcp_options(t, &cfg->remote);
         struct cs_diag e = {0};
         t->runner = cs_runner_tcp_new(loop, &opt, &ev, &e);
         if (!t->runner)
             snprintf(err, err_cap, "%s", e.text);
+        for (size_t i = 0; t->runner && i < cfg->n_workspaces; i++)
+            t->remote[i] = t->runner; /* place_workspaces moves those with a runner of their own */
     } else {
         struct cs_supervisor_limits lim;
         cs_supervisor_limits_init(&lim, cfg->max_processes, cfg->process_timeout_secs * 1000,
@@ -925,7 +937,7 @@ int cs_tools_register(struct cs_mcp *srv, struct cs_tools *t, const struct cs_co
         t->runner = cs_runner_inproc_new(loop, &lim, &ev);
     }
     free(helper);
-    if (!t->runner || place_workspaces(t, loop, version, err, err_cap) != 0)
+    if (!t->runner || place_workspaces(t, loop, err, err_cap) != 0)
         return -1;
     /* Files (src/fs), patches (src/patch, src/store) and processes (src/supervisor), in this
      * process or in the uds worker; command_sandbox and enforcement follow the probe above. */

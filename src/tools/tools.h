@@ -32,6 +32,11 @@ struct cs_tools {
     /* Per registry workspace: why no command can run there (a root server whose commands cannot
      * get an unprivileged identity, docs/contract/sandbox.md section 3), or NULL. Owned. */
     char **no_exec;
+    /* Per registry workspace: the tcp runner holding it (borrowed: runner owns it), or NULL; and
+     * the count of that worker's answered hellos its cached workspace_info answer was built at,
+     * since the isolation reported is the worker's last hello (docs/scale-out.md). */
+    struct cs_runner **remote;
+    uint64_t *info_hellos;
 };
 
 /* Fills t->caps from what this build implements and cfg, and sets the handlers of every

@@ -42,7 +42,8 @@ ALLOWLIST = {
     "src/runner/runner_tcp.c": {
         "drop": LOG,
         "up": LOG,
-        "status_done": LOG},
+        "status_done": LOG,
+        "hello_isolation": LOG},
     "src/runner/runner_tls.c": {
         "conn_main": LOG},
     "src/runtime/runtime_main.c": {

@@ -25,7 +25,16 @@ deleted in cleanup.
 - a registry workspace on a remote worker whose root does not exist on the gateway's host (the
   gateway runs in a mount namespace where that path is hidden): served through the worker;
 - the gateway's own uds worker killed: the workspace it held is free again, while one on the
-  remote worker stays held by its running process (WORKSPACE_BUSY).
+  remote worker stays held by its running process (WORKSPACE_BUSY);
+- workspace_info's isolation is the worker's own probe (docs/security-model.md R17), checked
+  against what a command really gets (its PID namespace and uid): a sandboxed worker claims
+  linux-sandbox/enforced and its commands have a PID namespace of their own; an unprivileged
+  worker without --sandbox claims none/none, although the gateway's own sandbox works (its local
+  workspace says so), and its commands share the host's PID namespace; a gateway with
+  CODESPACE_REQUIRE_LINUX_SANDBOX=1 refuses that worker (calls fail before dispatch naming the
+  worker and the requirement, nothing runs, the gateway logs it); a worker whose --sandbox
+  helper is missing or fails its probe, or that is required to sandbox without one, does not
+  start; before the worker's first hello, none/none, and its real report once it is reached.
 
 Needs root (namespaces), `ip` (iproute2) and `openssl`. Outside CI a missing piece skips; in CI
 (CI=true) it fails. Run (from tests/e2e):
@@ -94,12 +103,13 @@ def make_cert(d, name):
 class Worker:
     """codespace-runtime --listen in namespace ns; its log lines are kept."""
 
-    def __init__(self, ns, addr, args, env=None):
+    def __init__(self, ns, addr, args, env=None, wrap=()):
         e = dict(os.environ)
         e.update(env or {})
         self.proc = subprocess.Popen(
-            ["ip", "netns", "exec", ns, runtime_binary(), "--listen", "%s:%d" % (addr, PORT)]
-            + args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=e)
+            ["ip", "netns", "exec", ns] + list(wrap)
+            + [runtime_binary(), "--listen", "%s:%d" % (addr, PORT)] + args,
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=e)
         self.lines = []
         self.listening = threading.Event()
         threading.Thread(target=self._err, daemon=True).start()
@@ -166,7 +176,7 @@ class RemoteTest(unittest.TestCase):
         self.addCleanup(w.kill)
         return w
 
-    def gateway(self, pin=None, ws=None, auth=None):
+    def gateway(self, pin=None, ws=None, auth=None, env=None):
         state = os.path.join(self.tmp, "state-%d" % len(self.servers))
         os.mkdir(state)
         auth = auth or ["--tls-cert", self.gcert, "--tls-key", self.gkey,
@@ -174,11 +184,11 @@ class RemoteTest(unittest.TestCase):
         args = ["netns", "exec", self.nsg, tp.binary(), "--workspace", ws or self.ws,
                 "--operations-db", os.path.join(state, "ops.db"),
                 "--runner", "tcp://%s:%d" % (self.waddr, PORT)] + auth
-        s = mcp_stdio.StdioServer("ip", args, state)
+        s = mcp_stdio.StdioServer("ip", args, state, env)
         self.servers.append(s)
         return s
 
-    def registry_gateway(self, workspaces, wrap=(), extra=()):
+    def registry_gateway(self, workspaces, wrap=(), extra=(), env=None):
         """A gateway in the gateway namespace with a registry of these workspaces; wrap goes
         between `ip netns exec NS` and the binary, extra after its flags."""
         n = len(self.servers)
@@ -189,7 +199,7 @@ class RemoteTest(unittest.TestCase):
         os.mkdir(state)
         srv = mcp_stdio.StdioServer("ip", ["netns", "exec", self.nsg] + list(wrap)
                                     + [tp.binary(), "--config", cfg, "--operations-db", ":memory:"]
-                                    + list(extra), state)
+                                    + list(extra), state, env)
         self.servers.append(srv)
         return srv
 
@@ -393,6 +403,147 @@ class RemoteTest(unittest.TestCase):
         self.assertTrue(w.saw('"runner connection refused"'), w.lines)
         self.assertFalse(w.saw('"runner connection accepted"'), w.lines)
 
+
+    # ---- what workspace_info claims against what the commands get (R17) ----
+
+    def bare_worker(self):
+        """A worker without the sandbox: an unprivileged one (uid and gid 65534; a root
+        --listen worker insists on --sandbox), on a plaintext link, serving a root it owns."""
+        os.chmod(self.tmp, 0o755)
+        root = os.path.join(self.tmp, "bare")
+        os.mkdir(root)
+        os.chown(root, 65534, 65534)
+        w = Worker(self.nsw, self.waddr, ["--plaintext", "--root", root],
+                   {"TMPDIR": "/tmp", "CODESPACE_REQUIRE_LINUX_SANDBOX": "0"},
+                   wrap=["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups"])
+        self.addCleanup(w.kill)
+        self.assertTrue(w.saw('"command_sandbox":"none"'), w.lines)
+        return w, root
+
+    def claims(self, srv, ws):
+        info = srv.call("workspace_info", {"workspace_id": ws})["execution"]
+        return info["isolation"], info["network"]
+
+    def reality(self, srv, ws):
+        """What a command really gets: its PID namespace (the sandbox gives every command one of
+        its own) and its uid."""
+        out = srv.call("exec_command", {"workspace_id": ws, "yield_ms": 10000, "command":
+                                        ["sh", "-c", "readlink /proc/self/ns/pid; id -u"]})
+        self.assertEqual(out["exit_code"], 0, out)
+        pidns, uid = out["output"].split()
+        return pidns != os.readlink("/proc/self/ns/pid"), uid
+
+    def test_sandboxed_worker_claims_and_has_the_sandbox(self):
+        self.worker()
+        srv = self.gateway()
+        own_pidns, uid = self.reality(srv, "default")  # after the worker's hello
+        self.assertTrue(own_pidns, "a sandboxed command shares the host's PID namespace")
+        self.assertEqual(uid, "65533")
+        iso, net = self.claims(srv, "default")
+        self.assertEqual((iso["runner"], iso["command_sandbox"], net["enforcement"]),
+                         ("remote", "linux-sandbox", "enforced"), (iso, net))
+        if os.path.exists("/sys/kernel/security/landlock"):
+            self.assertGreaterEqual(iso.get("landlock_abi", 0), 1, iso)
+        self.assertIn("denial_reports", iso)
+
+    def test_bare_worker_claims_none_although_the_gateway_has_the_sandbox(self):
+        w, root = self.bare_worker()
+        near = os.path.join(self.tmp, "near")
+        os.mkdir(near)
+        srv = self.registry_gateway({
+            "near": {"root": near, "profile": "workspace-write"},
+            "far": {"root": root, "profile": "workspace-write",
+                    "runner": {"url": "tcp://%s:%d" % (self.waddr, PORT), "plaintext": True}}},
+            env={"CODESPACE_REQUIRE_LINUX_SANDBOX": "0"})
+        own_pidns, uid = self.reality(srv, "far")
+        self.assertFalse(own_pidns, "the bare worker's command has a PID namespace of its own")
+        self.assertEqual(uid, "65534")
+        iso, net = self.claims(srv, "far")
+        self.assertEqual((iso["runner"], iso["command_sandbox"], net["enforcement"]),
+                         ("remote", "none", "none"), (iso, net))
+        self.assertNotIn("landlock_abi", iso)
+        self.assertNotIn("denial_reports", iso)
+        # The gateway's own probe is good, and holds for its own workspace only.
+        iso, net = self.claims(srv, "near")
+        self.assertEqual((iso["command_sandbox"], net["enforcement"]),
+                         ("linux-sandbox", "enforced"), (iso, net))
+        own_pidns, _ = self.reality(srv, "near")
+        self.assertTrue(own_pidns)
+        self.assertTrue(w.saw('"runner connection accepted"'), w.lines)
+
+    def test_required_sandbox_refuses_a_bare_worker(self):
+        w, root = self.bare_worker()
+        srv = self.gateway(ws=root, auth=["--runner-tls", "off"],
+                           env={"CODESPACE_REQUIRE_LINUX_SANDBOX": "1"})
+        addr = "%s:%d" % (self.waddr, PORT)
+        for _ in range(2):  # the first call waits for the hello; the second meets the back-off
+            out, err = srv.call_raw("exec_command", {"workspace_id": "default",
+                                                     "command": ["touch", "ran"],
+                                                     "yield_ms": 2000})
+            self.assertIsNone(out, out)
+            self.assertEqual(err["code"], "TIMEOUT", err)
+            self.assertIn("before dispatch", err["message"])
+            self.assertIn(addr, err["message"])
+            self.assertIn("CODESPACE_REQUIRE_LINUX_SANDBOX=1", err["message"])
+        out, err = srv.call_raw("read", {"workspace_id": "default", "path": "a.txt"})
+        self.assertIsNone(out, out)
+        self.assertIn("CODESPACE_REQUIRE_LINUX_SANDBOX=1", err["message"])
+        self.assertFalse(os.path.exists(os.path.join(root, "ran")))
+        logged = lambda: any('"runner refused"' in l and addr in l for l in srv.stderr)
+        end = time.time() + 5 * SLOW
+        while not logged() and time.time() < end:
+            time.sleep(0.1)
+        self.assertTrue(logged(), srv.stderr)
+        iso, net = self.claims(srv, "default")
+        self.assertEqual((iso["command_sandbox"], net["enforcement"]), ("none", "none"))
+
+    def test_worker_refuses_to_start_without_its_sandbox(self):
+        fails = os.path.join(self.tmp, "failing-helper")
+        with open(fails, "w") as f:
+            f.write("#!/bin/sh\necho 'no user namespaces here' >&2\nexit 3\n")
+        os.chmod(fails, 0o755)
+        ids = ["--sandbox-uid", "65533", "--sandbox-gid", "65533"]
+        for helper, says in (("/nonexistent", "/nonexistent"),
+                             (fails, "no user namespaces here")):
+            p = subprocess.run([runtime_binary(), "--listen", "127.0.0.1:0", "--plaintext",
+                                "--root", self.ws, "--sandbox", helper] + ids,
+                               stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                               timeout=30)
+            self.assertEqual(p.returncode, 1, p.stderr)
+            self.assertIn("the Linux sandbox probe failed", p.stderr)
+            self.assertIn("never runs a command without it", p.stderr)
+            self.assertIn(says, p.stderr)
+            self.assertNotIn("runner listening", p.stderr)
+        # Required, and none given: an unprivileged worker (which could run bare) does not start.
+        os.chmod(self.tmp, 0o755)
+        os.chmod(self.ws, 0o777)
+        p = subprocess.run(["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups",
+                            runtime_binary(), "--listen", "127.0.0.1:0", "--plaintext",
+                            "--root", self.ws], stdin=subprocess.DEVNULL, capture_output=True,
+                           text=True, timeout=30,
+                           env=dict(os.environ, CODESPACE_REQUIRE_LINUX_SANDBOX="1"))
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertIn("CODESPACE_REQUIRE_LINUX_SANDBOX=1", p.stderr)
+        self.assertNotIn("runner listening", p.stderr)
+
+    def test_unreached_worker_claims_nothing_until_its_hello(self):
+        with open(os.path.join(self.ws, "a.txt"), "w") as f:
+            f.write("alpha\n")
+        srv = self.gateway()  # no worker yet
+        out, err = srv.call_raw("read", {"workspace_id": "default", "path": "a.txt"})
+        self.assertIsNone(out, out)
+        self.assertIn("before dispatch", err["message"])
+        iso, net = self.claims(srv, "default")
+        self.assertEqual((iso["runner"], iso["command_sandbox"], net["enforcement"]),
+                         ("remote", "none", "none"), (iso, net))
+        self.assertNotIn("landlock_abi", iso)
+        self.worker()
+        out, err = self.call_until(srv, "read", {"workspace_id": "default", "path": "a.txt"},
+                                   lambda o, e: e is None, 20 * SLOW)
+        self.assertIsNone(err, err)
+        iso, net = self.claims(srv, "default")  # the cached answer was rebuilt
+        self.assertEqual((iso["command_sandbox"], net["enforcement"]),
+                         ("linux-sandbox", "enforced"), (iso, net))
 
     # ---- pre-shared key mode ----
 

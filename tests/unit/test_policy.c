@@ -1334,6 +1334,76 @@ static void test_info_remote_worker(void **state)
     cs_config_free(&cfg);
 }
 
+/* A workspace's isolation as "command_sandbox/enforcement/landlock_abi/denial kinds". */
+static char *isolation_of(const struct cs_config *cfg, const struct cs_runtime_caps *caps,
+                          const char *id)
+{
+    json_t *j = info_json(cfg, caps, id, strlen(id));
+    json_t *x = json_object_get(j, "execution");
+    json_t *iso = json_object_get(x, "isolation");
+    json_t *abi = json_object_get(iso, "landlock_abi");
+    json_t *kinds = json_object_get(iso, "denial_reports");
+    char *k = kinds ? json_dumps(kinds, JSON_COMPACT) : strdup("-");
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s/%s/%lld/%s",
+             json_string_value(json_object_get(iso, "command_sandbox")),
+             json_string_value(json_object_get(json_object_get(x, "network"), "enforcement")),
+             abi ? (long long)json_integer_value(abi) : -1LL, k ? k : "?");
+    free(k);
+    json_decref(j);
+    return strdup(buf);
+}
+
+/* docs/security-model.md R17: a workspace on a remote worker reports that worker's own probe,
+ * as its last hello stated it; before any hello, none and none, whatever this process's probe
+ * found. A local workspace beside it keeps this process's probe. */
+static void test_info_remote_isolation(void **state)
+{
+    (void)state;
+    write_cfgf("{\"workspaces\": {"
+               "\"far\": {\"root\": \"/w/far\", \"network\": \"enabled\", "
+               "\"runner\": {\"url\": \"tcp://h:1\", \"plaintext\": true}},"
+               "\"near\": {\"root\": \"%s\"}}}",
+               fx.ws1);
+    struct cs_config cfg;
+    load_ok(&cfg, ARGV("--config", fx.cfg), BASE_ENV);
+    struct cs_runtime_caps caps = full_caps; /* this process has a working sandbox */
+    char *got = isolation_of(&cfg, &caps, "far");
+    assert_string_equal(got, "none/none/-1/-");
+    free(got);
+    got = isolation_of(&cfg, &caps, "near");
+    assert_string_equal(got, "linux-sandbox/enforced/3/[\"syscall\"]");
+    free(got);
+    /* The worker stated its sandbox: its own ABI and denial kinds, not ours. */
+    struct cs_worker_isolation w = {.sandbox = true, .landlock_abi = 6, .syscall_denials = false};
+    caps.worker = &w;
+    got = isolation_of(&cfg, &caps, "far");
+    assert_string_equal(got, "linux-sandbox/enforced/6/[\"network\"]");
+    free(got);
+    /* The worker stated none, although this process has the sandbox. */
+    struct cs_worker_isolation bare = {0};
+    caps.worker = &bare;
+    got = isolation_of(&cfg, &caps, "far");
+    assert_string_equal(got, "none/none/-1/-");
+    free(got);
+    cs_config_free(&cfg);
+
+    /* The gateway's own --runner tcp://: every workspace is the worker's. */
+    load_ok(&cfg,
+            ARGV("--workspace", fx.ws1, "--runner", "tcp://10.0.0.9:7451", "--runner-tls", "off"),
+            BASE_ENV);
+    caps = full_caps;
+    caps.remote = &cfg.remote;
+    got = isolation_of(&cfg, &caps, "default");
+    assert_string_equal(got, "none/none/-1/-");
+    free(got);
+    caps.worker = &w;
+    got = isolation_of(&cfg, &caps, "default");
+    assert_string_equal(got, "linux-sandbox/enforced/6/[]");
+    free(got);
+    cs_config_free(&cfg);
+}
+
 static void test_info_server_only(void **state)
 {
     (void)state;
@@ -1662,6 +1732,7 @@ int main(void)
         cmocka_unit_test(test_lookup),
         cmocka_unit_test(test_permissions),
         cmocka_unit_test(test_info_remote_worker),
+        cmocka_unit_test(test_info_remote_isolation),
         cmocka_unit_test(test_info_server_only),
         cmocka_unit_test(test_info_host_workspace),
         cmocka_unit_test(test_info_container_fails_closed),

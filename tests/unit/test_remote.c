@@ -17,6 +17,11 @@
  *   key; a short key file, a key file readable by others, a mix of both modes, a bad identity
  *   and a key path that is not a regular file fail at cs_tls_ctx_new with a message that never
  *   holds the key. (A certificate-mode gateway against a PSK worker: e2e_remote.)
+ * - the hello answer's isolation (docs/scale-out.md): what a worker's probe found goes out
+ *   through the generated encoder and comes back through the decoder as it was (sandbox, ABI,
+ *   syscall reports); a worker without the sandbox states none and none and nothing else; a
+ *   hello without the member, or one stating the sandbox without network enforcement, reads as
+ *   no sandbox.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -38,6 +43,7 @@
 
 #include "base_diag.h"
 #include "base_remote.h"
+#include "runner.h"
 #include "runner_tls.h"
 
 static void accepts(const char *url, const char *host, const char *port)
@@ -333,13 +339,81 @@ static void psk_handshakes(void **state)
     rmdir(dir);
 }
 
+/* iso through the hello answer's encoder and decoder, as a gateway reads it. */
+static struct cs_supervisor_isolation through_wire(const struct cs_supervisor_isolation *iso,
+                                                   char *text, size_t cap)
+{
+    struct csw_runner_wire m;
+    memset(&m, 0, sizeof m);
+    m.tag = CSW_RUNNER_WIRE_RESPONSE;
+    m.u.response.protocol = CS_RUNNER_PROTOCOL;
+    m.u.response.request_id = (struct cs_str){(char *)"rrpc-1", 6};
+    m.u.response.ok = true;
+    m.u.response.has_result = true;
+    m.u.response.result.tag = CSW_RUNNER_WIRE_RESULT_HELLO;
+    struct csw_runner_wire_hello_result *h = &m.u.response.result.u.hello.data;
+    h->protocol = CS_RUNNER_PROTOCOL;
+    h->has_isolation = true;
+    cs_runner_isolation_encode(iso, &h->isolation);
+    json_t *j = NULL;
+    struct cs_wire_diag diag;
+    assert_int_equal(csw_runner_wire_encode(&m, &j, &diag), CS_WIRE_OK);
+    char *dump = json_dumps(
+        json_object_get(json_object_get(json_object_get(j, "result"), "data"), "isolation"),
+        JSON_SORT_KEYS | JSON_COMPACT);
+    snprintf(text, cap, "%s", dump);
+    free(dump);
+    struct csw_runner_wire back;
+    assert_int_equal(csw_runner_wire_decode(j, &back, &diag), CS_WIRE_OK);
+    json_decref(j);
+    assert_int_equal(back.tag, CSW_RUNNER_WIRE_RESPONSE);
+    assert_true(back.u.response.result.u.hello.data.has_isolation);
+    struct cs_supervisor_isolation got;
+    cs_runner_isolation_decode(&back.u.response.result.u.hello.data.isolation, &got);
+    csw_runner_wire_free(&back);
+    return got;
+}
+
+static void hello_isolation(void **state)
+{
+    (void)state;
+    char text[512];
+    struct cs_supervisor_isolation in = {
+        .sandbox = true, .landlock_abi = 6, .syscall_denials = true};
+    struct cs_supervisor_isolation got = through_wire(&in, text, sizeof text);
+    assert_string_equal(text, "{\"command_sandbox\":\"linux-sandbox\",\"landlock_abi\":6,"
+                              "\"network_enforcement\":\"enforced\",\"syscall_denials\":true}");
+    assert_true(got.sandbox);
+    assert_int_equal(got.landlock_abi, 6);
+    assert_true(got.syscall_denials);
+    /* No sandbox: none and none, and no ABI or reports claimed even if the kernel has them. */
+    struct cs_supervisor_isolation bare = {
+        .sandbox = false, .landlock_abi = 4, .syscall_denials = true};
+    got = through_wire(&bare, text, sizeof text);
+    assert_string_equal(text, "{\"command_sandbox\":\"none\",\"network_enforcement\":\"none\"}");
+    assert_false(got.sandbox);
+    assert_int_equal(got.landlock_abi, 0);
+    assert_false(got.syscall_denials);
+    /* A hello that states nothing, or half a sandbox, is no sandbox. */
+    got.sandbox = true;
+    cs_runner_isolation_decode(NULL, &got);
+    assert_false(got.sandbox);
+    struct csw_runner_wire_worker_isolation half = {
+        .command_sandbox = CSW_RUNNER_WIRE_WORKER_ISOLATION_COMMAND_SANDBOX_LINUX_SANDBOX,
+        .network_enforcement = CSW_RUNNER_WIRE_WORKER_ISOLATION_NETWORK_ENFORCEMENT_NONE,
+        .has_landlock_abi = true,
+        .landlock_abi = 3};
+    cs_runner_isolation_decode(&half, &got);
+    assert_false(got.sandbox);
+    assert_int_equal(got.landlock_abi, 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(addresses),
-        cmocka_unit_test(pins),
-        cmocka_unit_test(psk_texts),
-        cmocka_unit_test(psk_handshakes),
+        cmocka_unit_test(addresses),       cmocka_unit_test(pins),
+        cmocka_unit_test(psk_texts),       cmocka_unit_test(psk_handshakes),
+        cmocka_unit_test(hello_isolation),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
