@@ -49,12 +49,12 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
+from logproc import LogProc  # noqa: E402
 from rows import Rows, ratio, table  # noqa: E402
 
 PROTOCOL = "2025-11-25"
@@ -165,45 +165,12 @@ class Conn:
 # ---- the gateway ------------------------------------------------------------------------------
 
 
-class Gateway:
+class Gateway(LogProc):
     def __init__(self, argv, env):
-        self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.PIPE, env=env)
-        self.port = None
-        self.tail = []
-        found = threading.Event()
-
-        def drain():  # finds the port, then keeps stderr flowing so logging never blocks
-            for line in self.proc.stderr:
-                self.tail = (self.tail + [line])[-20:]
-                if self.port is None:
-                    try:
-                        rec = json.loads(line)
-                    except ValueError:
-                        continue
-                    if isinstance(rec, dict) and rec.get("msg") == "listening" \
-                            and rec.get("port"):
-                        self.port = rec["port"]
-                        found.set()
-            found.set()
-
-        self._drain = threading.Thread(target=drain, daemon=True)
-        self._drain.start()
-        if not found.wait(15) or self.port is None:
-            self.close()
-            raise RuntimeError("the HTTP server did not log its port: %s"
-                               % b"".join(self.tail).decode(errors="replace")[-1000:])
+        super().__init__(argv, env, "listening", "the HTTP server", wait=15)
 
     def close(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self._drain.join(timeout=5)
-        self.proc.stderr.close()
+        self.stop(timeout=10)
 
 
 def status_kib(pid, key):

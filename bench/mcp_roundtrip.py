@@ -31,7 +31,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 FILESYSTEM_PKG = "@modelcontextprotocol/server-filesystem"
@@ -43,6 +42,7 @@ PROTOCOL = "2025-11-25"
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
+from logproc import LogProc  # noqa: E402
 from rows import Rows  # noqa: E402
 
 
@@ -169,34 +169,12 @@ class StdioPeer:
         self.proc.stdout.close()
 
 
-class HttpPeer:
+class HttpPeer(LogProc):
     """codespace-mcp --http --port 0; one keep-alive connection, raw HTTP/1.1."""
 
     def __init__(self, argv, env):
-        self.proc = subprocess.Popen(argv + ["--http", "--port", "0"], stdin=subprocess.DEVNULL,
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
-        self.port = None
-        found = threading.Event()
-
-        def drain():  # finds the port, then keeps stderr flowing so logging never blocks
-            for line in self.proc.stderr:
-                if self.port is None:
-                    try:
-                        rec = json.loads(line)
-                    except ValueError:
-                        continue
-                    if isinstance(rec, dict) and rec.get("msg") == "listening" \
-                            and rec.get("port"):
-                        self.port = rec["port"]
-                        found.set()
-            found.set()
-
-        self._drain = threading.Thread(target=drain, daemon=True)
-        self._drain.start()
-        if not found.wait(10) or self.port is None:
-            self.proc.kill()
-            self.proc.wait()
-            raise RuntimeError("HTTP server did not log its listening port (log level info?)")
+        super().__init__(argv + ["--http", "--port", "0"], env, "listening",
+                         "the HTTP server (log level info?)")
         self.sock = None
         self.buf = b""
         self.session = None
@@ -253,14 +231,7 @@ class HttpPeer:
     def close(self):
         if self.sock:
             self.sock.close()
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        self._drain.join(timeout=5)
-        self.proc.stderr.close()
+        self.stop()
 
 
 # ---- measuring -----------------------------------------------------------------------------

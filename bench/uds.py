@@ -34,7 +34,6 @@ import argparse
 import hashlib
 import json
 import ssl
-import threading
 import os
 import shutil
 import statistics
@@ -46,6 +45,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
+from logproc import LogProc  # noqa: E402
 from mcp_roundtrip import StdioPeer, request, unprivileged  # noqa: E402  (shared stdio client)
 from rows import Rows, table  # noqa: E402
 
@@ -139,47 +139,15 @@ def make_cert(work, name):
     return cert, key, hashlib.sha256(der).hexdigest()
 
 
-class Worker:
+class Worker(LogProc):
     """codespace-runtime --listen 127.0.0.1:0; the port is read from its `runner listening` log
     line, and stderr keeps flowing."""
 
     def __init__(self, argv, env):
-        self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.PIPE, env=env)
-        self.port = None
-        self.lines = []
-        found = threading.Event()
-
-        def drain():
-            for line in self.proc.stderr:
-                self.lines = (self.lines + [line])[-20:]
-                if self.port is None:
-                    try:
-                        rec = json.loads(line)
-                    except ValueError:
-                        continue
-                    if isinstance(rec, dict) and rec.get("msg") == "runner listening":
-                        self.port = rec.get("port")
-                        found.set()
-            found.set()
-
-        self._drain = threading.Thread(target=drain, daemon=True)
-        self._drain.start()
-        if not found.wait(10) or not self.port:
-            self.close()
-            raise RuntimeError("codespace-runtime --listen did not log its port: %s"
-                               % b"".join(self.lines).decode(errors="replace")[-800:])
+        super().__init__(argv, env, "runner listening", "codespace-runtime --listen")
 
     def close(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self._drain.join(timeout=5)
-        self.proc.stderr.close()
+        self.stop()
 
 
 def main():
