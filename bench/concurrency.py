@@ -55,6 +55,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 from logproc import LogProc  # noqa: E402
+from mcp_roundtrip import descendants  # noqa: E402
 from rows import Rows, ratio, table  # noqa: E402
 
 PROTOCOL = "2025-11-25"
@@ -186,17 +187,7 @@ def status_kib(pid, key):
 
 def tree_rss_kib(pid):
     """VmRSS of pid and every descendant."""
-    total, todo = 0, [pid]
-    while todo:
-        p = todo.pop()
-        total += status_kib(p, "VmRSS")
-        try:
-            for task in os.listdir("/proc/%d/task" % p):
-                with open("/proc/%d/task/%s/children" % (p, task)) as f:
-                    todo += [int(c) for c in f.read().split()]
-        except OSError:
-            pass
-    return total
+    return sum(status_kib(p, "VmRSS") for p in descendants(pid))
 
 
 # ---- workers (one process each) ---------------------------------------------------------------
