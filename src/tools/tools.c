@@ -45,7 +45,7 @@ static void workspace_info(void *arg, struct cs_mcp_call *call, const void *inpu
      * answer is rebuilt once another hello has been answered. */
     struct cs_runner *remote =
         slot != SIZE_MAX && slot > 0 && t->remote ? t->remote[slot - 1] : NULL;
-    struct cs_supervisor_isolation iso;
+    struct cs_supervisor_isolation iso = {0}; /* read only for a remote workspace */
     uint64_t hellos = remote ? cs_runner_tcp_isolation(remote, &iso) : 0;
     if (remote && slot < t->n_info && t->info[slot] && t->info_hellos[slot - 1] != hellos) {
         cs_mcp_cached_free(t->info[slot]);
@@ -877,7 +877,7 @@ int cs_tools_register(struct cs_mcp *srv, struct cs_tools *t, const struct cs_co
      * spawns and what workspace_info reports. */
     char *helper = cfg->sandbox_bin ? strdup(cfg->sandbox_bin) : sibling("codespace-linux-sandbox");
     char perr[2048] = "no helper";
-    struct cs_supervisor_isolation iso;
+    struct cs_supervisor_isolation iso = {0}; /* read only for a remote workspace */
     bool sandboxed = helper && cs_supervisor_isolation_probe(helper, &iso, perr, sizeof perr) == 0;
     if (!sandboxed && cfg->require_linux_sandbox) {
         snprintf(err, err_cap,
