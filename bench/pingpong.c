@@ -5,10 +5,15 @@
  * reads it and writes it back, N times. Prints the median and mean round trip in microseconds.
  *
  * Built and run by bench/uds.py (cc -O2 -D_GNU_SOURCE); not part of the product.
- * Usage: pingpong [N=20000]
+ * Usage: pingpong [N=20000] [same|cross]
+ *   same: both processes on CPU 0 (a wake-up hands the CPU over); cross: the parent on CPU 0,
+ *   the child on CPU 1 (every wake-up crosses CPUs); neither: where the scheduler puts them,
+ *   which on a 2-CPU VM flips between the two from run to run.
  */
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -48,9 +53,20 @@ static int by_value(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/* Pins the calling process to one CPU; 0, or -1 with errno. */
+static int pin(int cpu)
+{
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    return sched_setaffinity(0, sizeof set, &set);
+}
+
 int main(int argc, char **argv)
 {
     int n = argc > 1 ? atoi(argv[1]) : 20000;
+    const char *place = argc > 2 ? argv[2] : "";
+    int child_cpu = strcmp(place, "same") == 0 ? 0 : strcmp(place, "cross") == 0 ? 1 : -1;
     int sp[2];
     if (n < 1 || socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) != 0) {
         perror("pingpong: socketpair");
@@ -62,6 +78,10 @@ int main(int argc, char **argv)
         return 1;
     }
     char buf[64];
+    if (child_cpu >= 0 && pin(pid == 0 ? child_cpu : 0) != 0) {
+        perror("pingpong: sched_setaffinity");
+        return 1;
+    }
     if (pid == 0) {
         close(sp[0]);
         int ep = watch(sp[1]);
