@@ -55,7 +55,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 from logproc import LogProc  # noqa: E402
-from mcp_roundtrip import descendants  # noqa: E402
+from mcp_roundtrip import descendants, parse_head  # noqa: E402
 from rows import Rows, ratio, table  # noqa: E402
 
 PROTOCOL = "2025-11-25"
@@ -117,12 +117,7 @@ class Conn:
             if end >= 0:
                 break
             self._recv()
-        lines = bytes(self.buf[:end]).decode("latin-1").split("\r\n")
-        status = int(lines[0].split()[1])
-        hdrs = {}
-        for line in lines[1:]:
-            k, _, v = line.partition(":")
-            hdrs[k.strip().lower()] = v.strip()
+        status, hdrs = parse_head(bytes(self.buf[:end]))
         n = int(hdrs.get("content-length", "0"))
         start = end + 4
         while self.have < start + n:

@@ -169,6 +169,17 @@ class StdioPeer:
         self.proc.stdout.close()
 
 
+def parse_head(head):
+    """An HTTP/1.1 response head (bytes, without the blank line) as (status, {lower-case name:
+    value})."""
+    lines = head.decode("latin-1").split("\r\n")
+    hdrs = {}
+    for line in lines[1:]:
+        k, _, v = line.partition(":")
+        hdrs[k.strip().lower()] = v.strip()
+    return int(lines[0].split()[1]), hdrs
+
+
 class HttpPeer(LogProc):
     """codespace-mcp --http --port 0; one keep-alive connection, raw HTTP/1.1."""
 
@@ -199,12 +210,7 @@ class HttpPeer(LogProc):
                 raise RuntimeError("connection closed")
             self.buf += chunk
         header, self.buf = self.buf.split(b"\r\n\r\n", 1)
-        lines = header.decode("latin-1").split("\r\n")
-        status = int(lines[0].split()[1])
-        hdrs = {}
-        for line in lines[1:]:
-            k, _, v = line.partition(":")
-            hdrs[k.strip().lower()] = v.strip()
+        status, hdrs = parse_head(header)
         n = int(hdrs.get("content-length", "0"))
         while len(self.buf) < n:
             chunk = self.sock.recv(1 << 16)
