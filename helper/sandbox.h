@@ -9,7 +9,7 @@
  * Files: sandbox_main.c (CLI, probe), sandbox_plan.c (prepare, plan load, plan validation),
  * sandbox_run.c (outer helper, init, command), sandbox_identity.c (the command's ids and the
  * workspace tree), sandbox_setup.c (mounts, capabilities, Landlock, seccomp), sandbox_filter.c
- * (the seccomp rules, also compiled at build time by sandbox_filter_gen.c), sandbox_proxy.c
+ * (the seccomp rules, also compiled at build time by sandbox_filter_export.c), sandbox_proxy.c
  * (the epoll proxy), sandbox_proxy_parse.c (request head parser; pure, fuzzed). The
  * network_allow entries and destination rules are src/base/base_netallow.c, shared with the
  * configuration load.

@@ -1,9 +1,9 @@
 /*
  * sandbox_filter: the command's seccomp filter as libseccomp rules (docs/contract/sandbox.md §3,
- * docs/contract/tools.md §6), in one place for its two users: codespace-sandbox-filter-gen, which
- * exports the program of each variant at build time into sandbox_filter_bpf.h (the helper loads
- * that as it is: building and compiling the rules took about 330 us of every spawn, issue 20),
- * and the helper itself for a variant the build could not export (a build host without user
+ * docs/contract/tools.md §6), in one place for its two users: codespace-sandbox-filter-export,
+ * which exports the program of each variant at build time into sandbox_filter_bpf.h (the helper
+ * loads that as it is: building and compiling the rules took about 330 us of every spawn, issue
+ * 20), and the helper itself for a variant the build could not export (a build host without user
  * notification). Both produce the same program from the same rules.
  *
  * Trust: no input; the variant is chosen by the helper. Entry point: cs_sbx_filter_new.

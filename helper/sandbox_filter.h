@@ -1,7 +1,7 @@
 /*
  * sandbox_filter: the command's seccomp filter (sandbox_filter.c). Shared by the helper and the
- * build-time generator of sandbox_filter_bpf.h (sandbox_filter_gen.c), which link nothing else of
- * the helper.
+ * build-time exporter of sandbox_filter_bpf.h (sandbox_filter_export.c), which links nothing else
+ * of the helper.
  */
 #ifndef CS_SANDBOX_FILTER_H
 #define CS_SANDBOX_FILTER_H
