@@ -55,6 +55,13 @@ int cs_runner_url_parse(const char *url, char host[CS_RUNNER_URL_HOST_MAX],
     return 0;
 }
 
+/* The byte two hex digits at p spell, or -1. */
+static int hex_byte(const char *p)
+{
+    int hi = cs_hexval(p[0]), lo = hi < 0 ? -1 : cs_hexval(p[1]);
+    return lo < 0 ? -1 : hi << 4 | lo;
+}
+
 int cs_tls_pin_parse(const char *text, unsigned char out[CS_TLS_PIN_SIZE])
 {
     if (!text)
@@ -65,10 +72,10 @@ int cs_tls_pin_parse(const char *text, unsigned char out[CS_TLS_PIN_SIZE])
         return -1;
     const char *p = text;
     for (size_t i = 0; i < CS_TLS_PIN_SIZE; i++) {
-        int hi = cs_hexval(p[0]), lo = cs_hexval(p[1]);
-        if (hi < 0 || lo < 0)
+        int v = hex_byte(p);
+        if (v < 0)
             return -1;
-        out[i] = (unsigned char)(hi << 4 | lo);
+        out[i] = (unsigned char)v;
         p += 2;
         if (colons && i + 1 < CS_TLS_PIN_SIZE) {
             if (*p != ':')
@@ -103,12 +110,8 @@ int cs_tls_psk_parse(const char *text, size_t n, unsigned char out[CS_TLS_PSK_MA
         return -2;
     if (digits / 2 > CS_TLS_PSK_MAX)
         return -3;
-    for (size_t i = 0; i < digits / 2; i++) {
-        int hi = cs_hexval(text[b + 2 * i]), lo = cs_hexval(text[b + 2 * i + 1]);
-        if (hi < 0 || lo < 0)
-            return -1; /* checked above already */
-        out[i] = (unsigned char)((unsigned)hi << 4 | (unsigned)lo);
-    }
+    for (size_t i = 0; i < digits / 2; i++)
+        out[i] = (unsigned char)hex_byte(text + b + 2 * i); /* every digit checked above */
     *len = digits / 2;
     return 0;
 }
