@@ -4,6 +4,8 @@
  * (cs_utf8_lossy), quotes the result with cs_json_quote and with jansson's json_dumps, and aborts
  * unless the two are byte for byte the same and within CS_JSON_QUOTE_MAX. It also parses the
  * quoted text back with jansson and aborts unless it is the same string.
+ * When the raw bytes parse, the tree is written by cs_wire_json_text (the writer of every reply)
+ * and by json_dumps: the harness aborts unless the texts are byte for byte the same.
  * The raw bytes also go through cs_json_clamp_numbers: a text jansson parses must come back
  * unchanged (NULL), and a clamped text must never fail for a number out of range again.
  * Trust: the input is arbitrary. Entry point: LLVMFuzzerTestOneInput.
@@ -16,6 +18,7 @@
 
 #include "base_json.h"
 #include "base_utf8.h"
+#include "base_wire.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -45,6 +48,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     json_decref(s);
 
     json_t *whole = json_loadb((const char *)data, size, JSON_DECODE_ANY | JSON_ALLOW_NUL, &err);
+    if (whole) {
+        size_t wn = 0;
+        char *mine = cs_wire_json_text(whole, &wn);
+        char *theirs = json_dumps(whole, JSON_ENCODE_ANY | JSON_COMPACT);
+        if (!mine || !theirs || strlen(theirs) != wn || memcmp(mine, theirs, wn) != 0)
+            abort();
+        free(mine);
+        free(theirs);
+    }
     size_t cn = 0;
     char *clamped = cs_json_clamp_numbers((const char *)data, size, &cn);
     if (whole && clamped)

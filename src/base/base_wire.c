@@ -9,7 +9,6 @@
 #include "base_wire.h"
 
 #include <assert.h>
-#include <inttypes.h>
 #include <stdarg.h>
 #include <math.h>
 #include <stdint.h>
@@ -816,6 +815,12 @@ static bool tb_room(struct tbuf *b, size_t more)
 
 static enum cs_wire_status put(struct ctx *c, const char *s, size_t n)
 {
+    struct tbuf *b = c->tb;
+    if (n <= b->cap - b->n && b->p) { /* the common case: room already */
+        memcpy(b->p + b->n, s, n);
+        b->n += n;
+        return CS_WIRE_OK;
+    }
     if (n == 0)
         return CS_WIRE_OK; /* the buffer may not exist yet */
     if (!tb_room(c->tb, n))
@@ -828,6 +833,11 @@ static enum cs_wire_status put(struct ctx *c, const char *s, size_t n)
 
 static enum cs_wire_status put_c(struct ctx *c, char ch)
 {
+    struct tbuf *b = c->tb;
+    if (b->n < b->cap) {
+        b->p[b->n++] = ch;
+        return CS_WIRE_OK;
+    }
     return put(c, &ch, 1);
 }
 
@@ -851,8 +861,91 @@ static enum cs_wire_status put_quoted(struct ctx *c, const char *s, size_t n)
 static enum cs_wire_status put_int(struct ctx *c, int64_t v)
 {
     char num[24];
-    int n = snprintf(num, sizeof num, "%" PRId64, v);
-    return put(c, num, (size_t)n);
+    char *at = num + sizeof num;
+    /* The magnitude as unsigned: -INT64_MIN does not fit an int64_t. */
+    uint64_t u = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
+    do {
+        *--at = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    if (v < 0)
+        *--at = '-';
+    return put(c, at, (size_t)(num + sizeof num - at));
+}
+
+/* The deepest nesting put_json writes (jansson's parser stops at 2048 too): deeper, or a cycle
+ * (which jansson's own writer refuses), is an error rather than a stack overflow. */
+#define JSON_TEXT_DEPTH 2048
+
+/* A jansson value, byte for byte what json_dumps(JSON_COMPACT | JSON_ENCODE_ANY) writes for it:
+ * members in the object's order, strings through cs_json_escape, integers as %lld, reals by
+ * jansson itself (its shortest-round-trip spelling). jansson's writer costs several thousand
+ * instructions for a three-member reply (a hash table of the containers it is inside, a UTF-8
+ * decode of every byte); this one only copies and escapes. */
+static enum cs_wire_status put_json(struct ctx *c, const json_t *j, size_t depth)
+{
+    switch (json_typeof(j)) {
+    case JSON_OBJECT: {
+        if (depth >= JSON_TEXT_DEPTH)
+            return fail(c, CS_WIRE_INVALID, "nested more than %d deep", JSON_TEXT_DEPTH);
+        if (put_c(c, '{') != CS_WIRE_OK)
+            return CS_WIRE_NOMEM;
+        json_t *o = (json_t *)(uintptr_t)j; /* jansson's iterators take a non-const object */
+        bool first = true;
+        for (void *it = json_object_iter(o); it; it = json_object_iter_next(o, it)) {
+            enum cs_wire_status st = first ? CS_WIRE_OK : put_c(c, ',');
+            first = false;
+            if (st == CS_WIRE_OK)
+                st = put_quoted(c, json_object_iter_key(it), json_object_iter_key_len(it));
+            if (st == CS_WIRE_OK)
+                st = put_c(c, ':');
+            if (st == CS_WIRE_OK)
+                st = put_json(c, json_object_iter_value(it), depth + 1);
+            if (st != CS_WIRE_OK)
+                return st;
+        }
+        return put_c(c, '}');
+    }
+    case JSON_ARRAY: {
+        if (depth >= JSON_TEXT_DEPTH)
+            return fail(c, CS_WIRE_INVALID, "nested more than %d deep", JSON_TEXT_DEPTH);
+        if (put_c(c, '[') != CS_WIRE_OK)
+            return CS_WIRE_NOMEM;
+        for (size_t i = 0; i < json_array_size(j); i++) {
+            enum cs_wire_status st = i ? put_c(c, ',') : CS_WIRE_OK;
+            if (st == CS_WIRE_OK)
+                st = put_json(c, json_array_get(j, i), depth + 1);
+            if (st != CS_WIRE_OK)
+                return st;
+        }
+        return put_c(c, ']');
+    }
+    case JSON_STRING: {
+        const char *s = json_string_value(j);
+        size_t n = json_string_length(j);
+        /* jansson refuses to write a string that is not UTF-8 (one made unchecked). */
+        if (!utf8_valid(s, n))
+            return fail(c, CS_WIRE_INVALID, "string is not valid UTF-8");
+        return put_quoted(c, s, n);
+    }
+    case JSON_INTEGER:
+        return put_int(c, (int64_t)json_integer_value(j));
+    case JSON_REAL: {
+        char *text = json_dumps(j, JSON_COMPACT | JSON_ENCODE_ANY);
+        if (!text)
+            return oom(c); /* a json_real is always finite: only its copy can fail */
+        enum cs_wire_status st = put(c, text, strlen(text));
+        cs_wire_release(text);
+        return st;
+    }
+    case JSON_TRUE:
+        return put(c, "true", 4);
+    case JSON_FALSE:
+        return put(c, "false", 5);
+    case JSON_NULL:
+        return put(c, "null", 4);
+    }
+    return fail(c, CS_WIRE_INVALID, "unknown JSON type");
 }
 
 /* Whether the first i keys of a map's entries hold key (the text encoder has no object to ask).
@@ -1074,13 +1167,7 @@ static enum cs_wire_status enc(const struct cs_wire_type *t, const void *v, json
             return st;
         if (!c->tb)
             return made(json_incref(ref), out, c);
-        /* What json_dumps writes for the enclosing value, since that is this same writer. */
-        char *text = json_dumps(ref, JSON_COMPACT | JSON_ENCODE_ANY);
-        if (!text)
-            return oom(c);
-        st = put(c, text, strlen(text));
-        cs_wire_release(text);
-        return st;
+        return put_json(c, ref, 0);
     }
     }
     return fail(c, CS_WIRE_INVALID, "unsupported type kind");
@@ -1106,6 +1193,9 @@ enum cs_wire_status cs_wire_encode(const struct cs_wire_type *t, const void *v, 
     return st;
 }
 
+static enum cs_wire_status text_done(struct ctx *c, enum cs_wire_status st, char **out,
+                                     size_t *out_n);
+
 enum cs_wire_status cs_wire_encode_text(const struct cs_wire_type *t, const void *v, char **out,
                                         size_t *out_n, struct cs_wire_diag *diag)
 {
@@ -1127,8 +1217,32 @@ enum cs_wire_status cs_wire_encode_text(const struct cs_wire_type *t, const void
     json_t *unused = NULL;
     enum cs_wire_status st = enc(t, v, &unused, &c);
     assert(unused == NULL);
+    return text_done(&c, st, out, out_n);
+}
+
+char *cs_wire_json_text(const json_t *j, size_t *out_n)
+{
+    struct tbuf tb = {NULL, 0, 0};
+    struct ctx c;
+    c.at.depth = 0;
+    c.diag = NULL;
+    c.tb = &tb;
+    char *out = NULL;
+    if (out_n)
+        *out_n = 0;
+    if (j && text_done(&c, put_json(&c, j, 0), &out, out_n) != CS_WIRE_OK)
+        return NULL;
+    return out;
+}
+
+/* Ends a text encode that returned st: on CS_WIRE_OK the text is NUL-terminated and handed to
+ * *out (and its length to *out_n), else the buffer is released. */
+static enum cs_wire_status text_done(struct ctx *c, enum cs_wire_status st, char **out,
+                                     size_t *out_n)
+{
+    struct tbuf tb = *c->tb;
     if (st == CS_WIRE_OK && !tb_room(&tb, 1))
-        st = oom(&c);
+        st = oom(c);
     if (st != CS_WIRE_OK) {
         cs_wire_release(tb.p);
         return st;

@@ -9,7 +9,7 @@
  *
  * Entry points: cs_wire_decode, cs_wire_encode, cs_wire_encode_text, cs_wire_free (usually
  * through the generated csw_<type>_decode/_encode/_encode_text/_free wrappers),
- * cs_wire_diag_format.
+ * cs_wire_json_text, cs_wire_diag_format.
  *
  * All memory is obtained through jansson's allocator (json_get_alloc_funcs), so tests that fail
  * the Nth allocation cover the decoder's own allocations as well as jansson's.
@@ -166,6 +166,15 @@ enum cs_wire_status cs_wire_encode(const struct cs_wire_type *t, const void *v, 
  */
 enum cs_wire_status cs_wire_encode_text(const struct cs_wire_type *t, const void *v, char **out,
                                         size_t *out_n, struct cs_wire_diag *diag);
+
+/*
+ * The JSON text of j, byte for byte what json_dumps(j, JSON_COMPACT | JSON_ENCODE_ANY) writes (the
+ * same member order, escapes and numbers), written by the text encoder in a fraction of jansson's
+ * time: every reply goes through it. NULL when out of memory, for a string that is not UTF-8, or
+ * for nesting past 2048 (a cycle among them), as jansson refuses those too. *out_n (may be NULL)
+ * gets the length. Release the text with cs_wire_release (free() under the default allocator).
+ */
+char *cs_wire_json_text(const json_t *j, size_t *out_n);
 
 /* Frees everything a decode (or the caller, with the same allocator) put in v, then zeroes v.
  * Accepts a zeroed or half-built value. v itself is not freed. */

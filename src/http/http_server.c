@@ -41,6 +41,7 @@
 
 #include "base_diag.h"
 #include "base_loop.h"
+#include "base_wire.h"
 #include "http_guard.h"
 #include "http_mhd.h"
 #include "jsonrpc.h"
@@ -964,7 +965,7 @@ static enum MHD_Result send_reply(struct cs_http *h, struct req *r)
     }
     if (!r->reply)
         return respond(r, MHD_HTTP_ACCEPTED, NULL, 0, NULL, NULL, NULL);
-    char *text = r->reply_text ? r->reply_text : json_dumps(r->reply, JSON_COMPACT);
+    char *text = r->reply_text ? r->reply_text : cs_wire_json_text(r->reply, NULL);
     r->reply_text = NULL;
     if (!text)
         return reject(r, MHD_HTTP_INTERNAL_SERVER_ERROR, BODY_INTERNAL, "out of memory");

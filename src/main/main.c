@@ -22,6 +22,7 @@
 #include "base_log.h"
 #include "base_loop.h"
 #include "base_version.h"
+#include "base_wire.h"
 #include "http_server.h"
 #include "jsonrpc.h"
 #include "mcp_server.h"
@@ -76,7 +77,7 @@ static void stdio_overlong(void *arg)
     cs_log(CS_LOG_WARNING, "message over 16 MiB skipped", NULL);
     json_t *r =
         cs_jsonrpc_error(NULL, CS_JSONRPC_PARSE_ERROR, "Parse error: message longer than 16 MiB");
-    char *text = r ? json_dumps(r, JSON_COMPACT) : NULL;
+    char *text = r ? cs_wire_json_text(r, NULL) : NULL;
     stdio_reply(g, r, text, text ? strlen(text) : 0);
     free(text);
 }

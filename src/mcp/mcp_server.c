@@ -354,7 +354,7 @@ static char *batch_text(const json_t *replies, const json_t *raw_ids)
     out[0] = '[';
     json_array_foreach(replies, i, one)
     {
-        char *t = json_dumps(one, JSON_COMPACT);
+        char *t = cs_wire_json_text(one, NULL);
         t = splice_id(t, one, json_string_value(json_array_get(raw_ids, i)));
         size_t n = t ? strlen(t) : 0;
         if (t && used + n + 3 > cap) {
@@ -408,7 +408,7 @@ static void finish(struct cs_mcp_exchange *x)
             text = batch_text(r, x->raw_ids);
         } else if (r) {
             if (!text)
-                text = json_dumps(r, JSON_COMPACT);
+                text = cs_wire_json_text(r, NULL);
             text = splice_id(text, r, x->raw_id);
         }
         x->reply(x->arg, r, text, text ? strlen(text) : 0);
@@ -485,7 +485,7 @@ static void call_cancel(struct cs_mcp_call *call)
 
 json_t *cs_mcp_text_of(const json_t *v)
 {
-    char *text = json_dumps(v, JSON_COMPACT);
+    char *text = cs_wire_json_text(v, NULL);
     json_t *s = text ? json_string(text) : NULL;
     free(text);
     return s;
@@ -581,7 +581,7 @@ static json_t *modernize_result(const struct cs_mcp *srv, json_t *result)
 /* Completes call with a tool error: the text item is body's JSON text. */
 static void complete_error(struct cs_mcp_call *call, json_t *body)
 {
-    char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+    char *text = body ? cs_wire_json_text(body, NULL) : NULL;
     json_t *result = text ? call_result(text, strlen(text), NULL, true, modern_srv(call)) : NULL;
     free(text);
     complete_with(call, result, NULL);
@@ -641,7 +641,7 @@ static int ok_result(json_t *structured, char *s, const struct cs_mcp *srv, json
     *result = NULL;
     *text = NULL;
     if (!s)
-        s = json_dumps(structured, JSON_COMPACT);
+        s = cs_wire_json_text(structured, NULL);
     if (!s)
         return -1;
     size_t n = strlen(s);
@@ -676,7 +676,7 @@ static char *response_text(const struct cs_mcp_call *call, const char *result_te
     const char *tail = call->modern && call->x->s ? call->x->s->srv->modern_tail : "}";
     if (call->modern && !call->x->s)
         return NULL; /* the session is gone: nothing will be sent */
-    char *idt = json_dumps(call->id, JSON_ENCODE_ANY | JSON_COMPACT);
+    char *idt = cs_wire_json_text(call->id, NULL);
     if (!idt)
         return NULL;
     size_t rn = strlen(result_text);
@@ -1440,7 +1440,7 @@ struct cs_mcp_exchange *cs_mcp_session_handle_msg(struct cs_mcp_session *s, stru
             id, header_modern(hdr),
             m->over_budget ? CS_JSONRPC_INVALID_REQUEST : CS_JSONRPC_PARSE_ERROR, m->why, NULL);
         json_decref(id);
-        char *text = r ? json_dumps(r, JSON_COMPACT) : NULL;
+        char *text = r ? cs_wire_json_text(r, NULL) : NULL;
         text = splice_id(text, r, m->raw_id);
         cs_mcp_msg_free(m);
         reply(arg, r, text, text ? strlen(text) : 0);

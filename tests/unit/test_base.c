@@ -937,6 +937,81 @@ static void test_log_levels_and_redaction(void **state)
     json_decref(j);
 }
 
+/* cs_wire_json_text writes j as json_dumps(JSON_COMPACT | JSON_ENCODE_ANY) does. */
+static void check_json_text(json_t *j)
+{
+    size_t n = 0;
+    char *mine = cs_wire_json_text(j, &n);
+    char *want = json_dumps(j, JSON_ENCODE_ANY | JSON_COMPACT);
+    assert_non_null(mine);
+    assert_non_null(want);
+    assert_string_equal(mine, want);
+    assert_int_equal(n, strlen(want));
+    free(mine);
+    free(want);
+    json_decref(j);
+}
+
+static void test_json_text_matches_jansson(void **state)
+{
+    (void)state;
+    static const char *const texts[] = {
+        "{}",
+        "[]",
+        "null",
+        "true",
+        "false",
+        "0",
+        "-9223372036854775808",
+        "9223372036854775807",
+        "1.5",
+        "-0.0",
+        "1e300",
+        "0.1",
+        "\"\"",
+        "{\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{}}",
+        "{\"b\":1,\"a\":[1,2.25,{\"z\":null,\"y\":[[],{}]}],\"\":\"\"}",
+        "[\"\\u0000\\n\\\"\\\\/\\u001f\\u007f\",\"caf\u00e9 \\u2028 \\ud83d\\ude00\"]",
+        "{\"k\\u0001ey\":\"v\",\"\\t\":[true,false,null]}"};
+    for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
+        json_error_t err;
+        json_t *j = json_loads(texts[i], JSON_DECODE_ANY | JSON_ALLOW_NUL, &err);
+        assert_non_null(j);
+        check_json_text(j);
+    }
+    /* A key with a NUL in it (the parser refuses one, an object set by length holds it). */
+    json_t *nul = json_object();
+    assert_non_null(nul);
+    assert_int_equal(json_object_setn_new(nul, "k\0y", 3, json_integer(-1)), 0);
+    check_json_text(nul);
+    /* A big string crosses the escaper's 64 KiB pieces and the buffer's doublings. */
+    size_t big = 200000;
+    char *s = malloc(big);
+    assert_non_null(s);
+    for (size_t i = 0; i < big; i++)
+        s[i] = "ab\"\n\\x"[i % 6];
+    json_t *arr = json_pack("[s#,i,{s:s#}]", s, big, 3, "k", s, big / 3);
+    assert_non_null(arr);
+    check_json_text(arr);
+    free(s);
+    /* What jansson refuses to write, refused too: a string that is not UTF-8, and a cycle. */
+    json_t *bad = json_pack("{s:o}", "x", json_stringn_nocheck("\xff", 1));
+    assert_non_null(bad);
+    assert_null(cs_wire_json_text(bad, NULL));
+    assert_null(json_dumps(bad, JSON_COMPACT));
+    json_decref(bad);
+    json_t *loop = json_array();
+    json_t *inner = json_array();
+    assert_int_equal(json_array_append(loop, inner), 0);
+    assert_int_equal(json_array_append(inner, loop), 0);
+    assert_null(cs_wire_json_text(loop, NULL));
+    assert_null(json_dumps(loop, JSON_COMPACT));
+    json_array_clear(inner); /* break the cycle so both are freed */
+    json_decref(inner);
+    json_decref(loop);
+    assert_null(cs_wire_json_text(NULL, NULL));
+}
+
 /* cs_json_quote writes what jansson writes, for every escape class and for random UTF-8. */
 static void check_quote(const char *s, size_t n)
 {
@@ -1549,6 +1624,7 @@ int main(void)
         cmocka_unit_test(test_loop),
         cmocka_unit_test(test_log_levels_and_redaction),
         cmocka_unit_test(test_json_quote_matches_jansson),
+        cmocka_unit_test(test_json_text_matches_jansson),
         cmocka_unit_test(test_json_budget_shapes),
         cmocka_unit_test(test_json_budget_string_ends),
         cmocka_unit_test(test_json_budget_refusals),
