@@ -412,7 +412,16 @@ class TestRootGone(unittest.TestCase):
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-LATENCY_MAX = 0.050  # seconds: the loop answers within 50 ms whatever a file tool is doing
+# Seconds: the loop answers a typical call within 50 ms whatever a file tool is doing, and never
+# waits for the tool: a loop held by the tool would wait for all of it (seconds). The worst single
+# answer gets more room than the median, for a scheduler hiccup on a loaded 2-core machine (a
+# sanitized build, CI with other jobs).
+LATENCY_MEDIAN_MAX = 0.050
+LATENCY_MAX = 0.500
+
+
+def median(xs):
+    return sorted(xs)[len(xs) // 2]
 
 
 def cpu_ticks(pid):
@@ -496,6 +505,8 @@ class TestLoopNotBlocked(unittest.TestCase):
                             1000 * sorted(pings)[len(pings) // 2], len(reads),
                             1000 * max(reads)))
         self.assertGreaterEqual(len(pings), 10)
+        self.assertLess(median(pings), LATENCY_MEDIAN_MAX, pings)
+        self.assertLess(median(reads), LATENCY_MEDIAN_MAX, reads)
         self.assertLess(max(pings), LATENCY_MAX, pings)
         self.assertLess(max(reads), LATENCY_MAX, reads)
 
