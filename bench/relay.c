@@ -9,7 +9,7 @@
  * client pointed at it as a proxy sends its absolute-form request through unchanged, which a
  * server answering by path reads as well.
  *
- * Built and run by bench/sandbox.py (cc -O2 -D_GNU_SOURCE); not part of the product.
+ * Built and run by bench/sandbox.py (cc -O2 -D_GNU_SOURCE -pthread); not part of the product.
  * Usage: relay HOST PORT [epoll|threads]
  *   epoll (default): one edge-triggered epoll loop serves every connection, each fd registered
  *     once for input and output; threads: two threads a connection, blocking splices.
