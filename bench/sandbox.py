@@ -19,7 +19,10 @@ the bench starts on the host (127.0.0.1:<port>, a ThreadingHTTPServer). One sand
 1 KiB GETs and one 100 MB GET; the same script runs directly on the host without a proxy. Both
 print their own timings, so process start-up is not counted; --proxy-runs runs of each,
 interleaved, median. Targets (issue 20): the 1 KiB round trip within 1.3x of direct, 100 MB at
-0.8x or better of direct's MB/s.
+0.8x or better of direct's MB/s. Context, in the same interleaved loop: the same script on the
+host with HTTP_PROXY pointing at bench/relay.c in front of the server (built with cc), the
+smallest correct relay (one more TCP connection and one more process, splice through 1 MiB
+pipes, no parsing): the floor any proxy pays here, and ours over it.
 
 Part 3, refused system calls: one sandboxed command times 20,000 refused `ptrace` calls (each a
 seccomp user notification the helper answers with EPERM and records, contract.md section 8)
@@ -99,6 +102,34 @@ class Handler(http.server.BaseHTTPRequestHandler):
         pass
 
 
+# The bare relay's mode (bench/relay.c): one epoll loop, as the helper's proxy has.
+RELAY_MODE = "epoll"
+
+
+def build_relay(work):
+    """Compiles bench/relay.c into work; returns its path, or None without a C compiler."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if not cc:
+        return None
+    exe = os.path.join(work, "relay")
+    subprocess.run([cc, "-O2", "-D_GNU_SOURCE", "-o", exe, os.path.join(HERE, "relay.c"),
+                    "-pthread"], check=True)
+    return exe
+
+
+def start_relay(exe, port):
+    """Starts the relay in front of 127.0.0.1:port; returns (process, its port). It exits when
+    its stdin (a pipe held here) closes, or with this process (PR_SET_PDEATHSIG)."""
+    proc = subprocess.Popen([exe, "127.0.0.1", str(port), RELAY_MODE], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    line = proc.stdout.readline()
+    if not line.strip().isdigit():
+        proc.kill()
+        proc.wait()
+        raise RuntimeError("relay did not start: %r" % line)
+    return proc, int(line)
+
+
 def p99(xs):
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(len(xs) * 0.99))]
@@ -169,6 +200,7 @@ def main():
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     port = httpd.server_address[1]
     peers = []
+    relay = None
     out = Rows()
     try:
         root = os.path.join(work, "root")
@@ -273,7 +305,13 @@ def main():
 
         # ---- part 2: proxy ----
         url = "http://127.0.0.1:%d" % port
-        runs_in, runs_host = [], []
+        relay_exe = build_relay(work)
+        relay_env = None
+        if relay_exe:
+            relay, relay_port = start_relay(relay_exe, port)
+            relay_url = "http://127.0.0.1:%d" % relay_port
+            relay_env = {"PATH": "/usr/bin:/bin", "HTTP_PROXY": relay_url, "http_proxy": relay_url}
+        runs_in, runs_host, runs_relay = [], [], []
         for _ in range(a.proxy_runs):  # interleaved; the median of each figure
             res = sbx.call("exec_command", {"workspace_id": "net", "command": [
                 "python3", "client.py", url, str(a.small)], "yield_ms": 30000})
@@ -285,21 +323,38 @@ def main():
                                      str(a.small)], capture_output=True, text=True, check=True,
                                     env={"PATH": "/usr/bin:/bin"})
             runs_host.append(parse(direct.stdout))
+            if relay_env:  # the same client on the host through the bare relay
+                bare = subprocess.run(["/usr/bin/python3", os.path.join(netroot, "client.py"),
+                                       url, str(a.small)], capture_output=True, text=True,
+                                      check=True, env=relay_env)
+                runs_relay.append(parse(bare.stdout))
         inside = {k: statistics.median(r[k] for r in runs_in) for k in runs_in[0]}
         host = {k: statistics.median(r[k] for r in runs_host) for k in runs_host[0]}
+        floor = {k: statistics.median(r[k] for r in runs_relay) for k in runs_relay[0]} \
+            if runs_relay else None
         print("proxy (enabled network, network_allow 127.0.0.1:%d), one client each side, "
               "median of %d runs each" % (port, a.proxy_runs))
-        print("%-44s %16s %16s %8s" % ("", "through proxy", "direct (host)", "ratio"))
-        print("%-44s %13.1f µs %13.1f µs %7.2fx" % (
-            "1 KiB GET round trip, median (%d)" % a.small, inside["small_median_us"],
-            host["small_median_us"], inside["small_median_us"] / host["small_median_us"]))
-        print("%-44s %13.1f µs %13.1f µs %7.2fx" % (
-            "1 KiB GET round trip, p99", inside["small_p99_us"], host["small_p99_us"],
-            inside["small_p99_us"] / host["small_p99_us"]))
+        print("%-44s %16s %16s %8s %16s %8s" % ("", "through proxy", "direct (host)", "ratio",
+                                               "bare relay", "ratio"))
+
+        def line(label, ours, direct, bare, unit):
+            cells = [label, "%.1f %s" % (ours, unit), "%.1f %s" % (direct, unit),
+                     "%.2fx" % (ours / direct)]
+            if bare is None:
+                cells += ["(no cc)", "-"]
+            else:
+                cells += ["%.1f %s" % (bare, unit), "%.2fx" % (bare / direct)]
+            print("%-44s %16s %16s %8s %16s %8s" % tuple(cells))
+
+        line("1 KiB GET round trip, median (%d)" % a.small, inside["small_median_us"],
+             host["small_median_us"], floor and floor["small_median_us"], "µs")
+        line("1 KiB GET round trip, p99", inside["small_p99_us"], host["small_p99_us"],
+             floor and floor["small_p99_us"], "µs")
         mbs_in = BIG_BYTES / inside["big_s"] / 1e6
         mbs_host = BIG_BYTES / host["big_s"] / 1e6
-        print("%-44s %11.0f MB/s %11.0f MB/s %7.2fx" % (
-            "100 MB download", mbs_in, mbs_host, host["big_s"] and inside["big_s"] / host["big_s"]))
+        mbs_floor = floor and BIG_BYTES / floor["big_s"] / 1e6
+        line("100 MB download, MB/s", mbs_in, mbs_host, mbs_floor, "MB/s")
+        print("(ratios: x direct; for MB/s, above 1 is faster)")
         print()
         small = inside["small_median_us"] / host["small_median_us"]
         big = mbs_in / mbs_host
@@ -314,6 +369,21 @@ def main():
                 small <= PROXY_SMALL_TARGET)
         out.add("sandbox proxy: 100 MB GET (vs direct)", mbs_in, mbs_host, "MB/s", big,
                 ">= %.1fx" % PROXY_BIG_TARGET, big >= PROXY_BIG_TARGET)
+        if floor:
+            fs = floor["small_median_us"]
+            print("bare relay (floor): 1 KiB round trip %.2fx direct, 100 MB %.2fx direct's "
+                  "MB/s" % (fs / host["small_median_us"], mbs_floor / mbs_host))
+            print("proxy over the floor: 1 KiB round trip %.2fx the bare relay's, 100 MB %.2fx "
+                  "its MB/s" % (inside["small_median_us"] / fs, mbs_in / mbs_floor))
+            print()
+            out.add("  bare relay (floor): 1 KiB round trip (vs direct)", fs,
+                    host["small_median_us"], "µs", fs / host["small_median_us"])
+            out.add("  bare relay (floor): 100 MB (vs direct)", mbs_floor, mbs_host, "MB/s",
+                    mbs_floor / mbs_host)
+            out.add("  proxy over the floor: 1 KiB round trip (vs bare relay)",
+                    inside["small_median_us"], fs, "µs", inside["small_median_us"] / fs)
+            out.add("  proxy over the floor: 100 MB (vs bare relay)", mbs_in, mbs_floor, "MB/s",
+                    mbs_in / mbs_floor)
 
         # ---- part 3: refused system calls (the seccomp notifier, contract.md section 8) ----
         res = sbx.call("exec_command", {"workspace_id": "default", "command": [
@@ -334,6 +404,11 @@ def main():
         out.write(a.json)
         for p in peers:
             p.close()
+        if relay:  # its stdin closing ends it; kill it anyway, and reap it
+            relay.stdin.close()
+            relay.kill()
+            relay.wait()
+            relay.stdout.close()
         httpd.shutdown()
         shutil.rmtree(work, ignore_errors=True)
 
