@@ -44,21 +44,19 @@ int cs_sbx_wait_check(const unsigned char *hdr, size_t n, int msg_flags, size_t 
 {
     if (msg_flags & (MSG_TRUNC | MSG_CTRUNC))
         return fail(err, CSW_ERROR_PROCESS_SPAWN_FAILED,
-                           "wait: the runner's message was truncated");
+                    "wait: the runner's message was truncated");
     if (n != CS_SBX_WAIT_HEADER)
-        return fail(err, CSW_ERROR_PROCESS_SPAWN_FAILED,
-                           "wait: a header of %zu bytes (want %d)", n, CS_SBX_WAIT_HEADER);
+        return fail(err, CSW_ERROR_PROCESS_SPAWN_FAILED, "wait: a header of %zu bytes (want %d)", n,
+                    CS_SBX_WAIT_HEADER);
     if (hdr[0] != CS_SBX_WAIT_VERSION)
-        return fail(err, CSW_ERROR_PROCESS_SPAWN_FAILED, "wait: version %u (want %d)",
-                           hdr[0], CS_SBX_WAIT_VERSION);
+        return fail(err, CSW_ERROR_PROCESS_SPAWN_FAILED, "wait: version %u (want %d)", hdr[0],
+                    CS_SBX_WAIT_VERSION);
     if (hdr[1] > 1)
-        return fail(err, CSW_ERROR_PROCESS_SPAWN_FAILED, "wait: terminal flag %u",
-                           hdr[1]);
+        return fail(err, CSW_ERROR_PROCESS_SPAWN_FAILED, "wait: terminal flag %u", hdr[1]);
     size_t want = hdr[1] ? 4 : 5;
     if (nfds != want)
-        return fail(err, CSW_ERROR_PROCESS_SPAWN_FAILED,
-                           "wait: %zu descriptors (want %zu for %s)", nfds, want,
-                           hdr[1] ? "a terminal" : "pipes");
+        return fail(err, CSW_ERROR_PROCESS_SPAWN_FAILED, "wait: %zu descriptors (want %zu for %s)",
+                    nfds, want, hdr[1] ? "a terminal" : "pipes");
     *tty = hdr[1] != 0;
     return 0;
 }
@@ -76,17 +74,17 @@ int cs_sbx_wait(int sock, struct cs_diag *err)
     struct ucred peer;
     socklen_t plen = sizeof peer;
     if (getsockopt(sock, SOL_SOCKET, SO_PEERCRED, &peer, &plen) != 0 || plen != sizeof peer)
-        return fail(err, CSW_ERROR_PROCESS_SPAWN_FAILED, "wait fd %d: not a socket: %s",
-                           sock, strerror(errno));
+        return fail(err, CSW_ERROR_PROCESS_SPAWN_FAILED, "wait fd %d: not a socket: %s", sock,
+                    strerror(errno));
     int type = 0;
     socklen_t tlen = sizeof type;
     if (getsockopt(sock, SOL_SOCKET, SO_TYPE, &type, &tlen) != 0 || type != SOCK_SEQPACKET)
-        return fail(err, CSW_ERROR_PROCESS_SPAWN_FAILED,
-                           "wait fd %d: not a SOCK_SEQPACKET socket", sock);
+        return fail(err, CSW_ERROR_PROCESS_SPAWN_FAILED, "wait fd %d: not a SOCK_SEQPACKET socket",
+                    sock);
     /* Our parent made the pair: nobody else can have sent on it. */
     if (peer.pid != getppid())
         return fail(err, CSW_ERROR_PROCESS_SPAWN_FAILED,
-                           "wait fd %d: made by pid %d, not by our parent", sock, (int)peer.pid);
+                    "wait fd %d: made by pid %d, not by our parent", sock, (int)peer.pid);
 
     unsigned char hdr[CS_SBX_WAIT_HEADER + 1]; /* one more: a long header shows as too long */
     union {
@@ -102,8 +100,7 @@ int cs_sbx_wait(int sock, struct cs_diag *err)
         n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC);
     while (n < 0 && errno == EINTR);
     if (n < 0)
-        return fail(err, CSW_ERROR_PROCESS_SPAWN_FAILED, "wait: recvmsg: %s",
-                           strerror(errno));
+        return fail(err, CSW_ERROR_PROCESS_SPAWN_FAILED, "wait: recvmsg: %s", strerror(errno));
 
     int got[WAIT_MAX_FDS] = {-1, -1, -1, -1, -1, -1, -1, -1};
     size_t nfds = 0;
@@ -129,7 +126,7 @@ int cs_sbx_wait(int sock, struct cs_diag *err)
     if (other) {
         close_all(got, nfds);
         return fail(err, CSW_ERROR_PROCESS_SPAWN_FAILED,
-                           "wait: control data other than SCM_RIGHTS");
+                    "wait: control data other than SCM_RIGHTS");
     }
     if (cs_sbx_wait_check(hdr, (size_t)n, msg.msg_flags, nfds, &tty, err) != 0) {
         close_all(got, nfds);

@@ -79,8 +79,7 @@ struct cs__supervisor_warm {
  * of every child (its own session, signals at their defaults, the parent-death signal, nothing
  * open but /dev/null as 0-2 and its socket as 5, / as working directory) into *w, which must
  * hold none. Returns 0, or -1 (nothing left running or open; the caller just goes on cold). */
-int cs__supervisor_warm_start(struct cs__supervisor_warm *w, const char *prog,
-                              char *const envp[]);
+int cs__supervisor_warm_start(struct cs__supervisor_warm *w, const char *prog, char *const envp[]);
 
 /* Closes the socket (the helper exits on EOF), kills and reaps the helper; *w then holds none.
  * Accepts a *w that holds none. */

@@ -276,8 +276,7 @@ static pid_t spawn_child(const struct cs__supervisor_cmd *cmd, const char *prog,
 
 /* ---- the pre-started helper (issue 20) ---- */
 
-int cs__supervisor_warm_start(struct cs__supervisor_warm *w, const char *prog,
-                              char *const envp[])
+int cs__supervisor_warm_start(struct cs__supervisor_warm *w, const char *prog, char *const envp[])
 {
     static char *const argv[] = {(char *)"codespace-linux-sandbox", (char *)"run",
                                  (char *)"--wait-fd", (char *)"5", NULL};
