@@ -5,6 +5,9 @@
  *   codespace-linux-sandbox prepare          < request.json   > {"type":"prepared",...}
  *   codespace-linux-sandbox run --plan <absolute path>
  *   codespace-linux-sandbox run --plan-fd <n>   (the runner: a sealed memfd, inherited as fd n)
+ *   codespace-linux-sandbox run --wait-fd <n>   (the runner's pre-started helper: fd n a
+ *                                                socket the plan and stdio come on, then as
+ *                                                run --plan-fd 5; sandbox_wait.c)
  *
  * Trust: argv comes from the runner; the helper ignores its own environment except TMPDIR and
  * CODESPACE_SANDBOX_RUNNER_PID (the runner's pid, named in plan directories: sandbox_plan.c).
@@ -32,6 +35,7 @@ static int usage(void)
 {
     fputs(USAGE, stderr);
     fputs("       codespace-linux-sandbox run --plan-fd <n>\n"
+          "       codespace-linux-sandbox run --wait-fd <n>\n"
           "       codespace-linux-sandbox prepare < request.json\n"
           "       codespace-linux-sandbox probe\n",
           stderr);
@@ -120,18 +124,28 @@ out:
  * against writes, growing, shrinking and further seal changes), so what is read here is what the
  * runner wrote. The fd is closed whatever happens: neither the init nor the command inherits it.
  * Then the same checks as a plan file (cs_sbx_plan_parse). */
-static int plan_load_fd(const char *arg, struct csw_sandbox_plan *out, struct cs_diag *err)
+/* A descriptor number argument of `what` (3 to PLAN_FD_MAX, decimal, no leading zero). Returns
+ * it, or -1 with err. */
+static long fd_arg(const char *what, const char *arg, struct cs_diag *err)
 {
-    memset(out, 0, sizeof *out);
     long fd = 0;
     size_t i = 0;
     for (; arg[i] >= '0' && arg[i] <= '9' && i < 5; i++)
         fd = fd * 10 + (arg[i] - '0');
     if (i == 0 || arg[i] != '\0' || (arg[0] == '0' && i > 1) || fd < 3 || fd > PLAN_FD_MAX) {
         cs_diag_set(err, CSW_ERROR_PROCESS_SPAWN_FAILED,
-                    "--plan-fd must be a descriptor number from 3 to %d", PLAN_FD_MAX);
+                    "%s must be a descriptor number from 3 to %d", what, PLAN_FD_MAX);
         return -1;
     }
+    return fd;
+}
+
+static int plan_load_fd(const char *arg, struct csw_sandbox_plan *out, struct cs_diag *err)
+{
+    memset(out, 0, sizeof *out);
+    long fd = fd_arg("--plan-fd", arg, err);
+    if (fd < 0)
+        return -1;
     const unsigned need = F_SEAL_SEAL | F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE;
     struct stat st;
     int seals = fcntl((int)fd, F_GET_SEALS);
@@ -190,12 +204,25 @@ int main(int argc, char **argv)
     if (strcmp(argv[1], "run") != 0)
         return usage();
     bool by_fd = argc == 4 && strcmp(argv[2], "--plan-fd") == 0;
-    if (argc != 4 || (!by_fd && (strcmp(argv[2], "--plan") != 0 || argv[3][0] != '/'))) {
+    bool wait = argc == 4 && strcmp(argv[2], "--wait-fd") == 0;
+    if (argc != 4 || (!by_fd && !wait && (strcmp(argv[2], "--plan") != 0 || argv[3][0] != '/'))) {
         fputs(USAGE, stderr);
         return CS_SBX_EXIT_USAGE;
     }
     struct csw_sandbox_plan plan;
     struct cs_diag err = {0};
+    if (wait) {
+        /* The pre-started helper: the plan and the command's descriptors arrive on the socket,
+         * and from here on this is `run --plan-fd 5` (sandbox_wait.c). */
+        long sock = fd_arg("--wait-fd", argv[3], &err);
+        int got = sock < 0 ? -1 : cs_sbx_wait((int)sock, &err);
+        if (got == 0)
+            return 0; /* the runner closed the socket: no command came */
+        if (got < 0)
+            cs_sbx_diex("%s", err.text);
+        by_fd = true;
+        argv[3] = (char *)"5";
+    }
     if ((by_fd ? plan_load_fd(argv[3], &plan, &err) : cs_sbx_plan_load(argv[3], &plan, &err)) < 0)
         cs_sbx_diex("%s", err.text);
     /* Nothing the runner left open reaches the sandbox, but the held workspace root the plan

@@ -107,6 +107,11 @@ struct cs_supervisor {
     char *path, *tmpdir, *sandbox;
     struct proc *procs, *procs_tail; /* in spawn order */
     size_t live, exited;
+    /* The sandbox helper started ahead of the next sandboxed command (issue 20): none until a
+     * sandboxed spawn has happened (an idle server has no extra child), then started again on
+     * the loop turn after each. Not a process of the table: never listed, counted or limited. */
+    struct cs__supervisor_warm warm;
+    bool warm_pending; /* warm_rearm deferred */
 };
 
 static int64_t now_ms(void)
@@ -717,6 +722,23 @@ static void proc_free(struct proc *p)
     free(p);
 }
 
+static char *concat(const char *a, const char *b);
+
+/* Starts the next warm helper, on the loop turn after a sandboxed spawn (off that call's path:
+ * the vfork parent waits for the helper's exec). Best effort: without one, the next sandboxed
+ * spawn starts its helper itself. */
+static void warm_rearm(void *arg)
+{
+    struct cs_supervisor *s = arg;
+    s->warm_pending = false;
+    if (s->warm.pid > 0 || !s->sandbox)
+        return;
+    char *env[2] = {concat("TMPDIR=", cs__supervisor_helper_tmpdir()), NULL};
+    if (env[0])
+        (void)cs__supervisor_warm_start(&s->warm, s->sandbox, env);
+    free(env[0]);
+}
+
 struct cs_supervisor *cs_supervisor_new(struct cs_loop *loop,
                                         const struct cs_supervisor_limits *lim)
 {
@@ -725,6 +747,7 @@ struct cs_supervisor *cs_supervisor_new(struct cs_loop *loop,
         return NULL;
     s->loop = loop;
     s->lim = *lim;
+    s->warm = (struct cs__supervisor_warm){.pid = 0, .pidfd = -1, .sock = -1};
     s->path = strdup(lim->path ? lim->path : "/usr/local/bin:/usr/bin:/bin");
     s->tmpdir = strdup(lim->tmpdir ? lim->tmpdir : "/tmp");
     s->sandbox = lim->sandbox_helper ? strdup(lim->sandbox_helper) : NULL;
@@ -746,6 +769,9 @@ void cs_supervisor_free(struct cs_supervisor *s)
 {
     if (!s)
         return;
+    if (s->warm_pending)
+        cs_loop_defer_cancel(s->loop, warm_rearm, s);
+    cs__supervisor_warm_stop(&s->warm);
     while (s->procs)
         proc_free(s->procs);
     free(s->path);
@@ -761,6 +787,8 @@ size_t cs_supervisor_live(const struct cs_supervisor *s)
 
 bool cs_supervisor_owns_pid(const struct cs_supervisor *s, pid_t pid)
 {
+    if (s->warm.pid > 0 && s->warm.pid == pid)
+        return true; /* reaped through its pidfd, by cs__supervisor_warm_stop */
     for (const struct proc *p = s->procs; p; p = p->next)
         if (!p->reaped && p->pid == pid)
             return true;
@@ -1008,7 +1036,10 @@ int cs_supervisor_spawn(struct cs_supervisor *s, const struct cs_supervisor_spaw
     }
     cmd.report_fd = report[1];
     struct cs__supervisor_fds fds;
-    int started = cs__supervisor_start(&cmd, &fds, d);
+    bool warm = s->sandbox && !s->lim.sandbox_cold;
+    int started = cs__supervisor_start(&cmd, warm ? &s->warm : NULL, &fds, d);
+    if (warm && s->warm.pid <= 0 && !s->warm_pending)
+        s->warm_pending = cs_loop_defer(s->loop, warm_rearm, s) == 0;
     if (plan_fd >= 0) /* the helper has its own copy, or never will */
         close(plan_fd);
     plan_fd = -1;

@@ -48,6 +48,9 @@ struct cs_supervisor_limits {
     /* A root runner's commands run as this unprivileged host uid and gid when the workspace
      * root is owned by 0 (docs/contract/sandbox.md section 3); 0: the helper's default (65533). */
     int64_t sandbox_uid, sandbox_gid;
+    /* No helper started ahead of sandboxed commands (CODESPACE_TEST_SANDBOX_WARM=0): each starts
+     * its own (docs/runner-isolation.md, "Cost of a spawn"). */
+    bool sandbox_cold;
 };
 
 /* The fixed limits of docs/contract/runtime.md §5 (the others come from the configuration). */

@@ -63,9 +63,34 @@ int cs__supervisor_plan_remove(const char *plan_path);
  * (pid not alive, or over an hour old), ours only (uid). Returns how many went, or -1. */
 int cs__supervisor_plan_sweep(void);
 
-/* Starts cmd. Returns 0 with fds filled, or -1 with d (may be NULL) saying why under
+/* The pre-started sandbox helper (`run --wait-fd 5`, issue 20): at most one per supervisor.
+ * pid 0: none; then pidfd and sock are -1. */
+struct cs__supervisor_warm {
+    pid_t pid;
+    int pidfd; /* close-on-exec */
+    int sock;  /* our end of its SOCK_SEQPACKET pair (close-on-exec) */
+};
+
+/* The message header `run --wait-fd` takes (helper/sandbox.h, CS_SBX_WAIT_*): this version
+ * byte, then the terminal flag. */
+#define CS__SUPERVISOR_WAIT_VERSION 1
+
+/* Starts prog as `codespace-linux-sandbox run --wait-fd 5` with envp (borrowed), under the rules
+ * of every child (its own session, signals at their defaults, the parent-death signal, nothing
+ * open but /dev/null as 0-2 and its socket as 5, / as working directory) into *w, which must
+ * hold none. Returns 0, or -1 (nothing left running or open; the caller just goes on cold). */
+int cs__supervisor_warm_start(struct cs__supervisor_warm *w, const char *prog, char *const envp[]);
+
+/* Closes the socket (the helper exits on EOF), kills and reaps the helper; *w then holds none.
+ * Accepts a *w that holds none. */
+void cs__supervisor_warm_stop(struct cs__supervisor_warm *w);
+
+/* Starts cmd. With warm holding a helper and cmd a sandboxed start (plan, report pipe and root
+ * passed), the helper gets the command's descriptors instead of a new child being started, and
+ * *warm then holds none whether that worked or not; when it did not, the start is the usual one.
+ * Returns 0 with fds filled, or -1 with d (may be NULL) saying why under
  * CSW_ERROR_PROCESS_SPAWN_FAILED (nothing is left running and no descriptor is left open). */
-int cs__supervisor_start(const struct cs__supervisor_cmd *cmd, struct cs__supervisor_fds *fds,
-                         struct cs_diag *d);
+int cs__supervisor_start(const struct cs__supervisor_cmd *cmd, struct cs__supervisor_warm *warm,
+                         struct cs__supervisor_fds *fds, struct cs_diag *d);
 
 #endif

@@ -10,7 +10,10 @@
  * Trust: argv comes from the client; it is passed to execve only. The program is looked up in
  * the runner's PATH (absolute entries only) unless argv[0] contains a slash, in which case it is
  * taken relative to the workspace root, as a shell would in that directory.
- * Entry points: cs__supervisor_start.
+ * A sandboxed start may instead hand its descriptors to the helper started ahead
+ * (cs__supervisor_warm_start, `run --wait-fd 5`): the same child rules, the command's descriptors
+ * sent over a socket rather than inherited, and the helper's exec already done (issue 20).
+ * Entry points: cs__supervisor_start, cs__supervisor_warm_start, cs__supervisor_warm_stop.
  */
 #include "base_diag.h"
 #include "supervisor_internal.h"
@@ -29,11 +32,16 @@
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/stat.h>
 #include <termios.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#ifndef P_PIDFD
+#define P_PIDFD 3
+#endif
 
 /* Finds name in the absolute entries of path. Returns a new string, or NULL (not found). */
 char *cs__supervisor_lookup(const char *path, const char *name)
@@ -96,6 +104,7 @@ struct child {
     char *const *envp;
     const char *prog, *root, *slave;
     int in, out, root_fd, report_fd, plan_fd;
+    int warm_sock; /* >= 0: the pre-started helper (its socket to be fd 5, stdio /dev/null) */
     bool pass_root;
     pid_t parent;
     int err;          /* errno of the failed step, 0 if execve was reached */
@@ -127,6 +136,31 @@ __attribute__((no_sanitize("address", "undefined"))) static int child_main(void 
         goto fail;
     if (syscall(SYS_getppid) != c->parent)
         syscall(SYS_exit_group, 127L);
+    if (c->warm_sock >= 0) {
+        /* The pre-started helper holds nothing of a workspace until its message: / as working
+         * directory, /dev/null as stdio, the socket as fd 5 (dup2 clears close-on-exec; onto
+         * itself it would not, hence the fcntl), nothing else. */
+        c->step = "chdir";
+        if (syscall(SYS_chdir, "/") != 0)
+            goto fail;
+        c->step = "dup2";
+        if (c->warm_sock == 5 ? syscall(SYS_fcntl, 5L, (long)F_SETFD, 0L) != 0
+                              : syscall(SYS_dup2, (long)c->warm_sock, 5L) < 0)
+            goto fail;
+        c->step = "open /dev/null";
+        long null = syscall(SYS_openat, (long)AT_FDCWD, "/dev/null", (long)O_RDWR, 0L);
+        if (null < 0)
+            goto fail;
+        c->step = "dup2";
+        if (syscall(SYS_dup2, null, 0L) < 0 || syscall(SYS_dup2, null, 1L) < 0 ||
+            syscall(SYS_dup2, null, 2L) < 0)
+            goto fail;
+        c->step = "close_range";
+        if (syscall(SYS_close_range, 3L, 4L, 0L) != 0 ||
+            syscall(SYS_close_range, 6L, (long)UINT_MAX, 0L) != 0)
+            goto fail;
+        goto exec;
+    }
     /* The held root, never the path: an ancestor swapped since start redirects nothing. */
     c->step = "chdir";
     if (syscall(SYS_fchdir, (long)c->root_fd) != 0)
@@ -177,6 +211,7 @@ __attribute__((no_sanitize("address", "undefined"))) static int child_main(void 
     c->step = "close_range";
     if (syscall(SYS_close_range, first_closed, (long)UINT_MAX, 0L) != 0)
         goto fail;
+exec:;
     unsigned long none = 0;
     (void)syscall(SYS_rt_sigprocmask, (long)SIG_SETMASK, &none, NULL, 8L);
     c->step = "execve";
@@ -189,7 +224,7 @@ fail:
 
 /* Starts the child; returns its pid (it has exec'd), or -1 with d set (nothing left running). */
 static pid_t spawn_child(const struct cs__supervisor_cmd *cmd, const char *prog, const char *slave,
-                         int in, int out, struct cs_diag *d)
+                         int in, int out, int warm_sock, struct cs_diag *d)
 {
     enum { STACK = 64 * 1024 };
     void *stack =
@@ -210,6 +245,7 @@ static pid_t spawn_child(const struct cs__supervisor_cmd *cmd, const char *prog,
         .slave = slave,
         .in = in,
         .out = out,
+        .warm_sock = warm_sock,
         .parent = getpid(),
     };
     /* No handler of ours may run on the child's stack before it resets them. */
@@ -238,8 +274,102 @@ static pid_t spawn_child(const struct cs__supervisor_cmd *cmd, const char *prog,
     return pid;
 }
 
-int cs__supervisor_start(const struct cs__supervisor_cmd *cmd, struct cs__supervisor_fds *fds,
-                         struct cs_diag *d)
+/* ---- the pre-started helper (issue 20) ---- */
+
+int cs__supervisor_warm_start(struct cs__supervisor_warm *w, const char *prog, char *const envp[])
+{
+    static char *const argv[] = {(char *)"codespace-linux-sandbox", (char *)"run",
+                                 (char *)"--wait-fd", (char *)"5", NULL};
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0)
+        return -1;
+    struct cs__supervisor_cmd cmd = {
+        .argv = argv, .envp = envp, .root = "/", .root_fd = -1, .report_fd = -1};
+    pid_t pid = spawn_child(&cmd, prog, NULL, -1, -1, sv[1], NULL);
+    close(sv[1]);
+    int pidfd = pid < 0 ? -1 : pidfd_open(pid, 0);
+    if (pidfd < 0) {
+        if (pid > 0) {
+            kill(pid, SIGKILL);
+            while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+                ;
+        }
+        close(sv[0]);
+        return -1;
+    }
+    *w = (struct cs__supervisor_warm){.pid = pid, .pidfd = pidfd, .sock = sv[0]};
+    return 0;
+}
+
+void cs__supervisor_warm_stop(struct cs__supervisor_warm *w)
+{
+    if (w->sock >= 0)
+        close(w->sock);
+    if (w->pidfd >= 0) {
+        (void)pidfd_send_signal(w->pidfd, SIGKILL, NULL, 0);
+        siginfo_t si;
+        while (waitid((idtype_t)P_PIDFD, (id_t)w->pidfd, &si, WEXITED) != 0 && errno == EINTR)
+            ;
+        close(w->pidfd);
+    }
+    *w = (struct cs__supervisor_warm){.pid = 0, .pidfd = -1, .sock = -1};
+}
+
+/* Hands a sandboxed start's descriptors to the warm helper: exactly those its own child would
+ * have had (the plan, stdin and stdout or the terminal, the root, the report pipe), which it puts
+ * at the same numbers. Returns 0 with *pid and *pidfd (the helper's, now the command's), or -1
+ * (the helper is reaped: start cold). *w holds none afterwards either way. */
+static int warm_hand(struct cs__supervisor_warm *w, const struct cs__supervisor_cmd *cmd, int in,
+                     int out, int slave, pid_t *pid, int *pidfd)
+{
+    if (w->pid <= 0)
+        return -1;
+    int fds[5];
+    size_t n = 0;
+    fds[n++] = cmd->plan_fd;
+    if (cmd->tty) {
+        fds[n++] = slave;
+    } else {
+        fds[n++] = in;
+        fds[n++] = out;
+    }
+    fds[n++] = cmd->root_fd;
+    fds[n++] = cmd->report_fd;
+    unsigned char hdr[2] = {CS__SUPERVISOR_WAIT_VERSION, cmd->tty ? 1 : 0};
+    union {
+        char buf[CMSG_SPACE(sizeof fds)];
+        struct cmsghdr align;
+    } ctl;
+    memset(&ctl, 0, sizeof ctl);
+    struct iovec iov = {.iov_base = hdr, .iov_len = sizeof hdr};
+    struct msghdr msg = {.msg_iov = &iov,
+                         .msg_iovlen = 1,
+                         .msg_control = ctl.buf,
+                         .msg_controllen = CMSG_SPACE(n * sizeof(int))};
+    struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(n * sizeof(int));
+    memcpy(CMSG_DATA(c), fds, n * sizeof(int));
+    ssize_t r;
+    /* A helper that has gone (killed, failed to start) closed its end: EPIPE, not SIGPIPE. */
+    do
+        r = sendmsg(w->sock, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    while (r < 0 && errno == EINTR);
+    close(w->sock); /* it takes one message; EOF after it is never read */
+    w->sock = -1;
+    if (r != (ssize_t)sizeof hdr) {
+        cs__supervisor_warm_stop(w);
+        return -1;
+    }
+    *pid = w->pid;
+    *pidfd = w->pidfd;
+    *w = (struct cs__supervisor_warm){.pid = 0, .pidfd = -1, .sock = -1};
+    return 0;
+}
+
+int cs__supervisor_start(const struct cs__supervisor_cmd *cmd, struct cs__supervisor_warm *warm,
+                         struct cs__supervisor_fds *fds, struct cs_diag *d)
 {
     int rc = -1;
     char *prog = NULL;
@@ -283,12 +413,20 @@ int cs__supervisor_start(const struct cs__supervisor_cmd *cmd, struct cs__superv
         (void)fcntl(out[0], F_SETPIPE_SZ, 1024 * 1024);
     }
 
-    pid_t pid = spawn_child(cmd, prog, cmd->tty ? slave_path : NULL, in[0], out[1], d);
+    pid_t pid = -1;
+    int pidfd = -1;
+    if (warm && warm->pid > 0) {
+        if (cmd->pass_root && cmd->report_fd >= 0 && cmd->plan_fd > 5 &&
+            warm_hand(warm, cmd, in[0], out[1], slave, &pid, &pidfd) == 0)
+            goto started;
+        cs__supervisor_warm_stop(warm); /* not a start it can take: it never runs one */
+    }
+    pid = spawn_child(cmd, prog, cmd->tty ? slave_path : NULL, in[0], out[1], -1, d);
     if (pid < 0)
         goto out;
     /* The child has exec'd (the parent of a CLONE_VFORK child resumes only then), and it is a
      * child of ours that nobody else reaps: the pidfd cannot name a recycled process. */
-    int pidfd = pidfd_open(pid, 0);
+    pidfd = pidfd_open(pid, 0);
     if (pidfd < 0) {
         int pe = errno;
         kill(pid, SIGKILL);
@@ -297,6 +435,7 @@ int cs__supervisor_start(const struct cs__supervisor_cmd *cmd, struct cs__superv
         cs_diag_set(d, CSW_ERROR_PROCESS_SPAWN_FAILED, "pidfd_open: %s", strerror(pe));
         goto out;
     }
+started:
     fds->pid = pid;
     fds->pidfd = pidfd;
     if (cmd->tty) {
@@ -334,6 +473,7 @@ void cs_supervisor_limits_init(struct cs_supervisor_limits *lim, int64_t max_liv
 {
     const char *path = getenv("PATH");
     const char *tmpdir = getenv("TMPDIR");
+    const char *warm = getenv("CODESPACE_TEST_SANDBOX_WARM");
     *lim = (struct cs_supervisor_limits){
         .max_live = max_live,
         .timeout_ms = timeout_ms,
@@ -344,6 +484,7 @@ void cs_supervisor_limits_init(struct cs_supervisor_limits *lim, int64_t max_liv
         .path = path && path[0] ? path : NULL,
         .tmpdir = tmpdir && tmpdir[0] == '/' ? tmpdir : NULL,
         .sandbox_helper = sandbox_helper,
+        .sandbox_cold = warm && strcmp(warm, "0") == 0,
     };
 }
 

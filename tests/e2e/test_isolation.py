@@ -130,7 +130,8 @@ SH_PROOF = ("printf 'INIT:'; tr '\\0' ' ' </proc/1/cmdline; printf '\\nROOT:'; "
             "ls -a / | tr '\\n' ' '; printf '\\n'; "
             "case \"$(tr '\\0' ' ' </proc/1/cmdline)\" in "
             "'codespace-linux-sandbox run --plan '*|*'/codespace-linux-sandbox run --plan '*|"
-            "'codespace-linux-sandbox run --plan-fd '*|*'/codespace-linux-sandbox run --plan-fd '*) ;; "
+            "'codespace-linux-sandbox run --plan-fd '*|*'/codespace-linux-sandbox run --plan-fd '*|"
+            "'codespace-linux-sandbox run --wait-fd '*|*'/codespace-linux-sandbox run --wait-fd '*) ;; "
             "*) echo NOT-INSIDE; exit 99;; esac; "
             "if test -e /home || test -e /root; then echo NOT-INSIDE; exit 99; fi; ")
 PY_PROOF = """\
@@ -140,7 +141,7 @@ _root = sorted(os.listdir('/'))
 sys.stdout.write('INIT:' + ' '.join(w.decode() for w in _init) + '\\nROOT:' + ' '.join(_root)
                  + '\\n')
 if (os.path.basename(_init[0]) != b'codespace-linux-sandbox'
-        or _init[1:3] not in ([b'run', b'--plan'], [b'run', b'--plan-fd'])
+        or _init[1:3] not in ([b'run', b'--plan'], [b'run', b'--plan-fd'], [b'run', b'--wait-fd'])
         or 'home' in _root or 'root' in _root):
     sys.stdout.write('NOT-INSIDE\\n')
     sys.stdout.flush()
@@ -295,8 +296,9 @@ class IsolationCase(unittest.TestCase):
         init = m_init.group(1).split()
         self.assertGreaterEqual(len(init), 4, text)
         self.assertEqual(os.path.basename(init[0]), "codespace-linux-sandbox", text)
-        # the runner hands the plan over as a sealed memfd (issue 20)
-        self.assertEqual(init[1:4], ["run", "--plan-fd", "5"], text)
+        # the runner hands the plan over as a sealed memfd (issue 20), to a helper it starts
+        # for the command or to the one it started ahead (`run --wait-fd 5`)
+        self.assertIn(init[1:4], (["run", "--plan-fd", "5"], ["run", "--wait-fd", "5"]), text)
         root = set(m_root.group(1).split())
         self.assertIn("usr", root, text)
         for name in ("home", "root", "run", "var", "mnt"):
@@ -778,7 +780,8 @@ result({'signaled': os.WIFSIGNALED(status),
                     self.assertFalse(eof, text)
                 self.assert_inside(text)
                 res = json.loads(re.search(r"^RESULT:(.*)$", text, re.M).group(1))
-                self.assertEqual(res["argv"], ["run", "--plan-fd", "5"], res)
+                self.assertIn(res["argv"], (["run", "--plan-fd", "5"], ["run", "--wait-fd", "5"]),
+                              res)
                 self.assertNotIn("5", res["self"], res)
                 for where in ("self", "init"):
                     for f, target in res[where].items():
@@ -786,7 +789,8 @@ result({'signaled': os.WIFSIGNALED(status),
                 # the command is still running: the helpers of this server on the host (the
                 # outer one, the init) hold no memfd either
                 helpers = [h for h in descendants(self.srv.proc.pid)
-                           if cmdline(h)[:3] == [b"codespace-linux-sandbox", b"run", b"--plan-fd"]]
+                           if cmdline(h)[:3] in ([b"codespace-linux-sandbox", b"run", b"--plan-fd"],
+                                                 [b"codespace-linux-sandbox", b"run", b"--wait-fd"])]
                 self.assertTrue(helpers, "no helper of this server found on the host")
                 for h in helpers:
                     for f in os.listdir("/proc/%d/fd" % h):

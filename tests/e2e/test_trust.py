@@ -40,7 +40,8 @@ import mcp_stdio
 TAG = secrets.token_hex(6)
 PROOF = ('case "$(tr "\\0" " " </proc/1/cmdline)" in '
          '"codespace-linux-sandbox run --plan "*|*"/codespace-linux-sandbox run --plan "*|'
-         '"codespace-linux-sandbox run --plan-fd "*|*"/codespace-linux-sandbox run --plan-fd "*) ;; '
+         '"codespace-linux-sandbox run --plan-fd "*|*"/codespace-linux-sandbox run --plan-fd "*|'
+         '"codespace-linux-sandbox run --wait-fd "*|*"/codespace-linux-sandbox run --wait-fd "*) ;; '
          '*) echo NOT-INSIDE; exit 99;; esac; ')
 PY_PROOF = ("import os,sys\n"
             "c=open('/proc/1/cmdline','rb').read()\n"

@@ -34,7 +34,8 @@ PY = "/usr/bin/python3"
 
 # Every in-sandbox script starts by proving where it runs.
 INSIDE_SH = ('tr "\\0" " " </proc/1/cmdline | grep -q "^codespace-linux-sandbox run \\|'
-             'codespace-linux-sandbox run --plan" || { echo NOT-INSIDE; exit 99; }; ')
+             'codespace-linux-sandbox run --plan\\|codespace-linux-sandbox run --wait-fd" '
+             '|| { echo NOT-INSIDE; exit 99; }; ')
 INSIDE_PY = ("import os,sys\n"
              "c=open('/proc/1/cmdline','rb').read()\n"
              "if b'codespace-linux-sandbox' not in c or b'run' not in c: print('NOT-INSIDE'); sys.exit(99)\n")
@@ -203,6 +204,134 @@ class TestProtocol(SandboxCase):
                            timeout=10)  # not open
         self.assertEqual(p.returncode, 125, p.stderr)
         self.assertIn("plan fd 77", p.stderr)
+
+    # -- run --wait-fd: the runner's pre-started helper (issue 20) ---------------------------
+    def wait_helper(self):
+        """A `run --wait-fd` helper as the runner starts it (stdio /dev/null but stderr, which
+        this test reads for the refusals), and our end of its socket."""
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            p = subprocess.Popen([HELPER, "run", "--wait-fd", str(theirs.fileno())],
+                                 pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                 start_new_session=True)
+        finally:
+            theirs.close()
+        return p, ours
+
+    def send_and_close(self, sock, header, fds):
+        try:
+            socket.send_fds(sock, [header], fds)
+        finally:
+            for f in fds:
+                os.close(f)
+            sock.close()
+
+    def test_wait_fd_runs_what_it_is_sent(self):
+        plan = self.plan_memfd(["/bin/sh", "-c", INSIDE_SH + "read x; echo got:$x; "
+                                "tr '\\0' ' ' </proc/1/cmdline; echo; echo err >&2; "
+                                "ls /proc/self/fd | tr '\\n' ' '"])
+        p, sock = self.wait_helper()
+        inr, inw = os.pipe()
+        outr, outw = os.pipe()
+        rr, rw = os.pipe()
+        root = os.open(self.ws, os.O_PATH | os.O_DIRECTORY)
+        self.send_and_close(sock, bytes([1, 0]), [plan, inr, outw, root, rw])
+        os.write(inw, b"hello\n")
+        os.close(inw)
+        chunks = []
+        while True:
+            b = os.read(outr, 65536)
+            if not b:
+                break
+            chunks.append(b)
+        os.close(outr)
+        os.close(rr)
+        err = p.stderr.read()
+        p.stderr.close()
+        p.wait(60)
+        text = b"".join(chunks).decode()
+        self.assertEqual(p.returncode, 0, (text, err))
+        self.assertNotIn("NOT-INSIDE", text)
+        self.assertIn("got:hello", text)
+        self.assertIn("codespace-linux-sandbox run --wait-fd", text)
+        self.assertIn("err", text)  # stderr is the stdout pipe, not the helper's first stderr
+        self.assertEqual(text.strip().splitlines()[-1].split(), ["0", "1", "2", "3"], text)
+        self.assertEqual(err, b"")
+
+    def test_wait_fd_eof_runs_nothing(self):
+        p, sock = self.wait_helper()
+        sock.close()
+        self.assertEqual(p.wait(30), 0)
+        self.assertEqual(p.stderr.read(), b"")
+        p.stderr.close()
+
+    def test_wait_fd_bad_messages_run_nothing(self):
+        marker = os.path.join(self.ws, "RAN")
+        cmd = ["/bin/sh", "-c", "echo > " + marker]
+
+        out_path = os.path.join(self.tmp, "out")
+
+        def fds(plan=None, tty=None, root=None, extra=0, drop=0):
+            """plan, stdin, stdout (a file: what a refused plan prints goes there, as on the
+            cold path) or the terminal, root, report pipe; all new."""
+            inr, inw = os.pipe()
+            outw = os.open(out_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+            rr, rw = os.pipe()
+            os.close(inw)
+            os.close(rr)
+            v = [plan if plan is not None else self.plan_memfd(cmd)]
+            v += [tty] if tty is not None else [inr, outw]
+            if tty is not None:
+                os.close(inr)
+                os.close(outw)
+            v += [root if root is not None else os.open(self.ws, os.O_PATH | os.O_DIRECTORY), rw]
+            v += [os.open("/dev/null", os.O_RDONLY) for _ in range(extra)]
+            for f in v[len(v) - drop:]:
+                os.close(f)
+            return v[:len(v) - drop]
+
+        unsealed = self.plan_memfd(cmd, seals=0)
+        path = self.prepare(cmd)
+        plain = os.open(path, os.O_RDONLY)
+        os.unlink(path)
+        os.rmdir(os.path.dirname(path))
+        afile = os.open(os.path.join(self.tmp, "afile"), os.O_RDWR | os.O_CREAT)
+        cases = [
+            ("short header", bytes([1]), lambda: fds(), "a header of 1 bytes"),
+            ("long header", bytes([1, 0, 0]), lambda: fds(), "a header of 3 bytes"),
+            ("longer header", bytes([1, 0] * 8), lambda: fds(), "truncated"),
+            ("version", bytes([2, 0]), lambda: fds(), "version 2"),
+            ("terminal flag", bytes([1, 2]), lambda: fds(), "terminal flag 2"),
+            ("one fd short", bytes([1, 0]), lambda: fds(drop=1), "4 descriptors (want 5"),
+            ("one fd more", bytes([1, 0]), lambda: fds(extra=1), "6 descriptors (want 5"),
+            ("no fds", bytes([1, 0]), lambda: [], "0 descriptors"),
+            ("pipes as a terminal", bytes([1, 1]), lambda: fds(drop=1)[:1] + fds()[1:2]
+             + fds()[3:5], "not a terminal"),
+            ("root a file", bytes([1, 0]), lambda: fds(root=os.dup(afile)), "not a directory"),
+            ("plan unsealed", bytes([1, 0]), lambda: fds(plan=os.dup(unsealed)),
+             "is not a sealed memfd"),
+            ("plan a plain file", bytes([1, 0]), lambda: fds(plan=os.dup(plain)),
+             "is not a sealed memfd"),
+        ]
+        try:
+            for name, header, make, why in cases:
+                with self.subTest(case=name):
+                    p, sock = self.wait_helper()
+                    v = make()
+                    self.send_and_close(sock, header, v)
+                    err = p.stderr.read().decode()
+                    p.stderr.close()
+                    self.assertEqual(p.wait(30), 125, err)
+                    if os.path.exists(out_path):
+                        with open(out_path) as f:
+                            err += f.read()
+                        os.unlink(out_path)
+                    self.assertIn(why, err)
+                    self.assertFalse(os.path.exists(marker), name)
+        finally:
+            for f in (unsealed, plain, afile):
+                os.close(f)
 
     def test_usage(self):
         p = subprocess.run([HELPER, "run"], capture_output=True, text=True)
