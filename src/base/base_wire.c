@@ -805,7 +805,7 @@ static bool tb_room(struct tbuf *b, size_t more)
     char *p = cs_wire_malloc(cap);
     if (!p)
         return false;
-    if (b->n)
+    if (b->p && b->n) /* no buffer yet: nothing in it */
         memcpy(p, b->p, b->n);
     cs_wire_release(b->p);
     b->p = p;
