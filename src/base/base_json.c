@@ -30,26 +30,49 @@ static const char esc[256] = {
     [0x1e] = 'u', [0x1f] = 'u', ['"'] = '"',  ['\\'] = '\\',
 };
 
+/* Whether any byte of the eight in v needs an escape: under 0x20, '"' or '\\'. Exact as a
+ * yes or no (the classic has-less and has-byte word tests: a borrow only runs on from a byte
+ * that matched), whatever the byte order. */
+static inline bool word_needs_escape(uint64_t v)
+{
+    const uint64_t ones = 0x0101010101010101ull, highs = 0x8080808080808080ull;
+    uint64_t q = v ^ (ones * '"'), b = v ^ (ones * '\\');
+    return (((v - ones * 0x20) & ~v) | ((q - ones) & ~q) | ((b - ones) & ~b)) & highs;
+}
+
 size_t cs_json_escape(const char *s, size_t n, char *out)
 {
     static const char hexd[] = "0123456789ABCDEF"; /* jansson writes \u%04X */
     const unsigned char *u = (const unsigned char *)s;
     char *o = out;
     size_t run = 0; /* start of the bytes not yet copied */
-    for (size_t i = 0; i < n; i++) {
-        char e = esc[u[i]];
-        if (e == 0)
-            continue;
-        memcpy(o, s + run, i - run);
-        o += i - run;
-        run = i + 1;
-        *o++ = '\\';
-        *o++ = e;
-        if (e == 'u') {
-            *o++ = '0';
-            *o++ = '0';
-            *o++ = hexd[u[i] >> 4];
-            *o++ = hexd[u[i] & 15];
+    for (size_t i = 0; i < n;) {
+        /* Eight bytes at a time: a block that needs nothing (most of a text) is skipped with one
+         * test, one that does is walked byte by byte, once. */
+        size_t end = n - i >= 8 ? i + 8 : n;
+        if (end - i == 8) {
+            uint64_t v;
+            memcpy(&v, u + i, sizeof v);
+            if (!word_needs_escape(v)) {
+                i = end;
+                continue;
+            }
+        }
+        for (; i < end; i++) {
+            char e = esc[u[i]];
+            if (e == 0)
+                continue;
+            memcpy(o, s + run, i - run);
+            o += i - run;
+            run = i + 1;
+            *o++ = '\\';
+            *o++ = e;
+            if (e == 'u') {
+                *o++ = '0';
+                *o++ = '0';
+                *o++ = hexd[u[i] >> 4];
+                *o++ = hexd[u[i] & 15];
+            }
         }
     }
     memcpy(o, s + run, n - run);

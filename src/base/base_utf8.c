@@ -9,6 +9,7 @@
  */
 #include "base_utf8.h"
 
+#include <stdint.h>
 #include <string.h>
 
 size_t cs_utf8_step(const unsigned char *s, size_t n, uint32_t *cp, bool *valid)
@@ -68,7 +69,19 @@ size_t cs_utf8_lossy(const unsigned char *s, size_t n, bool hold_tail, char *out
     size_t o = 0, at = 0;
     bool bad = false;
     while (at < n) {
-        /* ASCII runs are the common case: copy them without decoding. */
+        /* ASCII runs are the common case: copy them without decoding, eight bytes at a time
+         * while no byte of the eight has its high bit set. */
+        while (n - at >= 8) {
+            uint64_t v;
+            memcpy(&v, s + at, sizeof v);
+            if (v & 0x8080808080808080ull)
+                break;
+            memcpy(out + o, &v, sizeof v);
+            o += 8;
+            at += 8;
+        }
+        if (at >= n)
+            break;
         if (s[at] < 0x80) {
             out[o++] = (char)s[at++];
             continue;

@@ -769,6 +769,16 @@ static bool utf8_valid(const char *s, size_t n)
 {
     const unsigned char *u = (const unsigned char *)s;
     for (size_t i = 0; i < n;) {
+        /* Eight ASCII bytes at a time (most of a text). */
+        while (n - i >= 8) {
+            uint64_t v;
+            memcpy(&v, u + i, sizeof v);
+            if (v & 0x8080808080808080ull)
+                break;
+            i += 8;
+        }
+        if (i >= n)
+            break;
         unsigned char b = u[i];
         size_t len = b < 0x80                 ? 1
                      : b >= 0xC2 && b <= 0xDF ? 2

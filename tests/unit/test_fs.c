@@ -718,6 +718,26 @@ static void test_utf8_table(void **state)
             fail_msg("case %zu: got %zu bytes, lossy %d", i, n, lossy);
         assert_true(cs__fs_utf8_valid(out, n));
         assert_int_equal(cs__fs_utf8_valid(c->in, c->n), !c->lossy);
+        /* The same between ASCII runs of every length around the eight-byte steps: the answer
+         * does not depend on where a case falls against them. */
+        static const size_t posts[] = {0, 1, 7, 8, 9, 17};
+        for (size_t pre = 0; pre <= 17; pre++) {
+            for (size_t pi = 0; pi < sizeof posts / sizeof posts[0]; pi++) {
+                size_t post = posts[pi];
+                char in[80], big[128], want[128];
+                memset(in, 'x', pre);
+                memcpy(in + pre, c->in, c->n);
+                memset(in + pre + c->n, 'y', post);
+                memset(want, 'x', pre);
+                memcpy(want + pre, c->want, wn);
+                memset(want + pre + wn, 'y', post);
+                size_t bn =
+                    cs_fs_utf8_lossy((const unsigned char *)in, pre + c->n + post, big, &lossy);
+                if (bn != pre + wn + post || memcmp(big, want, bn) != 0 || lossy != c->lossy)
+                    fail_msg("case %zu between %zu and %zu ASCII bytes", i, pre, post);
+                assert_int_equal(cs__fs_utf8_valid(in, pre + c->n + post), !c->lossy);
+            }
+        }
     }
     /* NUL bytes are ordinary characters. */
     char out[16];
