@@ -163,7 +163,8 @@ static void conn_close(struct conn *c)
     }
 }
 
-static void serve_epoll(int lfd)
+/* An epoll set watching the listener and stdin (EOF there: the bench is gone). */
+static int watch_listener(int lfd)
 {
     int ep = epoll_create1(EPOLL_CLOEXEC);
     if (ep < 0)
@@ -173,6 +174,12 @@ static void serve_epoll(int lfd)
         die("relay: epoll_ctl");
     ev.data.ptr = &marker_stdin;
     (void)epoll_ctl(ep, EPOLL_CTL_ADD, 0, &ev); /* stdin may be a file: then not watched */
+    return ep;
+}
+
+static void serve_epoll(int lfd)
+{
+    int ep = watch_listener(lfd);
     struct epoll_event evs[64];
     struct conn *closed[64];
     for (;;) {
@@ -251,14 +258,8 @@ out:
 
 static void serve_threads(int lfd)
 {
-    int ep = epoll_create1(EPOLL_CLOEXEC);
-    if (ep < 0)
-        die("relay: epoll_create1");
-    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = &marker_listen};
-    if (epoll_ctl(ep, EPOLL_CTL_ADD, lfd, &ev) != 0)
-        die("relay: epoll_ctl");
-    ev.data.ptr = &marker_stdin;
-    (void)epoll_ctl(ep, EPOLL_CTL_ADD, 0, &ev);
+    int ep = watch_listener(lfd);
+    struct epoll_event ev;
     pthread_attr_t attr;
     if (pthread_attr_init(&attr) != 0 ||
         pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED) != 0)
