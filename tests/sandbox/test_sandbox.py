@@ -259,6 +259,43 @@ class TestProtocol(SandboxCase):
         self.assertEqual(text.strip().splitlines()[-1].split(), ["0", "1", "2", "3"], text)
         self.assertEqual(err, b"")
 
+    def test_wait_fd_refuses_any_other_channel(self):
+        """The socket must be a SOCK_SEQPACKET one made by the helper's own parent: a pair made
+        by another process (its grandparent here), a stream socket and a pipe are all refused
+        before anything is read, even with a good message waiting on them."""
+        plan = self.plan_memfd(["/bin/sh", "-c", "echo RAN"])
+        good = [plan]
+
+        def run(argv_prefix, fd, keep):
+            p = subprocess.Popen(argv_prefix + [HELPER, "run", "--wait-fd", str(fd)],
+                                 pass_fds=(fd,), stdin=subprocess.DEVNULL,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 start_new_session=True)
+            out, err = p.communicate(timeout=30)
+            for f in keep:
+                f.close()
+            return p.returncode, out.decode() + err.decode()
+
+        # Made here, but the helper's parent is the shell that forks it (no exec of the last
+        # command: `; exit $?` keeps the shell).
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        socket.send_fds(ours, [bytes([1, 0])], good)
+        rc, text = run(["/bin/sh", "-c", '"$0" "$@"; exit $?'], theirs.fileno(), [ours, theirs])
+        self.assertEqual(rc, 125, text)
+        self.assertIn("not by our parent", text)
+        self.assertNotIn("RAN", text)
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        rc, text = run([], theirs.fileno(), [ours, theirs])
+        self.assertEqual(rc, 125, text)
+        self.assertIn("not a SOCK_SEQPACKET socket", text)
+        r, w = os.pipe()
+        rc, text = run([], r, [])
+        os.close(r)
+        os.close(w)
+        self.assertEqual(rc, 125, text)
+        self.assertIn("not a socket", text)
+        os.close(plan)
+
     def test_wait_fd_eof_runs_nothing(self):
         p, sock = self.wait_helper()
         sock.close()
