@@ -171,6 +171,17 @@ def sanitized_pid(pid):
     return sanitized("/proc/%d/exe" % pid)
 
 
+def proc_stat(pid):
+    """(state, ppid) of a host process from /proc/<pid>/stat, or None when it is gone."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            st = f.read()
+    except OSError:
+        return None
+    rest = st[st.rindex(")") + 2:].split()
+    return rest[0], int(rest[1])
+
+
 class ToolError(Exception):
     """A tool answered isError: the error body is in .body, its code in .code."""
 

@@ -249,12 +249,8 @@ class Worker:
 
 def alive(pid):
     """True while pid exists and is not a zombie."""
-    try:
-        with open("/proc/%d/stat" % pid) as f:
-            st = f.read()
-    except OSError:
-        return False
-    return st[st.rindex(")") + 2] != "Z"
+    st = mcp_stdio.proc_stat(pid)
+    return st is not None and st[0] != "Z"
 
 
 def worker_of(gateway_pid):

@@ -38,22 +38,11 @@ def required_env(name):
     return path
 
 
-def stat_of(pid):
-    """(state, ppid) of a host process, or None when it is gone."""
-    try:
-        with open("/proc/%d/stat" % pid) as f:
-            st = f.read()
-    except OSError:
-        return None
-    rest = st[st.rindex(")") + 2:].split()
-    return rest[0], int(rest[1])
-
-
 def children_map():
     kids = {}
     for d in os.listdir("/proc"):
         if d.isdigit():
-            s = stat_of(int(d))
+            s = mcp_stdio.proc_stat(int(d))
             if s:
                 kids.setdefault(s[1], []).append(int(d))
     return kids
@@ -218,7 +207,7 @@ class WarmCase(unittest.TestCase):
                 _, w = self.exec_through_warm(srv, tty)
                 self.assertNotIn(w, seen)  # a new one each time
                 seen.add(w)
-                self.assertTrue(wait_until(lambda: stat_of(w) is None, 5),
+                self.assertTrue(wait_until(lambda: mcp_stdio.proc_stat(w) is None, 5),
                                 "helper %d still there after its command" % w)
 
     def test_killed_waiting_helper_falls_back(self):
@@ -227,12 +216,12 @@ class WarmCase(unittest.TestCase):
         w = self.one_waiting(srv)
         os.kill(w, signal.SIGKILL)
         # dead (a zombie until the runner reaps it, or already gone)
-        self.assertTrue(wait_until(lambda: (stat_of(w) or ("Z",))[0] == "Z", 5))
+        self.assertTrue(wait_until(lambda: (mcp_stdio.proc_stat(w) or ("Z",))[0] == "Z", 5))
         text, st = self.run_cmd(srv, ["/bin/sh", "-c", PROOF + "echo still-works"])
         self.assertEqual(st.get("exit_code"), 0, (st, text))
         self.assertIn("still-works", text)
         self.assertEqual(self.init_of(text), ["run", "--plan-fd", "5"], text)  # cold
-        self.assertTrue(wait_until(lambda: stat_of(w) is None, 5), "not reaped")
+        self.assertTrue(wait_until(lambda: mcp_stdio.proc_stat(w) is None, 5), "not reaped")
         w2 = self.one_waiting(srv)
         self.assertNotEqual(w2, w)
         text, st = self.run_cmd(srv, ["/bin/sh", "-c", PROOF + "echo warm-again"])
@@ -256,8 +245,8 @@ class WarmCase(unittest.TestCase):
         srv.kill()
 
         def left():
-            return [p for p in before
-                    if exe_of(p) == self.helper_real and (stat_of(p) or ("Z",))[0] != "Z"]
+            return [p for p in before if exe_of(p) == self.helper_real
+                    and (mcp_stdio.proc_stat(p) or ("Z",))[0] != "Z"]
         wait_until(lambda: not left(), 10)
         self.assertEqual(left(), [], "helpers left after the server's SIGKILL")
 
