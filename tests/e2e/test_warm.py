@@ -116,7 +116,18 @@ class WarmCase(unittest.TestCase):
     def one_waiting(self, srv):
         w = wait_until(lambda: self.waiting(srv))
         self.assertEqual(len(w), 1, "waiting helpers: %r (all: %r)" % (w, self.helpers(srv)))
+        self.assert_holds_nothing(w[0])
         return w[0]
+
+    def assert_holds_nothing(self, pid):
+        """Before its message a waiting helper holds nothing of any workspace (S22): /dev/null
+        as 0-2, its socket as 5, nothing else open, / as working directory."""
+        fds = sorted(int(f) for f in os.listdir("/proc/%d/fd" % pid))
+        self.assertEqual(fds, [0, 1, 2, 5], "descriptors of the waiting helper")
+        for i in range(3):
+            self.assertEqual(os.readlink("/proc/%d/fd/%d" % (pid, i)), "/dev/null")
+        self.assertTrue(os.readlink("/proc/%d/fd/5" % pid).startswith("socket:"))
+        self.assertEqual(os.readlink("/proc/%d/cwd" % pid), "/")
 
     def run_cmd(self, srv, command, tty=False):
         out = srv.call("exec_command", {"workspace_id": "default", "command": command,
