@@ -886,15 +886,16 @@ static void budget_release(struct cs_http *h, struct req *r)
     r->charged = 0;
 }
 
-static void on_reply(void *arg, json_t *reply, const char *text, size_t len)
+static void on_reply(void *arg, json_t *reply, char *text, size_t len)
 {
     struct req *r = arg;
+    (void)len;
     /* Called once, maybe from inside cs_mcp_session_handle (r not suspended yet) or later. */
     r->x = NULL;
     json_decref(r->reply);
     r->reply = reply;
     free(r->reply_text);
-    r->reply_text = text ? strndup(text, len) : NULL; /* NULL: serialized in send_reply */
+    r->reply_text = text; /* NULL: serialized in send_reply (then reply is a small error) */
     r->state = REQ_REPLIED;
     resume(r);
 }

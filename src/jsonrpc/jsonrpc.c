@@ -114,6 +114,17 @@ bool cs_jsonrpc_reply_has_error(const json_t *reply)
     return json_object_get(reply, "error") != NULL; /* NULL for an array (a batch reply) */
 }
 
+json_t *cs_jsonrpc_error_like(const json_t *reply, int code, const char *message)
+{
+    struct csw_protocol_jsonrpc_message m;
+    bool known =
+        json_is_object(reply) && csw_protocol_jsonrpc_message_decode(reply, &m, NULL) == CS_WIRE_OK;
+    json_t *out = cs_jsonrpc_error(known && m.has_id ? m.id : NULL, code, message);
+    if (known)
+        csw_protocol_jsonrpc_message_free(&m);
+    return out;
+}
+
 bool cs_jsonrpc_reply_info(const json_t *reply, struct cs_jsonrpc_reply *out)
 {
     memset(out, 0, sizeof *out);

@@ -61,6 +61,10 @@ struct cs_jsonrpc_reply {
     bool id_absent; /* no "id" member */
 };
 
+/* A new error response with code and message answering what reply (borrowed) answers: its id,
+ * or null when it has none or is not a single response. NULL on OOM. */
+json_t *cs_jsonrpc_error_like(const json_t *reply, int code, const char *message);
+
 /* Fills *out from reply (borrowed). Returns false when reply is not an object. */
 bool cs_jsonrpc_reply_info(const json_t *reply, struct cs_jsonrpc_reply *out);
 

@@ -49,20 +49,17 @@ struct gateway {
 
 /* ---- stdio ---- */
 
-static void stdio_reply(void *arg, json_t *reply, const char *text, size_t len)
+static void stdio_reply(void *arg, json_t *reply, char *text, size_t len)
 {
     struct gateway *g = arg;
     json_decref(reply);
-    if (!reply)
-        return;
-    if (!text) {
+    if (reply && !text)
         cs_log(CS_LOG_ERROR, "out of memory encoding a reply", NULL);
-        return;
-    }
-    if (g->io && cs_stdio_write_line(g->io, text, len) != 0 && !g->output_lost) {
+    if (text && g->io && cs_stdio_write_line(g->io, text, len) != 0 && !g->output_lost) {
         g->output_lost = true; /* said once; the transport reports EOF and we shut down */
         cs_log(CS_LOG_WARNING, "stdout is closed; replies are dropped", NULL);
     }
+    free(text);
 }
 
 static void stdio_line(void *arg, const uint8_t *data, size_t len)
@@ -78,8 +75,7 @@ static void stdio_overlong(void *arg)
     json_t *r =
         cs_jsonrpc_error(NULL, CS_JSONRPC_PARSE_ERROR, "Parse error: message longer than 16 MiB");
     char *text = r ? cs_wire_json_text(r, NULL) : NULL;
-    stdio_reply(g, r, text, text ? strlen(text) : 0);
-    free(text);
+    stdio_reply(g, r, text, text ? strlen(text) : 0); /* takes text */
 }
 
 /* After a large message was parsed (its tree is freed by then), free memory goes back to the

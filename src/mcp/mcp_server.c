@@ -89,6 +89,7 @@ struct cs_mcp_exchange {
     json_t *replies; /* batch: array; else the one reply or NULL */
     char *raw_id;    /* the request's "id" token as written, or NULL */
     json_t *raw_ids; /* batch: the raw id (string or null) of each reply in replies */
+    json_t *texts;   /* batch: the text (string) each reply came with, or null */
     char *text;      /* the one reply already serialized (cached results), or NULL */
     size_t waiting;  /* tool calls not yet completed */
     struct cs_mcp_exchange *prev, *next;
@@ -303,8 +304,11 @@ static void add_reply_text(struct cs_mcp_exchange *x, json_t *r, char *text, con
         return;
     }
     if (x->batch) {
-        if (json_array_append_new(x->replies, r) == 0)
+        /* A reply's text is kept: a tool success's r only stands in for it (cs_mcp_call_ok). */
+        if (json_array_append_new(x->replies, r) == 0) {
             json_array_append_new(x->raw_ids, raw ? json_string_nocheck(raw) : json_null());
+            json_array_append_new(x->texts, text ? json_string_nocheck(text) : json_null());
+        }
         free(text);
     } else {
         json_decref(x->replies);
@@ -344,7 +348,7 @@ static char *splice_id(char *text, const json_t *r, const char *raw)
 }
 
 /* The text of a batch reply: each element serialized and spliced with its raw id. */
-static char *batch_text(const json_t *replies, const json_t *raw_ids)
+static char *batch_text(const json_t *replies, const json_t *raw_ids, const json_t *texts)
 {
     size_t cap = 64, used = 1, i;
     char *out = malloc(cap);
@@ -354,7 +358,14 @@ static char *batch_text(const json_t *replies, const json_t *raw_ids)
     out[0] = '[';
     json_array_foreach(replies, i, one)
     {
-        char *t = cs_wire_json_text(one, NULL);
+        if (json_array_size(texts) != json_array_size(replies) ||
+            json_array_size(raw_ids) != json_array_size(replies)) {
+            free(out); /* an append ran out of memory: the lists no longer pair up */
+            return NULL;
+        }
+        const json_t *kept = json_array_get(texts, i);
+        char *t =
+            json_is_string(kept) ? strdup(json_string_value(kept)) : cs_wire_json_text(one, NULL);
         t = splice_id(t, one, json_string_value(json_array_get(raw_ids, i)));
         size_t n = t ? strlen(t) : 0;
         if (t && used + n + 3 > cap) {
@@ -405,19 +416,30 @@ static void finish(struct cs_mcp_exchange *x)
     if (!x->abandoned) {
         if (r && x->batch) {
             free(text);
-            text = batch_text(r, x->raw_ids);
+            text = batch_text(r, x->raw_ids, x->texts);
         } else if (r) {
             if (!text)
                 text = cs_wire_json_text(r, NULL);
             text = splice_id(text, r, x->raw_id);
         }
-        x->reply(x->arg, r, text, text ? strlen(text) : 0);
+        if (r && !text) {
+            /* Out of memory: r alone may not be sent, a tool success's only stands in for its
+             * text (cs_mcp_call_ok). The request is answered with the error instead. */
+            json_t *e = x->batch
+                            ? cs_jsonrpc_error(NULL, CS_JSONRPC_INTERNAL_ERROR, "out of memory")
+                            : cs_jsonrpc_error_like(r, CS_JSONRPC_INTERNAL_ERROR, "out of memory");
+            json_decref(r);
+            r = e;
+            text = e ? cs_wire_json_text(e, NULL) : NULL;
+        }
+        x->reply(x->arg, r, text, text ? strlen(text) : 0); /* takes text */
     } else {
         json_decref(r);
+        free(text);
     }
-    free(text);
     free(x->raw_id);
     json_decref(x->raw_ids);
+    json_decref(x->texts);
     free(x);
 }
 
@@ -623,6 +645,29 @@ void cs_mcp_call_error(struct cs_mcp_call *call, enum csw_error code, const char
     json_decref(body);
 }
 
+/* The text call_tool_result.json's encoder writes for a success whose structuredContent is s,
+ * up to the content's text and from its end to structuredContent (test_mcp checks the splice
+ * against the encoder). */
+static const char result_head[] = "{\"content\":[{\"type\":\"text\",\"text\":";
+static const char result_mid[] = "}],\"isError\":false,\"structuredContent\":";
+/* The most put_result_text writes for n bytes of structuredContent. */
+#define RESULT_TEXT_MAX(n)                                                                         \
+    (sizeof result_head - 1 + CS_JSON_QUOTE_MAX(n) + sizeof result_mid - 1 + (n))
+
+/* Writes the CallToolResult text of a success whose structuredContent is s (n bytes of JSON text)
+ * at out, all but its closing brace (the caller's: a 2026-07-28 reply adds members there); s is
+ * quoted straight into place. Returns the bytes written, at most RESULT_TEXT_MAX(n). */
+static size_t put_result_text(char *out, const char *s, size_t n)
+{
+    size_t at = sizeof result_head - 1;
+    memcpy(out, result_head, at);
+    at += cs_json_quote(s, n, out + at);
+    memcpy(out + at, result_mid, sizeof result_mid - 1);
+    at += sizeof result_mid - 1;
+    memcpy(out + at, s, n);
+    return at + n;
+}
+
 /*
  * The CallToolResult for structured (a tool's output, not stolen) in *result, and its JSON text
  * in *text (malloc'd). The text is spliced, not dumped: structured is serialized once (s, taken,
@@ -634,10 +679,6 @@ void cs_mcp_call_error(struct cs_mcp_call *call, enum csw_error code, const char
 static int ok_result(json_t *structured, char *s, const struct cs_mcp *srv, json_t **result,
                      char **text)
 {
-    /* The text call_tool_result.json's encoder writes, up to the content's text and from its
-     * end to structuredContent (test_mcp checks the splice against the encoder). */
-    static const char head[] = "{\"content\":[{\"type\":\"text\",\"text\":";
-    static const char mid[] = "}],\"isError\":false,\"structuredContent\":";
     *result = NULL;
     *text = NULL;
     if (!s)
@@ -645,7 +686,7 @@ static int ok_result(json_t *structured, char *s, const struct cs_mcp *srv, json
     if (!s)
         return -1;
     size_t n = strlen(s);
-    char *t = malloc(sizeof head - 1 + CS_JSON_QUOTE_MAX(n) + sizeof mid - 1 + n + 2);
+    char *t = malloc(RESULT_TEXT_MAX(n) + 2);
     json_t *r = t ? call_result(s, n, structured, false, srv) : NULL;
     if (!t || !r) {
         cs_wire_release(s);
@@ -653,13 +694,7 @@ static int ok_result(json_t *structured, char *s, const struct cs_mcp *srv, json
         json_decref(r);
         return -1;
     }
-    size_t at = sizeof head - 1;
-    memcpy(t, head, at);
-    at += cs_json_quote(s, n, t + at);
-    memcpy(t + at, mid, sizeof mid - 1);
-    at += sizeof mid - 1;
-    memcpy(t + at, s, n);
-    at += n;
+    size_t at = put_result_text(t, s, n);
     t[at++] = '}';
     t[at] = '\0';
     cs_wire_release(s);
@@ -668,57 +703,87 @@ static int ok_result(json_t *structured, char *s, const struct cs_mcp *srv, json
     return 0;
 }
 
-/* The JSON-RPC response to call carrying result_text (a serialized result object), malloc'd, or
- * NULL. Under 2026-07-28 the result's closing brace becomes the srv's modern tail (resultType,
- * _meta): the content before it is byte for byte the same in every revision. */
-static char *response_text(const struct cs_mcp_call *call, const char *result_text)
+/* The start of the JSON-RPC response to call, `{"jsonrpc":"2.0","id":<id>,"result":`, in a new
+ * buffer with room for body more bytes, the result's tail and the closing brace: *at gets the
+ * bytes written, *tail the text that closes the result (`}`, or under 2026-07-28 the srv's
+ * modern tail: resultType and _meta, so the content before it is byte for byte the same in
+ * every revision). NULL when out of memory, or for a 2026-07-28 call whose session is gone
+ * (nothing will be sent). */
+static char *reply_open(const struct cs_mcp_call *call, size_t body, size_t *at, const char **tail)
 {
-    const char *tail = call->modern && call->x->s ? call->x->s->srv->modern_tail : "}";
+    static const char pre[] = "{\"jsonrpc\":\"2.0\",\"id\":", res[] = ",\"result\":";
     if (call->modern && !call->x->s)
-        return NULL; /* the session is gone: nothing will be sent */
-    char *idt = cs_wire_json_text(call->id, NULL);
-    if (!idt)
         return NULL;
-    size_t rn = strlen(result_text);
-    size_t n = strlen(idt) + rn + strlen(tail) + 40;
-    char *text = malloc(n);
-    if (text && rn > 0)
-        snprintf(text, n, "{\"jsonrpc\":\"2.0\",\"id\":%s,\"result\":%.*s%s}", idt, (int)(rn - 1),
-                 result_text, tail);
-    else if (text)
-        text[0] = '\0';
-    free(idt);
+    *tail = call->modern ? call->x->s->srv->modern_tail : "}";
+    size_t idn;
+    char *idt = cs_wire_json_text(call->id, &idn);
+    char *text = idt ? malloc(sizeof pre + idn + sizeof res + body + strlen(*tail) + 2) : NULL;
+    if (text) {
+        memcpy(text, pre, sizeof pre - 1);
+        memcpy(text + sizeof pre - 1, idt, idn);
+        memcpy(text + sizeof pre - 1 + idn, res, sizeof res - 1);
+        *at = sizeof pre - 1 + idn + sizeof res - 1;
+    }
+    cs_wire_release(idt);
     return text;
 }
 
+/* Closes a response reply_open started: the result's tail and the response's brace. */
+static char *reply_close(char *text, size_t at, const char *tail)
+{
+    size_t tn = strlen(tail);
+    memcpy(text + at, tail, tn);
+    at += tn;
+    text[at++] = '}';
+    text[at] = '\0';
+    return text;
+}
+
+/* The JSON-RPC response to call carrying result_text (a serialized result object), malloc'd, or
+ * NULL (reply_open). */
+static char *response_text(const struct cs_mcp_call *call, const char *result_text)
+{
+    size_t rn = strlen(result_text), at;
+    const char *tail;
+    char *text = rn > 0 ? reply_open(call, rn, &at, &tail) : NULL;
+    if (!text)
+        return NULL;
+    memcpy(text + at, result_text, rn - 1); /* all but the result's closing brace */
+    return reply_close(text, at + rn - 1, tail);
+}
+
+/*
+ * A tool's success, answered from its output's JSON text alone: the reply is written once, into
+ * one buffer, with the text quoted straight into place (put_result_text), and no jansson tree of
+ * a result that may hold a megabyte twice is ever built. The transport gets an empty object
+ * standing in for that result (cs_mcp_reply_fn): the text is the reply.
+ */
 void cs_mcp_call_ok(struct cs_mcp_call *call, const void *output)
 {
-    json_t *j = NULL;
     char *s = NULL;
+    size_t n = 0;
     struct cs_wire_diag diag;
-    enum cs_wire_status st = cs_wire_encode(call->t->tool->output, output, &j, &diag);
-    /* The text straight from the struct: jansson's dump escapes a big string slowly. */
-    if (st == CS_WIRE_OK)
-        st = cs_wire_encode_text(call->t->tool->output, output, &s, NULL, &diag);
+    /* The text encoder checks the output against its schema exactly as the tree encoder does. */
+    enum cs_wire_status st = cs_wire_encode_text(call->t->tool->output, output, &s, &n, &diag);
     if (st != CS_WIRE_OK) {
-        json_decref(j);
         char where[600];
         cs_mcp_call_error(call, CSW_ERROR_INTERNAL, NULL,
                           "the %s result broke its output schema: %s", call->t->tool->name,
                           cs_wire_diag_format(&diag, where, sizeof where));
         return;
     }
-    json_t *result;
-    char *text;
-    int rc = ok_result(j, s, modern_srv(call), &result, &text);
-    json_decref(j);
-    if (rc != 0) {
-        complete_with(call, NULL, NULL); /* answers "out of memory" */
-        return;
+    size_t at;
+    const char *tail;
+    char *reply = reply_open(call, RESULT_TEXT_MAX(n), &at, &tail);
+    if (reply)
+        reply = reply_close(reply, at + put_result_text(reply + at, s, n), tail);
+    cs_wire_release(s);
+    json_t *standin = reply ? json_object() : NULL;
+    if (!standin) {
+        free(reply);
+        reply = NULL;
     }
-    char *reply = response_text(call, text);
-    free(text);
-    complete_with(call, result, reply);
+    complete_with(call, standin, reply); /* NULL: answers "out of memory" */
 }
 
 struct cs_mcp_cached {
@@ -1443,8 +1508,7 @@ struct cs_mcp_exchange *cs_mcp_session_handle_msg(struct cs_mcp_session *s, stru
         char *text = r ? cs_wire_json_text(r, NULL) : NULL;
         text = splice_id(text, r, m->raw_id);
         cs_mcp_msg_free(m);
-        reply(arg, r, text, text ? strlen(text) : 0);
-        free(text);
+        reply(arg, r, text, text ? strlen(text) : 0); /* takes text */
         return NULL;
     }
     json_t *msg = m->json;
@@ -1484,6 +1548,7 @@ struct cs_mcp_exchange *cs_mcp_session_handle_msg(struct cs_mcp_session *s, stru
             x->batch = true;
             x->replies = json_array();
             x->raw_ids = json_array();
+            x->texts = json_array();
             size_t i;
             json_t *one;
             json_array_foreach(msg, i, one)

@@ -98,10 +98,14 @@ const char *cs_mcp_call_tool(const struct cs_mcp_call *call);
 
 /* reply receives a new reference to the JSON-RPC reply (a response object, or an array for a
  * batch), or NULL when the message gets no reply (a notification, a client response, a cancelled
- * request), and the reply serialized as compact JSON (text, len bytes, no newline; borrowed for
- * the call; NULL with reply NULL, or when serializing ran out of memory). It is called exactly
- * once per handled message unless the exchange is abandoned. */
-typedef void (*cs_mcp_reply_fn)(void *arg, json_t *reply, const char *text, size_t len);
+ * request), and the reply serialized as compact JSON (text, len bytes, no newline, malloc'd and
+ * handed over: the callee frees it; NULL when reply is NULL, or when even an error's text ran
+ * out of memory). The text is the reply: a
+ * tool call's success carries an empty object standing in for its result (the one in the text
+ * may hold a megabyte twice, never built as a tree), so a transport reads only the envelope from
+ * reply (its id, result or error, error code) and sends the text. It is called exactly once per
+ * handled message unless the exchange is abandoned. */
+typedef void (*cs_mcp_reply_fn)(void *arg, json_t *reply, char *text, size_t len);
 
 /* Returns a new session of srv, or NULL on OOM. */
 struct cs_mcp_session *cs_mcp_session_new(struct cs_mcp *srv);

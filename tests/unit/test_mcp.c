@@ -22,20 +22,45 @@
 static json_t *replies[16];
 static size_t nreplies;
 
-static void reply_cb(void *arg, json_t *reply, const char *text, size_t len)
+/* Whether reply (what the transport reads the envelope from) and back (its text, parsed) agree:
+ * equal, or the same but for a tool success's result, which reply only stands in for with an
+ * empty object (cs_mcp_reply_fn). */
+static bool envelope_matches(const json_t *reply, const json_t *back)
+{
+    if (json_equal(reply, back))
+        return true;
+    const json_t *stand = json_object_get(reply, "result");
+    const json_t *real = json_object_get(back, "result");
+    if (!json_is_object(stand) || json_object_size(stand) != 0 || !json_is_object(real) ||
+        !json_is_object(json_object_get(real, "structuredContent")) ||
+        json_object_size(reply) != json_object_size(back))
+        return false;
+    return json_equal(json_object_get(reply, "id"), json_object_get(back, "id"));
+}
+
+static void reply_cb(void *arg, json_t *reply, char *text, size_t len)
 {
     (void)arg;
     assert_true(nreplies < 16);
-    /* The text is the reply, serialized. */
+    /* The text is the reply, serialized; the tests read the text. */
     if (reply) {
         assert_non_null(text);
         json_t *back = json_loadb(text, len, 0, NULL);
         assert_non_null(back);
-        assert_true(json_equal(back, reply));
-        json_decref(back);
+        if (json_is_array(reply)) {
+            assert_true(json_is_array(back));
+            assert_int_equal(json_array_size(reply), json_array_size(back));
+            for (size_t i = 0; i < json_array_size(reply); i++)
+                assert_true(envelope_matches(json_array_get(reply, i), json_array_get(back, i)));
+        } else {
+            assert_true(envelope_matches(reply, back));
+        }
+        json_decref(reply);
+        reply = back;
     } else {
         assert_null(text);
     }
+    free(text);
     replies[nreplies++] = reply ? reply : json_null();
 }
 
@@ -502,11 +527,20 @@ static void test_names_with_nul_or_cut_utf8(void **state)
 
 static char last_text[4096];
 
-static void text_cb(void *arg, json_t *reply, const char *text, size_t len)
+static void text_cb(void *arg, json_t *reply, char *text, size_t len)
 {
     (void)arg;
     assert_true(nreplies < 16);
     snprintf(last_text, sizeof last_text, "%.*s", (int)len, text ? text : "");
+    /* The tests read the text (a tool success's reply only stands in); jansson cannot parse an
+     * id past 64 bits (the reply's is clamped; the text's is as written), those are kept. */
+    json_t *back = reply && text ? json_loadb(text, len, 0, NULL) : NULL;
+    if (back) {
+        assert_true(envelope_matches(reply, back));
+        json_decref(reply);
+        reply = back;
+    }
+    free(text);
     replies[nreplies++] = reply ? reply : json_null();
 }
 
