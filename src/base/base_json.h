@@ -118,6 +118,9 @@ json_t *cs_json_loadb_budget(const char *buf, size_t n, size_t flags, json_error
  * arms a short timer that trims. Set once, before serving; NULL: none. Not thread-safe: call
  * cs_json_loadb_budget for large texts from one thread (the loop) only. */
 void cs_json_set_large_hook(void (*fn)(void *arg), void *arg);
+/* Calls that hook: a large text (n bytes, at least CS_JSON_LARGE) was made, a reply for one
+ * (its buffers are freed by then, or soon). The loop thread only. */
+void cs_json_large_made(size_t n);
 
 /* The value of one hexadecimal digit (either case), or -1. */
 static inline int cs_hexval(char c)

@@ -268,6 +268,12 @@ void cs_json_set_large_hook(void (*fn)(void *arg), void *arg)
     large_arg = arg;
 }
 
+void cs_json_large_made(size_t n)
+{
+    if (n >= CS_JSON_LARGE && large_hook)
+        large_hook(large_arg);
+}
+
 json_t *cs_json_loadb_budget(const char *buf, size_t n, size_t flags, json_error_t *error)
 {
     if (n >= CS_JSON_LARGE && large_hook)

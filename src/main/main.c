@@ -193,14 +193,16 @@ static int serve(struct gateway *g, const struct cs_config *cfg)
 
 int main(int argc, char **argv)
 {
-    /* Large buffers (message texts, bodies, big strings) always come from mmap and go back to
-     * the system when freed: a fixed threshold stops glibc from raising it after the first
-     * large free, which would put the next 16 MiB message in the heap for good (M8). */
-    (void)mallopt(M_MMAP_THRESHOLD, 1024 * 1024);
-    /* Below that, a freed block at the top of the heap stays for the next one (a file read's
-     * 256 KiB chunk, every call) up to this much; malloc_trim after a large message still hands
-     * everything back. */
-    (void)mallopt(M_TRIM_THRESHOLD, 4 * 1024 * 1024);
+    /* Very large buffers (message texts and bodies near the 16 MiB cap) always come from mmap
+     * and go back to the system when freed: a fixed threshold stops glibc from raising it after
+     * the first large free, which would put the next 16 MiB message in the heap for good (M8). */
+    (void)mallopt(M_MMAP_THRESHOLD, 8 * 1024 * 1024);
+    /* Below that, freed blocks stay in the heap for the next call up to this much: a full read
+     * window's buffers (the window, its text, the reply quoting it: 1 to 7 MiB, every call)
+     * would otherwise be mapped and faulted in afresh each time, a third of what a window cost
+     * under many clients. A large text made or parsed arms a trim 100 ms later
+     * (cs_json_set_large_hook), which hands everything back once the calls stop (M8). */
+    (void)mallopt(M_TRIM_THRESHOLD, 32 * 1024 * 1024);
     struct cs_config cfg;
     struct cs_config_error cerr;
     switch (cs_config_load(&cfg, argc, argv, environ, &cerr)) {

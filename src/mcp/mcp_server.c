@@ -91,6 +91,7 @@ struct cs_mcp_exchange {
     json_t *raw_ids; /* batch: the raw id (string or null) of each reply in replies */
     json_t *texts;   /* batch: the text (string) each reply came with, or null */
     char *text;      /* the one reply already serialized (cached results), or NULL */
+    size_t text_n;   /* its length */
     size_t waiting;  /* tool calls not yet completed */
     struct cs_mcp_exchange *prev, *next;
 };
@@ -295,9 +296,10 @@ int cs_mcp_set_tool(struct cs_mcp *srv, const char *name, cs_mcp_tool_fn fn, voi
 
 /* ---- exchanges ---- */
 
-/* Adds reply r (stolen, may be NULL) to x; text (stolen, may be NULL) is r serialized. raw: in
- * a batch, the raw id token of the request r answers (borrowed, may be NULL). */
-static void add_reply_text(struct cs_mcp_exchange *x, json_t *r, char *text, const char *raw)
+/* Adds reply r (stolen, may be NULL) to x; text (stolen, may be NULL; n bytes) is r serialized.
+ * raw: in a batch, the raw id token of the request r answers (borrowed, may be NULL). */
+static void add_reply_text(struct cs_mcp_exchange *x, json_t *r, char *text, size_t n,
+                           const char *raw)
 {
     if (!r) {
         free(text);
@@ -307,7 +309,7 @@ static void add_reply_text(struct cs_mcp_exchange *x, json_t *r, char *text, con
         /* A reply's text is kept: a tool success's r only stands in for it (cs_mcp_call_ok). */
         if (json_array_append_new(x->replies, r) == 0) {
             json_array_append_new(x->raw_ids, raw ? json_string_nocheck(raw) : json_null());
-            json_array_append_new(x->texts, text ? json_string_nocheck(text) : json_null());
+            json_array_append_new(x->texts, text ? json_stringn_nocheck(text, n) : json_null());
         }
         free(text);
     } else {
@@ -315,24 +317,26 @@ static void add_reply_text(struct cs_mcp_exchange *x, json_t *r, char *text, con
         free(x->text);
         x->replies = r;
         x->text = text;
+        x->text_n = text ? n : 0;
     }
 }
 
 static void add_reply(struct cs_mcp_exchange *x, json_t *r, const char *raw)
 {
-    add_reply_text(x, r, NULL, raw);
+    add_reply_text(x, r, NULL, 0, raw);
 }
 
 /*
  * text (a reply r serialized; taken) with its "id" replaced by raw, the request's id token as
  * written: jansson holds an id past 64 bits only clamped (and re-spells -0, escapes), and the
  * contract wants the id back exactly. Only a reply that carries the request's id (not null) is
- * touched. Returns the text to send (text itself, or a new one), NULL when out of memory.
+ * touched. *n_io is text's length, then the returned one's. Returns the text to send (text
+ * itself, or a new one), NULL when out of memory.
  */
-static char *splice_id(char *text, const json_t *r, const char *raw)
+static char *splice_id(char *text, size_t *n_io, const json_t *r, const char *raw)
 {
     struct cs_jsonrpc_reply info;
-    size_t off, len, n = text ? strlen(text) : 0, rn = raw ? strlen(raw) : 0;
+    size_t off, len, n = text ? *n_io : 0, rn = raw ? strlen(raw) : 0;
     if (!text || !raw || !cs_jsonrpc_reply_info(r, &info) || info.id_absent || info.id_null ||
         cs_json_member_span(text, n, "id", true, &off, &len) != 0 ||
         (len == rn && memcmp(text + off, raw, rn) == 0))
@@ -342,6 +346,7 @@ static char *splice_id(char *text, const json_t *r, const char *raw)
         memcpy(t, text, off);
         memcpy(t + off, raw, rn);
         memcpy(t + off + rn, text + off + len, n - off - len + 1);
+        *n_io = n - len + rn;
     }
     free(text);
     return t;
@@ -364,10 +369,10 @@ static char *batch_text(const json_t *replies, const json_t *raw_ids, const json
             return NULL;
         }
         const json_t *kept = json_array_get(texts, i);
+        size_t n = json_string_length(kept); /* 0 for null */
         char *t =
-            json_is_string(kept) ? strdup(json_string_value(kept)) : cs_wire_json_text(one, NULL);
-        t = splice_id(t, one, json_string_value(json_array_get(raw_ids, i)));
-        size_t n = t ? strlen(t) : 0;
+            json_is_string(kept) ? strndup(json_string_value(kept), n) : cs_wire_json_text(one, &n);
+        t = splice_id(t, &n, one, json_string_value(json_array_get(raw_ids, i)));
         if (t && used + n + 3 > cap) {
             while (used + n + 3 > cap)
                 cap *= 2;
@@ -412,15 +417,17 @@ static void finish(struct cs_mcp_exchange *x)
         r = NULL;
     }
     char *text = x->text;
+    size_t n = x->text_n;
     x->text = NULL;
     if (!x->abandoned) {
         if (r && x->batch) {
             free(text);
             text = batch_text(r, x->raw_ids, x->texts);
+            n = text ? strlen(text) : 0;
         } else if (r) {
             if (!text)
-                text = cs_wire_json_text(r, NULL);
-            text = splice_id(text, r, x->raw_id);
+                text = cs_wire_json_text(r, &n);
+            text = splice_id(text, &n, r, x->raw_id);
         }
         if (r && !text) {
             /* Out of memory: r alone may not be sent, a tool success's only stands in for its
@@ -430,9 +437,10 @@ static void finish(struct cs_mcp_exchange *x)
                             : cs_jsonrpc_error_like(r, CS_JSONRPC_INTERNAL_ERROR, "out of memory");
             json_decref(r);
             r = e;
-            text = e ? cs_wire_json_text(e, NULL) : NULL;
+            text = e ? cs_wire_json_text(e, &n) : NULL;
         }
-        x->reply(x->arg, r, text, text ? strlen(text) : 0); /* takes text */
+        x->reply(x->arg, r, text, text ? n : 0); /* takes text */
+        cs_json_large_made(n);                      /* its memory is handed back soon (M8) */
     } else {
         json_decref(r);
         free(text);
@@ -515,7 +523,8 @@ json_t *cs_mcp_text_of(const json_t *v)
 
 /* Completes call with result (a CallToolResult, stolen; NULL: out of memory) and, when given,
  * the whole reply already serialized (stolen). */
-static void complete_with(struct cs_mcp_call *call, json_t *result, char *reply_text)
+static void complete_with(struct cs_mcp_call *call, json_t *result, char *reply_text,
+                          size_t reply_n)
 {
     struct cs_mcp_exchange *x = call->x;
     if (!x) { /* cancelled and detached (call_cancel): its exchange no longer waits for it */
@@ -536,7 +545,7 @@ static void complete_with(struct cs_mcp_call *call, json_t *result, char *reply_
             free(reply_text);
             reply_text = NULL;
         }
-        add_reply_text(x, resp, reply_text, call->raw_id);
+        add_reply_text(x, resp, reply_text, reply_n, call->raw_id);
     } else {
         free(reply_text);
     }
@@ -606,7 +615,7 @@ static void complete_error(struct cs_mcp_call *call, json_t *body)
     char *text = body ? cs_wire_json_text(body, NULL) : NULL;
     json_t *result = text ? call_result(text, strlen(text), NULL, true, modern_srv(call)) : NULL;
     free(text);
-    complete_with(call, result, NULL);
+    complete_with(call, result, NULL, 0);
 }
 
 static json_t *error_body(enum csw_error code, const char *operation_id, const char *message)
@@ -703,87 +712,162 @@ static int ok_result(json_t *structured, char *s, const struct cs_mcp *srv, json
     return 0;
 }
 
-/* The start of the JSON-RPC response to call, `{"jsonrpc":"2.0","id":<id>,"result":`, in a new
- * buffer with room for body more bytes, the result's tail and the closing brace: *at gets the
- * bytes written, *tail the text that closes the result (`}`, or under 2026-07-28 the srv's
- * modern tail: resultType and _meta, so the content before it is byte for byte the same in
- * every revision). NULL when out of memory, or for a 2026-07-28 call whose session is gone
- * (nothing will be sent). */
-static char *reply_open(const struct cs_mcp_call *call, size_t body, size_t *at, const char **tail)
+/* What a success reply needs of its call, taken on the loop thread (cs_mcp_call_frame). */
+struct cs_mcp_frame {
+    const struct cs_wire_type *output; /* the tool's output type (static) */
+    char *idt;                         /* the id's JSON text */
+    size_t idn;
+    char *tail; /* closes the result: `}`, or the 2026-07-28 tail (resultType, _meta) */
+};
+
+static void frame_clear(struct cs_mcp_frame *f)
+{
+    cs_wire_release(f->idt);
+    free(f->tail);
+}
+
+/* Fills *f for call. -1: out of memory, or a call whose answer nobody will read (detached, or
+ * a 2026-07-28 call whose session is gone). Under 2026-07-28 the result's closing brace becomes the
+ * srv's modern tail, so the content before it is byte for byte the same in every revision. */
+static int frame_fill(struct cs_mcp_frame *f, const struct cs_mcp_call *call)
+{
+    memset(f, 0, sizeof *f);
+    if (!call->x || (call->modern && !call->x->s))
+        return -1; /* cancelled and detached: complete_with drops it */
+    f->output = call->t->tool->output;
+    f->idt = cs_wire_json_text(call->id, &f->idn);
+    f->tail = strdup(call->modern ? call->x->s->srv->modern_tail : "}");
+    if (f->idt && f->tail)
+        return 0;
+    frame_clear(f);
+    return -1;
+}
+
+/* A new buffer holding `{"jsonrpc":"2.0","id":<id>,"result":` with room for body more bytes,
+ * f's tail and the closing brace; *at gets the bytes written. NULL when out of memory. */
+static char *reply_open(const struct cs_mcp_frame *f, size_t body, size_t *at)
 {
     static const char pre[] = "{\"jsonrpc\":\"2.0\",\"id\":", res[] = ",\"result\":";
-    if (call->modern && !call->x->s)
-        return NULL;
-    *tail = call->modern ? call->x->s->srv->modern_tail : "}";
-    size_t idn;
-    char *idt = cs_wire_json_text(call->id, &idn);
-    char *text = idt ? malloc(sizeof pre + idn + sizeof res + body + strlen(*tail) + 2) : NULL;
+    char *text = malloc(sizeof pre + f->idn + sizeof res + body + strlen(f->tail) + 2);
     if (text) {
         memcpy(text, pre, sizeof pre - 1);
-        memcpy(text + sizeof pre - 1, idt, idn);
-        memcpy(text + sizeof pre - 1 + idn, res, sizeof res - 1);
-        *at = sizeof pre - 1 + idn + sizeof res - 1;
+        memcpy(text + sizeof pre - 1, f->idt, f->idn);
+        memcpy(text + sizeof pre - 1 + f->idn, res, sizeof res - 1);
+        *at = sizeof pre - 1 + f->idn + sizeof res - 1;
     }
-    cs_wire_release(idt);
     return text;
 }
 
-/* Closes a response reply_open started: the result's tail and the response's brace. */
-static char *reply_close(char *text, size_t at, const char *tail)
+/* Closes a response reply_open started, at bytes in: f's tail and the response's brace.
+ * Returns the response's length. */
+static size_t reply_close(const struct cs_mcp_frame *f, char *text, size_t at)
 {
-    size_t tn = strlen(tail);
-    memcpy(text + at, tail, tn);
+    size_t tn = strlen(f->tail);
+    memcpy(text + at, f->tail, tn);
     at += tn;
     text[at++] = '}';
     text[at] = '\0';
+    return at;
+}
+
+/* The JSON-RPC response to call carrying result_text (a serialized result object), malloc'd
+ * (its length in *n), or NULL (frame_fill, reply_open). */
+static char *response_text(const struct cs_mcp_call *call, const char *result_text, size_t *n)
+{
+    size_t rn = strlen(result_text), at;
+    struct cs_mcp_frame f;
+    if (rn == 0 || frame_fill(&f, call) != 0)
+        return NULL;
+    char *text = reply_open(&f, rn, &at);
+    if (text) {
+        memcpy(text + at, result_text, rn - 1); /* all but the result's closing brace */
+        *n = reply_close(&f, text, at + rn - 1);
+    }
+    frame_clear(&f);
     return text;
 }
 
-/* The JSON-RPC response to call carrying result_text (a serialized result object), malloc'd, or
- * NULL (reply_open). */
-static char *response_text(const struct cs_mcp_call *call, const char *result_text)
+/* The reply of a success whose output is encoded by f's type, written once into one buffer:
+ * the output's JSON text, then the response around it with that text quoted straight into place
+ * (put_result_text); its length in *len. NULL with *st CS_WIRE_NOMEM when out of memory, or with
+ * the encoder's status and *diag when the output breaks its schema. Any thread. */
+static char *ok_reply(const struct cs_mcp_frame *f, const void *output, size_t *len,
+                      enum cs_wire_status *st, struct cs_wire_diag *diag)
 {
-    size_t rn = strlen(result_text), at;
-    const char *tail;
-    char *text = rn > 0 ? reply_open(call, rn, &at, &tail) : NULL;
-    if (!text)
+    char *s = NULL, *reply = NULL;
+    size_t n = 0, at;
+    /* The text encoder checks the output against its schema exactly as the tree encoder does. */
+    *st = cs_wire_encode_text(f->output, output, &s, &n, diag);
+    if (*st != CS_WIRE_OK)
         return NULL;
-    memcpy(text + at, result_text, rn - 1); /* all but the result's closing brace */
-    return reply_close(text, at + rn - 1, tail);
+    reply = reply_open(f, RESULT_TEXT_MAX(n), &at);
+    if (reply)
+        *len = reply_close(f, reply, at + put_result_text(reply + at, s, n));
+    else
+        *st = CS_WIRE_NOMEM;
+    cs_wire_release(s);
+    return reply;
+}
+
+struct cs_mcp_frame *cs_mcp_call_frame(const struct cs_mcp_call *call)
+{
+    struct cs_mcp_frame *f = malloc(sizeof *f);
+    if (f && frame_fill(f, call) != 0) {
+        free(f);
+        f = NULL;
+    }
+    return f;
+}
+
+void cs_mcp_frame_free(struct cs_mcp_frame *f)
+{
+    if (f) {
+        frame_clear(f);
+        free(f);
+    }
+}
+
+char *cs_mcp_frame_reply(const struct cs_mcp_frame *f, const void *output, size_t *len)
+{
+    enum cs_wire_status st;
+    return ok_reply(f, output, len, &st, NULL);
 }
 
 /*
- * A tool's success, answered from its output's JSON text alone: the reply is written once, into
- * one buffer, with the text quoted straight into place (put_result_text), and no jansson tree of
- * a result that may hold a megabyte twice is ever built. The transport gets an empty object
+ * A tool's success, answered from its output's JSON text alone (ok_reply): no jansson tree of a
+ * result that may hold a megabyte twice is ever built. The transport gets an empty object
  * standing in for that result (cs_mcp_reply_fn): the text is the reply.
  */
+void cs_mcp_call_ok_reply(struct cs_mcp_call *call, char *reply, size_t len)
+{
+    json_t *standin = reply ? json_object() : NULL;
+    if (!standin) {
+        free(reply);
+        reply = NULL;
+    }
+    complete_with(call, standin, reply, len); /* NULL: answers "out of memory" */
+}
+
 void cs_mcp_call_ok(struct cs_mcp_call *call, const void *output)
 {
-    char *s = NULL;
-    size_t n = 0;
+    struct cs_mcp_frame f;
+    if (frame_fill(&f, call) != 0) {
+        complete_with(call, NULL, NULL, 0); /* "out of memory", or dropped: nobody reads it */
+        return;
+    }
     struct cs_wire_diag diag;
-    /* The text encoder checks the output against its schema exactly as the tree encoder does. */
-    enum cs_wire_status st = cs_wire_encode_text(call->t->tool->output, output, &s, &n, &diag);
-    if (st != CS_WIRE_OK) {
+    enum cs_wire_status st;
+    size_t len = 0;
+    char *reply = ok_reply(&f, output, &len, &st, &diag);
+    frame_clear(&f);
+    if (!reply && st != CS_WIRE_NOMEM) {
         char where[600];
         cs_mcp_call_error(call, CSW_ERROR_INTERNAL, NULL,
                           "the %s result broke its output schema: %s", call->t->tool->name,
                           cs_wire_diag_format(&diag, where, sizeof where));
         return;
     }
-    size_t at;
-    const char *tail;
-    char *reply = reply_open(call, RESULT_TEXT_MAX(n), &at, &tail);
-    if (reply)
-        reply = reply_close(reply, at + put_result_text(reply + at, s, n), tail);
-    cs_wire_release(s);
-    json_t *standin = reply ? json_object() : NULL;
-    if (!standin) {
-        free(reply);
-        reply = NULL;
-    }
-    complete_with(call, standin, reply); /* NULL: answers "out of memory" */
+    cs_mcp_call_ok_reply(call, reply, len);
 }
 
 struct cs_mcp_cached {
@@ -816,7 +900,9 @@ void cs_mcp_call_ok_cached(struct cs_mcp_call *call, const struct cs_mcp_cached 
      * that never changes, that is most of what a call costs. */
     const struct cs_mcp *srv = modern_srv(call);
     json_t *result = srv ? modernize_result(srv, json_incref(c->result)) : json_incref(c->result);
-    complete_with(call, result, result ? response_text(call, c->text) : NULL);
+    size_t n = 0;
+    char *text = result ? response_text(call, c->text, &n) : NULL;
+    complete_with(call, result, text, n);
 }
 
 /* tools/call: decode the arguments through the tool's input schema and start the handler. */
@@ -1505,10 +1591,11 @@ struct cs_mcp_exchange *cs_mcp_session_handle_msg(struct cs_mcp_session *s, stru
             id, header_modern(hdr),
             m->over_budget ? CS_JSONRPC_INVALID_REQUEST : CS_JSONRPC_PARSE_ERROR, m->why, NULL);
         json_decref(id);
-        char *text = r ? cs_wire_json_text(r, NULL) : NULL;
-        text = splice_id(text, r, m->raw_id);
+        size_t n = 0;
+        char *text = r ? cs_wire_json_text(r, &n) : NULL;
+        text = splice_id(text, &n, r, m->raw_id);
         cs_mcp_msg_free(m);
-        reply(arg, r, text, text ? strlen(text) : 0); /* takes text */
+        reply(arg, r, text, text ? n : 0); /* takes text */
         return NULL;
     }
     json_t *msg = m->json;

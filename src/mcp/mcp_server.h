@@ -61,6 +61,21 @@ const char *cs_mcp_instructions(void);
  * (borrowed; the caller frees it afterwards). The result carries structuredContent and one text
  * item with the same JSON. An output that fails its schema becomes an INTERNAL tool error. */
 void cs_mcp_call_ok(struct cs_mcp_call *call, const void *output);
+/*
+ * A success answered from a reply made off the loop thread. On the loop, cs_mcp_call_frame takes
+ * what the reply needs of call (the id as written by the encoder, the revision's tail, the
+ * output's type) into a frame, or gives NULL (out of memory, or a call nobody will read). Any
+ * thread may then make the whole reply text of an output with cs_mcp_frame_reply (its length in
+ * *len; NULL: out of
+ * memory, or an output that breaks its schema; complete with cs_mcp_call_ok then, which says
+ * why), and the loop completes the call with it (cs_mcp_call_ok_reply, which takes the text).
+ * The text is byte for byte what cs_mcp_call_ok would have sent. cs_mcp_frame_free accepts NULL.
+ */
+struct cs_mcp_frame;
+struct cs_mcp_frame *cs_mcp_call_frame(const struct cs_mcp_call *call);
+char *cs_mcp_frame_reply(const struct cs_mcp_frame *f, const void *output, size_t *len);
+void cs_mcp_frame_free(struct cs_mcp_frame *f);
+void cs_mcp_call_ok_reply(struct cs_mcp_call *call, char *reply, size_t len);
 /* A success result computed once and reused by many calls (an answer that cannot change while
  * the server runs): built from structured, the result already encoded (so checked) by the
  * tool's output encoder (borrowed; it must never change afterwards). NULL on OOM. */

@@ -53,6 +53,9 @@ struct cs_runner_reply {
     int code;        /* CS_RUNNER_ERROR: an enum csw_error value */
     const char *msg; /* CS_RUNNER_ERROR and the transport outcomes: why */
     const struct csw_runner_wire_result *result; /* CS_RUNNER_OK */
+    /* CS_RUNNER_OK of a call made with cs_runner_call_prepared: what its make returned (NULL:
+     * nothing was made), handed over to done, which frees it. Else NULL. */
+    void *prepared;
 };
 
 /* Completes one call; reply and everything it points to are borrowed for the call. Called
@@ -74,6 +77,26 @@ struct cs_runner;
 /* Submits op (borrowed for the call). */
 void cs_runner_call(struct cs_runner *r, const struct csw_runner_wire_op *op,
                     cs_runner_done_fn done, void *arg);
+/*
+ * Work made of a file operation's result on the thread that ran it, so that a caller whose
+ * answer costs as much as the operation (a megabyte window quoted twice) does not do it on the
+ * loop thread. make (any thread; it touches only arg, which must stay valid and unchanged until
+ * done runs, and output) gets the MCP output a successful read or find carries (struct
+ * csw_mcp_read_output or csw_mcp_find_output, borrowed for the call); what it returns reaches
+ * done as reply->prepared. release frees what make returned when done never gets it (the time
+ * limit, a shutdown). Only the in-process runner has such threads: the others never call make.
+ */
+struct cs_runner_prepare {
+    void *(*make)(void *arg, const void *output);
+    void (*release)(void *made);
+    void *arg;
+};
+
+/* cs_runner_call, with prep (copied) applied to a read's or a find's result. */
+void cs_runner_call_prepared(struct cs_runner *r, const struct csw_runner_wire_op *op,
+                             const struct cs_runner_prepare *prep, cs_runner_done_fn done,
+                             void *arg);
+
 /* The call submitted with (done, arg) was cancelled by its client: if it is waiting (a
  * read_process long poll, an exec_command yield, a terminate_process wait) it is answered now
  * (in-process: inside this call; uds: when the worker's answer arrives, a few ms later); a call
@@ -181,6 +204,10 @@ void cs_runner_exec_cancel(struct cs_runner_exec *ex, cs_runner_done_fn done, vo
 /* Runs op (every op but hello, replay and cancel, which belong to the connection). */
 void cs_runner_exec_op(struct cs_runner_exec *ex, const struct csw_runner_wire_op *op,
                        cs_runner_done_fn done, void *arg);
+/* The same, with prep (may be NULL; copied) applied to a read's or a find's result. */
+void cs_runner_exec_op_prepared(struct cs_runner_exec *ex, const struct csw_runner_wire_op *op,
+                                const struct cs_runner_prepare *prep, cs_runner_done_fn done,
+                                void *arg);
 
 /* ---- framed JSON on the loop (runner_conn.c) ---- */
 

@@ -39,14 +39,21 @@ struct cs_runner *cs_runner_inproc_new(struct cs_loop *loop, const struct cs_sup
 void cs_runner_call(struct cs_runner *r, const struct csw_runner_wire_op *op,
                     cs_runner_done_fn done, void *arg)
 {
+    cs_runner_call_prepared(r, op, NULL, done, arg);
+}
+
+void cs_runner_call_prepared(struct cs_runner *r, const struct csw_runner_wire_op *op,
+                             const struct cs_runner_prepare *prep, cs_runner_done_fn done,
+                             void *arg)
+{
     if (r->multi)
-        cs__runner_multi_call(r, op, done, arg);
+        cs__runner_multi_call(r, op, prep, done, arg);
     else if (r->tcp)
-        cs__runner_tcp_call(r, op, done, arg);
+        cs__runner_tcp_call(r, op, done, arg); /* the worker's answer is decoded here: no make */
     else if (r->uds)
         cs__runner_uds_call(r, op, done, arg);
     else
-        cs_runner_exec_op(r->ex, op, done, arg);
+        cs_runner_exec_op_prepared(r->ex, op, prep, done, arg);
 }
 
 void cs_runner_cancel(struct cs_runner *r, cs_runner_done_fn done, void *arg,

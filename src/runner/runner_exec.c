@@ -123,6 +123,14 @@ static void ok(cs_runner_done_fn done, void *arg, const struct csw_runner_wire_r
     done(arg, &r);
 }
 
+/* ok, handing over what a prepare's make returned. */
+static void ok_made(cs_runner_done_fn done, void *arg, const struct csw_runner_wire_result *res,
+                    void *made)
+{
+    struct cs_runner_reply r = {.outcome = CS_RUNNER_OK, .result = res, .prepared = made};
+    done(arg, &r);
+}
+
 /* The root as a C string (the decoder guarantees no NUL only for ids; check). */
 static char *root_of(const struct csw_runner_workspace *ws)
 {
@@ -314,6 +322,10 @@ struct file_job {
     struct cs_pool_job *pj;
     struct cs_loop_timer *timer; /* the time limit; NULL once fired or cancelled */
     bool timed_out;
+    struct cs_runner_prepare prep; /* make NULL: none */
+    void *made;                    /* what prep.make returned, until handed to done */
+    bool inline_run;               /* the work runs on the loop thread (job_inline) */
+    bool make_only;                /* the work ran inline; only prep.make is left, for a thread */
 };
 
 static int str_copy(struct cs_str *dst, const struct cs_str *src)
@@ -330,6 +342,8 @@ static int str_copy(struct cs_str *dst, const struct cs_str *src)
 
 static void job_free(struct file_job *j)
 {
+    if (j->made)
+        j->prep.release(j->made);
     free(j->root);
     free(j->path.s);
     free(j->glob.s);
@@ -407,10 +421,14 @@ static void file_work_with(struct file_job *j, const struct cs_cancel *cancel)
     case CSW_RUNNER_WIRE_OP_READ:
     case CSW_RUNNER_WIRE_OP_VERSION:
         j->rc = cs_fs_read_deny(j->root, j->deny, &j->in.read, cancel, &j->out.read, &j->msg);
+        if (j->rc == 0 && j->tag == CSW_RUNNER_WIRE_OP_READ && j->prep.make && !j->inline_run)
+            j->made = j->prep.make(j->prep.arg, &j->out.read);
         return;
     case CSW_RUNNER_WIRE_OP_FIND:
         j->rc = cs_fs_find_deny(j->root, j->deny, &j->in.find, CS_FS_FIND_WALK_CAP, cancel,
                                 &j->out.find, &j->msg);
+        if (j->rc == 0 && j->prep.make && !j->inline_run)
+            j->made = j->prep.make(j->prep.arg, &j->out.find);
         return;
     case CSW_RUNNER_WIRE_OP_APPLY_PATCH:
         j->rc =
@@ -435,7 +453,27 @@ static void file_work_with(struct file_job *j, const struct cs_cancel *cancel)
 /* On a pool thread. */
 static void file_work(void *arg, const struct cs_cancel *cancel)
 {
-    file_work_with(arg, cancel);
+    struct file_job *j = arg;
+    if (!j->make_only) {
+        file_work_with(j, cancel);
+        return;
+    }
+    /* Read or walked inline already: only the answer is left to make (job_inline). */
+    j->made =
+        j->prep.make(j->prep.arg, j->tag == CSW_RUNNER_WIRE_OP_FIND ? (const void *)&j->out.find
+                                                                    : (const void *)&j->out.read);
+}
+
+/* Whether the answer of j, done inline, is worth a thread of its own: its make would hold the
+ * loop about as long as the inline work may (a read window past 64 KiB, a listing past 1,024
+ * paths), against a thread hop's tens of microseconds. */
+static bool make_later(const struct file_job *j)
+{
+    if (!j->prep.make || j->rc != 0)
+        return false;
+    if (j->tag == CSW_RUNNER_WIRE_OP_READ)
+        return j->out.read.content.n > 65536;
+    return j->tag == CSW_RUNNER_WIRE_OP_FIND && j->out.find.paths.n > 1024;
 }
 
 /* On the loop thread, once file_work has returned: the reply, then the job goes. */
@@ -501,7 +539,9 @@ static void file_done(void *arg)
         case CSW_RUNNER_WIRE_OP_CANCEL:
             assert(0 && "file_done: not a file operation");
         }
-        ok(j->done, j->arg, &res);
+        void *made = j->made;
+        j->made = NULL; /* done's now */
+        ok_made(j->done, j->arg, &res, made);
     }
     /* Outputs are zeroed on error, so freeing them is always right. */
     if (j->tag == CSW_RUNNER_WIRE_OP_FIND)
@@ -527,7 +567,8 @@ static void file_timeout(void *arg)
  * was answered, and j is as it was, to run again from the start on a pool thread. Only reads and
  * walks: they change nothing, so running one twice is safe, and a slice of either is bounded
  * (one 256 KiB chunk, or a directory's entries), so the loop is held for about a millisecond at
- * most (P6). A patch always goes to the pool. */
+ * most (P6). A patch always goes to the pool. Also false, with j->make_only set, when the work
+ * finished but its prepared answer is big enough to be made on a thread (make_later). */
 static bool job_inline(struct file_job *j)
 {
     if (j->tag != CSW_RUNNER_WIRE_OP_READ && j->tag != CSW_RUNNER_WIRE_OP_VERSION &&
@@ -535,7 +576,9 @@ static bool job_inline(struct file_job *j)
         return false;
     struct cs_cancel c = {.deadline_ns = cs_cancel_now_ns() + CS_EXEC_INLINE_NS};
     atomic_init(&c.set, false);
+    j->inline_run = true;
     file_work_with(j, &c);
+    j->inline_run = false;
     if (j->rc == CSW_ERROR_TIMEOUT && cs_cancel_requested(&c)) {
         /* Cut short: outputs are zeroed on error; start again on a thread. */
         if (j->tag == CSW_RUNNER_WIRE_OP_FIND)
@@ -544,6 +587,10 @@ static bool job_inline(struct file_job *j)
             csw_mcp_read_output_free(&j->out.read);
         j->rc = 0;
         cs_diag_clear(&j->msg);
+        return false;
+    }
+    if (make_later(j)) {
+        j->make_only = true; /* the answer is made on a thread (job_submit) */
         return false;
     }
     file_done(j);
@@ -561,6 +608,10 @@ static void job_submit(struct file_job *j)
     if (!j->pj) {
         cs_loop_timer_cancel(j->timer);
         fail(j->done, j->arg, CSW_ERROR_INTERNAL, "out of memory (or shutting down)");
+        if (j->make_only && j->tag == CSW_RUNNER_WIRE_OP_FIND) /* the inline work's outputs */
+            csw_mcp_find_output_free(&j->out.find);
+        else if (j->make_only)
+            csw_mcp_read_output_free(&j->out.read);
         job_free(j);
     }
 }
@@ -576,11 +627,13 @@ static int job_str(struct file_job *j, struct cs_str *dst, const struct cs_str *
 }
 
 static void op_read(struct cs_runner_exec *ex, const struct csw_runner_wire_read_data *d,
-                    cs_runner_done_fn done, void *arg)
+                    const struct cs_runner_prepare *prep, cs_runner_done_fn done, void *arg)
 {
     struct file_job *j = job_new(ex, CSW_RUNNER_WIRE_OP_READ, &d->workspace, done, arg);
     if (!j)
         return;
+    if (prep)
+        j->prep = *prep;
     if (job_str(j, &j->path, &d->path) != 0)
         return;
     /* The request carries the MCP input's arguments as they are (wire.json refers to them). */
@@ -590,11 +643,13 @@ static void op_read(struct cs_runner_exec *ex, const struct csw_runner_wire_read
 }
 
 static void op_find(struct cs_runner_exec *ex, const struct csw_runner_wire_find_data *d,
-                    cs_runner_done_fn done, void *arg)
+                    const struct cs_runner_prepare *prep, cs_runner_done_fn done, void *arg)
 {
     struct file_job *j = job_new(ex, CSW_RUNNER_WIRE_OP_FIND, &d->workspace, done, arg);
     if (!j)
         return;
+    if (prep)
+        j->prep = *prep;
     if (d->has_glob && job_str(j, &j->glob, &d->glob) != 0)
         return;
     j->in.find = (struct csw_mcp_find_input){.args = d->args};
@@ -754,13 +809,22 @@ void cs_runner_exec_cancel(struct cs_runner_exec *ex, cs_runner_done_fn done, vo
 void cs_runner_exec_op(struct cs_runner_exec *ex, const struct csw_runner_wire_op *op,
                        cs_runner_done_fn done, void *arg)
 {
+    cs_runner_exec_op_prepared(ex, op, NULL, done, arg);
+}
+
+void cs_runner_exec_op_prepared(struct cs_runner_exec *ex, const struct csw_runner_wire_op *op,
+                                const struct cs_runner_prepare *prep, cs_runner_done_fn done,
+                                void *arg)
+{
     struct pending *p;
+    if (prep && !prep->make)
+        prep = NULL;
     switch (op->tag) {
     case CSW_RUNNER_WIRE_OP_READ:
-        op_read(ex, &op->u.read.data, done, arg);
+        op_read(ex, &op->u.read.data, prep, done, arg);
         return;
     case CSW_RUNNER_WIRE_OP_FIND:
-        op_find(ex, &op->u.find.data, done, arg);
+        op_find(ex, &op->u.find.data, prep, done, arg);
         return;
     case CSW_RUNNER_WIRE_OP_VERSION:
         op_version(ex, &op->u.version.data, done, arg);

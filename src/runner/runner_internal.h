@@ -56,7 +56,7 @@ void cs__runner_tcp_cancel(struct cs_runner *r, cs_runner_done_fn done, void *ar
                            const char *process_id);
 void cs__runner_tcp_free(struct cs_runner *r);
 void cs__runner_multi_call(struct cs_runner *r, const struct csw_runner_wire_op *op,
-                           cs_runner_done_fn done, void *arg);
+                           const struct cs_runner_prepare *prep, cs_runner_done_fn done, void *arg);
 void cs__runner_multi_cancel(struct cs_runner *r, cs_runner_done_fn done, void *arg,
                              const char *process_id);
 void cs__runner_multi_free(struct cs_runner *r);

@@ -137,7 +137,7 @@ static struct cs_runner *pick(struct cs__runner_multi *m, const struct csw_runne
 }
 
 void cs__runner_multi_call(struct cs_runner *r, const struct csw_runner_wire_op *op,
-                           cs_runner_done_fn done, void *arg)
+                           const struct cs_runner_prepare *prep, cs_runner_done_fn done, void *arg)
 {
     struct cs__runner_multi *m = r->multi;
     struct cs_runner *sub = pick(m, op);
@@ -150,7 +150,7 @@ void cs__runner_multi_call(struct cs_runner *r, const struct csw_runner_wire_op 
             p->r = sub;
         }
     }
-    cs_runner_call(sub, op, done, arg);
+    cs_runner_call_prepared(sub, op, prep, done, arg);
 }
 
 void cs__runner_multi_cancel(struct cs_runner *r, cs_runner_done_fn done, void *arg,

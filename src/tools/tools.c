@@ -203,6 +203,69 @@ static void plain_done(void *arg, const struct cs_runner_reply *r)
     cs_mcp_call_error(call, CSW_ERROR_TIMEOUT, NULL, "%s", r->msg ? r->msg : "runner failed");
 }
 
+/* A read or find whose reply is made on the file thread that ran it (cs_runner_prepare): quoting
+ * a megabyte window twice costs as much as reading it, and on the loop thread it would hold up
+ * every other client. */
+struct prepared_call {
+    struct cs_mcp_call *call;
+    struct cs_mcp_frame *frame;
+};
+
+/* What prepared_make made: the reply text and its length. */
+struct made_reply {
+    char *text;
+    size_t n;
+};
+
+static void *prepared_make(void *arg, const void *output)
+{
+    const struct prepared_call *pc = arg;
+    struct made_reply *m = malloc(sizeof *m);
+    if (m && !(m->text = cs_mcp_frame_reply(pc->frame, output, &m->n))) {
+        free(m);
+        m = NULL;
+    }
+    return m;
+}
+
+static void prepared_release(void *made)
+{
+    struct made_reply *m = made;
+    free(m->text);
+    free(m);
+}
+
+static void prepared_done(void *arg, const struct cs_runner_reply *r)
+{
+    struct prepared_call *pc = arg;
+    struct cs_mcp_call *call = pc->call;
+    struct made_reply *m = r->prepared;
+    cs_mcp_frame_free(pc->frame);
+    free(pc);
+    if (m) {
+        cs_mcp_call_ok_reply(call, m->text, m->n);
+        free(m);
+    } else {
+        plain_done(call, r); /* nothing made: another runner, or the encoder's complaint */
+    }
+}
+
+/* Submits op for call, with its reply made off the loop when the runner can. */
+static void call_prepared(struct cs_tools *t, struct cs_mcp_call *call,
+                          const struct csw_runner_wire_op *op)
+{
+    struct prepared_call *pc = malloc(sizeof *pc);
+    struct cs_mcp_frame *f = pc ? cs_mcp_call_frame(call) : NULL;
+    if (!f) {
+        free(pc);
+        cs_runner_call(t->runner, op, plain_done, call);
+        return;
+    }
+    *pc = (struct prepared_call){call, f};
+    struct cs_runner_prepare prep = {prepared_make, prepared_release, pc};
+    cs_runner_call_prepared(t->runner, op, &prep, prepared_done, pc);
+}
+
 static void read_tool(void *arg, struct cs_mcp_call *call, const void *input)
 {
     struct cs_tools *t = arg;
@@ -213,7 +276,7 @@ static void read_tool(void *arg, struct cs_mcp_call *call, const void *input)
     struct csw_runner_wire_op op = {.tag = CSW_RUNNER_WIRE_OP_READ};
     op.u.read.data =
         (struct csw_runner_wire_read_data){.workspace = *wsdesc(t, ws), .args = in->args};
-    cs_runner_call(t->runner, &op, plain_done, call);
+    call_prepared(t, call, &op);
 }
 
 static void find_tool(void *arg, struct cs_mcp_call *call, const void *input)
@@ -226,7 +289,7 @@ static void find_tool(void *arg, struct cs_mcp_call *call, const void *input)
     struct csw_runner_wire_op op = {.tag = CSW_RUNNER_WIRE_OP_FIND};
     op.u.find.data =
         (struct csw_runner_wire_find_data){.workspace = *wsdesc(t, ws), .args = in->args};
-    cs_runner_call(t->runner, &op, plain_done, call);
+    call_prepared(t, call, &op);
 }
 
 /* ---- the workspace lease (the state machine is tools_lease.c) ---- */

@@ -12,6 +12,7 @@
 #include <cmocka.h>
 
 #include <stdio.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -316,6 +317,72 @@ static void test_async_reply_comes_later(void **state)
                                0, NULL);
     assert_true(json_equal(again, (json_t *)sc));
     json_decref(again);
+    assert_int_equal(cs_mcp_session_pending(sess), 0);
+}
+
+/* The text of the last reply, kept whole (whole_text_cb). */
+static char *whole_text;
+
+static void whole_text_cb(void *arg, json_t *reply, char *text, size_t len)
+{
+    (void)arg;
+    (void)len;
+    json_decref(reply);
+    free(whole_text);
+    whole_text = text;
+}
+
+struct made {
+    const struct cs_mcp_frame *frame;
+    const void *output;
+    char *reply;
+    size_t len;
+};
+
+static void *make_on_thread(void *arg)
+{
+    struct made *m = arg;
+    m->reply = cs_mcp_frame_reply(m->frame, m->output, &m->len);
+    return NULL;
+}
+
+/* A reply made on another thread from the call's frame is byte for byte the reply the loop
+ * would have made (tools.c makes big read and find answers that way). */
+static void test_prepared_reply_is_the_same(void **state)
+{
+    (void)state;
+    init("2025-11-25");
+    cs_mcp_set_tool(srv, "process_resize", hold, NULL);
+    struct csw_mcp_process_resize_output out = {.rows = 40, .cols = 120};
+    assert_non_null(
+        cs_mcp_session_handle(sess, RESIZE(21), strlen(RESIZE(21)), whole_text_cb, NULL));
+    cs_mcp_call_ok(held, &out);
+    assert_non_null(whole_text);
+    char *direct = whole_text;
+    whole_text = NULL;
+
+    assert_non_null(
+        cs_mcp_session_handle(sess, RESIZE(21), strlen(RESIZE(21)), whole_text_cb, NULL));
+    struct cs_mcp_frame *f = cs_mcp_call_frame(held);
+    assert_non_null(f);
+    struct made m = {f, &out, NULL, 0};
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, make_on_thread, &m), 0);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    assert_non_null(m.reply);
+    /* An output that breaks its schema makes nothing (the loop's cs_mcp_call_ok says why). */
+    struct csw_mcp_process_resize_output bad = {.rows = 40, .cols = 5000};
+    size_t bad_len = 0;
+    assert_null(cs_mcp_frame_reply(f, &bad, &bad_len));
+    cs_mcp_frame_free(f);
+    assert_int_equal(m.len, strlen(m.reply));
+    cs_mcp_call_ok_reply(held, m.reply, m.len);
+    held = NULL;
+    assert_non_null(whole_text);
+    assert_string_equal(whole_text, direct);
+    free(direct);
+    free(whole_text);
+    whole_text = NULL;
     assert_int_equal(cs_mcp_session_pending(sess), 0);
 }
 
@@ -734,6 +801,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_invalid_arguments_name_the_pointer, setup, teardown),
         cmocka_unit_test_setup_teardown(test_async_reply_comes_later, setup, teardown),
         cmocka_unit_test_setup_teardown(test_output_schema_is_enforced, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_prepared_reply_is_the_same, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cancel_and_abandon, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cancel_hook, setup, teardown),
         cmocka_unit_test_setup_teardown(test_arguments_must_be_an_object, setup, teardown),
