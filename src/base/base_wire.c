@@ -54,6 +54,7 @@ struct ctx {
     struct ptr at;
     struct cs_wire_diag *diag;
     struct tbuf *tb; /* encode: write text here instead of building a jansson value */
+    bool slack;      /* text_done leaves a big text's unused room (the caller frees it at once) */
 };
 
 void *cs_wire_malloc(size_t n)
@@ -674,6 +675,7 @@ enum cs_wire_status cs_wire_decode(const struct cs_wire_type *t, const json_t *j
     struct ctx c;
     c.at.depth = 0; /* the segments are written before they are read */
     c.diag = diag;
+    c.slack = false;
     c.tb = NULL;
     if (diag) {
         diag->pointer[0] = '\0';
@@ -858,6 +860,10 @@ static enum cs_wire_status put_quoted(struct ctx *c, const char *s, size_t n)
     enum { PIECE = 65536 };
     if (put_c(c, '"') != CS_WIRE_OK)
         return CS_WIRE_NOMEM;
+    /* A big string's room at once (an eighth for escapes, as text mostly needs), so the buffer
+     * is not copied at every doubling on the way. */
+    if (n > PIECE && !tb_room(c->tb, n + n / 8 + 6 * (size_t)PIECE))
+        return oom(c);
     for (size_t at = 0; at < n;) {
         size_t k = n - at < PIECE ? n - at : PIECE;
         if (!tb_room(c->tb, 6 * k))
@@ -1190,6 +1196,7 @@ enum cs_wire_status cs_wire_encode(const struct cs_wire_type *t, const void *v, 
     struct ctx c;
     c.at.depth = 0; /* the segments are written before they are read */
     c.diag = diag;
+    c.slack = false;
     c.tb = NULL;
     if (diag) {
         diag->pointer[0] = '\0';
@@ -1206,16 +1213,16 @@ enum cs_wire_status cs_wire_encode(const struct cs_wire_type *t, const void *v, 
 static enum cs_wire_status text_done(struct ctx *c, enum cs_wire_status st, char **out,
                                      size_t *out_n);
 
-enum cs_wire_status cs_wire_encode_text(const struct cs_wire_type *t, const void *v, char **out,
-                                        size_t *out_n, struct cs_wire_diag *diag)
+static enum cs_wire_status encode_text(const struct cs_wire_type *t, const void *v, char **out,
+                                       size_t *out_n, struct cs_wire_diag *diag, bool slack)
 {
     assert(t && v && out);
     struct tbuf tb = {NULL, 0, 0};
     struct ctx c;
     c.at.depth = 0; /* the segments are written before they are read */
     c.diag = diag;
-    c.tb = NULL;
     c.tb = &tb;
+    c.slack = slack;
     if (diag) {
         diag->pointer[0] = '\0';
         diag->text[0] = '\0';
@@ -1230,12 +1237,25 @@ enum cs_wire_status cs_wire_encode_text(const struct cs_wire_type *t, const void
     return text_done(&c, st, out, out_n);
 }
 
+enum cs_wire_status cs_wire_encode_text(const struct cs_wire_type *t, const void *v, char **out,
+                                        size_t *out_n, struct cs_wire_diag *diag)
+{
+    return encode_text(t, v, out, out_n, diag, false);
+}
+
+enum cs_wire_status cs_wire_encode_text_brief(const struct cs_wire_type *t, const void *v,
+                                              char **out, size_t *out_n, struct cs_wire_diag *diag)
+{
+    return encode_text(t, v, out, out_n, diag, true);
+}
+
 char *cs_wire_json_text(const json_t *j, size_t *out_n)
 {
     struct tbuf tb = {NULL, 0, 0};
     struct ctx c;
     c.at.depth = 0;
     c.diag = NULL;
+    c.slack = false;
     c.tb = &tb;
     char *out = NULL;
     if (out_n)
@@ -1260,7 +1280,7 @@ static enum cs_wire_status text_done(struct ctx *c, enum cs_wire_status st, char
     tb.p[tb.n] = '\0';
     /* A big text may hold up to twice its length after doubling (and the room an escaped piece
      * needs): give it back, since a caller may keep the text (the worker's replay cache). */
-    if (tb.cap - tb.n > 65536 && tb.cap - tb.n > tb.n / 8) {
+    if (!c->slack && tb.cap - tb.n > 65536 && tb.cap - tb.n > tb.n / 8) {
         char *fit = cs_wire_malloc(tb.n + 1);
         if (fit) {
             memcpy(fit, tb.p, tb.n + 1);

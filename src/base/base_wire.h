@@ -166,6 +166,11 @@ enum cs_wire_status cs_wire_encode(const struct cs_wire_type *t, const void *v, 
  */
 enum cs_wire_status cs_wire_encode_text(const struct cs_wire_type *t, const void *v, char **out,
                                         size_t *out_n, struct cs_wire_diag *diag);
+/* The same, for a text its caller releases at once (quoted into a reply, then gone): a big
+ * text keeps the unused room its writing left (up to about as much again) instead of being
+ * copied into a buffer of its size. */
+enum cs_wire_status cs_wire_encode_text_brief(const struct cs_wire_type *t, const void *v,
+                                              char **out, size_t *out_n, struct cs_wire_diag *diag);
 
 /*
  * The JSON text of j, byte for byte what json_dumps(j, JSON_COMPACT | JSON_ENCODE_ANY) writes (the

@@ -797,7 +797,7 @@ static char *ok_reply(const struct cs_mcp_frame *f, const void *output, size_t *
     char *s = NULL, *reply = NULL;
     size_t n = 0, at;
     /* The text encoder checks the output against its schema exactly as the tree encoder does. */
-    *st = cs_wire_encode_text(f->output, output, &s, &n, diag);
+    *st = cs_wire_encode_text_brief(f->output, output, &s, &n, diag);
     if (*st != CS_WIRE_OK)
         return NULL;
     reply = reply_open(f, RESULT_TEXT_MAX(n), &at);
