@@ -440,7 +440,7 @@ static void finish(struct cs_mcp_exchange *x)
             text = e ? cs_wire_json_text(e, &n) : NULL;
         }
         x->reply(x->arg, r, text, text ? n : 0); /* takes text */
-        cs_json_large_made(n);                      /* its memory is handed back soon (M8) */
+        cs_json_large_made(n);                   /* its memory is handed back soon (M8) */
     } else {
         json_decref(r);
         free(text);

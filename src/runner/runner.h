@@ -201,13 +201,10 @@ void cs_runner_exec_reap_strays(struct cs_runner_exec *ex);
 void cs_runner_exec_cancel(struct cs_runner_exec *ex, cs_runner_done_fn done, void *arg,
                            const struct cs_str *process_id,
                            struct csw_runner_wire_cancel_result *res);
-/* Runs op (every op but hello, replay and cancel, which belong to the connection). */
+/* Runs op (every op but hello, replay and cancel, which belong to the connection), with prep
+ * (may be NULL; copied) applied to a read's or a find's result. */
 void cs_runner_exec_op(struct cs_runner_exec *ex, const struct csw_runner_wire_op *op,
-                       cs_runner_done_fn done, void *arg);
-/* The same, with prep (may be NULL; copied) applied to a read's or a find's result. */
-void cs_runner_exec_op_prepared(struct cs_runner_exec *ex, const struct csw_runner_wire_op *op,
-                                const struct cs_runner_prepare *prep, cs_runner_done_fn done,
-                                void *arg);
+                       const struct cs_runner_prepare *prep, cs_runner_done_fn done, void *arg);
 
 /* ---- framed JSON on the loop (runner_conn.c) ---- */
 

@@ -53,7 +53,7 @@ void cs_runner_call_prepared(struct cs_runner *r, const struct csw_runner_wire_o
     else if (r->uds)
         cs__runner_uds_call(r, op, done, arg);
     else
-        cs_runner_exec_op_prepared(r->ex, op, prep, done, arg);
+        cs_runner_exec_op(r->ex, op, prep, done, arg);
 }
 
 void cs_runner_cancel(struct cs_runner *r, cs_runner_done_fn done, void *arg,

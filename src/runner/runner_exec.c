@@ -807,14 +807,7 @@ void cs_runner_exec_cancel(struct cs_runner_exec *ex, cs_runner_done_fn done, vo
 }
 
 void cs_runner_exec_op(struct cs_runner_exec *ex, const struct csw_runner_wire_op *op,
-                       cs_runner_done_fn done, void *arg)
-{
-    cs_runner_exec_op_prepared(ex, op, NULL, done, arg);
-}
-
-void cs_runner_exec_op_prepared(struct cs_runner_exec *ex, const struct csw_runner_wire_op *op,
-                                const struct cs_runner_prepare *prep, cs_runner_done_fn done,
-                                void *arg)
+                       const struct cs_runner_prepare *prep, cs_runner_done_fn done, void *arg)
 {
     struct pending *p;
     if (prep && !prep->make)

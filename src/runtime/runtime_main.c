@@ -369,7 +369,7 @@ static void on_message(void *arg, struct csw_runner_wire *msg)
     if (r->next)
         r->next->prev = r;
     w->reqs = r;
-    cs_runner_exec_op(w->ex, &rq->op, req_done, r);
+    cs_runner_exec_op(w->ex, &rq->op, NULL, req_done, r);
 }
 
 static void on_bad(void *arg, const json_t *raw, const char *why)
