@@ -117,18 +117,17 @@ static void fail(cs_runner_done_fn done, void *arg, int code, const char *msg)
     done(arg, &r);
 }
 
-static void ok(cs_runner_done_fn done, void *arg, const struct csw_runner_wire_result *res)
-{
-    struct cs_runner_reply r = {.outcome = CS_RUNNER_OK, .result = res};
-    done(arg, &r);
-}
-
-/* ok, handing over what a prepare's make returned. */
+/* Completes with res, handing over what a prepare's make returned (made, may be NULL). */
 static void ok_made(cs_runner_done_fn done, void *arg, const struct csw_runner_wire_result *res,
                     void *made)
 {
     struct cs_runner_reply r = {.outcome = CS_RUNNER_OK, .result = res, .prepared = made};
     done(arg, &r);
+}
+
+static void ok(cs_runner_done_fn done, void *arg, const struct csw_runner_wire_result *res)
+{
+    ok_made(done, arg, res, NULL);
 }
 
 /* The root as a C string (the decoder guarantees no NUL only for ids; check). */
@@ -324,7 +323,6 @@ struct file_job {
     bool timed_out;
     struct cs_runner_prepare prep; /* make NULL: none */
     void *made;                    /* what prep.make returned, until handed to done */
-    bool inline_run;               /* the work runs on the loop thread (job_inline) */
     bool make_only;                /* the work ran inline; only prep.make is left, for a thread */
 };
 
@@ -421,14 +419,10 @@ static void file_work_with(struct file_job *j, const struct cs_cancel *cancel)
     case CSW_RUNNER_WIRE_OP_READ:
     case CSW_RUNNER_WIRE_OP_VERSION:
         j->rc = cs_fs_read_deny(j->root, j->deny, &j->in.read, cancel, &j->out.read, &j->msg);
-        if (j->rc == 0 && j->tag == CSW_RUNNER_WIRE_OP_READ && j->prep.make && !j->inline_run)
-            j->made = j->prep.make(j->prep.arg, &j->out.read);
         return;
     case CSW_RUNNER_WIRE_OP_FIND:
         j->rc = cs_fs_find_deny(j->root, j->deny, &j->in.find, CS_FS_FIND_WALK_CAP, cancel,
                                 &j->out.find, &j->msg);
-        if (j->rc == 0 && j->prep.make && !j->inline_run)
-            j->made = j->prep.make(j->prep.arg, &j->out.find);
         return;
     case CSW_RUNNER_WIRE_OP_APPLY_PATCH:
         j->rc =
@@ -450,18 +444,30 @@ static void file_work_with(struct file_job *j, const struct cs_cancel *cancel)
     assert(0 && "file_work: not a file operation");
 }
 
-/* On a pool thread. */
+/* On a pool thread: the work (unless it ran inline already, job_inline), then the caller's
+ * make on a read's or find's result, here and never on the loop. */
 static void file_work(void *arg, const struct cs_cancel *cancel)
 {
     struct file_job *j = arg;
-    if (!j->make_only) {
+    if (!j->make_only)
         file_work_with(j, cancel);
+    if (j->rc != 0 || !j->prep.make)
         return;
-    }
-    /* Read or walked inline already: only the answer is left to make (job_inline). */
-    j->made =
-        j->prep.make(j->prep.arg, j->tag == CSW_RUNNER_WIRE_OP_FIND ? (const void *)&j->out.find
-                                                                    : (const void *)&j->out.read);
+    if (j->tag == CSW_RUNNER_WIRE_OP_READ)
+        j->made = j->prep.make(j->prep.arg, &j->out.read);
+    else if (j->tag == CSW_RUNNER_WIRE_OP_FIND)
+        j->made = j->prep.make(j->prep.arg, &j->out.find);
+}
+
+/* Frees j's outputs (zeroed on error and before the work, so this is always right). */
+static void job_out_free(struct file_job *j)
+{
+    if (j->tag == CSW_RUNNER_WIRE_OP_FIND)
+        csw_mcp_find_output_free(&j->out.find);
+    else if (j->tag == CSW_RUNNER_WIRE_OP_APPLY_PATCH)
+        csw_mcp_apply_patch_output_free(&j->out.patch);
+    else
+        csw_mcp_read_output_free(&j->out.read);
 }
 
 /* Whether the answer of j, done inline, is worth a thread of its own: its make would hold the
@@ -543,13 +549,7 @@ static void file_done(void *arg)
         j->made = NULL; /* done's now */
         ok_made(j->done, j->arg, &res, made);
     }
-    /* Outputs are zeroed on error, so freeing them is always right. */
-    if (j->tag == CSW_RUNNER_WIRE_OP_FIND)
-        csw_mcp_find_output_free(&j->out.find);
-    else if (j->tag == CSW_RUNNER_WIRE_OP_APPLY_PATCH)
-        csw_mcp_apply_patch_output_free(&j->out.patch);
-    else
-        csw_mcp_read_output_free(&j->out.read);
+    job_out_free(j);
     job_free(j);
 }
 
@@ -576,15 +576,10 @@ static bool job_inline(struct file_job *j)
         return false;
     struct cs_cancel c = {.deadline_ns = cs_cancel_now_ns() + CS_EXEC_INLINE_NS};
     atomic_init(&c.set, false);
-    j->inline_run = true;
     file_work_with(j, &c);
-    j->inline_run = false;
     if (j->rc == CSW_ERROR_TIMEOUT && cs_cancel_requested(&c)) {
         /* Cut short: outputs are zeroed on error; start again on a thread. */
-        if (j->tag == CSW_RUNNER_WIRE_OP_FIND)
-            csw_mcp_find_output_free(&j->out.find);
-        else
-            csw_mcp_read_output_free(&j->out.read);
+        job_out_free(j);
         j->rc = 0;
         cs_diag_clear(&j->msg);
         return false;
@@ -608,10 +603,7 @@ static void job_submit(struct file_job *j)
     if (!j->pj) {
         cs_loop_timer_cancel(j->timer);
         fail(j->done, j->arg, CSW_ERROR_INTERNAL, "out of memory (or shutting down)");
-        if (j->make_only && j->tag == CSW_RUNNER_WIRE_OP_FIND) /* the inline work's outputs */
-            csw_mcp_find_output_free(&j->out.find);
-        else if (j->make_only)
-            csw_mcp_read_output_free(&j->out.read);
+        job_out_free(j); /* a make_only job holds the inline work's outputs */
         job_free(j);
     }
 }
