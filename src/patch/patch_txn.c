@@ -89,6 +89,10 @@ struct txn {
  *                                          sleep N ms (in 10 ms slices that poll the cancel
  *                                          flag) before each file of the preflight is read (so a
  *                                          test can hit the time limit before any write).
+ *   CODESPACE_TEST_PATCH_HOLD=FILE        while FILE (an absolute path) exists, the preflight of a
+ *                                          file whose path starts with "hold/" waits (10 ms
+ *                                          slices that poll the cancel flag, 120 s at most), so a
+ *                                          test holds the lease for exactly as long as it wants.
  *   CODESPACE_TEST_PATCH_FAIL_AT=rename:N[,restore:M]
  *                                          the Nth rename of the writes step (1-based, per
  *                                          transaction) fails with EIO; the Mth snapshot restore
@@ -101,6 +105,7 @@ static struct {
     unsigned preflight_delay_ms;
     unsigned fail_rename; /* 0: off */
     unsigned fail_restore;
+    const char *hold; /* CODESPACE_TEST_PATCH_HOLD, or NULL */
     bool active;
 } test_hook = {.once = PTHREAD_ONCE_INIT};
 
@@ -147,8 +152,11 @@ static void test_hook_read(void)
         *slot = v;
         f = *end == ',' ? end + 1 : end;
     }
+    const char *h = getenv("CODESPACE_TEST_PATCH_HOLD");
+    if (h != NULL && h[0] == '/')
+        test_hook.hold = h;
     test_hook.active = test_hook.delay_ms || test_hook.preflight_delay_ms ||
-                       test_hook.fail_rename || test_hook.fail_restore;
+                       test_hook.fail_rename || test_hook.fail_restore || test_hook.hold;
 }
 
 static bool test_hook_on(void)
@@ -168,6 +176,20 @@ static void test_hook_preflight_delay(const struct cs_cancel *cancel)
         while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
             ;
         left -= step;
+    }
+}
+
+/* Test hook: the preflight of a file under "hold/" waits while the hold file exists. */
+static void test_hook_hold(const char *rel, const struct cs_cancel *cancel)
+{
+    if (!test_hook_on() || test_hook.hold == NULL || strncmp(rel, "hold/", 5) != 0)
+        return;
+    for (unsigned n = 0; n < 12000 && !cs_cancel_requested(cancel); n++) {
+        if (access(test_hook.hold, F_OK) != 0)
+            return;
+        struct timespec ts = {0, 10 * 1000000L};
+        while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+            ;
     }
 }
 
@@ -886,6 +908,7 @@ static int preflight(struct txn *t, const struct cs_patch *plan, const struct cs
         return rc;
     for (size_t i = 0; i < t->n_items; i++) {
         test_hook_preflight_delay(cancel);
+        test_hook_hold(t->items[i].path.rel, cancel);
         if (cancelled(cancel, diag) != 0)
             return CSW_ERROR_TIMEOUT;
         struct item *it = &t->items[i];

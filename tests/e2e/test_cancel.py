@@ -12,15 +12,16 @@ A call that is waiting stops within 50 ms of notifications/cancelled and frees w
 - a dispatched apply_patch is not undone: the file is patched and operation_status says so.
 On HTTP, closing the connection of a held POST cancels the calls it carried.
 
-A slow apply_patch (to hold the lease while others queue) checks expected_versions of many hard
-links to one 64 MiB sparse file: each is read and hashed in full. Commands that could outlive a
+An apply_patch holds the lease while others queue for exactly as long as the test wants: the
+server runs with the test-only hook CODESPACE_TEST_PATCH_HOLD=<file> (docs/patch-format.md,
+"Test hooks"), so the preflight of a file under hold/ waits while that file exists, and the test
+removes it to let the patch finish. Commands that could outlive a
 test are `sleep` with a unique duration (test_process.uniq), found by a /proc scan.
 
 Standard library only. Run:
     CODESPACE_MCP_BIN=build/release/src/main/codespace-mcp \\
         /usr/bin/python3 -m unittest -v test_cancel          (from tests/e2e)
 """
-import hashlib
 import json
 import os
 import shutil
@@ -35,36 +36,29 @@ import mcp_stdio
 import test_http
 import test_process as tp
 
-BIG = 64 << 20  # CS_PATCH_TXN_MAX_FILE: the largest file a patch reads
-LINKS = 24  # hard links of it checked by the slow patch (about 1.5 GiB hashed)
-BIG_VERSION = None  # "sha256:..." of BIG zero bytes, computed once
 # The cancelled call must stop within 50 ms; the slack covers the client's own turn-around
 # (Python threads, the loopback) and, under sanitizers, a slower server.
 STOP_BOUND = 0.05 + 0.15 * tp.SLOW
 LATENCIES = []  # (what, seconds) measured, printed at the end
 
 
-def big_version():
-    global BIG_VERSION
-    if BIG_VERSION is None:
-        h = hashlib.sha256()
-        block = bytes(1 << 20)
-        for _ in range(BIG >> 20):
-            h.update(block)
-        BIG_VERSION = "sha256:" + h.hexdigest()
-    return BIG_VERSION
+class Hold:
+    """The hold file: while it exists, a patch of a file under hold/ waits in its preflight."""
 
+    def __init__(self, path):
+        self.path = path
 
-def make_big(ws):
-    """The sparse file and its hard links; returns the slow patch's expected_versions."""
-    os.makedirs(os.path.join(ws, "big"), exist_ok=True)
-    first = os.path.join(ws, "big", "f0.bin")
-    if not os.path.exists(first):
-        with open(first, "wb") as f:
-            f.truncate(BIG)
-        for i in range(1, LINKS):
-            os.link(first, os.path.join(ws, "big", "f%d.bin" % i))
-    return {"big/f%d.bin" % i: big_version() for i in range(LINKS)}
+    def __enter__(self):
+        with open(self.path, "w"):
+            pass
+        return self
+
+    def release(self):
+        if os.path.exists(self.path):
+            os.unlink(self.path)
+
+    def __exit__(self, *exc):
+        self.release()
 
 
 def add_patch(path, text="x"):
@@ -87,9 +81,10 @@ class CancelStdio(unittest.TestCase):
         cls.tmp = tempfile.mkdtemp(prefix="cs-e2e-cancel-")
         cls.ws = os.path.join(cls.tmp, "ws")
         os.makedirs(cls.ws)
-        cls.expected = make_big(cls.ws)
+        cls.hold = Hold(os.path.join(cls.tmp, "hold"))
         cls.srv = tp.Server(["--workspace", cls.ws, "--operations-db",
-                             os.path.join(cls.tmp, "ops.db")], cls.tmp)
+                             os.path.join(cls.tmp, "ops.db")], cls.tmp,
+                            {"CODESPACE_TEST_PATCH_HOLD": cls.hold.path})
 
     @classmethod
     def tearDownClass(cls):
@@ -147,9 +142,12 @@ class CancelStdio(unittest.TestCase):
         self.assert_no_reply(rid)
 
     def test_queued_waiters_cancelled_leave_the_queue(self):
+        with self.hold:
+            self.queued_waiters_cancelled()
+
+    def queued_waiters_cancelled(self):
         slow = self.srv.call_start("apply_patch", {"workspace_id": "default",
-                                                   "patch": add_patch("q/a.txt"),
-                                                   "expected_versions": self.expected})
+                                                   "patch": add_patch("hold/q/a.txt")})
         time.sleep(0.1)
         arg = tp.uniq(63)
         b1 = self.srv.call_start("apply_patch", {"workspace_id": "default",
@@ -164,6 +162,8 @@ class CancelStdio(unittest.TestCase):
         self.cancel(b2)
         note("stdio queued waiter (ping after)", self.ping_after(t0))
         self.assertIsNone(self.srv.poll(slow), "the slow patch was too fast to hold the lease")
+        self.assertIsNone(self.srv.poll(c), "a waiter ran while the lease was held")
+        self.hold.release()
         out, err = self.srv.call_wait(slow, 60 * tp.SLOW)
         self.assertIsNone(err, err)
         self.assertEqual(out["status"], "applied")
@@ -180,12 +180,15 @@ class CancelStdio(unittest.TestCase):
 
     def test_dispatched_apply_patch_runs_and_the_ledger_tells(self):
         key = "cancel-%d" % os.getpid()
-        rid = self.srv.call_start("apply_patch", {"workspace_id": "default",
-                                                  "patch": add_patch("p/done.txt", "kept"),
-                                                  "operation_key": key,
-                                                  "expected_versions": self.expected})
-        time.sleep(0.2)  # dispatched: hashing
-        self.cancel(rid)
+        with self.hold:
+            rid = self.srv.call_start("apply_patch", {"workspace_id": "default",
+                                                      "patch": add_patch("hold/p/done.txt",
+                                                                         "kept"),
+                                                      "operation_key": key})
+            time.sleep(0.2)  # dispatched: held in its preflight
+            self.assertIsNone(self.srv.poll(rid), "the patch was not held")
+            self.cancel(rid)
+            time.sleep(0.1)
 
         def finished():
             out, err = self.srv.call_raw("operation_status", {"operation_key": key})
@@ -193,7 +196,7 @@ class CancelStdio(unittest.TestCase):
         self.assertTrue(tp.wait_until(finished, 60 * tp.SLOW, 0.1))
         out = finished()
         self.assertEqual(out["status"], "applied", out)
-        with open(os.path.join(self.ws, "p", "done.txt")) as f:
+        with open(os.path.join(self.ws, "hold", "p", "done.txt")) as f:
             self.assertEqual(f.read(), "kept\n")
         self.assert_no_reply(rid, 0)
 
@@ -215,14 +218,20 @@ class CancelHttp(test_http.HttpCase):
 
     @classmethod
     def setUpClass(cls):
-        cls.server = test_http.Server()
+        cls.holddir = tempfile.mkdtemp(prefix="cs-e2e-cancel-hold-")
+        cls.hold = Hold(os.path.join(cls.holddir, "hold"))
+        os.environ["CODESPACE_TEST_PATCH_HOLD"] = cls.hold.path
+        try:
+            cls.server = test_http.Server()
+        finally:
+            del os.environ["CODESPACE_TEST_PATCH_HOLD"]
         cls.ws = cls.server.tmp.name
-        cls.expected = make_big(cls.ws)
 
     @classmethod
     def tearDownClass(cls):
         rc = cls.server.stop()
         tp.kill_leftovers()
+        shutil.rmtree(cls.holddir, ignore_errors=True)
         if rc != 0:
             raise AssertionError("server exited with %s:\n%s" % (rc, cls.server.log()[-4000:]))
 
@@ -355,9 +364,12 @@ class CancelHttp(test_http.HttpCase):
             self.call("terminate_process", {"process_id": pid})
 
     def test_queued_waiter_cancelled_leaves_the_queue(self):
+        with self.hold:
+            self.queued_waiter_cancelled()
+
+    def queued_waiter_cancelled(self):
         srid, sbox = self.held("apply_patch", {"workspace_id": "default",
-                                               "patch": add_patch("hq/a.txt"),
-                                               "expected_versions": self.expected})
+                                               "patch": add_patch("hold/hq/a.txt")})
         time.sleep(0.1)
         brid, bbox = self.held("apply_patch", {"workspace_id": "default",
                                                "patch": add_patch("hq/b.txt")})
@@ -365,31 +377,37 @@ class CancelHttp(test_http.HttpCase):
         self.assertNotIn("reply", sbox, "the slow patch was too fast to hold the lease")
         t0 = self.cancel(brid)
         self.assert_answered_202(bbox, t0, "http queued waiter POST")
-        out, err = self.call("apply_patch", {"workspace_id": "default",
-                                             "patch": add_patch("hq/c.txt")})
-        self.assertIsNone(err, err)
+        crid, cbox = self.held("apply_patch", {"workspace_id": "default",
+                                               "patch": add_patch("hq/c.txt")})
+        time.sleep(0.2)
+        self.assertNotIn("reply", sbox, "the held patch finished before its release")
+        self.assertNotIn("reply", cbox, "a waiter ran while the lease was held")
+        self.hold.release()
         sbox["thread"].join(60 * tp.SLOW)
+        cbox["thread"].join(60 * tp.SLOW)
         self.assertEqual(sbox["reply"].status, 200)
+        self.assertEqual(cbox["reply"].status, 200)
+        self.assertFalse(cbox["reply"].json()["result"].get("isError"), cbox["reply"].body)
         self.assertFalse(os.path.exists(os.path.join(self.ws, "hq", "b.txt")))
         self.assertTrue(os.path.exists(os.path.join(self.ws, "hq", "c.txt")))
 
     def test_dispatched_apply_patch_runs_and_the_ledger_tells(self):
         key = "http-cancel-%d" % os.getpid()
-        rid, box = self.held("apply_patch", {"workspace_id": "default",
-                                             "patch": add_patch("hp/done.txt", "kept"),
-                                             "operation_key": key,
-                                             "expected_versions": self.expected})
-        time.sleep(0.2)
-        self.assertNotIn("reply", box, "the patch was too fast to be cancelled while running")
-        t0 = self.cancel(rid)
-        self.assert_answered_202(box, t0, "http dispatched apply_patch POST")
+        with self.hold:
+            rid, box = self.held("apply_patch", {"workspace_id": "default",
+                                                 "patch": add_patch("hold/hp/done.txt", "kept"),
+                                                 "operation_key": key})
+            time.sleep(0.2)
+            self.assertNotIn("reply", box, "the patch was not held")
+            t0 = self.cancel(rid)
+            self.assert_answered_202(box, t0, "http dispatched apply_patch POST")
 
         def finished():
             out, err = self.call("operation_status", {"operation_key": key})
             return err is None and out["status"] != "unknown" and out
         self.assertTrue(tp.wait_until(finished, 60 * tp.SLOW, 0.1))
         self.assertEqual(finished()["status"], "applied")
-        with open(os.path.join(self.ws, "hp", "done.txt")) as f:
+        with open(os.path.join(self.ws, "hold", "hp", "done.txt")) as f:
             self.assertEqual(f.read(), "kept\n")
 
     def test_arguments_not_an_object(self):

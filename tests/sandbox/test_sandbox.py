@@ -21,6 +21,7 @@ import socketserver
 import stat
 import struct
 import subprocess
+import sys
 import tempfile
 import termios
 import threading
@@ -799,10 +800,24 @@ class TestSyscalls(SandboxCase):
     def test_32bit_abi_killed(self):
         self.assertTrue(INT80 and os.path.exists(INT80), "int80 test program missing")
         host = subprocess.run([INT80], capture_output=True, timeout=10)
-        self.assertEqual(host.returncode, 0)  # the host runs it: the kill below is the filter's
+        if host.returncode != 0:
+            # A kernel without IA-32 emulation (CONFIG_IA32_EMULATION off, or ia32_emulation=0)
+            # cannot run the program at all (SIGSEGV outside the sandbox), so a kill inside
+            # would prove nothing about the filter. The x32 and personality checks still run.
+            why = ("this host cannot run 32-bit code: int80 exits %d outside the sandbox"
+                   % host.returncode)
+            sys.stderr.write("\n[sandbox] test_32bit_abi_killed skipped: %s\n" % why)
+            self.skipTest(why)
         shutil.copy(INT80, os.path.join(self.ws, "int80"))
         plan = self.prepare(["/bin/sh", "-c", INSIDE_SH + "exec ./int80"])
         p = self.run_plan(plan)
+        self.assertEqual(p.returncode, -signal.SIGSYS, out(p))
+        self.assertNotIn(b"returned", p.stdout)
+
+    def test_x32_abi_killed(self):
+        # The x32 ABI (syscall numbers with bit 30 set) from a 64-bit process: the filter's
+        # bad-architecture action kills it, whether or not the kernel itself offers x32.
+        p = self.py(SYSCALL_PRELUDE + "sc(0x40000000|39)\nprint('returned')\n")
         self.assertEqual(p.returncode, -signal.SIGSYS, out(p))
         self.assertNotIn(b"returned", p.stdout)
 
