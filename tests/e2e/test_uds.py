@@ -195,7 +195,7 @@ class Worker:
     The test plays the gateway's part of the lifetime rule: it holds the write end of the pipe
     whose read end is the worker's --gateway-fd (close_gate() is the gateway going away)."""
 
-    def __init__(self, path, extra_args=(), wait=True, env_extra=None):
+    def __init__(self, path, extra_args=(), wait=True, env_extra=None, pass_fds=()):
         """wait: until a socket listens on path (seen in /proc/net/unix; never by connecting:
         the worker accepts one connection only)."""
         self.path = path
@@ -209,15 +209,19 @@ class Worker:
             self.proc = subprocess.Popen(
                 [runtime_binary(), "--socket", path, "--gateway-fd", str(r)] + list(extra_args),
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                env=env, pass_fds=(r,))
+                env=env, pass_fds=(r,) + tuple(pass_fds))
         finally:
             os.close(r)
         if wait:
             ok = tp.wait_until(lambda: self.listening() or self.proc.poll() is not None,
                                5.0 * SLOW)
             if not ok or self.proc.poll() is not None:
+                if self.proc.poll() is None:
+                    self.proc.kill()
+                self.proc.wait()
+                err = self.stderr()
                 self.kill()
-                raise AssertionError("the worker did not bind %s: %s" % (path, self.stderr()))
+                raise AssertionError("the worker did not bind %s: %s" % (path, err))
 
     def listening(self):
         return listening(self.path)
