@@ -767,8 +767,7 @@ static int run(int argc, char **argv)
         } else if (strcmp(argv[i], "--help") == 0) {
             printf("usage: codespace-runtime --socket <path> --gateway-fd N [--max-processes N] "
                    "[--timeout-ms MS] [--sandbox <helper>] [--sandbox-uid N] [--sandbox-gid N] "
-                   "[--root FD:PATH "
-                   "...]\n\n"
+                   "[--root FD:PATH ...]\n\n"
                    "The worker of codespace-mcp --runner uds; started by the gateway, never by "
                    "hand.\n"
                    "  --socket PATH          bind PATH (in the gateway's 0700 directory), serve "
