@@ -16,7 +16,9 @@ pipe whose write end only the gateway holds. Checked here:
   bounded to about 70 s): no codespace-runtime is ever left, nor any other child;
 - the sandbox helper started ahead (`run --wait-fd 5`): it goes with its supervisor (a gateway
   with the in-process runner, SIGKILLed, also at random moments around the exec that starts
-  it), and by the socket's hang-up alone when its parent, without a parent-death signal, dies.
+  it), and by the socket's hang-up alone when its parent, without a parent-death signal, dies;
+- the helper's `probe` and `prepare`, told of a runner (CODESPACE_SANDBOX_RUNNER_PID) that is no
+  longer their parent, stop at once and leave nothing in their TMPDIR.
 
 This process is a child subreaper for the whole module: whatever a killed gateway leaves
 becomes our child, so "left behind" is exact (our children that are not our gateways), not a
@@ -596,6 +598,39 @@ time.sleep(600)
         gone = wait_until(lambda: not alive(h[0]), PROMPT_S)
         self.assertTrue(gone, "the waiting helper outlived its parent: %s" % describe(h[0]))
         reap_orphans()
+
+    def test_probe_and_prepare_go_with_their_runner(self):
+        """A runner that named itself (CODESPACE_SANDBOX_RUNNER_PID) and is no longer the
+        parent is gone: probe and prepare stop at once and leave nothing in their TMPDIR. The
+        runner alive (this test, their parent) is the control: both work."""
+        tmp = os.path.join(self.tmp, "helper-tmp")
+        os.mkdir(tmp)
+        req = ('{"protocol": 1, "workspace_root": "%s", "command_cwd": "%s", '
+               '"writable_workspace": true, "network": "restricted", "argv": ["/bin/true"], '
+               '"env": {}, "tty": false}' % (self.ws, self.ws))
+        gone = subprocess.Popen(["true"])
+        gone.wait()  # a pid that is nobody's parent any more
+        for runner, ok in ((os.getpid(), True), (gone.pid, False)):
+            env = {"PATH": "/usr/bin:/bin", "TMPDIR": tmp,
+                   "CODESPACE_SANDBOX_RUNNER_PID": str(runner)}
+            with self.subTest(runner="alive" if ok else "gone"):
+                p = subprocess.run([self.helper, "probe"], env=env, capture_output=True,
+                                   timeout=20)
+                self.assertEqual(p.returncode, 0 if ok else 1, p.stderr)
+                if not ok:
+                    self.assertIn(b"the runner (pid %d) is gone" % runner, p.stderr)
+                self.assertEqual(os.listdir(tmp), [], "the probe left its workspace or plan")
+                p = subprocess.run([self.helper, "prepare"], env=env, input=req.encode(),
+                                   capture_output=True, timeout=20)
+                self.assertEqual(p.returncode, 0 if ok else 1, p.stderr)
+                if ok:
+                    self.assertIn(b'"prepared"', p.stdout)
+                    for d in os.listdir(tmp):  # the plan of a run that never comes
+                        shutil.rmtree(os.path.join(tmp, d))
+                else:
+                    self.assertEqual(p.stdout, b"")
+                    self.assertIn(b"the runner (pid %d) is gone" % runner, p.stderr)
+                    self.assertEqual(os.listdir(tmp), [], "prepare wrote a plan for nobody")
 
 
 if __name__ == "__main__":

@@ -14,7 +14,8 @@ Two halves:
   fake worker answering hello with protocol 4, SIGKILL of the worker in the middle of an
   apply_patch (ledger `unknown` with reason `unknown`, every file wholly old or new) and of a
   running exec (WORKSPACE_BUSY until the loss is noticed, then every process gone, later calls
-  TIMEOUT), and SIGKILL of the gateway (the worker and its commands die by parent-death signal).
+  TIMEOUT), and SIGKILL of the gateway (the worker sees its --gateway-fd pipe hang up, kills its
+  commands and removes its leaf; test_lifetime.py covers every moment of its start).
 
 Processes that could survive are `sleep` with a unique duration (test_process.uniq) found by a
 /proc scan. Binaries: CODESPACE_MCP_BIN, and CODESPACE_RUNTIME_BIN for the worker (default:
