@@ -19,7 +19,7 @@
  * Lifetime (issue 34): the worker gets the read end of a pipe whose write end only we hold
  * (`--gateway-fd N`, close-on-exec here); our death, at any moment of its start or after, is its
  * hang-up, and the worker exits and removes its socket and leaf (runtime_main.c). We close our
- * end when we reap it.
+ * end once we have reaped it.
  *
  * Trust: the worker is our own child, but its frames are still decoded through the generated
  * decoder; a bad frame is a lost worker.
@@ -206,20 +206,28 @@ static void on_worker_log(void *arg, int fd, unsigned events)
     relay_log(arg, false);
 }
 
+/* Our end of the worker's --gateway-fd pipe: closed once the worker is reaped (a clean shutdown
+ * ends it by the socket's EOF, quietly; its hang-up is for our death). */
+static void close_gate(struct cs__runner_uds *u)
+{
+    if (u->gatefd >= 0)
+        close(u->gatefd);
+    u->gatefd = -1;
+}
+
 static void reap_worker(struct cs__runner_uds *u, int grace_ms)
 {
-    if (u->gatefd >= 0) { /* the hang-up ends the worker too, as the closed socket does */
-        close(u->gatefd);
-        u->gatefd = -1;
-    }
-    if (u->pidfd < 0)
+    if (u->pidfd < 0) {
+        close_gate(u);
         return;
+    }
     struct pollfd p = {.fd = u->pidfd, .events = POLLIN};
     if (grace_ms <= 0 || poll(&p, 1, grace_ms) <= 0)
         (void)pidfd_send_signal(u->pidfd, SIGKILL, NULL, 0);
     siginfo_t si;
     while (waitid((idtype_t)P_PIDFD, (id_t)u->pidfd, &si, WEXITED) != 0 && errno == EINTR)
         ;
+    close_gate(u);
     cs_loop_fd_del(u->pidw);
     u->pidw = NULL;
     close(u->pidfd);
@@ -689,10 +697,9 @@ static int spawn_worker(struct cs__runner_uds *u, const struct cs_runner_uds_opt
     u->pidfd = pidfd_open(u->pid, 0);
     if (u->pidfd < 0) {
         cs_diag_set(d, CSW_ERROR_INTERNAL, "pidfd_open: %s", strerror(errno));
-        close(u->gatefd);
-        u->gatefd = -1;
         kill(u->pid, SIGKILL);
         waitpid(u->pid, NULL, 0);
+        close_gate(u);
         return -1;
     }
     return 0;
