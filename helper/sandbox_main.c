@@ -11,6 +11,11 @@
  *
  * Trust: argv comes from the runner; the helper ignores its own environment except TMPDIR and
  * CODESPACE_SANDBOX_RUNNER_PID (the runner's pid, named in plan directories: sandbox_plan.c).
+ * Lifetime (issue 34): `probe` and `prepare` started by a runner that named itself so (it spawns
+ * them directly) never outlive it: prepare dies with it (parent-death signal, then the parent
+ * checked against that pid, so a runner gone before the arming is seen too); probe, which has a
+ * child and a workspace of its own to remove, watches its parent while it waits. `run` is
+ * started with the runner's own parent-death signal (supervisor_spawn.c).
  * helper/README.md is the contract with the runner (exit codes, signals, terminal).
  */
 #include <errno.h>
@@ -20,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -42,9 +48,29 @@ static int usage(void)
     return CS_SBX_EXIT_USAGE;
 }
 
-/* Runs `run --plan` for /usr/bin/true in a private probe workspace, 5 s at most. */
+/* The runner that started us, when it named itself (CODESPACE_SANDBOX_RUNNER_PID, its own pid:
+ * it is our parent), else 0. */
+static pid_t runner_pid(void)
+{
+    long pid = 0;
+    return cs_sbx_runner_pid(&pid) == 0 ? (pid_t)pid : 0;
+}
+
+/* True when the runner that named itself is no longer our parent: it is gone. */
+static bool runner_gone(pid_t runner)
+{
+    if (runner > 0 && getppid() != runner) {
+        fprintf(stderr, "codespace-linux-sandbox: the runner (pid %d) is gone\n", (int)runner);
+        return true;
+    }
+    return false;
+}
+
+/* Runs `run --plan` for /usr/bin/true in a private probe workspace, 5 s at most; less when the
+ * runner that started it goes (checked every 5 ms: the child killed, the workspace removed). */
 static int probe(void)
 {
+    pid_t runner = runner_pid();
     const char *t = "/usr/bin/true";
     if (access(t, X_OK) < 0)
         t = "/bin/true";
@@ -75,10 +101,14 @@ static int probe(void)
         fprintf(stderr, "codespace-linux-sandbox: probe: %s\n", err.text);
         goto out;
     }
-    pid_t pid = fork();
+    pid_t self = getpid();
+    pid_t pid = runner_gone(runner) ? -1 : fork();
     if (pid < 0)
         goto out;
     if (pid == 0) {
+        /* It goes with us, whatever ends us. */
+        if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0 || getppid() != self)
+            _exit(127);
         int null = open("/dev/null", O_RDWR | O_CLOEXEC);
         if (null < 0 || dup2(null, 0) < 0 || dup2(null, 1) < 0)
             _exit(127);
@@ -95,6 +125,12 @@ static int probe(void)
         if (p == pid)
             break;
         clock_gettime(CLOCK_MONOTONIC, &now);
+        if (runner_gone(runner)) {
+            kill(pid, SIGKILL);
+            waitpid(pid, &st, 0);
+            st = -1;
+            break;
+        }
         if (now.tv_sec - start.tv_sec >= 5) {
             kill(pid, SIGKILL);
             waitpid(pid, &st, 0);
@@ -199,8 +235,12 @@ int main(int argc, char **argv)
         return usage();
     if (strcmp(argv[1], "probe") == 0 && argc == 2)
         return probe();
-    if (strcmp(argv[1], "prepare") == 0 && argc == 2)
+    if (strcmp(argv[1], "prepare") == 0 && argc == 2) {
+        pid_t runner = runner_pid();
+        if (runner > 0 && (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0 || runner_gone(runner)))
+            return 1;
         return cs_sbx_prepare_main();
+    }
     if (strcmp(argv[1], "run") != 0)
         return usage();
     bool by_fd = argc == 4 && strcmp(argv[2], "--plan-fd") == 0;

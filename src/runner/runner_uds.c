@@ -16,6 +16,11 @@
  * start logged. Each worker's connection has its own link, so a late callback of the old connection
  * never touches the new one.
  *
+ * Lifetime (issue 34): the worker gets the read end of a pipe whose write end only we hold
+ * (`--gateway-fd N`, close-on-exec here); our death, at any moment of its start or after, is its
+ * hang-up, and the worker exits and removes its socket and leaf (runtime_main.c). We close our
+ * end once we have reaped it.
+ *
  * Trust: the worker is our own child, but its frames are still decoded through the generated
  * decoder; a bad frame is a lost worker.
  * Entry points: cs_runner_uds_new (runner.h), cs__runner_uds_call/free (runner_internal.h).
@@ -89,6 +94,7 @@ struct cs__runner_uds {
     pid_t pid;
     int pidfd;
     struct cs_loop_fd *pidw;
+    int gatefd;         /* the write end of the worker's --gateway-fd pipe, or -1 */
     struct link *link;  /* the live worker's connection, NULL once lost */
     struct link *dying; /* lost workers' connections, closed, freed on the next turn */
     char *dir, *sock;   /* the current worker's leaf and socket (NULL when none) */
@@ -200,16 +206,28 @@ static void on_worker_log(void *arg, int fd, unsigned events)
     relay_log(arg, false);
 }
 
+/* Our end of the worker's --gateway-fd pipe: closed once the worker is reaped (a clean shutdown
+ * ends it by the socket's EOF, quietly; its hang-up is for our death). */
+static void close_gate(struct cs__runner_uds *u)
+{
+    if (u->gatefd >= 0)
+        close(u->gatefd);
+    u->gatefd = -1;
+}
+
 static void reap_worker(struct cs__runner_uds *u, int grace_ms)
 {
-    if (u->pidfd < 0)
+    if (u->pidfd < 0) {
+        close_gate(u);
         return;
+    }
     struct pollfd p = {.fd = u->pidfd, .events = POLLIN};
     if (grace_ms <= 0 || poll(&p, 1, grace_ms) <= 0)
         (void)pidfd_send_signal(u->pidfd, SIGKILL, NULL, 0);
     siginfo_t si;
     while (waitid((idtype_t)P_PIDFD, (id_t)u->pidfd, &si, WEXITED) != 0 && errno == EINTR)
         ;
+    close_gate(u);
     cs_loop_fd_del(u->pidw);
     u->pidw = NULL;
     close(u->pidfd);
@@ -584,10 +602,12 @@ static int spawn_worker(struct cs__runner_uds *u, const struct cs_runner_uds_opt
     snprintf(gid, sizeof gid, "%" PRId64, opt->sandbox_gid);
     /* Every held root goes to the worker as its descriptor 3, 4, ... with "--root N:PATH". */
     size_t nroots = cs_roots_count();
-    enum { FIXED = 14 };
+    enum { FIXED = 16 };
     char **argv = calloc(FIXED + 2 * nroots + 1, sizeof *argv);
     char **rootargs = calloc(nroots + 1, sizeof *rootargs);
-    int *keep = calloc(nroots + 1, sizeof *keep);
+    int *keep = calloc(nroots + 1, sizeof *keep); /* the roots, then the gateway pipe */
+    char gatearg[32];
+    snprintf(gatearg, sizeof gatearg, "%zu", 3 + nroots);
     size_t k = 0;
     if (!argv || !rootargs || !keep) {
         free(argv);
@@ -599,6 +619,8 @@ static int spawn_worker(struct cs__runner_uds *u, const struct cs_runner_uds_opt
     argv[k++] = (char *)"codespace-runtime";
     argv[k++] = (char *)"--socket";
     argv[k++] = u->sock;
+    argv[k++] = (char *)"--gateway-fd";
+    argv[k++] = gatearg;
     argv[k++] = (char *)"--max-processes";
     argv[k++] = maxp;
     argv[k++] = (char *)"--timeout-ms";
@@ -636,14 +658,21 @@ static int spawn_worker(struct cs__runner_uds *u, const struct cs_runner_uds_opt
     /* stdout is the MCP channel on stdio: the worker never gets it, nor the server's stderr; its
      * log lines come through a pipe the gateway relays (relay_log). */
     int null = open("/dev/null", O_RDWR | O_CLOEXEC);
-    int logp[2] = {-1, -1};
+    int logp[2] = {-1, -1}, gatep[2] = {-1, -1};
     int e = !envp ? ENOMEM : null < 0 ? errno : 0;
-    if (e == 0 && pipe2(logp, O_CLOEXEC) != 0)
+    if (e == 0 && (pipe2(logp, O_CLOEXEC) != 0 || pipe2(gatep, O_CLOEXEC) != 0))
         e = errno;
+    keep[nroots] = gatep[0];
     if (e == 0)
         e = cs_supervisor_spawn_aux_keep(opt->runtime_bin, argv, envp,
-                                         (const int[3]){null, null, logp[1]}, keep, nroots,
+                                         (const int[3]){null, null, logp[1]}, keep, nroots + 1,
                                          &u->pid);
+    if (gatep[0] >= 0)
+        close(gatep[0]);
+    if (e == 0)
+        u->gatefd = gatep[1];
+    else if (gatep[1] >= 0)
+        close(gatep[1]);
     free(envp);
     for (size_t i = 0; i < nroots; i++)
         free(rootargs[i]);
@@ -670,6 +699,7 @@ static int spawn_worker(struct cs__runner_uds *u, const struct cs_runner_uds_opt
         cs_diag_set(d, CSW_ERROR_INTERNAL, "pidfd_open: %s", strerror(errno));
         kill(u->pid, SIGKILL);
         waitpid(u->pid, NULL, 0);
+        close_gate(u);
         return -1;
     }
     return 0;
@@ -1001,6 +1031,7 @@ struct cs_runner *cs_runner_uds_new(struct cs_loop *loop, const struct cs_runner
     r->u = u;
     u->r = r;
     u->pidfd = -1;
+    u->gatefd = -1;
     u->logfd = -1;
     u->next_id = 2; /* rrpc-1 is each worker's hello */
     bool oom = false;

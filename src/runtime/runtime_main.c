@@ -5,10 +5,20 @@
  * executor the in-process runner uses (files, patch engine, supervisor).
  *
  * Hardening at start: not dumpable, no core files, every LD_* variable removed from its
- * environment, SIGKILL when the gateway dies (parent-death signal). None of this sandboxes the
- * commands it runs. The --sandbox helper is probed once at start (the gateway's code): a failed
- * probe, or no sandbox under CODESPACE_REQUIRE_LINUX_SANDBOX=1, stops the worker there, and the
- * hello answer states what the probe found (docs/scale-out.md).
+ * environment. None of this sandboxes the commands it runs.
+ *
+ * Lifetime (issue 34): the worker never outlives its gateway. The gateway names itself with
+ * --gateway-fd N, the read end of a pipe whose write end only the gateway holds (close-on-exec):
+ * its hang-up means the gateway is gone, whenever that happened, even before our first line ran
+ * (a getppid() taken then would name the reaper). It is checked once the parent-death signal
+ * (SIGHUP, caught: it ends the loop like the hang-up) is armed, and watched on the loop after.
+ * A worker no gateway says hello to within ACCEPT_BOUND_MS of binding exits too. Whichever way
+ * it goes, its command groups are killed and it removes its socket and the directory holding
+ * it (the gateway's leaf, made for this worker). These four signals are blocked from the first
+ * line, so one that comes before the loop waits for it instead of ending us without cleanup. The
+ * --sandbox helper is probed once at start (the gateway's code): a failed probe, or no sandbox
+ * under CODESPACE_REQUIRE_LINUX_SANDBOX=1, stops the worker there, and the hello answer states what
+ * the probe found (docs/scale-out.md).
  *
  * Protocol rules: the first request must be hello with protocol 5; any other protocol (in the
  * envelope or in hello), an undecodable frame, a frame of length 0 or over 16 MiB, or a message
@@ -27,7 +37,9 @@
  * the next connection says hello again.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,6 +59,50 @@
 #include "runner_tls.h"
 
 extern char **environ;
+
+/* A gateway-started worker exits when no gateway said hello within this long of its bind. The
+ * gateway connects within 2 s of starting it and waits 2 s for the hello answer, or gives up and
+ * kills it (runner_uds.c), so a live gateway never meets this bound (docs/runner.md). */
+#define ACCEPT_BOUND_MS 5000
+
+/* What a gateway-started worker removes when it exits, however it exits once started: the socket
+ * it bound (never one it found live) and the directory holding it, the gateway's leaf made for
+ * this worker (rmdir: only when empty). */
+static struct {
+    char *sock; /* --socket, set in gateway mode only */
+    bool bound;
+} own;
+
+static void remove_own_files(void)
+{
+    if (!own.sock)
+        return;
+    if (own.bound)
+        (void)unlink(own.sock);
+    char *slash = strrchr(own.sock, '/');
+    if (slash && slash != own.sock) {
+        *slash = '\0';
+        (void)rmdir(own.sock);
+        *slash = '/';
+    }
+}
+
+/* TEST-ONLY (docs/runner.md, "Test hooks"): CODESPACE_TEST_WORKER_STOP=STEP stops this worker
+ * (SIGSTOP to itself) at STEP, one of before-pdeathsig, before-accept, after-accept, so that a
+ * test can SIGKILL the gateway there and then let the worker go on (SIGCONT). Unset: nothing. */
+static void test_stop(const char *step)
+{
+    const char *v = getenv("CODESPACE_TEST_WORKER_STOP");
+    if (v && strcmp(v, step) == 0)
+        (void)raise(SIGSTOP);
+}
+
+/* True when the gateway's end of the --gateway-fd pipe is closed: the gateway is gone. */
+static bool gateway_gone(int fd)
+{
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    return fd >= 0 && poll(&p, 1, 0) > 0 && (p.revents & (POLLHUP | POLLERR | POLLNVAL)) != 0;
+}
 
 struct worker {
     struct cs_loop *loop;
@@ -68,6 +124,10 @@ struct worker {
     struct req *reqs; /* requests the executor has not answered yet, for cancel */
     bool listening;   /* --listen: a connection's end is not ours (docs/scale-out.md) */
     struct cs_supervisor_isolation iso; /* what our commands get (the probe at start) */
+    int gatefd;                         /* --gateway-fd, or -1 (--listen) */
+    struct cs_loop_fd *gw;
+    struct cs_loop_timer *accept_timer; /* ACCEPT_BOUND_MS, until the gateway's hello */
+    const char *why;                    /* set: the worker ends for this reason (exit 1) */
 };
 
 /* One request in flight. */
@@ -80,9 +140,19 @@ struct req {
 
 static void usage(void)
 {
-    fputs("usage: codespace-runtime --socket <path> [--max-processes N] [--timeout-ms MS] "
-          "[--sandbox <helper>] [--sandbox-uid N] [--sandbox-gid N] [--root FD:PATH ...]\n",
+    fputs("usage: codespace-runtime --socket <path> --gateway-fd N [--max-processes N] "
+          "[--timeout-ms MS] [--sandbox <helper>] [--sandbox-uid N] [--sandbox-gid N] "
+          "[--root FD:PATH ...]\n",
           stderr);
+}
+
+/* Ends the loop; why (static text), when set, is logged at exit and makes the exit status 1. */
+static void stop(struct worker *w, const char *why)
+{
+    if (why && !w->why)
+        w->why = why;
+    w->closing = true;
+    cs_loop_stop(w->loop);
 }
 
 /* Removes every LD_* variable (the loader's knobs) from the environment. */
@@ -314,6 +384,8 @@ static void on_message(void *arg, struct csw_runner_wire *msg)
             return;
         }
         w->hello_done = true;
+        cs_loop_timer_cancel(w->accept_timer); /* the gateway is here */
+        w->accept_timer = NULL;
         char peer[128];
         snprintf(peer, sizeof peer, "codespace-runtime %s", CS_VERSION);
         struct csw_runner_wire_result res = {.tag = CSW_RUNNER_WIRE_RESULT_HELLO};
@@ -444,8 +516,29 @@ static void on_signal(void *arg, int signo)
 {
     (void)signo;
     struct worker *w = arg;
-    w->closing = true;
-    cs_loop_stop(w->loop);
+    /* SIGHUP is also our parent-death signal: the hang-up says which it was. */
+    stop(w, gateway_gone(w->gatefd) ? "the gateway is gone" : NULL);
+}
+
+/* The --gateway-fd pipe: the gateway never writes to it; its hang-up is the gateway's end. */
+static void on_gateway(void *arg, int fd, unsigned events)
+{
+    (void)events;
+    struct worker *w = arg;
+    char buf[64];
+    ssize_t n = read(fd, buf, sizeof buf);
+    if (n > 0 || (n < 0 && (errno == EAGAIN || errno == EINTR)))
+        return;
+    cs_loop_fd_del(w->gw);
+    w->gw = NULL;
+    stop(w, "the gateway is gone");
+}
+
+static void on_no_gateway(void *arg)
+{
+    struct worker *w = arg;
+    w->accept_timer = NULL;
+    stop(w, "no gateway said hello within 5 s of the bind");
 }
 
 /* Accepts the gateway's connection. Exactly one: the listening socket then stays open (so the
@@ -458,6 +551,7 @@ static void on_accept(void *arg, int fd, unsigned events)
     int cfd = accept4(fd, NULL, NULL, SOCK_CLOEXEC);
     if (cfd < 0)
         return;
+    test_stop("after-accept");
     struct cs_runner_conn_callbacks cb = {on_message, on_bad, on_closed, w};
     w->conn = cs_runner_conn_new(w->loop, cfd, &cb);
     if (!w->conn) {
@@ -567,9 +661,51 @@ static int adopt_root(const char *arg)
     return 0;
 }
 
+/* "--gateway-fd N": the inherited read end of the gateway's pipe (close-on-exec and non-blocking
+ * from here on). Returns the descriptor or -1. */
+static int adopt_gateway(const char *arg)
+{
+    char *end;
+    long fd = strtol(arg, &end, 10);
+    struct stat st;
+    if (end == arg || *end || fd < 3 || fd > CSW_SANDBOX_PLAN_WORKSPACE_FD_MAX ||
+        fstat((int)fd, &st) != 0 || !S_ISFIFO(st.st_mode) ||
+        fcntl((int)fd, F_SETFD, FD_CLOEXEC) != 0 || fcntl((int)fd, F_SETFL, O_NONBLOCK) != 0) {
+        fprintf(stderr,
+                "codespace-runtime: --gateway-fd %s: not an inherited pipe (the read end of a "
+                "pipe whose write end only the gateway holds)\n",
+                arg);
+        return -1;
+    }
+    return (int)fd;
+}
+
+static int run(int argc, char **argv);
+
 int main(int argc, char **argv)
 {
+    /* Before anything else: a signal that ends us (SIGHUP is also the parent-death signal)
+     * waits for the loop's signalfd, which exits through the cleanup, and a write to the stderr
+     * pipe of a gateway that is gone fails instead of killing us. Every thread started later
+     * inherits the mask; every child gets a clean one (supervisor_spawn.c). */
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGTERM);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGHUP);
+    sigaddset(&set, SIGQUIT);
+    (void)sigprocmask(SIG_BLOCK, &set, NULL);
+    signal(SIGPIPE, SIG_IGN);
+    int rc = run(argc, argv);
+    remove_own_files();
+    free(own.sock);
+    return rc;
+}
+
+static int run(int argc, char **argv)
+{
     const char *sock = NULL;
+    int gatefd = -1;
     const char *sandbox = NULL;
     long long max_procs = 8, sandbox_uid = 0, sandbox_gid = 0;
     long long timeout_ms = 30000;
@@ -578,6 +714,9 @@ int main(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--socket") == 0 && i + 1 < argc) {
             sock = argv[++i];
+        } else if (strcmp(argv[i], "--gateway-fd") == 0 && i + 1 < argc) {
+            if (gatefd >= 0 || (gatefd = adopt_gateway(argv[++i])) < 0)
+                return 2;
         } else if (strcmp(argv[i], "--listen") == 0 && i + 1 < argc) {
             listen = argv[++i];
         } else if (strcmp(argv[i], "--plaintext") == 0) {
@@ -626,13 +765,16 @@ int main(int argc, char **argv)
             if (arg[0] == '/' ? open_root(arg) != 0 : adopt_root(arg) != 0)
                 return 2;
         } else if (strcmp(argv[i], "--help") == 0) {
-            printf("usage: codespace-runtime --socket <path> [--max-processes N] [--timeout-ms "
-                   "MS] [--sandbox <helper>] [--sandbox-uid N] [--sandbox-gid N] [--root FD:PATH "
-                   "...]\n\n"
+            printf("usage: codespace-runtime --socket <path> --gateway-fd N [--max-processes N] "
+                   "[--timeout-ms MS] [--sandbox <helper>] [--sandbox-uid N] [--sandbox-gid N] "
+                   "[--root FD:PATH ...]\n\n"
                    "The worker of codespace-mcp --runner uds; started by the gateway, never by "
                    "hand.\n"
                    "  --socket PATH          bind PATH (in the gateway's 0700 directory), serve "
                    "one connection\n"
+                   "  --gateway-fd N         (with --socket) the read end of the gateway's pipe: "
+                   "its hang-up\n"
+                   "                         ends the worker; so does no hello within 5 s\n"
                    "  --max-processes N      live processes at once (CODESPACE_MAX_PROCESSES)\n"
                    "  --timeout-ms MS        time limit of file operations "
                    "(CODESPACE_PROCESS_TIMEOUT_SECS)\n"
@@ -686,8 +828,9 @@ int main(int argc, char **argv)
             tls_ok = !certs && tls.psk_file && cs_tls_psk_identity_ok(tls.psk_identity);
         else
             tls_ok = tls.cert && tls.key && tls_pin && cs_tls_pin_parse(tls_pin, tls.peer_pin) == 0;
-        if (sock || cs_runner_url_parse(url, lhost, lport) != 0) {
-            fprintf(stderr, "codespace-runtime: --listen HOST:PORT (not with --socket)\n");
+        if (sock || gatefd >= 0 || cs_runner_url_parse(url, lhost, lport) != 0) {
+            fprintf(stderr,
+                    "codespace-runtime: --listen HOST:PORT (not with --socket or --gateway-fd)\n");
             return 2;
         }
         if (port0)
@@ -717,6 +860,15 @@ int main(int argc, char **argv)
         usage();
         return 2;
     }
+    if (!listen && gatefd < 0) {
+        fprintf(stderr, "codespace-runtime: --socket needs --gateway-fd N (the worker is started "
+                        "by its gateway, which names itself so)\n");
+        return 2;
+    }
+    if (!listen && !(own.sock = strdup(sock))) {
+        fprintf(stderr, "codespace-runtime: out of memory\n");
+        return 1;
+    }
     const char *require = getenv("CODESPACE_REQUIRE_LINUX_SANDBOX");
     if (require && require[0] && strcmp(require, "0") != 0 && strcmp(require, "1") != 0) {
         fprintf(stderr, "codespace-runtime: CODESPACE_REQUIRE_LINUX_SANDBOX must be 0 or 1\n");
@@ -725,17 +877,18 @@ int main(int argc, char **argv)
         return 2;
     }
     /* Hardening first (docs/contract/runtime.md section 4, "Worker hardening"). */
-    pid_t parent = getppid();
     (void)prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
     struct rlimit nocore = {0, 0};
     (void)setrlimit(RLIMIT_CORE, &nocore);
     scrub_env();
-    /* A listening worker is started by its own supervisor, not by a gateway. */
-    if (!listen && (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0 || getppid() != parent)) {
+    /* A listening worker is started by its own supervisor, not by a gateway. The gateway's own
+     * word, its pipe, says whether it is still there: armed first, then checked, the death
+     * signal and the hang-up leave no moment uncovered. */
+    test_stop("before-pdeathsig");
+    if (!listen && (prctl(PR_SET_PDEATHSIG, SIGHUP, 0, 0, 0) != 0 || gateway_gone(gatefd))) {
         fprintf(stderr, "codespace-runtime: the gateway is already gone\n");
         return 1;
     }
-    signal(SIGPIPE, SIG_IGN);
     /* Orphans of our commands (a background child whose shell exited) become ours, not the
      * gateway's: reaped by a scan once a second, killed with the tree when we go. */
     (void)prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
@@ -761,15 +914,22 @@ int main(int argc, char **argv)
         return 1;
     }
 
+    if (gateway_gone(gatefd)) { /* the probe may have taken a while */
+        fprintf(stderr, "codespace-runtime: the gateway is already gone\n");
+        return 1;
+    }
     int lfd = bind_socket(sock);
     if (lfd < 0)
         return 1;
+    own.bound = !listen;
+    test_stop("before-accept");
 
     struct worker w;
     memset(&w, 0, sizeof w);
     w.lfd = lfd;
     w.listening = listen != NULL;
     w.iso = iso;
+    w.gatefd = gatefd;
     int rc = 1;
     struct cs_tls_ctx *tctx = NULL;
     struct cs_tls_front *front = NULL;
@@ -803,15 +963,24 @@ int main(int argc, char **argv)
         cs_loop_signal(w.loop, SIGINT, on_signal, &w) != 0 ||
         cs_loop_signal(w.loop, SIGHUP, on_signal, &w) != 0 ||
         cs_loop_signal(w.loop, SIGQUIT, on_signal, &w) != 0 ||
-        !(w.reap_timer = cs_loop_timer_add(w.loop, 1000, reap_strays, &w))) {
+        !(w.reap_timer = cs_loop_timer_add(w.loop, 1000, reap_strays, &w)) ||
+        (gatefd >= 0 &&
+         (!(w.gw = cs_loop_fd_add(w.loop, gatefd, CS_LOOP_READ, on_gateway, &w)) ||
+          !(w.accept_timer = cs_loop_timer_add(w.loop, ACCEPT_BOUND_MS, on_no_gateway, &w))))) {
         fprintf(stderr, "codespace-runtime: startup failed: %s\n", strerror(errno));
         goto out;
     }
     rc = cs_loop_run(w.loop) == 0 ? 0 : 1;
+    if (w.why) {
+        fprintf(stderr, "codespace-runtime: %s; exiting\n", w.why);
+        rc = 1;
+    }
 out:
     /* Every command group dies with the connection. */
     w.closing = true;
     cs_loop_timer_cancel(w.reap_timer);
+    cs_loop_timer_cancel(w.accept_timer);
+    cs_loop_fd_del(w.gw);
     cs_runner_exec_free(w.ex);
     cs_loop_defer_cancel(w.loop, drop_probe, &w);
     cs_loop_fd_del(w.lw);
@@ -822,6 +991,8 @@ out:
     }
     cs_loop_free(w.loop);
     close(lfd);
+    if (gatefd >= 0)
+        close(gatefd);
     if (listen) {
         cs_tls_front_stop(front);
         unlink(sock);

@@ -14,7 +14,8 @@ Two halves:
   fake worker answering hello with protocol 4, SIGKILL of the worker in the middle of an
   apply_patch (ledger `unknown` with reason `unknown`, every file wholly old or new) and of a
   running exec (WORKSPACE_BUSY until the loss is noticed, then every process gone, later calls
-  TIMEOUT), and SIGKILL of the gateway (the worker and its commands die by parent-death signal).
+  TIMEOUT), and SIGKILL of the gateway (the worker sees its --gateway-fd pipe hang up, kills its
+  commands and removes its leaf; test_lifetime.py covers every moment of its start).
 
 Processes that could survive are `sleep` with a unique duration (test_process.uniq) found by a
 /proc scan. Binaries: CODESPACE_MCP_BIN, and CODESPACE_RUNTIME_BIN for the worker (default:
@@ -191,9 +192,11 @@ class WireClient:
 
 
 class Worker:
-    """codespace-runtime --socket <path>, started by the test (not by a gateway)."""
+    """codespace-runtime --socket <path> --gateway-fd N, started by the test (not by a gateway).
+    The test plays the gateway's part of the lifetime rule: it holds the write end of the pipe
+    whose read end is the worker's --gateway-fd (close_gate() is the gateway going away)."""
 
-    def __init__(self, path, extra_args=(), wait=True):
+    def __init__(self, path, extra_args=(), wait=True, env_extra=None, pass_fds=()):
         """wait: until a socket listens on path (seen in /proc/net/unix; never by connecting:
         the worker accepts one connection only)."""
         self.path = path
@@ -201,15 +204,25 @@ class Worker:
         for k, v in os.environ.items():  # the sanitizers' settings, if any
             if k.endswith("SAN_OPTIONS"):
                 env[k] = v
-        self.proc = subprocess.Popen([runtime_binary(), "--socket", path] + list(extra_args),
-                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.PIPE, env=env)
+        env.update(env_extra or {})
+        r, self.gate = os.pipe()  # both close-on-exec; pass_fds keeps r (only) open in the child
+        try:
+            self.proc = subprocess.Popen(
+                [runtime_binary(), "--socket", path, "--gateway-fd", str(r)] + list(extra_args),
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                env=env, pass_fds=(r,) + tuple(pass_fds))
+        finally:
+            os.close(r)
         if wait:
             ok = tp.wait_until(lambda: self.listening() or self.proc.poll() is not None,
                                5.0 * SLOW)
             if not ok or self.proc.poll() is not None:
+                if self.proc.poll() is None:
+                    self.proc.kill()
+                self.proc.wait()
+                err = self.stderr()
                 self.kill()
-                raise AssertionError("the worker did not bind %s: %s" % (path, self.stderr()))
+                raise AssertionError("the worker did not bind %s: %s" % (path, err))
 
     def listening(self):
         return listening(self.path)
@@ -237,11 +250,17 @@ class Worker:
             return "(running)"
         return self.proc.stderr.read().decode("utf-8", "replace")
 
+    def close_gate(self):
+        if self.gate is not None:
+            os.close(self.gate)
+            self.gate = None
+
     def kill(self):
         if self.proc.poll() is None:
             self.proc.kill()
         self.proc.wait()
         self.proc.stderr.close()
+        self.close_gate()
 
 
 # ---- /proc helpers ---------------------------------------------------------------------------
@@ -992,6 +1011,8 @@ class GatewayCase(unittest.TestCase):
                         "the worker outlived a SIGKILLed gateway")
         self.assertTrue(tp.wait_until(lambda: not tp.pids_with(arg), 3.0 * SLOW),
                         "a command outlived a SIGKILLed gateway: %r" % tp.pids_with(arg))
+        # The worker removed its socket and the leaf on its way out (issue 34).
+        self.assertEqual(leaves(self.rdir), [], "the leaf of a SIGKILLed gateway was left")
 
 
 # A worker speaking protocol 4: binds --socket, answers the first request with a protocol 4 hello
