@@ -142,10 +142,16 @@ def cell(text):
 def rows(schemas, rel, node, prefix, out, depth=0):
     """One row per property, nested objects and array items flattened as a.b / a[].b."""
     rel, node = schemas.resolve(rel, node)
-    props = node.get("properties", {})
+    # An allOf entry (a $ref to an object, docs/schema-keywords.md) adds its properties after
+    # this object's own, as tools/list shows the object flat.
+    props = [(rel, name, sub) for name, sub in node.get("properties", {}).items()]
     required = set(node.get("required", []))
-    for name in props:
-        prel, p = schemas.resolve(rel, props[name])
+    for entry in node.get("allOf", []):
+        erel, e = schemas.resolve(rel, entry)
+        props += [(erel, name, sub) for name, sub in e.get("properties", {}).items()]
+        required |= set(e.get("required", []))
+    for srel, name, sub in props:
+        prel, p = schemas.resolve(srel, sub)
         path = f"{prefix}{name}"
         kind = jtype(p)
         items = None

@@ -210,24 +210,11 @@ static void sup_done(void *arg, int code, const char *msg, const void *out)
     res.tag = p->tag;
     switch (p->tag) {
     case CSW_RUNNER_WIRE_RESULT_EXEC: {
+        /* The wire's exec result is the MCP result's process_id and $defs/process as they are
+         * (schema/runner/wire.json): dispatch_status is the gateway's to add. */
         const struct csw_mcp_exec_command_output *o = out;
-        struct csw_runner_wire_exec_result *e = &res.u.exec.data;
-        e->process_id = o->process_id;
-        e->has_state = o->has_state;
-        e->state = o->state;
-        e->has_output = o->has_output;
-        e->output = o->output;
-        e->has_cursor = o->has_cursor;
-        e->cursor = o->cursor;
-        e->has_output_lost = o->has_output_lost;
-        e->output_lost = o->output_lost;
-        e->has_exit_code = o->has_exit_code;
-        e->exit_code = o->exit_code;
-        e->has_termination = o->has_termination;
-        e->termination = o->termination;
-        e->has_denials = o->has_denials;
-        e->denials.v = o->denials.v;
-        e->denials.n = o->denials.n;
+        res.u.exec.data.process_id = o->process_id;
+        res.u.exec.data.process = o->process;
         break;
     }
     case CSW_RUNNER_WIRE_RESULT_WRITE_STDIN:

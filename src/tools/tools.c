@@ -523,21 +523,7 @@ static void exec_done(void *arg, const struct cs_runner_reply *r)
             break; /* the process may run: the lease stays until its exit or the runner's loss */
         }
         out.dispatch_status = CSW_MCP_EXEC_COMMAND_OUTPUT_DISPATCH_STATUS_CONFIRMED;
-        out.has_state = e->has_state;
-        out.state = e->state;
-        out.has_output = e->has_output;
-        out.output = e->output;
-        out.has_cursor = e->has_cursor;
-        out.cursor = e->cursor;
-        out.has_output_lost = e->has_output_lost;
-        out.output_lost = e->output_lost;
-        out.has_exit_code = e->has_exit_code;
-        out.exit_code = e->exit_code;
-        out.has_termination = e->has_termination;
-        out.termination = e->termination;
-        out.has_denials = e->has_denials;
-        out.denials.v = e->denials.v;
-        out.denials.n = e->denials.n;
+        out.process = e->process; /* the same generated type on both sides */
         cs_mcp_call_ok(ec->call, &out);
         break;
     }

@@ -70,6 +70,20 @@ class ToolReferenceTest(TmpRepo):
             json.dump(doc, f, indent=2)
         self.assertFailsWith(self.check(self.root), "tool-reference.md")
 
+    def test_fields_taken_through_allof_are_on_the_page(self):
+        # read's path comes from its $defs/args, exec_command's cursor from its $defs/process
+        # (both through allOf): the page lists them, so changing one is a stale page.
+        for rel, old, new in (
+                ("schema/mcp/read.input.json", "(for example 'src/main.c')",
+                 "(for example 'src/lib.c')"),
+                ("schema/mcp/exec_command.output.json", "Cursor to pass to read_process",
+                 "Cursor to give read_process")):
+            with self.subTest(rel=rel):
+                self.edit(rel, old, new)
+                self.assertFailsWith(self.check(self.root), "tool-reference.md")
+                self.edit(rel, new, old)
+                self.assertPasses(self.check(self.root))
+
     def test_hand_edit_of_the_page_fails(self):
         self.edit("docs/contract/tool-reference.md", "| `rows` |", "| `lines` |")
         self.assertFailsWith(self.check(self.root), "tool-reference.md")
