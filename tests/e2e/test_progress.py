@@ -8,7 +8,7 @@ progress = the process's output bytes so far (growing), message = its last non-e
 the token echoed as given; then the reply, which still parses. Without a token nothing is sent;
 on HTTP the reply is an SSE stream only when Accept names text/event-stream, else plain JSON as
 before. A cancelled call sends nothing more. Every notification is also checked against the
-official schema of its revision (tests/protocol/official/).
+official schema of its revision (tests/protocol/official/) and against ours.
 
 The command prints "lineN\\n" (6 bytes) once a second, so a notification's progress says how
 many lines were out and its message must be exactly the last of them.
@@ -60,6 +60,9 @@ def official(rev):
 
 
 VALIDATORS = {rev: official(rev) for rev in (LEGACY, MODERN)}
+with open(os.path.join(os.path.dirname(os.path.dirname(HERE)), "schema", "protocol",
+                       "progress_notification.json"), encoding="utf-8") as _f:
+    OURS = Draft202012Validator(json.load(_f))  # the shape the server encodes it through
 
 
 def env_for(state):
@@ -78,8 +81,8 @@ class Checks:
         self.assertLessEqual(len(notes), most, notes)
         last = -1
         for i, (t, n) in enumerate(notes):
-            errors = [e.message for e in VALIDATORS[rev].iter_errors(n)]
-            self.assertEqual(errors, [], n)
+            for v in (VALIDATORS[rev], OURS):
+                self.assertEqual([e.message for e in v.iter_errors(n)], [], n)
             p = n["params"]
             self.assertEqual(p["progressToken"], token, n)
             self.assertIs(type(p["progressToken"]), type(token), n)
