@@ -209,6 +209,15 @@ class TestProgressStdio(Checks, unittest.TestCase):
         self.check_progress(notes, 7)
         self.check_tick_result(reply["result"])
 
+    def test_exec_command_yield_2026(self):
+        """A 2026-07-28 request over stdio: the same notifications, then its result."""
+        rid = self.srv.start("tools/call", call_params("exec_command", self.exec_args(TICK),
+                                                       "tok-2026", META))
+        notes, reply = self.srv.collect(rid)
+        self.check_progress(notes, "tok-2026", rev=MODERN)
+        self.assertEqual(reply["result"].get("resultType"), "complete", reply)
+        self.check_tick_result(reply["result"])
+
     def test_no_token_no_notification(self):
         rid = self.srv.start("tools/call", call_params("exec_command", self.exec_args(TICK)))
         notes, reply = self.srv.collect(rid)
@@ -459,6 +468,39 @@ class TestProgressHttp(Checks, unittest.TestCase):
             _, _, r, _ = self.call("read_process", {"process_id": pid, "cursor": out["cursor"],
                                                     "wait_ms": 2000}, SSE)
             out = r["result"]["structuredContent"]
+
+    def test_client_gone_mid_stream(self):
+        """Closing the stream cancels the call: its process is killed (the workspace takes the
+        next command), and the server serves on."""
+        TestProgressHttp.rid += 1
+        body = json.dumps({"jsonrpc": "2.0", "id": TestProgressHttp.rid, "method": "tools/call",
+                           "params": call_params("exec_command", {
+                               "workspace_id": "default", "yield_ms": 20000,
+                               "command": ["sh", "-c", "while :; do echo tick; sleep 0.2; done"]},
+                               "tok-gone")}).encode()
+        conn = http.client.HTTPConnection("127.0.0.1", self.srv.port, timeout=TIMEOUT)
+        conn.request("POST", "/mcp", body=body, headers=dict(
+            {"Content-Type": "application/json"}, **self.session_headers(SSE)))
+        resp = conn.getresponse()
+        self.assertTrue(resp.getheader("Content-Type", "").startswith("text/event-stream"))
+        self.assertEqual(resp.getheader("X-Accel-Buffering"), "no")
+        buf = b""
+        while b"\n\n" not in buf:
+            data = resp.read1(65536)
+            self.assertTrue(data, "the stream ended before its first event")
+            buf += data
+        self.assertIn(b'"tok-gone"', buf)
+        conn.sock.close()  # hang up mid-stream
+        conn.close()
+        deadline = time.monotonic() + 10
+        while True:
+            ctype, notes, reply, raw = self.tick(accept=JSON_ONLY)
+            err = reply["result"].get("isError") and json.loads(
+                reply["result"]["content"][0]["text"])["code"]
+            if err != "WORKSPACE_BUSY" or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        self.check_tick_result(reply["result"])
 
     def test_answer_ready_at_once_is_plain_json(self):
         """A call with a token whose answer is ready when it is handled (here a schema error) is
