@@ -1,6 +1,7 @@
 /*
  * Fuzz harness for the HTTP request guard (src/http/http_guard.c): Host, Origin, bearer token,
- * Content-Type and Content-Length, the checks every HTTP request meets before its body is read.
+ * Content-Type and Content-Length, the checks every HTTP request meets before its body is read,
+ * and Accept (whether a reply may be an SSE stream).
  * Input: byte 0 holds flags (bit 0: a token is configured; bits 1-2: the Host header count,
  * bits 3-4 the Origin count, bits 5-6 the Authorization count, bit 7: a second Content-Type);
  * the rest is split on 0xff
@@ -109,6 +110,63 @@ static bool model_content_type(const char *v, size_t n)
     return i == n || v[i] == ';';
 }
 
+static bool ows(char c)
+{
+    return c == ' ' || c == '\t';
+}
+
+/* v[a..b) trimmed of OWS on both sides, written back into *a, *b. */
+static void trim(const char *v, size_t *a, size_t *b)
+{
+    while (*a < *b && ows(v[*a]))
+        (*a)++;
+    while (*b > *a && ows(v[*b - 1]))
+        (*b)--;
+}
+
+/* Accept names text/event-stream (docs/http.md, "Request handling"): some comma-separated range
+ * whose type, trimmed, is that name in any case, without a q parameter whose value is 0, 0. or
+ * 0 followed by a point and zeros. */
+static bool model_accepts_sse(const char *v, size_t n)
+{
+    static const char want[] = "text/event-stream";
+    if (!v)
+        return false;
+    for (size_t i = 0; i <= n;) {
+        size_t j = i, semi, a = i, b;
+        while (j < n && v[j] != ',')
+            j++;
+        for (semi = i; semi < j && v[semi] != ';'; semi++)
+            ;
+        b = semi;
+        trim(v, &a, &b);
+        bool match = b - a == sizeof want - 1;
+        for (size_t k = 0; match && k < sizeof want - 1; k++)
+            match = lower(v[a + k]) == want[k];
+        bool refused = false;
+        for (size_t p = semi; match && p < j;) {
+            size_t e = p + 1, x = p + 1;
+            while (e < j && v[e] != ';')
+                e++;
+            size_t y = e;
+            trim(v, &x, &y);
+            if (y - x >= 2 && lower(v[x]) == 'q' && v[x + 1] == '=') {
+                const char *q = v + x + 2;
+                size_t qn = y - x - 2;
+                refused = qn >= 1 && q[0] == '0' && (qn == 1 || q[1] == '.');
+                for (size_t k = 2; refused && k < qn; k++)
+                    refused = q[k] == '0';
+                break;
+            }
+            p = e;
+        }
+        if (match && !refused)
+            return true;
+        i = j + 1;
+    }
+    return false;
+}
+
 /* Compares the decimal digits v[0..n) with cap as decimal strings: -1, 0, 1. */
 static int model_cmp(const char *v, size_t n, uint64_t cap)
 {
@@ -179,6 +237,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         check(cs_http_origin_ok(&g, f[i], fn[i]) == model_origin(&g, f[i], fn[i]));
         check(cs_http_origin_ok(&g6, f[i], fn[i]) == model_origin(&g6, f[i], fn[i]));
         check(cs_http_content_type_ok(f[i], fn[i]) == model_content_type(f[i], fn[i]));
+        check(cs_http_accepts_event_stream(f[i], fn[i]) == model_accepts_sse(f[i], fn[i]));
         check_length(f[i], fn[i], 16u * 1024 * 1024);
         check_length(f[i], fn[i], UINT64_MAX);
         check_length(f[i], fn[i], 0);

@@ -140,6 +140,63 @@ bool cs_http_content_type_ok(const char *v, size_t n)
     return true;
 }
 
+static bool ows_char(char c)
+{
+    return c == ' ' || c == '\t';
+}
+
+/* Whether the parameters of one media range, v[0..n) (from its first ';' on), hold a q of zero
+ * (q=0, q=0., q=0.000): the client refuses that type. */
+static bool q_zero(const char *v, size_t n)
+{
+    size_t i = 0;
+    while (i < n) {
+        size_t end = i + 1;
+        while (end < n && v[end] != ';')
+            end++;
+        size_t a = i + 1; /* past the ';' */
+        while (a < end && ows_char(v[a]))
+            a++;
+        if (end - a >= 2 && (v[a] == 'q' || v[a] == 'Q') && v[a + 1] == '=') {
+            size_t b = a + 2, e = end;
+            while (e > b && ows_char(v[e - 1]))
+                e--;
+            bool zero = e > b && v[b] == '0';
+            for (size_t k = b + 1; k < e && zero; k++)
+                zero = (k == b + 1 && v[k] == '.') || (k > b + 1 && v[k] == '0');
+            return zero;
+        }
+        i = end;
+    }
+    return false;
+}
+
+bool cs_http_accepts_event_stream(const char *v, size_t n)
+{
+    static const char want[] = "text/event-stream";
+    const size_t k = sizeof want - 1;
+    if (!v)
+        return false;
+    for (size_t i = 0; i < n;) {
+        size_t end = i;
+        while (end < n && v[end] != ',')
+            end++;
+        size_t a = i, t = i;
+        while (a < end && ows_char(v[a]))
+            a++;
+        t = a;
+        while (t < end && v[t] != ';')
+            t++;
+        size_t te = t;
+        while (te > a && ows_char(v[te - 1]))
+            te--;
+        if (te - a == k && strncasecmp(v + a, want, k) == 0 && !q_zero(v + t, end - t))
+            return true;
+        i = end + 1;
+    }
+    return false;
+}
+
 enum cs_http_length cs_http_content_length(const char *v, size_t n, uint64_t cap, uint64_t *len)
 {
     if (!v || n == 0)

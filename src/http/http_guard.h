@@ -11,7 +11,7 @@
  *
  * Entry points: cs_http_guard_check (Host, Origin, token, in that order), cs_http_guard_body (a
  * POST's Content-Type, then Content-Length), cs_http_host_ok, cs_http_origin_ok,
- * cs_http_content_type_ok, cs_http_content_length, cs_http_ct_equal.
+ * cs_http_content_type_ok, cs_http_content_length, cs_http_accepts_event_stream, cs_http_ct_equal.
  */
 #ifndef CS_HTTP_GUARD_H
 #define CS_HTTP_GUARD_H
@@ -86,6 +86,11 @@ enum cs_http_length {
  * only for CS_HTTP_LENGTH_OK. Never overflows, whatever the number of digits. */
 enum cs_http_length cs_http_content_length(const char *v, size_t n, uint64_t cap, uint64_t *len);
 
+/* Accept: whether the list names text/event-stream (case-insensitive, parameters allowed) with a
+ * q other than zero. Wildcard ranges (any type, any text type) do not count: the stream is sent
+ * only to a client that asks for it by name, as Streamable HTTP clients do. v NULL (absent) is
+ * false. */
+bool cs_http_accepts_event_stream(const char *v, size_t n);
 /* Equality whose time depends on the lengths only, never on where the bytes differ. */
 bool cs_http_ct_equal(const char *a, size_t alen, const char *b, size_t blen);
 

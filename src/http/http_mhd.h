@@ -16,6 +16,7 @@
 #define CS_MHD_FUNCTIONS(X)                                                                        \
     X(MHD_add_response_header)                                                                     \
     X(MHD_create_response_from_buffer)                                                             \
+    X(MHD_create_response_from_callback)                                                           \
     X(MHD_create_response_from_buffer_with_free_callback)                                          \
     X(MHD_destroy_response)                                                                        \
     X(MHD_get_connection_info)                                                                     \

@@ -101,6 +101,7 @@ enum req_state {
     REQ_ENDED,   /* the session was deleted while the exchange was pending: answer 404 */
     REQ_CLOSE,   /* the client went away or the server is stopping: close, no answer */
     REQ_DONE,    /* a response is queued */
+    REQ_STREAM,  /* an SSE response is queued: notifications, then the reply (docs/http.md) */
 };
 
 /* The request headers the server reads. They are collected in one pass over the request's
@@ -116,6 +117,7 @@ enum hdr {
     H_METHOD,
     H_NAME,
     H_SESSION,
+    H_ACCEPT,
     H_COUNT
 };
 
@@ -137,6 +139,7 @@ static const struct {
     [H_METHOD] = HDR_NAME("Mcp-Method"),
     [H_NAME] = HDR_NAME("Mcp-Name"),
     [H_SESSION] = HDR_NAME("Mcp-Session-Id"),
+    [H_ACCEPT] = HDR_NAME(MHD_HTTP_HEADER_ACCEPT),
 };
 #undef HDR_NAME
 
@@ -175,6 +178,11 @@ struct req {
     json_t *reply;             /* owned once state is REQ_REPLIED; NULL means 202 */
     struct cs_loop_fd *watch;  /* peer hang-up watch while suspended */
     struct hdrs hdrs;          /* read when the request starts */
+    /* REQ_STREAM: the events not yet handed to MHD (sse[sse_off..sse_len)), and whether the last
+     * one (the reply) is in: then the stream ends once they are written. */
+    char *sse;
+    size_t sse_len, sse_off, sse_cap;
+    bool sse_end;
 };
 
 struct cs_http {
@@ -593,6 +601,9 @@ static void sess_end(struct cs_http *h, struct sess *s)
         if (r->state == REQ_WAITING) {
             r->state = REQ_ENDED;
             resume(r);
+        } else if (r->state == REQ_STREAM && !r->sse_end) {
+            r->sse_end = true; /* no reply will come: the stream ends with what it holds */
+            resume(r);         /* MHD takes it on its next run */
         }
     }
     for (size_t i = 0; i < h->nsessions; i++) {
@@ -886,12 +897,112 @@ static void budget_release(struct cs_http *h, struct req *r)
     r->charged = 0;
 }
 
+/* ---- the SSE stream (docs/http.md, "Progress") ---- */
+
+/* Appends one SSE event carrying the JSON-RPC message text[0..n) (compact JSON: no newline).
+ * Returns false when out of memory (the event is lost). */
+static bool sse_append(struct req *r, const char *text, size_t n)
+{
+    static const char head[] = "event: message\ndata: ", tail[] = "\n\n";
+    size_t need = sizeof head - 1 + n + sizeof tail - 1;
+    if (r->sse_off == r->sse_len)
+        r->sse_off = r->sse_len = 0; /* everything was handed to MHD: start over */
+    if (need > r->sse_cap - r->sse_len) {
+        size_t cap = r->sse_cap ? r->sse_cap : 1024;
+        while (cap - r->sse_len < need)
+            cap *= 2;
+        char *p = realloc(r->sse, cap);
+        if (!p)
+            return false;
+        r->sse = p;
+        r->sse_cap = cap;
+    }
+    memcpy(r->sse + r->sse_len, head, sizeof head - 1);
+    memcpy(r->sse + r->sse_len + sizeof head - 1, text, n);
+    memcpy(r->sse + r->sse_len + sizeof head - 1 + n, tail, sizeof tail - 1);
+    r->sse_len += need;
+    return true;
+}
+
+/* MHD wants more of a stream: what is buffered; at its end, the end of the stream once the reply
+ * went out, else nothing yet (the connection is suspended until an event arrives: MHD would
+ * otherwise call again at once). */
+static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    struct req *r = cls;
+    (void)pos;
+    if (r->state == REQ_CLOSE)
+        return MHD_CONTENT_READER_END_WITH_ERROR; /* client gone or server stopping */
+    if (r->sse_off < r->sse_len) {
+        size_t n = r->sse_len - r->sse_off < max ? r->sse_len - r->sse_off : max;
+        memcpy(buf, r->sse + r->sse_off, n);
+        r->sse_off += n;
+        return (ssize_t)n;
+    }
+    if (r->sse_end)
+        return MHD_CONTENT_READER_END_OF_STREAM;
+    r->suspended = true;
+    cs_mhd.MHD_suspend_connection(r->conn);
+    watch_peer(r);
+    return 0;
+}
+
+/* The core's notifications for an exchange whose POST accepts text/event-stream. Only a stream
+ * carries them (a request answered with plain JSON has none to carry). */
+static void on_notify(void *arg, const char *text, size_t len)
+{
+    struct req *r = arg;
+    if (r->state != REQ_STREAM || r->sse_end)
+        return;
+    if (sse_append(r, text, len))
+        resume(r); /* MHD takes it on its next run */
+}
+
+/* Answers r, whose exchange is pending, as an SSE stream from now on (200 and the headers go out
+ * at once; the reader suspends the connection until the first event). Runs in the access
+ * handler. Returns false when the stream could not be set up (r is then answered as usual). */
+static bool sse_start(struct req *r)
+{
+    struct MHD_Response *resp =
+        cs_mhd.MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, sse_read, r, NULL);
+    bool ok = resp &&
+              cs_mhd.MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
+                                             "text/event-stream") == MHD_YES &&
+              cs_mhd.MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache") ==
+                  MHD_YES &&
+              cs_mhd.MHD_add_response_header(resp, "X-Accel-Buffering", "no") == MHD_YES &&
+              cs_mhd.MHD_queue_response(r->conn, MHD_HTTP_OK, resp) == MHD_YES;
+    if (resp)
+        cs_mhd.MHD_destroy_response(resp); /* the queue holds its own reference */
+    if (ok)
+        r->state = REQ_STREAM;
+    return ok;
+}
+
+/* The reply of a streamed exchange: its last event (none when there is no reply: a cancelled
+ * call), then the end of the stream. */
+static void sse_reply(struct req *r, json_t *reply, char *text, size_t len)
+{
+    if (reply && !text)
+        text = cs_wire_json_text(reply, &len);
+    if (text && !sse_append(r, text, len))
+        emit(r->h, "error", "http_stream", "out of memory: a reply was lost");
+    free(text);
+    json_decref(reply);
+    r->sse_end = true;
+    resume(r); /* MHD takes it on its next run */
+}
+
 static void on_reply(void *arg, json_t *reply, char *text, size_t len)
 {
     struct req *r = arg;
     (void)len;
     /* Called once, maybe from inside cs_mcp_session_handle (r not suspended yet) or later. */
     r->x = NULL;
+    if (r->state == REQ_STREAM) {
+        sse_reply(r, reply, text, len);
+        return;
+    }
     json_decref(r->reply);
     r->reply = reply;
     free(r->reply_text);
@@ -993,6 +1104,12 @@ static enum MHD_Result dispatch(struct cs_http *h, struct req *r)
     hdr.has_version = header(&r->hdrs, H_VERSION, &hdr.version, &(size_t){0});
     hdr.has_method = header(&r->hdrs, H_METHOD, &hdr.method, &(size_t){0});
     hdr.has_name = header(&r->hdrs, H_NAME, &hdr.name, &(size_t){0});
+    const char *accept = NULL;
+    size_t accept_len = 0;
+    bool sse_ok = header(&r->hdrs, H_ACCEPT, &accept, &accept_len) == 1 &&
+                  cs_http_accepts_event_stream(accept, accept_len);
+    hdr.notify = sse_ok ? on_notify : NULL;
+    hdr.notify_arg = r;
     struct cs_mcp_msg *m = cs_mcp_msg_parse(r->body ? r->body : "", r->len);
     free(r->body);
     r->body = NULL;
@@ -1051,6 +1168,9 @@ handle:
     if (!x)
         return send_reply(h, r); /* on_reply already ran */
     r->x = x;
+    /* A call that asked for progress, from a client that takes a stream, is answered as one. */
+    if (sse_ok && !r->new_sess && cs_mcp_exchange_wants_progress(x) && sse_start(r))
+        return MHD_YES;
     r->suspended = true;
     cs_mhd.MHD_suspend_connection(r->conn);
     watch_peer(r);
@@ -1231,6 +1351,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
         return MHD_NO;
     case REQ_WAITING: /* suspended: MHD does not call */
     case REQ_DONE:
+    case REQ_STREAM:
         if (*upload_size > 0)
             *upload_size = 0; /* the rest of a refused body */
         return MHD_YES;
@@ -1262,6 +1383,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
     json_decref(r->reply);
     free(r->reply_text);
     free(r->body);
+    free(r->sse);
     budget_release(h, r);
     if (r->prev)
         r->prev->next = r->next;

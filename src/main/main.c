@@ -62,6 +62,16 @@ static void stdio_reply(void *arg, json_t *reply, char *text, size_t len)
     free(text);
 }
 
+/* A notification sent before a reply (notifications/progress): one more line on stdout. */
+static void stdio_notify(void *arg, const char *text, size_t len)
+{
+    struct gateway *g = arg;
+    if (g->io && cs_stdio_write_line(g->io, text, len) != 0 && !g->output_lost) {
+        g->output_lost = true;
+        cs_log(CS_LOG_WARNING, "stdout is closed; replies are dropped", NULL);
+    }
+}
+
 static void stdio_line(void *arg, const uint8_t *data, size_t len)
 {
     struct gateway *g = arg;
@@ -153,6 +163,8 @@ static int serve(struct gateway *g, const struct cs_config *cfg)
 {
     if (cfg->transport == CS_CONFIG_TRANSPORT_STDIO) {
         g->session = cs_mcp_session_new(g->srv);
+        if (g->session)
+            cs_mcp_session_on_notify(g->session, stdio_notify, g);
         struct cs_stdio_callbacks cb = {stdio_line, stdio_overlong, stdio_eof, g};
         g->io = g->session ? cs_stdio_new(g->loop, STDIN_FILENO, STDOUT_FILENO, MAX_MESSAGE, &cb)
                            : NULL;

@@ -75,6 +75,8 @@ struct cs_mcp_session {
     enum cs_log_level log_level;
     struct cs_mcp_exchange *exchanges; /* waiting for a reply */
     struct cs_mcp_call *calls;         /* running tool calls, for notifications/cancelled */
+    cs_mcp_notify_fn notify;           /* where its exchanges send notifications, or NULL */
+    void *notify_arg;
 };
 
 struct cs_mcp_exchange {
@@ -93,6 +95,9 @@ struct cs_mcp_exchange {
     char *text;      /* the one reply already serialized (cached results), or NULL */
     size_t text_n;   /* its length */
     size_t waiting;  /* tool calls not yet completed */
+    size_t progress; /* tool calls that carried a progress token */
+    cs_mcp_notify_fn notify; /* where notifications go before the reply, or NULL */
+    void *notify_arg;
     struct cs_mcp_exchange *prev, *next;
 };
 
@@ -106,6 +111,8 @@ struct cs_mcp_call {
     cs_mcp_cancel_fn on_cancel; /* the handler's cancel hook, or NULL */
     void *on_cancel_arg;
     bool modern;                     /* answer under 2026-07-28 */
+    json_t *progress_token;          /* _meta.progressToken (a string or an integer), or NULL */
+    int64_t progress_sent;           /* the last progress notified, -1 before the first */
     struct cs_mcp_call *prev, *next; /* in the session's list while the session lives */
 };
 
@@ -136,7 +143,9 @@ static json_t *encode(const struct cs_wire_type *t, const void *v)
     return cs_wire_encode(t, v, &j, NULL) == CS_WIRE_OK ? j : NULL;
 }
 
-/* The capabilities every revision announces: tools (never changing) and logging. */
+/* The capabilities every revision announces: tools (never changing). Not logging: the server
+ * sends no notifications/message (docs/protocol.md, "Logging"), though logging/setLevel is still
+ * answered for the 2025 clients that send it anyway. */
 static struct csw_protocol_common_server_capabilities capabilities(void)
 {
     struct csw_protocol_common_server_capabilities c;
@@ -477,6 +486,47 @@ void cs_mcp_call_on_cancel(struct cs_mcp_call *call, cs_mcp_cancel_fn fn, void *
     call->on_cancel_arg = arg;
 }
 
+/* ---- progress (docs/protocol.md, "Progress") ---- */
+
+void cs_mcp_session_on_notify(struct cs_mcp_session *s, cs_mcp_notify_fn fn, void *arg)
+{
+    s->notify = fn;
+    s->notify_arg = arg;
+}
+
+bool cs_mcp_exchange_wants_progress(const struct cs_mcp_exchange *x)
+{
+    return x->progress > 0;
+}
+
+bool cs_mcp_call_wants_progress(const struct cs_mcp_call *call)
+{
+    return call->progress_token && !cs_mcp_call_cancelled(call) && call->x->notify;
+}
+
+int cs_mcp_call_progress(struct cs_mcp_call *call, int64_t progress, const char *message,
+                         size_t message_len)
+{
+    if (!cs_mcp_call_wants_progress(call) || progress <= call->progress_sent)
+        return -1;
+    struct csw_protocol_progress_notification n; /* schema/protocol/progress_notification.json */
+    memset(&n, 0, sizeof n);
+    n.params.progresstoken = call->progress_token; /* borrowed: never freed through n */
+    n.params.progress = progress;
+    if (message) {
+        n.params.has_message = true;
+        n.params.message = (struct cs_str){(char *)(uintptr_t)message, message_len};
+    }
+    char *text = NULL;
+    size_t len = 0;
+    if (csw_protocol_progress_notification_encode_text(&n, &text, &len, NULL) != CS_WIRE_OK)
+        return -1;
+    call->progress_sent = progress;
+    call->x->notify(call->x->notify_arg, text, len);
+    cs_wire_release(text);
+    return 0;
+}
+
 /* Takes call off its session's list (when the session still exists). */
 static void call_unlink(struct cs_mcp_call *call)
 {
@@ -506,6 +556,8 @@ static void call_cancel(struct cs_mcp_call *call)
     call->cancelled = true;
     call_unlink(call);
     call->x = NULL;
+    if (call->progress_token)
+        x->progress--;
     cs_mcp_cancel_fn fn = call->on_cancel;
     call->on_cancel = NULL;
     call_done(x); /* may reply (NULL: HTTP 202) and free x */
@@ -533,6 +585,7 @@ static void complete_with(struct cs_mcp_call *call, json_t *result, char *reply_
         cs_wire_free(call->t->tool->input, call->input);
         free(call->input);
         json_decref(call->id);
+        json_decref(call->progress_token);
         free(call->raw_id);
         free(call);
         return;
@@ -552,9 +605,12 @@ static void complete_with(struct cs_mcp_call *call, json_t *result, char *reply_
     json_decref(result);
 
     call_unlink(call);
+    if (call->progress_token)
+        x->progress--;
     cs_wire_free(call->t->tool->input, call->input);
     free(call->input);
     json_decref(call->id);
+    json_decref(call->progress_token);
     free(call->raw_id);
     free(call);
     call_done(x);
@@ -905,6 +961,23 @@ void cs_mcp_call_ok_cached(struct cs_mcp_call *call, const struct cs_mcp_cached 
     complete_with(call, result, text, n);
 }
 
+/* A new reference to the progress token in meta (a tools/call's params._meta), or NULL: absent,
+ * or a value of another type than the string or integer a ProgressToken is (ignored, as a
+ * receiver may ignore the request for progress). */
+static json_t *progress_token_of(const json_t *meta)
+{
+    struct csw_protocol_call_tool_params_meta m; /* schema/protocol/call_tool_params.json */
+    json_t *token = NULL;
+    if (!json_is_object(meta) ||
+        csw_protocol_call_tool_params_meta_decode(meta, &m, NULL) != CS_WIRE_OK)
+        return NULL;
+    if (m.has_progresstoken &&
+        (json_is_string(m.progresstoken) || json_is_integer(m.progresstoken)))
+        token = json_incref(m.progresstoken);
+    csw_protocol_call_tool_params_meta_free(&m);
+    return token;
+}
+
 /* tools/call: decode the arguments through the tool's input schema and start the handler. */
 static json_t *tools_call(struct cs_mcp_exchange *x, json_t *id, const char *raw, bool modern,
                           json_t *params, bool *async)
@@ -927,6 +1000,7 @@ static json_t *tools_call(struct cs_mcp_exchange *x, json_t *id, const char *raw
     }
     /* Borrowed from params, which outlives this call; the tool's decoder reads it below. */
     json_t *args = p.has_arguments ? p.arguments : NULL;
+    json_t *token = p.has_meta ? progress_token_of(p.meta) : NULL;
     csw_protocol_call_tool_params_free(&p);
     json_t *empty = NULL;
     if (!args) /* absent means {}; present, it must be an object (null included) */
@@ -940,6 +1014,7 @@ static json_t *tools_call(struct cs_mcp_exchange *x, json_t *id, const char *raw
         free(call);
         free(input);
         json_decref(empty);
+        json_decref(token);
         return cs_jsonrpc_error(id, CS_JSONRPC_INTERNAL_ERROR, "out of memory");
     }
     *async = true;
@@ -949,6 +1024,10 @@ static json_t *tools_call(struct cs_mcp_exchange *x, json_t *id, const char *raw
     call->raw_id = raw_id;
     call->modern = modern;
     call->input = input;
+    call->progress_token = token;
+    call->progress_sent = -1;
+    if (token)
+        x->progress++;
     call->next = x->s->calls;
     if (call->next)
         call->next->prev = call;
@@ -1608,6 +1687,8 @@ struct cs_mcp_exchange *cs_mcp_session_handle_msg(struct cs_mcp_session *s, stru
     x->s = s;
     x->reply = reply;
     x->arg = arg;
+    x->notify = hdr ? hdr->notify : s->notify; /* HTTP: per POST */
+    x->notify_arg = hdr ? hdr->notify_arg : s->notify_arg;
     x->handling = true;
     x->raw_id = m->raw_id;
     m->raw_id = NULL;

@@ -27,6 +27,11 @@ struct cs_mcp_session;
 struct cs_mcp_call;
 struct cs_mcp_exchange;
 
+/* Where a transport takes the notifications an exchange sends before its reply
+ * (notifications/progress): text (len bytes, one JSON-RPC notification, compact, no newline) is
+ * borrowed for the call. Never called after the exchange's reply or its abandonment. */
+typedef void (*cs_mcp_notify_fn)(void *arg, const char *text, size_t len);
+
 /* The revision served per request, statelessly (params._meta carries version and capabilities;
  * see docs/protocol.md). */
 #define CS_MCP_MODERN_VERSION "2026-07-28"
@@ -109,6 +114,23 @@ void cs_mcp_call_on_cancel(struct cs_mcp_call *call, cs_mcp_cancel_fn fn, void *
 /* The tool's name (static storage). */
 const char *cs_mcp_call_tool(const struct cs_mcp_call *call);
 
+/* ---- progress (docs/protocol.md, "Progress") ---- */
+
+/* Every exchange s starts from now on sends its notifications through fn (stdio: the one
+ * stream; HTTP passes its own per POST in struct cs_mcp_headers); fn NULL: none. */
+void cs_mcp_session_on_notify(struct cs_mcp_session *s, cs_mcp_notify_fn fn, void *arg);
+/* Whether x (pending) holds a tool call that carried params._meta.progressToken. */
+bool cs_mcp_exchange_wants_progress(const struct cs_mcp_exchange *x);
+/* Whether call carried a progress token, is not cancelled and its exchange has somewhere to send
+ * notifications: a handler polls for progress only then. */
+bool cs_mcp_call_wants_progress(const struct cs_mcp_call *call);
+/* Sends notifications/progress for call (schema/protocol/progress_notification.json): its token
+ * as given, progress, and message (message_len bytes of valid UTF-8, at most 200 code points; NULL:
+ * none; borrowed). Returns 0 when sent, -1 when not: no token, cancelled, no channel, progress not
+ * above the last one sent (progress only grows), or a message the schema refuses. */
+int cs_mcp_call_progress(struct cs_mcp_call *call, int64_t progress, const char *message,
+                         size_t message_len);
+
 /* ---- sessions ---- */
 
 /* reply receives a new reference to the JSON-RPC reply (a response object, or an array for a
@@ -146,6 +168,10 @@ struct cs_mcp_headers {
     const char *method;  /* Mcp-Method */
     const char *name;    /* Mcp-Name */
     int has_version, has_method, has_name;
+    /* The POST accepts text/event-stream: the exchange's notifications go to notify (instead of
+     * the session's), which answers it as a stream. NULL: the exchange sends none. */
+    cs_mcp_notify_fn notify;
+    void *notify_arg;
 };
 
 /* One received message, parsed once: the transport classifies it, then hands it to a session.

@@ -6,6 +6,7 @@
  */
 #include "tools.h"
 #include "tools_lease.h"
+#include "tools_progress.h"
 
 #include "base_roots.h"
 
@@ -503,6 +504,7 @@ struct exec_call {
     struct cs_tools *t;
     struct cs_tools_lease *l;
     struct cs_mcp_call *call;
+    struct cs_tools_progress *progress; /* notifications while a yield waits, or NULL */
     char process_id[CS_SUPERVISOR_ID_SIZE];
 };
 
@@ -510,6 +512,8 @@ static void exec_done(void *arg, const struct cs_runner_reply *r)
 {
     struct exec_call *ec = arg;
     struct cs_tools_lease *l = ec->l;
+    cs__tools_progress_stop(ec->progress); /* before the reply: nothing may follow it */
+    ec->progress = NULL;
     struct csw_mcp_exec_command_output out;
     memset(&out, 0, sizeof out);
     out.process_id = (struct cs_str){ec->process_id, strlen(ec->process_id)};
@@ -606,6 +610,8 @@ static void exec_locked(struct cs_tools *t, const struct cs_workspace *ws, struc
      * call may complete inside cs_runner_call. Queued waiters fail at once. */
     cs__tools_lease_go_live(l, ec->process_id);
     cs_mcp_call_on_cancel(call, exec_cancelled, ec);
+    if (d->yield_ms > 0)
+        ec->progress = cs__tools_progress_start(t->loop, t->runner, call, ec->process_id);
     cs_runner_call(t->runner, &op, exec_done, ec);
 }
 
@@ -645,12 +651,50 @@ static void wait_cancelled(void *arg, struct cs_mcp_call *call)
     cs_runner_cancel(t->runner, plain_done, call, NULL);
 }
 
+/* A read_process that waits with progress notifications (tools_progress.h). */
+struct read_wait {
+    struct cs_tools *t;
+    struct cs_mcp_call *call;
+    struct cs_tools_progress *progress;
+};
+
+static void read_wait_done(void *arg, const struct cs_runner_reply *r)
+{
+    struct read_wait *w = arg;
+    struct cs_mcp_call *call = w->call;
+    cs__tools_progress_stop(w->progress); /* before the reply: nothing may follow it */
+    free(w);
+    plain_done(call, r);
+}
+
+static void read_wait_cancelled(void *arg, struct cs_mcp_call *call)
+{
+    struct read_wait *w = arg;
+    (void)call;
+    cs_runner_cancel(w->t->runner, read_wait_done, w, NULL);
+}
+
 static void read_process_tool(void *arg, struct cs_mcp_call *call, const void *input)
 {
+    struct cs_tools *t = arg;
+    const struct csw_mcp_read_process_input *in = input;
     struct csw_runner_wire_op op = {.tag = CSW_RUNNER_WIRE_OP_READ_PROCESS};
-    op.u.read_process.data = *(const struct csw_mcp_read_process_input *)input;
-    cs_mcp_call_on_cancel(call, wait_cancelled, arg);
-    cs_runner_call(((struct cs_tools *)arg)->runner, &op, plain_done, call);
+    op.u.read_process.data = *in;
+    struct read_wait *w = NULL;
+    if (in->has_wait_ms && in->wait_ms > 0 && cs_mcp_call_wants_progress(call) &&
+        in->process_id.n == strlen(in->process_id.s) && (w = calloc(1, sizeof *w))) {
+        w->t = t;
+        w->call = call;
+        w->progress = cs__tools_progress_start(t->loop, t->runner, call, in->process_id.s);
+    }
+    if (!w || !w->progress) {
+        free(w);
+        cs_mcp_call_on_cancel(call, wait_cancelled, arg);
+        cs_runner_call(t->runner, &op, plain_done, call);
+        return;
+    }
+    cs_mcp_call_on_cancel(call, read_wait_cancelled, w);
+    cs_runner_call(t->runner, &op, read_wait_done, w);
 }
 
 static void process_status_tool(void *arg, struct cs_mcp_call *call, const void *input)
@@ -893,6 +937,7 @@ int cs_tools_register(struct cs_mcp *srv, struct cs_tools *t, const struct cs_co
                       size_t err_cap)
 {
     memset(t, 0, sizeof *t);
+    t->loop = loop;
     t->cfg = cfg;
     t->version = version;
     t->store = store;

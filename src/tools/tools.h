@@ -37,6 +37,7 @@ struct cs_tools {
      * since the isolation reported is the worker's last hello (docs/scale-out.md). */
     struct cs_runner **remote;
     uint64_t *info_hellos;
+    struct cs_loop *loop; /* borrowed: the loop the runner and the progress polls run on */
 };
 
 /* Fills t->caps from what this build implements and cfg, and sets the handlers of every

@@ -113,6 +113,33 @@ static void content_type(void **state)
         assert_false(cs_http_content_type_ok(bad[i], strlen(bad[i])));
 }
 
+static void accept_event_stream(void **state)
+{
+    (void)state;
+    static const char *const yes[] = {"text/event-stream",
+                                      "application/json, text/event-stream",
+                                      " application/json ,\tTEXT/Event-Stream ",
+                                      "text/event-stream;q=0.5",
+                                      "text/event-stream ; charset=utf-8; q=1",
+                                      "text/event-stream;q=0.01"};
+    static const char *const no[] = {"",
+                                     "application/json",
+                                     "*/*",
+                                     "text/*",
+                                     "text/event-streams",
+                                     "text/event-stream;q=0",
+                                     "application/json, text/event-stream; q=0.000",
+                                     "xtext/event-stream",
+                                     "text/event-stream x"};
+    for (size_t i = 0; i < sizeof yes / sizeof *yes; i++)
+        assert_true(cs_http_accepts_event_stream(yes[i], strlen(yes[i])));
+    for (size_t i = 0; i < sizeof no / sizeof *no; i++)
+        assert_false(cs_http_accepts_event_stream(no[i], strlen(no[i])));
+    assert_false(cs_http_accepts_event_stream(NULL, 0));
+    /* Nothing is read past the length. */
+    assert_false(cs_http_accepts_event_stream("text/event-stream", 16));
+}
+
 static void content_length(void **state)
 {
     (void)state;
@@ -431,11 +458,17 @@ static void body_table(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(host_checks),           cmocka_unit_test(origin_checks),
-        cmocka_unit_test(check_order_and_token), cmocka_unit_test(content_type),
-        cmocka_unit_test(content_length),        cmocka_unit_test(ct_equal),
-        cmocka_unit_test(host_table_test),       cmocka_unit_test(origin_table_test),
-        cmocka_unit_test(header_presence_table), cmocka_unit_test(body_table),
+        cmocka_unit_test(host_checks),
+        cmocka_unit_test(origin_checks),
+        cmocka_unit_test(check_order_and_token),
+        cmocka_unit_test(content_type),
+        cmocka_unit_test(accept_event_stream),
+        cmocka_unit_test(content_length),
+        cmocka_unit_test(ct_equal),
+        cmocka_unit_test(host_table_test),
+        cmocka_unit_test(origin_table_test),
+        cmocka_unit_test(header_presence_table),
+        cmocka_unit_test(body_table),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -153,7 +153,7 @@ static void test_initialize_negotiates(void **state)
     assert_string_equal(json_string_value(json_object_get(info, "version")), "9.9.9");
     const json_t *caps = json_object_get(res, "capabilities");
     assert_true(json_is_false(json_object_get(json_object_get(caps, "tools"), "listChanged")));
-    assert_non_null(json_object_get(caps, "logging"));
+    assert_null(json_object_get(caps, "logging")); /* no notifications/message is ever sent */
     assert_null(json_object_get(caps, "resources"));
     assert_non_null(strstr(json_string_value(json_object_get(res, "instructions")), "argv"));
     /* A second initialize on the same session is refused. */
@@ -634,10 +634,10 @@ static bool modern(const char *text, const struct cs_mcp_headers *hdr)
 static void test_classification(void **state)
 {
     (void)state;
-    struct cs_mcp_headers h26 = {"2026-07-28", NULL, NULL, 1, 0, 0};
-    struct cs_mcp_headers h26ws = {" 2026-07-28\t", NULL, NULL, 1, 0, 0};
-    struct cs_mcp_headers h25 = {"2025-11-25", NULL, NULL, 1, 0, 0};
-    struct cs_mcp_headers hbogus = {"bogus", NULL, NULL, 1, 0, 0};
+    struct cs_mcp_headers h26 = {"2026-07-28", NULL, NULL, 1, 0, 0, NULL, NULL};
+    struct cs_mcp_headers h26ws = {" 2026-07-28\t", NULL, NULL, 1, 0, 0, NULL, NULL};
+    struct cs_mcp_headers h25 = {"2025-11-25", NULL, NULL, 1, 0, 0, NULL, NULL};
+    struct cs_mcp_headers hbogus = {"bogus", NULL, NULL, 1, 0, 0, NULL, NULL};
     const char *discover = "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"server/discover\"}";
     const char *meta = "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\",\"params\":{\"_meta\":{"
                        "\"io.modelcontextprotocol/protocolVersion\":\"1999\"}}}";
@@ -686,11 +686,11 @@ static void test_modern_without_initialize(void **state)
 static void test_modern_check_order(void **state)
 {
     (void)state;
-    struct cs_mcp_headers ok = {"2026-07-28", "tools/call", "t", 1, 1, 1};
+    struct cs_mcp_headers ok = {"2026-07-28", "tools/call", "t", 1, 1, 1, NULL, NULL};
     const char *call = "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"tools/call\",\"params\":{"
                        "\"name\":\"t\",\"arguments\":{}," META_OK "}}";
     /* missing _meta keys first, even with a header mismatch */
-    struct cs_mcp_headers bad = {"2025-06-18", "x", NULL, 1, 1, 0};
+    struct cs_mcp_headers bad = {"2025-06-18", "x", NULL, 1, 1, 0, NULL, NULL};
     json_t *r = ask_hdr(
         "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"server/discover\",\"params\":{}}", &bad);
     assert_int_equal(error_code(r), CS_JSONRPC_INVALID_PARAMS);
@@ -707,7 +707,7 @@ static void test_modern_check_order(void **state)
         "\"io.modelcontextprotocol/clientCapabilities\":{}}}}",
         &ok);
     assert_int_equal(error_code(r), CS_JSONRPC_HEADER_MISMATCH);
-    struct cs_mcp_headers v9 = {"v9", "server/discover", NULL, 1, 1, 0};
+    struct cs_mcp_headers v9 = {"v9", "server/discover", NULL, 1, 1, 0, NULL, NULL};
     r = ask_hdr(
         "{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"server/discover\",\"params\":{\"_meta\":{"
         "\"io.modelcontextprotocol/protocolVersion\":\"v9\","
@@ -719,22 +719,24 @@ static void test_modern_check_order(void **state)
     assert_string_equal(json_string_value(json_array_get(json_object_get(data, "supported"), 0)),
                         "2026-07-28");
     /* then Mcp-Method and Mcp-Name */
-    struct cs_mcp_headers nomethod = {"2026-07-28", NULL, "t", 1, 0, 1};
+    struct cs_mcp_headers nomethod = {"2026-07-28", NULL, "t", 1, 0, 1, NULL, NULL};
     assert_int_equal(error_code(ask_hdr(call, &nomethod)), CS_JSONRPC_HEADER_MISMATCH);
-    struct cs_mcp_headers upper = {"2026-07-28", "TOOLS/CALL", "t", 1, 1, 1};
+    struct cs_mcp_headers upper = {"2026-07-28", "TOOLS/CALL", "t", 1, 1, 1, NULL, NULL};
     assert_int_equal(error_code(ask_hdr(call, &upper)), CS_JSONRPC_HEADER_MISMATCH);
-    struct cs_mcp_headers noname = {"2026-07-28", "tools/call", NULL, 1, 1, 0};
+    struct cs_mcp_headers noname = {"2026-07-28", "tools/call", NULL, 1, 1, 0, NULL, NULL};
     assert_int_equal(error_code(ask_hdr(call, &noname)), CS_JSONRPC_HEADER_MISMATCH);
-    struct cs_mcp_headers wrong = {"2026-07-28", "tools/call", "u", 1, 1, 1};
+    struct cs_mcp_headers wrong = {"2026-07-28", "tools/call", "u", 1, 1, 1, NULL, NULL};
     assert_int_equal(error_code(ask_hdr(call, &wrong)), CS_JSONRPC_HEADER_MISMATCH);
-    struct cs_mcp_headers badb64 = {"2026-07-28", "tools/call", "=?base64?dA?=", 1, 1, 1};
+    struct cs_mcp_headers badb64 = {"2026-07-28", "tools/call", "=?base64?dA?=", 1, 1, 1,
+                                    NULL,         NULL};
     assert_int_equal(error_code(ask_hdr(call, &badb64)), CS_JSONRPC_HEADER_MISMATCH);
-    struct cs_mcp_headers ctl = {"2026-07-28", "tools/call", "t\x01", 1, 1, 1};
+    struct cs_mcp_headers ctl = {"2026-07-28", "tools/call", "t\x01", 1, 1, 1, NULL, NULL};
     assert_int_equal(error_code(ask_hdr(call, &ctl)), CS_JSONRPC_HEADER_MISMATCH);
     /* accepted forms: trimmed, Base64 ("t" is dA==); the unknown tool then answers -32602 */
-    struct cs_mcp_headers spaces = {" 2026-07-28 ", " tools/call\t", "  t  ", 1, 1, 1};
+    struct cs_mcp_headers spaces = {" 2026-07-28 ", " tools/call\t", "  t  ", 1, 1, 1, NULL, NULL};
     assert_int_equal(error_code(ask_hdr(call, &spaces)), CS_JSONRPC_INVALID_PARAMS);
-    struct cs_mcp_headers b64 = {"2026-07-28", "tools/call", "=?base64?dA==?=", 1, 1, 1};
+    struct cs_mcp_headers b64 = {"2026-07-28", "tools/call", "=?base64?dA==?=", 1, 1, 1,
+                                 NULL,         NULL};
     assert_int_equal(error_code(ask_hdr(call, &b64)), CS_JSONRPC_INVALID_PARAMS);
     /* removed methods, then the log level */
     r = ask_hdr("{\"jsonrpc\":\"2.0\",\"id\":4,\"method\":\"ping\",\"params\":{" META_OK "}}",

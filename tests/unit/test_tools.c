@@ -17,6 +17,7 @@
 
 #include "csw.h"
 #include "tools_lease.h"
+#include "tools_progress.h"
 
 /* Fake calls: the lease only compares and hands back pointers. */
 static char calls[512];
@@ -370,6 +371,49 @@ static void test_unqueue_reopens_a_full_queue(void **state)
     }
 }
 
+/* ---- the progress message (tools_progress.c) ---- */
+
+static size_t line_of(const char *chunk, char *out)
+{
+    return cs__tools_progress_line(chunk, strlen(chunk), out, CS_TOOLS_PROGRESS_MESSAGE_CAP);
+}
+
+static void test_progress_line(void **state)
+{
+    (void)state;
+    char out[CS_TOOLS_PROGRESS_MESSAGE_CAP];
+    assert_int_equal(line_of("line1\nline2\n", out), 5);
+    assert_string_equal(out, "line2");
+    /* An unterminated last line counts; blank lines and CR line ends do not. */
+    assert_int_equal(line_of("a\nbuilding 3/7", out), 12);
+    assert_string_equal(out, "building 3/7");
+    line_of("done\n\n  \t\n\r\n", out);
+    assert_string_equal(out, "done");
+    line_of("10%\r20%\r", out);
+    assert_string_equal(out, "20%");
+    /* Control characters (C0, DEL, C1) are escaped; other UTF-8 passes. */
+    line_of("\x1b[1mbold\x7f \xc2\x85 \xc3\xa9t\xc3\xa9\n", out);
+    assert_string_equal(out, "\\x1B[1mbold\\x7F \\x85 \xc3\xa9t\xc3\xa9");
+    /* Nothing but blanks: no message. */
+    assert_int_equal(line_of("\n \n\t", out), 0);
+    assert_string_equal(out, "");
+    assert_int_equal(line_of("", out), 0);
+    /* At most 200 code points, never half an escape nor half a character. */
+    char long_line[1000];
+    memset(long_line, 'x', 300);
+    long_line[300] = '\0';
+    assert_int_equal(line_of(long_line, out), 200);
+    memset(long_line, 'x', 198);
+    memcpy(long_line + 198, "\x01yz", 4);
+    assert_int_equal(line_of(long_line, out), 198); /* \x01 would make 202 */
+    for (int i = 0; i < 250; i++)
+        memcpy(long_line + 2 * i, "\xc3\xa9", 2);
+    long_line[500] = '\0';
+    assert_int_equal(line_of(long_line, out), 400); /* 200 two-byte characters */
+    /* A buffer too small is refused. */
+    assert_int_equal(cs__tools_progress_line("x", 1, out, 10), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -383,6 +427,7 @@ int main(void)
         cmocka_unit_test(test_queued_exec_goes_live),
         cmocka_unit_test(test_killed_process_lets_mutations_queue),
         cmocka_unit_test(test_unqueue_reopens_a_full_queue),
+        cmocka_unit_test(test_progress_line),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
