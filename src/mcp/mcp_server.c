@@ -143,9 +143,7 @@ static json_t *encode(const struct cs_wire_type *t, const void *v)
     return cs_wire_encode(t, v, &j, NULL) == CS_WIRE_OK ? j : NULL;
 }
 
-/* The capabilities every revision announces: tools (never changing). Not logging: the server
- * sends no notifications/message (docs/protocol.md, "Logging"), though logging/setLevel is still
- * answered for the 2025 clients that send it anyway. */
+/* The capabilities every revision announces: tools (never changing) and logging. */
 static struct csw_protocol_common_server_capabilities capabilities(void)
 {
     struct csw_protocol_common_server_capabilities c;

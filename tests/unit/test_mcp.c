@@ -153,7 +153,7 @@ static void test_initialize_negotiates(void **state)
     assert_string_equal(json_string_value(json_object_get(info, "version")), "9.9.9");
     const json_t *caps = json_object_get(res, "capabilities");
     assert_true(json_is_false(json_object_get(json_object_get(caps, "tools"), "listChanged")));
-    assert_null(json_object_get(caps, "logging")); /* no notifications/message is ever sent */
+    assert_non_null(json_object_get(caps, "logging"));
     assert_null(json_object_get(caps, "resources"));
     assert_non_null(strstr(json_string_value(json_object_get(res, "instructions")), "argv"));
     /* A second initialize on the same session is refused. */
