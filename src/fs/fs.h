@@ -163,7 +163,7 @@ bool cs_fs_deny_rule_valid(const char *rule, size_t n, const char **why);
 
 /*
  * Whether glob (n > 0 bytes, find's argument) is one the deny-rule validator above accepts, with
- * two differences: a glob that names the root itself ("/", "./", "/" then "**") is valid and lists
+ * two differences: a glob that names the root itself ("/", or "/" then "**") is valid and lists
  * every file, as no glob does, and a leading '!' is a literal character, not a negation. A glob
  * refused here could never match a normalised path (or is not text): find answers INVALID_ARGUMENTS
  * instead of an empty listing. Returns true, or false with *why (may be NULL) a static reason.
