@@ -32,7 +32,7 @@ import mcp_stdio
 
 PROC_ID = re.compile(r"^proc-[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$")
 UNKNOWN_ID = "proc-00000000-0000-4000-8000-000000000000"
-RING = 1048576  # the default output ring (workflows.md section 2)
+RING = 1048576  # the default output ring (docs/operations.md, "Process limits")
 CAPS = {
     "handles": True, "survives_request_end": True, "write_stdin": True,
     "incremental_read": True, "terminate": True, "output_combined": True, "wait": True,
@@ -860,7 +860,7 @@ class TimeLimitCase(ProcCase):
 
 class NineWorkspacesCase(ProcCase):
     """Nine workspaces; CODESPACE_MAX_PROCESSES is left at its default, 8, which is each
-    workspace's own cap now (workflows.md section 2), not the runner's."""
+    workspace's own cap now (docs/operations.md, "Process limits"), not the runner's."""
 
     @classmethod
     def setUpClass(cls):

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
-"""End-to-end tests of discovery and per-workspace limits (../shared/spec/workflows.md sections 1
-and 2, issue 28) and of the agent-facing answers issue 28 made consistent, through the real
-binaries over stdio.
+"""End-to-end tests of discovery and per-workspace limits (issue 28; docs/contract/tools.md
+section 4, docs/contract/runtime.md section 5, docs/operations.md "Process limits") and of the
+agent-facing answers issue 28 made consistent, through the real binaries over stdio.
 
 - WorkspacesCase: one server with a four-workspace registry (ids given out of order, one upper
   case, descriptions, a shared one, "beta" with limits {timeout_ms 1000, output_ring_bytes 4096,

@@ -180,7 +180,7 @@ static void test_defaults(void **state)
     assert_string_equal(cfg.operations_db, "/home/u/.local/state/codespace/operations.db");
     assert_int_equal(cfg.runner, CS_CONFIG_RUNNER_IN_PROCESS);
     assert_string_equal(cfg.runner_dir, "/tmp");
-    assert_int_equal(cfg.process_timeout_secs, 1800); /* 30 minutes (workflows.md section 2) */
+    assert_int_equal(cfg.process_timeout_secs, 1800); /* 30 minutes (issue 28) */
     assert_int_equal(cfg.max_processes, 8);
     assert_int_equal(cfg.output_ring_bytes, 1048576);
     assert_int_equal(cfg.processes, CS_WORKSPACE_PROCESSES_EXCLUSIVE);
@@ -975,7 +975,7 @@ static void test_registry_deny_and_unknown_keys(void **state)
             "that no setting is silently ignored)");
 }
 
-/* Per-workspace processes and limits (workflows.md sections 1-3, docs/operations.md): a key of
+/* Per-workspace processes and limits (issue 28, docs/operations.md "Process limits"): a key of
  * the registry wins, else the flag, else the variable, else the default; every bound is checked
  * at and past it, and a value out of range fails the load naming its JSON path. */
 static void test_registry_limits(void **state)
