@@ -55,7 +55,6 @@
 /* The time limit of a file operation (read, find, apply_patch): this, or the process timeout
  * of --process-timeout / CODESPACE_PROCESS_TIMEOUT_SECS when that is smaller and not 0. */
 #define CS_POLICY_FILE_TIMEOUT_MS    30000
-#define CS_POLICY_DESCRIPTION_MAX    200   /* characters */
 #define CS_POLICY_DEFAULT_SANDBOX_ID 65533 /* a root server's unprivileged command id */
 #define CS_POLICY_MAX_SANDBOX_ID     CSW_SANDBOX_PLAN_SANDBOX_UID_MAX /* (uid_t)-1: no id */
 #define CS_POLICY_LOCAL_ENV          "local"   /* the built-in host environment */

@@ -618,6 +618,8 @@ static void exec_locked(struct cs_tools *t, const struct cs_workspace *ws, struc
     d->process_id = (struct cs_str){ec->process_id, strlen(ec->process_id)};
     d->env.use_runner_defaults = true;
     /* The workspace's own limits (docs/operations.md), enforced by the runner's supervisor. */
+    _Static_assert(CS_POLICY_MAX_RING_BYTES <= CS_SUPERVISOR_RING_MAX,
+                   "every ring the registry allows is one the runner accepts");
     d->timeout_ms = ws->limits.timeout_ms;
     d->output_bytes_cap = ws->limits.output_ring_bytes;
     d->has_max_live_processes = true;
