@@ -174,7 +174,7 @@ class AgentAnswersCase(Base):
         cls.tmp, roots, state = tp.make_tree("cs-e2e-ws-agent-", ("ws",))
         cls.ws = roots["ws"]
         os.makedirs(os.path.join(cls.ws, "src"))
-        for name in ("a.txt", "src/b.c"):
+        for name in ("!x.txt", "a.txt", "src/b.c"):
             with open(os.path.join(cls.ws, name), "w") as f:
                 f.write("x\n")
         cls.srv = tp.Server(["--workspace", cls.ws, "--operations-db", ":memory:"], state)
@@ -196,13 +196,15 @@ class AgentAnswersCase(Base):
                                    {"workspace_id": "default", "glob": glob})
                 self.assertTrue(err["message"].startswith("/glob: "), err)
                 self.assertIn(why, err["message"])
-        # Globs that can match still list; one naming the root lists everything.
+        # Globs that can match still list; one naming the root lists everything; a leading '!'
+        # (a deny rule's refused negation) is a literal character in find.
         self.assertEqual(self.srv.call("find", {"workspace_id": "default",
                                                 "glob": "*.c"})["paths"], ["src/b.c"])
+        for glob in ("/", "/**"):
+            self.assertEqual(self.srv.call("find", {"workspace_id": "default", "glob": glob})[
+                "paths"], ["!x.txt", "a.txt", "src/b.c"])
         self.assertEqual(self.srv.call("find", {"workspace_id": "default",
-                                                "glob": "/"})["paths"], ["a.txt", "src/b.c"])
-        self.assertEqual(self.srv.call("find", {"workspace_id": "default",
-                                                "glob": "!x"})["paths"], [])
+                                                "glob": "!x.txt"})["paths"], ["!x.txt"])
         # The workspace is checked first.
         self.refused("WORKSPACE_NOT_FOUND", "find", {"workspace_id": "nope", "glob": "a//b"})
 
@@ -210,6 +212,7 @@ class AgentAnswersCase(Base):
         tools = self.srv.request("tools/list", {})["result"]["tools"]
         schema = next(t["inputSchema"] for t in tools if t["name"] == "read")
         args = {"workspace_id": "default", "path": "a.txt", "limit": 0}
+        self.assertEqual(self.srv.call("read", dict(args, limit=1))["content"], "x")
         # The schema accepts any non-negative integer; its text says 0 is OUTPUT_LIMIT ...
         self.assertEqual(list(Draft202012Validator(schema).iter_errors(args)), [])
         self.assertIn("OUTPUT_LIMIT", json.dumps(schema))
