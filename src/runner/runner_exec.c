@@ -496,7 +496,7 @@ static void file_done(void *arg)
         if (j->timed_out)
             cs_diag_set(&dg, CSW_ERROR_TIMEOUT,
                         "%s did not finish within the time limit of %" PRId64
-                        " ms (CODESPACE_PROCESS_TIMEOUT_SECS) and was stopped%s",
+                        " ms of file operations and was stopped%s",
                         op_name(j->tag), j->ex->timeout_ms,
                         j->tag == CSW_RUNNER_WIRE_OP_APPLY_PATCH ? " before any write" : "");
         else
