@@ -707,7 +707,9 @@ static int run(int argc, char **argv)
     const char *sock = NULL;
     int gatefd = -1;
     const char *sandbox = NULL;
-    long long max_procs = 8, sandbox_uid = 0, sandbox_gid = 0;
+    /* The runner-wide safety cap (every workspace together): each exec carries its workspace's
+     * own max_live_processes. */
+    long long max_procs = 1024, sandbox_uid = 0, sandbox_gid = 0;
     long long timeout_ms = 30000;
     const char *listen = NULL, *tls_pin = NULL;
     struct cs_tls_config tls = {0};
@@ -775,9 +777,13 @@ static int run(int argc, char **argv)
                    "  --gateway-fd N         (with --socket) the read end of the gateway's pipe: "
                    "its hang-up\n"
                    "                         ends the worker; so does no hello within 5 s\n"
-                   "  --max-processes N      live processes at once (CODESPACE_MAX_PROCESSES)\n"
-                   "  --timeout-ms MS        time limit of file operations "
-                   "(CODESPACE_PROCESS_TIMEOUT_SECS)\n"
+                   "  --max-processes N      live processes at once, every workspace together, "
+                   "1..1024 (default\n"
+                   "                         1024; each exec carries its workspace's own "
+                   "limit)\n"
+                   "  --timeout-ms MS        time limit of file operations (default 30000; each "
+                   "exec carries its\n"
+                   "                         workspace's own time limit)\n"
                    "  --sandbox HELPER       run every command through this "
                    "codespace-linux-sandbox (probed at\n"
                    "                         start: a failed probe stops the worker)\n"
@@ -951,8 +957,8 @@ static int run(int argc, char **argv)
                          iso.sandbox ? "linux-sandbox" : "none"));
     }
     w.loop = cs_loop_new();
-    /* Every exec request carries its own time limit; file operations (run on the executor's
-     * threads) have the gateway's process time limit, given by --timeout-ms. */
+    /* Every exec request carries its workspace's time limit, live-process cap and ring; file
+     * operations (run on the executor's threads) have the time limit --timeout-ms gives. */
     struct cs_supervisor_limits lim;
     cs_supervisor_limits_init(&lim, max_procs, timeout_ms, sandbox);
     lim.sandbox_uid = sandbox_uid;

@@ -84,6 +84,7 @@ struct proc {
     enum csw_process_termination term;
     int exit_code, signo;
     int64_t rows, cols;
+    int64_t timeout_ms; /* its time limit; 0: none */
     /* The combined output (supervisor_ring.c); compacted once the process has finished. */
     struct cs_ring ring;
     struct waiter *waiters;
@@ -252,7 +253,7 @@ static void answer_read(struct proc *p, int64_t cursor, cs_supervisor_done_fn do
         cs_diag_set(
             &dg, CSW_ERROR_TIMEOUT,
             "the process was killed at its time limit (%lld ms); no output past cursor %llu",
-            (long long)p->s->lim.timeout_ms, (unsigned long long)p->ring.total);
+            (long long)p->timeout_ms, (unsigned long long)p->ring.total);
         done(arg, (int)dg.code, dg.text, NULL);
         return;
     }
@@ -875,13 +876,31 @@ out:
     return fd;
 }
 
+/* Live processes of workspace_id (NULL: ""), for its own cap. */
+static int64_t ws_live(const struct cs_supervisor *s, const char *workspace_id)
+{
+    const char *id = workspace_id ? workspace_id : "";
+    int64_t n = 0;
+    for (const struct proc *p = s->procs; p; p = p->next)
+        if (!p->finished && strcmp(p->workspace_id, id) == 0)
+            n++;
+    return n;
+}
+
 int cs_supervisor_spawn(struct cs_supervisor *s, const struct cs_supervisor_spawn *sp,
                         cs_supervisor_done_fn done, void *arg, struct cs_diag *d)
 {
     sweep(s);
+    if (sp->max_live > 0 && ws_live(s, sp->workspace_id) >= sp->max_live) {
+        return cs_diag_set(d, CSW_ERROR_WORKSPACE_BUSY,
+                           "live process limit reached (max_live_processes %lld): wait for one "
+                           "of the workspace's processes to exit, or terminate one",
+                           (long long)sp->max_live);
+    }
     if ((int64_t)s->live >= s->lim.max_live) {
         return cs_diag_set(d, CSW_ERROR_WORKSPACE_BUSY,
-                           "live process limit reached (%lld processes run)",
+                           "live process limit reached (the runner's cap of %lld processes, "
+                           "every workspace together)",
                            (long long)s->lim.max_live);
     }
     int rc = CSW_ERROR_PROCESS_SPAWN_FAILED;
@@ -948,7 +967,10 @@ int cs_supervisor_spawn(struct cs_supervisor *s, const struct cs_supervisor_spaw
     p->tty = sp->tty;
     p->rows = 24;
     p->cols = 80;
-    cs__ring_init(&p->ring, s->lim.ring_bytes);
+    cs__ring_init(&p->ring, sp->ring_bytes > 0 ? sp->ring_bytes : s->lim.ring_bytes);
+    p->timeout_ms = sp->timeout_ms > 0                              ? sp->timeout_ms
+                    : sp->timeout_ms == CS_SUPERVISOR_NO_TIME_LIMIT ? 0
+                                                                    : s->lim.timeout_ms;
     p->pidfd = p->in = p->out = p->report = -1;
     p->term = CSW_PROCESS_TERMINATION_UNKNOWN;
     p->on_exit = sp->on_exit;
@@ -1068,9 +1090,10 @@ int cs_supervisor_spawn(struct cs_supervisor *s, const struct cs_supervisor_spaw
     s->live++;
     p->pidw = cs_loop_fd_add(s->loop, p->pidfd, CS_LOOP_READ, on_exit_ready, p);
     p->outw = cs_loop_fd_add(s->loop, p->out, CS_LOOP_READ, on_output, p);
-    p->limit_timer = cs_loop_timer_add(
-        s->loop, sp->timeout_ms > 0 ? sp->timeout_ms : s->lim.timeout_ms, on_time_limit, p);
-    if (!p->pidw || !p->outw || !p->limit_timer) {
+    /* No time limit: no timer at all. */
+    if (p->timeout_ms > 0)
+        p->limit_timer = cs_loop_timer_add(s->loop, p->timeout_ms, on_time_limit, p);
+    if (!p->pidw || !p->outw || (p->timeout_ms > 0 && !p->limit_timer)) {
         /* Cannot watch it: it must not run unwatched. */
         cs_diag_set(d, CSW_ERROR_PROCESS_SPAWN_FAILED, "out of resources watching the process: %s",
                     strerror(errno));

@@ -33,9 +33,9 @@
 struct cs_supervisor;
 
 struct cs_supervisor_limits {
-    int64_t max_live;      /* live processes at once (CODESPACE_MAX_PROCESSES) */
-    int64_t timeout_ms;    /* time limit of every process (CODESPACE_PROCESS_TIMEOUT_SECS) */
-    size_t ring_bytes;     /* output retained per process (256 KiB) */
+    int64_t max_live;      /* live processes at once, every workspace together (safety cap) */
+    int64_t timeout_ms;    /* time limit of a process whose spawn names none; 0: none */
+    size_t ring_bytes;     /* output retained per process whose spawn names none (1 MiB) */
     int64_t retain_ms;     /* an exited handle is kept this long (15 minutes) ... */
     size_t retain_max;     /* ... and at most this many exited handles (64) */
     int64_t kill_grace_ms; /* terminate: SIGTERM, then SIGKILL after this long (2 s) */
@@ -54,10 +54,12 @@ struct cs_supervisor_limits {
 };
 
 /* The fixed limits of docs/contract/runtime.md §5 (the others come from the configuration). */
-#define CS_SUPERVISOR_RING_BYTES    (256 * 1024)     /* output kept per process */
-#define CS_SUPERVISOR_RETAIN_MS     (15 * 60 * 1000) /* an exited handle lives this long ... */
-#define CS_SUPERVISOR_RETAIN_MAX    64               /* ... and at most this many of them */
-#define CS_SUPERVISOR_KILL_GRACE_MS 2000             /* terminate: SIGTERM, then SIGKILL */
+#define CS_SUPERVISOR_RING_BYTES    (1024 * 1024)     /* output kept per process, by default */
+#define CS_SUPERVISOR_RING_MAX      (2 * 1024 * 1024) /* ... and at most (docs/operations.md) */
+#define CS_SUPERVISOR_NO_TIME_LIMIT (-1)              /* cs_supervisor_spawn.timeout_ms: none */
+#define CS_SUPERVISOR_RETAIN_MS     (15 * 60 * 1000)  /* an exited handle lives this long ... */
+#define CS_SUPERVISOR_RETAIN_MAX    64                /* ... and at most this many of them */
+#define CS_SUPERVISOR_KILL_GRACE_MS 2000              /* terminate: SIGTERM, then SIGKILL */
 
 /* Fills *lim with the fixed limits above, max_live and timeout_ms, PATH and TMPDIR from this
  * process's environment (borrowed: they must outlive cs_supervisor_new, which copies them) and
@@ -147,8 +149,15 @@ struct cs_supervisor_spawn {
     char *const *deny_mask;
     size_t n_deny_mask;
     bool tty;
-    int64_t timeout_ms; /* the time limit; 0: the supervisor's */
-    int64_t yield_ms;   /* 0 … 30000 */
+    /* The time limit in ms; 0: the supervisor's (lim.timeout_ms); CS_SUPERVISOR_NO_TIME_LIMIT:
+     * none, no timer at all. */
+    int64_t timeout_ms;
+    /* Live processes of workspace_id at once, this one included (its limits.max_live_processes);
+     * 0: only lim.max_live applies. */
+    int64_t max_live;
+    /* The output ring of this process, 1 .. CS_SUPERVISOR_RING_MAX; 0: lim.ring_bytes. */
+    size_t ring_bytes;
+    int64_t yield_ms; /* 0 … 30000 */
     cs_supervisor_exit_fn on_exit;
     void *exit_arg;
 };
@@ -157,7 +166,8 @@ struct cs_supervisor_spawn {
  * Starts a process. Returns 0 when it started: done then receives a struct
  * csw_mcp_exec_command_output (at once when yield_ms is 0, else when it finished or yield_ms
  * passed), and on_exit runs once when it finishes. Otherwise returns CSW_ERROR_WORKSPACE_BUSY
- * (live-process limit reached, nothing spawned) or CSW_ERROR_PROCESS_SPAWN_FAILED (nothing
+ * (the workspace's sp->max_live or the runner's lim.max_live reached, nothing spawned; the
+ * message names the limit) or CSW_ERROR_PROCESS_SPAWN_FAILED (nothing
  * started: missing executable, bad argv, out of resources), with d (may be NULL) holding that
  * code and saying why; done and on_exit are never called then.
  */

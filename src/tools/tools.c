@@ -287,6 +287,18 @@ static void find_tool(void *arg, struct cs_mcp_call *call, const void *input)
     const struct cs_workspace *ws = gate(t, call, &in->workspace_id, CS_POLICY_ACCESS_READ);
     if (!ws)
         return;
+    /* A glob the deny rules' validator refuses could never match (an empty, "." or ".."
+     * component, an unclosed class, ...): say so rather than answer an empty listing. */
+    const char *why = NULL;
+    if (in->args.has_glob && in->args.glob.n > 0 &&
+        !cs_fs_glob_valid(in->args.glob.s, in->args.glob.n, &why)) {
+        cs_mcp_call_error(call, CSW_ERROR_INVALID_ARGUMENTS, NULL,
+                          "/glob: \"%.*s\" can never match a file (%s); globs look like "
+                          "\"*.c\", \"src/**/*.h\" or \"docs/\"",
+                          (int)(in->args.glob.n < 200 ? in->args.glob.n : 200), in->args.glob.s,
+                          why);
+        return;
+    }
     struct csw_runner_wire_op op = {.tag = CSW_RUNNER_WIRE_OP_FIND};
     op.u.find.data =
         (struct csw_runner_wire_find_data){.workspace = *wsdesc(t, ws), .args = in->args};
@@ -595,8 +607,13 @@ static void exec_locked(struct cs_tools *t, const struct cs_workspace *ws, struc
     d->argv.n = in->command.n;
     d->process_id = (struct cs_str){ec->process_id, strlen(ec->process_id)};
     d->env.use_runner_defaults = true;
-    d->timeout_ms = t->cfg->process_timeout_secs * 1000;
-    d->output_bytes_cap = CS_SUPERVISOR_RING_BYTES;
+    /* The workspace's own limits (docs/operations.md), enforced by the runner's supervisor. */
+    _Static_assert(CS_POLICY_MAX_RING_BYTES <= CS_SUPERVISOR_RING_MAX,
+                   "every ring the registry allows is one the runner accepts");
+    d->timeout_ms = ws->limits.timeout_ms;
+    d->output_bytes_cap = ws->limits.output_ring_bytes;
+    d->has_max_live_processes = true;
+    d->max_live_processes = ws->limits.max_live_processes;
     d->tty = in->has_tty && in->tty;
     d->policy.workspace_profile =
         (enum csw_runner_wire_exec_data_policy_workspace_profile)w->profile;
@@ -1001,8 +1018,8 @@ int cs_tools_register(struct cs_mcp *srv, struct cs_tools *t, const struct cs_co
         struct cs_runner_uds_options opt = {
             .runtime_bin = bin,
             .runner_dir = cfg->runner_dir,
-            .max_processes = cfg->max_processes,
-            .timeout_ms = cfg->process_timeout_secs * 1000,
+            .max_processes = CS_POLICY_RUNNER_MAX_PROCS,
+            .timeout_ms = cs_config_file_timeout_ms(cfg),
             .version = version,
             .sandbox_helper = helper,
             .sandbox_uid = cfg->sandbox_uid,
@@ -1024,7 +1041,9 @@ int cs_tools_register(struct cs_mcp *srv, struct cs_tools *t, const struct cs_co
             t->remote[i] = t->runner; /* place_workspaces moves those with a runner of their own */
     } else {
         struct cs_supervisor_limits lim;
-        cs_supervisor_limits_init(&lim, cfg->max_processes, cfg->process_timeout_secs * 1000,
+        /* The runner-wide safety cap; each workspace's own cap comes with each exec. The
+         * timeout here is the file operations' (and a spawn's that names none). */
+        cs_supervisor_limits_init(&lim, CS_POLICY_RUNNER_MAX_PROCS, cs_config_file_timeout_ms(cfg),
                                   helper);
         lim.sandbox_uid = cfg->sandbox_uid;
         lim.sandbox_gid = cfg->sandbox_gid;
@@ -1042,9 +1061,6 @@ int cs_tools_register(struct cs_mcp *srv, struct cs_tools *t, const struct cs_co
     if (cfg->runner == CS_CONFIG_RUNNER_TCP)
         t->caps.remote = &cfg->remote;
     t->caps.tty_supported = true;
-    t->caps.max_live_processes = cfg->max_processes;
-    t->caps.timeout_ms = cfg->process_timeout_secs * 1000;
-    t->caps.output_ring_bytes = CS_SUPERVISOR_RING_BYTES;
     snprintf(err, err_cap, "internal: a tool is missing from the generated table");
     if (cs_mcp_set_tool(srv, "workspace_info", workspace_info, t) != 0 ||
         cs_mcp_set_tool(srv, "read", read_tool, t) != 0 ||
@@ -1057,6 +1073,11 @@ int cs_tools_register(struct cs_mcp *srv, struct cs_tools *t, const struct cs_co
         cs_mcp_set_tool(srv, "process_status", process_status_tool, t) != 0 ||
         cs_mcp_set_tool(srv, "process_resize", process_resize_tool, t) != 0 ||
         cs_mcp_set_tool(srv, "terminate_process", terminate_process_tool, t) != 0)
+        return -1;
+    /* A command line where an argv belongs is the commonest mistake with exec_command. */
+    if (cs_mcp_set_tool_hint(srv, "exec_command", "/command",
+                             "command is an argv (an array of strings), never parsed by a shell; "
+                             "for a command line use [\"sh\",\"-c\",\"...\"]") != 0)
         return -1;
     err[0] = '\0';
     return 0;
