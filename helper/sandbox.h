@@ -27,6 +27,7 @@
 #include "base_diag.h"
 #include "base_netallow.h"
 #include "csw.h"
+#include "sandbox_filter.h"
 
 #define CS_SBX_PROTOCOL   1
 #define CS_SBX_PATH       "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"
@@ -138,7 +139,7 @@ int cs_sbx_setup_landlock(const struct csw_sandbox_plan *plan); /* returns the A
 /* Loads the filter; when notify_sock >= 0 and the host supports it, the reporting rules notify
  * and the listener is sent over notify_sock (SCM_RIGHTS) and closed here: the command never
  * holds it. notify_sock is closed either way. */
-void cs_sbx_setup_seccomp(bool network_enabled, int notify_sock);
+void cs_sbx_setup_seccomp(enum cs_sbx_net net, int notify_sock);
 int cs_sbx_landlock_abi(void);
 
 /* ---- sandbox_proxy_parse.c (pure; fuzzed by fuzz/sandbox_proxy_fuzz.c) ---- */

@@ -403,9 +403,17 @@ int cs_sbx_prepare_request(const struct csw_sandbox_prepare_request *q, char **p
     p.cwd = q->command_cwd;
     p.workspace_root = q->workspace_root;
     p.writable_workspace = q->writable_workspace;
-    p.network = q->network == CSW_SANDBOX_PREPARE_REQUEST_NETWORK_ENABLED
-                    ? CSW_SANDBOX_PLAN_NETWORK_ENABLED
-                    : CSW_SANDBOX_PLAN_NETWORK_RESTRICTED;
+    switch (q->network) {
+    case CSW_SANDBOX_PREPARE_REQUEST_NETWORK_RESTRICTED:
+        p.network = CSW_SANDBOX_PLAN_NETWORK_RESTRICTED;
+        break;
+    case CSW_SANDBOX_PREPARE_REQUEST_NETWORK_ENABLED:
+        p.network = CSW_SANDBOX_PLAN_NETWORK_ENABLED;
+        break;
+    case CSW_SANDBOX_PREPARE_REQUEST_NETWORK_LOOPBACK:
+        p.network = CSW_SANDBOX_PLAN_NETWORK_LOOPBACK;
+        break;
+    }
     p.has_network_allow = q->has_network_allow;
     p.network_allow.v = q->network_allow.v;
     p.network_allow.n = q->network_allow.n;

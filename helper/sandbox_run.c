@@ -156,6 +156,20 @@ static int recv_fd(int sock)
 
 /* ------------------------------------------------------------------ command ---- */
 
+/* The plan's network as the seccomp filter's variant. */
+static enum cs_sbx_net filter_net(enum csw_sandbox_plan_network n)
+{
+    switch (n) {
+    case CSW_SANDBOX_PLAN_NETWORK_RESTRICTED:
+        break;
+    case CSW_SANDBOX_PLAN_NETWORK_ENABLED:
+        return CS_SBX_NET_ENABLED;
+    case CSW_SANDBOX_PLAN_NETWORK_LOOPBACK:
+        return CS_SBX_NET_LOOPBACK;
+    }
+    return CS_SBX_NET_RESTRICTED;
+}
+
 _Noreturn static void command_main(const struct csw_sandbox_plan *plan, char **env, int notify_sock)
 {
     for (int s = 1; s < NSIG; s++)
@@ -183,7 +197,7 @@ _Noreturn static void command_main(const struct csw_sandbox_plan *plan, char **e
     for (size_t i = 0; i < plan->argv.n; i++)
         argv[i] = plan->argv.v[i].s;
     environ = env; /* execvp searches the sandbox PATH */
-    cs_sbx_setup_seccomp(plan->network == CSW_SANDBOX_PLAN_NETWORK_ENABLED, notify_sock);
+    cs_sbx_setup_seccomp(filter_net(plan->network), notify_sock);
     if (close_range(3, ~0u, 0) < 0) /* nothing but 0-2 reaches the command */
         cs_sbx_die("close_range");
     execvp(argv[0], argv);

@@ -73,6 +73,7 @@ enum cs_policy_env_kind {
 enum cs_policy_network {
     CS_POLICY_NETWORK_RESTRICTED,
     CS_POLICY_NETWORK_ENABLED,
+    CS_POLICY_NETWORK_LOOPBACK, /* lo only, AF_INET/AF_INET6 allowed, nothing leaves */
 };
 
 /* An execution environment of the registry. "local" (host) always exists. */

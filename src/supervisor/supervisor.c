@@ -834,8 +834,17 @@ static int sandbox_plan(struct cs_supervisor *s, const struct cs_supervisor_spaw
     plan.workspace_root = (struct cs_str){(char *)sp->root, strlen(sp->root)};
     plan.cwd = plan.workspace_root;
     plan.writable_workspace = sp->writable;
-    plan.network = sp->network_enabled ? CSW_SANDBOX_PLAN_NETWORK_ENABLED
-                                       : CSW_SANDBOX_PLAN_NETWORK_RESTRICTED;
+    switch (sp->network) {
+    case CS_SUPERVISOR_NETWORK_RESTRICTED:
+        plan.network = CSW_SANDBOX_PLAN_NETWORK_RESTRICTED;
+        break;
+    case CS_SUPERVISOR_NETWORK_ENABLED:
+        plan.network = CSW_SANDBOX_PLAN_NETWORK_ENABLED;
+        break;
+    case CS_SUPERVISOR_NETWORK_LOOPBACK:
+        plan.network = CSW_SANDBOX_PLAN_NETWORK_LOOPBACK;
+        break;
+    }
     plan.has_network_allow = sp->has_network_allow;
     plan.network_allow.v = (struct cs_str *)sp->network_allow;
     plan.network_allow.n = sp->n_network_allow;
@@ -963,7 +972,9 @@ int cs_supervisor_spawn(struct cs_supervisor *s, const struct cs_supervisor_spaw
         .rows = p->rows,
         .cols = p->cols,
     };
-    if (!s->sandbox && sp->network_enabled) {
+    /* loopback falls back as restricted does (docs/contract/sandbox.md section 2): unsandboxed,
+     * reported as enforcement none. */
+    if (!s->sandbox && sp->network == CS_SUPERVISOR_NETWORK_ENABLED) {
         cs_diag_set(d, CSW_ERROR_PROCESS_SPAWN_FAILED,
                     "network \"enabled\" needs the Linux sandbox helper, whose probe failed: a "
                     "missing Linux helper is not permission");

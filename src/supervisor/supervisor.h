@@ -131,6 +131,13 @@ bool cs_supervisor_owns_pid(const struct cs_supervisor *s, pid_t pid);
 /* Writes a fresh "proc-<uuid v4>" (getrandom). Returns 0 or -1. */
 int cs_supervisor_new_id(char out[CS_SUPERVISOR_ID_SIZE]);
 
+/* A command's network (docs/contract/sandbox.md section 4, workflows "loopback"). */
+enum cs_supervisor_network {
+    CS_SUPERVISOR_NETWORK_RESTRICTED, /* lo only, AF_UNIX sockets only */
+    CS_SUPERVISOR_NETWORK_ENABLED,    /* lo only plus the helper's proxy */
+    CS_SUPERVISOR_NETWORK_LOOPBACK,   /* lo only, AF_INET/AF_INET6 allowed, nothing leaves */
+};
+
 struct cs_supervisor_spawn {
     const char *process_id;    /* minted by the caller (cs_supervisor_new_id); copied */
     const char *root;          /* working directory and HOME (absolute) */
@@ -138,7 +145,7 @@ struct cs_supervisor_spawn {
     size_t argc;
     const char *workspace_id; /* the owner, for workspace_of / terminate_workspace; copied */
     bool writable;            /* the sandbox mounts the workspace read-write */
-    bool network_enabled;     /* network "enabled" (else restricted) */
+    enum cs_supervisor_network network;
     bool has_network_allow;
     const struct cs_str *network_allow;
     size_t n_network_allow;

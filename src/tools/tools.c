@@ -758,9 +758,17 @@ static int build_wsdesc(struct cs_tools *t)
         d->environment_kind = ws->env_kind == CS_POLICY_ENV_HOST
                                   ? CSW_RUNNER_WORKSPACE_ENVIRONMENT_KIND_HOST
                                   : CSW_RUNNER_WORKSPACE_ENVIRONMENT_KIND_LINUX_CONTAINER;
-        d->network = ws->network == CS_POLICY_NETWORK_ENABLED
-                         ? CSW_RUNNER_WORKSPACE_NETWORK_ENABLED
-                         : CSW_RUNNER_WORKSPACE_NETWORK_RESTRICTED;
+        switch (ws->network) {
+        case CS_POLICY_NETWORK_RESTRICTED:
+            d->network = CSW_RUNNER_WORKSPACE_NETWORK_RESTRICTED;
+            break;
+        case CS_POLICY_NETWORK_ENABLED:
+            d->network = CSW_RUNNER_WORKSPACE_NETWORK_ENABLED;
+            break;
+        case CS_POLICY_NETWORK_LOOPBACK:
+            d->network = CSW_RUNNER_WORKSPACE_NETWORK_LOOPBACK;
+            break;
+        }
         d->has_network_allow = ws->has_network_allow;
         if (ws->n_network_allow > 0) {
             d->network_allow.v = calloc(ws->n_network_allow, sizeof *d->network_allow.v);
