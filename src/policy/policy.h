@@ -76,6 +76,13 @@ enum cs_policy_network {
     CS_POLICY_NETWORK_LOOPBACK, /* lo only, AF_INET/AF_INET6 allowed, nothing leaves */
 };
 
+/* How a workspace's live processes share it (workflows.md section 3). */
+enum cs_workspace_processes {
+    CS_WORKSPACE_PROCESSES_EXCLUSIVE = 0, /* one live process holds the workspace until it exits */
+    CS_WORKSPACE_PROCESSES_SHARED,        /* up to max_live_processes at once, patches meanwhile,
+                                           * one network namespace for the workspace */
+};
+
 /* An execution environment of the registry. "local" (host) always exists. */
 struct cs_config_environment {
     char *id; /* NUL-terminated, no NUL inside, not empty */
@@ -111,6 +118,7 @@ struct cs_workspace {
     char *environment; /* environment id */
     enum cs_policy_env_kind env_kind;
     enum cs_policy_network network;
+    enum cs_workspace_processes processes;
     bool has_network_allow; /* the file gave network_allow (even empty) */
     char **network_allow;   /* host patterns, as given */
     size_t n_network_allow;
@@ -160,6 +168,8 @@ struct cs_config {
     int64_t process_timeout_secs;
     /* CODESPACE_MAX_PROCESSES: 1..CS_POLICY_MAX_PROCS */
     int64_t max_processes;
+    /* --processes exclusive|shared, CODESPACE_PROCESSES: the --workspace form's workspace */
+    enum cs_workspace_processes processes;
     /* CODESPACE_REQUIRE_LINUX_SANDBOX: "1" true; unset or "0" false */
     bool require_linux_sandbox;
     /* --log-level, CODESPACE_LOG: the MCP level name ("debug" .. "emergency"; static storage)

@@ -42,6 +42,7 @@ enum slot {
     S_LOG_LEVEL,
     S_TIMEOUT,
     S_MAX_PROCESSES,
+    S_PROCESSES,
     S_REQUIRE_SANDBOX,
     S_RUNTIME_BIN,
     S_SANDBOX_BIN,
@@ -77,6 +78,7 @@ static const struct setting settings[S__COUNT] = {
     [S_LOG_LEVEL] = {"--log-level", "CODESPACE_LOG"},
     [S_TIMEOUT] = {NULL, "CODESPACE_PROCESS_TIMEOUT_SECS"},
     [S_MAX_PROCESSES] = {NULL, "CODESPACE_MAX_PROCESSES"},
+    [S_PROCESSES] = {"--processes", "CODESPACE_PROCESSES"},
     [S_REQUIRE_SANDBOX] = {NULL, "CODESPACE_REQUIRE_LINUX_SANDBOX"},
     [S_RUNTIME_BIN] = {NULL, "CODESPACE_RUNTIME_BIN"},
     [S_SANDBOX_BIN] = {NULL, "CODESPACE_LINUX_SANDBOX_BIN"},
@@ -163,6 +165,9 @@ static const char usage_tail[] =
     "      process time limit in seconds, > 0 (default 30)\n"
     "                                      CODESPACE_MAX_PROCESSES\n"
     "      live processes per runner, > 0 (default 8)\n"
+    "  --processes MODE                    CODESPACE_PROCESSES\n"
+    "      the --workspace workspace's processes: exclusive (one live process holds it)\n"
+    "      or shared (many at once, patches meanwhile) (default exclusive)\n"
     "                                      CODESPACE_REQUIRE_LINUX_SANDBOX\n"
     "      1: a failed sandbox probe is fatal at start (default unset, same as 0)\n"
     "                                      CODESPACE_RUNTIME_BIN\n"
@@ -607,6 +612,13 @@ static int resolve(struct cs_config *cfg, const struct raw *raw, char **envp,
     if (raw[S_MAX_PROCESSES].value &&
         take_int(&raw[S_MAX_PROCESSES], 1, CS_POLICY_MAX_PROCS, &cfg->max_processes, err) != 0)
         return CS_CONFIG_ERROR;
+
+    r = &raw[S_PROCESSES];
+    cfg->processes = CS_WORKSPACE_PROCESSES_EXCLUSIVE;
+    if (r->value && strcmp(r->value, "shared") == 0)
+        cfg->processes = CS_WORKSPACE_PROCESSES_SHARED;
+    else if (r->value && strcmp(r->value, "exclusive") != 0)
+        return bad_value(err, r, "\"exclusive\" or \"shared\"");
 
     r = &raw[S_REQUIRE_SANDBOX];
     cfg->require_linux_sandbox = false;

@@ -140,6 +140,10 @@ static int fill_execution(struct csw_mcp_workspace_info_output_execution *x,
     fill_process(&x->process, ws, caps);
 
     x->serialization.max_waiters_per_resource = CS_POLICY_MAX_WAITERS;
+    x->serialization.process_conflict =
+        ws->processes == CS_WORKSPACE_PROCESSES_SHARED
+            ? CSW_MCP_WORKSPACE_INFO_OUTPUT_EXECUTION_SERIALIZATION_PROCESS_CONFLICT_SHARE
+            : CSW_MCP_WORKSPACE_INFO_OUTPUT_EXECUTION_SERIALIZATION_PROCESS_CONFLICT_REJECT;
 
     /* A workspace on a remote worker reports that worker's own probe, as its last hello said
      * (docs/security-model.md R17); this process's probe says nothing about it. */

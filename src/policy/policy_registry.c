@@ -363,6 +363,9 @@ static int workspace_load(struct cs_config *cfg,
 
     ws.profile = profile_of(v->profile);
     ws.network = network_of(v->network);
+    ws.processes = v->processes == CSW_CONFIG_REGISTRY_WORKSPACES_VALUE_PROCESSES_SHARED
+                       ? CS_WORKSPACE_PROCESSES_SHARED
+                       : CS_WORKSPACE_PROCESSES_EXCLUSIVE;
 
     /* environment: "local" unless given; must be registered. */
     const char *env = v->environment.s ? v->environment.s : CS_POLICY_LOCAL_ENV;
@@ -546,6 +549,7 @@ static int quick_start(struct cs_config *cfg, const char *dir, const char *sourc
     ws.profile = CS_POLICY_PROFILE_WORKSPACE_WRITE;
     ws.env_kind = CS_POLICY_ENV_HOST;
     ws.network = CS_POLICY_NETWORK_RESTRICTED;
+    ws.processes = cfg->processes;
     rc = ws_add_take(cfg, &ws, err);
 out:
     cs__policy_workspace_clear(&ws);

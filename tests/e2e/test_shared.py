@@ -175,5 +175,84 @@ class LoopbackCase(SharedBase):
         self.assertEqual(text.split(), ["refused", "refused"])
 
 
+def patch_add(path, text):
+    return "*** Begin Patch\n*** Add File: %s\n+%s\n*** End Patch\n" % (path, text)
+
+
+class SharedCase(SharedBase):
+    """processes "shared" (workflows.md section 3) beside an exclusive workspace, with the live
+    cap at 3: many live processes, patches while they run, the cap named when reached."""
+
+    WORKSPACES = {"sh": {"processes": "shared"}, "ex": {}}
+    EXTRA_ENV = {"CODESPACE_MAX_PROCESSES": "3"}
+
+    def start(self, wid, argv):
+        out = self.srv.call("exec_command", {"workspace_id": wid, "command": argv})
+        self.assertEqual(out["dispatch_status"], "confirmed", out)
+        self.live.append(out["process_id"])
+        return out["process_id"]
+
+    def wait_exit(self, pid):
+        text, cursor = "", 0
+        deadline = time.monotonic() + 20 * SLOW
+        while time.monotonic() < deadline:
+            st = self.srv.call("read_process", {"process_id": pid, "cursor": cursor,
+                                                "wait_ms": 5000})
+            text += st["chunk"]
+            cursor = st["cursor"]
+            if st["eof"]:
+                return text
+        self.fail("%s did not end" % pid)
+
+    def test_workspace_info_says_share(self):
+        sh = self.srv.call("workspace_info", {"workspace_id": "sh"})
+        ex = self.srv.call("workspace_info", {"workspace_id": "ex"})
+        self.assertEqual(sh["execution"]["serialization"]["process_conflict"], "share", sh)
+        self.assertEqual(ex["execution"]["serialization"]["process_conflict"], "reject", ex)
+
+    def test_many_live_patches_meanwhile_and_the_cap(self):
+        a = self.start("sh", ["sleep", "60"])
+        b = self.start("sh", ["sleep", "60"])
+        # a patch runs while both live, and the processes see its file
+        out = self.srv.call("apply_patch", {"workspace_id": "sh",
+                                            "patch": patch_add("while-live.txt", "patched")})
+        self.assertEqual(out["status"], "applied", out)
+        c = self.start("sh", ["cat", "while-live.txt"])
+        self.assertEqual(self.wait_exit(c).strip(), "patched")
+        self.live.remove(c)
+        # the third place again, then the cap: refused at once, naming the limit
+        c = self.start("sh", ["sleep", "60"])
+        t0 = time.monotonic()
+        _, err = self.srv.call_raw("exec_command", {"workspace_id": "sh", "command": ["true"]})
+        self.assertLess(time.monotonic() - t0, 3 * SLOW)
+        self.assertEqual(err["code"], "WORKSPACE_BUSY", err)
+        self.assertIn("max_live_processes", err["message"])
+        # one ends: its place frees
+        self.srv.call("terminate_process", {"process_id": a})
+        self.live.remove(a)
+        d = self.start("sh", ["sleep", "60"])
+        for pid in (b, c, d):
+            self.assertEqual(self.srv.call("process_status", {"process_id": pid})["state"],
+                             "running")
+
+    def test_exclusive_unchanged(self):
+        self.start("ex", ["sleep", "60"])
+        for tool, args in (("exec_command", {"workspace_id": "ex", "command": ["true"]}),
+                           ("apply_patch", {"workspace_id": "ex",
+                                            "patch": patch_add("never.txt", "x")})):
+            _, err = self.srv.call_raw(tool, args)
+            self.assertEqual(err["code"], "WORKSPACE_BUSY", (tool, err))
+            self.assertIn("a live process", err["message"])
+        self.assertFalse(os.path.exists(os.path.join(self.roots["ex"], "never.txt")))
+
+    def test_a_failed_spawn_frees_its_place(self):
+        for _ in range(5):
+            _, err = self.srv.call_raw("exec_command", {"workspace_id": "sh",
+                                                        "command": ["/nonexistent/cmd"]})
+            self.assertEqual(err["code"], "PROCESS_SPAWN_FAILED", err)
+        for _ in range(3):
+            self.start("sh", ["sleep", "60"])
+
+
 if __name__ == "__main__":
     unittest.main()
