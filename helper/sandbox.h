@@ -107,6 +107,16 @@ int cs_sbx_wait(int sock, struct cs_diag *err);
  * for the proxy listener (init -> outer helper) and the seccomp listener (command -> outer). */
 void cs_sbx_send_fd(int sock, int fd, const char *what);
 
+/* ---- sandbox_netns.c: `netns-hold`, the workspace's network namespace ---- */
+
+/* `netns-hold <label>`: creates the namespace, writes "ready\n" on stdout, waits for EOF on
+ * stdin. Returns the exit code. */
+int cs_sbx_netns_hold_main(int argc, char **argv);
+
+/* Dies unless fd is a namespace descriptor of type nstype (CLONE_NEWNET or CLONE_NEWUSER);
+ * sets close-on-exec on it. what names the plan field. */
+void cs_sbx_netns_check(int fd, int nstype, const char *what);
+
 /* ---- sandbox_identity.c (run by the outer helper, in the caller's namespaces) ---- */
 
 #define CS_SBX_DEFAULT_ID 65533 /* a root caller's command id when the plan names none */

@@ -765,6 +765,8 @@ static void op_exec(struct cs_runner_exec *ex, const struct csw_runner_wire_exec
             .writable = d->policy.workspace_profile ==
                         CSW_RUNNER_WIRE_EXEC_DATA_POLICY_WORKSPACE_PROFILE_WORKSPACE_WRITE,
             .network = exec_network(d->policy.network),
+            .workspace_netns = d->workspace.has_processes &&
+                               d->workspace.processes == CSW_RUNNER_WORKSPACE_PROCESSES_SHARED,
             .has_network_allow = d->policy.has_network_allow,
             .network_allow = d->policy.network_allow.v,
             .n_network_allow = d->policy.network_allow.n,

@@ -51,13 +51,17 @@ struct cs_supervisor_limits {
     /* No helper started ahead of sandboxed commands (CODESPACE_TEST_SANDBOX_WARM=0): each starts
      * its own (docs/runner-isolation.md, "Cost of a spawn"). */
     bool sandbox_cold;
+    /* A shared workspace's network namespace is kept this long after its last process
+     * (CODESPACE_NETNS_GRACE_SECS, default 60 s; workflows.md section 3). */
+    int64_t netns_grace_ms;
 };
 
 /* The fixed limits of docs/contract/runtime.md §5 (the others come from the configuration). */
-#define CS_SUPERVISOR_RING_BYTES    (256 * 1024)     /* output kept per process */
-#define CS_SUPERVISOR_RETAIN_MS     (15 * 60 * 1000) /* an exited handle lives this long ... */
-#define CS_SUPERVISOR_RETAIN_MAX    64               /* ... and at most this many of them */
-#define CS_SUPERVISOR_KILL_GRACE_MS 2000             /* terminate: SIGTERM, then SIGKILL */
+#define CS_SUPERVISOR_RING_BYTES     (256 * 1024)     /* output kept per process */
+#define CS_SUPERVISOR_RETAIN_MS      (15 * 60 * 1000) /* an exited handle lives this long ... */
+#define CS_SUPERVISOR_RETAIN_MAX     64               /* ... and at most this many of them */
+#define CS_SUPERVISOR_KILL_GRACE_MS  2000             /* terminate: SIGTERM, then SIGKILL */
+#define CS_SUPERVISOR_NETNS_GRACE_MS (60 * 1000) /* a workspace's netns after its last process */
 
 /* Fills *lim with the fixed limits above, max_live and timeout_ms, PATH and TMPDIR from this
  * process's environment (borrowed: they must outlive cs_supervisor_new, which copies them) and
@@ -146,6 +150,9 @@ struct cs_supervisor_spawn {
     const char *workspace_id; /* the owner, for workspace_of / terminate_workspace; copied */
     bool writable;            /* the sandbox mounts the workspace read-write */
     enum cs_supervisor_network network;
+    /* A shared workspace (workflows.md section 3): a sandboxed command joins the network
+     * namespace the supervisor holds for workspace_id instead of getting one of its own. */
+    bool workspace_netns;
     bool has_network_allow;
     const struct cs_str *network_allow;
     size_t n_network_allow;

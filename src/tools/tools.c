@@ -806,6 +806,9 @@ static int build_wsdesc(struct cs_tools *t)
             d->network = CSW_RUNNER_WORKSPACE_NETWORK_LOOPBACK;
             break;
         }
+        /* sent only when shared: an exclusive workspace's description stays as it was */
+        d->has_processes = ws->processes == CS_WORKSPACE_PROCESSES_SHARED;
+        d->processes = CSW_RUNNER_WORKSPACE_PROCESSES_SHARED;
         d->has_network_allow = ws->has_network_allow;
         if (ws->n_network_allow > 0) {
             d->network_allow.v = calloc(ws->n_network_allow, sizeof *d->network_allow.v);

@@ -254,5 +254,148 @@ class SharedCase(SharedBase):
             self.start("sh", ["sleep", "60"])
 
 
+TAG = "%x%04x" % (os.getpid() % 0xffff, int(time.time() * 1000) % 0xffff)
+
+# A client that never goes through a proxy (in an enabled workspace HTTP_PROXY points at the
+# helper's, which refuses loopback destinations), retrying while the server starts.
+CLIENT_PY = PY_PROOF + r"""
+import time, urllib.request
+op = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+for _ in range(int(sys.argv[2])):
+    try:
+        print(op.open(sys.argv[1], timeout=5).read().decode().strip())
+        break
+    except OSError:
+        time.sleep(0.1)
+else:
+    print("UNREACHABLE")
+"""
+
+
+def holders(label):
+    """Host pids of `codespace-linux-sandbox netns-hold <label>` processes."""
+    out = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open("/proc/%s/cmdline" % d, "rb") as f:
+                words = f.read().split(b"\0")
+        except OSError:
+            continue
+        if len(words) >= 3 and words[1] == b"netns-hold" and words[2] == label.encode() \
+                and words[0].endswith(b"codespace-linux-sandbox"):
+            out.append(int(d))
+    return out
+
+
+def netns_inode_users(inode):
+    """Host pids whose network namespace is inode."""
+    out = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            if os.stat("/proc/%s/ns/net" % d).st_ino == inode:
+                out.append(int(d))
+        except OSError:
+            continue
+    return out
+
+
+class WorkspaceNetnsCase(SharedBase):
+    """One network namespace per shared workspace (workflows.md section 3): a server started by
+    one exec_command is reached by the next, in loopback and enabled workspaces; two workspaces
+    never share one; it is gone after the last process and the grace period."""
+
+    LB, LB2, EN, EX = "lb-" + TAG, "lb2-" + TAG, "en-" + TAG, "ex-" + TAG
+    WORKSPACES = {LB: {"processes": "shared", "network": "loopback"},
+                  LB2: {"processes": "shared", "network": "loopback"},
+                  EN: {"processes": "shared", "network": "enabled"},
+                  EX: {"network": "loopback"}}
+    EXTRA_ENV = {"CODESPACE_NETNS_GRACE_SECS": "2"}
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        for wid, root in cls.roots.items():
+            with open(os.path.join(root, "who.txt"), "w") as f:
+                f.write("served by %s\n" % wid)
+
+    def serve(self, wid, port):
+        out = self.srv.call("exec_command", {
+            "workspace_id": wid,
+            "command": [PY, "-m", "http.server", str(port), "--bind", "127.0.0.1"]})
+        self.assertEqual(out["dispatch_status"], "confirmed", out)
+        self.live.append(out["process_id"])
+        return out["process_id"]
+
+    def fetch(self, wid, port, tries=150):
+        """The server's answer, retried while it starts (tries of 0.1 s), or UNREACHABLE."""
+        _, text = self.run_py(wid, CLIENT_PY, "http://127.0.0.1:%d/who.txt" % port, str(tries))
+        return text.strip()
+
+    def stop(self, pid):
+        self.srv.call("terminate_process", {"process_id": pid})
+        self.live.remove(pid)
+
+    def test_server_reached_from_the_next_command_loopback(self):
+        pid = self.serve(self.LB, 18081)
+        self.assertEqual(self.fetch(self.LB, 18081), "served by " + self.LB)
+        self.assertEqual(len(holders(self.LB)), 1)
+        self.stop(pid)
+
+    def test_server_reached_from_the_next_command_enabled(self):
+        pid = self.serve(self.EN, 18082)
+        self.assertEqual(self.fetch(self.EN, 18082), "served by " + self.EN)
+        # the proxy stays per command: the client still got one
+        _, text = self.run_py(self.EN, PY_PROOF + "print(os.environ.get('HTTP_PROXY', ''))")
+        self.assertTrue(text.strip().startswith("http://127.0.0.1:"), text)
+        self.stop(pid)
+
+    def test_two_workspaces_same_port_each_reaches_its_own(self):
+        a = self.serve(self.LB, 18090)
+        b = self.serve(self.LB2, 18090)
+        self.assertEqual(self.fetch(self.LB, 18090), "served by " + self.LB)
+        self.assertEqual(self.fetch(self.LB2, 18090), "served by " + self.LB2)
+        ha, hb = holders(self.LB), holders(self.LB2)
+        self.assertEqual((len(ha), len(hb)), (1, 1))
+        self.assertNotEqual(os.stat("/proc/%d/ns/net" % ha[0]).st_ino,
+                            os.stat("/proc/%d/ns/net" % hb[0]).st_ino)
+        # and a workspace without a server reaches none of them
+        self.assertEqual(self.fetch(self.EN, 18090, tries=3), "UNREACHABLE")
+        self.stop(a)
+        self.stop(b)
+
+    def test_exclusive_keeps_a_namespace_per_command(self):
+        srv = self.serve(self.EX, 18083)
+        self.assertEqual(holders(self.EX), [])
+        self.stop(srv)
+        # the server is gone with its command; a namespace of the next command's own
+        self.assertEqual(self.fetch(self.EX, 18083, tries=3), "UNREACHABLE")
+        self.assertEqual(holders(self.EX), [])
+
+    def test_namespace_kept_in_grace_then_gone(self):
+        self.run_py(self.LB2, PY_PROOF + "print('one')")
+        h = holders(self.LB2)
+        self.assertEqual(len(h), 1)
+        inode = os.stat("/proc/%d/ns/net" % h[0]).st_ino
+        # within the grace period the next command joins the same namespace
+        _, text = self.run_py(self.LB2, PY_PROOF + "print(os.stat('/proc/self/ns/net').st_ino)")
+        self.assertEqual(int(text.strip()), inode)
+        self.assertEqual(holders(self.LB2), h)
+        # after it: no holder, and no process of the host in that namespace
+        deadline = time.monotonic() + 15 * SLOW
+        while time.monotonic() < deadline and (holders(self.LB2) or netns_inode_users(inode)):
+            time.sleep(0.2)
+        self.assertEqual(holders(self.LB2), [])
+        self.assertEqual(netns_inode_users(inode), [])
+        # and the next command gets a new one
+        self.run_py(self.LB2, PY_PROOF + "print('again')")
+        h2 = holders(self.LB2)
+        self.assertEqual(len(h2), 1)
+        self.assertNotEqual(h2, h)
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -1869,5 +1869,156 @@ def notify_available():
         return False
 
 
+# Run as the caller (root, or nobody through setpriv): holds a workspace namespace, starts a
+# server in it with one `run`, reaches it from a second `run`, and from a third of its own
+# namespace does not. Prints one JSON line.
+JOINED_PY = r"""
+import fcntl, json, os, subprocess, sys, time
+H, ws, port = sys.argv[1], sys.argv[2], sys.argv[3]
+def hold():
+    p = subprocess.Popen([H, "netns-hold", "test-ws"], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    line = p.stdout.readline()
+    if line != b"ready\n":
+        raise SystemExit("holder: %r %r" % (line, p.stderr.read()))
+    net = os.open("/proc/%d/ns/net" % p.pid, os.O_RDONLY)
+    user = os.open("/proc/%d/ns/user" % p.pid, os.O_RDONLY) if os.geteuid() != 0 else None
+    return p, net, user
+def run(argv, net, user, wait=True):
+    req = {"protocol": 1, "workspace_root": ws, "command_cwd": ws, "writable_workspace": True,
+           "network": "loopback", "argv": argv, "env": {"HOME": ws}, "tty": False}
+    r = subprocess.run([H, "prepare"], input=json.dumps(req), capture_output=True, text=True)
+    path = json.loads(r.stdout)["plan_path"]
+    plan = json.load(open(path))
+    os.unlink(path)
+    os.rmdir(os.path.dirname(path))
+    keep = []
+    if net is not None:
+        plan["netns_fd"] = net
+        keep.append(net)
+    if user is not None:
+        plan["userns_fd"] = user
+        keep.append(user)
+    fd = os.memfd_create("plan", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    os.write(fd, json.dumps(plan).encode())
+    fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK
+                | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE)
+    p = subprocess.Popen([H, "run", "--plan-fd", str(fd)], pass_fds=[fd] + keep,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    os.close(fd)
+    if not wait:
+        return p
+    o, e = p.communicate(timeout=60)
+    return p.returncode, o.decode().strip(), e.decode().strip()
+client = ("import sys, time, urllib.request\n"
+          "for _ in range(int(sys.argv[2])):\n"
+          "    try: print(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode().strip()); break\n"
+          "    except OSError: time.sleep(0.1)\n"
+          "else: print('UNREACHABLE')\n")
+url = "http://127.0.0.1:%s/who.txt" % port
+h, net, user = hold()
+srv = run(["/usr/bin/python3", "-m", "http.server", port, "--bind", "127.0.0.1"], net, user,
+          wait=False)
+res = {"joined": run(["/usr/bin/python3", "-c", client, url, "100"], net, user),
+       "own": run(["/usr/bin/python3", "-c", client, url, "3"], None, None),
+       "uid": os.geteuid()}
+srv.kill()
+srv.communicate()
+h.stdin.close()
+res["holder_exit"] = h.wait(10)
+print(json.dumps(res))
+"""
+
+
+class TestWorkspaceNetns(SandboxCase):
+    """A workspace's network namespace (workflows.md section 3): `netns-hold` holds it, each
+    `run` whose plan names it (netns_fd, and userns_fd for a caller that is not root) joins it."""
+
+    def joined(self, as_nobody):
+        with open(os.path.join(self.ws, "who.txt"), "w") as f:
+            f.write("from the server\n")
+        script = os.path.join(self.tmp, "joined.py")
+        with open(script, "w") as f:
+            f.write(JOINED_PY)
+        argv = [PY, script, HELPER, self.ws, "18123"]
+        env = dict(os.environ, TMPDIR=self.tmp)
+        if as_nobody:
+            if os.geteuid() != 0:
+                self.skipTest("needs root to become nobody")
+            for d in (self.tmp, self.ws):
+                os.chown(d, 65534, 65534)
+            os.chmod(script, 0o644)
+            os.chown(os.path.join(self.ws, "who.txt"), 65534, 65534)
+            argv = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] + argv
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env)
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        res = json.loads(p.stdout.strip().splitlines()[-1])
+        self.assertEqual(res["joined"], [0, "from the server", ""], res)
+        self.assertEqual(res["own"][:2], [0, "UNREACHABLE"], res)
+        self.assertEqual(res["holder_exit"], 0, res)
+        return res
+
+    def test_joined_commands_share_loopback(self):
+        self.joined(as_nobody=False)
+
+    def test_joined_commands_share_loopback_not_root(self):
+        # the holder's own user namespace owns the network namespace; run joins it first and
+        # nests the sandbox's user namespace in it
+        res = self.joined(as_nobody=True)
+        self.assertEqual(res["uid"], 65534)
+
+    def test_holder_usage_and_lo(self):
+        p = subprocess.run([HELPER, "netns-hold"], capture_output=True, text=True, timeout=10)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        p = subprocess.run([HELPER, "netns-hold", "a b"], capture_output=True, text=True,
+                           timeout=10)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        h = subprocess.Popen([HELPER, "netns-hold", "lo-check"], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE)
+        try:
+            self.assertEqual(h.stdout.readline(), b"ready\n")
+            with open("/proc/%d/net/dev" % h.pid) as f:
+                devs = [l.split(":")[0].strip() for l in f.readlines()[2:]]
+            self.assertEqual(devs, ["lo"])
+            with open("/proc/%d/status" % h.pid) as f:
+                st = f.read()
+            self.assertRegex(st, r"CapEff:\s+0+\n")
+            self.assertNotEqual(os.stat("/proc/%d/ns/net" % h.pid).st_ino,
+                                os.stat("/proc/self/ns/net").st_ino)
+        finally:
+            h.stdin.close()
+            self.assertEqual(h.wait(10), 0)
+            h.stdout.close()
+
+    def test_plan_namespace_fds_checked(self):
+        plan = self.prepare(["/bin/true"])
+        with open(plan) as f:
+            text = json.load(f)
+        os.unlink(plan)
+        os.rmdir(os.path.dirname(plan))
+        r, w = os.pipe()
+        user = os.open("/proc/self/ns/user", os.O_RDONLY)
+        net = os.open("/proc/self/ns/net", os.O_RDONLY)
+        try:
+            cases = [({"netns_fd": r}, [r], "netns_fd %d is not a network namespace" % r),
+                     ({"netns_fd": user}, [user], "is not a network namespace"),
+                     ({"netns_fd": net, "userns_fd": net}, [net],
+                      "userns_fd and netns_fd are the same descriptor"),
+                     ({"userns_fd": user}, [user], "userns_fd without netns_fd")]
+            for extra, keep, want in cases:
+                with self.subTest(extra=extra):
+                    fd = os.memfd_create("plan", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+                    os.write(fd, json.dumps(dict(text, **extra)).encode())
+                    fcntl.fcntl(fd, fcntl.F_ADD_SEALS, TestProtocol.ALL_SEALS)
+                    p = subprocess.run([HELPER, "run", "--plan-fd", str(fd)],
+                                       pass_fds=[fd] + keep, capture_output=True, timeout=30)
+                    os.close(fd)
+                    self.assertEqual(p.returncode, 125, out(p))
+                    self.assertIn(want, out(p))
+        finally:
+            for d in (r, w, user, net):
+                os.close(d)
+
+
 if __name__ == "__main__":
     unittest.main()
