@@ -367,6 +367,15 @@ class WorkspaceNetnsCase(SharedBase):
         self.stop(a)
         self.stop(b)
 
+    def test_nothing_leaves_a_shared_loopback_namespace(self):
+        out, text = self.run_py(self.LB, CONNECT_PY, "10.0.0.1 80", "192.0.2.1 9")
+        self.assertEqual(text.split(), ["10.0.0.1", "80", "ENETUNREACH",
+                                        "192.0.2.1", "9", "ENETUNREACH"])
+        info = self.srv.call("workspace_info", {"workspace_id": self.LB})
+        if "network" in (info["execution"]["isolation"].get("denial_reports") or []):
+            self.assertEqual({(d["target"], d["reason"]) for d in out.get("denials", [])},
+                             {("10.0.0.1:80", "no_route"), ("192.0.2.1:9", "no_route")})
+
     def test_exclusive_keeps_a_namespace_per_command(self):
         srv = self.serve(self.EX, 18083)
         self.assertEqual(holders(self.EX), [])
