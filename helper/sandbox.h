@@ -27,7 +27,7 @@
 #include "base_diag.h"
 #include "base_netallow.h"
 #include "csw.h"
-#include "sandbox_filter.h"
+#include "sandbox_net.h"
 
 #define CS_SBX_PROTOCOL   1
 #define CS_SBX_PATH       "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"
