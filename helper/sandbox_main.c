@@ -8,6 +8,8 @@
  *   codespace-linux-sandbox run --wait-fd <n>   (the runner's pre-started helper: fd n a
  *                                                socket the plan and stdio come on, then as
  *                                                run --plan-fd 5; sandbox_wait.c)
+ *   codespace-linux-sandbox netns-hold <label>  (a workspace's network namespace, held until
+ *                                                EOF on stdin; sandbox_netns.c)
  *
  * Trust: argv comes from the runner; the helper ignores its own environment except TMPDIR and
  * CODESPACE_SANDBOX_RUNNER_PID (the runner's pid, named in plan directories: sandbox_plan.c).
@@ -21,6 +23,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -43,7 +46,8 @@ static int usage(void)
     fputs("       codespace-linux-sandbox run --plan-fd <n>\n"
           "       codespace-linux-sandbox run --wait-fd <n>\n"
           "       codespace-linux-sandbox prepare < request.json\n"
-          "       codespace-linux-sandbox probe\n",
+          "       codespace-linux-sandbox probe\n"
+          "       codespace-linux-sandbox netns-hold <label>\n",
           stderr);
     return CS_SBX_EXIT_USAGE;
 }
@@ -241,6 +245,8 @@ int main(int argc, char **argv)
             return 1;
         return cs_sbx_prepare_main();
     }
+    if (strcmp(argv[1], "netns-hold") == 0)
+        return cs_sbx_netns_hold_main(argc, argv);
     if (strcmp(argv[1], "run") != 0)
         return usage();
     bool by_fd = argc == 4 && strcmp(argv[2], "--plan-fd") == 0;
@@ -269,16 +275,21 @@ int main(int argc, char **argv)
      * names (the runner passes it as fd 3). */
     /* One close_range per gap between the kept descriptors (3 to 1023, validated), not a close
      * per number: a thousand system calls were 80 us of every spawn (issue 20). */
-    unsigned keep[2], nk = 0;
+    unsigned keep[4], nk = 0;
     if (plan.has_workspace_fd)
         keep[nk++] = (unsigned)plan.workspace_fd;
     if (plan.has_report_fd)
         keep[nk++] = (unsigned)plan.report_fd;
-    if (nk == 2 && keep[0] > keep[1]) {
-        unsigned t = keep[0];
-        keep[0] = keep[1];
-        keep[1] = t;
-    }
+    if (plan.has_netns_fd)
+        keep[nk++] = (unsigned)plan.netns_fd;
+    if (plan.has_userns_fd)
+        keep[nk++] = (unsigned)plan.userns_fd;
+    for (unsigned i = 1; i < nk; i++) /* distinct (validated): an insertion sort of four */
+        for (unsigned k = i; k > 0 && keep[k - 1] > keep[k]; k--) {
+            unsigned t = keep[k];
+            keep[k] = keep[k - 1];
+            keep[k - 1] = t;
+        }
     unsigned from = 3;
     for (unsigned i = 0; i < nk; i++) {
         if (keep[i] > from && close_range(from, keep[i] - 1, 0) < 0)
@@ -297,5 +308,10 @@ int main(int argc, char **argv)
             cs_sbx_diex("report_fd %lld is not a writable pipe", (long long)plan.report_fd);
         fcntl((int)plan.report_fd, F_SETFD, FD_CLOEXEC);
     }
+    /* The workspace's namespaces (a netns-hold helper's): checked for their type. */
+    if (plan.has_netns_fd)
+        cs_sbx_netns_check((int)plan.netns_fd, CLONE_NEWNET, "netns_fd");
+    if (plan.has_userns_fd)
+        cs_sbx_netns_check((int)plan.userns_fd, CLONE_NEWUSER, "userns_fd");
     cs_sbx_run(&plan);
 }

@@ -86,6 +86,7 @@ enum cs_policy_env_kind {
 enum cs_policy_network {
     CS_POLICY_NETWORK_RESTRICTED,
     CS_POLICY_NETWORK_ENABLED,
+    CS_POLICY_NETWORK_LOOPBACK, /* lo only, AF_INET/AF_INET6 allowed, nothing leaves */
 };
 
 /* Registry "processes" (docs/process.md): how live processes share a workspace. */

@@ -183,7 +183,10 @@ static int fill_execution(struct csw_mcp_workspace_info_output_execution *x,
     if (iso->sandbox) {
         enum csw_mcp_workspace_info_output_execution_isolation_denial_reports_item k[2];
         size_t nk = 0;
-        if (ws->network == CS_POLICY_NETWORK_ENABLED)
+        /* loopback: a connect that cannot leave is reported (no_route) by the same user
+         * notification that reports system calls */
+        if (ws->network == CS_POLICY_NETWORK_ENABLED ||
+            (ws->network == CS_POLICY_NETWORK_LOOPBACK && iso->syscall_denials))
             k[nk++] = CSW_MCP_WORKSPACE_INFO_OUTPUT_EXECUTION_ISOLATION_DENIAL_REPORTS_ITEM_NETWORK;
         if (iso->syscall_denials)
             k[nk++] = CSW_MCP_WORKSPACE_INFO_OUTPUT_EXECUTION_ISOLATION_DENIAL_REPORTS_ITEM_SYSCALL;
@@ -203,6 +206,9 @@ static int fill_execution(struct csw_mcp_workspace_info_output_execution *x,
         break;
     case CS_POLICY_NETWORK_ENABLED:
         x->network.policy = CSW_MCP_WORKSPACE_INFO_OUTPUT_EXECUTION_NETWORK_POLICY_ENABLED;
+        break;
+    case CS_POLICY_NETWORK_LOOPBACK:
+        x->network.policy = CSW_MCP_WORKSPACE_INFO_OUTPUT_EXECUTION_NETWORK_POLICY_LOOPBACK;
         break;
     }
     /* The same probe that decides how commands spawn decides what is claimed here. */
@@ -288,6 +294,9 @@ static int fill_listing(struct csw_mcp_workspace_info_output *o, const struct cs
             break;
         case CS_POLICY_NETWORK_ENABLED:
             it->network = CSW_MCP_WORKSPACE_INFO_OUTPUT_WORKSPACES_ITEM_NETWORK_ENABLED;
+            break;
+        case CS_POLICY_NETWORK_LOOPBACK:
+            it->network = CSW_MCP_WORKSPACE_INFO_OUTPUT_WORKSPACES_ITEM_NETWORK_LOOPBACK;
             break;
         }
         switch (ws->processes) {

@@ -138,6 +138,8 @@ static enum cs_policy_network network_of(enum csw_config_registry_workspaces_val
         return CS_POLICY_NETWORK_RESTRICTED;
     case CSW_CONFIG_REGISTRY_WORKSPACES_VALUE_NETWORK_ENABLED:
         return CS_POLICY_NETWORK_ENABLED;
+    case CSW_CONFIG_REGISTRY_WORKSPACES_VALUE_NETWORK_LOOPBACK:
+        return CS_POLICY_NETWORK_LOOPBACK;
     }
     return CS_POLICY_NETWORK_RESTRICTED; /* unreachable: fail closed */
 }

@@ -111,6 +111,20 @@ void cs_runner_exec_reap_strays(struct cs_runner_exec *ex)
     fclose(f);
 }
 
+/* The wire's network policy of an exec as the supervisor's. */
+static enum cs_supervisor_network exec_network(enum csw_runner_wire_exec_data_policy_network n)
+{
+    switch (n) {
+    case CSW_RUNNER_WIRE_EXEC_DATA_POLICY_NETWORK_RESTRICTED:
+        break;
+    case CSW_RUNNER_WIRE_EXEC_DATA_POLICY_NETWORK_ENABLED:
+        return CS_SUPERVISOR_NETWORK_ENABLED;
+    case CSW_RUNNER_WIRE_EXEC_DATA_POLICY_NETWORK_LOOPBACK:
+        return CS_SUPERVISOR_NETWORK_LOOPBACK;
+    }
+    return CS_SUPERVISOR_NETWORK_RESTRICTED;
+}
+
 static void fail(cs_runner_done_fn done, void *arg, int code, const char *msg)
 {
     struct cs_runner_reply r = {.outcome = CS_RUNNER_ERROR, .code = code, .msg = msg};
@@ -743,8 +757,9 @@ static void op_exec(struct cs_runner_exec *ex, const struct csw_runner_wire_exec
             .workspace_id = wsid,
             .writable = d->policy.workspace_profile ==
                         CSW_RUNNER_WIRE_EXEC_DATA_POLICY_WORKSPACE_PROFILE_WORKSPACE_WRITE,
-            .network_enabled =
-                d->policy.network == CSW_RUNNER_WIRE_EXEC_DATA_POLICY_NETWORK_ENABLED,
+            .network = exec_network(d->policy.network),
+            .workspace_netns = d->workspace.has_processes &&
+                               d->workspace.processes == CSW_RUNNER_WORKSPACE_PROCESSES_SHARED,
             .has_network_allow = d->policy.has_network_allow,
             .network_allow = d->policy.network_allow.v,
             .n_network_allow = d->policy.network_allow.n,

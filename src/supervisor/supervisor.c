@@ -95,6 +95,9 @@ struct proc {
     /* The plan prepare returned for a sandboxed process (NULL otherwise): removed once the
      * process is reaped, if `run` did not remove it first (docs/contract/sandbox.md §1). */
     char *plan;
+    /* A shared workspace's process: the network namespace it joined, released when it has
+     * finished (NULL otherwise). */
+    struct cs__netns *netns;
     /* A sandboxed process: the read end of the helper's denial report pipe (docs/contract/tools.md
      * section 6), read once the helper is reaped; the decoded report when there was one. */
     int report;
@@ -113,6 +116,8 @@ struct cs_supervisor {
      * the loop turn after each. Not a process of the table: never listed, counted or limited. */
     struct cs__supervisor_warm warm;
     bool warm_pending; /* warm_rearm deferred */
+    /* The shared workspaces' network namespaces (supervisor_netns.c). */
+    struct cs__netns_table netns;
 };
 
 static int64_t now_ms(void)
@@ -542,6 +547,8 @@ static void maybe_finish(struct proc *p)
     cs__ring_compact(&p->ring);
     s->live--;
     s->exited++;
+    cs__netns_release(p->netns); /* the namespace's grace period may start */
+    p->netns = NULL;
     /* The exit callback first (the lease goes; over uds the process_exited event leaves before
      * the answers below), so a client that sees `exited` can start the next command at once.
      * p survives it: only an exited handle past retention is freed, and p is the newest. */
@@ -717,6 +724,7 @@ static void proc_free(struct proc *p)
         s->exited--;
     else
         s->live--;
+    cs__netns_release(p->netns);
     proc_unlink(p);
     free(p->workspace_id);
     cs__ring_fini(&p->ring);
@@ -760,6 +768,8 @@ struct cs_supervisor *cs_supervisor_new(struct cs_loop *loop,
     s->lim.path = s->path;
     s->lim.tmpdir = s->tmpdir;
     s->lim.sandbox_helper = s->sandbox;
+    s->netns = (struct cs__netns_table){
+        .loop = loop, .helper = s->sandbox, .grace_ms = lim->netns_grace_ms, .list = NULL};
     /* docs/contract/sandbox.md §1: the plans a runner of ours that is gone left behind (R9). */
     if (s->sandbox)
         (void)cs__supervisor_plan_sweep();
@@ -775,6 +785,7 @@ void cs_supervisor_free(struct cs_supervisor *s)
     cs__supervisor_warm_stop(&s->warm);
     while (s->procs)
         proc_free(s->procs);
+    cs__netns_table_fini(&s->netns);
     free(s->path);
     free(s->tmpdir);
     free(s->sandbox);
@@ -790,6 +801,8 @@ bool cs_supervisor_owns_pid(const struct cs_supervisor *s, pid_t pid)
 {
     if (s->warm.pid > 0 && s->warm.pid == pid)
         return true; /* reaped through its pidfd, by cs__supervisor_warm_stop */
+    if (cs__netns_owns_pid(&s->netns, pid))
+        return true; /* a network namespace holder, reaped by the table */
     for (const struct proc *p = s->procs; p; p = p->next)
         if (!p->reaped && p->pid == pid)
             return true;
@@ -814,7 +827,7 @@ static char *concat(const char *a, const char *b)
  * issue 20), or -1 with d. Every rule prepare checks, run checks again on this plan
  * (cs_sbx_plan_parse), so nothing is trusted more for being built here. */
 static int sandbox_plan(struct cs_supervisor *s, const struct cs_supervisor_spawn *sp, char **argv,
-                        char **envp, size_t ne, struct cs_diag *d)
+                        char **envp, size_t ne, const struct cs__netns *ns, struct cs_diag *d)
 {
     struct csw_sandbox_plan plan;
     memset(&plan, 0, sizeof plan);
@@ -835,8 +848,17 @@ static int sandbox_plan(struct cs_supervisor *s, const struct cs_supervisor_spaw
     plan.workspace_root = (struct cs_str){(char *)sp->root, strlen(sp->root)};
     plan.cwd = plan.workspace_root;
     plan.writable_workspace = sp->writable;
-    plan.network = sp->network_enabled ? CSW_SANDBOX_PLAN_NETWORK_ENABLED
-                                       : CSW_SANDBOX_PLAN_NETWORK_RESTRICTED;
+    switch (sp->network) {
+    case CS_SUPERVISOR_NETWORK_RESTRICTED:
+        plan.network = CSW_SANDBOX_PLAN_NETWORK_RESTRICTED;
+        break;
+    case CS_SUPERVISOR_NETWORK_ENABLED:
+        plan.network = CSW_SANDBOX_PLAN_NETWORK_ENABLED;
+        break;
+    case CS_SUPERVISOR_NETWORK_LOOPBACK:
+        plan.network = CSW_SANDBOX_PLAN_NETWORK_LOOPBACK;
+        break;
+    }
     plan.has_network_allow = sp->has_network_allow;
     plan.network_allow.v = (struct cs_str *)sp->network_allow;
     plan.network_allow.n = sp->n_network_allow;
@@ -864,6 +886,11 @@ static int sandbox_plan(struct cs_supervisor *s, const struct cs_supervisor_spaw
     /* The denial report's pipe is its fd 4. */
     plan.has_report_fd = true;
     plan.report_fd = 4;
+    /* A shared workspace's namespace: the child passes it as 6 (and its user namespace as 7). */
+    plan.has_netns_fd = ns != NULL;
+    plan.netns_fd = 6;
+    plan.has_userns_fd = ns && cs__netns_fd(ns, true) >= 0;
+    plan.userns_fd = 7;
     plan.has_sandbox_uid = s->lim.sandbox_uid > 0;
     plan.sandbox_uid = s->lim.sandbox_uid;
     plan.has_sandbox_gid = s->lim.sandbox_gid > 0;
@@ -921,8 +948,9 @@ int cs_supervisor_spawn(struct cs_supervisor *s, const struct cs_supervisor_spaw
     struct proc *p = calloc(1, sizeof *p);
     char *plan = NULL, *tmp_env = NULL;
     char *run_argv[5], *run_env[2];
-    int plan_fd = -1;         /* the sealed plan of a sandboxed process */
-    int report[2] = {-1, -1}; /* the denial report pipe of a sandboxed process */
+    int plan_fd = -1;            /* the sealed plan of a sandboxed process */
+    struct cs__netns *ns = NULL; /* a shared workspace's namespace, acquired for this spawn */
+    int report[2] = {-1, -1};    /* the denial report pipe of a sandboxed process */
     if (!argv || !p) {
         cs_diag_set(d, CSW_ERROR_PROCESS_SPAWN_FAILED, "out of memory");
         goto out;
@@ -984,8 +1012,12 @@ int cs_supervisor_spawn(struct cs_supervisor *s, const struct cs_supervisor_spaw
         .tty = sp->tty,
         .rows = p->rows,
         .cols = p->cols,
+        .netns_fd = -1,
+        .userns_fd = -1,
     };
-    if (!s->sandbox && sp->network_enabled) {
+    /* loopback falls back as restricted does (docs/contract/sandbox.md section 2): unsandboxed,
+     * reported as enforcement none. */
+    if (!s->sandbox && sp->network == CS_SUPERVISOR_NETWORK_ENABLED) {
         cs_diag_set(d, CSW_ERROR_PROCESS_SPAWN_FAILED,
                     "network \"enabled\" needs the Linux sandbox helper, whose probe failed: a "
                     "missing Linux helper is not permission");
@@ -1017,7 +1049,15 @@ int cs_supervisor_spawn(struct cs_supervisor *s, const struct cs_supervisor_spaw
                 goto out;
             }
         }
-        plan_fd = sandbox_plan(s, sp, argv, envp, ne, d);
+        /* workflows.md section 3: a shared workspace's commands join its one namespace. */
+        if (sp->workspace_netns && sp->workspace_id && sp->workspace_id[0]) {
+            ns = cs__netns_acquire(&s->netns, sp->workspace_id, d);
+            if (!ns)
+                goto out;
+            cmd.netns_fd = cs__netns_fd(ns, false);
+            cmd.userns_fd = cs__netns_fd(ns, true);
+        }
+        plan_fd = sandbox_plan(s, sp, argv, envp, ne, ns, d);
         if (plan_fd < 0)
             goto out;
         run_argv[0] = (char *)"codespace-linux-sandbox";
@@ -1058,7 +1098,8 @@ int cs_supervisor_spawn(struct cs_supervisor *s, const struct cs_supervisor_spaw
     }
     cmd.report_fd = report[1];
     struct cs__supervisor_fds fds;
-    bool warm = s->sandbox && !s->lim.sandbox_cold;
+    /* The pre-started helper takes no namespace descriptors: a joined command starts cold. */
+    bool warm = s->sandbox && !s->lim.sandbox_cold && !ns;
     int started = cs__supervisor_start(&cmd, warm ? &s->warm : NULL, &fds, d);
     if (warm && s->warm.pid <= 0 && !s->warm_pending)
         s->warm_pending = cs_loop_defer(s->loop, warm_rearm, s) == 0;
@@ -1070,6 +1111,8 @@ int cs_supervisor_spawn(struct cs_supervisor *s, const struct cs_supervisor_spaw
     p->pid = fds.pid;
     p->pidfd = fds.pidfd;
     p->plan = plan; /* removed once the helper is reaped */
+    p->netns = ns;  /* released when it has finished */
+    ns = NULL;
     plan = NULL;
     close(report[1]); /* the helper holds the only write end: EOF once it is gone */
     report[1] = -1;
@@ -1118,7 +1161,8 @@ out:
     free(p);
     if (plan_fd >= 0)
         close(plan_fd);
-    if (plan) /* prepared, but `run` never started: nobody else will remove it */
+    cs__netns_release(ns); /* acquired, but nothing started: its grace period may start */
+    if (plan)              /* prepared, but `run` never started: nobody else will remove it */
         (void)cs__supervisor_plan_remove(plan);
     free(plan);
     free(tmp_env);

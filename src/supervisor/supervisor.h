@@ -51,15 +51,19 @@ struct cs_supervisor_limits {
     /* No helper started ahead of sandboxed commands (CODESPACE_TEST_SANDBOX_WARM=0): each starts
      * its own (docs/runner-isolation.md, "Cost of a spawn"). */
     bool sandbox_cold;
+    /* A shared workspace's network namespace is kept this long after its last process
+     * (CODESPACE_NETNS_GRACE_SECS, default 60 s; workflows.md section 3). */
+    int64_t netns_grace_ms;
 };
 
 /* The fixed limits of docs/contract/runtime.md §5 (the others come from the configuration). */
-#define CS_SUPERVISOR_RING_BYTES    (1024 * 1024)     /* output kept per process, by default */
-#define CS_SUPERVISOR_RING_MAX      (2 * 1024 * 1024) /* ... and at most (docs/operations.md) */
-#define CS_SUPERVISOR_NO_TIME_LIMIT (-1)              /* cs_supervisor_spawn.timeout_ms: none */
-#define CS_SUPERVISOR_RETAIN_MS     (15 * 60 * 1000)  /* an exited handle lives this long ... */
-#define CS_SUPERVISOR_RETAIN_MAX    64                /* ... and at most this many of them */
-#define CS_SUPERVISOR_KILL_GRACE_MS 2000              /* terminate: SIGTERM, then SIGKILL */
+#define CS_SUPERVISOR_RING_BYTES     (1024 * 1024)     /* output kept per process, by default */
+#define CS_SUPERVISOR_RING_MAX       (2 * 1024 * 1024) /* ... and at most (docs/operations.md) */
+#define CS_SUPERVISOR_NO_TIME_LIMIT  (-1)              /* cs_supervisor_spawn.timeout_ms: none */
+#define CS_SUPERVISOR_RETAIN_MS      (15 * 60 * 1000)  /* an exited handle lives this long ... */
+#define CS_SUPERVISOR_RETAIN_MAX     64                /* ... and at most this many of them */
+#define CS_SUPERVISOR_KILL_GRACE_MS  2000              /* terminate: SIGTERM, then SIGKILL */
+#define CS_SUPERVISOR_NETNS_GRACE_MS (60 * 1000) /* a workspace's netns after its last process */
 
 /* Fills *lim with the fixed limits above, max_live and timeout_ms, PATH and TMPDIR from this
  * process's environment (borrowed: they must outlive cs_supervisor_new, which copies them) and
@@ -133,6 +137,13 @@ bool cs_supervisor_owns_pid(const struct cs_supervisor *s, pid_t pid);
 /* Writes a fresh "proc-<uuid v4>" (getrandom). Returns 0 or -1. */
 int cs_supervisor_new_id(char out[CS_SUPERVISOR_ID_SIZE]);
 
+/* A command's network (docs/contract/sandbox.md section 4, workflows "loopback"). */
+enum cs_supervisor_network {
+    CS_SUPERVISOR_NETWORK_RESTRICTED, /* lo only, AF_UNIX sockets only */
+    CS_SUPERVISOR_NETWORK_ENABLED,    /* lo only plus the helper's proxy */
+    CS_SUPERVISOR_NETWORK_LOOPBACK,   /* lo only, AF_INET/AF_INET6 allowed, nothing leaves */
+};
+
 struct cs_supervisor_spawn {
     const char *process_id;    /* minted by the caller (cs_supervisor_new_id); copied */
     const char *root;          /* working directory and HOME (absolute) */
@@ -140,7 +151,10 @@ struct cs_supervisor_spawn {
     size_t argc;
     const char *workspace_id; /* the owner, for workspace_of / terminate_workspace; copied */
     bool writable;            /* the sandbox mounts the workspace read-write */
-    bool network_enabled;     /* network "enabled" (else restricted) */
+    enum cs_supervisor_network network;
+    /* A shared workspace (workflows.md section 3): a sandboxed command joins the network
+     * namespace the supervisor holds for workspace_id instead of getting one of its own. */
+    bool workspace_netns;
     bool has_network_allow;
     const struct cs_str *network_allow;
     size_t n_network_allow;

@@ -101,6 +101,10 @@ void cs_tools_free(struct cs_tools *t)
     }
     free(t->wsdesc);
     t->wsdesc = NULL;
+    if (t->leases) {
+        for (size_t i = 0; i < t->cfg->n_workspaces; i++)
+            free(t->leases[i].live);
+    }
     free(t->leases);
     t->leases = NULL;
     if (t->no_exec) {
@@ -361,15 +365,25 @@ static void with_lease(struct cs_tools *t, const struct cs_workspace *ws, struct
     run(t, ws, call, input);
 }
 
-/* The runner's events: a process finished (its lease goes), or the default runner's uds worker
- * is gone (every process with it). */
+/* The most live processes of a shared workspace (workflows.md section 3): its own limit. */
+static int64_t ws_max_live(const struct cs_tools *t, const struct cs_workspace *ws)
+{
+    (void)t;
+    return ws->limits.max_live_processes;
+}
+
+/* The runner's events: a process finished (its lease goes, or in a shared workspace its place),
+ * or the default runner's uds worker is gone (every process with it). */
 static void on_process_exited(void *arg, const char *process_id)
 {
     struct cs_tools *t = arg;
     for (size_t i = 0; i < t->cfg->n_workspaces; i++) {
         struct cs_tools_lease *l = &t->leases[i];
         if (cs__tools_lease_holds(l, process_id)) {
-            cs__tools_lease_release(l);
+            if (l->live)
+                cs__tools_lease_unshare(l, process_id);
+            else
+                cs__tools_lease_release(l);
             return;
         }
     }
@@ -381,8 +395,8 @@ static void on_runner_lost(void *arg)
 {
     struct cs_tools *t = arg;
     for (size_t i = 0; i < t->cfg->n_workspaces; i++)
-        if (!t->cfg->workspaces[i].has_runner && cs__tools_lease_holds(&t->leases[i], NULL))
-            cs__tools_lease_release(&t->leases[i]);
+        if (!t->cfg->workspaces[i].has_runner)
+            cs__tools_lease_lost(&t->leases[i]);
 }
 
 /* ---- apply_patch ---- */
@@ -560,8 +574,12 @@ static void exec_done(void *arg, const struct cs_runner_reply *r)
         break;
     }
     bool mine = cs__tools_lease_holds(l, ec->process_id);
+    char id[CS_SUPERVISOR_ID_SIZE];
+    memcpy(id, ec->process_id, sizeof id);
     free(ec);
-    if (release && mine)
+    if (release && mine && l->live)
+        cs__tools_lease_unshare(l, id); /* a shared workspace: its place goes */
+    else if (release && mine)
         cs__tools_lease_release(l);
 }
 
@@ -580,7 +598,8 @@ static void exec_cancelled(void *arg, struct cs_mcp_call *call)
     struct cs_runner *runner = ec->t->runner;
     char id[CS_SUPERVISOR_ID_SIZE];
     memcpy(id, ec->process_id, sizeof id); /* ec may be freed inside cs_runner_cancel */
-    cs__tools_lease_kill(l, id);
+    if (!l->live) /* a shared workspace's process keeps its place until its exit */
+        cs__tools_lease_kill(l, id);
     cs_runner_cancel(runner, exec_done, ec, id);
 }
 
@@ -593,7 +612,19 @@ static void exec_locked(struct cs_tools *t, const struct cs_workspace *ws, struc
     if (!ec || cs_supervisor_new_id(ec->process_id) != 0) {
         free(ec);
         cs_mcp_call_error(call, CSW_ERROR_INTERNAL, NULL, "no memory or random source");
-        cs__tools_lease_release(l);
+        if (!l->live) /* a shared workspace's exec never holds the lease */
+            cs__tools_lease_release(l);
+        return;
+    }
+    /* A shared workspace: the process takes a place among at most max_live_processes, never
+     * the lease (patches run meanwhile, other processes start). */
+    if (l->live && cs__tools_lease_share(l, ec->process_id) != 0) {
+        free(ec);
+        cs_mcp_call_error(call, CSW_ERROR_WORKSPACE_BUSY, NULL,
+                          "workspace \"%s\" already runs %zu live processes, its "
+                          "max_live_processes; wait for one to exit (process_status) or stop one "
+                          "(terminate_process)",
+                          ws->id, l->n_live);
         return;
     }
     ec->t = t;
@@ -624,8 +655,10 @@ static void exec_locked(struct cs_tools *t, const struct cs_workspace *ws, struc
     d->has_yield_ms = in->has_yield_ms;
     d->yield_ms = in->has_yield_ms ? in->yield_ms : 0;
     /* Live from here: a confirmed process holds the lease until it exits; with yield_ms 0 the
-     * call may complete inside cs_runner_call. Queued waiters fail at once. */
-    cs__tools_lease_go_live(l, ec->process_id);
+     * call may complete inside cs_runner_call. Queued waiters fail at once. (A shared
+     * workspace's process took its place above instead.) */
+    if (!l->live)
+        cs__tools_lease_go_live(l, ec->process_id);
     cs_mcp_call_on_cancel(call, exec_cancelled, ec);
     if (d->yield_ms > 0)
         ec->progress = cs__tools_progress_start(t->loop, t->runner, call, ec->process_id);
@@ -650,7 +683,10 @@ static void exec_command_tool(void *arg, struct cs_mcp_call *call, const void *i
         cs_mcp_call_error(call, CSW_ERROR_PROCESS_SPAWN_FAILED, NULL, "%s", why);
         return;
     }
-    with_lease(t, ws, call, input, exec_locked);
+    if (t->leases[ws - t->cfg->workspaces].live)
+        exec_locked(t, ws, call, input); /* shared: never waits for the lease (workflows.md 3) */
+    else
+        with_lease(t, ws, call, input, exec_locked);
 }
 
 static void write_stdin_tool(void *arg, struct cs_mcp_call *call, const void *input)
@@ -805,9 +841,20 @@ static int build_wsdesc(struct cs_tools *t)
         d->environment_kind = ws->env_kind == CS_POLICY_ENV_HOST
                                   ? CSW_RUNNER_WORKSPACE_ENVIRONMENT_KIND_HOST
                                   : CSW_RUNNER_WORKSPACE_ENVIRONMENT_KIND_LINUX_CONTAINER;
-        d->network = ws->network == CS_POLICY_NETWORK_ENABLED
-                         ? CSW_RUNNER_WORKSPACE_NETWORK_ENABLED
-                         : CSW_RUNNER_WORKSPACE_NETWORK_RESTRICTED;
+        switch (ws->network) {
+        case CS_POLICY_NETWORK_RESTRICTED:
+            d->network = CSW_RUNNER_WORKSPACE_NETWORK_RESTRICTED;
+            break;
+        case CS_POLICY_NETWORK_ENABLED:
+            d->network = CSW_RUNNER_WORKSPACE_NETWORK_ENABLED;
+            break;
+        case CS_POLICY_NETWORK_LOOPBACK:
+            d->network = CSW_RUNNER_WORKSPACE_NETWORK_LOOPBACK;
+            break;
+        }
+        /* sent only when shared: an exclusive workspace's description stays as it was */
+        d->has_processes = ws->processes == CS_WORKSPACE_PROCESSES_SHARED;
+        d->processes = CSW_RUNNER_WORKSPACE_PROCESSES_SHARED;
         d->has_network_allow = ws->has_network_allow;
         if (ws->n_network_allow > 0) {
             d->network_allow.v = calloc(ws->n_network_allow, sizeof *d->network_allow.v);
@@ -972,6 +1019,12 @@ int cs_tools_register(struct cs_mcp *srv, struct cs_tools *t, const struct cs_co
         t->leases[i].hooks = &lease_hooks;
         t->leases[i].t = t;
         t->leases[i].ws = &cfg->workspaces[i];
+        if (cfg->workspaces[i].processes == CS_WORKSPACE_PROCESSES_SHARED) {
+            t->leases[i].max_live = (size_t)ws_max_live(t, &cfg->workspaces[i]);
+            t->leases[i].live = calloc(t->leases[i].max_live, sizeof *t->leases[i].live);
+            if (!t->leases[i].live)
+                return -1;
+        }
     }
     /* docs/contract/runtime.md §2: every root was opened once at load; from here on the file tools,
      * the supervisor and the sandbox reach a root only through that descriptor. */

@@ -128,7 +128,7 @@ class RemoteWorker:
         if secs.isdigit():
             argv += ["--timeout-ms", str(min(int(secs), 30) * 1000)]
         wenv = {k: v for k, v in env.items() if not k.startswith("CODESPACE_")
-                or k.startswith("CODESPACE_TEST_")}
+                or k.startswith("CODESPACE_TEST_") or k == "CODESPACE_NETNS_GRACE_SECS"}
         self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                      stderr=subprocess.PIPE, env=wenv)
         line = self.proc.stderr.readline()

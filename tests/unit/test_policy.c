@@ -703,6 +703,79 @@ static void test_registry_example(void **state)
     cs_config_free(&cfg);
 }
 
+/* workflows.md section 4: network "loopback" loads and workspace_info reports it. */
+static void test_registry_loopback(void **state)
+{
+    (void)state;
+    write_cfgf("{ \"workspaces\": { \"lb\": { \"root\": \"%s\", \"network\": \"loopback\" } } }\n",
+               fx.ws1);
+    struct cs_config cfg;
+    load_ok(&cfg, ARGV("--config", fx.cfg), BASE_ENV);
+    assert_int_equal(cfg.n_workspaces, 1);
+    assert_int_equal(cfg.workspaces[0].network, CS_POLICY_NETWORK_LOOPBACK);
+    assert_false(cfg.workspaces[0].has_network_allow);
+    struct cs_runtime_caps caps = {.files_available = true,
+                                   .patch_available = true,
+                                   .process_available = true,
+                                   .sandbox = true,
+                                   .syscall_denials = true};
+    struct csw_mcp_workspace_info_input in = {.has_workspace_id = true,
+                                              .workspace_id = {(char *)"lb", 2}};
+    struct csw_mcp_workspace_info_output out;
+    assert_int_equal(cs_policy_workspace_info(&cfg, &caps, "0", &in, &out, NULL), 0);
+    assert_int_equal(out.execution.network.policy,
+                     CSW_MCP_WORKSPACE_INFO_OUTPUT_EXECUTION_NETWORK_POLICY_LOOPBACK);
+    assert_int_equal(out.execution.network.enforcement,
+                     CSW_MCP_WORKSPACE_INFO_OUTPUT_EXECUTION_NETWORK_ENFORCEMENT_ENFORCED);
+    /* no_route reports come through seccomp user notification */
+    assert_int_equal(out.execution.isolation.denial_reports.n, 2);
+    assert_int_equal(out.execution.isolation.denial_reports.v[0],
+                     CSW_MCP_WORKSPACE_INFO_OUTPUT_EXECUTION_ISOLATION_DENIAL_REPORTS_ITEM_NETWORK);
+    csw_mcp_workspace_info_output_free(&out);
+    cs_config_free(&cfg);
+}
+
+/* workflows.md section 3: processes "shared" from the registry, --processes / CODESPACE_PROCESSES
+ * for the --workspace form, exclusive by default; workspace_info says share or reject. */
+static void test_registry_processes(void **state)
+{
+    (void)state;
+    write_cfgf("{ \"workspaces\": { \"sh\": { \"root\": \"%s\", \"processes\": \"shared\" },\n"
+               "                  \"ex\": { \"root\": \"%s\" } } }\n",
+               fx.ws1, fx.ws2);
+    struct cs_config cfg;
+    load_ok(&cfg, ARGV("--config", fx.cfg), BASE_ENV);
+    assert_int_equal(cfg.workspaces[0].processes, CS_WORKSPACE_PROCESSES_SHARED);
+    assert_int_equal(cfg.workspaces[1].processes, CS_WORKSPACE_PROCESSES_EXCLUSIVE);
+    struct cs_runtime_caps caps = {
+        .files_available = true, .patch_available = true, .process_available = true};
+    struct csw_mcp_workspace_info_input in = {.has_workspace_id = true,
+                                              .workspace_id = {(char *)"sh", 2}};
+    struct csw_mcp_workspace_info_output out;
+    assert_int_equal(cs_policy_workspace_info(&cfg, &caps, "0", &in, &out, NULL), 0);
+    assert_int_equal(out.execution.serialization.process_conflict,
+                     CSW_MCP_WORKSPACE_INFO_OUTPUT_EXECUTION_SERIALIZATION_PROCESS_CONFLICT_SHARE);
+    csw_mcp_workspace_info_output_free(&out);
+    in.workspace_id = (struct cs_str){(char *)"ex", 2};
+    assert_int_equal(cs_policy_workspace_info(&cfg, &caps, "0", &in, &out, NULL), 0);
+    assert_int_equal(out.execution.serialization.process_conflict,
+                     CSW_MCP_WORKSPACE_INFO_OUTPUT_EXECUTION_SERIALIZATION_PROCESS_CONFLICT_REJECT);
+    csw_mcp_workspace_info_output_free(&out);
+    cs_config_free(&cfg);
+
+    load_ok(&cfg, ARGV("--workspace", fx.ws1, "--processes", "shared"), BASE_ENV);
+    assert_int_equal(cfg.workspaces[0].processes, CS_WORKSPACE_PROCESSES_SHARED);
+    cs_config_free(&cfg);
+    load_ok(&cfg, ARGV("--workspace", fx.ws1), ENV("HOME=/home/u", "CODESPACE_PROCESSES=shared"));
+    assert_int_equal(cfg.workspaces[0].processes, CS_WORKSPACE_PROCESSES_SHARED);
+    cs_config_free(&cfg);
+    load_ok(&cfg, ARGV("--workspace", fx.ws1), BASE_ENV);
+    assert_int_equal(cfg.workspaces[0].processes, CS_WORKSPACE_PROCESSES_EXCLUSIVE);
+    cs_config_free(&cfg);
+    load_err(ARGV("--workspace", fx.ws1, "--processes", "many"), BASE_ENV,
+             "--processes: expected \"exclusive\" or \"shared\", got \"many\"");
+}
+
 static void test_registry_root_symlink_is_canonical(void **state)
 {
     (void)state;
@@ -785,7 +858,7 @@ static void test_registry_refusals(void **state)
                fx.ws1);
     cfg_err("/workspaces/demo/profile: expected one of \"read-only\", \"workspace-write\"");
     write_cfgf("{\"workspaces\": {\"demo\": {\"root\": \"%s\", \"network\": \"bogus\"}}}", fx.ws1);
-    cfg_err("/workspaces/demo/network: expected one of \"restricted\", \"enabled\"");
+    cfg_err("/workspaces/demo/network: expected one of \"restricted\", \"enabled\", \"loopback\"");
     write_cfg("{\"environments\": {\"box\": {\"kind\": \"bogus\"}}}");
     cfg_err("/environments/box/kind: expected one of \"host\", \"linux-container\"");
     write_cfg("{\"workspaces\": {\"demo\": {\"profile\": \"read-only\"}}}");
@@ -1885,6 +1958,8 @@ int main(void)
         cmocka_unit_test(test_bad_values),
         cmocka_unit_test(test_runner_dir_refusals),
         cmocka_unit_test(test_registry_example),
+        cmocka_unit_test(test_registry_loopback),
+        cmocka_unit_test(test_registry_processes),
         cmocka_unit_test(test_registry_root_symlink_is_canonical),
         cmocka_unit_test(test_registry_remote_root),
         cmocka_unit_test(test_registry_refusals),
