@@ -15,8 +15,9 @@
 #   - Debian 12: llvm-defaults 0.55.7 ships libclang-rt-dev, which depends on
 #     libclang-rt-14-dev, which holds libclang_rt.fuzzer-x86_64.a for the default clang 14
 #     (checked with apt-cache depends/show on Debian 12).
-#   - Debian 13 and Ubuntu 24.04: newer llvm-defaults (0.59+/0.58), libclang-rt-dev depends on
-#     libclang-rt-19-dev / libclang-rt-18-dev, the runtime of their default clang 19 / 18.
+#   - Ubuntu 24.04: llvm-defaults 1:18.0-59~exp2 ships libclang-rt-dev (universe, like clang
+#     itself), depending on libclang-rt-18-dev for the default clang 18; Debian 13's newer
+#     llvm-defaults keeps the package, for clang 19.
 #   - Ubuntu 22.04: llvm-defaults 0.55~exp2 predates libclang-rt-dev (added in 0.55.5), and
 #     llvm-toolchain-14 1:14.0.0 predates the libclang-rt-14-dev split (1:14.0.6-10~exp4): the
 #     runtime is in libclang-common-14-dev, which clang-14 depends on. So libclang-rt-dev is
