@@ -104,7 +104,7 @@ case " $missing " in
         fi
         ;;
 esac
-if [ -z "$(echo $missing)" ]; then
+if [ -z "$missing" ]; then
     exit 0
 fi
 # shellcheck disable=SC2086
