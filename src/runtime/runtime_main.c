@@ -818,7 +818,8 @@ static int run(int argc, char **argv)
                 "\n"
                 "Environment: CODESPACE_REQUIRE_LINUX_SANDBOX=1 refuses to start without a\n"
                 "working sandbox; TMPDIR holds a --listen worker's private socket directory\n"
-                "(default /tmp).\n"
+                "(default /tmp); CODESPACE_NETNS_GRACE_SECS is how long a shared workspace\n"
+                "keeps its network namespace after its last process (0..86400, default 60).\n"
                 "Exit status: 0 after --help or --version or when the gateway's connection\n"
                 "ends (uds); 2 for wrong usage or a bad TLS file; 1 when it cannot start (the\n"
                 "sandbox probe failed, the address is taken) or its gateway went away.\n",
