@@ -27,9 +27,9 @@ own CPU time is printed: on a 2-core machine they share the cores with the serve
 sandbox helpers (and, in the baselines, with bwrap and cat).
 
 The gateway: `codespace-mcp --http --port 0 --token T --config <registry of 16 workspaces>`,
-as root with codespace-linux-sandbox beside the binary and CODESPACE_REQUIRE_LINUX_SANDBOX=1,
-CODESPACE_MAX_PROCESSES=32 (the default live cap, 8 per runner, is for one agent; 16 clients
-would otherwise see WORKSPACE_BUSY). The default runner (in-process).
+as root with codespace-linux-sandbox beside the binary and CODESPACE_REQUIRE_LINUX_SANDBOX=1
+(the live cap is per workspace, 8 by default, and 1024 per runner: 16 clients in 16 workspaces
+never meet it). The default runner (in-process).
 
 Run (release build, as root: the sandbox needs it):
     apt-get install bubblewrap
@@ -528,8 +528,7 @@ def main():
         os.mkdir(state)
         token = secrets.token_hex(16)
         env = {k: v for k, v in os.environ.items() if not k.startswith("CODESPACE_")}
-        env.update(XDG_STATE_HOME=state, CODESPACE_REQUIRE_LINUX_SANDBOX="1",
-                   CODESPACE_MAX_PROCESSES="32")
+        env.update(XDG_STATE_HOME=state, CODESPACE_REQUIRE_LINUX_SANDBOX="1")
         gw = Gateway([a.bin, "--http", "--port", "0", "--token", token, "--config", reg,
                       "--operations-db", ":memory:", "--log-level", "info"], env)
         print("codespace-mcp %s --http on port %d, %d clients" % (version, gw.port, a.clients),

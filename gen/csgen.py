@@ -300,8 +300,13 @@ class Builder:
         if "const" in s:
             return self.build_const(s, where)
         t = s.get("type")
+        if t is None and "enum" in s:
+            # An enum of strings without "type" means the same as with "type": "string"; it is
+            # how a "const" widens to more values additively (docs/changing-a-schema.md: adding
+            # a "type" where any type was allowed is a narrowing).
+            return self.build_enum(s, cname, where)
         if t is None:
-            raise SchemaError(f"{where}: a schema needs a 'type' (or $ref, oneOf, const)")
+            raise SchemaError(f"{where}: a schema needs a 'type' (or $ref, oneOf, const, enum)")
         if t == ["string", "null"] or t == ["null", "string"]:
             n = Node("nstring", None, where)
             self.string_bounds(n, s, where)

@@ -58,12 +58,17 @@ TOOL_ERRORS = {
 TOOL_CAPS = {
     "read": ["`limit` 0 or above 1048576 is `OUTPUT_LIMIT`"],
     "find": ["`limit` 0 or above 10000 is `OUTPUT_LIMIT`",
-             "the walk stops after 100000 entries (`incomplete: true`)"],
+             "the walk stops after 100000 entries (`incomplete: true`)",
+             "a `glob` that can never match a normalised path (an empty, `.` or `..` component, "
+             "an unclosed `[`, a lone `\\` at the end) is `INVALID_ARGUMENTS` naming `/glob`"],
     "apply_patch": ["at most 64 calls wait for one workspace's lease (`RESOURCE_QUEUE_FULL`)"],
-    "exec_command": ["at most 64 calls wait for one workspace's lease (`RESOURCE_QUEUE_FULL`)",
-                     "live processes per runner: `CODESPACE_MAX_PROCESSES` (8)",
-                     "time limit: `CODESPACE_PROCESS_TIMEOUT_SECS` (30 s)",
-                     "output ring: 256 KiB per process"],
+    "exec_command": ["a `command` that is not an array (a command line as a string) is "
+                     "`INVALID_ARGUMENTS` saying `use [\"sh\",\"-c\",\"...\"]`",
+                     "at most 64 calls wait for one workspace's lease (`RESOURCE_QUEUE_FULL`)",
+                     "live processes per workspace: its `limits.max_live_processes` (default 8; "
+                     "`WORKSPACE_BUSY` naming the limit), 1024 per runner",
+                     "time limit: its `limits.timeout_ms` (default 30 minutes; 0: none)",
+                     "output ring: its `limits.output_ring_bytes` per process (default 1 MiB)"],
 }
 
 

@@ -120,6 +120,21 @@ def expand_types(types):
     return out
 
 
+def json_type(value):
+    """The JSON Schema type name of a decoded JSON value ("integer" for whole numbers)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int) or (isinstance(value, float) and value.is_integer()):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    return "array" if isinstance(value, list) else "object"
+
+
 def sha256_hex(data):
     return hashlib.sha256(data).hexdigest()
 
@@ -480,7 +495,14 @@ def compare_facts(path, old, new, input_rules, output_rules):
 
     # Type: a type the old version admitted that the new one does not.
     if "type" in new:
-        if "type" not in old:
+        old_vals = allowed_values(old)
+        if "type" not in old and old_vals is not None:
+            # an enum/const without a type admits only its values' types: a type that admits
+            # every one of them (const "a" -> type string, enum ["a", "b"]) narrows nothing
+            gone = {json_type(json.loads(v)) for v in old_vals} - expand_types(new["type"])
+            if gone:
+                out.append((path, f"type narrowed: {', '.join(sorted(gone))} no longer allowed"))
+        elif "type" not in old:
             out.append((path, f"type restricted from any to {', '.join(new['type'])}"))
         else:
             gone = expand_types(old["type"]) - expand_types(new["type"])

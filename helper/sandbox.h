@@ -27,6 +27,7 @@
 #include "base_diag.h"
 #include "base_netallow.h"
 #include "csw.h"
+#include "sandbox_net.h"
 
 #define CS_SBX_PROTOCOL   1
 #define CS_SBX_PATH       "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"
@@ -106,6 +107,16 @@ int cs_sbx_wait(int sock, struct cs_diag *err);
  * for the proxy listener (init -> outer helper) and the seccomp listener (command -> outer). */
 void cs_sbx_send_fd(int sock, int fd, const char *what);
 
+/* ---- sandbox_netns.c: `netns-hold`, the workspace's network namespace ---- */
+
+/* `netns-hold <label>`: creates the namespace, writes "ready\n" on stdout, waits for EOF on
+ * stdin. Returns the exit code. */
+int cs_sbx_netns_hold_main(int argc, char **argv);
+
+/* Dies unless fd is a namespace descriptor of type nstype (CLONE_NEWNET or CLONE_NEWUSER);
+ * sets close-on-exec on it. what names the plan field. */
+void cs_sbx_netns_check(int fd, int nstype, const char *what);
+
 /* ---- sandbox_identity.c (run by the outer helper, in the caller's namespaces) ---- */
 
 #define CS_SBX_DEFAULT_ID 65533 /* a root caller's command id when the plan names none */
@@ -138,7 +149,7 @@ int cs_sbx_setup_landlock(const struct csw_sandbox_plan *plan); /* returns the A
 /* Loads the filter; when notify_sock >= 0 and the host supports it, the reporting rules notify
  * and the listener is sent over notify_sock (SCM_RIGHTS) and closed here: the command never
  * holds it. notify_sock is closed either way. */
-void cs_sbx_setup_seccomp(bool network_enabled, int notify_sock);
+void cs_sbx_setup_seccomp(enum cs_sbx_net net, int notify_sock);
 int cs_sbx_landlock_abi(void);
 
 /* ---- sandbox_proxy_parse.c (pure; fuzzed by fuzz/sandbox_proxy_fuzz.c) ---- */

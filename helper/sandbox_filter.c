@@ -13,6 +13,7 @@
 #include <seccomp.h>
 #include <stdio.h>
 #include <string.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/ioctl.h>
@@ -59,7 +60,7 @@ static void sc_add(struct build *b, uint32_t action, const char *name, unsigned 
     sc_add_nr(b, action, nr, name, n, cmp);
 }
 
-scmp_filter_ctx cs_sbx_filter_new(bool network_enabled, bool notify, char *err, size_t cap)
+scmp_filter_ctx cs_sbx_filter_new(enum cs_sbx_net net, bool notify, char *err, size_t cap)
 {
     struct build bb = {.ctx = seccomp_init(SCMP_ACT_ALLOW), .err = err, .cap = cap}, *fb = &bb;
     if (!fb->ctx) {
@@ -175,8 +176,9 @@ scmp_filter_ctx cs_sbx_filter_new(bool network_enabled, bool notify, char *err, 
 #endif
         sc_add_nr(fb, SCMP_ACT_ERRNO(ENOSYS), __NR_fchmodat2, "fchmodat2", 0, NULL);
     }
-    /* socket(): AF_UNIX only, plus AF_INET and AF_INET6 with the proxy. */
-    if (!network_enabled) {
+    /* socket(): AF_UNIX only, plus AF_INET and AF_INET6 with the proxy or in loopback mode (no
+     * packet, netlink or other family in any mode). */
+    if (net == CS_SBX_NET_RESTRICTED) {
         struct scmp_arg_cmp c = cmp(0, SCMP_CMP_NE, AF_UNIX, 0);
         sc_add(fb, report, "socket", 1, &c);
     } else {
@@ -188,6 +190,19 @@ scmp_filter_ctx cs_sbx_filter_new(bool network_enabled, bool notify, char *err, 
         }
         struct scmp_arg_cmp c = cmp(0, SCMP_CMP_GT, AF_INET6, 0);
         sc_add(fb, report, "socket", 1, &c);
+    }
+    /* loopback: a destination an IPv4 or IPv6 address length names goes by the helper, which
+     * reports one outside loopback as no_route (and answers ENETUNREACH, what the namespace
+     * would answer) and lets the kernel carry out the rest. Reporting only: the namespace has
+     * no route out whatever the helper reads, so its check is not a security boundary. */
+    if (net == CS_SBX_NET_LOOPBACK && notify) {
+        static const uint64_t lens[] = {sizeof(struct sockaddr_in), sizeof(struct sockaddr_in6)};
+        for (size_t i = 0; i < 2; i++) {
+            struct scmp_arg_cmp c = cmp(2, SCMP_CMP_EQ, lens[i], 0);
+            sc_add(fb, SCMP_ACT_NOTIFY, "connect", 1, &c);
+            struct scmp_arg_cmp d = cmp(5, SCMP_CMP_EQ, lens[i], 0);
+            sc_add(fb, SCMP_ACT_NOTIFY, "sendto", 1, &d);
+        }
     }
     if (fb->failed) {
         seccomp_release(fb->ctx);

@@ -10,9 +10,11 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-/* The filter's rules in a new libseccomp context: socket() limited as network_enabled says, and
- * the reported refusals notifying (notify) or failing with EPERM. Returns the context (release
- * with seccomp_release), or NULL with a message in err. */
-scmp_filter_ctx cs_sbx_filter_new(bool network_enabled, bool notify, char *err, size_t cap);
+#include "sandbox_net.h"
+
+/* The filter's rules in a new libseccomp context: socket() limited as net says, and the reported
+ * refusals notifying (notify) or failing with EPERM. Returns the context (release with
+ * seccomp_release), or NULL with a message in err. */
+scmp_filter_ctx cs_sbx_filter_new(enum cs_sbx_net net, bool notify, char *err, size_t cap);
 
 #endif

@@ -1,8 +1,8 @@
 /*
  * codespace-sandbox-filter-export: writes sandbox_filter_bpf.h, the command's seccomp filter
  * (sandbox_filter.c) compiled by libseccomp at build time, one BPF program per variant (network
- * restricted or enabled, refusals reported by notification or plain EPERM). The helper loads the
- * program as it is instead of building and compiling the rules at every spawn (issue 20).
+ * restricted, enabled or loopback, refusals reported by notification or plain EPERM). The helper
+ * loads the program as it is instead of building and compiling the rules at every spawn (issue 20).
  *
  * A variant libseccomp cannot build here (a host without user notification refuses
  * SCMP_ACT_NOTIFY) is written as absent, and the helper builds that one at run time.
@@ -20,10 +20,10 @@
 
 /* Exports one variant's program into f as a static array; returns its instruction count, 0 if
  * the variant cannot be built here, -1 on an I/O error. */
-static long emit(FILE *f, const char *name, bool network_enabled, bool notify)
+static long emit(FILE *f, const char *name, enum cs_sbx_net net, bool notify)
 {
     char err[256];
-    scmp_filter_ctx ctx = cs_sbx_filter_new(network_enabled, notify, err, sizeof err);
+    scmp_filter_ctx ctx = cs_sbx_filter_new(net, notify, err, sizeof err);
     if (!ctx) {
         fprintf(stderr, "codespace-sandbox-filter-export: %s: %s (built at run time instead)\n",
                 name, err);
@@ -72,18 +72,23 @@ int main(int argc, char **argv)
     }
     static const struct {
         const char *name;
-        bool net, notify;
-    } v[] = {{"cs_sbx_bpf_restricted", false, false},
-             {"cs_sbx_bpf_restricted_notify", false, true},
-             {"cs_sbx_bpf_enabled", true, false},
-             {"cs_sbx_bpf_enabled_notify", true, true}};
-    long n[4];
+        enum cs_sbx_net net;
+        bool notify;
+    } v[] = {{"cs_sbx_bpf_restricted", CS_SBX_NET_RESTRICTED, false},
+             {"cs_sbx_bpf_restricted_notify", CS_SBX_NET_RESTRICTED, true},
+             {"cs_sbx_bpf_enabled", CS_SBX_NET_ENABLED, false},
+             {"cs_sbx_bpf_enabled_notify", CS_SBX_NET_ENABLED, true},
+             {"cs_sbx_bpf_loopback", CS_SBX_NET_LOOPBACK, false},
+             {"cs_sbx_bpf_loopback_notify", CS_SBX_NET_LOOPBACK, true}};
+    enum { NV = sizeof v / sizeof *v };
+    _Static_assert(NV == 2 * CS_SBX_NET_VARIANTS, "one program per network variant and notify");
+    long n[NV];
     fputs("/* Written into the build tree by codespace-sandbox-filter-export (helper/\n"
           " * sandbox_filter_export.c) from sandbox_filter.c's rules: change those, not this. */\n"
           "#include <linux/filter.h>\n\n",
           f);
     int built = 0;
-    for (int i = 0; i < 4; i++) {
+    for (int i = 0; i < NV; i++) {
         n[i] = emit(f, v[i].name, v[i].net, v[i].notify);
         if (n[i] < 0) {
             fclose(f);
@@ -92,11 +97,12 @@ int main(int argc, char **argv)
         }
         built += n[i] > 0;
     }
-    /* The table the helper indexes by [network enabled][notify]; len 0: build at run time. */
-    fputs("static const struct {\n    const struct sock_filter *prog;\n    unsigned short len;\n"
-          "} cs_sbx_bpf[2][2] = {\n",
-          f);
-    for (int i = 0; i < 4; i++) {
+    /* The table the helper indexes by [enum cs_sbx_net][notify]; len 0: build at run time. */
+    fprintf(f,
+            "static const struct {\n    const struct sock_filter *prog;\n    unsigned short len;\n"
+            "} cs_sbx_bpf[%d][2] = {\n",
+            CS_SBX_NET_VARIANTS);
+    for (int i = 0; i < NV; i++) {
         if (i % 2 == 0)
             fputs("    {", f);
         if (n[i] > 0)

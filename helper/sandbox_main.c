@@ -8,6 +8,8 @@
  *   codespace-linux-sandbox run --wait-fd <n>   (the runner's pre-started helper: fd n a
  *                                                socket the plan and stdio come on, then as
  *                                                run --plan-fd 5; sandbox_wait.c)
+ *   codespace-linux-sandbox netns-hold <label>  (a workspace's network namespace, held until
+ *                                                EOF on stdin; sandbox_netns.c)
  *
  * Trust: argv comes from the runner; the helper ignores its own environment except TMPDIR and
  * CODESPACE_SANDBOX_RUNNER_PID (the runner's pid, named in plan directories: sandbox_plan.c).
@@ -21,6 +23,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,19 +35,23 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base_version.h"
 #include "sandbox.h"
 
 #define USAGE       "usage: codespace-linux-sandbox run --plan <path>\n"
 #define PLAN_FD_MAX 1023 /* the fds run closes go up to here, and this one with them */
 
+#define USAGE_MORE                                                                                 \
+    "       codespace-linux-sandbox run --plan-fd <n>\n"                                           \
+    "       codespace-linux-sandbox run --wait-fd <n>\n"                                           \
+    "       codespace-linux-sandbox prepare < request.json\n"                                      \
+    "       codespace-linux-sandbox probe\n"                                                       \
+    "       codespace-linux-sandbox netns-hold <label>\n"                                          \
+    "       codespace-linux-sandbox --help | --version\n"
+
 static int usage(void)
 {
-    fputs(USAGE, stderr);
-    fputs("       codespace-linux-sandbox run --plan-fd <n>\n"
-          "       codespace-linux-sandbox run --wait-fd <n>\n"
-          "       codespace-linux-sandbox prepare < request.json\n"
-          "       codespace-linux-sandbox probe\n",
-          stderr);
+    fputs(USAGE USAGE_MORE, stderr);
     return CS_SBX_EXIT_USAGE;
 }
 
@@ -64,6 +71,34 @@ static bool runner_gone(pid_t runner)
         return true;
     }
     return false;
+}
+
+/* --help: what each mode does (docs/operations.md, "The sandbox helper"). */
+static int help(void)
+{
+    fputs(USAGE USAGE_MORE
+          "\n"
+          "The command sandbox helper of codespace-mcp and codespace-runtime, which start it;\n"
+          "helper/README.md is its contract with them.\n"
+          "\n"
+          "  probe                 run /usr/bin/true sandboxed; exit 0 when the sandbox works,\n"
+          "                        else the reason on stderr\n"
+          "  prepare               read a sandbox request (JSON) on stdin, write a plan file and\n"
+          "                        print {\"type\":\"prepared\",\"plan_path\":...}\n"
+          "  run --plan PATH       run the plan at the absolute PATH in the sandbox\n"
+          "  run --plan-fd N       the same, the plan in the sealed memfd inherited as fd N\n"
+          "  run --wait-fd N       wait on the socket fd N for a plan and the command's stdio\n"
+          "  netns-hold LABEL      make and hold a workspace's network namespace (lo up) until\n"
+          "                        the supervisor's pipe on stdin closes\n"          "  --version             print the version and exit\n"
+          "  --help                print this text and exit\n"
+          "\n"
+          "Environment: TMPDIR (plan and probe directories, default /tmp) and\n"
+          "CODESPACE_SANDBOX_RUNNER_PID (set by the runner: its pid, named in plan\n"
+          "directories); every other variable is ignored.\n"
+          "Exit status: 0 for --help and --version, 2 for wrong usage; probe 0 or 1; run the\n"
+          "command's status (or its signal), 125 when the sandbox could not be set up.\n",
+          stdout);
+    return 0;
 }
 
 /* Runs `run --plan` for /usr/bin/true in a private probe workspace, 5 s at most; less when the
@@ -233,6 +268,12 @@ int main(int argc, char **argv)
 {
     if (argc < 2)
         return usage();
+    if (argc == 2 && strcmp(argv[1], "--help") == 0)
+        return help();
+    if (argc == 2 && strcmp(argv[1], "--version") == 0) {
+        printf("codespace-linux-sandbox %s\n", CS_VERSION);
+        return 0;
+    }
     if (strcmp(argv[1], "probe") == 0 && argc == 2)
         return probe();
     if (strcmp(argv[1], "prepare") == 0 && argc == 2) {
@@ -241,6 +282,8 @@ int main(int argc, char **argv)
             return 1;
         return cs_sbx_prepare_main();
     }
+    if (strcmp(argv[1], "netns-hold") == 0)
+        return cs_sbx_netns_hold_main(argc, argv);
     if (strcmp(argv[1], "run") != 0)
         return usage();
     bool by_fd = argc == 4 && strcmp(argv[2], "--plan-fd") == 0;
@@ -269,16 +312,21 @@ int main(int argc, char **argv)
      * names (the runner passes it as fd 3). */
     /* One close_range per gap between the kept descriptors (3 to 1023, validated), not a close
      * per number: a thousand system calls were 80 us of every spawn (issue 20). */
-    unsigned keep[2], nk = 0;
+    unsigned keep[4], nk = 0;
     if (plan.has_workspace_fd)
         keep[nk++] = (unsigned)plan.workspace_fd;
     if (plan.has_report_fd)
         keep[nk++] = (unsigned)plan.report_fd;
-    if (nk == 2 && keep[0] > keep[1]) {
-        unsigned t = keep[0];
-        keep[0] = keep[1];
-        keep[1] = t;
-    }
+    if (plan.has_netns_fd)
+        keep[nk++] = (unsigned)plan.netns_fd;
+    if (plan.has_userns_fd)
+        keep[nk++] = (unsigned)plan.userns_fd;
+    for (unsigned i = 1; i < nk; i++) /* distinct (validated): an insertion sort of four */
+        for (unsigned k = i; k > 0 && keep[k - 1] > keep[k]; k--) {
+            unsigned t = keep[k];
+            keep[k] = keep[k - 1];
+            keep[k - 1] = t;
+        }
     unsigned from = 3;
     for (unsigned i = 0; i < nk; i++) {
         if (keep[i] > from && close_range(from, keep[i] - 1, 0) < 0)
@@ -297,5 +345,10 @@ int main(int argc, char **argv)
             cs_sbx_diex("report_fd %lld is not a writable pipe", (long long)plan.report_fd);
         fcntl((int)plan.report_fd, F_SETFD, FD_CLOEXEC);
     }
+    /* The workspace's namespaces (a netns-hold helper's): checked for their type. */
+    if (plan.has_netns_fd)
+        cs_sbx_netns_check((int)plan.netns_fd, CLONE_NEWNET, "netns_fd");
+    if (plan.has_userns_fd)
+        cs_sbx_netns_check((int)plan.userns_fd, CLONE_NEWUSER, "userns_fd");
     cs_sbx_run(&plan);
 }

@@ -154,6 +154,27 @@ static int check_env_entry(const struct cs_str *k, const struct cs_str *v, struc
     return 0;
 }
 
+/* The workspace's namespaces (netns_fd, userns_fd): userns_fd only with netns_fd, and every
+ * descriptor the plan names distinct from the others. */
+static int check_ns_fds(const struct csw_sandbox_plan *p, struct cs_diag *err)
+{
+    if (p->has_userns_fd && !p->has_netns_fd)
+        return fail(err, "userns_fd without netns_fd");
+    const struct {
+        bool has;
+        int64_t fd;
+        const char *name;
+    } v[] = {{p->has_workspace_fd, p->workspace_fd, "workspace_fd"},
+             {p->has_report_fd, p->report_fd, "report_fd"},
+             {p->has_netns_fd, p->netns_fd, "netns_fd"},
+             {p->has_userns_fd, p->userns_fd, "userns_fd"}};
+    for (size_t i = 2; i < 4; i++)
+        for (size_t k = 0; k < i; k++)
+            if (v[i].has && v[k].has && v[i].fd == v[k].fd)
+                return fail(err, "%s and %s are the same descriptor", v[i].name, v[k].name);
+    return 0;
+}
+
 int cs_sbx_plan_parse(const char *buf, size_t n, struct csw_sandbox_plan *out, struct cs_diag *err)
 {
     memset(out, 0, sizeof *out);
@@ -178,6 +199,8 @@ int cs_sbx_plan_parse(const char *buf, size_t n, struct csw_sandbox_plan *out, s
     if (rc == 0 && out->has_report_fd && out->has_workspace_fd &&
         out->report_fd == out->workspace_fd)
         rc = fail(err, "report_fd and workspace_fd are the same descriptor");
+    if (rc == 0)
+        rc = check_ns_fds(out, err);
     if (rc < 0)
         csw_sandbox_plan_free(out);
     return rc;
@@ -403,9 +426,17 @@ int cs_sbx_prepare_request(const struct csw_sandbox_prepare_request *q, char **p
     p.cwd = q->command_cwd;
     p.workspace_root = q->workspace_root;
     p.writable_workspace = q->writable_workspace;
-    p.network = q->network == CSW_SANDBOX_PREPARE_REQUEST_NETWORK_ENABLED
-                    ? CSW_SANDBOX_PLAN_NETWORK_ENABLED
-                    : CSW_SANDBOX_PLAN_NETWORK_RESTRICTED;
+    switch (q->network) {
+    case CSW_SANDBOX_PREPARE_REQUEST_NETWORK_RESTRICTED:
+        p.network = CSW_SANDBOX_PLAN_NETWORK_RESTRICTED;
+        break;
+    case CSW_SANDBOX_PREPARE_REQUEST_NETWORK_ENABLED:
+        p.network = CSW_SANDBOX_PLAN_NETWORK_ENABLED;
+        break;
+    case CSW_SANDBOX_PREPARE_REQUEST_NETWORK_LOOPBACK:
+        p.network = CSW_SANDBOX_PLAN_NETWORK_LOOPBACK;
+        break;
+    }
     p.has_network_allow = q->has_network_allow;
     p.network_allow.v = q->network_allow.v;
     p.network_allow.n = q->network_allow.n;

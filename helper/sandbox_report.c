@@ -3,17 +3,24 @@
  * and written to the runner when the command has ended, and the seccomp user-notification server
  * that learns of each refused system call.
  *
- * Trust: the notifications come from the kernel about the (hostile) command; only their
- * syscall number, architecture and first two arguments are read (never the command's memory).
- * Every notification is answered with an error: nothing here can make a refused call succeed.
+ * Trust: the notifications come from the kernel about the (hostile) command; their syscall
+ * number, architecture and first two arguments are read, and for a loopback workspace's
+ * connect()/sendto() the destination address (at most a sockaddr_in6) from the command's memory.
+ * Every refused call is answered with an error: nothing here can make a refused call succeed.
+ * The one call let through (SECCOMP_USER_NOTIF_FLAG_CONTINUE) is a loopback workspace's
+ * connect()/sendto() to a loopback destination; the address may change after it was read, which
+ * matters not: the command's network namespace has only lo, so the kernel refuses every other
+ * destination itself. The helper's reading is for the report, never the enforcement.
  * The report goes to the runner on the plan's report_fd, which neither the init nor the command
  * ever holds, as one frame (u32 big-endian length + schema/sandbox/report.json).
  *
  * Entry points: cs_sbx_denial_add, cs_sbx_report_write, cs_sbx_notify_supported,
  * cs_sbx_notify_serve_one. All run on the outer helper's single thread.
  */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <linux/seccomp.h>
 #include <seccomp.h>
 #include <stdio.h>
@@ -169,6 +176,93 @@ static void call_target(const struct seccomp_data *d, char *out, size_t cap)
     }
 }
 
+/* Whether a is an address of the sandbox's own namespace, where only lo exists: 127/8, ::1, their
+ * IPv4-mapped forms, and the unspecified addresses (which Linux connects to the local host). */
+static bool addr_local(const struct sockaddr_storage *a)
+{
+    if (a->ss_family == AF_INET) {
+        const struct sockaddr_in *v4 = (const struct sockaddr_in *)a;
+        uint32_t h = ntohl(v4->sin_addr.s_addr);
+        return (h >> 24) == 127 || h == 0;
+    }
+    const struct in6_addr *v6 = &((const struct sockaddr_in6 *)a)->sin6_addr;
+    if (IN6_IS_ADDR_LOOPBACK(v6) || IN6_IS_ADDR_UNSPECIFIED(v6))
+        return true;
+    if (IN6_IS_ADDR_V4MAPPED(v6))
+        return v6->s6_addr[12] == 127 ||
+               (v6->s6_addr[12] | v6->s6_addr[13] | v6->s6_addr[14] | v6->s6_addr[15]) == 0;
+    return false;
+}
+
+/* A loopback workspace's connect() or sendto() (sandbox_filter.c notifies those whose address
+ * length is an IPv4 or IPv6 one): reads the destination from the command's memory. Returns 1
+ * with *dst filled when it is an IPv4 or IPv6 address, 0 when it is not or cannot be read (the
+ * kernel then decides alone). */
+static int read_destination(int fd, const struct seccomp_notif *req, struct sockaddr_storage *dst)
+{
+    bool is_connect = req->data.nr == __NR_connect;
+    uint64_t addr = req->data.args[is_connect ? 1 : 4];
+    uint64_t len = req->data.args[is_connect ? 2 : 5];
+    if (addr == 0 || len > sizeof(struct sockaddr_in6))
+        return 0;
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%u/mem", req->pid);
+    int mem = open(path, O_RDONLY | O_CLOEXEC);
+    if (mem < 0)
+        return 0;
+    memset(dst, 0, sizeof *dst);
+    ssize_t r = pread(mem, dst, (size_t)len, (off_t)addr);
+    close(mem);
+    /* The pid may have been reused between the notification and the open: the read counts
+     * only if the notification is still pending (the caller still waits in that call). */
+    if (r != (ssize_t)len || ioctl(fd, SECCOMP_IOCTL_NOTIF_ID_VALID, &req->id) < 0)
+        return 0;
+    if (dst->ss_family == AF_INET)
+        return len >= sizeof(struct sockaddr_in);
+    if (dst->ss_family == AF_INET6)
+        return len >= sizeof(struct sockaddr_in6);
+    return 0;
+}
+
+/* "host:port" of a destination, an IPv6 host in brackets. */
+static void destination_text(const struct sockaddr_storage *a, char *out, size_t cap)
+{
+    char host[INET6_ADDRSTRLEN] = "?";
+    unsigned port;
+    if (a->ss_family == AF_INET) {
+        const struct sockaddr_in *v4 = (const struct sockaddr_in *)a;
+        inet_ntop(AF_INET, &v4->sin_addr, host, sizeof host);
+        port = ntohs(v4->sin_port);
+        snprintf(out, cap, "%s:%u", host, port);
+    } else {
+        const struct sockaddr_in6 *v6 = (const struct sockaddr_in6 *)a;
+        inet_ntop(AF_INET6, &v6->sin6_addr, host, sizeof host);
+        port = ntohs(v6->sin6_port);
+        snprintf(out, cap, "[%s]:%u", host, port);
+    }
+}
+
+/* Answers a loopback workspace's connect()/sendto(): a destination outside loopback is refused
+ * with ENETUNREACH (what the namespace, with no route, answers itself) and reported as no_route;
+ * any other goes on to the kernel. */
+static void serve_destination(int fd, const struct seccomp_notif *req,
+                              struct seccomp_notif_resp *resp)
+{
+    struct sockaddr_storage dst;
+    if (read_destination(fd, req, &dst) == 1 && !addr_local(&dst)) {
+        resp->error = -ENETUNREACH;
+        resp->flags = 0;
+        (void)ioctl(fd, SECCOMP_IOCTL_NOTIF_SEND, resp);
+        char target[CS_SBX_DENIAL_TARGET_MAX + 1];
+        destination_text(&dst, target, sizeof target);
+        cs_sbx_denial_add(CSW_DENIAL_KIND_NETWORK, target, "no_route");
+        return;
+    }
+    resp->error = 0;
+    resp->flags = SECCOMP_USER_NOTIF_FLAG_CONTINUE;
+    (void)ioctl(fd, SECCOMP_IOCTL_NOTIF_SEND, resp);
+}
+
 int cs_sbx_notify_serve_one(int fd)
 {
     static struct seccomp_notif *req;
@@ -196,6 +290,11 @@ int cs_sbx_notify_serve_one(int fd)
     memset(resp, 0, resp_size);
     resp->id = req->id;
     resp->val = 0;
+    /* Only a loopback workspace's filter notifies these (never a refusal rule). */
+    if (req->data.nr == __NR_connect || req->data.nr == __NR_sendto) {
+        serve_destination(fd, req, resp);
+        return 0;
+    }
     /* Every rule that notifies is an EPERM rule (the ENOSYS ones stay plain errno actions):
      * the caller sees exactly what it saw without reporting. flags stays 0: never
      * SECCOMP_USER_NOTIF_FLAG_CONTINUE, so the call is never carried out. */

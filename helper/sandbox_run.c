@@ -156,6 +156,20 @@ static int recv_fd(int sock)
 
 /* ------------------------------------------------------------------ command ---- */
 
+/* The plan's network as the seccomp filter's variant. */
+static enum cs_sbx_net filter_net(enum csw_sandbox_plan_network n)
+{
+    switch (n) {
+    case CSW_SANDBOX_PLAN_NETWORK_RESTRICTED:
+        break;
+    case CSW_SANDBOX_PLAN_NETWORK_ENABLED:
+        return CS_SBX_NET_ENABLED;
+    case CSW_SANDBOX_PLAN_NETWORK_LOOPBACK:
+        return CS_SBX_NET_LOOPBACK;
+    }
+    return CS_SBX_NET_RESTRICTED;
+}
+
 _Noreturn static void command_main(const struct csw_sandbox_plan *plan, char **env, int notify_sock)
 {
     for (int s = 1; s < NSIG; s++)
@@ -183,7 +197,7 @@ _Noreturn static void command_main(const struct csw_sandbox_plan *plan, char **e
     for (size_t i = 0; i < plan->argv.n; i++)
         argv[i] = plan->argv.v[i].s;
     environ = env; /* execvp searches the sandbox PATH */
-    cs_sbx_setup_seccomp(plan->network == CSW_SANDBOX_PLAN_NETWORK_ENABLED, notify_sock);
+    cs_sbx_setup_seccomp(filter_net(plan->network), notify_sock);
     if (close_range(3, ~0u, 0) < 0) /* nothing but 0-2 reaches the command */
         cs_sbx_die("close_range");
     execvp(argv[0], argv);
@@ -241,9 +255,14 @@ static pid_t spawn_command(const struct csw_sandbox_plan *plan, char **env, int 
 _Noreturn static void init_main(struct csw_sandbox_plan *plan, int go_fd, int status_fd,
                                 int fd_sock, int notify_sock, const struct cs_sbx_ids *ids)
 {
-    /* The report is the outer helper's to write: nothing in the sandbox holds it. */
+    /* The report is the outer helper's to write: nothing in the sandbox holds it; the
+     * workspace's namespaces were joined already. */
     if (plan->has_report_fd)
         close((int)plan->report_fd);
+    if (plan->has_netns_fd)
+        close((int)plan->netns_fd);
+    if (plan->has_userns_fd)
+        close((int)plan->userns_fd);
     /* Die with the outer helper; a parent that died before this line closed go_fd. */
     if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0)
         cs_sbx_die("PR_SET_PDEATHSIG");
@@ -280,7 +299,10 @@ _Noreturn static void init_main(struct csw_sandbox_plan *plan, int go_fd, int st
         cs_sbx_die("setsid (init)");
 
     uint16_t port = 0;
-    cs_sbx_setup_loopback();
+    /* The workspace's namespace (netns_fd) came with lo up, from a holder whose user namespace
+     * owns it: nothing here may (or can) change its interfaces. */
+    if (!plan->has_netns_fd)
+        cs_sbx_setup_loopback();
     if (plan->network == CSW_SANDBOX_PLAN_NETWORK_ENABLED) {
         int l = cs_sbx_setup_proxy_listener(&port);
         cs_sbx_send_fd(fd_sock, l, "the proxy listener");
@@ -371,6 +393,95 @@ _Noreturn static void init_main(struct csw_sandbox_plan *plan, int go_fd, int st
 }
 
 /* ---------------------------------------------------------------- outer helper ---- */
+
+/* The pipes between the outer helper and the init: each pair [read end, write end]. */
+struct init_fds {
+    int go[2], status[2], sp[2], np[2];
+};
+
+/* The init's side of a fresh clone: the outer helper's ends closed, then init_main. */
+_Noreturn static void start_init(struct csw_sandbox_plan *plan, const struct init_fds *f,
+                                 const struct cs_sbx_ids *ids)
+{
+    close(f->go[1]);
+    close(f->status[0]);
+    if (f->sp[0] >= 0)
+        close(f->sp[0]);
+    close(f->np[0]);
+    init_main(plan, f->go[0], f->status[1], f->sp[1], f->np[1], ids);
+}
+
+/* docs/contract/sandbox.md §3: the command's ids map to themselves: the caller's when it is not
+ * root, else the unprivileged ids cs_sbx_identity chose. Written by a process of the parent user
+ * namespace of pid's. */
+static void write_maps(pid_t pid, const struct cs_sbx_ids *ids)
+{
+    char path[64], map[64];
+    snprintf(path, sizeof path, "/proc/%d/setgroups", pid);
+    write_file(path, "deny");
+    snprintf(path, sizeof path, "/proc/%d/uid_map", pid);
+    snprintf(map, sizeof map, "%u %u 1\n", ids->inner_uid, ids->host_uid);
+    write_file(path, map);
+    snprintf(path, sizeof path, "/proc/%d/gid_map", pid);
+    snprintf(map, sizeof map, "%u %u 1\n", ids->inner_gid, ids->host_gid);
+    write_file(path, map);
+}
+
+/*
+ * The init in the workspace's network namespace (plan netns_fd, workflows.md section 3): a short
+ * intermediate process joins it (a caller that is not root joins the holder's user namespace
+ * first, userns_fd: its owner has every capability there, which setns of the network namespace
+ * needs), clones the init with the other new namespaces and CLONE_PARENT, so that the init is
+ * this outer helper's child as always, writes its id maps (the intermediate is in the parent
+ * user namespace of the init's) and exits. The outer helper itself never leaves the host's
+ * namespaces: its proxy connects from there. Returns the init's pid; dies on any failure (the
+ * init, if it was started, dies with it through its parent-death signal or the closed go pipe).
+ */
+static pid_t clone_joined(struct csw_sandbox_plan *plan, long flags, const struct init_fds *f,
+                          const struct cs_sbx_ids *ids)
+{
+    int pp[2];
+    if (pipe2(pp, O_CLOEXEC) < 0)
+        cs_sbx_die("pipe");
+    pid_t mid = fork();
+    if (mid < 0)
+        cs_sbx_die("fork");
+    if (mid == 0) {
+        close(pp[0]);
+        if (plan->has_userns_fd && setns((int)plan->userns_fd, CLONE_NEWUSER) < 0)
+            cs_sbx_die("setns (the workspace's user namespace)");
+        if (setns((int)plan->netns_fd, CLONE_NEWNET) < 0)
+            cs_sbx_die("setns (the workspace's network namespace)");
+        pid_t pid = (pid_t)syscall(SYS_clone, flags | CLONE_PARENT, NULL, NULL, NULL, 0L);
+        if (pid < 0)
+            cs_sbx_die("clone (namespaces)");
+        if (pid == 0) {
+            close(pp[1]);
+            start_init(plan, f, ids);
+        }
+        write_maps(pid, ids);
+        if (write(pp[1], &pid, sizeof pid) != (ssize_t)sizeof pid)
+            _exit(CS_SBX_EXIT_SETUP);
+        _exit(0);
+    }
+    close(pp[1]);
+    pid_t pid = -1;
+    ssize_t r;
+    do
+        r = read(pp[0], &pid, sizeof pid);
+    while (r < 0 && errno == EINTR);
+    close(pp[0]);
+    int st = 0;
+    while (waitpid(mid, &st, 0) < 0 && errno == EINTR)
+        ;
+    if (r != (ssize_t)sizeof pid || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
+        _exit(CS_SBX_EXIT_SETUP); /* the intermediate said why on stderr */
+    if (plan->has_netns_fd)
+        close((int)plan->netns_fd);
+    if (plan->has_userns_fd)
+        close((int)plan->userns_fd);
+    return pid;
+}
 
 struct outer {
     pid_t init;
@@ -484,34 +595,26 @@ _Noreturn void cs_sbx_run(struct csw_sandbox_plan *plan)
     cs_sbx_workspace_tree_attr(&ids, plan->writable_workspace);
     long flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC |
                  CLONE_NEWUTS | CLONE_NEWCGROUP | SIGCHLD;
-    pid_t pid = (pid_t)syscall(SYS_clone, flags, NULL, NULL, NULL, 0L);
-    if (pid < 0)
-        cs_sbx_die("clone (namespaces)");
-    if (pid == 0) {
-        close(go[1]);
-        close(status[0]);
-        if (sp[0] >= 0)
-            close(sp[0]);
-        close(np[0]);
-        init_main(plan, go[0], status[1], sp[1], np[1], &ids);
+    struct init_fds fds = {.go = {go[0], go[1]},
+                           .status = {status[0], status[1]},
+                           .sp = {sp[0], sp[1]},
+                           .np = {np[0], np[1]}};
+    pid_t pid;
+    if (plan->has_netns_fd) {
+        pid = clone_joined(plan, flags & ~(long)CLONE_NEWNET, &fds, &ids);
+    } else {
+        pid = (pid_t)syscall(SYS_clone, flags, NULL, NULL, NULL, 0L);
+        if (pid < 0)
+            cs_sbx_die("clone (namespaces)");
+        if (pid == 0)
+            start_init(plan, &fds, &ids);
+        write_maps(pid, &ids);
     }
     close(go[0]);
     close(status[1]);
     close(np[1]);
     if (sp[1] >= 0)
         close(sp[1]);
-
-    /* docs/contract/sandbox.md §3: the command's ids map to themselves: the caller's when it is not
-     * root, else the unprivileged ids cs_sbx_identity chose. */
-    char path[64], map[64];
-    snprintf(path, sizeof path, "/proc/%d/setgroups", pid);
-    write_file(path, "deny");
-    snprintf(path, sizeof path, "/proc/%d/uid_map", pid);
-    snprintf(map, sizeof map, "%u %u 1\n", ids.inner_uid, ids.host_uid);
-    write_file(path, map);
-    snprintf(path, sizeof path, "/proc/%d/gid_map", pid);
-    snprintf(map, sizeof map, "%u %u 1\n", ids.inner_gid, ids.host_gid);
-    write_file(path, map);
     if (write(go[1], "g", 1) != 1)
         cs_sbx_die("start init");
     close(go[1]);

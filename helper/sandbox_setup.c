@@ -673,15 +673,15 @@ int cs_sbx_setup_landlock(const struct csw_sandbox_plan *plan)
 /* Loads the filter for the variant: the program compiled at build time (sandbox_filter_bpf.h)
  * when the build had one, else the rules built and compiled here. Returns the listener (notify),
  * else -1; dies if the filter cannot be loaded. */
-static int load_filter(bool network_enabled, bool notify)
+static int load_filter(enum cs_sbx_net net, bool notify)
 {
-    unsigned short len = cs_sbx_bpf[network_enabled][notify].len;
+    unsigned short len = cs_sbx_bpf[net][notify].len;
     if (len > 0) {
         /* What seccomp_load does with this program: no_new_privs is set already (the init,
          * and SCMP_FLTATR_CTL_NNP for the built path); a notifying filter asks for its
          * listener. */
-        struct sock_fprog prog = {
-            .len = len, .filter = (struct sock_filter *)cs_sbx_bpf[network_enabled][notify].prog};
+        struct sock_fprog prog = {.len = len,
+                                  .filter = (struct sock_filter *)cs_sbx_bpf[net][notify].prog};
         long fd = syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER,
                           notify ? SECCOMP_FILTER_FLAG_NEW_LISTENER : 0, &prog);
         if (fd < 0)
@@ -689,7 +689,7 @@ static int load_filter(bool network_enabled, bool notify)
         return notify ? (int)fd : -1;
     }
     char err[256];
-    scmp_filter_ctx ctx = cs_sbx_filter_new(network_enabled, notify, err, sizeof err);
+    scmp_filter_ctx ctx = cs_sbx_filter_new(net, notify, err, sizeof err);
     if (!ctx)
         cs_sbx_diex("%s", err);
     int rc = seccomp_load(ctx);
@@ -700,12 +700,11 @@ static int load_filter(bool network_enabled, bool notify)
     return listener;
 }
 
-void cs_sbx_setup_seccomp(bool network_enabled, int notify_sock)
+void cs_sbx_setup_seccomp(enum cs_sbx_net net, int notify_sock)
 {
     /* The refusals the helper reports (docs/contract/tools.md §6) notify it when the host can. */
-    bool notify =
-        notify_sock >= 0 && cs_sbx_notify_supported(cs_sbx_bpf[network_enabled][1].len > 0);
-    int listener = load_filter(network_enabled, notify);
+    bool notify = notify_sock >= 0 && cs_sbx_notify_supported(cs_sbx_bpf[net][1].len > 0);
+    int listener = load_filter(net, notify);
     /* The listener goes to the outer helper and is closed here before execve: a command that
      * held it could answer its own notifications (and let a refused call succeed). */
     if (notify) {

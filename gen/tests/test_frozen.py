@@ -417,8 +417,24 @@ class TestBreakingChanges(FrozenTestCase):
 
     def test_type_added_where_any_was_allowed(self):
         rel = "mcp/read.output.json"
-        self.assert_breaking(rel, lambda d: d["properties"]["kind"].update(type="string"),
-                             breaking(rel, "/kind", "type restricted from any to string"))
+        self.edit(rel, lambda d: d["properties"].update(extra={"description": "any value"}))
+        self.update()
+        self.assert_breaking(rel, lambda d: d["properties"]["extra"].update(type="string"),
+                             breaking(rel, "/extra", "type restricted from any to string"))
+
+    def test_const_to_typed_enum_is_additive(self):
+        # a const string already admits only a string: typing it and widening it to an enum
+        # narrows nothing (workspace_info's process_conflict "reject" -> "reject" | "share")
+        rel = "mcp/read.output.json"
+        self.edit(rel, lambda d: d["properties"].update(mode={"const": "reject"}))
+        self.update()
+        self.edit(rel, lambda d: d["properties"].update(
+            mode={"type": "string", "enum": ["reject", "share"]}))
+        self.update()
+        self.assert_check_passes()
+        self.assert_breaking(rel, lambda d: d["properties"].update(
+            mode={"type": "integer", "enum": [1]}),
+            breaking(rel, "/mode", "type narrowed: string no longer allowed"))
 
     def test_enum_value_removed(self):
         rel = "mcp/read.input.json"

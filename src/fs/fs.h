@@ -162,6 +162,16 @@ bool cs_fs_glob_match(const char *glob, size_t glob_n, const char *path, size_t 
 bool cs_fs_deny_rule_valid(const char *rule, size_t n, const char **why);
 
 /*
+ * Whether glob (n > 0 bytes, find's argument) is one the deny-rule validator above accepts, with
+ * two differences: a glob that names the root itself ("/", or "/" then "**") is valid and lists
+ * every file, as no glob does, and a leading '!' is a literal character, not a negation. A glob
+ * refused here could never match a normalised path (or is not text): find answers INVALID_ARGUMENTS
+ * instead of an empty listing. Returns true, or false with *why (may be NULL) a static reason.
+ * Pure.
+ */
+bool cs_fs_glob_valid(const char *glob, size_t n, const char **why);
+
+/*
  * Whether the normalised relative path (path_n bytes, not "") is denied by the valid rule:
  * the path itself or one of its ancestors matches it, gitignore-style. A rule with no '/' except
  * a trailing one matches a component at any depth ("*.pem", ".env", "secrets/"); any other '/'

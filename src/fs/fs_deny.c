@@ -129,7 +129,8 @@ static bool classes_closed(const char *r, size_t o, size_t e)
     return true;
 }
 
-bool cs_fs_deny_rule_valid(const char *rule, size_t n, const char **why)
+/* cs_fs_deny_rule_valid, and cs_fs_glob_valid when root_ok (a glob may name the root). */
+static bool rule_valid(const char *rule, size_t n, bool root_ok, const char **why)
 {
     const char *w = NULL;
     struct shape sh;
@@ -141,7 +142,7 @@ bool cs_fs_deny_rule_valid(const char *rule, size_t n, const char **why)
         w = "longer than 4095 bytes";
     else if (!cs__fs_utf8_valid(rule, n))
         w = "not valid UTF-8";
-    else if (rule[0] == '!')
+    else if (rule[0] == '!' && !root_ok) /* in a find glob, a leading '!' is literal */
         w = "negation ('!') is not supported: deny rules only add";
     if (w == NULL) {
         size_t bs = 0; /* backslashes ending the rule */
@@ -152,6 +153,8 @@ bool cs_fs_deny_rule_valid(const char *rule, size_t n, const char **why)
     }
     if (w == NULL) {
         shape_of(rule, n, &sh);
+        if (sh.n == 0 && root_ok)
+            return true; /* every file */
         if (sh.n == 0)
             w = "matches the workspace root itself";
     }
@@ -170,6 +173,16 @@ bool cs_fs_deny_rule_valid(const char *rule, size_t n, const char **why)
     if (w != NULL && why != NULL)
         *why = w;
     return w == NULL;
+}
+
+bool cs_fs_deny_rule_valid(const char *rule, size_t n, const char **why)
+{
+    return rule_valid(rule, n, false, why);
+}
+
+bool cs_fs_glob_valid(const char *glob, size_t n, const char **why)
+{
+    return rule_valid(glob, n, true, why);
 }
 
 static bool shape_match(const struct shape *sh, const char *path, size_t path_n)

@@ -33,8 +33,11 @@ const size_t cs_mcp_version_count = sizeof cs_mcp_versions / sizeof cs_mcp_versi
 #define MAX_BATCH 64
 
 static const char instructions[] =
-    "CodeSpace runs work in operator-registered workspaces. Call workspace_info first: its "
-    "execution object is the truth about what is enforced (sandboxing, network, permissions); "
+    "CodeSpace runs work in operator-registered workspaces. Call workspace_info with no "
+    "arguments to list them (workspace_id, profile, network, processes, description), then pass "
+    "a workspace_id to every other tool. workspace_info with a workspace_id describes that "
+    "workspace: its execution object is the truth about what is enforced (sandboxing, network, "
+    "permissions, process limits); "
     "the absence of enforcement is not permission. exec_command takes an argv and never runs a "
     "shell implicitly: pass [\"sh\",\"-c\",\"...\"] yourself if you need one. Processes outlive "
     "the request: poll them with read_process or process_status and stop them with "
@@ -47,6 +50,8 @@ struct tool_entry {
     const struct csw_tool *tool;
     cs_mcp_tool_fn fn;
     void *arg;
+    /* cs_mcp_set_tool_hint: added to a decode error at exactly this pointer (static). */
+    const char *hint_pointer, *hint;
 };
 
 /* 2026-07-28: the _meta keys of a request (basic/index.mdx) and of a result. */
@@ -274,7 +279,7 @@ struct cs_mcp *cs_mcp_new(const char *version)
     }
     srv->ntools = csw_tool_count;
     for (size_t i = 0; i < srv->ntools; i++)
-        srv->tools[i] = (struct tool_entry){&csw_tools[i], not_implemented, NULL};
+        srv->tools[i] = (struct tool_entry){&csw_tools[i], not_implemented, NULL, NULL, NULL};
     return srv;
 }
 
@@ -297,6 +302,19 @@ int cs_mcp_set_tool(struct cs_mcp *srv, const char *name, cs_mcp_tool_fn fn, voi
         if (strcmp(srv->tools[i].tool->name, name) == 0) {
             srv->tools[i].fn = fn;
             srv->tools[i].arg = arg;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+int cs_mcp_set_tool_hint(struct cs_mcp *srv, const char *name, const char *pointer,
+                         const char *hint)
+{
+    for (size_t i = 0; i < srv->ntools; i++) {
+        if (strcmp(srv->tools[i].tool->name, name) == 0) {
+            srv->tools[i].hint_pointer = pointer;
+            srv->tools[i].hint = hint;
             return 0;
         }
     }
@@ -1101,10 +1119,14 @@ static json_t *tools_call(struct cs_mcp_exchange *x, json_t *id, const char *raw
                                                  : "a boolean");
     } else if (st != CS_WIRE_OK) {
         char where[600];
+        /* The tool's hint, when the first violation is where a client is known to go wrong. */
+        bool hinted =
+            st == CS_WIRE_INVALID && t->hint_pointer && strcmp(diag.pointer, t->hint_pointer) == 0;
         cs_mcp_call_error(call, (enum csw_error)cs_diag_wire_error(st, CSW_ERROR_INVALID_ARGUMENTS),
-                          NULL, "%s",
+                          NULL, "%s%s%s",
                           st == CS_WIRE_NOMEM ? "out of memory decoding arguments"
-                                              : cs_wire_diag_format(&diag, where, sizeof where));
+                                              : cs_wire_diag_format(&diag, where, sizeof where),
+                          hinted ? ": " : "", hinted ? t->hint : "");
     } else {
         t->fn(t->arg, call, input);
     }

@@ -57,6 +57,12 @@ struct cs_mcp *cs_mcp_new(const char *version);
 void cs_mcp_free(struct cs_mcp *srv);
 /* Sets the handler of the tool named name. Returns 0, or -1 if there is no such tool. */
 int cs_mcp_set_tool(struct cs_mcp *srv, const char *name, cs_mcp_tool_fn fn, void *arg);
+/* Sets a hint for the tool named name: a decode error of its arguments whose first violation is
+ * at exactly pointer (a JSON pointer such as "/command") gets ": <hint>" after the decoder's
+ * message. pointer and hint are borrowed for the server's life (string literals). Returns 0, or
+ * -1 if there is no such tool. */
+int cs_mcp_set_tool_hint(struct cs_mcp *srv, const char *name, const char *pointer,
+                         const char *hint);
 /* The instructions text sent in the initialize result (static storage). */
 const char *cs_mcp_instructions(void);
 

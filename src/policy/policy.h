@@ -38,14 +38,27 @@
 #define CS_POLICY_DEFAULT_HTTP_BODY_BUDGET_MIB      64
 #define CS_POLICY_DEFAULT_HTTP_REQUEST_TIMEOUT_SECS 5
 #define CS_POLICY_DEFAULT_HTTP_MAX_CONNECTIONS      1024
-#define CS_POLICY_DEFAULT_TIMEOUT_SECS              30
-#define CS_POLICY_DEFAULT_MAX_PROCS                 8
-#define CS_POLICY_MAX_TIMEOUT_SECS                  2147483 /* so the timeout in ms fits in an int */
-#define CS_POLICY_MAX_PROCS                         1024
-#define CS_POLICY_DEFAULT_SANDBOX_ID                65533 /* a root server's unprivileged command id */
-#define CS_POLICY_MAX_SANDBOX_ID                    CSW_SANDBOX_PLAN_SANDBOX_UID_MAX /* (uid_t)-1: no id */
-#define CS_POLICY_LOCAL_ENV                         "local" /* the built-in host environment */
-#define CS_POLICY_QUICK_START_ID                    "default" /* the workspace --workspace registers */
+/* Per-workspace process limits (docs/operations.md, "Process limits"): defaults and bounds. */
+#define CS_POLICY_DEFAULT_TIMEOUT_SECS 1800    /* 30 minutes */
+#define CS_POLICY_MAX_TIMEOUT_SECS     2147483 /* so the timeout in ms fits in an int */
+#define CS_POLICY_MIN_TIMEOUT_MS       1000    /* besides 0, no limit */
+#define CS_POLICY_MAX_TIMEOUT_MS       ((int64_t)CS_POLICY_MAX_TIMEOUT_SECS * 1000)
+#define CS_POLICY_DEFAULT_MAX_PROCS    8
+#define CS_POLICY_MAX_PROCS            1024
+#define CS_POLICY_DEFAULT_RING_BYTES   (1024 * 1024)
+#define CS_POLICY_MIN_RING_BYTES       4096
+/* A yield or a read answers the whole ring in one message: 2 MiB escaped at most six times
+ * (a control byte is "\u00XX") stays under the runner wire's 16 MiB frame. */
+#define CS_POLICY_MAX_RING_BYTES (2 * 1024 * 1024)
+/* The runner-wide safety cap on live processes, every workspace together. */
+#define CS_POLICY_RUNNER_MAX_PROCS 1024
+/* The time limit of a file operation (read, find, apply_patch): this, or the process timeout
+ * of --process-timeout / CODESPACE_PROCESS_TIMEOUT_SECS when that is smaller and not 0. */
+#define CS_POLICY_FILE_TIMEOUT_MS    30000
+#define CS_POLICY_DEFAULT_SANDBOX_ID 65533 /* a root server's unprivileged command id */
+#define CS_POLICY_MAX_SANDBOX_ID     CSW_SANDBOX_PLAN_SANDBOX_UID_MAX /* (uid_t)-1: no id */
+#define CS_POLICY_LOCAL_ENV          "local"   /* the built-in host environment */
+#define CS_POLICY_QUICK_START_ID     "default" /* the workspace --workspace registers */
 
 /* ---- configuration ---- */
 
@@ -73,6 +86,21 @@ enum cs_policy_env_kind {
 enum cs_policy_network {
     CS_POLICY_NETWORK_RESTRICTED,
     CS_POLICY_NETWORK_ENABLED,
+    CS_POLICY_NETWORK_LOOPBACK, /* lo only, AF_INET/AF_INET6 allowed, nothing leaves */
+};
+
+/* Registry "processes" (docs/process.md): how live processes share a workspace. */
+enum cs_workspace_processes {
+    CS_WORKSPACE_PROCESSES_EXCLUSIVE = 0, /* one live process holds the workspace */
+    CS_WORKSPACE_PROCESSES_SHARED = 1,    /* up to limits.max_live_processes at once */
+};
+
+/* A workspace's process limits, resolved (registry key, else flag, else variable, else
+ * default; bounds in docs/operations.md). */
+struct cs_workspace_limits {
+    int64_t timeout_ms;         /* 0: no time limit; else CS_POLICY_MIN_TIMEOUT_MS .. MAX */
+    int64_t max_live_processes; /* 1 .. CS_POLICY_MAX_PROCS */
+    int64_t output_ring_bytes;  /* CS_POLICY_MIN_RING_BYTES .. CS_POLICY_MAX_RING_BYTES */
 };
 
 /* An execution environment of the registry. "local" (host) always exists. */
@@ -100,7 +128,8 @@ struct cs_remote {
 struct cs_workspace {
     char *id; /* NUL-terminated, no NUL inside, not empty */
     size_t id_len;
-    char *root; /* absolute and canonical (realpath at load time) */
+    char *root;        /* absolute and canonical (realpath at load time) */
+    char *description; /* for the model, at most 200 characters; NULL: none */
     /* The root, opened once at load by a no-follow walk from "/" (O_PATH, O_CLOEXEC) and held
      * for the config's life: every tool and the sandbox use it, never the path again. Valid
      * when has_root_fd. */
@@ -113,6 +142,8 @@ struct cs_workspace {
     bool has_network_allow; /* the file gave network_allow (even empty) */
     char **network_allow;   /* host patterns, as given */
     size_t n_network_allow;
+    enum cs_workspace_processes processes;
+    struct cs_workspace_limits limits;
     /* deny rules (docs/contract/tools.md §5), as given, each checked by cs_fs_deny_rule_valid */
     char **deny;
     size_t n_deny;
@@ -155,10 +186,16 @@ struct cs_config {
      * --tls-cert, --tls-key, --tls-peer-sha256, --tls-psk, --tls-psk-identity and their
      * CODESPACE_RUNNER_* variables */
     struct cs_remote remote;
-    /* CODESPACE_PROCESS_TIMEOUT_SECS: 1..CS_POLICY_MAX_TIMEOUT_SECS */
+    /* Every workspace's limits and processes unless its registry entry sets them:
+     * --process-timeout, CODESPACE_PROCESS_TIMEOUT_SECS: 0 (no limit, the flag only) or
+     * 1..CS_POLICY_MAX_TIMEOUT_SECS */
     int64_t process_timeout_secs;
-    /* CODESPACE_MAX_PROCESSES: 1..CS_POLICY_MAX_PROCS */
+    /* --max-processes, CODESPACE_MAX_PROCESSES: 1..CS_POLICY_MAX_PROCS */
     int64_t max_processes;
+    /* --output-ring, CODESPACE_OUTPUT_RING_BYTES: CS_POLICY_MIN_RING_BYTES..MAX */
+    int64_t output_ring_bytes;
+    /* --processes exclusive|shared, CODESPACE_PROCESSES */
+    enum cs_workspace_processes processes;
     /* CODESPACE_REQUIRE_LINUX_SANDBOX: "1" true; unset or "0" false */
     bool require_linux_sandbox;
     /* --log-level, CODESPACE_LOG: the MCP level name ("debug" .. "emergency"; static storage)
@@ -268,18 +305,21 @@ struct cs_runtime_caps {
     int64_t landlock_abi; /* >= 0 when has_landlock_abi */
     bool syscall_denials; /* the sandbox reports refused system calls (seccomp user_notif) */
     bool tty_supported;
-    int64_t max_live_processes; /* >= 1 */
-    int64_t timeout_ms;         /* >= 1 */
-    int64_t output_ring_bytes;  /* >= 1 */
+    /* The process limits reported are each workspace's own (struct cs_workspace_limits). */
 };
+
+/* The time limit of file operations (read, find, apply_patch) for cfg: CS_POLICY_FILE_TIMEOUT_MS,
+ * or cfg->process_timeout_secs when that is smaller and not 0. Runner-wide, never per
+ * workspace. */
+int64_t cs_config_file_timeout_ms(const struct cs_config *cfg);
 
 /*
  * Builds the workspace_info result (docs/contract/tools.md §4) for in->workspace_id (absent or
- * empty: the server part only). cfg, caps, version (NUL-terminated) and in are borrowed for the
- * call. Returns 0 with out filled (release it with csw_mcp_workspace_info_output_free; it passes
- * csw_mcp_workspace_info_output_encode), or an error code with out zeroed and diag (may be NULL)
- * saying why: CSW_ERROR_WORKSPACE_NOT_FOUND for an unknown id, CSW_ERROR_INTERNAL on OOM or caps
- * outside the schema. Reads no workspace files.
+ * empty: the server part and the list of every workspace, sorted by id). cfg, caps, version
+ * (NUL-terminated) and in are borrowed for the call. Returns 0 with out filled (release it with
+ * csw_mcp_workspace_info_output_free; it passes csw_mcp_workspace_info_output_encode), or an error
+ * code with out zeroed and diag (may be NULL) saying why: CSW_ERROR_WORKSPACE_NOT_FOUND for an
+ * unknown id, CSW_ERROR_INTERNAL on OOM or caps outside the schema. Reads no workspace files.
  */
 int cs_policy_workspace_info(const struct cs_config *cfg, const struct cs_runtime_caps *caps,
                              const char *version, const struct csw_mcp_workspace_info_input *in,

@@ -42,6 +42,8 @@ enum slot {
     S_LOG_LEVEL,
     S_TIMEOUT,
     S_MAX_PROCESSES,
+    S_OUTPUT_RING,
+    S_PROCESSES,
     S_REQUIRE_SANDBOX,
     S_RUNTIME_BIN,
     S_SANDBOX_BIN,
@@ -75,8 +77,10 @@ static const struct setting settings[S__COUNT] = {
     [S_RUNNER] = {"--runner", "CODESPACE_RUNNER"},
     [S_RUNNER_DIR] = {"--runner-dir", "CODESPACE_RUNNER_DIR"},
     [S_LOG_LEVEL] = {"--log-level", "CODESPACE_LOG"},
-    [S_TIMEOUT] = {NULL, "CODESPACE_PROCESS_TIMEOUT_SECS"},
-    [S_MAX_PROCESSES] = {NULL, "CODESPACE_MAX_PROCESSES"},
+    [S_TIMEOUT] = {"--process-timeout", "CODESPACE_PROCESS_TIMEOUT_SECS"},
+    [S_MAX_PROCESSES] = {"--max-processes", "CODESPACE_MAX_PROCESSES"},
+    [S_OUTPUT_RING] = {"--output-ring", "CODESPACE_OUTPUT_RING_BYTES"},
+    [S_PROCESSES] = {"--processes", "CODESPACE_PROCESSES"},
     [S_REQUIRE_SANDBOX] = {NULL, "CODESPACE_REQUIRE_LINUX_SANDBOX"},
     [S_RUNTIME_BIN] = {NULL, "CODESPACE_RUNTIME_BIN"},
     [S_SANDBOX_BIN] = {NULL, "CODESPACE_LINUX_SANDBOX_BIN"},
@@ -131,6 +135,17 @@ static const char usage_head[] =
     "  --workspace DIR                     CODESPACE_WORKSPACE\n"
     "      register DIR as workspace \"default\", profile workspace-write, network\n"
     "      restricted (default none)\n"
+    "  --processes exclusive|shared        CODESPACE_PROCESSES\n"
+    "      exclusive: one live process holds a workspace; shared: several at once\n"
+    "      (default exclusive)\n"
+    "  --process-timeout SECS              CODESPACE_PROCESS_TIMEOUT_SECS\n"
+    "      time limit of every command, 1..2147483; 0 (the flag only) for none\n"
+    "      (default 1800)\n"
+    "  --max-processes N                   CODESPACE_MAX_PROCESSES\n"
+    "      live processes per workspace, 1..1024 (default 8)\n"
+    "  --output-ring BYTES                 CODESPACE_OUTPUT_RING_BYTES\n"
+    "      output kept per process, 4096..2097152 (default 1048576)\n"
+    "      These four are every workspace's unless its registry entry sets them.\n"
     "  --operations-db FILE                CODESPACE_OPERATIONS_DB\n"
     "      operation ledger; :memory: for none (default\n"
     "      $XDG_STATE_HOME/codespace/operations.db, else\n"
@@ -159,10 +174,6 @@ static const char usage_tail[] =
     "  --log-level LEVEL                   CODESPACE_LOG\n"
     "      debug, info, notice, warning (or warn), error, critical, alert, emergency;\n"
     "      JSON lines on stderr (default info)\n"
-    "                                      CODESPACE_PROCESS_TIMEOUT_SECS\n"
-    "      process time limit in seconds, > 0 (default 30)\n"
-    "                                      CODESPACE_MAX_PROCESSES\n"
-    "      live processes per runner, > 0 (default 8)\n"
     "                                      CODESPACE_REQUIRE_LINUX_SANDBOX\n"
     "      1: a failed sandbox probe is fatal at start (default unset, same as 0)\n"
     "                                      CODESPACE_RUNTIME_BIN\n"
@@ -526,6 +537,43 @@ static int resolve_log_level(struct cs_config *cfg, const struct raw *r,
                      "\"critical\", \"alert\", \"emergency\"");
 }
 
+/*
+ * The defaults of every workspace's processes and limits (docs/operations.md, "Process limits").
+ * 0 seconds (no time limit) is taken from the flag only: a variable left over in an environment
+ * must not lift the limit unnoticed.
+ */
+static int resolve_limits(struct cs_config *cfg, const struct raw *raw, struct cs_config_error *err)
+{
+    const struct raw *r = &raw[S_TIMEOUT];
+    bool flag = r->source && strncmp(r->source, "--", 2) == 0;
+    cfg->process_timeout_secs = CS_POLICY_DEFAULT_TIMEOUT_SECS;
+    if (r->value &&
+        take_int(r, flag ? 0 : 1, CS_POLICY_MAX_TIMEOUT_SECS, &cfg->process_timeout_secs, err) != 0)
+        return CS_CONFIG_ERROR;
+    cfg->max_processes = CS_POLICY_DEFAULT_MAX_PROCS;
+    if (raw[S_MAX_PROCESSES].value &&
+        take_int(&raw[S_MAX_PROCESSES], 1, CS_POLICY_MAX_PROCS, &cfg->max_processes, err) != 0)
+        return CS_CONFIG_ERROR;
+    cfg->output_ring_bytes = CS_POLICY_DEFAULT_RING_BYTES;
+    if (raw[S_OUTPUT_RING].value &&
+        take_int(&raw[S_OUTPUT_RING], CS_POLICY_MIN_RING_BYTES, CS_POLICY_MAX_RING_BYTES,
+                 &cfg->output_ring_bytes, err) != 0)
+        return CS_CONFIG_ERROR;
+    r = &raw[S_PROCESSES];
+    cfg->processes = CS_WORKSPACE_PROCESSES_EXCLUSIVE;
+    if (r->value && strcmp(r->value, "shared") == 0)
+        cfg->processes = CS_WORKSPACE_PROCESSES_SHARED;
+    else if (r->value && strcmp(r->value, "exclusive") != 0)
+        return bad_value(err, r, "\"exclusive\" or \"shared\"");
+    return 0;
+}
+
+int64_t cs_config_file_timeout_ms(const struct cs_config *cfg)
+{
+    int64_t t = cfg->process_timeout_secs * 1000;
+    return t > 0 && t < CS_POLICY_FILE_TIMEOUT_MS ? t : CS_POLICY_FILE_TIMEOUT_MS;
+}
+
 /* Applies every setting to cfg (zeroed). Returns 0 or CS_CONFIG_ERROR. */
 static int resolve(struct cs_config *cfg, const struct raw *raw, char **envp,
                    struct cs_config_error *err)
@@ -599,13 +647,7 @@ static int resolve(struct cs_config *cfg, const struct raw *raw, char **envp,
     if (resolve_log_level(cfg, &raw[S_LOG_LEVEL], err) != 0)
         return CS_CONFIG_ERROR;
 
-    cfg->process_timeout_secs = CS_POLICY_DEFAULT_TIMEOUT_SECS;
-    if (raw[S_TIMEOUT].value && take_int(&raw[S_TIMEOUT], 1, CS_POLICY_MAX_TIMEOUT_SECS,
-                                         &cfg->process_timeout_secs, err) != 0)
-        return CS_CONFIG_ERROR;
-    cfg->max_processes = CS_POLICY_DEFAULT_MAX_PROCS;
-    if (raw[S_MAX_PROCESSES].value &&
-        take_int(&raw[S_MAX_PROCESSES], 1, CS_POLICY_MAX_PROCS, &cfg->max_processes, err) != 0)
+    if (resolve_limits(cfg, raw, err) != 0)
         return CS_CONFIG_ERROR;
 
     r = &raw[S_REQUIRE_SANDBOX];

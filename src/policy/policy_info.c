@@ -17,6 +17,7 @@
 #include "policy_internal.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 _Static_assert(CSW_ERROR_WORKSPACE_NOT_FOUND != 0 && CSW_ERROR_INTERNAL != 0,
@@ -109,9 +110,10 @@ static void fill_process(struct csw_mcp_workspace_info_output_execution_process 
     c->tty.initial_rows = CS_POLICY_TTY_ROWS;
     c->tty.initial_cols = CS_POLICY_TTY_COLS;
     c->tty.resize_supported = true;
-    c->limits.max_live_processes = caps->max_live_processes;
-    c->limits.timeout_ms = caps->timeout_ms;
-    c->limits.output_ring_bytes = caps->output_ring_bytes;
+    /* The workspace's own limits, as the runner enforces them on each of its commands. */
+    c->limits.max_live_processes = ws->limits.max_live_processes;
+    c->limits.timeout_ms = ws->limits.timeout_ms;
+    c->limits.output_ring_bytes = ws->limits.output_ring_bytes;
 }
 
 /* Fills execution (no allocation but permissions.deny and network.allow). Returns 0 or -1 on
@@ -140,6 +142,16 @@ static int fill_execution(struct csw_mcp_workspace_info_output_execution *x,
     fill_process(&x->process, ws, caps);
 
     x->serialization.max_waiters_per_resource = CS_POLICY_MAX_WAITERS;
+    switch (ws->processes) {
+    case CS_WORKSPACE_PROCESSES_EXCLUSIVE:
+        x->serialization.process_conflict =
+            CSW_MCP_WORKSPACE_INFO_OUTPUT_EXECUTION_SERIALIZATION_PROCESS_CONFLICT_REJECT;
+        break;
+    case CS_WORKSPACE_PROCESSES_SHARED:
+        x->serialization.process_conflict =
+            CSW_MCP_WORKSPACE_INFO_OUTPUT_EXECUTION_SERIALIZATION_PROCESS_CONFLICT_SHARE;
+        break;
+    }
 
     /* A workspace on a remote worker reports that worker's own probe, as its last hello said
      * (docs/security-model.md R17); this process's probe says nothing about it. */
@@ -171,7 +183,10 @@ static int fill_execution(struct csw_mcp_workspace_info_output_execution *x,
     if (iso->sandbox) {
         enum csw_mcp_workspace_info_output_execution_isolation_denial_reports_item k[2];
         size_t nk = 0;
-        if (ws->network == CS_POLICY_NETWORK_ENABLED)
+        /* loopback: a connect that cannot leave is reported (no_route) by the same user
+         * notification that reports system calls */
+        if (ws->network == CS_POLICY_NETWORK_ENABLED ||
+            (ws->network == CS_POLICY_NETWORK_LOOPBACK && iso->syscall_denials))
             k[nk++] = CSW_MCP_WORKSPACE_INFO_OUTPUT_EXECUTION_ISOLATION_DENIAL_REPORTS_ITEM_NETWORK;
         if (iso->syscall_denials)
             k[nk++] = CSW_MCP_WORKSPACE_INFO_OUTPUT_EXECUTION_ISOLATION_DENIAL_REPORTS_ITEM_SYSCALL;
@@ -192,6 +207,9 @@ static int fill_execution(struct csw_mcp_workspace_info_output_execution *x,
     case CS_POLICY_NETWORK_ENABLED:
         x->network.policy = CSW_MCP_WORKSPACE_INFO_OUTPUT_EXECUTION_NETWORK_POLICY_ENABLED;
         break;
+    case CS_POLICY_NETWORK_LOOPBACK:
+        x->network.policy = CSW_MCP_WORKSPACE_INFO_OUTPUT_EXECUTION_NETWORK_POLICY_LOOPBACK;
+        break;
     }
     /* The same probe that decides how commands spawn decides what is claimed here. */
     x->network.enforcement =
@@ -205,23 +223,96 @@ static int fill_execution(struct csw_mcp_workspace_info_output_execution *x,
     return 0;
 }
 
-/* Refuses caps the output schema would refuse, naming the field. Returns 0 or -1. */
-static int caps_check(const struct cs_runtime_caps *caps, bool process, struct cs_diag *diag)
+/* Refuses caps and limits the output schema would refuse, naming the field. Returns 0 or -1. */
+static int caps_check(const struct cs_runtime_caps *caps, const struct cs_workspace *ws,
+                      bool process, struct cs_diag *diag)
 {
     const char *bad = NULL;
     if ((caps->has_landlock_abi && caps->landlock_abi < 0) ||
         (caps->worker && caps->worker->landlock_abi < 0))
         bad = "landlock_abi must be >= 0";
-    else if (process && caps->max_live_processes < 1)
+    else if (process && ws->limits.max_live_processes < 1)
         bad = "max_live_processes must be >= 1";
-    else if (process && caps->timeout_ms < 1)
-        bad = "timeout_ms must be >= 1";
-    else if (process && caps->output_ring_bytes < 1)
+    else if (process && ws->limits.timeout_ms < 0)
+        bad = "timeout_ms must be >= 0";
+    else if (process && ws->limits.output_ring_bytes < 1)
         bad = "output_ring_bytes must be >= 1";
     if (!bad)
         return 0;
-    cs_diag_set(diag, CSW_ERROR_INTERNAL, "runtime caps: %s", bad);
+    cs_diag_set(diag, CSW_ERROR_INTERNAL, "%s: %s",
+                bad[0] == 'l' ? "runtime caps" : "workspace limits", bad);
     return -1;
+}
+
+/* Bytewise order of workspace ids (a shorter prefix first), for the listing. */
+static int ws_cmp(const void *a, const void *b)
+{
+    const struct cs_workspace *x = *(const struct cs_workspace *const *)a;
+    const struct cs_workspace *y = *(const struct cs_workspace *const *)b;
+    size_t n = x->id_len < y->id_len ? x->id_len : y->id_len;
+    int c = memcmp(x->id, y->id, n);
+    if (c != 0)
+        return c;
+    return x->id_len < y->id_len ? -1 : x->id_len > y->id_len;
+}
+
+/* workspaces (docs/contract/tools.md §4, without a workspace_id): every registered workspace,
+ * sorted by id; ids are selectors, not credentials. Returns 0 or -1 on OOM. */
+static int fill_listing(struct csw_mcp_workspace_info_output *o, const struct cs_config *cfg)
+{
+    size_t n = cfg->n_workspaces;
+    o->has_workspaces = true;
+    if (n == 0)
+        return 0;
+    const struct cs_workspace **sorted = malloc(n * sizeof *sorted);
+    o->workspaces.v = cs_wire_malloc(n * sizeof *o->workspaces.v);
+    if (!sorted || !o->workspaces.v) {
+        free(sorted);
+        return -1;
+    }
+    memset(o->workspaces.v, 0, n * sizeof *o->workspaces.v);
+    o->workspaces.n = n; /* at once: the generated free releases a half-filled array */
+    for (size_t i = 0; i < n; i++)
+        sorted[i] = &cfg->workspaces[i];
+    qsort(sorted, n, sizeof *sorted, ws_cmp);
+    int rc = 0;
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        const struct cs_workspace *ws = sorted[i];
+        struct csw_mcp_workspace_info_output_workspaces_item *it = &o->workspaces.v[i];
+        rc = cs_str_set_n(&it->workspace_id, ws->id, ws->id_len);
+        switch (ws->profile) {
+        case CS_POLICY_PROFILE_READ_ONLY:
+            it->profile = CSW_MCP_WORKSPACE_INFO_OUTPUT_WORKSPACES_ITEM_PROFILE_READ_ONLY;
+            break;
+        case CS_POLICY_PROFILE_WORKSPACE_WRITE:
+            it->profile = CSW_MCP_WORKSPACE_INFO_OUTPUT_WORKSPACES_ITEM_PROFILE_WORKSPACE_WRITE;
+            break;
+        }
+        switch (ws->network) {
+        case CS_POLICY_NETWORK_RESTRICTED:
+            it->network = CSW_MCP_WORKSPACE_INFO_OUTPUT_WORKSPACES_ITEM_NETWORK_RESTRICTED;
+            break;
+        case CS_POLICY_NETWORK_ENABLED:
+            it->network = CSW_MCP_WORKSPACE_INFO_OUTPUT_WORKSPACES_ITEM_NETWORK_ENABLED;
+            break;
+        case CS_POLICY_NETWORK_LOOPBACK:
+            it->network = CSW_MCP_WORKSPACE_INFO_OUTPUT_WORKSPACES_ITEM_NETWORK_LOOPBACK;
+            break;
+        }
+        switch (ws->processes) {
+        case CS_WORKSPACE_PROCESSES_EXCLUSIVE:
+            it->processes = CSW_MCP_WORKSPACE_INFO_OUTPUT_WORKSPACES_ITEM_PROCESSES_EXCLUSIVE;
+            break;
+        case CS_WORKSPACE_PROCESSES_SHARED:
+            it->processes = CSW_MCP_WORKSPACE_INFO_OUTPUT_WORKSPACES_ITEM_PROCESSES_SHARED;
+            break;
+        }
+        it->has_description = ws->description != NULL;
+        if (rc == 0 && ws->description)
+            rc = set_str(&it->description, ws->description);
+    }
+    free(sorted);
+    return rc == 0 ? 0 : -1;
 }
 
 int cs_policy_workspace_info(const struct cs_config *cfg, const struct cs_runtime_caps *caps,
@@ -261,11 +352,14 @@ int cs_policy_workspace_info(const struct cs_config *cfg, const struct cs_runtim
         goto out;
 
     if (!ws) {
-        /* workspace_id stays NULL: encoded as null. No profile, root or execution. */
+        /* workspace_id stays NULL: encoded as null. No profile, root or execution; the list
+         * of workspaces instead. */
+        if (fill_listing(&o, cfg) != 0)
+            goto out;
         rc = 0;
         goto out;
     }
-    if (caps_check(caps,
+    if (caps_check(caps, ws,
                    cs_workspace_can_exec(ws) && caps->process_available &&
                        cs_workspace_is_exec_path(ws),
                    diag) != 0)

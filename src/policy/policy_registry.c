@@ -138,6 +138,8 @@ static enum cs_policy_network network_of(enum csw_config_registry_workspaces_val
         return CS_POLICY_NETWORK_RESTRICTED;
     case CSW_CONFIG_REGISTRY_WORKSPACES_VALUE_NETWORK_ENABLED:
         return CS_POLICY_NETWORK_ENABLED;
+    case CSW_CONFIG_REGISTRY_WORKSPACES_VALUE_NETWORK_LOOPBACK:
+        return CS_POLICY_NETWORK_LOOPBACK;
     }
     return CS_POLICY_NETWORK_RESTRICTED; /* unreachable: fail closed */
 }
@@ -191,6 +193,7 @@ void cs__policy_workspace_clear(struct cs_workspace *ws)
 {
     free(ws->id);
     free(ws->root);
+    free(ws->description);
     if (ws->has_root_fd)
         close(ws->root_fd);
     free(ws->environment);
@@ -314,6 +317,64 @@ static int roots_disjoint(const struct cs_config *cfg, struct cs_config_error *e
     return 0;
 }
 
+/* The defaults of a workspace: the configuration's processes and limits (flags, variables). */
+static void ws_defaults(const struct cs_config *cfg, struct cs_workspace *ws)
+{
+    ws->processes = cfg->processes;
+    ws->limits.timeout_ms = cfg->process_timeout_secs * 1000;
+    ws->limits.max_live_processes = cfg->max_processes;
+    ws->limits.output_ring_bytes = cfg->output_ring_bytes;
+}
+
+/*
+ * description, processes and limits of a registry entry (docs/operations.md, "Process limits"):
+ * each limit in its bounds, else the load fails naming its JSON path. The description's length
+ * (at most 200 characters) is the schema's; a NUL byte is refused here.
+ */
+static int settings_load(const struct csw_config_registry_workspaces_value *v, struct where *w,
+                         struct cs_workspace *ws, struct cs_config_error *err)
+{
+    if (v->has_description) {
+        if (has_nul(&v->description))
+            return REG_ERR(err, w, "/description", "%s", "contains a NUL byte");
+        ws->description = strndup(v->description.s, v->description.n);
+        if (!ws->description)
+            return oom(err);
+    }
+    if (v->has_processes)
+        ws->processes = v->processes == CSW_CONFIG_REGISTRY_WORKSPACES_VALUE_PROCESSES_SHARED
+                            ? CS_WORKSPACE_PROCESSES_SHARED
+                            : CS_WORKSPACE_PROCESSES_EXCLUSIVE;
+    if (!v->has_limits)
+        return 0;
+    const struct csw_config_registry_workspaces_value_limits *l = &v->limits;
+    if (l->has_timeout_ms) {
+        if (l->timeout_ms != 0 &&
+            (l->timeout_ms < CS_POLICY_MIN_TIMEOUT_MS || l->timeout_ms > CS_POLICY_MAX_TIMEOUT_MS))
+            return REG_ERR(err, w, "/limits/timeout_ms",
+                           "expected 0 (no time limit) or %d..%lld milliseconds, got %lld",
+                           CS_POLICY_MIN_TIMEOUT_MS, (long long)CS_POLICY_MAX_TIMEOUT_MS,
+                           (long long)l->timeout_ms);
+        ws->limits.timeout_ms = l->timeout_ms;
+    }
+    if (l->has_max_live_processes) {
+        if (l->max_live_processes < 1 || l->max_live_processes > CS_POLICY_MAX_PROCS)
+            return REG_ERR(err, w, "/limits/max_live_processes",
+                           "expected 1..%d live processes, got %lld", CS_POLICY_MAX_PROCS,
+                           (long long)l->max_live_processes);
+        ws->limits.max_live_processes = l->max_live_processes;
+    }
+    if (l->has_output_ring_bytes) {
+        if (l->output_ring_bytes < CS_POLICY_MIN_RING_BYTES ||
+            l->output_ring_bytes > CS_POLICY_MAX_RING_BYTES)
+            return REG_ERR(err, w, "/limits/output_ring_bytes", "expected %d..%d bytes, got %lld",
+                           CS_POLICY_MIN_RING_BYTES, CS_POLICY_MAX_RING_BYTES,
+                           (long long)l->output_ring_bytes);
+        ws->limits.output_ring_bytes = l->output_ring_bytes;
+    }
+    return 0;
+}
+
 static int workspace_load(struct cs_config *cfg,
                           const struct csw_config_registry_workspaces_entry *e, const char *file,
                           struct cs_config_error *err)
@@ -361,6 +422,9 @@ static int workspace_load(struct cs_config *cfg,
 
     ws.profile = profile_of(v->profile);
     ws.network = network_of(v->network);
+    ws_defaults(cfg, &ws);
+    if (settings_load(v, &w, &ws, err) != 0)
+        goto out;
 
     /* environment: "local" unless given; must be registered. */
     const char *env = v->environment.s ? v->environment.s : CS_POLICY_LOCAL_ENV;
@@ -544,6 +608,7 @@ static int quick_start(struct cs_config *cfg, const char *dir, const char *sourc
     ws.profile = CS_POLICY_PROFILE_WORKSPACE_WRITE;
     ws.env_kind = CS_POLICY_ENV_HOST;
     ws.network = CS_POLICY_NETWORK_RESTRICTED;
+    ws_defaults(cfg, &ws);
     rc = ws_add_take(cfg, &ws, err);
 out:
     cs__policy_workspace_clear(&ws);

@@ -110,6 +110,20 @@ void cs_runner_exec_reap_strays(struct cs_runner_exec *ex)
     fclose(f);
 }
 
+/* The wire's network policy of an exec as the supervisor's. */
+static enum cs_supervisor_network exec_network(enum csw_runner_wire_exec_data_policy_network n)
+{
+    switch (n) {
+    case CSW_RUNNER_WIRE_EXEC_DATA_POLICY_NETWORK_RESTRICTED:
+        break;
+    case CSW_RUNNER_WIRE_EXEC_DATA_POLICY_NETWORK_ENABLED:
+        return CS_SUPERVISOR_NETWORK_ENABLED;
+    case CSW_RUNNER_WIRE_EXEC_DATA_POLICY_NETWORK_LOOPBACK:
+        return CS_SUPERVISOR_NETWORK_LOOPBACK;
+    }
+    return CS_SUPERVISOR_NETWORK_RESTRICTED;
+}
+
 static void fail(cs_runner_done_fn done, void *arg, int code, const char *msg)
 {
     struct cs_runner_reply r = {.outcome = CS_RUNNER_ERROR, .code = code, .msg = msg};
@@ -523,7 +537,7 @@ static void file_done(void *arg)
         if (j->timed_out)
             cs_diag_set(&dg, CSW_ERROR_TIMEOUT,
                         "%s did not finish within the time limit of %" PRId64
-                        " ms (CODESPACE_PROCESS_TIMEOUT_SECS) and was stopped%s",
+                        " ms of file operations and was stopped%s",
                         op_name(j->tag), j->ex->timeout_ms,
                         j->tag == CSW_RUNNER_WIRE_OP_APPLY_PATCH ? " before any write" : "");
         else
@@ -766,6 +780,12 @@ static void op_exec(struct cs_runner_exec *ex, const struct csw_runner_wire_exec
     if (!root || !pid || !wsid || d->process_id.n >= CS_SUPERVISOR_ID_SIZE) {
         fail(done, arg, CSW_ERROR_INTERNAL,
              !root ? "workspace root is not a C string" : "bad process_id or out of memory");
+    } else if (d->output_bytes_cap > CS_SUPERVISOR_RING_MAX) {
+        /* The whole ring may be answered in one frame: a bigger one could not be sent. */
+        char m[128];
+        snprintf(m, sizeof m, "output_bytes_cap %" PRId64 " is above the runner's %d bytes",
+                 d->output_bytes_cap, CS_SUPERVISOR_RING_MAX);
+        fail(done, arg, CSW_ERROR_PROCESS_SPAWN_FAILED, m);
     } else if (drc != 0) {
         fail(done, arg, drc, dwhy);
     } else if ((p = pending_new(ex, done, arg, CSW_RUNNER_WIRE_RESULT_EXEC))) {
@@ -777,15 +797,19 @@ static void op_exec(struct cs_runner_exec *ex, const struct csw_runner_wire_exec
             .workspace_id = wsid,
             .writable = d->policy.workspace_profile ==
                         CSW_RUNNER_WIRE_EXEC_DATA_POLICY_WORKSPACE_PROFILE_WORKSPACE_WRITE,
-            .network_enabled =
-                d->policy.network == CSW_RUNNER_WIRE_EXEC_DATA_POLICY_NETWORK_ENABLED,
+            .network = exec_network(d->policy.network),
+            .workspace_netns = d->workspace.has_processes &&
+                               d->workspace.processes == CSW_RUNNER_WORKSPACE_PROCESSES_SHARED,
             .has_network_allow = d->policy.has_network_allow,
             .network_allow = d->policy.network_allow.v,
             .n_network_allow = d->policy.network_allow.n,
             .deny_mask = masks,
             .n_deny_mask = n_masks,
             .tty = d->tty,
-            .timeout_ms = d->timeout_ms,
+            /* The workspace's limits (docs/operations.md): timeout_ms 0 is no time limit. */
+            .timeout_ms = d->timeout_ms > 0 ? d->timeout_ms : CS_SUPERVISOR_NO_TIME_LIMIT,
+            .max_live = d->has_max_live_processes ? d->max_live_processes : 0,
+            .ring_bytes = (size_t)d->output_bytes_cap,
             .yield_ms = d->has_yield_ms ? d->yield_ms : 0,
             .on_exit = exited,
             .exit_arg = ex,

@@ -570,8 +570,9 @@ void cs__runner_uds_free(struct cs_runner *r)
 
 /* ---- start ---- */
 
-/* The worker's environment: only what it needs (PATH, TMPDIR, LANG) and the test and sanitizer
- * switches; never the gateway's token or anything else. */
+/* The worker's environment: only what it needs (PATH, TMPDIR, LANG, the shared workspaces'
+ * namespace grace period) and the test and sanitizer switches; never the gateway's token or
+ * anything else. */
 static char **worker_env(void)
 {
     size_t n = 0;
@@ -581,8 +582,9 @@ static char **worker_env(void)
     if (!out)
         return NULL;
     size_t k = 0;
-    static const char *const keep[] = {"PATH=", "TMPDIR=", "LANG=", "CODESPACE_TEST_",
-                                       "ASAN_", "UBSAN_",  "LSAN_"};
+    static const char *const keep[] = {
+        "PATH=",           "TMPDIR=", "LANG=",  "CODESPACE_NETNS_GRACE_SECS=",
+        "CODESPACE_TEST_", "ASAN_",   "UBSAN_", "LSAN_"};
     for (char **e = environ; *e; e++)
         for (size_t i = 0; i < sizeof keep / sizeof *keep; i++)
             if (strncmp(*e, keep[i], strlen(keep[i])) == 0) {

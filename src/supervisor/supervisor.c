@@ -84,6 +84,7 @@ struct proc {
     enum csw_process_termination term;
     int exit_code, signo;
     int64_t rows, cols;
+    int64_t timeout_ms; /* its time limit; 0: none */
     /* The combined output (supervisor_ring.c); compacted once the process has finished. */
     struct cs_ring ring;
     struct waiter *waiters;
@@ -94,6 +95,9 @@ struct proc {
     /* The plan prepare returned for a sandboxed process (NULL otherwise): removed once the
      * process is reaped, if `run` did not remove it first (docs/contract/sandbox.md §1). */
     char *plan;
+    /* A shared workspace's process: the network namespace it joined, released when it has
+     * finished (NULL otherwise). */
+    struct cs__netns *netns;
     /* A sandboxed process: the read end of the helper's denial report pipe (docs/contract/tools.md
      * section 6), read once the helper is reaped; the decoded report when there was one. */
     int report;
@@ -112,6 +116,8 @@ struct cs_supervisor {
      * the loop turn after each. Not a process of the table: never listed, counted or limited. */
     struct cs__supervisor_warm warm;
     bool warm_pending; /* warm_rearm deferred */
+    /* The shared workspaces' network namespaces (supervisor_netns.c). */
+    struct cs__netns_table netns;
 };
 
 static int64_t now_ms(void)
@@ -252,7 +258,7 @@ static void answer_read(struct proc *p, int64_t cursor, cs_supervisor_done_fn do
         cs_diag_set(
             &dg, CSW_ERROR_TIMEOUT,
             "the process was killed at its time limit (%lld ms); no output past cursor %llu",
-            (long long)p->s->lim.timeout_ms, (unsigned long long)p->ring.total);
+            (long long)p->timeout_ms, (unsigned long long)p->ring.total);
         done(arg, (int)dg.code, dg.text, NULL);
         return;
     }
@@ -541,6 +547,8 @@ static void maybe_finish(struct proc *p)
     cs__ring_compact(&p->ring);
     s->live--;
     s->exited++;
+    cs__netns_release(p->netns); /* the namespace's grace period may start */
+    p->netns = NULL;
     /* The exit callback first (the lease goes; over uds the process_exited event leaves before
      * the answers below), so a client that sees `exited` can start the next command at once.
      * p survives it: only an exited handle past retention is freed, and p is the newest. */
@@ -716,6 +724,7 @@ static void proc_free(struct proc *p)
         s->exited--;
     else
         s->live--;
+    cs__netns_release(p->netns);
     proc_unlink(p);
     free(p->workspace_id);
     cs__ring_fini(&p->ring);
@@ -759,6 +768,8 @@ struct cs_supervisor *cs_supervisor_new(struct cs_loop *loop,
     s->lim.path = s->path;
     s->lim.tmpdir = s->tmpdir;
     s->lim.sandbox_helper = s->sandbox;
+    s->netns = (struct cs__netns_table){
+        .loop = loop, .helper = s->sandbox, .grace_ms = lim->netns_grace_ms, .list = NULL};
     /* docs/contract/sandbox.md §1: the plans a runner of ours that is gone left behind (R9). */
     if (s->sandbox)
         (void)cs__supervisor_plan_sweep();
@@ -774,6 +785,7 @@ void cs_supervisor_free(struct cs_supervisor *s)
     cs__supervisor_warm_stop(&s->warm);
     while (s->procs)
         proc_free(s->procs);
+    cs__netns_table_fini(&s->netns);
     free(s->path);
     free(s->tmpdir);
     free(s->sandbox);
@@ -789,6 +801,8 @@ bool cs_supervisor_owns_pid(const struct cs_supervisor *s, pid_t pid)
 {
     if (s->warm.pid > 0 && s->warm.pid == pid)
         return true; /* reaped through its pidfd, by cs__supervisor_warm_stop */
+    if (cs__netns_owns_pid(&s->netns, pid))
+        return true; /* a network namespace holder, reaped by the table */
     for (const struct proc *p = s->procs; p; p = p->next)
         if (!p->reaped && p->pid == pid)
             return true;
@@ -813,7 +827,7 @@ static char *concat(const char *a, const char *b)
  * issue 20), or -1 with d. Every rule prepare checks, run checks again on this plan
  * (cs_sbx_plan_parse), so nothing is trusted more for being built here. */
 static int sandbox_plan(struct cs_supervisor *s, const struct cs_supervisor_spawn *sp, char **argv,
-                        char **envp, size_t ne, struct cs_diag *d)
+                        char **envp, size_t ne, const struct cs__netns *ns, struct cs_diag *d)
 {
     struct csw_sandbox_plan plan;
     memset(&plan, 0, sizeof plan);
@@ -834,8 +848,17 @@ static int sandbox_plan(struct cs_supervisor *s, const struct cs_supervisor_spaw
     plan.workspace_root = (struct cs_str){(char *)sp->root, strlen(sp->root)};
     plan.cwd = plan.workspace_root;
     plan.writable_workspace = sp->writable;
-    plan.network = sp->network_enabled ? CSW_SANDBOX_PLAN_NETWORK_ENABLED
-                                       : CSW_SANDBOX_PLAN_NETWORK_RESTRICTED;
+    switch (sp->network) {
+    case CS_SUPERVISOR_NETWORK_RESTRICTED:
+        plan.network = CSW_SANDBOX_PLAN_NETWORK_RESTRICTED;
+        break;
+    case CS_SUPERVISOR_NETWORK_ENABLED:
+        plan.network = CSW_SANDBOX_PLAN_NETWORK_ENABLED;
+        break;
+    case CS_SUPERVISOR_NETWORK_LOOPBACK:
+        plan.network = CSW_SANDBOX_PLAN_NETWORK_LOOPBACK;
+        break;
+    }
     plan.has_network_allow = sp->has_network_allow;
     plan.network_allow.v = (struct cs_str *)sp->network_allow;
     plan.network_allow.n = sp->n_network_allow;
@@ -863,6 +886,11 @@ static int sandbox_plan(struct cs_supervisor *s, const struct cs_supervisor_spaw
     /* The denial report's pipe is its fd 4. */
     plan.has_report_fd = true;
     plan.report_fd = 4;
+    /* A shared workspace's namespace: the child passes it as 6 (and its user namespace as 7). */
+    plan.has_netns_fd = ns != NULL;
+    plan.netns_fd = 6;
+    plan.has_userns_fd = ns && cs__netns_fd(ns, true) >= 0;
+    plan.userns_fd = 7;
     plan.has_sandbox_uid = s->lim.sandbox_uid > 0;
     plan.sandbox_uid = s->lim.sandbox_uid;
     plan.has_sandbox_gid = s->lim.sandbox_gid > 0;
@@ -875,13 +903,31 @@ out:
     return fd;
 }
 
+/* Live processes of workspace_id (NULL: ""), for its own cap. */
+static int64_t ws_live(const struct cs_supervisor *s, const char *workspace_id)
+{
+    const char *id = workspace_id ? workspace_id : "";
+    int64_t n = 0;
+    for (const struct proc *p = s->procs; p; p = p->next)
+        if (!p->finished && strcmp(p->workspace_id, id) == 0)
+            n++;
+    return n;
+}
+
 int cs_supervisor_spawn(struct cs_supervisor *s, const struct cs_supervisor_spawn *sp,
                         cs_supervisor_done_fn done, void *arg, struct cs_diag *d)
 {
     sweep(s);
+    if (sp->max_live > 0 && ws_live(s, sp->workspace_id) >= sp->max_live) {
+        return cs_diag_set(d, CSW_ERROR_WORKSPACE_BUSY,
+                           "live process limit reached (max_live_processes %lld): wait for one "
+                           "of the workspace's processes to exit, or terminate one",
+                           (long long)sp->max_live);
+    }
     if ((int64_t)s->live >= s->lim.max_live) {
         return cs_diag_set(d, CSW_ERROR_WORKSPACE_BUSY,
-                           "live process limit reached (%lld processes run)",
+                           "live process limit reached (the runner's cap of %lld processes, "
+                           "every workspace together)",
                            (long long)s->lim.max_live);
     }
     int rc = CSW_ERROR_PROCESS_SPAWN_FAILED;
@@ -902,8 +948,9 @@ int cs_supervisor_spawn(struct cs_supervisor *s, const struct cs_supervisor_spaw
     struct proc *p = calloc(1, sizeof *p);
     char *plan = NULL, *tmp_env = NULL;
     char *run_argv[5], *run_env[2];
-    int plan_fd = -1;         /* the sealed plan of a sandboxed process */
-    int report[2] = {-1, -1}; /* the denial report pipe of a sandboxed process */
+    int plan_fd = -1;            /* the sealed plan of a sandboxed process */
+    struct cs__netns *ns = NULL; /* a shared workspace's namespace, acquired for this spawn */
+    int report[2] = {-1, -1};    /* the denial report pipe of a sandboxed process */
     if (!argv || !p) {
         cs_diag_set(d, CSW_ERROR_PROCESS_SPAWN_FAILED, "out of memory");
         goto out;
@@ -948,7 +995,10 @@ int cs_supervisor_spawn(struct cs_supervisor *s, const struct cs_supervisor_spaw
     p->tty = sp->tty;
     p->rows = 24;
     p->cols = 80;
-    cs__ring_init(&p->ring, s->lim.ring_bytes);
+    cs__ring_init(&p->ring, sp->ring_bytes > 0 ? sp->ring_bytes : s->lim.ring_bytes);
+    p->timeout_ms = sp->timeout_ms > 0                              ? sp->timeout_ms
+                    : sp->timeout_ms == CS_SUPERVISOR_NO_TIME_LIMIT ? 0
+                                                                    : s->lim.timeout_ms;
     p->pidfd = p->in = p->out = p->report = -1;
     p->term = CSW_PROCESS_TERMINATION_UNKNOWN;
     p->on_exit = sp->on_exit;
@@ -962,8 +1012,12 @@ int cs_supervisor_spawn(struct cs_supervisor *s, const struct cs_supervisor_spaw
         .tty = sp->tty,
         .rows = p->rows,
         .cols = p->cols,
+        .netns_fd = -1,
+        .userns_fd = -1,
     };
-    if (!s->sandbox && sp->network_enabled) {
+    /* loopback falls back as restricted does (docs/contract/sandbox.md section 2): unsandboxed,
+     * reported as enforcement none. */
+    if (!s->sandbox && sp->network == CS_SUPERVISOR_NETWORK_ENABLED) {
         cs_diag_set(d, CSW_ERROR_PROCESS_SPAWN_FAILED,
                     "network \"enabled\" needs the Linux sandbox helper, whose probe failed: a "
                     "missing Linux helper is not permission");
@@ -995,7 +1049,15 @@ int cs_supervisor_spawn(struct cs_supervisor *s, const struct cs_supervisor_spaw
                 goto out;
             }
         }
-        plan_fd = sandbox_plan(s, sp, argv, envp, ne, d);
+        /* workflows.md section 3: a shared workspace's commands join its one namespace. */
+        if (sp->workspace_netns && sp->workspace_id && sp->workspace_id[0]) {
+            ns = cs__netns_acquire(&s->netns, sp->workspace_id, d);
+            if (!ns)
+                goto out;
+            cmd.netns_fd = cs__netns_fd(ns, false);
+            cmd.userns_fd = cs__netns_fd(ns, true);
+        }
+        plan_fd = sandbox_plan(s, sp, argv, envp, ne, ns, d);
         if (plan_fd < 0)
             goto out;
         run_argv[0] = (char *)"codespace-linux-sandbox";
@@ -1036,7 +1098,8 @@ int cs_supervisor_spawn(struct cs_supervisor *s, const struct cs_supervisor_spaw
     }
     cmd.report_fd = report[1];
     struct cs__supervisor_fds fds;
-    bool warm = s->sandbox && !s->lim.sandbox_cold;
+    /* The pre-started helper takes no namespace descriptors: a joined command starts cold. */
+    bool warm = s->sandbox && !s->lim.sandbox_cold && !ns;
     int started = cs__supervisor_start(&cmd, warm ? &s->warm : NULL, &fds, d);
     if (warm && s->warm.pid <= 0 && !s->warm_pending)
         s->warm_pending = cs_loop_defer(s->loop, warm_rearm, s) == 0;
@@ -1048,6 +1111,8 @@ int cs_supervisor_spawn(struct cs_supervisor *s, const struct cs_supervisor_spaw
     p->pid = fds.pid;
     p->pidfd = fds.pidfd;
     p->plan = plan; /* removed once the helper is reaped */
+    p->netns = ns;  /* released when it has finished */
+    ns = NULL;
     plan = NULL;
     close(report[1]); /* the helper holds the only write end: EOF once it is gone */
     report[1] = -1;
@@ -1068,9 +1133,10 @@ int cs_supervisor_spawn(struct cs_supervisor *s, const struct cs_supervisor_spaw
     s->live++;
     p->pidw = cs_loop_fd_add(s->loop, p->pidfd, CS_LOOP_READ, on_exit_ready, p);
     p->outw = cs_loop_fd_add(s->loop, p->out, CS_LOOP_READ, on_output, p);
-    p->limit_timer = cs_loop_timer_add(
-        s->loop, sp->timeout_ms > 0 ? sp->timeout_ms : s->lim.timeout_ms, on_time_limit, p);
-    if (!p->pidw || !p->outw || !p->limit_timer) {
+    /* No time limit: no timer at all. */
+    if (p->timeout_ms > 0)
+        p->limit_timer = cs_loop_timer_add(s->loop, p->timeout_ms, on_time_limit, p);
+    if (!p->pidw || !p->outw || (p->timeout_ms > 0 && !p->limit_timer)) {
         /* Cannot watch it: it must not run unwatched. */
         cs_diag_set(d, CSW_ERROR_PROCESS_SPAWN_FAILED, "out of resources watching the process: %s",
                     strerror(errno));
@@ -1095,7 +1161,8 @@ out:
     free(p);
     if (plan_fd >= 0)
         close(plan_fd);
-    if (plan) /* prepared, but `run` never started: nobody else will remove it */
+    cs__netns_release(ns); /* acquired, but nothing started: its grace period may start */
+    if (plan)              /* prepared, but `run` never started: nobody else will remove it */
         (void)cs__supervisor_plan_remove(plan);
     free(plan);
     free(tmp_env);

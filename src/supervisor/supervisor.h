@@ -33,9 +33,9 @@
 struct cs_supervisor;
 
 struct cs_supervisor_limits {
-    int64_t max_live;      /* live processes at once (CODESPACE_MAX_PROCESSES) */
-    int64_t timeout_ms;    /* time limit of every process (CODESPACE_PROCESS_TIMEOUT_SECS) */
-    size_t ring_bytes;     /* output retained per process (256 KiB) */
+    int64_t max_live;      /* live processes at once, every workspace together (safety cap) */
+    int64_t timeout_ms;    /* time limit of a process whose spawn names none; 0: none */
+    size_t ring_bytes;     /* output retained per process whose spawn names none (1 MiB) */
     int64_t retain_ms;     /* an exited handle is kept this long (15 minutes) ... */
     size_t retain_max;     /* ... and at most this many exited handles (64) */
     int64_t kill_grace_ms; /* terminate: SIGTERM, then SIGKILL after this long (2 s) */
@@ -51,13 +51,19 @@ struct cs_supervisor_limits {
     /* No helper started ahead of sandboxed commands (CODESPACE_TEST_SANDBOX_WARM=0): each starts
      * its own (docs/runner-isolation.md, "Cost of a spawn"). */
     bool sandbox_cold;
+    /* A shared workspace's network namespace is kept this long after its last process
+     * (CODESPACE_NETNS_GRACE_SECS, default 60 s; workflows.md section 3). */
+    int64_t netns_grace_ms;
 };
 
 /* The fixed limits of docs/contract/runtime.md §5 (the others come from the configuration). */
-#define CS_SUPERVISOR_RING_BYTES    (256 * 1024)     /* output kept per process */
-#define CS_SUPERVISOR_RETAIN_MS     (15 * 60 * 1000) /* an exited handle lives this long ... */
-#define CS_SUPERVISOR_RETAIN_MAX    64               /* ... and at most this many of them */
-#define CS_SUPERVISOR_KILL_GRACE_MS 2000             /* terminate: SIGTERM, then SIGKILL */
+#define CS_SUPERVISOR_RING_BYTES     (1024 * 1024)     /* output kept per process, by default */
+#define CS_SUPERVISOR_RING_MAX       (2 * 1024 * 1024) /* ... and at most (docs/operations.md) */
+#define CS_SUPERVISOR_NO_TIME_LIMIT  (-1)              /* cs_supervisor_spawn.timeout_ms: none */
+#define CS_SUPERVISOR_RETAIN_MS      (15 * 60 * 1000)  /* an exited handle lives this long ... */
+#define CS_SUPERVISOR_RETAIN_MAX     64                /* ... and at most this many of them */
+#define CS_SUPERVISOR_KILL_GRACE_MS  2000              /* terminate: SIGTERM, then SIGKILL */
+#define CS_SUPERVISOR_NETNS_GRACE_MS (60 * 1000) /* a workspace's netns after its last process */
 
 /* Fills *lim with the fixed limits above, max_live and timeout_ms, PATH and TMPDIR from this
  * process's environment (borrowed: they must outlive cs_supervisor_new, which copies them) and
@@ -131,6 +137,13 @@ bool cs_supervisor_owns_pid(const struct cs_supervisor *s, pid_t pid);
 /* Writes a fresh "proc-<uuid v4>" (getrandom). Returns 0 or -1. */
 int cs_supervisor_new_id(char out[CS_SUPERVISOR_ID_SIZE]);
 
+/* A command's network (docs/contract/sandbox.md section 4, workflows "loopback"). */
+enum cs_supervisor_network {
+    CS_SUPERVISOR_NETWORK_RESTRICTED, /* lo only, AF_UNIX sockets only */
+    CS_SUPERVISOR_NETWORK_ENABLED,    /* lo only plus the helper's proxy */
+    CS_SUPERVISOR_NETWORK_LOOPBACK,   /* lo only, AF_INET/AF_INET6 allowed, nothing leaves */
+};
+
 struct cs_supervisor_spawn {
     const char *process_id;    /* minted by the caller (cs_supervisor_new_id); copied */
     const char *root;          /* working directory and HOME (absolute) */
@@ -138,7 +151,10 @@ struct cs_supervisor_spawn {
     size_t argc;
     const char *workspace_id; /* the owner, for workspace_of / terminate_workspace; copied */
     bool writable;            /* the sandbox mounts the workspace read-write */
-    bool network_enabled;     /* network "enabled" (else restricted) */
+    enum cs_supervisor_network network;
+    /* A shared workspace (workflows.md section 3): a sandboxed command joins the network
+     * namespace the supervisor holds for workspace_id instead of getting one of its own. */
+    bool workspace_netns;
     bool has_network_allow;
     const struct cs_str *network_allow;
     size_t n_network_allow;
@@ -147,8 +163,15 @@ struct cs_supervisor_spawn {
     char *const *deny_mask;
     size_t n_deny_mask;
     bool tty;
-    int64_t timeout_ms; /* the time limit; 0: the supervisor's */
-    int64_t yield_ms;   /* 0 … 30000 */
+    /* The time limit in ms; 0: the supervisor's (lim.timeout_ms); CS_SUPERVISOR_NO_TIME_LIMIT:
+     * none, no timer at all. */
+    int64_t timeout_ms;
+    /* Live processes of workspace_id at once, this one included (its limits.max_live_processes);
+     * 0: only lim.max_live applies. */
+    int64_t max_live;
+    /* The output ring of this process, 1 .. CS_SUPERVISOR_RING_MAX; 0: lim.ring_bytes. */
+    size_t ring_bytes;
+    int64_t yield_ms; /* 0 … 30000 */
     cs_supervisor_exit_fn on_exit;
     void *exit_arg;
 };
@@ -157,7 +180,8 @@ struct cs_supervisor_spawn {
  * Starts a process. Returns 0 when it started: done then receives a struct
  * csw_mcp_exec_command_output (at once when yield_ms is 0, else when it finished or yield_ms
  * passed), and on_exit runs once when it finishes. Otherwise returns CSW_ERROR_WORKSPACE_BUSY
- * (live-process limit reached, nothing spawned) or CSW_ERROR_PROCESS_SPAWN_FAILED (nothing
+ * (the workspace's sp->max_live or the runner's lim.max_live reached, nothing spawned; the
+ * message names the limit) or CSW_ERROR_PROCESS_SPAWN_FAILED (nothing
  * started: missing executable, bad argv, out of resources), with d (may be NULL) holding that
  * code and saying why; done and on_exit are never called then.
  */

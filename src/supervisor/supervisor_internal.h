@@ -11,6 +11,7 @@
 #include <sys/types.h>
 #include <sys/wait.h>
 
+#include "base_loop.h"
 #include "supervisor.h"
 
 /* One command to start: everything borrowed for the call. */
@@ -24,6 +25,9 @@ struct cs__supervisor_cmd {
     int report_fd;     /* >= 0: the child also gets it as its fd 4 (the helper's denial report) */
     int plan_fd;       /* > 5: the child also gets it as its fd 5 (the helper's sealed plan);
                         * 0: none */
+    int netns_fd;      /* >= 10 with a plan: the child also gets it as its fd 6 (the workspace's
+                        * network namespace, the plan's netns_fd); -1: none */
+    int userns_fd;     /* >= 10 with netns_fd: as its fd 7 (the plan's userns_fd); -1: none */
     const char *path;  /* where argv[0] is looked up when it has no slash */
     bool tty;
     int64_t rows, cols; /* initial terminal size */
@@ -92,5 +96,33 @@ void cs__supervisor_warm_stop(struct cs__supervisor_warm *w);
  * CSW_ERROR_PROCESS_SPAWN_FAILED (nothing is left running and no descriptor is left open). */
 int cs__supervisor_start(const struct cs__supervisor_cmd *cmd, struct cs__supervisor_warm *warm,
                          struct cs__supervisor_fds *fds, struct cs_diag *d);
+
+/* ---- supervisor_netns.c: one network namespace per shared workspace ---- */
+
+struct cs__netns;
+
+/* The supervisor's held namespaces; zero-initialise, then set loop, helper and grace_ms. */
+struct cs__netns_table {
+    struct cs_loop *loop;
+    const char *helper; /* the sandbox helper (borrowed) */
+    int64_t grace_ms;   /* kept this long after its last process (CODESPACE_NETNS_GRACE_SECS) */
+    struct cs__netns *list;
+};
+
+/* The namespace of workspace_id (created, with its holder, when there is none), counted as used
+ * by one more process until cs__netns_release. Returns it (owned by the table), or NULL with d
+ * saying why under CSW_ERROR_PROCESS_SPAWN_FAILED. */
+struct cs__netns *cs__netns_acquire(struct cs__netns_table *t, const char *workspace_id,
+                                    struct cs_diag *d);
+/* One process of n has finished (or never started): after the last, n goes once the grace period
+ * passes without a new acquire. Accepts NULL. */
+void cs__netns_release(struct cs__netns *n);
+/* n's network namespace descriptor (user false) or the user namespace owning it (true; -1 for a
+ * root runner): borrowed, >= 10, close-on-exec. */
+int cs__netns_fd(const struct cs__netns *n, bool user);
+/* True when pid is one of the table's holders (reaped by the table, never by a stray reaper). */
+bool cs__netns_owns_pid(const struct cs__netns_table *t, pid_t pid);
+/* Lets every namespace go now (holders killed and reaped). */
+void cs__netns_table_fini(struct cs__netns_table *t);
 
 #endif

@@ -103,7 +103,7 @@ struct child {
     char *const *argv;
     char *const *envp;
     const char *prog, *root, *slave;
-    int in, out, root_fd, report_fd, plan_fd;
+    int in, out, root_fd, report_fd, plan_fd, netns_fd, userns_fd;
     int warm_sock; /* >= 0: the pre-started helper (its socket to be fd 5, stdio /dev/null) */
     bool pass_root;
     pid_t parent;
@@ -206,6 +206,18 @@ __attribute__((no_sanitize("address", "undefined"))) static int child_main(void 
             if (syscall(SYS_dup2, (long)c->plan_fd, 5L) < 0)
                 goto fail;
             first_closed = 6;
+            /* The workspace's namespaces (the plan's netns_fd 6 and userns_fd 7), kept at 10 and
+             * above by the supervisor so that no move overwrites a source still to move. */
+            if (c->netns_fd >= 10) {
+                if (syscall(SYS_dup2, (long)c->netns_fd, 6L) < 0)
+                    goto fail;
+                first_closed = 7;
+                if (c->userns_fd >= 10) {
+                    if (syscall(SYS_dup2, (long)c->userns_fd, 7L) < 0)
+                        goto fail;
+                    first_closed = 8;
+                }
+            }
         }
     }
     c->step = "close_range";
@@ -242,6 +254,8 @@ static pid_t spawn_child(const struct cs__supervisor_cmd *cmd, const char *prog,
         .pass_root = cmd->pass_root,
         .report_fd = cmd->pass_root ? cmd->report_fd : -1,
         .plan_fd = cmd->pass_root && cmd->report_fd >= 0 ? cmd->plan_fd : 0,
+        .netns_fd = cmd->netns_fd,
+        .userns_fd = cmd->userns_fd,
         .slave = slave,
         .in = in,
         .out = out,
@@ -485,7 +499,18 @@ void cs_supervisor_limits_init(struct cs_supervisor_limits *lim, int64_t max_liv
         .tmpdir = tmpdir && tmpdir[0] == '/' ? tmpdir : NULL,
         .sandbox_helper = sandbox_helper,
         .sandbox_cold = warm && strcmp(warm, "0") == 0,
+        .netns_grace_ms = CS_SUPERVISOR_NETNS_GRACE_MS,
     };
+    /* docs/operations.md: how long a shared workspace's network namespace outlives its last
+     * process; 0 .. 86400 seconds, anything else keeps the default. */
+    const char *grace = getenv("CODESPACE_NETNS_GRACE_SECS");
+    if (grace && grace[0] >= '0' && grace[0] <= '9') {
+        char *end;
+        errno = 0;
+        long v = strtol(grace, &end, 10);
+        if (errno == 0 && *end == '\0' && v >= 0 && v <= 86400)
+            lim->netns_grace_ms = (int64_t)v * 1000;
+    }
 }
 
 int cs_supervisor_spawn_aux(const char *prog, char *const argv[], char *const envp[],

@@ -102,6 +102,10 @@ void cs_tools_free(struct cs_tools *t)
     }
     free(t->wsdesc);
     t->wsdesc = NULL;
+    if (t->leases) {
+        for (size_t i = 0; i < t->cfg->n_workspaces; i++)
+            free(t->leases[i].live);
+    }
     free(t->leases);
     t->leases = NULL;
     if (t->no_exec) {
@@ -288,6 +292,18 @@ static void find_tool(void *arg, struct cs_mcp_call *call, const void *input)
     const struct cs_workspace *ws = gate(t, call, &in->workspace_id, CS_POLICY_ACCESS_READ);
     if (!ws)
         return;
+    /* A glob the deny rules' validator refuses could never match (an empty, "." or ".."
+     * component, an unclosed class, ...): say so rather than answer an empty listing. */
+    const char *why = NULL;
+    if (in->args.has_glob && in->args.glob.n > 0 &&
+        !cs_fs_glob_valid(in->args.glob.s, in->args.glob.n, &why)) {
+        cs_mcp_call_error(call, CSW_ERROR_INVALID_ARGUMENTS, NULL,
+                          "/glob: \"%.*s\" can never match a file (%s); globs look like "
+                          "\"*.c\", \"src/**/*.h\" or \"docs/\"",
+                          (int)(in->args.glob.n < 200 ? in->args.glob.n : 200), in->args.glob.s,
+                          why);
+        return;
+    }
     struct csw_runner_wire_op op = {.tag = CSW_RUNNER_WIRE_OP_FIND};
     op.u.find.data =
         (struct csw_runner_wire_find_data){.workspace = *wsdesc(t, ws), .args = in->args};
@@ -373,8 +389,16 @@ static void log_exit(struct cs_tools *t, const char *process_id, const struct cs
     (void)cs_mcp_log(t->srv, CSW_PROTOCOL_LOGGING_LEVEL_INFO, &data);
 }
 
-/* The runner's events: a process finished (its lease goes, then the clients are told), or the
- * default runner's uds worker is gone (every process with it). */
+/* The most live processes of a shared workspace (workflows.md section 3): its own limit. */
+static int64_t ws_max_live(const struct cs_tools *t, const struct cs_workspace *ws)
+{
+    (void)t;
+    return ws->limits.max_live_processes;
+}
+
+/* The runner's events: a process finished (its lease goes, or in a shared workspace its place;
+ * then the clients are told), or the default runner's uds worker is gone (every process with
+ * it). */
 static void on_process_exited(void *arg, const char *process_id, const struct csw_runner_exit *how)
 {
     struct cs_tools *t = arg;
@@ -384,7 +408,11 @@ static void on_process_exited(void *arg, const char *process_id, const struct cs
             held = &t->leases[i];
     /* Told first: what the freed lease lets run next is answered after it. */
     log_exit(t, process_id, how, held ? held->ws : NULL);
-    if (held)
+    if (!held)
+        return;
+    if (held->live)
+        cs__tools_lease_unshare(held, process_id);
+    else
         cs__tools_lease_release(held);
 }
 
@@ -394,8 +422,8 @@ static void on_runner_lost(void *arg)
 {
     struct cs_tools *t = arg;
     for (size_t i = 0; i < t->cfg->n_workspaces; i++)
-        if (!t->cfg->workspaces[i].has_runner && cs__tools_lease_holds(&t->leases[i], NULL))
-            cs__tools_lease_release(&t->leases[i]);
+        if (!t->cfg->workspaces[i].has_runner)
+            cs__tools_lease_lost(&t->leases[i]);
 }
 
 /* ---- apply_patch ---- */
@@ -573,8 +601,12 @@ static void exec_done(void *arg, const struct cs_runner_reply *r)
         break;
     }
     bool mine = cs__tools_lease_holds(l, ec->process_id);
+    char id[CS_SUPERVISOR_ID_SIZE];
+    memcpy(id, ec->process_id, sizeof id);
     free(ec);
-    if (release && mine)
+    if (release && mine && l->live)
+        cs__tools_lease_unshare(l, id); /* a shared workspace: its place goes */
+    else if (release && mine)
         cs__tools_lease_release(l);
 }
 
@@ -593,7 +625,8 @@ static void exec_cancelled(void *arg, struct cs_mcp_call *call)
     struct cs_runner *runner = ec->t->runner;
     char id[CS_SUPERVISOR_ID_SIZE];
     memcpy(id, ec->process_id, sizeof id); /* ec may be freed inside cs_runner_cancel */
-    cs__tools_lease_kill(l, id);
+    if (!l->live) /* a shared workspace's process keeps its place until its exit */
+        cs__tools_lease_kill(l, id);
     cs_runner_cancel(runner, exec_done, ec, id);
 }
 
@@ -606,7 +639,19 @@ static void exec_locked(struct cs_tools *t, const struct cs_workspace *ws, struc
     if (!ec || cs_supervisor_new_id(ec->process_id) != 0) {
         free(ec);
         cs_mcp_call_error(call, CSW_ERROR_INTERNAL, NULL, "no memory or random source");
-        cs__tools_lease_release(l);
+        if (!l->live) /* a shared workspace's exec never holds the lease */
+            cs__tools_lease_release(l);
+        return;
+    }
+    /* A shared workspace: the process takes a place among at most max_live_processes, never
+     * the lease (patches run meanwhile, other processes start). */
+    if (l->live && cs__tools_lease_share(l, ec->process_id) != 0) {
+        free(ec);
+        cs_mcp_call_error(call, CSW_ERROR_WORKSPACE_BUSY, NULL,
+                          "workspace \"%s\" already runs %zu live processes, its "
+                          "max_live_processes; wait for one to exit (process_status) or stop one "
+                          "(terminate_process)",
+                          ws->id, l->n_live);
         return;
     }
     ec->t = t;
@@ -620,8 +665,13 @@ static void exec_locked(struct cs_tools *t, const struct cs_workspace *ws, struc
     d->argv.n = in->command.n;
     d->process_id = (struct cs_str){ec->process_id, strlen(ec->process_id)};
     d->env.use_runner_defaults = true;
-    d->timeout_ms = t->cfg->process_timeout_secs * 1000;
-    d->output_bytes_cap = CS_SUPERVISOR_RING_BYTES;
+    /* The workspace's own limits (docs/operations.md), enforced by the runner's supervisor. */
+    _Static_assert(CS_POLICY_MAX_RING_BYTES <= CS_SUPERVISOR_RING_MAX,
+                   "every ring the registry allows is one the runner accepts");
+    d->timeout_ms = ws->limits.timeout_ms;
+    d->output_bytes_cap = ws->limits.output_ring_bytes;
+    d->has_max_live_processes = true;
+    d->max_live_processes = ws->limits.max_live_processes;
     d->tty = in->has_tty && in->tty;
     d->policy.workspace_profile =
         (enum csw_runner_wire_exec_data_policy_workspace_profile)w->profile;
@@ -632,8 +682,10 @@ static void exec_locked(struct cs_tools *t, const struct cs_workspace *ws, struc
     d->has_yield_ms = in->has_yield_ms;
     d->yield_ms = in->has_yield_ms ? in->yield_ms : 0;
     /* Live from here: a confirmed process holds the lease until it exits; with yield_ms 0 the
-     * call may complete inside cs_runner_call. Queued waiters fail at once. */
-    cs__tools_lease_go_live(l, ec->process_id);
+     * call may complete inside cs_runner_call. Queued waiters fail at once. (A shared
+     * workspace's process took its place above instead.) */
+    if (!l->live)
+        cs__tools_lease_go_live(l, ec->process_id);
     cs_mcp_call_on_cancel(call, exec_cancelled, ec);
     if (d->yield_ms > 0)
         ec->progress = cs__tools_progress_start(t->loop, t->runner, call, ec->process_id);
@@ -658,7 +710,10 @@ static void exec_command_tool(void *arg, struct cs_mcp_call *call, const void *i
         cs_mcp_call_error(call, CSW_ERROR_PROCESS_SPAWN_FAILED, NULL, "%s", why);
         return;
     }
-    with_lease(t, ws, call, input, exec_locked);
+    if (t->leases[ws - t->cfg->workspaces].live)
+        exec_locked(t, ws, call, input); /* shared: never waits for the lease (workflows.md 3) */
+    else
+        with_lease(t, ws, call, input, exec_locked);
 }
 
 static void write_stdin_tool(void *arg, struct cs_mcp_call *call, const void *input)
@@ -813,9 +868,20 @@ static int build_wsdesc(struct cs_tools *t)
         d->environment_kind = ws->env_kind == CS_POLICY_ENV_HOST
                                   ? CSW_RUNNER_WORKSPACE_ENVIRONMENT_KIND_HOST
                                   : CSW_RUNNER_WORKSPACE_ENVIRONMENT_KIND_LINUX_CONTAINER;
-        d->network = ws->network == CS_POLICY_NETWORK_ENABLED
-                         ? CSW_RUNNER_WORKSPACE_NETWORK_ENABLED
-                         : CSW_RUNNER_WORKSPACE_NETWORK_RESTRICTED;
+        switch (ws->network) {
+        case CS_POLICY_NETWORK_RESTRICTED:
+            d->network = CSW_RUNNER_WORKSPACE_NETWORK_RESTRICTED;
+            break;
+        case CS_POLICY_NETWORK_ENABLED:
+            d->network = CSW_RUNNER_WORKSPACE_NETWORK_ENABLED;
+            break;
+        case CS_POLICY_NETWORK_LOOPBACK:
+            d->network = CSW_RUNNER_WORKSPACE_NETWORK_LOOPBACK;
+            break;
+        }
+        /* sent only when shared: an exclusive workspace's description stays as it was */
+        d->has_processes = ws->processes == CS_WORKSPACE_PROCESSES_SHARED;
+        d->processes = CSW_RUNNER_WORKSPACE_PROCESSES_SHARED;
         d->has_network_allow = ws->has_network_allow;
         if (ws->n_network_allow > 0) {
             d->network_allow.v = calloc(ws->n_network_allow, sizeof *d->network_allow.v);
@@ -981,6 +1047,12 @@ int cs_tools_register(struct cs_mcp *srv, struct cs_tools *t, const struct cs_co
         t->leases[i].hooks = &lease_hooks;
         t->leases[i].t = t;
         t->leases[i].ws = &cfg->workspaces[i];
+        if (cfg->workspaces[i].processes == CS_WORKSPACE_PROCESSES_SHARED) {
+            t->leases[i].max_live = (size_t)ws_max_live(t, &cfg->workspaces[i]);
+            t->leases[i].live = calloc(t->leases[i].max_live, sizeof *t->leases[i].live);
+            if (!t->leases[i].live)
+                return -1;
+        }
     }
     /* docs/contract/runtime.md §2: every root was opened once at load; from here on the file tools,
      * the supervisor and the sandbox reach a root only through that descriptor. */
@@ -1027,8 +1099,8 @@ int cs_tools_register(struct cs_mcp *srv, struct cs_tools *t, const struct cs_co
         struct cs_runner_uds_options opt = {
             .runtime_bin = bin,
             .runner_dir = cfg->runner_dir,
-            .max_processes = cfg->max_processes,
-            .timeout_ms = cfg->process_timeout_secs * 1000,
+            .max_processes = CS_POLICY_RUNNER_MAX_PROCS,
+            .timeout_ms = cs_config_file_timeout_ms(cfg),
             .version = version,
             .sandbox_helper = helper,
             .sandbox_uid = cfg->sandbox_uid,
@@ -1050,7 +1122,9 @@ int cs_tools_register(struct cs_mcp *srv, struct cs_tools *t, const struct cs_co
             t->remote[i] = t->runner; /* place_workspaces moves those with a runner of their own */
     } else {
         struct cs_supervisor_limits lim;
-        cs_supervisor_limits_init(&lim, cfg->max_processes, cfg->process_timeout_secs * 1000,
+        /* The runner-wide safety cap; each workspace's own cap comes with each exec. The
+         * timeout here is the file operations' (and a spawn's that names none). */
+        cs_supervisor_limits_init(&lim, CS_POLICY_RUNNER_MAX_PROCS, cs_config_file_timeout_ms(cfg),
                                   helper);
         lim.sandbox_uid = cfg->sandbox_uid;
         lim.sandbox_gid = cfg->sandbox_gid;
@@ -1068,9 +1142,6 @@ int cs_tools_register(struct cs_mcp *srv, struct cs_tools *t, const struct cs_co
     if (cfg->runner == CS_CONFIG_RUNNER_TCP)
         t->caps.remote = &cfg->remote;
     t->caps.tty_supported = true;
-    t->caps.max_live_processes = cfg->max_processes;
-    t->caps.timeout_ms = cfg->process_timeout_secs * 1000;
-    t->caps.output_ring_bytes = CS_SUPERVISOR_RING_BYTES;
     snprintf(err, err_cap, "internal: a tool is missing from the generated table");
     if (cs_mcp_set_tool(srv, "workspace_info", workspace_info, t) != 0 ||
         cs_mcp_set_tool(srv, "read", read_tool, t) != 0 ||
@@ -1083,6 +1154,11 @@ int cs_tools_register(struct cs_mcp *srv, struct cs_tools *t, const struct cs_co
         cs_mcp_set_tool(srv, "process_status", process_status_tool, t) != 0 ||
         cs_mcp_set_tool(srv, "process_resize", process_resize_tool, t) != 0 ||
         cs_mcp_set_tool(srv, "terminate_process", terminate_process_tool, t) != 0)
+        return -1;
+    /* A command line where an argv belongs is the commonest mistake with exec_command. */
+    if (cs_mcp_set_tool_hint(srv, "exec_command", "/command",
+                             "command is an argv (an array of strings), never parsed by a shell; "
+                             "for a command line use [\"sh\",\"-c\",\"...\"]") != 0)
         return -1;
     err[0] = '\0';
     return 0;

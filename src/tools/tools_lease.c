@@ -103,7 +103,44 @@ void cs__tools_lease_kill(struct cs_tools_lease *l, const char *process_id)
 
 bool cs__tools_lease_holds(const struct cs_tools_lease *l, const char *process_id)
 {
+    if (l->live) {
+        for (size_t i = 0; i < l->n_live; i++)
+            if (process_id == NULL || strncmp(l->live[i], process_id, sizeof l->live[i]) == 0)
+                return true;
+        return false;
+    }
     if (l->state != CS_TOOLS_LEASE_LIVE && !l->killing)
         return false;
     return process_id == NULL || strcmp(l->process_id, process_id) == 0;
+}
+
+int cs__tools_lease_share(struct cs_tools_lease *l, const char *process_id)
+{
+    if (l->n_live >= l->max_live)
+        return CSW_ERROR_WORKSPACE_BUSY;
+    snprintf(l->live[l->n_live], sizeof l->live[l->n_live], "%s", process_id);
+    l->n_live++;
+    return 0;
+}
+
+bool cs__tools_lease_unshare(struct cs_tools_lease *l, const char *process_id)
+{
+    for (size_t i = 0; i < l->n_live; i++) {
+        if (strncmp(l->live[i], process_id, sizeof l->live[i]) != 0)
+            continue;
+        /* order does not matter: the last one takes the freed slot */
+        if (i + 1 < l->n_live)
+            memcpy(l->live[i], l->live[l->n_live - 1], sizeof l->live[i]);
+        l->n_live--;
+        return true;
+    }
+    return false;
+}
+
+void cs__tools_lease_lost(struct cs_tools_lease *l)
+{
+    if (l->live)
+        l->n_live = 0;
+    else if (cs__tools_lease_holds(l, NULL))
+        cs__tools_lease_release(l);
 }

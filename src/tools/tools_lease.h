@@ -5,12 +5,18 @@
  * CS_TOOLS_LEASE_MAX_WAITERS; or held by a live process until it finishes, while new mutations
  * are refused with WORKSPACE_BUSY (and the FIFO was failed when it went live).
  *
+ * A shared workspace (workflows.md section 3, processes "shared") uses the same lease for its
+ * patches only: live processes never hold it, so patches serialize with each other through the
+ * FIFO while processes run. Its live processes are a set of at most max_live ids instead
+ * (cs__tools_lease_share / _unshare), which exec_command fills without waiting.
+ *
  * Trust: the callers are the tool handlers; calls, inputs and process ids are opaque here (only
  * compared or handed back through the hooks). No I/O, no allocation, no MCP: a queued call is run
  * or refused through the lease's hooks, so the unit test drives it with fakes (test_tools).
  *
  * Entry points: cs__tools_lease_acquire, cs__tools_lease_unqueue, cs__tools_lease_release,
- * cs__tools_lease_go_live, cs__tools_lease_kill, cs__tools_lease_holds. Internal to the tools
+ * cs__tools_lease_go_live, cs__tools_lease_kill, cs__tools_lease_holds, cs__tools_lease_share,
+ * cs__tools_lease_unshare, cs__tools_lease_lost. Internal to the tools
  * module (and its unit test).
  */
 #ifndef CS_TOOLS_LEASE_H
@@ -65,6 +71,10 @@ struct cs_tools_lease {
         cs_tools_locked_fn run;
     } wait[CS_TOOLS_LEASE_MAX_WAITERS];
     size_t head, n_wait;
+    /* processes "shared": the live processes' ids, live[0..n_live), at most max_live (>= 1)
+     * slots the caller allocated (and frees); NULL in an exclusive workspace. */
+    char (*live)[48];
+    size_t n_live, max_live;
 };
 
 /*
@@ -95,7 +105,20 @@ void cs__tools_lease_go_live(struct cs_tools_lease *l, const char *process_id);
  * l becomes HELD and killing, so later mutations queue behind the kill. */
 void cs__tools_lease_kill(struct cs_tools_lease *l, const char *process_id);
 
-/* True when a process holds l (live or being killed): process_id, or any when NULL. */
+/* True when a process holds l (live or being killed), or in a shared workspace is one of its live
+ * processes: process_id, or any when NULL. */
 bool cs__tools_lease_holds(const struct cs_tools_lease *l, const char *process_id);
+
+/* A shared workspace (l->live set): process_id (copied, cut to fit) is about to start. Returns 0
+ * when it was added, or CSW_ERROR_WORKSPACE_BUSY when max_live processes live already. Never
+ * touches the mutation lease or its waiters. */
+int cs__tools_lease_share(struct cs_tools_lease *l, const char *process_id);
+
+/* A shared workspace: process_id ended or never started; returns true when it was live. */
+bool cs__tools_lease_unshare(struct cs_tools_lease *l, const char *process_id);
+
+/* The runner holding l's processes is gone, and every process with it: a shared workspace's set
+ * empties, an exclusive lease held by a process is released. */
+void cs__tools_lease_lost(struct cs_tools_lease *l);
 
 #endif

@@ -47,7 +47,7 @@ ALLOWLIST = {
     "src/runner/runner_tls.c": {
         "conn_main": LOG},
     "src/runtime/runtime_main.c": {
-        "main": LOG},
+        "run": LOG},
     # Walks a registry document along the generated descriptor (not a field list) to refuse the
     # keys the schema does not name, which the decoder would ignore.
     "src/policy/policy_registry.c": {

@@ -121,13 +121,14 @@ class RemoteWorker:
             ids = env.get("CODESPACE_SANDBOX_UID") or "65533"
             argv += ["--sandbox", helper, "--sandbox-uid", ids,
                      "--sandbox-gid", env.get("CODESPACE_SANDBOX_GID") or ids]
-        if env.get("CODESPACE_MAX_PROCESSES"):
-            argv += ["--max-processes", env["CODESPACE_MAX_PROCESSES"]]
+        # Each exec carries its workspace's limits; the worker's own flags are its file
+        # operations' time limit (30 s, or the gateway's smaller process timeout) and its
+        # runner-wide cap (its default, 1024).
         secs = env.get("CODESPACE_PROCESS_TIMEOUT_SECS") or "30"
         if secs.isdigit():
-            argv += ["--timeout-ms", str(int(secs) * 1000)]
+            argv += ["--timeout-ms", str(min(int(secs), 30) * 1000)]
         wenv = {k: v for k, v in env.items() if not k.startswith("CODESPACE_")
-                or k.startswith("CODESPACE_TEST_")}
+                or k.startswith("CODESPACE_TEST_") or k == "CODESPACE_NETNS_GRACE_SECS"}
         self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                      stderr=subprocess.PIPE, env=wenv)
         line = self.proc.stderr.readline()
@@ -218,6 +219,7 @@ class StdioServer:
                                            "clientInfo": {"name": client, "version": "1"}})
         if "result" not in init:
             raise AssertionError("initialize failed: %r" % init)
+        self.init_result = init["result"]
         self.send({"jsonrpc": "2.0", "method": "notifications/initialized"})
 
     def _out(self):

@@ -776,7 +776,8 @@ class TestTools(StdioCase):
                 "runner_disconnect": "terminate", "gateway_shutdown": "terminate",
                 "restart_recovery": "none"})
             self.assertEqual(caps["limits"]["max_live_processes"], 8)
-            self.assertEqual(caps["limits"]["timeout_ms"], 30000)
+            self.assertEqual(caps["limits"]["timeout_ms"], 1800000)  # 30 minutes
+            self.assertEqual(caps["limits"]["output_ring_bytes"], 1048576)
             self.assertIs(caps["tty"]["default"], False)
             self.assertEqual((caps["tty"]["initial_rows"], caps["tty"]["initial_cols"]), (24, 80))
         else:

@@ -1689,5 +1689,336 @@ class TestDenials(SandboxCase):
         self.assertLess(max(s[1] for s in samples) - min(s[1] for s in samples), 1024, samples)
 
 
+# Inside a loopback sandbox: connects to each "host port" argument, one line each:
+# "host errno-name" (or "host CONNECTED"). Numeric spellings only (there is no DNS inside).
+CONNECT_PY = r"""
+import errno, socket, sys
+for arg in sys.argv[1:]:
+    host, port = arg.rsplit(" ", 1)
+    try:
+        infos = socket.getaddrinfo(host.strip("[]"), int(port), type=socket.SOCK_STREAM,
+                                   flags=socket.AI_NUMERICHOST)
+    except socket.gaierror:
+        # inet_aton spellings (0x7f.1, 2130706433) are not AI_NUMERICHOST to every libc
+        infos = socket.getaddrinfo(host.strip("[]"), int(port), type=socket.SOCK_STREAM)
+    fam, _, _, _, sa = infos[0]
+    s = socket.socket(fam, socket.SOCK_STREAM)
+    s.settimeout(5)
+    try:
+        s.connect(sa)
+        print(arg, "CONNECTED")
+    except OSError as e:
+        print(arg, errno.errorcode.get(e.errno, str(e.errno)) if e.errno else type(e).__name__)
+    finally:
+        s.close()
+"""
+
+
+class TestLoopback(SandboxCase):
+    """network "loopback" (workflows.md section 4): lo only, AF_INET/AF_INET6 sockets allowed,
+    nothing leaves the namespace; refused destinations reported as no_route."""
+
+    def host_server(self, addr):
+        """A TCP server on the host at addr, counting accepted connections."""
+        fam = socket.AF_INET6 if ":" in addr else socket.AF_INET
+        srv = socket.socket(fam)
+        srv.bind((addr, 0))
+        srv.listen(64)
+        hits = []
+
+        def accept():
+            while True:
+                try:
+                    c, _ = srv.accept()
+                except OSError:
+                    return
+                hits.append(1)
+                c.close()
+
+        threading.Thread(target=accept, daemon=True).start()
+        self.addCleanup(srv.close)
+        return srv.getsockname()[1], hits
+
+    def connect_lines(self, targets, **kw):
+        p = self.run_plan(self.prepare([PY, "-c", INSIDE_PY + CONNECT_PY] + targets,
+                                       network="loopback", **kw), timeout=120)
+        lines = self.ok(p).splitlines()
+        self.assertEqual(len(lines), len(targets), out(p))
+        return dict(l.rsplit(" ", 1) for l in lines)
+
+    def test_bind_connect_and_http_server(self):
+        p = self.py("import socket, threading, http.server, urllib.request\n"
+                    "for fam, host in ((socket.AF_INET, '127.0.0.1'), (socket.AF_INET6, '::1')):\n"
+                    "    s = socket.socket(fam); s.bind((host, 0)); s.listen()\n"
+                    "    c = socket.create_connection((host, s.getsockname()[1]))\n"
+                    "    a, _ = s.accept(); c.send(b'x'); assert a.recv(1) == b'x'\n"
+                    "    u = socket.socket(fam, socket.SOCK_DGRAM); u.bind((host, 0))\n"
+                    "    v = socket.socket(fam, socket.SOCK_DGRAM); v.sendto(b'y', u.getsockname())\n"
+                    "    assert u.recv(1) == b'y'\n"
+                    "class H(http.server.BaseHTTPRequestHandler):\n"
+                    "    def do_GET(self):\n"
+                    "        self.send_response(200); self.end_headers(); self.wfile.write(b'inside')\n"
+                    "    def log_message(self, *a): pass\n"
+                    "srv = http.server.HTTPServer(('127.0.0.1', 0), H)\n"
+                    "threading.Thread(target=srv.serve_forever, daemon=True).start()\n"
+                    "print(urllib.request.urlopen('http://127.0.0.1:%d/' % srv.server_address[1],"
+                    " timeout=10).read().decode())\n", network="loopback")
+        self.assertEqual(self.ok(p).strip(), "inside")
+
+    def test_only_inet_families(self):
+        p = self.py("import socket\n"
+                    "socket.socket(socket.AF_INET).close(); socket.socket(socket.AF_INET6).close()\n"
+                    "socket.socket(socket.AF_UNIX).close()\n"
+                    "for fam in (socket.AF_NETLINK, socket.AF_PACKET):\n"
+                    "    for ty in (socket.SOCK_RAW, socket.SOCK_DGRAM):\n"
+                    "        try: socket.socket(fam, ty)\n"
+                    "        except PermissionError: continue\n"
+                    "        raise SystemExit('family %d allowed' % fam)\n"
+                    "print('only inet')\n", network="loopback")
+        self.assertEqual(self.ok(p).strip(), "only inet")
+
+    def test_only_lo_and_no_proxy_variables(self):
+        p = self.py("import os, socket\n"
+                    "print(sorted(l.split(':')[0].strip() for l in open('/proc/self/net/dev').readlines()[2:]))\n"
+                    "print(sorted(k for k in os.environ if 'proxy' in k.lower()))\n",
+                    network="loopback", env={"HOME": self.ws, "HTTP_PROXY": "http://10.0.0.1:3128"})
+        self.assertEqual(self.ok(p).splitlines(), ["['lo']", "[]"])
+
+    def test_non_loopback_destinations_never_leave(self):
+        # The host's own non-loopback addresses, each with a listening server, plus documentation
+        # and private ranges and the proxy suite's internal spellings: none is reachable.
+        own = []
+        for line in subprocess.run(["ip", "-o", "addr", "show"], capture_output=True, text=True,
+                                   check=True).stdout.splitlines():
+            f = line.split()
+            a = f[3].split("/")[0]
+            if f[1] != "lo" and not a.startswith("fe80:"):
+                own.append(a)
+        servers = [(a,) + self.host_server(a) for a in own]
+        lo_port, lo_hits = self.host_server("127.0.0.1")
+        spellings = [h for h in TestProxy.INTERNAL_SPELLINGS if h not in ("255.255.255.255",)]
+        targets = ["10.0.0.1 80", "192.0.2.1 80", "[2001:db8::1] 80", "1.1.1.1 443",
+                   "[2606:4700:4700::1111] 443"] + [f"{h} 80" for h in spellings]
+        targets += [(f"[{a}]" if ":" in a else a) + f" {port}" for a, port, _ in servers]
+        res = self.connect_lines(targets + [f"127.0.0.1 {lo_port}"])
+        for t in targets:
+            with self.subTest(target=t):
+                self.assertIn(res[t], ("ENETUNREACH", "EACCES", "EINVAL", "EHOSTUNREACH"), t)
+        # the host's 127.0.0.1 is not the sandbox's: nothing listens there inside
+        self.assertEqual(res[f"127.0.0.1 {lo_port}"], "ECONNREFUSED")
+        self.assertEqual(lo_hits, [])
+        for a, _, hits in servers:
+            self.assertEqual(hits, [], f"a connection reached the host's {a}")
+
+    def test_kernel_refuses_what_the_helper_does_not_see(self):
+        # sendmsg and an over-long address length do not go by the helper's check: the namespace
+        # alone refuses them (nothing leaves even when the helper cannot read the destination).
+        p = self.py("import socket, errno, ctypes, struct\n"
+                    "u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+                    "try: u.sendmsg([b'x'], [], 0, ('10.0.0.1', 53)); print('SENT')\n"
+                    "except OSError as e: print(errno.errorcode[e.errno])\n"
+                    "libc = ctypes.CDLL(None, use_errno=True)\n"
+                    "t = socket.socket(socket.AF_INET)\n"
+                    "sa = struct.pack('!HH4s', socket.AF_INET, 80, socket.inet_aton('10.0.0.1'))\n"
+                    "sa = struct.pack('=H', socket.AF_INET) + sa[2:] + bytes(24)\n"
+                    "r = libc.connect(t.fileno(), ctypes.c_char_p(sa), 32)\n"
+                    "print(r, errno.errorcode[ctypes.get_errno()])\n", network="loopback")
+        self.assertEqual(self.ok(p).splitlines(), ["ENETUNREACH", "-1 ENETUNREACH"])
+
+    def test_no_route_reported(self):
+        r, w = os.pipe()
+        try:
+            plan = self.prepare([PY, "-c", INSIDE_PY + CONNECT_PY, "10.0.0.1 80", "10.0.0.1 80",
+                                 "[2001:db8::1] 443", "192.0.2.1 9", "127.0.0.1 9", "[::1] 9"],
+                                network="loopback", extra={"report_fd": w})
+            proc = subprocess.Popen([HELPER, "run", "--plan", plan], stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, pass_fds=(w,), start_new_session=True)
+            os.close(w)
+            w = -1
+            so, se = proc.communicate(timeout=60)
+            rep = read_report(r)
+        finally:
+            os.close(r)
+            if w >= 0:
+                os.close(w)
+        self.assertEqual(proc.returncode, 0, (so, se))
+        lines = so.decode().splitlines()
+        self.assertEqual(lines, ["10.0.0.1 80 ENETUNREACH", "10.0.0.1 80 ENETUNREACH",
+                                 "[2001:db8::1] 443 ENETUNREACH", "192.0.2.1 9 ENETUNREACH",
+                                 "127.0.0.1 9 ECONNREFUSED", "[::1] 9 ECONNREFUSED"])
+        if not notify_available():
+            self.assertEqual(rep["denials"], [])
+            return
+        got = {(d["kind"], d["target"], d["reason"]): d["count"] for d in rep["denials"]}
+        self.assertEqual(got, {("network", "10.0.0.1:80", "no_route"): 2,
+                               ("network", "[2001:db8::1]:443", "no_route"): 1,
+                               ("network", "192.0.2.1:9", "no_route"): 1})
+
+    def test_restricted_still_refuses_inet(self):
+        p = self.py("import socket\n"
+                    "try: socket.socket(socket.AF_INET)\n"
+                    "except PermissionError: print('refused')\n")
+        self.assertEqual(self.ok(p).strip(), "refused")
+
+
+def notify_available():
+    try:
+        with open("/proc/sys/kernel/seccomp/actions_avail") as f:
+            return "user_notif" in f.read()
+    except OSError:
+        return False
+
+
+# Run as the caller (root, or nobody through setpriv): holds a workspace namespace, starts a
+# server in it with one `run`, reaches it from a second `run`, and from a third of its own
+# namespace does not. Prints one JSON line.
+JOINED_PY = r"""
+import fcntl, json, os, subprocess, sys, time
+H, ws, port = sys.argv[1], sys.argv[2], sys.argv[3]
+def hold():
+    p = subprocess.Popen([H, "netns-hold", "test-ws"], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    line = p.stdout.readline()
+    if line != b"ready\n":
+        raise SystemExit("holder: %r %r" % (line, p.stderr.read()))
+    net = os.open("/proc/%d/ns/net" % p.pid, os.O_RDONLY)
+    user = os.open("/proc/%d/ns/user" % p.pid, os.O_RDONLY) if os.geteuid() != 0 else None
+    return p, net, user
+def run(argv, net, user, wait=True):
+    req = {"protocol": 1, "workspace_root": ws, "command_cwd": ws, "writable_workspace": True,
+           "network": "loopback", "argv": argv, "env": {"HOME": ws}, "tty": False}
+    r = subprocess.run([H, "prepare"], input=json.dumps(req), capture_output=True, text=True)
+    path = json.loads(r.stdout)["plan_path"]
+    plan = json.load(open(path))
+    os.unlink(path)
+    os.rmdir(os.path.dirname(path))
+    keep = []
+    if net is not None:
+        plan["netns_fd"] = net
+        keep.append(net)
+    if user is not None:
+        plan["userns_fd"] = user
+        keep.append(user)
+    fd = os.memfd_create("plan", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    os.write(fd, json.dumps(plan).encode())
+    fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK
+                | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE)
+    p = subprocess.Popen([H, "run", "--plan-fd", str(fd)], pass_fds=[fd] + keep,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    os.close(fd)
+    if not wait:
+        return p
+    o, e = p.communicate(timeout=60)
+    return p.returncode, o.decode().strip(), e.decode().strip()
+client = ("import sys, time, urllib.request\n"
+          "for _ in range(int(sys.argv[2])):\n"
+          "    try: print(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode().strip()); break\n"
+          "    except OSError: time.sleep(0.1)\n"
+          "else: print('UNREACHABLE')\n")
+url = "http://127.0.0.1:%s/who.txt" % port
+h, net, user = hold()
+srv = run(["/usr/bin/python3", "-m", "http.server", port, "--bind", "127.0.0.1"], net, user,
+          wait=False)
+res = {"joined": run(["/usr/bin/python3", "-c", client, url, "100"], net, user),
+       "own": run(["/usr/bin/python3", "-c", client, url, "3"], None, None),
+       "uid": os.geteuid()}
+srv.kill()
+srv.communicate()
+h.stdin.close()
+res["holder_exit"] = h.wait(10)
+print(json.dumps(res))
+"""
+
+
+class TestWorkspaceNetns(SandboxCase):
+    """A workspace's network namespace (workflows.md section 3): `netns-hold` holds it, each
+    `run` whose plan names it (netns_fd, and userns_fd for a caller that is not root) joins it."""
+
+    def joined(self, as_nobody):
+        with open(os.path.join(self.ws, "who.txt"), "w") as f:
+            f.write("from the server\n")
+        script = os.path.join(self.tmp, "joined.py")
+        with open(script, "w") as f:
+            f.write(JOINED_PY)
+        argv = [PY, script, HELPER, self.ws, "18123"]
+        env = dict(os.environ, TMPDIR=self.tmp)
+        if as_nobody:
+            if os.geteuid() != 0:
+                self.skipTest("needs root to become nobody")
+            for d in (self.tmp, self.ws):
+                os.chown(d, 65534, 65534)
+            os.chmod(script, 0o644)
+            os.chown(os.path.join(self.ws, "who.txt"), 65534, 65534)
+            argv = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] + argv
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=120, env=env)
+        self.assertEqual(p.returncode, 0, p.stdout + p.stderr)
+        res = json.loads(p.stdout.strip().splitlines()[-1])
+        self.assertEqual(res["joined"], [0, "from the server", ""], res)
+        self.assertEqual(res["own"][:2], [0, "UNREACHABLE"], res)
+        self.assertEqual(res["holder_exit"], 0, res)
+        return res
+
+    def test_joined_commands_share_loopback(self):
+        self.joined(as_nobody=False)
+
+    def test_joined_commands_share_loopback_not_root(self):
+        # the holder's own user namespace owns the network namespace; run joins it first and
+        # nests the sandbox's user namespace in it
+        res = self.joined(as_nobody=True)
+        self.assertEqual(res["uid"], 65534)
+
+    def test_holder_usage_and_lo(self):
+        p = subprocess.run([HELPER, "netns-hold"], capture_output=True, text=True, timeout=10)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        p = subprocess.run([HELPER, "netns-hold", "a b"], capture_output=True, text=True,
+                           timeout=10)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        h = subprocess.Popen([HELPER, "netns-hold", "lo-check"], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE)
+        try:
+            self.assertEqual(h.stdout.readline(), b"ready\n")
+            with open("/proc/%d/net/dev" % h.pid) as f:
+                devs = [l.split(":")[0].strip() for l in f.readlines()[2:]]
+            self.assertEqual(devs, ["lo"])
+            with open("/proc/%d/status" % h.pid) as f:
+                st = f.read()
+            self.assertRegex(st, r"CapEff:\s+0+\n")
+            self.assertNotEqual(os.stat("/proc/%d/ns/net" % h.pid).st_ino,
+                                os.stat("/proc/self/ns/net").st_ino)
+        finally:
+            h.stdin.close()
+            self.assertEqual(h.wait(10), 0)
+            h.stdout.close()
+
+    def test_plan_namespace_fds_checked(self):
+        plan = self.prepare(["/bin/true"])
+        with open(plan) as f:
+            text = json.load(f)
+        os.unlink(plan)
+        os.rmdir(os.path.dirname(plan))
+        r, w = os.pipe()
+        user = os.open("/proc/self/ns/user", os.O_RDONLY)
+        net = os.open("/proc/self/ns/net", os.O_RDONLY)
+        try:
+            cases = [({"netns_fd": r}, [r], "netns_fd %d is not a network namespace" % r),
+                     ({"netns_fd": user}, [user], "is not a network namespace"),
+                     ({"netns_fd": net, "userns_fd": net}, [net],
+                      "userns_fd and netns_fd are the same descriptor"),
+                     ({"userns_fd": user}, [user], "userns_fd without netns_fd")]
+            for extra, keep, want in cases:
+                with self.subTest(extra=extra):
+                    fd = os.memfd_create("plan", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+                    os.write(fd, json.dumps(dict(text, **extra)).encode())
+                    fcntl.fcntl(fd, fcntl.F_ADD_SEALS, TestProtocol.ALL_SEALS)
+                    p = subprocess.run([HELPER, "run", "--plan-fd", str(fd)],
+                                       pass_fds=[fd] + keep, capture_output=True, timeout=30)
+                    os.close(fd)
+                    self.assertEqual(p.returncode, 125, out(p))
+                    self.assertIn(want, out(p))
+        finally:
+            for d in (r, w, user, net):
+                os.close(d)
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -324,6 +324,25 @@ static void test_deny_table(void **state)
     assert_false(cs_fs_deny_rule_valid("a\0b", 3, NULL));
     assert_true(cs_fs_deny_rule_valid("\\[x", 3, NULL)); /* an escaped '[' is literal */
     assert_true(cs_fs_deny_rule_valid("**", 2, NULL));
+
+    /* find's globs: the same refusals, except that naming the root lists everything and a
+     * leading '!' is literal. */
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        const char *why = NULL;
+        bool ok = cs_fs_glob_valid(bad[i].rule, strlen(bad[i].rule), &why);
+        bool exempt = strcmp(bad[i].rule, "/") == 0 || strcmp(bad[i].rule, "/**") == 0 ||
+                      strcmp(bad[i].rule, "!x") == 0;
+        if (bad[i].rule[0] == '\0' || exempt) {
+            assert_true(ok || bad[i].rule[0] == '\0');
+            continue;
+        }
+        assert_false(ok);
+        assert_string_equal(why, bad[i].why);
+    }
+    assert_true(cs_fs_glob_valid("*.c", 3, NULL));
+    assert_true(cs_fs_glob_valid("src/**/*.h", 10, NULL));
+    assert_true(cs_fs_glob_valid("docs/", 5, NULL));
+    assert_false(cs_fs_glob_valid("a\0b", 3, NULL));
 }
 
 /* read and find with rules, and the identity memory, on a real tree. */

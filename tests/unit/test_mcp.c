@@ -245,6 +245,23 @@ static void test_invalid_arguments_name_the_pointer(void **state)
                         "/command/0: expected string");
     assert_null(json_object_get(body, "operation_id"));
     json_decref(body);
+    /* A tool's hint follows a violation at exactly its pointer, and nowhere else. */
+    assert_int_equal(cs_mcp_set_tool_hint(srv, "exec_command", "/command", "use an argv"), 0);
+    assert_int_equal(cs_mcp_set_tool_hint(srv, "nope", "/x", "y"), -1);
+    r = ask(sess, "{\"jsonrpc\":\"2.0\",\"id\":11,\"method\":\"tools/call\",\"params\":{"
+                  "\"name\":\"exec_command\",\"arguments\":{\"workspace_id\":\"w\","
+                  "\"command\":\"ls -l\"}}}");
+    body = tool_error(r);
+    assert_string_equal(json_string_value(json_object_get(body, "message")),
+                        "/command: expected array: use an argv");
+    json_decref(body);
+    r = ask(sess, "{\"jsonrpc\":\"2.0\",\"id\":12,\"method\":\"tools/call\",\"params\":{"
+                  "\"name\":\"exec_command\",\"arguments\":{\"workspace_id\":\"w\","
+                  "\"command\":[1]}}}");
+    body = tool_error(r);
+    assert_string_equal(json_string_value(json_object_get(body, "message")),
+                        "/command/0: expected string");
+    json_decref(body);
     /* Arguments that are not an object, and missing arguments. */
     r = ask(sess, "{\"jsonrpc\":\"2.0\",\"id\":2,\"method\":\"tools/call\",\"params\":{"
                   "\"name\":\"read\",\"arguments\":[]}}");

@@ -180,8 +180,11 @@ static void test_defaults(void **state)
     assert_string_equal(cfg.operations_db, "/home/u/.local/state/codespace/operations.db");
     assert_int_equal(cfg.runner, CS_CONFIG_RUNNER_IN_PROCESS);
     assert_string_equal(cfg.runner_dir, "/tmp");
-    assert_int_equal(cfg.process_timeout_secs, 30);
+    assert_int_equal(cfg.process_timeout_secs, 1800); /* 30 minutes (issue 28) */
     assert_int_equal(cfg.max_processes, 8);
+    assert_int_equal(cfg.output_ring_bytes, 1048576);
+    assert_int_equal(cfg.processes, CS_WORKSPACE_PROCESSES_EXCLUSIVE);
+    assert_int_equal(cs_config_file_timeout_ms(&cfg), 30000);
     assert_int_equal(cfg.http_body_budget_mib, 64);
     assert_int_equal(cfg.http_request_timeout_secs, 5);
     assert_int_equal(cfg.http_max_connections, 1024);
@@ -425,6 +428,15 @@ static void test_help_and_version(void **state)
                                         "CODESPACE_LOG",
                                         "CODESPACE_PROCESS_TIMEOUT_SECS",
                                         "CODESPACE_MAX_PROCESSES",
+                                        "CODESPACE_OUTPUT_RING_BYTES",
+                                        "CODESPACE_PROCESSES",
+                                        "--process-timeout SECS",
+                                        "--max-processes N",
+                                        "--output-ring BYTES",
+                                        "--processes exclusive|shared",
+                                        "(default 1800)",
+                                        "(default 1048576)",
+                                        "(default exclusive)",
                                         "CODESPACE_REQUIRE_LINUX_SANDBOX",
                                         "CODESPACE_RUNTIME_BIN",
                                         "CODESPACE_LINUX_SANDBOX_BIN",
@@ -434,7 +446,6 @@ static void test_help_and_version(void **state)
                                         "$XDG_STATE_HOME",
                                         ":memory:",
                                         "$TMPDIR",
-                                        "(default 30)",
                                         "(default 8)",
                                         "(default info)",
                                         "(default stdio)"};
@@ -539,6 +550,27 @@ static void test_bad_values(void **state)
          "CODESPACE_MAX_PROCESSES: expected an integer from 1 to 1024, got \"0\""},
         {NULL, "CODESPACE_MAX_PROCESSES=1025",
          "CODESPACE_MAX_PROCESSES: expected an integer from 1 to 1024, got \"1025\""},
+        {"--process-timeout=-1", NULL,
+         "--process-timeout: expected an integer from 0 to 2147483, got \"-1\""},
+        {"--process-timeout=2147484", NULL,
+         "--process-timeout: expected an integer from 0 to 2147483, got \"2147484\""},
+        {"--max-processes=0", NULL,
+         "--max-processes: expected an integer from 1 to 1024, got \"0\""},
+        {"--max-processes=1025", NULL,
+         "--max-processes: expected an integer from 1 to 1024, got \"1025\""},
+        {"--output-ring=4095", NULL,
+         "--output-ring: expected an integer from 4096 to 2097152, got \"4095\""},
+        {"--output-ring=2097153", NULL,
+         "--output-ring: expected an integer from 4096 to 2097152, got \"2097153\""},
+        {NULL, "CODESPACE_OUTPUT_RING_BYTES=4095",
+         "CODESPACE_OUTPUT_RING_BYTES: expected an integer from 4096 to 2097152, got \"4095\""},
+        {NULL, "CODESPACE_OUTPUT_RING_BYTES=2097153",
+         "CODESPACE_OUTPUT_RING_BYTES: expected an integer from 4096 to 2097152, got "
+         "\"2097153\""},
+        {"--processes=parallel", NULL,
+         "--processes: expected \"exclusive\" or \"shared\", got \"parallel\""},
+        {NULL, "CODESPACE_PROCESSES=Shared",
+         "CODESPACE_PROCESSES: expected \"exclusive\" or \"shared\", got \"Shared\""},
         {NULL, "CODESPACE_REQUIRE_LINUX_SANDBOX=yes",
          "CODESPACE_REQUIRE_LINUX_SANDBOX: expected \"1\" or \"0\", got \"yes\""},
         {NULL, "CODESPACE_REQUIRE_LINUX_SANDBOX=",
@@ -671,6 +703,79 @@ static void test_registry_example(void **state)
     cs_config_free(&cfg);
 }
 
+/* workflows.md section 4: network "loopback" loads and workspace_info reports it. */
+static void test_registry_loopback(void **state)
+{
+    (void)state;
+    write_cfgf("{ \"workspaces\": { \"lb\": { \"root\": \"%s\", \"network\": \"loopback\" } } }\n",
+               fx.ws1);
+    struct cs_config cfg;
+    load_ok(&cfg, ARGV("--config", fx.cfg), BASE_ENV);
+    assert_int_equal(cfg.n_workspaces, 1);
+    assert_int_equal(cfg.workspaces[0].network, CS_POLICY_NETWORK_LOOPBACK);
+    assert_false(cfg.workspaces[0].has_network_allow);
+    struct cs_runtime_caps caps = {.files_available = true,
+                                   .patch_available = true,
+                                   .process_available = true,
+                                   .sandbox = true,
+                                   .syscall_denials = true};
+    struct csw_mcp_workspace_info_input in = {.has_workspace_id = true,
+                                              .workspace_id = {(char *)"lb", 2}};
+    struct csw_mcp_workspace_info_output out;
+    assert_int_equal(cs_policy_workspace_info(&cfg, &caps, "0", &in, &out, NULL), 0);
+    assert_int_equal(out.execution.network.policy,
+                     CSW_MCP_WORKSPACE_INFO_OUTPUT_EXECUTION_NETWORK_POLICY_LOOPBACK);
+    assert_int_equal(out.execution.network.enforcement,
+                     CSW_MCP_WORKSPACE_INFO_OUTPUT_EXECUTION_NETWORK_ENFORCEMENT_ENFORCED);
+    /* no_route reports come through seccomp user notification */
+    assert_int_equal(out.execution.isolation.denial_reports.n, 2);
+    assert_int_equal(out.execution.isolation.denial_reports.v[0],
+                     CSW_MCP_WORKSPACE_INFO_OUTPUT_EXECUTION_ISOLATION_DENIAL_REPORTS_ITEM_NETWORK);
+    csw_mcp_workspace_info_output_free(&out);
+    cs_config_free(&cfg);
+}
+
+/* workflows.md section 3: processes "shared" from the registry, --processes / CODESPACE_PROCESSES
+ * for the --workspace form, exclusive by default; workspace_info says share or reject. */
+static void test_registry_processes(void **state)
+{
+    (void)state;
+    write_cfgf("{ \"workspaces\": { \"sh\": { \"root\": \"%s\", \"processes\": \"shared\" },\n"
+               "                  \"ex\": { \"root\": \"%s\" } } }\n",
+               fx.ws1, fx.ws2);
+    struct cs_config cfg;
+    load_ok(&cfg, ARGV("--config", fx.cfg), BASE_ENV);
+    assert_int_equal(cfg.workspaces[0].processes, CS_WORKSPACE_PROCESSES_SHARED);
+    assert_int_equal(cfg.workspaces[1].processes, CS_WORKSPACE_PROCESSES_EXCLUSIVE);
+    struct cs_runtime_caps caps = {
+        .files_available = true, .patch_available = true, .process_available = true};
+    struct csw_mcp_workspace_info_input in = {.has_workspace_id = true,
+                                              .workspace_id = {(char *)"sh", 2}};
+    struct csw_mcp_workspace_info_output out;
+    assert_int_equal(cs_policy_workspace_info(&cfg, &caps, "0", &in, &out, NULL), 0);
+    assert_int_equal(out.execution.serialization.process_conflict,
+                     CSW_MCP_WORKSPACE_INFO_OUTPUT_EXECUTION_SERIALIZATION_PROCESS_CONFLICT_SHARE);
+    csw_mcp_workspace_info_output_free(&out);
+    in.workspace_id = (struct cs_str){(char *)"ex", 2};
+    assert_int_equal(cs_policy_workspace_info(&cfg, &caps, "0", &in, &out, NULL), 0);
+    assert_int_equal(out.execution.serialization.process_conflict,
+                     CSW_MCP_WORKSPACE_INFO_OUTPUT_EXECUTION_SERIALIZATION_PROCESS_CONFLICT_REJECT);
+    csw_mcp_workspace_info_output_free(&out);
+    cs_config_free(&cfg);
+
+    load_ok(&cfg, ARGV("--workspace", fx.ws1, "--processes", "shared"), BASE_ENV);
+    assert_int_equal(cfg.workspaces[0].processes, CS_WORKSPACE_PROCESSES_SHARED);
+    cs_config_free(&cfg);
+    load_ok(&cfg, ARGV("--workspace", fx.ws1), ENV("HOME=/home/u", "CODESPACE_PROCESSES=shared"));
+    assert_int_equal(cfg.workspaces[0].processes, CS_WORKSPACE_PROCESSES_SHARED);
+    cs_config_free(&cfg);
+    load_ok(&cfg, ARGV("--workspace", fx.ws1), BASE_ENV);
+    assert_int_equal(cfg.workspaces[0].processes, CS_WORKSPACE_PROCESSES_EXCLUSIVE);
+    cs_config_free(&cfg);
+    load_err(ARGV("--workspace", fx.ws1, "--processes", "many"), BASE_ENV,
+             "--processes: expected \"exclusive\" or \"shared\", got \"many\"");
+}
+
 static void test_registry_root_symlink_is_canonical(void **state)
 {
     (void)state;
@@ -753,7 +858,7 @@ static void test_registry_refusals(void **state)
                fx.ws1);
     cfg_err("/workspaces/demo/profile: expected one of \"read-only\", \"workspace-write\"");
     write_cfgf("{\"workspaces\": {\"demo\": {\"root\": \"%s\", \"network\": \"bogus\"}}}", fx.ws1);
-    cfg_err("/workspaces/demo/network: expected one of \"restricted\", \"enabled\"");
+    cfg_err("/workspaces/demo/network: expected one of \"restricted\", \"enabled\", \"loopback\"");
     write_cfg("{\"environments\": {\"box\": {\"kind\": \"bogus\"}}}");
     cfg_err("/environments/box/kind: expected one of \"host\", \"linux-container\"");
     write_cfg("{\"workspaces\": {\"demo\": {\"profile\": \"read-only\"}}}");
@@ -941,6 +1046,122 @@ static void test_registry_deny_and_unknown_keys(void **state)
     write_cfgf("{\"environments\": {\"box\": {\"kind\": \"host\", \"x\": 1}}}");
     cfg_err("/environments/box/x: unknown key \"x\" (misspelled? unknown keys are refused so "
             "that no setting is silently ignored)");
+}
+
+/* Per-workspace processes and limits (issue 28, docs/operations.md "Process limits"): a key of
+ * the registry wins, else the flag, else the variable, else the default; every bound is checked
+ * at and past it, and a value out of range fails the load naming its JSON path. */
+static void test_registry_limits(void **state)
+{
+    (void)state;
+    struct cs_config cfg;
+    write_cfgf("{\"workspaces\": {\"a\": {\"root\": \"%s\", \"description\": \"The demo\","
+               " \"processes\": \"shared\", \"limits\": {\"timeout_ms\": 0,"
+               " \"max_live_processes\": 1024, \"output_ring_bytes\": 4096}},"
+               " \"b\": {\"root\": \"%s\", \"limits\": {\"timeout_ms\": 1000}}}}",
+               fx.ws1, fx.ws2);
+    load_ok(&cfg, ARGV("--config", fx.cfg), BASE_ENV);
+    const struct cs_workspace *a = cs_config_workspace(&cfg, "a", 1);
+    const struct cs_workspace *b = cs_config_workspace(&cfg, "b", 1);
+    assert_string_equal(a->description, "The demo");
+    assert_int_equal(a->processes, CS_WORKSPACE_PROCESSES_SHARED);
+    assert_int_equal(a->limits.timeout_ms, 0);
+    assert_int_equal(a->limits.max_live_processes, 1024);
+    assert_int_equal(a->limits.output_ring_bytes, 4096);
+    assert_null(b->description);
+    assert_int_equal(b->processes, CS_WORKSPACE_PROCESSES_EXCLUSIVE);
+    assert_int_equal(b->limits.timeout_ms, 1000);
+    assert_int_equal(b->limits.max_live_processes, 8);
+    assert_int_equal(b->limits.output_ring_bytes, 1048576);
+    cs_config_free(&cfg);
+
+    /* The other ends of each range. */
+    write_cfgf("{\"workspaces\": {\"a\": {\"root\": \"%s\", \"limits\": {\"timeout_ms\": "
+               "2147483000, \"max_live_processes\": 1, \"output_ring_bytes\": 2097152}}}}",
+               fx.ws1);
+    load_ok(&cfg, ARGV("--config", fx.cfg), BASE_ENV);
+    assert_int_equal(cfg.workspaces[0].limits.timeout_ms, 2147483000);
+    assert_int_equal(cfg.workspaces[0].limits.max_live_processes, 1);
+    assert_int_equal(cfg.workspaces[0].limits.output_ring_bytes, 2097152);
+    cs_config_free(&cfg);
+
+    /* Flags and variables are every workspace's defaults; the registry's keys win over them;
+     * --workspace ("default") takes them as they are. */
+    write_cfgf("{\"workspaces\": {\"a\": {\"root\": \"%s\", \"processes\": \"exclusive\","
+               " \"limits\": {\"max_live_processes\": 2}}}}",
+               fx.ws1);
+    load_ok(&cfg,
+            ARGV("--config", fx.cfg, "--workspace", fx.ws2, "--process-timeout", "0", "--processes",
+                 "shared", "--output-ring=8192"),
+            ENV("HOME=/home/u", "CODESPACE_MAX_PROCESSES=5", "CODESPACE_PROCESS_TIMEOUT_SECS=9",
+                "CODESPACE_OUTPUT_RING_BYTES=65536", "CODESPACE_PROCESSES=exclusive"));
+    a = cs_config_workspace(&cfg, "a", 1);
+    const struct cs_workspace *d = cs_config_workspace(&cfg, "default", 7);
+    assert_int_equal(a->processes, CS_WORKSPACE_PROCESSES_EXCLUSIVE);
+    assert_int_equal(a->limits.max_live_processes, 2);
+    assert_int_equal(a->limits.timeout_ms, 0);
+    assert_int_equal(a->limits.output_ring_bytes, 8192);
+    assert_int_equal(d->processes, CS_WORKSPACE_PROCESSES_SHARED);
+    assert_int_equal(d->limits.max_live_processes, 5);
+    assert_int_equal(d->limits.timeout_ms, 0);
+    assert_int_equal(d->limits.output_ring_bytes, 8192);
+    /* No time limit for commands is still 30 s for file operations. */
+    assert_int_equal(cs_config_file_timeout_ms(&cfg), 30000);
+    cs_config_free(&cfg);
+    load_ok(&cfg, ARGV("--workspace", fx.ws2),
+            ENV("HOME=/home/u", "CODESPACE_PROCESS_TIMEOUT_SECS=9", "CODESPACE_PROCESSES=shared"));
+    assert_int_equal(cfg.workspaces[0].limits.timeout_ms, 9000);
+    assert_int_equal(cfg.workspaces[0].processes, CS_WORKSPACE_PROCESSES_SHARED);
+    assert_int_equal(cs_config_file_timeout_ms(&cfg), 9000);
+    cs_config_free(&cfg);
+
+    /* Out of range, at each bound: the JSON path and the range in the message. */
+    static const struct {
+        const char *limits, *want;
+    } bad[] = {
+        {"\"timeout_ms\": 999",
+         "/workspaces/demo/limits/timeout_ms: expected 0 (no time limit) or 1000..2147483000 "
+         "milliseconds, got 999"},
+        {"\"timeout_ms\": 2147483001",
+         "/workspaces/demo/limits/timeout_ms: expected 0 (no time limit) or 1000..2147483000 "
+         "milliseconds, got 2147483001"},
+        {"\"max_live_processes\": 0",
+         "/workspaces/demo/limits/max_live_processes: expected 1..1024 live processes, got 0"},
+        {"\"max_live_processes\": 1025",
+         "/workspaces/demo/limits/max_live_processes: expected 1..1024 live processes, got 1025"},
+        {"\"output_ring_bytes\": 4095",
+         "/workspaces/demo/limits/output_ring_bytes: expected 4096..2097152 bytes, got 4095"},
+        {"\"output_ring_bytes\": 2097153",
+         "/workspaces/demo/limits/output_ring_bytes: expected 4096..2097152 bytes, got 2097153"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        write_cfgf("{\"workspaces\": {\"demo\": {\"root\": \"%s\", \"limits\": {%s}}}}", fx.ws1,
+                   bad[i].limits);
+        cfg_err(bad[i].want);
+    }
+    /* The schema's checks: a negative number, a string, an unknown processes mode, an unknown
+     * limit key, a description over 200 characters (200 is fine). */
+    write_cfgf("{\"workspaces\": {\"demo\": {\"root\": \"%s\", \"limits\": {\"timeout_ms\": -1}}}}",
+               fx.ws1);
+    cfg_err("/workspaces/demo/limits/timeout_ms: must be >= 0");
+    write_cfgf("{\"workspaces\": {\"demo\": {\"root\": \"%s\", \"processes\": \"many\"}}}", fx.ws1);
+    cfg_err("/workspaces/demo/processes: expected one of \"exclusive\", \"shared\"");
+    write_cfgf("{\"workspaces\": {\"demo\": {\"root\": \"%s\", \"limits\": {\"timeout\": 1}}}}",
+               fx.ws1);
+    cfg_err("/workspaces/demo/limits/timeout: unknown key \"timeout\" (misspelled? unknown keys "
+            "are refused so that no setting is silently ignored)");
+    char desc[260];
+    memset(desc, 'd', 201);
+    desc[201] = '\0';
+    write_cfgf("{\"workspaces\": {\"demo\": {\"root\": \"%s\", \"description\": \"%s\"}}}", fx.ws1,
+               desc);
+    cfg_err("/workspaces/demo/description: must be at most 200 characters long");
+    desc[200] = '\0';
+    write_cfgf("{\"workspaces\": {\"demo\": {\"root\": \"%s\", \"description\": \"%s\"}}}", fx.ws1,
+               desc);
+    load_ok(&cfg, ARGV("--config", fx.cfg), BASE_ENV);
+    assert_int_equal(strlen(cfg.workspaces[0].description), 200);
+    cs_config_free(&cfg);
 }
 
 static void test_registry_environment_order(void **state)
@@ -1214,9 +1435,6 @@ static const struct cs_runtime_caps full_caps = {
     .landlock_abi = 3,
     .syscall_denials = true,
     .tty_supported = true,
-    .max_live_processes = 8,
-    .timeout_ms = 30000,
-    .output_ring_bytes = 262144,
 };
 
 /* Runs the builder for id (NULL: absent), expects success, encodes through the generated encoder
@@ -1409,9 +1627,19 @@ static void test_info_server_only(void **state)
     (void)state;
     struct cs_config cfg;
     load_three(&cfg);
-    /* Absent, and empty (counts as absent). */
-    expect_json(info_json(&cfg, &full_caps, NULL, 0), "{" SERVER_PART ", \"workspace_id\": null}");
-    expect_json(info_json(&cfg, &full_caps, "", 0), "{" SERVER_PART ", \"workspace_id\": null}");
+    /* Absent, and empty (counts as absent): the server part and every workspace, by id. */
+#define THREE_LISTED                                                                               \
+    ", \"workspaces\": ["                                                                          \
+    "{\"workspace_id\": \"box\", \"profile\": \"workspace-write\", \"network\": \"restricted\","   \
+    " \"processes\": \"exclusive\"},"                                                              \
+    "{\"workspace_id\": \"ro\", \"profile\": \"read-only\", \"network\": \"restricted\","          \
+    " \"processes\": \"exclusive\"},"                                                              \
+    "{\"workspace_id\": \"rw\", \"profile\": \"workspace-write\", \"network\": \"enabled\","       \
+    " \"processes\": \"exclusive\"}]"
+    expect_json(info_json(&cfg, &full_caps, NULL, 0),
+                "{" SERVER_PART ", \"workspace_id\": null" THREE_LISTED "}");
+    expect_json(info_json(&cfg, &full_caps, "", 0),
+                "{" SERVER_PART ", \"workspace_id\": null" THREE_LISTED "}");
     /* A NULL input is the same as an empty one. */
     struct csw_mcp_workspace_info_output out;
     assert_int_equal(cs_policy_workspace_info(&cfg, &full_caps, "1.2.3", NULL, &out, NULL), 0);
@@ -1427,7 +1655,8 @@ static void test_info_server_only(void **state)
 
     /* With no workspace at all. */
     load_ok(&cfg, NOARGS, BASE_ENV);
-    expect_json(info_json(&cfg, &full_caps, NULL, 0), "{" SERVER_PART ", \"workspace_id\": null}");
+    expect_json(info_json(&cfg, &full_caps, NULL, 0),
+                "{" SERVER_PART ", \"workspace_id\": null, \"workspaces\": []}");
     cs_config_free(&cfg);
 }
 
@@ -1458,8 +1687,8 @@ static void test_info_host_workspace(void **state)
              "    \"lifetime\": {\"owner\": \"runner\", \"client_disconnect\": \"keep_running\","
              "      \"runner_disconnect\": \"terminate\", \"gateway_shutdown\": \"terminate\","
              "      \"restart_recovery\": \"none\"},"
-             "    \"limits\": {\"max_live_processes\": 8, \"timeout_ms\": 30000,"
-             "      \"output_ring_bytes\": 262144}}},"
+             "    \"limits\": {\"max_live_processes\": 8, \"timeout_ms\": 1800000,"
+             "      \"output_ring_bytes\": 1048576}}},"
              "  \"serialization\": {\"scope\": \"workspace\", \"request_conflict\": \"wait-fifo\","
              "    \"process_conflict\": \"reject\", \"queue_durable\": false,"
              "    \"max_waiters_per_resource\": 64, \"conflict_error\": \"WORKSPACE_BUSY\","
@@ -1610,9 +1839,9 @@ static void test_info_caps(void **state)
     c = full_caps;
     c.patch_available = false;
     c.tty_supported = false;
-    c.max_live_processes = 3;
-    c.timeout_ms = 5000;
-    c.output_ring_bytes = 1024;
+    cfg.workspaces[0].limits = (struct cs_workspace_limits){
+        .max_live_processes = 3, .timeout_ms = 0, .output_ring_bytes = 4096};
+    cfg.workspaces[0].processes = CS_WORKSPACE_PROCESSES_SHARED;
     j = info_json(&cfg, &c, "rw", 2);
     x = json_object_get(j, "execution");
     f = json_object_get(x, "files");
@@ -1621,8 +1850,13 @@ static void test_info_caps(void **state)
     json_t *pc = json_object_get(json_object_get(x, "process"), "capabilities");
     assert_true(json_is_false(json_object_get(json_object_get(pc, "tty"), "supported")));
     expect_json(json_incref(json_object_get(pc, "limits")),
-                "{\"max_live_processes\": 3, \"timeout_ms\": 5000, \"output_ring_bytes\": 1024}");
+                "{\"max_live_processes\": 3, \"timeout_ms\": 0, \"output_ring_bytes\": 4096}");
+    assert_string_equal(
+        json_string_value(json_object_get(json_object_get(x, "serialization"), "process_conflict")),
+        "share");
     json_decref(j);
+    cfg.workspaces[0].limits = (struct cs_workspace_limits){1800000, 8, 1048576};
+    cfg.workspaces[0].processes = CS_WORKSPACE_PROCESSES_EXCLUSIVE;
 
     /* Caps the schema would refuse are an INTERNAL error, not a malformed result. */
     struct csw_mcp_workspace_info_input in = {.has_workspace_id = true,
@@ -1630,9 +1864,14 @@ static void test_info_caps(void **state)
     struct csw_mcp_workspace_info_output out;
     struct cs_diag msg = {0};
     c = full_caps;
-    c.max_live_processes = 0;
+    cfg.workspaces[0].limits.max_live_processes = 0;
     assert_int_equal(cs_policy_workspace_info(&cfg, &c, "1", &in, &out, &msg), CSW_ERROR_INTERNAL);
-    assert_string_equal(msg.text, "runtime caps: max_live_processes must be >= 1");
+    assert_string_equal(msg.text, "workspace limits: max_live_processes must be >= 1");
+    cfg.workspaces[0].limits.max_live_processes = 8;
+    cfg.workspaces[0].limits.timeout_ms = -1;
+    assert_int_equal(cs_policy_workspace_info(&cfg, &c, "1", &in, &out, &msg), CSW_ERROR_INTERNAL);
+    assert_string_equal(msg.text, "workspace limits: timeout_ms must be >= 0");
+    cfg.workspaces[0].limits.timeout_ms = 1800000;
     assert_null(out.version.s);
     c = full_caps;
     c.landlock_abi = -1;
@@ -1641,8 +1880,8 @@ static void test_info_caps(void **state)
     /* Limits do not matter when the process tools are not offered. */
     c = full_caps;
     c.process_available = false;
-    c.max_live_processes = 0;
-    c.timeout_ms = 0;
+    cfg.workspaces[0].limits.max_live_processes = 0;
+    cfg.workspaces[0].limits.timeout_ms = -1;
     json_decref(info_json(&cfg, &c, "rw", 2));
     json_decref(info_json(&cfg, &c, "ro", 2));
     cs_config_free(&cfg);
@@ -1719,9 +1958,12 @@ int main(void)
         cmocka_unit_test(test_bad_values),
         cmocka_unit_test(test_runner_dir_refusals),
         cmocka_unit_test(test_registry_example),
+        cmocka_unit_test(test_registry_loopback),
+        cmocka_unit_test(test_registry_processes),
         cmocka_unit_test(test_registry_root_symlink_is_canonical),
         cmocka_unit_test(test_registry_remote_root),
         cmocka_unit_test(test_registry_refusals),
+        cmocka_unit_test(test_registry_limits),
         cmocka_unit_test(test_registry_network_allow_entries),
         cmocka_unit_test(test_registry_deny_and_unknown_keys),
         cmocka_unit_test(test_registry_environment_order),

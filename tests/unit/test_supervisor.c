@@ -188,8 +188,25 @@ static int teardown(void **state)
     return 0;
 }
 
+/* A spawn's per-workspace settings (the exec request's workspace limits). */
+struct wsl {
+    const char *workspace_id;
+    int64_t max_live, timeout_ms;
+    size_t ring_bytes;
+};
+
+static int spawn_ws(struct answer *a, bool tty, int64_t yield_ms, const char *const *argv, char *id,
+                    const struct wsl *w);
+
 /* Starts argv (NULL-terminated); returns the exec answer in a. */
 static int spawn(struct answer *a, bool tty, int64_t yield_ms, const char *const *argv, char *id)
+{
+    return spawn_ws(a, tty, yield_ms, argv, id, NULL);
+}
+
+/* spawn, with w's workspace and limits (NULL: none, the supervisor's). */
+static int spawn_ws(struct answer *a, bool tty, int64_t yield_ms, const char *const *argv, char *id,
+                    const struct wsl *w)
 {
     struct cs_str v[16];
     size_t n = 0;
@@ -207,6 +224,12 @@ static int spawn(struct answer *a, bool tty, int64_t yield_ms, const char *const
         .on_exit = on_exit_cb,
         .exit_arg = &F,
     };
+    if (w) {
+        sp.workspace_id = w->workspace_id;
+        sp.max_live = w->max_live;
+        sp.timeout_ms = w->timeout_ms;
+        sp.ring_bytes = w->ring_bytes;
+    }
     static struct ctx c;
     c = (struct ctx){K_EXEC, a, F.loop};
     memset(a, 0, sizeof *a);
@@ -423,6 +446,78 @@ static void test_live_cap_and_missing_program(void **state)
     assert_int_equal(B.code, CSW_ERROR_PROCESS_NOT_FOUND);
     do_status(&B, ids[2]);
     assert_int_equal(B.code, 0);
+}
+
+static void terminate_ids(char ids[][CS_SUPERVISOR_ID_SIZE], size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        struct csw_mcp_terminate_process_input in = {.process_id = {ids[i], strlen(ids[i])}};
+        struct ctx c = {K_TERM, &B, F.loop};
+        B.done = false;
+        cs_supervisor_terminate(F.sup, &in, done_fn, &c);
+        wait_for(&B);
+    }
+}
+
+/* A workspace's own cap (max_live_processes) counts its live processes only; the runner's
+ * (lim.max_live, 3 here) counts every workspace's; each refusal names its limit. */
+static void test_workspace_live_cap(void **state)
+{
+    (void)state;
+    const char *sl[] = {"sleep", "93.4", NULL};
+    char ids[3][CS_SUPERVISOR_ID_SIZE];
+    struct wsl a = {"a", 2, 0, 0}, b = {"b", 2, 0, 0};
+    assert_int_equal(spawn_ws(&A, false, 0, sl, ids[0], &a), 0);
+    assert_int_equal(spawn_ws(&A, false, 0, sl, ids[1], &a), 0);
+    assert_int_equal(spawn_ws(&A, false, 0, sl, NULL, &a), CSW_ERROR_WORKSPACE_BUSY);
+    assert_non_null(strstr(A.msg, "live process limit reached (max_live_processes 2)"));
+    assert_int_equal(cs_supervisor_live(F.sup), 2);
+    assert_int_equal(spawn_ws(&A, false, 0, sl, ids[2], &b), 0);
+    assert_int_equal(spawn_ws(&A, false, 0, sl, NULL, &b), CSW_ERROR_WORKSPACE_BUSY);
+    assert_non_null(strstr(A.msg, "the runner's cap of 3 processes"));
+    /* One of a's ends: a may start one again. */
+    terminate_ids(ids, 1);
+    assert_int_equal(spawn_ws(&A, false, 0, sl, ids[0], &a), 0);
+    terminate_ids(ids, 3);
+    assert_int_equal(cs_supervisor_live(F.sup), 0);
+    assert_false(sleeper_alive("93.4"));
+}
+
+/* A spawn's own time limit and ring win over the supervisor's (1500 ms, 1024 bytes here);
+ * CS_SUPERVISOR_NO_TIME_LIMIT sets no timer at all. */
+static void test_spawn_limits(void **state)
+{
+    (void)state;
+    char id[CS_SUPERVISOR_ID_SIZE];
+    /* No time limit: 2.5 s is past the supervisor's 1.5 s, and the command ends by itself. */
+    const char *slow[] = {"sh", "-c", "sleep 2.5; echo done", NULL};
+    struct wsl none = {"a", 0, CS_SUPERVISOR_NO_TIME_LIMIT, 0};
+    assert_int_equal(spawn_ws(&A, false, 5000, slow, id, &none), 0);
+    assert_true(A.exited);
+    assert_int_equal(A.term, CSW_PROCESS_TERMINATION_EXITED);
+    assert_int_equal(A.exit_code, 0);
+    assert_int_equal(A.text_n, 5);
+    /* Its own time limit, shorter; the read past the end names it. */
+    const char *sl[] = {"sh", "-c", "echo go; exec sleep 93.5", NULL};
+    struct wsl quick = {"a", 0, 300, 0};
+    int64_t t0 = cs_loop_now_ms();
+    assert_int_equal(spawn_ws(&A, false, 5000, sl, id, &quick), 0);
+    assert_true(A.exited);
+    assert_int_equal(A.term, CSW_PROCESS_TERMINATION_TIMEOUT);
+    assert_true(cs_loop_now_ms() - t0 < 1400);
+    do_read(&B, id, 3, 0);
+    assert_int_equal(B.code, CSW_ERROR_TIMEOUT);
+    assert_non_null(strstr(B.msg, "time limit (300 ms)"));
+    /* Its own ring: 3000 bytes into 100. */
+    const char *many[] = {
+        "sh", "-c", "i=0; while [ $i -lt 300 ]; do printf 0123456789; i=$((i+1)); done", NULL};
+    struct wsl small = {"a", 0, 0, 100};
+    assert_int_equal(spawn_ws(&A, false, 5000, many, id, &small), 0);
+    assert_true(A.output_lost);
+    assert_int_equal(A.text_n, 100);
+    assert_int_equal(A.cursor, 3000);
+    do_status(&B, id);
+    assert_int_equal(B.retained_from, 2900);
 }
 
 static void test_stdin_and_env(void **state)
@@ -665,6 +760,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_terminate_group, setup, teardown),
         cmocka_unit_test_setup_teardown(test_background_child_dies_with_leader, setup, teardown),
         cmocka_unit_test_setup_teardown(test_live_cap_and_missing_program, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_workspace_live_cap, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_spawn_limits, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stdin_and_env, setup, teardown),
         cmocka_unit_test_setup_teardown(test_tty_size, setup, teardown),
         cmocka_unit_test(test_plan_dir_pid),

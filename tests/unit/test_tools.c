@@ -414,6 +414,48 @@ static void test_progress_line(void **state)
     assert_int_equal(cs__tools_progress_line("x", 1, out, 10), 0);
 }
 
+/* processes "shared" (workflows.md section 3): live processes take places in a set of at most
+ * max_live, never the lease; patches queue behind each other only; a process's exit frees its
+ * place; the runner's loss empties the set. */
+static void test_shared_workspace(void **state)
+{
+    (void)state;
+    struct cs_tools_lease l;
+    char live[3][48];
+    fresh(&l);
+    l.live = live;
+    l.max_live = 3;
+    assert_int_equal(cs__tools_lease_share(&l, "proc-a"), 0);
+    assert_int_equal(cs__tools_lease_share(&l, "proc-b"), 0);
+    /* a patch runs while processes live, the next one queues behind it */
+    assert_int_equal(acquire(&l, 1, &how_hold), 0);
+    assert_int_equal(acquire(&l, 2, &how_complete), 1);
+    assert_int_equal(cs__tools_lease_share(&l, "proc-c"), 0);
+    assert_int_equal(cs__tools_lease_share(&l, "proc-d"), CSW_ERROR_WORKSPACE_BUSY);
+    assert_int_equal(l.n_live, 3);
+    assert_int_equal(seen.n_refused, 0); /* no process refused a queued patch */
+    assert_true(cs__tools_lease_holds(&l, "proc-b"));
+    assert_true(cs__tools_lease_holds(&l, NULL));
+    assert_false(cs__tools_lease_holds(&l, "proc-d"));
+    /* the patch ends: the queued one runs (and completes) though processes live */
+    cs__tools_lease_release(&l);
+    assert_int_equal(seen.n_granted, 1);
+    assert_int_equal(seen.granted[0], 2);
+    assert_int_equal(l.state, CS_TOOLS_LEASE_FREE);
+    /* an exit frees a place; an unknown id frees nothing */
+    assert_true(cs__tools_lease_unshare(&l, "proc-a"));
+    assert_false(cs__tools_lease_unshare(&l, "proc-a"));
+    assert_false(cs__tools_lease_holds(&l, "proc-a"));
+    assert_true(cs__tools_lease_holds(&l, "proc-c"));
+    assert_int_equal(cs__tools_lease_share(&l, "proc-d"), 0);
+    /* the runner is lost: every place frees, the lease is untouched */
+    assert_int_equal(acquire(&l, 3, &how_hold), 0);
+    cs__tools_lease_lost(&l);
+    assert_int_equal(l.n_live, 0);
+    assert_false(cs__tools_lease_holds(&l, NULL));
+    assert_int_equal(l.state, CS_TOOLS_LEASE_HELD);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -428,6 +470,7 @@ int main(void)
         cmocka_unit_test(test_killed_process_lets_mutations_queue),
         cmocka_unit_test(test_unqueue_reopens_a_full_queue),
         cmocka_unit_test(test_progress_line),
+        cmocka_unit_test(test_shared_workspace),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
