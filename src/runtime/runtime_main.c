@@ -319,7 +319,7 @@ static void req_done(void *arg, const struct cs_runner_reply *rep)
     free(r);
 }
 
-static void on_exited(void *arg, const char *id)
+static void on_exited(void *arg, const char *id, const struct csw_runner_exit *how)
 {
     struct worker *w = arg;
     w->exits_since_scan = true;
@@ -328,6 +328,7 @@ static void on_exited(void *arg, const char *id)
     m.tag = CSW_RUNNER_WIRE_EVENT;
     m.u.event.protocol = CS_RUNNER_PROTOCOL;
     m.u.event.event.tag = CSW_RUNNER_WIRE_EVENT_BODY_PROCESS_EXITED;
+    m.u.event.event.u.process_exited.data = *how; /* borrowed: sent before it returns */
     m.u.event.event.u.process_exited.data.process_id = (struct cs_str){(char *)id, strlen(id)};
     (void)send_wire(w, NULL, &m, false);
 }
