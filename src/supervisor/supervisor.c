@@ -1098,8 +1098,8 @@ int cs_supervisor_spawn(struct cs_supervisor *s, const struct cs_supervisor_spaw
     }
     cmd.report_fd = report[1];
     struct cs__supervisor_fds fds;
-    /* The pre-started helper takes no namespace descriptors: a joined command starts cold. */
-    bool warm = s->sandbox && !s->lim.sandbox_cold && !ns;
+    /* The pre-started helper takes a joined command's namespaces in its message too. */
+    bool warm = s->sandbox && !s->lim.sandbox_cold;
     int started = cs__supervisor_start(&cmd, warm ? &s->warm : NULL, &fds, d);
     if (warm && s->warm.pid <= 0 && !s->warm_pending)
         s->warm_pending = cs_loop_defer(s->loop, warm_rearm, s) == 0;
