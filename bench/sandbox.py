@@ -14,6 +14,10 @@ blocks:
   shared        the same in a workspace with processes "shared" (workflows.md 3): its network
                 namespace is made once and held by the supervisor, and each command joins it
                 instead of creating one (the largest single cost of a spawn)
+  floor         `unshare --user --map-root-user --mount --pid --fork --ipc --uts --cgroup true`
+                run by subprocess as bwrap is: a bare clone of the namespaces a shared
+                workspace's command still gets (all but the network one) and the exec of
+                `true`, no mounts, no filter (context: what any such spawn pays here)
 Targets: the sandboxed round trip within 1.0x of bwrap's spawn time (issue 20; issue 8 asked
 2.0x), and within 0.6x of it in a shared workspace (issue 28).
 
@@ -158,6 +162,16 @@ def bwrap_ms():
     return (time.perf_counter() - t) * 1e3
 
 
+FLOOR = ["unshare", "--user", "--map-root-user", "--mount", "--pid", "--fork", "--ipc", "--uts",
+         "--cgroup", "true"]
+
+
+def floor_ms():
+    t = time.perf_counter()
+    subprocess.run(FLOOR, check=True)
+    return (time.perf_counter() - t) * 1e3
+
+
 def parse(text):
     out = {}
     for line in text.splitlines():
@@ -264,7 +278,9 @@ def main():
         have_bwrap = shutil.which("bwrap") is not None
 
         # ---- part 1: spawn ----
-        rows = {"sandboxed": [], "shared": [], "deny": [], "unsandboxed": [], "bwrap": []}
+        rows = {"sandboxed": [], "shared": [], "deny": [], "unsandboxed": [], "bwrap": [],
+                "floor": []}
+        have_unshare = shutil.which("unshare") is not None
         for _ in range(10):  # warm-up
             spawn_ms(sbx)
             spawn_ms(sbx, "shared")
@@ -272,6 +288,8 @@ def main():
             spawn_ms(raw)
             if have_bwrap:
                 bwrap_ms()
+            if have_unshare:
+                floor_ms()
         block = 25
         while len(rows["sandboxed"]) < a.runs:
             for _ in range(block):
@@ -285,19 +303,24 @@ def main():
             if have_bwrap:
                 for _ in range(block):
                     rows["bwrap"].append(bwrap_ms())
+            if have_unshare:
+                for _ in range(block):
+                    rows["floor"].append(floor_ms())
         print("spawn, %d runs per row, interleaved in blocks of %d" % (a.runs, block))
         print("%-62s %10s %10s" % ("round trip of `true`", "median ms", "p99 ms"))
         labels = {"sandboxed": "exec_command [\"true\"] yield_ms, sandboxed",
                   "shared": "  the same, a shared workspace (its network namespace held)",
                   "deny": "  the same, 20 deny rules, 10,000 files (101 masks)",
                   "unsandboxed": "exec_command [\"true\"] yield_ms, unsandboxed",
-                  "bwrap": "bwrap --unshare-all --die-with-parent --ro-bind / / true"}
-        for k in ("sandboxed", "shared", "deny", "unsandboxed", "bwrap"):
+                  "bwrap": "bwrap --unshare-all --die-with-parent --ro-bind / / true",
+                  "floor": "unshare --user ... --cgroup true (all but net; the floor)"}
+        for k in ("sandboxed", "shared", "deny", "unsandboxed", "bwrap", "floor"):
             if rows[k]:
                 print("%-62s %10.2f %10.2f" % (labels[k], statistics.median(rows[k]),
                                                p99(rows[k])))
             else:
-                print("%-62s %21s" % (labels[k], "unavailable (apt-get install bubblewrap)"))
+                print("%-62s %21s" % (labels[k], "unavailable (apt-get install %s)"
+                                      % ("util-linux" if k == "floor" else "bubblewrap")))
         ok = True
         med = {k: statistics.median(v) for k, v in rows.items() if v}
         if rows["bwrap"]:
@@ -315,6 +338,11 @@ def main():
                                                                  "met" if met else "MISSED"))
             out.add("  the same, shared workspace, namespace held (vs bwrap)", med["shared"],
                     med["bwrap"], "ms", shared, "<= %.1fx" % SHARED_TARGET, met)
+            if rows["floor"]:
+                print("floor / bwrap: %.2fx  (shared / floor: %.2fx)"
+                      % (med["floor"] / med["bwrap"], med["shared"] / med["floor"]))
+                out.add("  floor: unshare(1), the same namespaces but net (vs bwrap)",
+                        med["floor"], med["bwrap"], "ms", med["floor"] / med["bwrap"])
             out.add("  the same, 20 deny rules over 10,000 files (vs bwrap)", med["deny"],
                     med["bwrap"], "ms", med["deny"] / med["bwrap"])
         else:
