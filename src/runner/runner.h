@@ -196,6 +196,11 @@ struct cs_runner_exec *cs_runner_exec_new(struct cs_loop *loop,
  * a patch that had begun writing and ran to its end), joins the file threads, kills every process
  * and frees. Call on the loop thread, with the loop still alive. Accepts NULL. */
 void cs_runner_exec_free(struct cs_runner_exec *ex);
+/* For a process about to _exit because its gateway is gone: every command group is killed now
+ * (the supervisor is freed) and file jobs are abandoned where they stand, as a SIGKILL would
+ * leave them (a patch in its writes step stops between two renames, each file whole), never
+ * waited for. ex is unusable afterwards except by _exit. Accepts NULL. */
+void cs_runner_exec_abandon(struct cs_runner_exec *ex);
 /* Reaps our children that are not process leaders (orphans of commands reparented to a runner
  * that is a child subreaper). Call on SIGCHLD. */
 void cs_runner_exec_reap_strays(struct cs_runner_exec *ex);

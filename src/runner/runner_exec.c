@@ -95,6 +95,14 @@ void cs_runner_exec_free(struct cs_runner_exec *ex)
     free(ex);
 }
 
+void cs_runner_exec_abandon(struct cs_runner_exec *ex)
+{
+    if (!ex)
+        return;
+    cs_supervisor_free(ex->sup);
+    ex->sup = NULL;
+}
+
 void cs_runner_exec_reap_strays(struct cs_runner_exec *ex)
 {
     char path[64];

@@ -150,6 +150,9 @@ static void usage(void)
 }
 
 /* Ends the loop; why (static text), when set, is logged at exit and makes the exit status 1. */
+/* The reason stop() is given when the gateway's pipe hung up: the worker then exits at once. */
+static const char GATEWAY_GONE[] = "the gateway is gone";
+
 static void stop(struct worker *w, const char *why)
 {
     if (why && !w->why)
@@ -521,7 +524,7 @@ static void on_signal(void *arg, int signo)
     (void)signo;
     struct worker *w = arg;
     /* SIGHUP is also our parent-death signal: the hang-up says which it was. */
-    stop(w, gateway_gone(w->gatefd) ? "the gateway is gone" : NULL);
+    stop(w, gateway_gone(w->gatefd) ? GATEWAY_GONE : NULL);
 }
 
 /* The --gateway-fd pipe: the gateway never writes to it; its hang-up is the gateway's end. */
@@ -535,7 +538,7 @@ static void on_gateway(void *arg, int fd, unsigned events)
         return;
     cs_loop_fd_del(w->gw);
     w->gw = NULL;
-    stop(w, "the gateway is gone");
+    stop(w, GATEWAY_GONE);
 }
 
 static void on_no_gateway(void *arg)
@@ -1001,6 +1004,14 @@ static int run(int argc, char **argv)
     if (w.why) {
         fprintf(stderr, "codespace-runtime: %s; exiting\n", w.why);
         rc = 1;
+    }
+    if (w.why && strcmp(w.why, GATEWAY_GONE) == 0) {
+        /* At once, as the death signal used to end us: the command groups die, a file job in
+         * flight is abandoned (not finished behind the back of a gateway that can no longer
+         * record it), our socket and leaf go, and no thread is waited for. */
+        cs_runner_exec_abandon(w.ex);
+        remove_own_files();
+        _exit(1);
     }
 out:
     /* Every command group dies with the connection. */

@@ -213,7 +213,7 @@ class Http:
             assert ctype.startswith("text/event-stream"), ctype
             notes, data = [], []
             while True:
-                line = r.fp.readline()
+                line = r.readline()  # de-chunked by http.client
                 if not line:
                     raise AssertionError("the SSE stream ended without the reply")
                 line = line.decode("utf-8").rstrip("\r\n")
@@ -393,7 +393,7 @@ class Day:
 
     def server_and_client(self, ws):
         srv, _ = self.call("exec_command", {"workspace_id": ws, "command": [
-            "python3", "-m", "http.server", str(SERVER_PORT), "--bind", "127.0.0.1",
+            "python3", "-u", "-m", "http.server", str(SERVER_PORT), "--bind", "127.0.0.1",
             "--directory", "site"]})
         pid = srv["process_id"]
         try:

@@ -534,8 +534,11 @@ class WorkerCase(unittest.TestCase):
             self.assertIs(st["ok"], True, st)
             n += 1
             time.sleep(0.05)
+        # It says how the process ended (for the gateway's notifications/message), nothing more.
         self.assertEqual(c.events[0], {"protocol": PROTOCOL, "kind": "event", "event": {
-            "type": "process_exited", "data": {"process_id": d["process_id"]}}})
+            "type": "process_exited", "data": {"process_id": d["process_id"],
+                                               "workspace_id": "default", "exit_code": 0,
+                                               "termination": "exited"}}})
         c.close()
         self.assertEqual(w.wait(), 0)
 
