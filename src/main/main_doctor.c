@@ -117,11 +117,11 @@ static void check_seccomp(struct doctor *d)
         line(d, FAIL, "seccomp", "a kernel built with CONFIG_SECCOMP_FILTER",
              "kernel.seccomp.actions_avail is not readable: no seccomp filters");
     else if (!strstr(v, "user_notif"))
-        line(d, WARN, "seccomp user notification", "a kernel of 5.0 or later",
+        line(d, WARN, "seccomp", "a kernel of 5.0 or later",
              "no user_notif in kernel.seccomp.actions_avail: refused system calls are not "
              "reported as denials");
     else
-        line(d, OK, "seccomp user notification", NULL, "available");
+        line(d, OK, "seccomp", NULL, "filters and user notification available");
 }
 
 static void check_landlock(struct doctor *d)
