@@ -199,9 +199,13 @@ static void drop(struct cs__runner_tcp *t, const char *why)
         t->backoff_ms = BACKOFF_MAX_MS;
     /* A worker that refuses our key or whose certificate is not the pinned one fails every
      * call until the operator fixes it: a warning, like a lost link (workflows.md section 6).
-     * runner_tls.c starts every authentication failure's text so. A worker not (yet) listening
-     * is ordinary while it starts: info. */
-    bool auth = strstr(why, "TLS handshake failed") != NULL;
+     * Our own refusals of the worker start "TLS handshake failed" (runner_tls.c); the worker's
+     * refusal of us arrives, in TLS 1.3, as an alert on the first read after our side of the
+     * handshake ("... alert bad certificate", "... alert certificate required"): any alert
+     * before the link was ever up. A worker not (yet) listening is ordinary while it starts:
+     * info. */
+    bool auth = strstr(why, "TLS handshake failed") != NULL ||
+                (!was_up && strstr(why, "TLS") != NULL && strstr(why, " alert ") != NULL);
     cs_log(was_up || auth ? CS_LOG_WARNING : CS_LOG_INFO,
            was_up ? "runner connection lost"
            : auth ? "runner authentication failed"
