@@ -168,6 +168,13 @@ class StdioClient:
     def wait(self, handle):
         return tool_result(self._wait(handle))
 
+    def poll(self, handle):
+        """The result of handle when it has arrived, else None."""
+        with self.cv:
+            if handle not in self.replies:
+                return None
+            return tool_result(self.replies.pop(handle))
+
     def call(self, tool, args):
         return self.wait(self.start(tool, args))
 
@@ -235,6 +242,12 @@ class HttpClient:
 
     def wait(self, handle):
         return handle.get(timeout=TIMEOUT)
+
+    def poll(self, handle):
+        try:
+            return handle.get_nowait()
+        except queue.Empty:
+            return None
 
 
 def sha(data):
@@ -443,24 +456,39 @@ class Base:
                          "process_id": spid})
         call("read_process", {"process_id": spid, "cursor": 0}, "TIMEOUT", wsid="short",
              pid=spid)
-        # RESOURCE_QUEUE_FULL: a patch held in preflight holds the lease; 64 wait behind it.
+        # RESOURCE_QUEUE_FULL: a patch held in preflight holds the lease; 64 wait behind it and
+        # one more is refused. Over HTTP the 65 race each other, so whichever arrives last is
+        # the refused one: exactly one, answered while the others wait.
         with open(self.hold, "w"):
             pass
         held_at = time.monotonic()
         held = c.start("apply_patch", {"workspace_id": "q", "patch":
                                        "*** Begin Patch\n*** Add File: hold/%s\n+h\n*** End Patch\n"
                                        % mark})
-        time.sleep(0.3)
+        time.sleep(1.0 if self.http else 0.1)  # the holder first
         waiters = []
-        for i in range(QUEUE):
+        for i in range(QUEUE + 1):
             waiters.append(c.start("apply_patch", {
                 "workspace_id": "q", "check_only": True,
                 "patch": "*** Begin Patch\n*** Add File: w%d-%s\n+w\n*** End Patch\n" % (i, mark)}))
-        time.sleep(1.0 if self.http else 0.2)
-        call("apply_patch", {"workspace_id": "q", "patch": add}, "RESOURCE_QUEUE_FULL", wsid="q")
+        results = {}
+        deadline = time.monotonic() + TIMEOUT
+        while not results and time.monotonic() < deadline:
+            for i, h in enumerate(waiters):
+                r = c.poll(h)
+                if r is not None:
+                    results[i] = r
+            time.sleep(0.01)
+        self.assertEqual(len(results), 1, results)  # the others wait behind the holder
+        (out, err), = results.values()
+        self.assertEqual(err and err["code"], "RESOURCE_QUEUE_FULL", (out, err))
+        expected.append({"tool": "apply_patch", "result": "RESOURCE_QUEUE_FULL",
+                         "workspace_id": "q"})
         time.sleep(max(0.0, 1.0 - (time.monotonic() - held_at)))  # held at least 1 s
         os.unlink(self.hold)
-        for h in [held] + waiters:
+        for i, h in enumerate([held] + waiters):
+            if i - 1 in results:
+                continue
             out, err = c.wait(h)
             self.assertIsNone(err, err)
             expected.append({"tool": "apply_patch", "result": "ok", "workspace_id": "q",
