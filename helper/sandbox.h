@@ -87,18 +87,20 @@ _Noreturn void cs_sbx_diex(const char *fmt, ...) __attribute__((format(printf, 1
 
 /* ---- sandbox_wait.c: `run --wait-fd`, the pre-started helper ---- */
 
-/* The runner's one message (src/supervisor/supervisor_spawn.c sends it): a version byte and a
- * terminal flag (0 or 1), with the descriptors as SCM_RIGHTS. */
-#define CS_SBX_WAIT_VERSION 1
-#define CS_SBX_WAIT_HEADER  2
+/* The runner's one message (src/supervisor/supervisor_spawn.c sends it): a version byte, a
+ * terminal flag (0 or 1) and a namespace count (0, 1: the workspace's network namespace, 2: and
+ * its user namespace), with the descriptors as SCM_RIGHTS. Version 2 added the count. */
+#define CS_SBX_WAIT_VERSION 2
+#define CS_SBX_WAIT_HEADER  3
 
 /* Checks a received message's shape: n header bytes, the recvmsg flags, nfds descriptors.
- * Returns 0 with *tty set, or -1 with err (nothing may run). */
+ * Returns 0 with *tty and *nns (the namespace count) set, or -1 with err (nothing may run). */
 int cs_sbx_wait_check(const unsigned char *hdr, size_t n, int msg_flags, size_t nfds, bool *tty,
-                      struct cs_diag *err);
+                      size_t *nns, struct cs_diag *err);
 
 /* Waits on sock for the runner's message. Returns 1 with the descriptors in place (0-2 the
- * command's stdio, 3 the workspace root, 4 the report pipe, 5 the plan memfd; the working
+ * command's stdio, 3 the workspace root, 4 the report pipe, 5 the plan memfd, 6 and 7 the
+ * namespaces the message brought, checked for their types; the working
  * directory the root; nothing else open), 0 on EOF (no command: exit 0), or -1 with err (every
  * received descriptor closed). */
 int cs_sbx_wait(int sock, struct cs_diag *err);

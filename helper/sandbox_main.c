@@ -35,20 +35,23 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base_version.h"
 #include "sandbox.h"
 
 #define USAGE       "usage: codespace-linux-sandbox run --plan <path>\n"
 #define PLAN_FD_MAX 1023 /* the fds run closes go up to here, and this one with them */
 
+#define USAGE_MORE                                                                                 \
+    "       codespace-linux-sandbox run --plan-fd <n>\n"                                           \
+    "       codespace-linux-sandbox run --wait-fd <n>\n"                                           \
+    "       codespace-linux-sandbox prepare < request.json\n"                                      \
+    "       codespace-linux-sandbox probe\n"                                                       \
+    "       codespace-linux-sandbox netns-hold <label>\n"                                          \
+    "       codespace-linux-sandbox --help | --version\n"
+
 static int usage(void)
 {
-    fputs(USAGE, stderr);
-    fputs("       codespace-linux-sandbox run --plan-fd <n>\n"
-          "       codespace-linux-sandbox run --wait-fd <n>\n"
-          "       codespace-linux-sandbox prepare < request.json\n"
-          "       codespace-linux-sandbox probe\n"
-          "       codespace-linux-sandbox netns-hold <label>\n",
-          stderr);
+    fputs(USAGE USAGE_MORE, stderr);
     return CS_SBX_EXIT_USAGE;
 }
 
@@ -68,6 +71,35 @@ static bool runner_gone(pid_t runner)
         return true;
     }
     return false;
+}
+
+/* --help: what each mode does (docs/operations.md, "The sandbox helper"). */
+static int help(void)
+{
+    fputs(USAGE USAGE_MORE
+          "\n"
+          "The command sandbox helper of codespace-mcp and codespace-runtime, which start it;\n"
+          "helper/README.md is its contract with them.\n"
+          "\n"
+          "  probe                 run /usr/bin/true sandboxed; exit 0 when the sandbox works,\n"
+          "                        else the reason on stderr\n"
+          "  prepare               read a sandbox request (JSON) on stdin, write a plan file and\n"
+          "                        print {\"type\":\"prepared\",\"plan_path\":...}\n"
+          "  run --plan PATH       run the plan at the absolute PATH in the sandbox\n"
+          "  run --plan-fd N       the same, the plan in the sealed memfd inherited as fd N\n"
+          "  run --wait-fd N       wait on the socket fd N for a plan and the command's stdio\n"
+          "  netns-hold LABEL      make and hold a workspace's network namespace (lo up) until\n"
+          "                        the supervisor's pipe on stdin closes\n"
+          "  --version             print the version and exit\n"
+          "  --help                print this text and exit\n"
+          "\n"
+          "Environment: TMPDIR (plan and probe directories, default /tmp) and\n"
+          "CODESPACE_SANDBOX_RUNNER_PID (set by the runner: its pid, named in plan\n"
+          "directories); every other variable is ignored.\n"
+          "Exit status: 0 for --help and --version, 2 for wrong usage; probe 0 or 1; run the\n"
+          "command's status (or its signal), 125 when the sandbox could not be set up.\n",
+          stdout);
+    return 0;
 }
 
 /* Runs `run --plan` for /usr/bin/true in a private probe workspace, 5 s at most; less when the
@@ -237,6 +269,12 @@ int main(int argc, char **argv)
 {
     if (argc < 2)
         return usage();
+    if (argc == 2 && strcmp(argv[1], "--help") == 0)
+        return help();
+    if (argc == 2 && strcmp(argv[1], "--version") == 0) {
+        printf("codespace-linux-sandbox %s\n", CS_VERSION);
+        return 0;
+    }
     if (strcmp(argv[1], "probe") == 0 && argc == 2)
         return probe();
     if (strcmp(argv[1], "prepare") == 0 && argc == 2) {

@@ -5,14 +5,19 @@
  * Until its message comes, the helper holds nothing of any workspace: /dev/null as 0-2, the
  * root directory as working directory, and fd n, one end of a SOCK_SEQPACKET socketpair whose
  * other end the runner keeps. It then takes exactly one message: a CS_SBX_WAIT_HEADER-byte
- * header (version, terminal flag) and, as SCM_RIGHTS, the descriptors a helper started for that
- * command would have inherited:
+ * header (version, terminal flag, namespace count) and, as SCM_RIGHTS, the descriptors a helper
+ * started for that command would have inherited:
  *
  *   pipes:    plan memfd, stdin, stdout (also stderr), workspace root, report pipe   (5)
  *   terminal: plan memfd, terminal (0, 1 and 2),       workspace root, report pipe   (4)
  *
+ * followed, for a command of a shared workspace (workflows.md section 3), by the namespaces it
+ * joins: 1, its network namespace; 2, that and the user namespace owning it (a runner that is
+ * not root). Each is checked for its type here, and again by main against the plan.
+ *
  * They are put where the runner's start puts them (0-2, the root 3, the report pipe 4, the plan
- * 5), the working directory becomes the root as in the runner's child, a terminal becomes the
+ * 5, the network namespace 6, its user namespace 7), the working directory becomes the root as
+ * in the runner's child, a terminal becomes the
  * controlling terminal (the runner's child made this helper a session leader with none), and
  * everything else is closed. main then runs the plan as `run --plan-fd 5`: every check from the
  * plan read onward (a sealed memfd of our uid, cs_sbx_plan_parse) is the same code.
@@ -25,6 +30,8 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/nsfs.h>
+#include <sched.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/ioctl.h>
@@ -40,7 +47,7 @@
 #define fail(err, ...) (cs_diag_set((err), __VA_ARGS__), -1)
 
 int cs_sbx_wait_check(const unsigned char *hdr, size_t n, int msg_flags, size_t nfds, bool *tty,
-                      struct cs_diag *err)
+                      size_t *nns, struct cs_diag *err)
 {
     if (msg_flags & (MSG_TRUNC | MSG_CTRUNC))
         return fail(err, CSW_ERROR_PROCESS_SPAWN_FAILED,
@@ -53,11 +60,16 @@ int cs_sbx_wait_check(const unsigned char *hdr, size_t n, int msg_flags, size_t 
                     CS_SBX_WAIT_VERSION);
     if (hdr[1] > 1)
         return fail(err, CSW_ERROR_PROCESS_SPAWN_FAILED, "wait: terminal flag %u", hdr[1]);
-    size_t want = hdr[1] ? 4 : 5;
+    if (hdr[2] > 2)
+        return fail(err, CSW_ERROR_PROCESS_SPAWN_FAILED, "wait: namespace count %u (at most 2)",
+                    hdr[2]);
+    size_t want = (hdr[1] ? 4u : 5u) + hdr[2];
     if (nfds != want)
-        return fail(err, CSW_ERROR_PROCESS_SPAWN_FAILED, "wait: %zu descriptors (want %zu for %s)",
-                    nfds, want, hdr[1] ? "a terminal" : "pipes");
+        return fail(err, CSW_ERROR_PROCESS_SPAWN_FAILED,
+                    "wait: %zu descriptors (want %zu for %s and %u namespaces)", nfds, want,
+                    hdr[1] ? "a terminal" : "pipes", hdr[2]);
     *tty = hdr[1] != 0;
+    *nns = hdr[2];
     return 0;
 }
 
@@ -123,29 +135,36 @@ int cs_sbx_wait(int sock, struct cs_diag *err)
     if (n == 0 && nfds == 0 && !other)
         return 0; /* the runner closed its end: no command */
     bool tty = false;
+    size_t nns = 0;
     if (other) {
         close_all(got, nfds);
         return fail(err, CSW_ERROR_PROCESS_SPAWN_FAILED,
                     "wait: control data other than SCM_RIGHTS");
     }
-    if (cs_sbx_wait_check(hdr, (size_t)n, msg.msg_flags, nfds, &tty, err) != 0) {
+    if (cs_sbx_wait_check(hdr, (size_t)n, msg.msg_flags, nfds, &tty, &nns, err) != 0) {
         close_all(got, nfds);
         return -1;
     }
-    /* In the order of the message: plan, then stdin and stdout or the terminal, root, report. */
-    int in = got[1], root = got[nfds - 2];
+    /* In the order of the message: plan, then stdin and stdout or the terminal, root, report,
+     * then the namespaces. */
+    size_t base = nfds - nns; /* the descriptors before the namespaces */
+    int in = got[1], root = got[base - 2];
     struct stat st;
     const char *bad = NULL;
     if (fstat(root, &st) != 0 || !S_ISDIR(st.st_mode))
         bad = "the workspace root is not a directory";
     else if (tty && !isatty(in))
         bad = "the terminal is not a terminal";
+    else if (nns > 0 && ioctl(got[base], NS_GET_NSTYPE) != CLONE_NEWNET)
+        bad = "the first namespace is not a network namespace";
+    else if (nns > 1 && ioctl(got[base + 1], NS_GET_NSTYPE) != CLONE_NEWUSER)
+        bad = "the second namespace is not a user namespace";
     if (bad) {
         close_all(got, nfds);
         return fail(err, CSW_ERROR_PROCESS_SPAWN_FAILED, "wait: %s", bad);
     }
     /* Everything received is above 5 first, so no dup2 below overwrites one still to move. */
-    int high[5] = {-1, -1, -1, -1, -1};
+    int high[7] = {-1, -1, -1, -1, -1, -1, -1};
     for (size_t i = 0; i < nfds; i++) {
         high[i] = fcntl(got[i], F_DUPFD_CLOEXEC, 16);
         if (high[i] < 0)
@@ -154,14 +173,19 @@ int cs_sbx_wait(int sock, struct cs_diag *err)
     }
     /* The socket goes before the dup2s: its number may be one of theirs. */
     close(sock);
-    int plan = high[0], outfd = tty ? high[1] : high[2], report = high[nfds - 1];
+    int plan = high[0], outfd = tty ? high[1] : high[2], report = high[base - 1];
     in = high[1];
-    root = high[nfds - 2];
+    root = high[base - 2];
     /* dup2 clears close-on-exec on the copy; the plan's 5 replaces (closes) the socket. */
     if (dup2(in, 0) < 0 || dup2(outfd, 1) < 0 || dup2(outfd, 2) < 0 || dup2(root, 3) < 0 ||
         dup2(report, 4) < 0 || dup2(plan, 5) < 0)
         cs_sbx_die("wait: dup2");
-    if (close_range(6, ~0u, 0) != 0)
+    /* The namespaces at the plan's netns_fd 6 and userns_fd 7 (main checks the plan names
+     * them there, and their types again). */
+    for (size_t i = 0; i < nns; i++)
+        if (dup2(high[base + i], 6 + (int)i) < 0)
+            cs_sbx_die("wait: dup2");
+    if (close_range(6 + (unsigned)nns, ~0u, 0) != 0)
         cs_sbx_die("wait: close_range");
     /* As the runner's child: the held root, never a path, is the working directory. */
     if (fchdir(3) != 0)

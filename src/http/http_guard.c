@@ -181,10 +181,10 @@ bool cs_http_accepts_event_stream(const char *v, size_t n)
         size_t end = i;
         while (end < n && v[end] != ',')
             end++;
-        size_t a = i, t = i;
+        size_t a = i;
         while (a < end && ows_char(v[a]))
             a++;
-        t = a;
+        size_t t = a;
         while (t < end && v[t] != ';')
             t++;
         size_t te = t;

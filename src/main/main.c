@@ -18,6 +18,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base_diag.h"
 #include "base_json.h"
 #include "base_log.h"
 #include "base_loop.h"
@@ -30,6 +31,7 @@
 #include "main_wire.h"
 #include "mcp_server.h"
 #include "policy.h"
+#include "runner_tls.h"
 #include "store.h"
 #include "tools.h"
 #include "transport_stdio.h"
@@ -254,6 +256,46 @@ static bool take_doctor(int *argc, char **argv)
     return doctor;
 }
 
+/* The certificate, key or pre-shared key files of one remote runner, loaded as the tcp runner
+ * will load them: a file that cannot be used is a bad configuration like a bad flag (exit 2,
+ * docs/operations.md "Configuration"), not a failed start. Returns 0, or -1 with err set. */
+static int check_remote_files(const struct cs_remote *rm, const char *where,
+                              struct cs_config_error *err)
+{
+    if (!rm->url || rm->plaintext)
+        return 0;
+    struct cs_tls_config tc = {
+        .cert = rm->cert, .key = rm->key, .psk_file = rm->psk, .psk_identity = rm->psk_identity};
+    memcpy(tc.peer_pin, rm->pin, sizeof tc.peer_pin);
+    struct cs_diag d = {0};
+    struct cs_tls_ctx *ctx = cs_tls_ctx_new(&tc, false, &d);
+    if (!ctx) {
+        snprintf(err->text, sizeof err->text, "%s: %s", where, d.text);
+        return -1;
+    }
+    cs_tls_ctx_free(ctx);
+    return 0;
+}
+
+/* Every remote runner's files: the gateway's --runner tcp:// and each registry workspace's own
+ * runner (the registry path names it). Returns 0, or -1 with err set. */
+static int check_tls_files(const struct cs_config *cfg, struct cs_config_error *err)
+{
+    if (cfg->runner == CS_CONFIG_RUNNER_TCP &&
+        check_remote_files(&cfg->remote, cfg->remote.psk ? "--tls-psk" : "--tls-cert/--tls-key",
+                           err) != 0)
+        return -1;
+    for (size_t i = 0; i < cfg->n_workspaces; i++) {
+        const struct cs_workspace *ws = &cfg->workspaces[i];
+        char where[1024];
+        snprintf(where, sizeof where, "config %s: /workspaces/%s/runner",
+                 cfg->config_path ? cfg->config_path : "", ws->id);
+        if (ws->has_runner && check_remote_files(&ws->remote, where, err) != 0)
+            return -1;
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     /* Very large buffers (message texts and bodies near the 16 MiB cap) always come from mmap
@@ -289,6 +331,11 @@ int main(int argc, char **argv)
         /* One JSON log line like every other line on stderr (docs/contract/runtime.md §2), naming
          * the flag, variable or registry JSON path in "error". */
         cs_log(CS_LOG_ERROR, "invalid configuration", json_pack("{s:s}", "error", cerr.text));
+        return 2;
+    }
+    if (check_tls_files(&cfg, &cerr) != 0) {
+        cs_log(CS_LOG_ERROR, "invalid configuration", json_pack("{s:s}", "error", cerr.text));
+        cs_config_free(&cfg);
         return 2;
     }
     enum cs_log_level level = CS_LOG_INFO;

@@ -68,11 +68,12 @@ struct cs_mcp {
     char *version;
     struct tool_entry *tools;
     size_t ntools;
-    json_t *tools_list;          /* the tools/list result, built once */
-    json_t *tools_list_modern;   /* the same under 2026-07-28 (resultType, hints, _meta) */
-    json_t *discover;            /* the server/discover result */
-    char *modern_tail;           /* ,"resultType":"complete","_meta":{...}} closing a result text */
-    cs_mcp_call_done_fn on_done; /* cs_mcp_on_call_done, or NULL */
+    json_t *tools_list;        /* the tools/list result, built once */
+    json_t *tools_list_modern; /* the same under 2026-07-28 (resultType, hints, _meta) */
+    json_t *discover;          /* the server/discover result */
+    char *modern_tail;         /* ,"resultType":"complete","_meta":{...}} closing a result text */
+    struct cs_mcp_session *sessions; /* every live session, for notifications/message */
+    cs_mcp_call_done_fn on_done;     /* cs_mcp_on_call_done, or NULL */
     void *on_done_arg;
 };
 
@@ -85,6 +86,7 @@ struct cs_mcp_session {
     struct cs_mcp_call *calls;         /* running tool calls, for notifications/cancelled */
     cs_mcp_notify_fn notify;           /* where its exchanges send notifications, or NULL */
     void *notify_arg;
+    struct cs_mcp_session *prev, *next; /* in srv->sessions */
 };
 
 struct cs_mcp_exchange {
@@ -550,6 +552,58 @@ int cs_mcp_call_progress(struct cs_mcp_call *call, int64_t progress, const char 
     call->x->notify(call->x->notify_arg, text, len);
     cs_wire_release(text);
     return 0;
+}
+
+/* ---- logging (docs/protocol.md, "Logging") ---- */
+
+/* Where s takes a notifications/message now: stdio's one stream, or on HTTP a progress stream
+ * (an SSE reply) of one of its 2025 exchanges still open; else none (HTTP has no standalone
+ * stream: GET /mcp is 405). */
+static bool log_channel(const struct cs_mcp_session *s, cs_mcp_notify_fn *fn, void **arg)
+{
+    if (s->notify) {
+        *fn = s->notify;
+        *arg = s->notify_arg;
+        return true;
+    }
+    for (const struct cs_mcp_exchange *x = s->exchanges; x; x = x->next) {
+        if (x->notify && x->progress > 0 && !x->abandoned && !x->modern) {
+            *fn = x->notify;
+            *arg = x->notify_arg;
+            return true;
+        }
+    }
+    return false;
+}
+
+size_t cs_mcp_log(struct cs_mcp *srv, enum csw_protocol_logging_level level,
+                  const struct csw_protocol_log_data *data)
+{
+    enum cs_log_level l;
+    if (cs_log_level_parse(csw_protocol_logging_level_names[level], &l) != 0)
+        return 0;
+    struct csw_protocol_logging_message_notification n; /* logging_message_notification.json */
+    memset(&n, 0, sizeof n);
+    n.params.level = level;
+    n.params.logger = cstr("codespace");
+    n.params.data = *data; /* borrowed: never freed through n */
+    char *text = NULL;
+    size_t len = 0, sent = 0;
+    for (struct cs_mcp_session *s = srv->sessions; s; s = s->next) {
+        cs_mcp_notify_fn fn;
+        void *arg;
+        /* Only an initialized 2025 session has a level (logging/setLevel, info until set); a
+         * 2026-07-28 request's session never is, and gets none. */
+        if (!s->initialized || l < s->log_level || !log_channel(s, &fn, &arg))
+            continue;
+        if (!text && csw_protocol_logging_message_notification_encode_text(&n, &text, &len, NULL) !=
+                         CS_WIRE_OK)
+            return 0; /* out of memory, or data its schema refuses: nothing is sent */
+        fn(arg, text, len);
+        sent++;
+    }
+    cs_wire_release(text);
+    return sent;
 }
 
 /* Takes call off its session's list (when the session still exists). */
@@ -1507,6 +1561,10 @@ struct cs_mcp_session *cs_mcp_session_new(struct cs_mcp *srv)
         return NULL;
     s->srv = srv;
     s->log_level = CS_LOG_INFO;
+    s->next = srv->sessions;
+    if (s->next)
+        s->next->prev = s;
+    srv->sessions = s;
     return s;
 }
 
@@ -1514,6 +1572,12 @@ void cs_mcp_session_free(struct cs_mcp_session *s)
 {
     if (!s)
         return;
+    if (s->prev)
+        s->prev->next = s->next;
+    else
+        s->srv->sessions = s->next;
+    if (s->next)
+        s->next->prev = s->prev;
     for (struct cs_mcp_call *c = s->calls; c; c = c->next)
         c->cancelled = true;
     for (struct cs_mcp_call *c = s->calls, *next; c; c = next) {

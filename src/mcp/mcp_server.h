@@ -162,6 +162,17 @@ bool cs_mcp_call_wants_progress(const struct cs_mcp_call *call);
 int cs_mcp_call_progress(struct cs_mcp_call *call, int64_t progress, const char *message,
                          size_t message_len);
 
+/* ---- logging (docs/protocol.md, "Logging") ---- */
+
+/* Sends notifications/message (schema/protocol/logging_message_notification.json) with level,
+ * logger "codespace" and data (borrowed for the call) to every session that takes it now: an
+ * initialized 2025 session whose logging/setLevel (info until set) is at or below level, on its
+ * stdio stream, or on HTTP on an SSE reply of one of its exchanges still open (none: not
+ * delivered). Each session gets it once. Returns how many sessions it went to (0 also when data
+ * breaks its schema or memory ran out). Call from the loop, never from inside a notify callback. */
+size_t cs_mcp_log(struct cs_mcp *srv, enum csw_protocol_logging_level level,
+                  const struct csw_protocol_log_data *data);
+
 /* ---- sessions ---- */
 
 /* reply receives a new reference to the JSON-RPC reply (a response object, or an array for a

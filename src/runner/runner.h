@@ -64,8 +64,10 @@ typedef void (*cs_runner_done_fn)(void *arg, const struct cs_runner_reply *reply
 
 /* What a runner reports besides completions. */
 struct cs_runner_events {
-    /* A process finished (it no longer holds its workspace). */
-    void (*process_exited)(void *arg, const char *process_id);
+    /* A process finished (it no longer holds its workspace). how (borrowed for the call) is the
+     * process_exited event's data (schema/runner/wire.json): its process_id is process_id's, the
+     * rest (workspace, exit code, termination, signal) is set when the runner knows it. */
+    void (*process_exited)(void *arg, const char *process_id, const struct csw_runner_exit *how);
     /* uds: the worker is gone; every process it owned is dead, every pending call was completed
      * as ambiguous, later calls fail before dispatch. */
     void (*lost)(void *arg);
@@ -180,13 +182,15 @@ int cs_runner_multi_route(struct cs_runner *multi, const char *workspace_id, str
 
 struct cs_runner_exec;
 
-/* process_exited is called (from the loop) when a process finishes. lim->timeout_ms is also the
+/* process_exited is called (from the loop) when a process finishes, with how it ended (borrowed
+ * for the call: every member the supervisor knows is set). lim->timeout_ms is also the
  * time limit of every file operation (read, find, version, apply_patch), which runs on a pool of
  * threads (base_pool.h) and answers TIMEOUT past it. Returns NULL on OOM or when the threads cannot
  * start. */
 struct cs_runner_exec *cs_runner_exec_new(struct cs_loop *loop,
                                           const struct cs_supervisor_limits *lim,
-                                          void (*process_exited)(void *arg, const char *id),
+                                          void (*process_exited)(void *arg, const char *id,
+                                                                 const struct csw_runner_exit *how),
                                           void *arg);
 /* Cancels every file operation and completes it (INTERNAL "shutting down", or the real result of
  * a patch that had begun writing and ran to its end), joins the file threads, kills every process

@@ -13,11 +13,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void inproc_exited(void *arg, const char *id)
+static void inproc_exited(void *arg, const char *id, const struct csw_runner_exit *how)
 {
     struct cs_runner *r = arg;
     if (r->ev.process_exited)
-        r->ev.process_exited(r->ev.arg, id);
+        r->ev.process_exited(r->ev.arg, id, how);
 }
 
 struct cs_runner *cs_runner_inproc_new(struct cs_loop *loop, const struct cs_supervisor_limits *lim,

@@ -35,7 +35,7 @@ struct cs_runner_exec {
     struct cs_supervisor *sup;
     struct cs_pool *pool; /* file work */
     int64_t timeout_ms;   /* the time limit of a file operation: the process time limit */
-    void (*process_exited)(void *arg, const char *id);
+    void (*process_exited)(void *arg, const char *id, const struct csw_runner_exit *how);
     void *arg;
     struct pending *pending; /* supervisor requests in flight, for cs_runner_exec_cancel */
     struct ws_deny *denies;  /* one per workspace with deny rules, created at its first op */
@@ -58,10 +58,9 @@ struct pending {
     enum csw_runner_wire_result_tag tag;
 };
 
-struct cs_runner_exec *cs_runner_exec_new(struct cs_loop *loop,
-                                          const struct cs_supervisor_limits *lim,
-                                          void (*process_exited)(void *arg, const char *id),
-                                          void *arg)
+struct cs_runner_exec *cs_runner_exec_new(
+    struct cs_loop *loop, const struct cs_supervisor_limits *lim,
+    void (*process_exited)(void *arg, const char *id, const struct csw_runner_exit *how), void *arg)
 {
     struct cs_runner_exec *ex = calloc(1, sizeof *ex);
     if (!ex)
@@ -281,11 +280,52 @@ static struct pending *pending_new(struct cs_runner_exec *ex, cs_runner_done_fn 
     return p;
 }
 
+/* How a process ended, from its status (answered at once: the supervisor holds the handle
+ * while its exit callback runs). */
+struct exit_how {
+    struct csw_runner_exit *how;
+    char signame[24]; /* the status's signal name is only borrowed for its callback */
+};
+
+static void exit_status(void *arg, int code, const char *msg, const void *out)
+{
+    struct exit_how *e = arg;
+    const struct csw_mcp_process_status_output *st = out;
+    (void)msg;
+    if (code != 0 || !st)
+        return;
+    struct csw_runner_exit *how = e->how;
+    how->has_exit_code = st->has_exit_code;
+    how->exit_code = st->exit_code;
+    how->has_termination = st->has_termination;
+    how->termination = st->termination;
+    how->has_signal = st->has_signal;
+    how->signal.number = st->signal.number;
+    if (st->has_signal && st->signal.has_name && st->signal.name.n < sizeof e->signame) {
+        memcpy(e->signame, st->signal.name.s, st->signal.name.n);
+        how->signal.has_name = true;
+        how->signal.name = (struct cs_str){e->signame, st->signal.name.n};
+    }
+}
+
 static void exited(void *arg, const char *id)
 {
     struct cs_runner_exec *ex = arg;
-    if (ex->process_exited)
-        ex->process_exited(ex->arg, id);
+    if (!ex->process_exited)
+        return;
+    struct csw_runner_exit how;
+    memset(&how, 0, sizeof how);
+    struct cs_str pid = {(char *)(uintptr_t)id, strlen(id)};
+    how.process_id = pid;
+    const char *ws = cs_supervisor_workspace_of(ex->sup, &pid);
+    if (ws) {
+        how.has_workspace_id = true;
+        how.workspace_id = (struct cs_str){(char *)(uintptr_t)ws, strlen(ws)};
+    }
+    struct exit_how e = {.how = &how};
+    struct csw_mcp_process_status_input in = {.process_id = pid};
+    cs_supervisor_status(ex->sup, &in, exit_status, &e);
+    ex->process_exited(ex->arg, id, &how);
 }
 
 /* ---- file operations, on the pool ---- */

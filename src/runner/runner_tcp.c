@@ -145,11 +145,11 @@ static bool live_del(struct cs__runner_tcp *t, const char *id)
     return false;
 }
 
-static void exited(struct cs__runner_tcp *t, const char *id)
+static void exited(struct cs__runner_tcp *t, const char *id, const struct csw_runner_exit *how)
 {
     live_del(t, id);
     if (t->r->ev.process_exited)
-        t->r->ev.process_exited(t->r->ev.arg, id);
+        t->r->ev.process_exited(t->r->ev.arg, id, how);
 }
 
 /* ---- the connection ---- */
@@ -298,7 +298,22 @@ static void status_done(void *arg, const struct cs_runner_reply *rep)
     if (gone && !t->freeing) {
         cs_log(CS_LOG_INFO, "runner process ended while disconnected",
                json_pack("{s:s}", "process_id", p->id));
-        exited(t, p->id);
+        /* How it ended, when the worker still knows it (not when it forgot the process). */
+        struct csw_runner_exit how;
+        memset(&how, 0, sizeof how);
+        how.process_id = (struct cs_str){p->id, strlen(p->id)};
+        if (rep->outcome == CS_RUNNER_OK) {
+            const struct csw_mcp_process_status_output *st = &rep->result->u.process_status.data;
+            how.has_exit_code = st->has_exit_code;
+            how.exit_code = st->exit_code;
+            how.has_termination = st->has_termination;
+            how.termination = st->termination;
+            how.has_signal = st->has_signal;
+            how.signal.number = st->signal.number;
+            how.signal.has_name = st->signal.has_name;
+            how.signal.name = st->signal.name;
+        }
+        exited(t, p->id, &how);
     }
     free(p);
 }
@@ -336,7 +351,7 @@ static void on_message(void *arg, struct csw_runner_wire *msg)
             if (id->n < sizeof buf) {
                 memcpy(buf, id->s, id->n);
                 buf[id->n] = '\0';
-                exited(t, buf);
+                exited(t, buf, &e->event.u.process_exited.data);
             }
         }
         return;

@@ -363,7 +363,7 @@ static void on_message(void *arg, struct csw_runner_wire *msg)
             if (id->n < sizeof buf) {
                 memcpy(buf, id->s, id->n);
                 buf[id->n] = '\0';
-                u->r->ev.process_exited(u->r->ev.arg, buf);
+                u->r->ev.process_exited(u->r->ev.arg, buf, &e->event.u.process_exited.data);
             }
         }
         return;

@@ -138,12 +138,15 @@ struct req {
     struct req *prev, *next;
 };
 
+#define USAGE                                                                                      \
+    "usage: codespace-runtime --socket PATH --gateway-fd N --root FD:PATH... [options]   "         \
+    "(started by codespace-mcp)\n"                                                                 \
+    "       codespace-runtime --listen HOST:PORT --root PATH... (TLS or --plaintext) [options]\n"  \
+    "       codespace-runtime --help | --version\n"
+
 static void usage(void)
 {
-    fputs("usage: codespace-runtime --socket <path> --gateway-fd N [--max-processes N] "
-          "[--timeout-ms MS] [--sandbox <helper>] [--sandbox-uid N] [--sandbox-gid N] "
-          "[--root FD:PATH ...]\n",
-          stderr);
+    fputs(USAGE, stderr);
 }
 
 /* Ends the loop; why (static text), when set, is logged at exit and makes the exit status 1. */
@@ -316,7 +319,7 @@ static void req_done(void *arg, const struct cs_runner_reply *rep)
     free(r);
 }
 
-static void on_exited(void *arg, const char *id)
+static void on_exited(void *arg, const char *id, const struct csw_runner_exit *how)
 {
     struct worker *w = arg;
     w->exits_since_scan = true;
@@ -325,6 +328,7 @@ static void on_exited(void *arg, const char *id)
     m.tag = CSW_RUNNER_WIRE_EVENT;
     m.u.event.protocol = CS_RUNNER_PROTOCOL;
     m.u.event.event.tag = CSW_RUNNER_WIRE_EVENT_BODY_PROCESS_EXITED;
+    m.u.event.event.u.process_exited.data = *how; /* borrowed: sent before it returns */
     m.u.event.event.u.process_exited.data.process_id = (struct cs_str){(char *)id, strlen(id)};
     (void)send_wire(w, NULL, &m, false);
 }
@@ -767,46 +771,60 @@ static int run(int argc, char **argv)
             if (arg[0] == '/' ? open_root(arg) != 0 : adopt_root(arg) != 0)
                 return 2;
         } else if (strcmp(argv[i], "--help") == 0) {
-            printf("usage: codespace-runtime --socket <path> --gateway-fd N [--max-processes N] "
-                   "[--timeout-ms MS] [--sandbox <helper>] [--sandbox-uid N] [--sandbox-gid N] "
-                   "[--root FD:PATH ...]\n\n"
-                   "The worker of codespace-mcp --runner uds; started by the gateway, never by "
-                   "hand.\n"
-                   "  --socket PATH          bind PATH (in the gateway's 0700 directory), serve "
-                   "one connection\n"
-                   "  --gateway-fd N         (with --socket) the read end of the gateway's pipe: "
-                   "its hang-up\n"
-                   "                         ends the worker; so does no hello within 5 s\n"
-                   "  --max-processes N      live processes at once, every workspace together, "
-                   "1..1024 (default\n"
-                   "                         1024; each exec carries its workspace's own "
-                   "limit)\n"
-                   "  --timeout-ms MS        time limit of file operations (default 30000; each "
-                   "exec carries its\n"
-                   "                         workspace's own time limit)\n"
-                   "  --sandbox HELPER       run every command through this "
-                   "codespace-linux-sandbox (probed at\n"
-                   "                         start: a failed probe stops the worker)\n"
-                   "  --sandbox-uid N, --sandbox-gid N\n"
-                   "                         a root worker's unprivileged command ids\n"
-                   "  --root FD:PATH         serve the workspace root PATH through the inherited "
-                   "directory FD\n"
-                   "  --listen HOST:PORT     a remote worker (docs/scale-out.md): serve gateways "
-                   "over TCP instead of --socket\n"
-                   "  --root PATH            (--listen) serve the workspace root PATH, opened "
-                   "here\n"
-                   "  --tls-cert FILE, --tls-key FILE, --tls-peer-sha256 HEX\n"
-                   "                         (--listen) TLS 1.3: our certificate and key, the "
-                   "gateway's certificate pin\n"
-                   "  --tls-psk FILE, --tls-psk-identity NAME\n"
-                   "                         (--listen) TLS 1.3 with a pre-shared key instead: "
-                   "the key file (hex,\n"
-                   "                         32..64 bytes, not readable by others) and its "
-                   "identity\n"
-                   "  --plaintext            (--listen) no TLS: a private link only\n"
-                   "  --version, --help\n\n"
-                   "Environment: CODESPACE_REQUIRE_LINUX_SANDBOX=1 refuses to start without a "
-                   "working sandbox.\n");
+            fputs(
+                USAGE
+                "\n"
+                "The worker that runs files and processes for codespace-mcp. Two ways to run:\n"
+                "  uds:    codespace-mcp --runner uds starts it with --socket and inherited\n"
+                "          roots (--root FD:PATH) and owns it; it is not started by hand.\n"
+                "  remote: an operator starts it by hand with --listen on the machine that\n"
+                "          holds the workspaces, and gateways reach it with --runner\n"
+                "          tcp://HOST:PORT (docs/scale-out.md).\n"
+                "\n"
+                "  --socket PATH          uds: bind PATH (in the gateway's 0700 directory) and\n"
+                "                         serve one connection\n"
+                "  --gateway-fd N         uds: the read end of the gateway's pipe; its hang-up\n"
+                "                         ends the worker, and so does no hello within 5 s\n"
+                "  --root FD:PATH         uds: serve the workspace root PATH through the "
+                "inherited\n"
+                "                         directory descriptor FD (repeatable)\n"
+                "  --listen HOST:PORT     remote: serve gateways over TCP; port 0 picks a free\n"
+                "                         port, logged as \"runner listening\"\n"
+                "  --root PATH            remote: serve the workspace root PATH, opened here\n"
+                "                         (repeatable, at least one)\n"
+                "  --tls-cert FILE        remote, certificate mode: this worker's certificate "
+                "(PEM)\n"
+                "  --tls-key FILE         its private key (PEM)\n"
+                "  --tls-peer-sha256 HEX  the SHA-256 of the gateway's certificate (64 hex "
+                "digits)\n"
+                "  --tls-psk FILE         remote, PSK mode instead: the pre-shared key as hex,\n"
+                "                         32..64 bytes, in a file not readable by others\n"
+                "  --tls-psk-identity NAME  the key's identity, 1..128 bytes of [A-Za-z0-9._:@-]\n"
+                "  --plaintext            remote: no TLS, for a private link only\n",
+                stdout);
+            /* Two literals: C99 promises 4095 bytes in one, no more. */
+            fputs(
+                "  --max-processes N      live processes at once, every workspace together,\n"
+                "                         1..1024 (default 1024; each exec carries its\n"
+                "                         workspace's own limit)\n"
+                "  --timeout-ms MS        time limit of file operations (default 30000; each\n"
+                "                         exec carries its workspace's own time limit)\n"
+                "  --sandbox HELPER       run every command through this codespace-linux-sandbox,\n"
+                "                         probed at start: a failed probe stops the worker\n"
+                "  --sandbox-uid N        a root worker: the unprivileged uid commands run as\n"
+                "                         (required with --listen)\n"
+                "  --sandbox-gid N        the same for the gid\n"
+                "  --version              print the version and exit\n"
+                "  --help                 print this text and exit\n"
+                "\n"
+                "Environment: CODESPACE_REQUIRE_LINUX_SANDBOX=1 refuses to start without a\n"
+                "working sandbox; TMPDIR holds a --listen worker's private socket directory\n"
+                "(default /tmp); CODESPACE_NETNS_GRACE_SECS is how long a shared workspace\n"
+                "keeps its network namespace after its last process (0..86400, default 60).\n"
+                "Exit status: 0 after --help or --version or when the gateway's connection\n"
+                "ends (uds); 2 for wrong usage or a bad TLS file; 1 when it cannot start (the\n"
+                "sandbox probe failed, the address is taken) or its gateway went away.\n",
+                stdout);
             return 0;
         } else if (strcmp(argv[i], "--version") == 0) {
             printf("codespace-runtime %s\n", CS_VERSION);
@@ -948,8 +966,11 @@ static int run(int argc, char **argv)
             unlink(sock);
             rmdir(listen_dir);
             close(lfd);
+            /* No context: a certificate, key or key file that cannot be used is a bad
+             * configuration (2, like a bad flag); no front: the address (1). */
+            int code = tctx ? 1 : 2;
             cs_tls_ctx_free(tctx);
-            return 1;
+            return code;
         }
         cs_log(CS_LOG_INFO, "runner listening",
                json_pack("{s:s,s:i,s:b,s:s,s:s}", "host", lhost, "port", cs_tls_front_port(front),

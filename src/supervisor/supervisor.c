@@ -914,84 +914,153 @@ static int64_t ws_live(const struct cs_supervisor *s, const char *workspace_id)
     return n;
 }
 
-int cs_supervisor_spawn(struct cs_supervisor *s, const struct cs_supervisor_spawn *sp,
-                        cs_supervisor_done_fn done, void *arg, struct cs_diag *d)
+/*
+ * The spawn, as ordered steps (bubblewrap's way, /work/shared/style.md): each step below has one
+ * job, takes what it needs from the spawn's state and leaves what it made there. They run in the
+ * order of `steps`; the first that fails stops the run, and then, as after a run that succeeded,
+ * the cleanups of the steps that ran run in reverse order. A cleanup frees only what the state
+ * still owns: what a later step handed on (to the helper, to the process record, to the table)
+ * it no longer holds. Until `start` nothing runs; from `table` on the process is the table's,
+ * whatever else fails (a failure then kills it through proc_free).
+ */
+enum { SPAWN_NENV = 11 };
+
+struct spawn {
+    struct cs_supervisor *s;
+    const struct cs_supervisor_spawn *sp;
+    cs_supervisor_done_fn done;
+    void *arg;
+    struct cs_diag *d;
+    int rootfd, own_rootfd; /* the held root; own_rootfd: opened here, closed after */
+    char **argv;            /* the command, NULL-terminated */
+    char *envp[SPAWN_NENV + 1];
+    size_t ne;
+    struct proc *p;       /* the record, until the table takes it */
+    struct proc *live;    /* the record once in the table (borrowed) */
+    struct cs__netns *ns; /* a shared workspace's namespace, until the record takes it */
+    int plan_fd;          /* the sealed plan of a sandboxed process */
+    int report[2];        /* the denial report pipe of a sandboxed process */
+    char *run_argv[5], *run_env[2];
+    char *tmp_env;
+    struct cs__supervisor_cmd cmd;
+};
+
+/* The live-process caps: the workspace's own, then the runner's (after dropping what is due). */
+static int step_limits(struct spawn *st)
 {
-    sweep(s);
-    if (sp->max_live > 0 && ws_live(s, sp->workspace_id) >= sp->max_live) {
-        return cs_diag_set(d, CSW_ERROR_WORKSPACE_BUSY,
+    const struct cs_supervisor_spawn *sp = st->sp;
+    sweep(st->s);
+    if (sp->max_live > 0 && ws_live(st->s, sp->workspace_id) >= sp->max_live) {
+        return cs_diag_set(st->d, CSW_ERROR_WORKSPACE_BUSY,
                            "live process limit reached (max_live_processes %lld): wait for one "
                            "of the workspace's processes to exit, or terminate one",
                            (long long)sp->max_live);
     }
-    if ((int64_t)s->live >= s->lim.max_live) {
-        return cs_diag_set(d, CSW_ERROR_WORKSPACE_BUSY,
+    if ((int64_t)st->s->live >= st->s->lim.max_live) {
+        return cs_diag_set(st->d, CSW_ERROR_WORKSPACE_BUSY,
                            "live process limit reached (the runner's cap of %lld processes, "
                            "every workspace together)",
-                           (long long)s->lim.max_live);
+                           (long long)st->s->lim.max_live);
     }
-    int rc = CSW_ERROR_PROCESS_SPAWN_FAILED;
-    /* The held root (base_roots.h); a process that holds none (tools, unit tests) opens the
-     * path. Either way everything below uses the descriptor, never the path. */
-    int rootfd = cs_roots_get(sp->root), own_rootfd = -1;
-    if (rootfd < 0 && !cs_roots_active())
-        rootfd = own_rootfd = open(sp->root, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (rootfd < 0) {
-        return cs_diag_set(d, (enum csw_error)rc, "%s: %s", sp->root,
+    return 0;
+}
+
+/* The held root (base_roots.h); a process that holds none (tools, unit tests) opens the path.
+ * Either way every later step uses the descriptor, never the path. */
+static int step_root(struct spawn *st)
+{
+    const char *root = st->sp->root;
+    st->rootfd = cs_roots_get(root);
+    if (st->rootfd < 0 && !cs_roots_active())
+        st->rootfd = st->own_rootfd = open(root, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (st->rootfd < 0) {
+        return cs_diag_set(st->d, CSW_ERROR_PROCESS_SPAWN_FAILED, "%s: %s", root,
                            cs_roots_active() ? "not a workspace root this process holds"
                                              : strerror(errno));
     }
-    char **argv = calloc(sp->argc + 1, sizeof *argv);
-    enum { NENV = 11 };
-    char *envp[NENV + 1];
-    memset(envp, 0, sizeof envp);
-    struct proc *p = calloc(1, sizeof *p);
-    char *plan = NULL, *tmp_env = NULL;
-    char *run_argv[5], *run_env[2];
-    int plan_fd = -1;            /* the sealed plan of a sandboxed process */
-    struct cs__netns *ns = NULL; /* a shared workspace's namespace, acquired for this spawn */
-    int report[2] = {-1, -1};    /* the denial report pipe of a sandboxed process */
-    if (!argv || !p) {
-        cs_diag_set(d, CSW_ERROR_PROCESS_SPAWN_FAILED, "out of memory");
-        goto out;
-    }
+    return 0;
+}
+
+static void undo_root(struct spawn *st)
+{
+    if (st->own_rootfd >= 0)
+        close(st->own_rootfd);
+}
+
+/* The command as C strings; a NUL inside one is refused. */
+static int step_argv(struct spawn *st)
+{
+    const struct cs_supervisor_spawn *sp = st->sp;
+    st->argv = calloc(sp->argc + 1, sizeof *st->argv);
+    if (!st->argv)
+        return cs_diag_set(st->d, CSW_ERROR_PROCESS_SPAWN_FAILED, "out of memory");
     for (size_t i = 0; i < sp->argc; i++) {
         if (memchr(sp->argv[i].s, '\0', sp->argv[i].n)) {
-            cs_diag_set(d, CSW_ERROR_PROCESS_SPAWN_FAILED, "command[%zu] contains a NUL byte", i);
-            goto out;
+            return cs_diag_set(st->d, CSW_ERROR_PROCESS_SPAWN_FAILED,
+                               "command[%zu] contains a NUL byte", i);
         }
-        argv[i] = strndup(sp->argv[i].s, sp->argv[i].n);
-        if (!argv[i]) {
-            cs_diag_set(d, CSW_ERROR_PROCESS_SPAWN_FAILED, "out of memory");
-            goto out;
-        }
+        st->argv[i] = strndup(sp->argv[i].s, sp->argv[i].n);
+        if (!st->argv[i])
+            return cs_diag_set(st->d, CSW_ERROR_PROCESS_SPAWN_FAILED, "out of memory");
     }
-    /* docs/contract/runtime.md section 5: everything cleared, then only these. */
+    return 0;
+}
+
+static void undo_argv(struct spawn *st)
+{
+    if (!st->argv)
+        return;
+    for (size_t i = 0; i < st->sp->argc; i++)
+        free(st->argv[i]);
+    free(st->argv);
+}
+
+/* docs/contract/runtime.md section 5: everything cleared, then only these. */
+static int step_env(struct spawn *st)
+{
+    const struct cs_supervisor_spawn *sp = st->sp;
+    const struct cs_supervisor *s = st->s;
+    char **e = st->envp;
     size_t ne = 0;
-    envp[ne++] = concat("PATH=", s->sandbox ? CS_SUPERVISOR_SANDBOX_PATH : s->path);
-    envp[ne++] = concat("HOME=", sp->root);
-    envp[ne++] = strdup("LANG=C.UTF-8");
-    envp[ne++] = concat("TMPDIR=", s->tmpdir);
-    envp[ne++] = strdup(sp->tty ? "TERM=xterm-256color" : "TERM=dumb");
-    envp[ne++] = strdup("PAGER=cat");
-    envp[ne++] = strdup("GIT_PAGER=cat");
-    envp[ne++] = strdup("GIT_TERMINAL_PROMPT=0");
-    envp[ne++] = strdup("CI=1");
+    e[ne++] = concat("PATH=", s->sandbox ? CS_SUPERVISOR_SANDBOX_PATH : s->path);
+    e[ne++] = concat("HOME=", sp->root);
+    e[ne++] = strdup("LANG=C.UTF-8");
+    e[ne++] = concat("TMPDIR=", s->tmpdir);
+    e[ne++] = strdup(sp->tty ? "TERM=xterm-256color" : "TERM=dumb");
+    e[ne++] = strdup("PAGER=cat");
+    e[ne++] = strdup("GIT_PAGER=cat");
+    e[ne++] = strdup("GIT_TERMINAL_PROMPT=0");
+    e[ne++] = strdup("CI=1");
     if (!sp->tty)
-        envp[ne++] = strdup("NO_COLOR=1");
-    for (size_t i = 0; i < ne; i++) {
-        if (!envp[i]) {
-            cs_diag_set(d, CSW_ERROR_PROCESS_SPAWN_FAILED, "out of memory");
-            goto out;
-        }
-    }
+        e[ne++] = strdup("NO_COLOR=1");
+    st->ne = ne;
+    for (size_t i = 0; i < ne; i++)
+        if (!e[i])
+            return cs_diag_set(st->d, CSW_ERROR_PROCESS_SPAWN_FAILED, "out of memory");
+    return 0;
+}
+
+static void undo_env(struct spawn *st)
+{
+    for (size_t i = 0; i < SPAWN_NENV; i++)
+        free(st->envp[i]);
+}
+
+/* The process record, not yet in the table, and the command the start step runs (the command
+ * itself, unless the sandbox steps put the helper in its place). */
+static int step_record(struct spawn *st)
+{
+    const struct cs_supervisor_spawn *sp = st->sp;
+    struct cs_supervisor *s = st->s;
+    struct proc *p = st->p = calloc(1, sizeof *p);
+    if (!p)
+        return cs_diag_set(st->d, CSW_ERROR_PROCESS_SPAWN_FAILED, "out of memory");
+    p->pidfd = p->in = p->out = p->report = -1;
     p->s = s;
     snprintf(p->id, sizeof p->id, "%s", sp->process_id);
     p->workspace_id = strdup(sp->workspace_id ? sp->workspace_id : "");
-    if (!p->workspace_id) {
-        cs_diag_set(d, CSW_ERROR_PROCESS_SPAWN_FAILED, "out of memory");
-        goto out;
-    }
+    if (!p->workspace_id)
+        return cs_diag_set(st->d, CSW_ERROR_PROCESS_SPAWN_FAILED, "out of memory");
     p->tty = sp->tty;
     p->rows = 24;
     p->cols = 80;
@@ -999,131 +1068,192 @@ int cs_supervisor_spawn(struct cs_supervisor *s, const struct cs_supervisor_spaw
     p->timeout_ms = sp->timeout_ms > 0                              ? sp->timeout_ms
                     : sp->timeout_ms == CS_SUPERVISOR_NO_TIME_LIMIT ? 0
                                                                     : s->lim.timeout_ms;
-    p->pidfd = p->in = p->out = p->report = -1;
     p->term = CSW_PROCESS_TERMINATION_UNKNOWN;
     p->on_exit = sp->on_exit;
     p->exit_arg = sp->exit_arg;
-    struct cs__supervisor_cmd cmd = {
-        .argv = argv,
-        .envp = envp,
+    st->cmd = (struct cs__supervisor_cmd){
+        .argv = st->argv,
+        .envp = st->envp,
         .root = sp->root,
-        .root_fd = rootfd,
+        .root_fd = st->rootfd,
         .path = s->path,
         .tty = sp->tty,
         .rows = p->rows,
         .cols = p->cols,
+        .report_fd = -1,
         .netns_fd = -1,
         .userns_fd = -1,
     };
-    /* loopback falls back as restricted does (docs/contract/sandbox.md section 2): unsandboxed,
-     * reported as enforcement none. */
-    if (!s->sandbox && sp->network == CS_SUPERVISOR_NETWORK_ENABLED) {
-        cs_diag_set(d, CSW_ERROR_PROCESS_SPAWN_FAILED,
-                    "network \"enabled\" needs the Linux sandbox helper, whose probe failed: a "
-                    "missing Linux helper is not permission");
-        goto out;
+    return 0;
+}
+
+static void undo_record(struct spawn *st)
+{
+    if (st->p)
+        free(st->p->workspace_id);
+    free(st->p);
+}
+
+/* What the sandbox would refuse, refused before anything runs: network "enabled" without the
+ * helper (loopback falls back as restricted does, docs/contract/sandbox.md section 2:
+ * unsandboxed, reported as enforcement none), and a program missing from the sandbox PATH (the
+ * sandbox binds /usr, /bin, ... of this host read-only). */
+static int step_sandbox_checks(struct spawn *st)
+{
+    const struct cs_supervisor *s = st->s;
+    const char *prog = st->argv[0];
+    if (!s->sandbox) {
+        if (st->sp->network == CS_SUPERVISOR_NETWORK_ENABLED)
+            return cs_diag_set(st->d, CSW_ERROR_PROCESS_SPAWN_FAILED,
+                               "network \"enabled\" needs the Linux sandbox helper, whose probe "
+                               "failed: a missing Linux helper is not permission");
+        return 0;
     }
-    if (s->sandbox) {
-        /* docs/contract/sandbox.md §1: the plan, sealed in a memfd; the helper runs it in place of
-         * the command. A program missing from the sandbox PATH fails here, before anything runs
-         * (the sandbox binds /usr, /bin, ... of this host read-only). */
-        if (!strchr(argv[0], '/')) {
-            char *found = cs__supervisor_lookup(CS_SUPERVISOR_SANDBOX_PATH, argv[0]);
-            if (!found) {
-                cs_diag_set(d, CSW_ERROR_PROCESS_SPAWN_FAILED,
-                            "%s: command not found in the sandbox PATH (%s)", argv[0],
-                            CS_SUPERVISOR_SANDBOX_PATH);
-                goto out;
-            }
-            free(found);
-        } else {
-            /* A path (absolute, or relative to the root, where the command starts): what does
-             * not exist here does not exist inside either. */
-            struct stat st;
-            int e = fstatat(rootfd, argv[0], &st, 0) != 0               ? errno
-                    : !S_ISREG(st.st_mode)                              ? EACCES
-                    : faccessat(rootfd, argv[0], X_OK, AT_EACCESS) != 0 ? errno
-                                                                        : 0;
-            if (e != 0) {
-                cs_diag_set(d, CSW_ERROR_PROCESS_SPAWN_FAILED, "%s: %s", argv[0], strerror(e));
-                goto out;
-            }
-        }
-        /* workflows.md section 3: a shared workspace's commands join its one namespace. */
-        if (sp->workspace_netns && sp->workspace_id && sp->workspace_id[0]) {
-            ns = cs__netns_acquire(&s->netns, sp->workspace_id, d);
-            if (!ns)
-                goto out;
-            cmd.netns_fd = cs__netns_fd(ns, false);
-            cmd.userns_fd = cs__netns_fd(ns, true);
-        }
-        plan_fd = sandbox_plan(s, sp, argv, envp, ne, ns, d);
-        if (plan_fd < 0)
-            goto out;
-        run_argv[0] = (char *)"codespace-linux-sandbox";
-        run_argv[1] = (char *)"run";
-        run_argv[2] = (char *)"--plan-fd";
-        run_argv[3] = (char *)"5";
-        run_argv[4] = NULL;
-        cmd.plan_fd = plan_fd;
-        run_env[0] = tmp_env = concat("TMPDIR=", cs__supervisor_helper_tmpdir());
-        run_env[1] = NULL;
-        cmd.argv = run_argv;
-        cmd.envp = run_env;
-        cmd.prog = s->sandbox;
-        cmd.pass_root = true;
-        /* The report pipe, above the child's fixed numbers (3 and 4) so its dup2s cannot
-         * clobber one with the other; the read end non-blocking, read after the reap. */
-        int rp[2];
-        if (pipe2(rp, O_CLOEXEC | O_NONBLOCK) != 0) {
-            cs_diag_set(d, CSW_ERROR_PROCESS_SPAWN_FAILED, "cannot create the report pipe: %s",
-                        strerror(errno));
-            goto out;
-        }
-        report[0] = fcntl(rp[0], F_DUPFD_CLOEXEC, 5);
-        report[1] = fcntl(rp[1], F_DUPFD_CLOEXEC, 5);
-        close(rp[0]);
-        close(rp[1]);
-        if (report[0] < 0 || report[1] < 0) {
-            cs_diag_set(d, CSW_ERROR_PROCESS_SPAWN_FAILED, "cannot create the report pipe: %s",
-                        strerror(errno));
-            goto out;
-        }
-        /* The helper's writes must not block it: a pipe's 64 KiB hold a whole report. */
-        if (fcntl(report[1], F_SETFL, 0) != 0) {
-            cs_diag_set(d, CSW_ERROR_PROCESS_SPAWN_FAILED, "cannot create the report pipe: %s",
-                        strerror(errno));
-            goto out;
-        }
+    if (!strchr(prog, '/')) {
+        char *found = cs__supervisor_lookup(CS_SUPERVISOR_SANDBOX_PATH, prog);
+        if (!found)
+            return cs_diag_set(st->d, CSW_ERROR_PROCESS_SPAWN_FAILED,
+                               "%s: command not found in the sandbox PATH (%s)", prog,
+                               CS_SUPERVISOR_SANDBOX_PATH);
+        free(found);
+        return 0;
     }
-    cmd.report_fd = report[1];
+    /* A path (absolute, or relative to the root, where the command starts): what does not exist
+     * here does not exist inside either. */
+    struct stat stb;
+    int e = fstatat(st->rootfd, prog, &stb, 0) != 0              ? errno
+            : !S_ISREG(stb.st_mode)                              ? EACCES
+            : faccessat(st->rootfd, prog, X_OK, AT_EACCESS) != 0 ? errno
+                                                                 : 0;
+    if (e != 0)
+        return cs_diag_set(st->d, CSW_ERROR_PROCESS_SPAWN_FAILED, "%s: %s", prog, strerror(e));
+    return 0;
+}
+
+/* workflows.md section 3: a shared workspace's sandboxed commands join its one namespace. */
+static int step_netns(struct spawn *st)
+{
+    const struct cs_supervisor_spawn *sp = st->sp;
+    if (!st->s->sandbox || !sp->workspace_netns || !sp->workspace_id || !sp->workspace_id[0])
+        return 0;
+    st->ns = cs__netns_acquire(&st->s->netns, sp->workspace_id, st->d);
+    if (!st->ns)
+        return CSW_ERROR_PROCESS_SPAWN_FAILED;
+    st->cmd.netns_fd = cs__netns_fd(st->ns, false);
+    st->cmd.userns_fd = cs__netns_fd(st->ns, true);
+    return 0;
+}
+
+static void undo_netns(struct spawn *st)
+{
+    cs__netns_release(st->ns); /* acquired, but nothing started: its grace period may start */
+}
+
+/* docs/contract/sandbox.md §1: the plan, sealed in a memfd; the helper runs it in place of the
+ * command (`run --plan-fd 5`, or the helper started ahead). */
+static int step_plan(struct spawn *st)
+{
+    struct cs_supervisor *s = st->s;
+    if (!s->sandbox)
+        return 0;
+    st->plan_fd = sandbox_plan(s, st->sp, st->argv, st->envp, st->ne, st->ns, st->d);
+    if (st->plan_fd < 0)
+        return CSW_ERROR_PROCESS_SPAWN_FAILED;
+    st->tmp_env = concat("TMPDIR=", cs__supervisor_helper_tmpdir());
+    if (!st->tmp_env)
+        return cs_diag_set(st->d, CSW_ERROR_PROCESS_SPAWN_FAILED, "out of memory");
+    st->run_argv[0] = (char *)"codespace-linux-sandbox";
+    st->run_argv[1] = (char *)"run";
+    st->run_argv[2] = (char *)"--plan-fd";
+    st->run_argv[3] = (char *)"5";
+    st->run_argv[4] = NULL;
+    st->run_env[0] = st->tmp_env;
+    st->run_env[1] = NULL;
+    st->cmd.plan_fd = st->plan_fd;
+    st->cmd.argv = st->run_argv;
+    st->cmd.envp = st->run_env;
+    st->cmd.prog = s->sandbox;
+    st->cmd.pass_root = true;
+    return 0;
+}
+
+static void undo_plan(struct spawn *st)
+{
+    if (st->plan_fd >= 0)
+        close(st->plan_fd);
+    free(st->tmp_env);
+}
+
+/* The denial report pipe of a sandboxed process: above the child's fixed numbers (3 and 4) so
+ * its dup2s cannot clobber one with the other; the read end non-blocking, read after the reap;
+ * the write end blocking (a pipe's 64 KiB hold a whole report, so the helper never waits). */
+static int step_report(struct spawn *st)
+{
+    if (!st->s->sandbox)
+        return 0;
+    int rp[2];
+    if (pipe2(rp, O_CLOEXEC | O_NONBLOCK) != 0)
+        goto fail;
+    st->report[0] = fcntl(rp[0], F_DUPFD_CLOEXEC, 5);
+    st->report[1] = fcntl(rp[1], F_DUPFD_CLOEXEC, 5);
+    close(rp[0]);
+    close(rp[1]);
+    if (st->report[0] < 0 || st->report[1] < 0 || fcntl(st->report[1], F_SETFL, 0) != 0)
+        goto fail;
+    st->cmd.report_fd = st->report[1];
+    return 0;
+fail:
+    return cs_diag_set(st->d, CSW_ERROR_PROCESS_SPAWN_FAILED, "cannot create the report pipe: %s",
+                       strerror(errno));
+}
+
+static void undo_report(struct spawn *st)
+{
+    for (size_t i = 0; i < 2; i++)
+        if (st->report[i] >= 0)
+            close(st->report[i]);
+}
+
+/* The start: the helper started ahead takes a sandboxed command (a shared workspace's with its
+ * namespaces), else a child is started for it; the next helper is started on the loop turn
+ * after. The record takes the process's descriptors and the namespace it joined. */
+static int step_start(struct spawn *st)
+{
+    struct cs_supervisor *s = st->s;
+    struct proc *p = st->p;
     struct cs__supervisor_fds fds;
-    /* The pre-started helper takes no namespace descriptors: a joined command starts cold. */
-    bool warm = s->sandbox && !s->lim.sandbox_cold && !ns;
-    int started = cs__supervisor_start(&cmd, warm ? &s->warm : NULL, &fds, d);
+    bool warm = s->sandbox && !s->lim.sandbox_cold;
+    int started = cs__supervisor_start(&st->cmd, warm ? &s->warm : NULL, &fds, st->d);
     if (warm && s->warm.pid <= 0 && !s->warm_pending)
         s->warm_pending = cs_loop_defer(s->loop, warm_rearm, s) == 0;
-    if (plan_fd >= 0) /* the helper has its own copy, or never will */
-        close(plan_fd);
-    plan_fd = -1;
+    if (st->plan_fd >= 0) /* the helper has its own copy, or never will */
+        close(st->plan_fd);
+    st->plan_fd = -1;
     if (started != 0)
-        goto out;
+        return CSW_ERROR_PROCESS_SPAWN_FAILED;
     p->pid = fds.pid;
     p->pidfd = fds.pidfd;
-    p->plan = plan; /* removed once the helper is reaped */
-    p->netns = ns;  /* released when it has finished */
-    ns = NULL;
-    plan = NULL;
-    close(report[1]); /* the helper holds the only write end: EOF once it is gone */
-    report[1] = -1;
-    p->report = report[0];
-    report[0] = -1;
+    p->netns = st->ns; /* released when it has finished */
+    st->ns = NULL;
+    if (st->report[1] >= 0)
+        close(st->report[1]); /* the helper holds the only write end: EOF once it is gone */
+    st->report[1] = -1;
+    p->report = st->report[0];
+    st->report[0] = -1;
     p->in = fds.in;
     p->out = fds.out;
     if (p->in < 0)
         p->stdin_closed = true;
-    /* From here the process runs: it is ours whatever else fails. */
-    if (p->s->procs_tail) {
+    return 0;
+}
+
+/* From here the process runs: it is the table's whatever else fails. */
+static int step_table(struct spawn *st)
+{
+    struct cs_supervisor *s = st->s;
+    struct proc *p = st->live = st->p;
+    st->p = NULL;
+    if (s->procs_tail) {
         p->prev = s->procs_tail;
         s->procs_tail->next = p;
     } else {
@@ -1131,46 +1261,72 @@ int cs_supervisor_spawn(struct cs_supervisor *s, const struct cs_supervisor_spaw
     }
     s->procs_tail = p;
     s->live++;
-    p->pidw = cs_loop_fd_add(s->loop, p->pidfd, CS_LOOP_READ, on_exit_ready, p);
-    p->outw = cs_loop_fd_add(s->loop, p->out, CS_LOOP_READ, on_output, p);
-    /* No time limit: no timer at all. */
+    return 0;
+}
+
+/* Its exit, its output and its time limit (none: no timer at all) watched on the loop: a
+ * process that cannot be watched must not run unwatched, so it is killed. */
+static int step_watch(struct spawn *st)
+{
+    struct proc *p = st->live;
+    struct cs_loop *loop = st->s->loop;
+    p->pidw = cs_loop_fd_add(loop, p->pidfd, CS_LOOP_READ, on_exit_ready, p);
+    p->outw = cs_loop_fd_add(loop, p->out, CS_LOOP_READ, on_output, p);
     if (p->timeout_ms > 0)
-        p->limit_timer = cs_loop_timer_add(s->loop, p->timeout_ms, on_time_limit, p);
+        p->limit_timer = cs_loop_timer_add(loop, p->timeout_ms, on_time_limit, p);
     if (!p->pidw || !p->outw || (p->timeout_ms > 0 && !p->limit_timer)) {
-        /* Cannot watch it: it must not run unwatched. */
-        cs_diag_set(d, CSW_ERROR_PROCESS_SPAWN_FAILED, "out of resources watching the process: %s",
-                    strerror(errno));
+        int e = errno;
         proc_free(p);
-        p = NULL;
-        goto out;
+        st->live = NULL;
+        return cs_diag_set(st->d, CSW_ERROR_PROCESS_SPAWN_FAILED,
+                           "out of resources watching the process: %s", strerror(e));
     }
-    if (sp->yield_ms <= 0 || waiter_add(p, WAIT_EXEC, 0, sp->yield_ms, done, arg) != 0)
-        answer_exec(p, sp->yield_ms > 0, done, arg); /* no yield, or no memory to wait */
-    p = NULL;
-    rc = 0;
-out:
-    if (argv) {
-        for (size_t i = 0; i < sp->argc; i++)
-            free(argv[i]);
-        free(argv);
-    }
-    for (size_t i = 0; i < NENV; i++)
-        free(envp[i]);
-    if (p)
-        free(p->workspace_id);
-    free(p);
-    if (plan_fd >= 0)
-        close(plan_fd);
-    cs__netns_release(ns); /* acquired, but nothing started: its grace period may start */
-    if (plan)              /* prepared, but `run` never started: nobody else will remove it */
-        (void)cs__supervisor_plan_remove(plan);
-    free(plan);
-    free(tmp_env);
-    if (own_rootfd >= 0)
-        close(own_rootfd);
-    for (size_t i = 0; i < 2; i++)
-        if (report[i] >= 0)
-            close(report[i]);
+    return 0;
+}
+
+/* The exec answer: once it has finished or yield_ms passed, or at once (no yield, or no memory
+ * to wait). */
+static int step_answer(struct spawn *st)
+{
+    const struct cs_supervisor_spawn *sp = st->sp;
+    if (sp->yield_ms <= 0 || waiter_add(st->live, WAIT_EXEC, 0, sp->yield_ms, st->done, st->arg))
+        answer_exec(st->live, sp->yield_ms > 0, st->done, st->arg);
+    return 0;
+}
+
+static const struct spawn_step {
+    int (*run)(struct spawn *st);   /* 0, or the error code with st->d set */
+    void (*undo)(struct spawn *st); /* frees what st still owns of the step's; NULL: nothing */
+} spawn_steps[] = {
+    {step_limits, NULL},      {step_root, undo_root},     {step_argv, undo_argv},
+    {step_env, undo_env},     {step_record, undo_record}, {step_sandbox_checks, NULL},
+    {step_netns, undo_netns}, {step_plan, undo_plan},     {step_report, undo_report},
+    {step_start, NULL},       {step_table, NULL},         {step_watch, NULL},
+    {step_answer, NULL},
+};
+
+int cs_supervisor_spawn(struct cs_supervisor *s, const struct cs_supervisor_spawn *sp,
+                        cs_supervisor_done_fn done, void *arg, struct cs_diag *d)
+{
+    struct spawn st = {
+        .s = s,
+        .sp = sp,
+        .done = done,
+        .arg = arg,
+        .d = d,
+        .rootfd = -1,
+        .own_rootfd = -1,
+        .plan_fd = -1,
+        .report = {-1, -1},
+    };
+    enum { NSTEPS = sizeof spawn_steps / sizeof *spawn_steps };
+    size_t ran = 0;
+    int rc = 0;
+    while (ran < NSTEPS && rc == 0)
+        rc = spawn_steps[ran++].run(&st);
+    while (ran > 0)
+        if (spawn_steps[--ran].undo)
+            spawn_steps[ran].undo(&st);
     return rc;
 }
 

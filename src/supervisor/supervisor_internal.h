@@ -76,8 +76,8 @@ struct cs__supervisor_warm {
 };
 
 /* The message header `run --wait-fd` takes (helper/sandbox.h, CS_SBX_WAIT_*): this version
- * byte, then the terminal flag. */
-#define CS__SUPERVISOR_WAIT_VERSION 1
+ * byte, then the terminal flag, then how many namespaces follow the other descriptors (0-2). */
+#define CS__SUPERVISOR_WAIT_VERSION 2
 
 /* Starts prog as `codespace-linux-sandbox run --wait-fd 5` with envp (borrowed), under the rules
  * of every child (its own session, signals at their defaults, the parent-death signal, nothing

@@ -330,16 +330,18 @@ void cs__supervisor_warm_stop(struct cs__supervisor_warm *w)
 }
 
 /* Hands a sandboxed start's descriptors to the warm helper: exactly those its own child would
- * have had (the plan, stdin and stdout or the terminal, the root, the report pipe), which it puts
- * at the same numbers. Returns 0 with *pid and *pidfd (the helper's, now the command's), or -1
- * (the helper is reaped: start cold). *w holds none afterwards either way. */
+ * have had (the plan, stdin and stdout or the terminal, the root, the report pipe, and a shared
+ * workspace's network namespace and its user namespace), which it puts at the same numbers. Returns
+ * 0 with *pid and *pidfd (the helper's, now the command's), or -1 (the helper is reaped: start
+ * cold). *w holds none afterwards either way. */
 static int warm_hand(struct cs__supervisor_warm *w, const struct cs__supervisor_cmd *cmd, int in,
                      int out, int slave, pid_t *pid, int *pidfd)
 {
     if (w->pid <= 0)
         return -1;
-    int fds[5];
+    int fds[7];
     size_t n = 0;
+    unsigned char nns = 0;
     fds[n++] = cmd->plan_fd;
     if (cmd->tty) {
         fds[n++] = slave;
@@ -349,7 +351,15 @@ static int warm_hand(struct cs__supervisor_warm *w, const struct cs__supervisor_
     }
     fds[n++] = cmd->root_fd;
     fds[n++] = cmd->report_fd;
-    unsigned char hdr[2] = {CS__SUPERVISOR_WAIT_VERSION, cmd->tty ? 1 : 0};
+    if (cmd->netns_fd >= 0) {
+        fds[n++] = cmd->netns_fd;
+        nns++;
+        if (cmd->userns_fd >= 0) {
+            fds[n++] = cmd->userns_fd;
+            nns++;
+        }
+    }
+    unsigned char hdr[3] = {CS__SUPERVISOR_WAIT_VERSION, cmd->tty ? 1 : 0, nns};
     union {
         char buf[CMSG_SPACE(sizeof fds)];
         struct cmsghdr align;

@@ -86,6 +86,7 @@ static void workspace_info(void *arg, struct cs_mcp_call *call, const void *inpu
 
 void cs_tools_free(struct cs_tools *t)
 {
+    t->srv = NULL; /* the processes killed below are not announced */
     cs_runner_free(t->runner);
     t->runner = NULL;
     for (size_t i = 0; i < t->n_info; i++)
@@ -365,6 +366,29 @@ static void with_lease(struct cs_tools *t, const struct cs_workspace *ws, struct
     run(t, ws, call, input);
 }
 
+/* Tells the MCP clients that process_id ended (docs/protocol.md, "Logging"): one info
+ * notifications/message naming it, its workspace (how's, else ws's: an older worker names
+ * none) and how it ended; never its output, argv or environment. */
+static void log_exit(struct cs_tools *t, const char *process_id, const struct csw_runner_exit *how,
+                     const struct cs_workspace *ws)
+{
+    if (!t->srv || (!how->has_workspace_id && !ws))
+        return; /* shutting down, or a process of no workspace we know: nothing to name */
+    struct csw_protocol_log_data data;
+    memset(&data, 0, sizeof data);
+    data.tag = CSW_PROTOCOL_LOG_DATA_PROCESS_EXITED;
+    struct csw_protocol_log_process_exited *e = &data.u.process_exited;
+    e->process_id = (struct cs_str){(char *)(uintptr_t)process_id, strlen(process_id)};
+    e->workspace_id =
+        how->has_workspace_id ? how->workspace_id : (struct cs_str){ws->id, ws->id_len};
+    e->has_exit_code = how->has_exit_code;
+    e->exit_code = how->exit_code;
+    e->termination = how->has_termination ? how->termination : CSW_PROCESS_TERMINATION_UNKNOWN;
+    e->has_signal = how->has_signal;
+    e->signal = how->signal;
+    (void)cs_mcp_log(t->srv, CSW_PROTOCOL_LOGGING_LEVEL_INFO, &data);
+}
+
 /* The most live processes of a shared workspace (workflows.md section 3): its own limit. */
 static int64_t ws_max_live(const struct cs_tools *t, const struct cs_workspace *ws)
 {
@@ -372,21 +396,24 @@ static int64_t ws_max_live(const struct cs_tools *t, const struct cs_workspace *
     return ws->limits.max_live_processes;
 }
 
-/* The runner's events: a process finished (its lease goes, or in a shared workspace its place),
- * or the default runner's uds worker is gone (every process with it). */
-static void on_process_exited(void *arg, const char *process_id)
+/* The runner's events: a process finished (its lease goes, or in a shared workspace its place;
+ * then the clients are told), or the default runner's uds worker is gone (every process with
+ * it). */
+static void on_process_exited(void *arg, const char *process_id, const struct csw_runner_exit *how)
 {
     struct cs_tools *t = arg;
-    for (size_t i = 0; i < t->cfg->n_workspaces; i++) {
-        struct cs_tools_lease *l = &t->leases[i];
-        if (cs__tools_lease_holds(l, process_id)) {
-            if (l->live)
-                cs__tools_lease_unshare(l, process_id);
-            else
-                cs__tools_lease_release(l);
-            return;
-        }
-    }
+    struct cs_tools_lease *held = NULL;
+    for (size_t i = 0; i < t->cfg->n_workspaces && !held; i++)
+        if (cs__tools_lease_holds(&t->leases[i], process_id))
+            held = &t->leases[i];
+    /* Told first: what the freed lease lets run next is answered after it. */
+    log_exit(t, process_id, how, held ? held->ws : NULL);
+    if (!held)
+        return;
+    if (held->live)
+        cs__tools_lease_unshare(held, process_id);
+    else
+        cs__tools_lease_release(held);
 }
 
 /* Only the default runner reports a loss: the workspaces placed on remote workers
@@ -952,6 +979,7 @@ int cs_tools_register(struct cs_mcp *srv, struct cs_tools *t, const struct cs_to
     const struct cs_config *cfg = t->cfg;
     if (!t->runner)
         return cs_diag_set(err, CSW_ERROR_INTERNAL, "internal: no runner was set");
+    t->srv = srv; /* process exits are announced from here on */
     /* A tcp:// worker runs its commands under its own --sandbox, which the gateway cannot see:
      * it claims no sandbox rather than one it cannot check (docs/scale-out.md). */
     bool sandboxed = sb->sandboxed && cfg->runner != CS_CONFIG_RUNNER_TCP;

@@ -40,6 +40,7 @@ struct cs_tools {
     struct cs_runner **remote;
     uint64_t *info_hellos;
     struct cs_loop *loop; /* borrowed: the loop the runner and the progress polls run on */
+    struct cs_mcp *srv;   /* borrowed: where process exits are logged (NULL while freeing) */
 };
 
 /* What the sandbox probe found (main runs it, docs/contract/sandbox.md §2): borrowed for the

@@ -38,7 +38,7 @@ DEFAULT_FILE = os.path.join(REPO, "deploy", "Containerfile")
 DEFAULT_BOOTSTRAP = os.path.join(REPO, "scripts", "bootstrap.sh")
 # Bootstrap packages the image's build does not need: tests (cmocka, yaml), fuzzing and
 # sanitizers (clang and its runtime), formatting, and the git used by development scripts.
-TEST_ONLY = {"libcmocka-dev", "libclang-rt-14-dev", "clang", "clang-format", "clang-tidy",
+TEST_ONLY = {"libcmocka-dev", "libclang-rt-dev", "clang", "clang-format", "clang-tidy",
              "python3-yaml", "git", "nodejs", "npm"}
 BUILD_TOOLS = {"gcc", "make", "cmake", "pkg-config", "ragel", "python3", "python3-jsonschema"}
 

@@ -134,7 +134,8 @@ class Stdio:
                 raise AssertionError("server exited; stderr:\n" + "".join(self.stderr[-20:]))
             if msg.get("id") == rid:
                 return msg, notes
-            if "method" in msg and "id" not in msg:
+            # Progress only: a process exit's notifications/message is not progress.
+            if msg.get("method") == "notifications/progress" and "id" not in msg:
                 notes.append(msg)
 
     def call(self, tool, args, token=None, timeout=60):
@@ -223,7 +224,7 @@ class Http:
                     data = []
                     if msg.get("id") == rid:
                         return msg, notes
-                    if "method" in msg:
+                    if msg.get("method") == "notifications/progress":
                         notes.append(msg)
         finally:
             conn.close()

@@ -73,11 +73,19 @@ class StdioTransport:
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
             env=env_for(state))
         self.lines = queue.Queue()
+        self.logs = []
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self):
         for raw in iter(self.proc.stdout.readline, b""):
-            self.lines.put(raw.decode("utf-8").rstrip("\n"))
+            line = raw.decode("utf-8").rstrip("\n")
+            # Once the 2025 session is initialized, a process exit is announced as a
+            # notifications/message line between replies (docs/protocol.md "Logging"); it answers
+            # no request here, and test_progress checks it.
+            if line.startswith('{"jsonrpc":"2.0","method":"notifications/message",'):
+                self.logs.append(line)
+                continue
+            self.lines.put(line)
 
     def exchange(self, text, headers=None, want_reply=True):
         """Sends one message; returns (status None, reply text or None)."""

@@ -10,6 +10,12 @@ on HTTP the reply is an SSE stream only when Accept names text/event-stream, els
 before. A cancelled call sends nothing more. Every notification is also checked against the
 official schema of its revision (tests/protocol/official/) and against ours.
 
+A process exit is one notifications/message (docs/protocol.md "Logging"): level info, logger
+codespace, data naming the process, its workspace and how it ended, before the reply the exit
+ends; none after logging/setLevel warning; on HTTP only on an SSE reply of the same 2025 session
+(the exec's own progress stream), never to a 2026-07-28 request. Checked against the official
+LoggingMessageNotification and ours.
+
 The command prints "lineN\\n" (6 bytes) once a second, so a notification's progress says how
 many lines were out and its message must be exactly the last of them.
 
@@ -27,7 +33,7 @@ import threading
 import time
 import unittest
 
-from jsonschema import Draft202012Validator
+from jsonschema import Draft202012Validator, RefResolver
 
 import mcp_stdio
 
@@ -65,6 +71,31 @@ with open(os.path.join(os.path.dirname(os.path.dirname(HERE)), "schema", "protoc
     OURS = Draft202012Validator(json.load(_f))  # the shape the server encodes it through
 
 
+def official_log(rev):
+    with open(os.path.join(OFFICIAL, rev + ".schema.json"), encoding="utf-8") as f:
+        doc = json.load(f)
+    return Draft202012Validator({"$schema": doc["$schema"], "$defs": doc["$defs"],
+                                 "$ref": "#/$defs/LoggingMessageNotification"})
+
+
+def ours_log():
+    """Our schema of the message, with the files it references (common.json, process_status),
+    resolved as tests/golden/run_golden.py does (Debian's jsonschema 4.10: RefResolver)."""
+    root = os.path.join(os.path.dirname(os.path.dirname(HERE)), "schema")
+    store = {}
+    for sub in ("protocol", "mcp"):
+        for name in os.listdir(os.path.join(root, sub)):
+            with open(os.path.join(root, sub, name), encoding="utf-8") as f:
+                doc = json.load(f)
+            store[doc["$id"]] = doc
+    doc = store["https://codespace.invalid/schema/protocol/logging_message_notification.json"]
+    return Draft202012Validator(doc, resolver=RefResolver(base_uri=doc["$id"], referrer=doc,
+                                                          store=store))
+
+
+LOG_VALIDATORS = [official_log(LEGACY), ours_log()]
+
+
 def env_for(state):
     env = {k: v for k, v in os.environ.items() if not k.startswith("CODESPACE_")}
     env["XDG_STATE_HOME"] = state
@@ -94,6 +125,18 @@ class Checks:
             if i > 0:
                 self.assertGreaterEqual(t - notes[i - 1][0], SPACING, notes)
 
+    def check_exit_message(self, msg, pid, termination, exit_code=None):
+        for v in LOG_VALIDATORS:
+            self.assertEqual([e.message for e in v.iter_errors(msg)], [], msg)
+        p = msg["params"]
+        self.assertEqual(p["level"], "info", msg)
+        self.assertEqual(p["logger"], "codespace", msg)
+        want = {"event": "process_exited", "process_id": pid, "workspace_id": "default",
+                "termination": termination}
+        if exit_code is not None:
+            want["exit_code"] = exit_code
+        self.assertEqual(p["data"], want, msg)
+
     def check_tick_result(self, res):
         self.assertFalse(res.get("isError"), res)
         out = res["structuredContent"]
@@ -116,6 +159,7 @@ class Stdio:
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
             env=env_for(state))
         self.lines = queue.Queue()
+        self.logs = []  # (time, notifications/message), in arrival order
         threading.Thread(target=self._read, daemon=True).start()
         self.next_id = 1
         r = self.request("initialize", {"protocolVersion": LEGACY, "capabilities": {},
@@ -144,6 +188,8 @@ class Stdio:
             t, msg = self.lines.get(timeout=max(0.1, end - time.monotonic()))
             if msg.get("method") == "notifications/progress":
                 notes.append((t, msg))
+            elif msg.get("method") == "notifications/message":
+                self.logs.append((t, msg))
             elif msg.get("id") == rid:
                 return notes, msg
             else:
@@ -153,14 +199,23 @@ class Stdio:
         return self.collect(self.start(method, params))[1]
 
     def quiet(self, seconds):
-        """Everything received during the next seconds."""
+        """Everything received during the next seconds, but log messages (kept in logs)."""
         got, end = [], time.monotonic() + seconds
         while time.monotonic() < end:
             try:
-                got.append(self.lines.get(timeout=max(0.01, end - time.monotonic()))[1])
+                t, msg = self.lines.get(timeout=max(0.01, end - time.monotonic()))
             except queue.Empty:
-                pass
+                continue
+            if msg.get("method") == "notifications/message":
+                self.logs.append((t, msg))
+            else:
+                got.append(msg)
         return got
+
+    def exits(self, pid):
+        """The log messages received so far about process pid."""
+        return [(t, m) for t, m in self.logs
+                if m["params"]["data"].get("process_id") == pid]
 
     def close(self):
         self.proc.stdin.close()
@@ -296,6 +351,83 @@ class TestProgressStdio(Checks, unittest.TestCase):
         self.assertEqual([m for m in got if m.get("id") == rid], [], got)
 
 
+class TestLoggingStdio(Checks, unittest.TestCase):
+    """A process exit is one notifications/message, over stdio (docs/protocol.md "Logging")."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.TemporaryDirectory(prefix="cs-e2e-logging-")
+        os.makedirs(os.path.join(cls.tmp.name, "ws"))
+        cls.srv = Stdio(os.path.join(cls.tmp.name, "ws"), cls.tmp.name)
+
+    @classmethod
+    def tearDownClass(cls):
+        rc = cls.srv.close()
+        cls.tmp.cleanup()
+        if rc != 0:
+            raise AssertionError("server exited with %s" % rc)
+
+    def set_level(self, level):
+        r = self.srv.request("logging/setLevel", {"level": level})
+        self.assertEqual(r.get("result"), {}, r)
+
+    def run_to_exit(self, command):
+        """(process id, reply time, structuredContent) of an exec_command that waits for it."""
+        rid = self.srv.start("tools/call", call_params("exec_command", {
+            "workspace_id": "default", "command": command, "yield_ms": 10000}))
+        _, reply = self.srv.collect(rid)
+        t = time.monotonic()
+        out = reply["result"]["structuredContent"]
+        self.assertEqual(out["state"], "exited", out)
+        return out["process_id"], t, out
+
+    def wait_exit(self, pid, timeout=10):
+        self.srv.quiet(0)  # takes what already arrived
+        end = time.monotonic() + timeout
+        while not self.srv.exits(pid) and time.monotonic() < end:
+            self.srv.quiet(0.1)
+        return self.srv.exits(pid)
+
+    def test_exit_code(self):
+        pid, t_reply, out = self.run_to_exit(["sh", "-c", "exit 3"])
+        self.assertEqual(out["exit_code"], 3, out)
+        self.srv.quiet(0.5)  # one message, not one per something
+        logs = self.srv.exits(pid)
+        self.assertEqual(len(logs), 1, self.srv.logs)
+        t_log, msg = logs[0]
+        self.check_exit_message(msg, pid, "exited", 3)
+        self.assertLessEqual(t_log, t_reply, "the exit is announced before the reply it ends")
+
+    def test_terminated(self):
+        rid = self.srv.start("tools/call", call_params("exec_command", {
+            "workspace_id": "default", "command": ["sleep", "30"]}))
+        _, reply = self.srv.collect(rid)
+        pid = reply["result"]["structuredContent"]["process_id"]
+        self.srv.quiet(0.3)
+        self.assertEqual(self.srv.exits(pid), [], "announced while it still runs")
+        r = self.srv.request("tools/call", call_params("terminate_process", {"process_id": pid}))
+        self.assertFalse(r["result"].get("isError"), r)
+        logs = self.wait_exit(pid)
+        self.srv.quiet(0.3)
+        self.assertEqual(len(self.srv.exits(pid)), 1, self.srv.logs)
+        self.check_exit_message(logs[0][1], pid, "terminated")
+
+    def test_set_level(self):
+        """warning stops the info messages; debug (below info) lets them through again."""
+        try:
+            self.set_level("warning")
+            pid, _, _ = self.run_to_exit(["sh", "-c", "exit 0"])
+            self.srv.quiet(1.0)
+            self.assertEqual(self.srv.exits(pid), [], self.srv.logs)
+            self.set_level("debug")
+            pid, _, _ = self.run_to_exit(["true"])
+            logs = self.wait_exit(pid)
+            self.assertEqual(len(logs), 1, self.srv.logs)
+            self.check_exit_message(logs[0][1], pid, "exited", 0)
+        finally:
+            self.set_level("info")
+
+
 # ---- Streamable HTTP ----------------------------------------------------------------------------
 
 
@@ -414,7 +546,10 @@ class TestProgressHttp(Checks, unittest.TestCase):
             {"jsonrpc": "2.0", "id": rid, "method": "tools/call", "params": params}, headers)
         self.assertEqual(status, 200, raw)
         self.assertEqual(msgs[-1][1].get("id"), rid, raw)
-        return ctype, msgs[:-1], msgs[-1][1], raw
+        # Process exits (notifications/message) may share the stream: kept apart in last_logs.
+        self.last_logs = [m for _, m in msgs[:-1] if m.get("method") == "notifications/message"]
+        notes = [(t, m) for t, m in msgs[:-1] if m.get("method") != "notifications/message"]
+        return ctype, notes, msgs[-1][1], raw
 
     def tick(self, **kw):
         return self.call("exec_command", {"workspace_id": "default", "command": TICK,
@@ -426,10 +561,15 @@ class TestProgressHttp(Checks, unittest.TestCase):
         self.assertTrue(all(n.get("method") == "notifications/progress" for _, n in notes), raw)
         self.check_progress(notes, "tok-http")
         self.check_tick_result(reply["result"])
+        # The exit of the process this stream waits on is announced on it, once, before the reply.
+        pid = reply["result"]["structuredContent"]["process_id"]
+        self.assertEqual([m["params"]["data"]["process_id"] for m in self.last_logs], [pid], raw)
+        self.check_exit_message(self.last_logs[0], pid, "exited", 0)
 
     def test_sse_with_token_2026(self):
         ctype, notes, reply, raw = self.tick(accept=SSE, token=99, modern=True)
         self.assertTrue(ctype.startswith("text/event-stream"), ctype)
+        self.assertEqual(self.last_logs, [], raw)  # a 2026-07-28 request has no session
         self.check_progress(notes, 99, rev=MODERN)
         self.assertEqual(reply["result"].get("resultType"), "complete", reply)
         self.check_tick_result(reply["result"])
@@ -501,6 +641,23 @@ class TestProgressHttp(Checks, unittest.TestCase):
                 break
             time.sleep(0.1)
         self.check_tick_result(reply["result"])
+
+    def test_exit_not_queued_without_a_stream(self):
+        """An exit while the session has no stream open is not delivered, then or later."""
+        ctype, _, reply, raw = self.call("exec_command", {
+            "workspace_id": "default", "command": ["sh", "-c", "exit 4"], "yield_ms": 5000},
+            JSON_ONLY, token="tok-plain")
+        self.assertTrue(ctype.startswith("application/json"), ctype)
+        gone = reply["result"]["structuredContent"]["process_id"]
+        self.assertEqual(reply["result"]["structuredContent"]["exit_code"], 4, reply)
+        ctype, _, reply, raw = self.call("exec_command", {
+            "workspace_id": "default", "command": ["sh", "-c", "sleep 1.5; exit 5"],
+            "yield_ms": 5000}, SSE, token="tok-next")
+        self.assertTrue(ctype.startswith("text/event-stream"), ctype)
+        pid = reply["result"]["structuredContent"]["process_id"]
+        self.assertNotEqual(pid, gone)
+        self.assertEqual([m["params"]["data"]["process_id"] for m in self.last_logs], [pid], raw)
+        self.check_exit_message(self.last_logs[0], pid, "exited", 5)
 
     def test_answer_ready_at_once_is_plain_json(self):
         """A call with a token whose answer is ready when it is handled (here a schema error) is

@@ -663,7 +663,8 @@ class RemoteTest(unittest.TestCase):
             p = subprocess.run([runtime_binary(), "--listen", "127.0.0.1:0", "--root", self.ws]
                                + auth + sandbox_args(), stdin=subprocess.DEVNULL,
                                capture_output=True, text=True, timeout=30)
-            self.assertNotEqual(p.returncode, 0, (auth, p.stderr))
+            # A bad setup is a configuration error: exit 2 (docs/operations.md), not 1.
+            self.assertEqual(p.returncode, 2, (auth, p.stderr))
             self.assertIn(says, p.stderr, auth)
             self.assertNotIn(hshort, p.stderr)
         gcert = ["--tls-cert", self.gcert, "--tls-key", self.gkey, "--tls-peer-sha256", self.wpin]
@@ -675,9 +676,21 @@ class RemoteTest(unittest.TestCase):
                                 "--runner", "tcp://127.0.0.1:9"] + auth,
                                stdin=subprocess.DEVNULL, capture_output=True, text=True,
                                timeout=30)
-            self.assertNotEqual(p.returncode, 0, (auth, p.stderr))
+            self.assertEqual(p.returncode, 2, (auth, p.stderr))
             self.assertIn(says, p.stderr, auth)
+            self.assertIn('"invalid configuration"', p.stderr, auth)
             self.assertNotIn(hshort, p.stderr)
+        # A registry runner's key file is checked at start the same way, named by its path.
+        reg = os.path.join(self.tmp, "loose-registry.json")
+        with open(reg, "w") as f:
+            json.dump({"workspaces": {"far": {
+                "root": self.ws, "runner": {"url": "tcp://127.0.0.1:9", "tls_psk_file": loose,
+                                            "tls_psk_identity": "gw"}}}}, f)
+        p = subprocess.run([tp.binary(), "--config", reg, "--operations-db", ":memory:"],
+                           stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=30)
+        self.assertEqual(p.returncode, 2, p.stderr)
+        self.assertIn("/workspaces/far/runner", p.stderr)
+        self.assertIn("by others", p.stderr)
 
     def test_registry_psk_runner_root_absent_on_gateway_host(self):
         """Placement with a pre-shared key, and the workspace's root exists only on the worker's

@@ -353,6 +353,23 @@ class WorkspaceNetnsCase(SharedBase):
         self.assertTrue(text.strip().startswith("http://127.0.0.1:"), text)
         self.stop(pid)
 
+    def test_joined_commands_run_in_the_helper_started_ahead(self):
+        """A shared workspace's command goes to the helper started ahead like any other (its
+        message carries the workspace's namespace, issue 28): after the first sandboxed command
+        the next ones' PID 1 is `run --wait-fd 5`, and every one is in the holder's network
+        namespace."""
+        code = PY_PROOF + ("print(open('/proc/1/cmdline', 'rb').read().split(b'\\0')[1:3])\n"
+                           "print(os.readlink('/proc/self/ns/net'))\n")
+        for i in range(3):
+            _, text = self.run_py(self.LB, code)
+            lines = text.strip().splitlines()
+            h = holders(self.LB)
+            self.assertEqual(len(h), 1, h)
+            self.assertEqual(lines[-1], os.readlink("/proc/%d/ns/net" % h[0]), (i, text))
+            self.assertNotEqual(lines[-1], os.readlink("/proc/self/ns/net"))
+            if i > 0:
+                self.assertEqual(lines[0], "[b'run', b'--wait-fd']", (i, text))
+
     def test_two_workspaces_same_port_each_reaches_its_own(self):
         a = self.serve(self.LB, 18090)
         b = self.serve(self.LB2, 18090)

@@ -136,13 +136,18 @@ class TestProtocol(SandboxCase):
     ALL_SEALS = (fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW
                  | fcntl.F_SEAL_WRITE)
 
-    def plan_memfd(self, argv, seals=ALL_SEALS):
-        """What prepare would write, in a memfd with these seals (the plan file removed)."""
+    def plan_memfd(self, argv, seals=ALL_SEALS, set_keys=None):
+        """What prepare would write, in a memfd with these seals (the plan file removed), with
+        set_keys (such as netns_fd, which only the runner sets) added to it."""
         path = self.prepare(argv)
         with open(path, "rb") as f:
             text = f.read()
         os.unlink(path)
         os.rmdir(os.path.dirname(path))
+        if set_keys:
+            plan = json.loads(text)
+            plan.update(set_keys)
+            text = json.dumps(plan).encode()
         fd = os.memfd_create("codespace-sandbox-plan", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
         os.write(fd, text)
         if seals:
@@ -237,7 +242,7 @@ class TestProtocol(SandboxCase):
         outr, outw = os.pipe()
         rr, rw = os.pipe()
         root = os.open(self.ws, os.O_PATH | os.O_DIRECTORY)
-        self.send_and_close(sock, bytes([1, 0]), [plan, inr, outw, root, rw])
+        self.send_and_close(sock, bytes([2, 0, 0]), [plan, inr, outw, root, rw])
         os.write(inw, b"hello\n")
         os.close(inw)
         chunks = []
@@ -280,7 +285,7 @@ class TestProtocol(SandboxCase):
         # Made here, but the helper's parent is the shell that forks it (no exec of the last
         # command: `; exit $?` keeps the shell).
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        socket.send_fds(ours, [bytes([1, 0])], good)
+        socket.send_fds(ours, [bytes([2, 0, 0])], good)
         rc, text = run(["/bin/sh", "-c", '"$0" "$@"; exit $?'], theirs.fileno(), [ours, theirs])
         self.assertEqual(rc, 125, text)
         self.assertIn("not by our parent", text)
@@ -335,22 +340,51 @@ class TestProtocol(SandboxCase):
         os.unlink(path)
         os.rmdir(os.path.dirname(path))
         afile = os.open(os.path.join(self.tmp, "afile"), os.O_RDWR | os.O_CREAT)
+        holder = subprocess.Popen([HELPER, "netns-hold", "wait-bad"], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE)
+        self.assertEqual(holder.stdout.readline(), b"ready\n")
+        net = os.open("/proc/%d/ns/net" % holder.pid, os.O_RDONLY)
+        user = os.open("/proc/%d/ns/user" % holder.pid, os.O_RDONLY)
+        joined = {"netns_fd": 6}
         cases = [
-            ("short header", bytes([1]), lambda: fds(), "a header of 1 bytes"),
-            ("long header", bytes([1, 0, 0]), lambda: fds(), "a header of 3 bytes"),
-            ("longer header", bytes([1, 0] * 8), lambda: fds(), "truncated"),
-            ("version", bytes([2, 0]), lambda: fds(), "version 2"),
-            ("terminal flag", bytes([1, 2]), lambda: fds(), "terminal flag 2"),
-            ("one fd short", bytes([1, 0]), lambda: fds(drop=1), "4 descriptors (want 5"),
-            ("one fd more", bytes([1, 0]), lambda: fds(extra=1), "6 descriptors (want 5"),
-            ("no fds", bytes([1, 0]), lambda: [], "0 descriptors"),
-            ("pipes as a terminal", bytes([1, 1]), lambda: fds(drop=1)[:1] + fds()[1:2]
+            ("short header", bytes([2, 0]), lambda: fds(), "a header of 2 bytes"),
+            ("long header", bytes([2, 0, 0, 0]), lambda: fds(), "a header of 4 bytes"),
+            ("longer header", bytes([2, 0, 0] * 8), lambda: fds(), "truncated"),
+            ("version 1 (no namespace count)", bytes([1, 0, 0]), lambda: fds(), "version 1"),
+            ("version", bytes([3, 0, 0]), lambda: fds(), "version 3"),
+            ("terminal flag", bytes([2, 2, 0]), lambda: fds(), "terminal flag 2"),
+            ("namespace count", bytes([2, 0, 3]), lambda: fds(), "namespace count 3"),
+            ("one fd short", bytes([2, 0, 0]), lambda: fds(drop=1),
+             "4 descriptors (want 5 for pipes and 0 namespaces"),
+            ("one fd more", bytes([2, 0, 0]), lambda: fds(extra=1), "6 descriptors (want 5"),
+            ("a namespace more than said", bytes([2, 0, 0]), lambda: fds() + [os.dup(net)],
+             "6 descriptors (want 5"),
+            ("a namespace fewer than said", bytes([2, 0, 2]), lambda: fds() + [os.dup(net)],
+             "6 descriptors (want 7 for pipes and 2 namespaces"),
+            ("no fds", bytes([2, 0, 0]), lambda: [], "0 descriptors"),
+            ("pipes as a terminal", bytes([2, 1, 0]), lambda: fds(drop=1)[:1] + fds()[1:2]
              + fds()[3:5], "not a terminal"),
-            ("root a file", bytes([1, 0]), lambda: fds(root=os.dup(afile)), "not a directory"),
-            ("plan unsealed", bytes([1, 0]), lambda: fds(plan=os.dup(unsealed)),
+            ("root a file", bytes([2, 0, 0]), lambda: fds(root=os.dup(afile)), "not a directory"),
+            ("plan unsealed", bytes([2, 0, 0]), lambda: fds(plan=os.dup(unsealed)),
              "is not a sealed memfd"),
-            ("plan a plain file", bytes([1, 0]), lambda: fds(plan=os.dup(plain)),
+            ("plan a plain file", bytes([2, 0, 0]), lambda: fds(plan=os.dup(plain)),
              "is not a sealed memfd"),
+            ("network namespace a file", bytes([2, 0, 1]),
+             lambda: fds(plan=self.plan_memfd(cmd, set_keys=joined)) + [os.dup(afile)],
+             "the first namespace is not a network namespace"),
+            ("network namespace a user namespace", bytes([2, 0, 1]),
+             lambda: fds(plan=self.plan_memfd(cmd, set_keys=joined)) + [os.dup(user)],
+             "the first namespace is not a network namespace"),
+            ("namespaces swapped", bytes([2, 0, 2]),
+             lambda: fds(plan=self.plan_memfd(cmd, set_keys=dict(joined, userns_fd=7)))
+             + [os.dup(user), os.dup(net)], "the first namespace is not a network namespace"),
+            ("user namespace a network one", bytes([2, 0, 2]),
+             lambda: fds(plan=self.plan_memfd(cmd, set_keys=dict(joined, userns_fd=7)))
+             + [os.dup(net), os.dup(net)], "the second namespace is not a user namespace"),
+            # the plan names a namespace the message did not bring: fd 6 is closed by then
+            ("plan's namespace not sent", bytes([2, 0, 0]),
+             lambda: fds(plan=self.plan_memfd(cmd, set_keys=joined)),
+             "netns_fd 6 is not a network namespace descriptor"),
         ]
         try:
             for name, header, make, why in cases:
@@ -368,8 +402,56 @@ class TestProtocol(SandboxCase):
                     self.assertIn(why, err)
                     self.assertFalse(os.path.exists(marker), name)
         finally:
-            for f in (unsealed, plain, afile):
+            for f in (unsealed, plain, afile, net, user):
                 os.close(f)
+            holder.stdin.close()
+            holder.wait(10)
+            holder.stdout.close()
+
+    def test_wait_fd_joins_the_namespace_it_is_sent(self):
+        """A shared workspace's command through the helper started ahead: the message brings the
+        held network namespace (and, for a caller that is not root, its user namespace) after
+        the other descriptors; the command runs in that network namespace, with nothing but
+        0-3 open, and the helper keeps no namespace descriptor past the clone. (A root caller's
+        holder has no user namespace of its own to send: the two-namespace message is the
+        not-root runner's, checked for its shape in test_wait_fd_bad_messages_run_nothing.)"""
+        holder = subprocess.Popen([HELPER, "netns-hold", "wait-join"], stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE)
+        try:
+            self.assertEqual(holder.stdout.readline(), b"ready\n")
+            want = os.readlink("/proc/%d/ns/net" % holder.pid)
+            self.assertNotEqual(want, os.readlink("/proc/self/ns/net"))
+            for nns in (1,) if os.geteuid() == 0 else (2,):
+                with self.subTest(namespaces=nns):
+                    keys = {"netns_fd": 6} if nns == 1 else {"netns_fd": 6, "userns_fd": 7}
+                    plan = self.plan_memfd(["/bin/sh", "-c", INSIDE_SH + "readlink /proc/self/ns/net; "
+                                            "ls /proc/self/fd | tr '\\n' ' '; echo; "
+                                            "tr '\\0' ' ' </proc/1/cmdline"], set_keys=keys)
+                    p, sock = self.wait_helper()
+                    outr, outw = os.pipe()
+                    rr, rw = os.pipe()
+                    ns = [os.open("/proc/%d/ns/net" % holder.pid, os.O_RDONLY)]
+                    if nns == 2:
+                        ns.append(os.open("/proc/%d/ns/user" % holder.pid, os.O_RDONLY))
+                    root = os.open(self.ws, os.O_PATH | os.O_DIRECTORY)
+                    self.send_and_close(sock, bytes([2, 0, nns]),
+                                        [plan, os.open("/dev/null", os.O_RDONLY), outw, root, rw]
+                                        + ns)
+                    with os.fdopen(outr, "rb") as f:
+                        text = f.read().decode()
+                    os.close(rr)
+                    err = p.stderr.read()
+                    p.stderr.close()
+                    self.assertEqual(p.wait(60), 0, (text, err))
+                    lines = text.strip().splitlines()
+                    self.assertNotIn("NOT-INSIDE", text)
+                    self.assertEqual(lines[0], want, text)
+                    self.assertEqual(lines[1].split(), ["0", "1", "2", "3"], text)
+                    self.assertIn("codespace-linux-sandbox run --wait-fd", lines[2])
+        finally:
+            holder.stdin.close()
+            self.assertEqual(holder.wait(10), 0)
+            holder.stdout.close()
 
     def test_usage(self):
         p = subprocess.run([HELPER, "run"], capture_output=True, text=True)

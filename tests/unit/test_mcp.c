@@ -912,6 +912,145 @@ static void test_ids_echoed_as_written(void **state)
                                    "\"message\":\"\\\"id\\\" must be a string or an integer\"}}");
 }
 
+/* ---- logging (docs/protocol.md, "Logging") ---- */
+
+/* Notifications a transport received, per channel. */
+struct notes {
+    json_t *v[8];
+    size_t n;
+};
+
+static void note_cb(void *arg, const char *text, size_t len)
+{
+    struct notes *ns = arg;
+    assert_true(ns->n < 8);
+    ns->v[ns->n] = json_loadb(text, len, 0, NULL);
+    assert_non_null(ns->v[ns->n]);
+    ns->n++;
+}
+
+static void notes_clear(struct notes *ns)
+{
+    for (size_t i = 0; i < ns->n; i++)
+        json_decref(ns->v[i]);
+    ns->n = 0;
+}
+
+static void init_session(struct cs_mcp_session *s)
+{
+    reset();
+    const char *msg = "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"initialize\",\"params\":{"
+                      "\"protocolVersion\":\"2025-11-25\",\"capabilities\":{},\"clientInfo\":{"
+                      "\"name\":\"t\",\"version\":\"1\"}}}";
+    assert_null(cs_mcp_session_handle(s, msg, strlen(msg), reply_cb, NULL));
+    assert_non_null(json_object_get(replies[0], "result"));
+    reset();
+}
+
+static struct csw_protocol_log_data exit_data(void)
+{
+    struct csw_protocol_log_data d;
+    memset(&d, 0, sizeof d);
+    d.tag = CSW_PROTOCOL_LOG_DATA_PROCESS_EXITED;
+    struct csw_protocol_log_process_exited *e = &d.u.process_exited;
+    e->process_id = (struct cs_str){"proc-1", 6};
+    e->workspace_id = (struct cs_str){"default", 7};
+    e->has_exit_code = true;
+    e->exit_code = 3;
+    e->termination = CSW_PROCESS_TERMINATION_EXITED;
+    return d;
+}
+
+static void set_level(struct cs_mcp_session *s, const char *level)
+{
+    char msg[160];
+    snprintf(msg, sizeof msg,
+             "{\"jsonrpc\":\"2.0\",\"id\":9,\"method\":\"logging/setLevel\",\"params\":{"
+             "\"level\":\"%s\"}}",
+             level);
+    reset();
+    assert_null(cs_mcp_session_handle(s, msg, strlen(msg), reply_cb, NULL));
+    assert_non_null(json_object_get(replies[0], "result"));
+    reset();
+}
+
+static void test_log_reaches_sessions_that_take_it(void **state)
+{
+    (void)state;
+    struct notes stdio = {0}, stream = {0};
+    struct csw_protocol_log_data d = exit_data();
+    cs_mcp_session_on_notify(sess, note_cb, &stdio);
+    /* Not initialized: nothing. */
+    assert_int_equal(cs_mcp_log(srv, CSW_PROTOCOL_LOGGING_LEVEL_INFO, &d), 0);
+    assert_int_equal(stdio.n, 0);
+    init_session(sess);
+    assert_int_equal(cs_mcp_log(srv, CSW_PROTOCOL_LOGGING_LEVEL_INFO, &d), 1);
+    assert_int_equal(stdio.n, 1);
+    const json_t *n = stdio.v[0];
+    assert_string_equal(json_string_value(json_object_get(n, "method")), "notifications/message");
+    const json_t *p = json_object_get(n, "params");
+    assert_string_equal(json_string_value(json_object_get(p, "level")), "info");
+    assert_string_equal(json_string_value(json_object_get(p, "logger")), "codespace");
+    const json_t *data = json_object_get(p, "data");
+    assert_string_equal(json_string_value(json_object_get(data, "event")), "process_exited");
+    assert_string_equal(json_string_value(json_object_get(data, "process_id")), "proc-1");
+    assert_string_equal(json_string_value(json_object_get(data, "workspace_id")), "default");
+    assert_int_equal(json_integer_value(json_object_get(data, "exit_code")), 3);
+    assert_string_equal(json_string_value(json_object_get(data, "termination")), "exited");
+    assert_null(json_object_get(data, "signal"));
+    notes_clear(&stdio);
+
+    /* An HTTP-like session (no session channel): nothing until one of its exchanges streams. */
+    struct cs_mcp_session *h = cs_mcp_session_new(srv);
+    assert_non_null(h);
+    init_session(h);
+    assert_int_equal(cs_mcp_log(srv, CSW_PROTOCOL_LOGGING_LEVEL_INFO, &d), 1); /* stdio only */
+    notes_clear(&stdio);
+    cs_mcp_set_tool(srv, "process_resize", hold, NULL);
+    const char *call = "{\"jsonrpc\":\"2.0\",\"id\":5,\"method\":\"tools/call\",\"params\":{"
+                       "\"name\":\"process_resize\",\"arguments\":{\"process_id\":\"p\","
+                       "\"rows\":40,\"cols\":120},\"_meta\":{\"progressToken\":\"t\"}}}";
+    struct cs_mcp_headers hdr = {"2025-11-25", NULL, NULL, 1, 0, 0, note_cb, &stream};
+    struct cs_mcp_msg *m = cs_mcp_msg_parse(call, strlen(call));
+    assert_non_null(m);
+    reset();
+    struct cs_mcp_exchange *x = cs_mcp_session_handle_msg(h, m, &hdr, reply_cb, NULL);
+    assert_non_null(x);
+    assert_true(cs_mcp_exchange_wants_progress(x));
+    assert_int_equal(cs_mcp_log(srv, CSW_PROTOCOL_LOGGING_LEVEL_INFO, &d), 2);
+    assert_int_equal(stream.n, 1);
+    assert_int_equal(stdio.n, 1);
+    assert_true(json_equal(stream.v[0], stdio.v[0]));
+    finish_held(120);
+    assert_int_equal(nreplies, 1);
+    notes_clear(&stdio);
+    notes_clear(&stream);
+    /* Its stream ended with the reply: nothing more there. */
+    assert_int_equal(cs_mcp_log(srv, CSW_PROTOCOL_LOGGING_LEVEL_INFO, &d), 1);
+    assert_int_equal(stream.n, 0);
+    notes_clear(&stdio);
+    cs_mcp_session_free(h); /* leaves the server's list */
+
+    /* logging/setLevel: warning stops info, lets warning through; debug lets info through. */
+    set_level(sess, "warning");
+    assert_int_equal(cs_mcp_log(srv, CSW_PROTOCOL_LOGGING_LEVEL_INFO, &d), 0);
+    assert_int_equal(stdio.n, 0);
+    assert_int_equal(cs_mcp_log(srv, CSW_PROTOCOL_LOGGING_LEVEL_WARNING, &d), 1);
+    assert_string_equal(
+        json_string_value(json_object_get(json_object_get(stdio.v[0], "params"), "level")),
+        "warning");
+    notes_clear(&stdio);
+    set_level(sess, "debug");
+    assert_int_equal(cs_mcp_log(srv, CSW_PROTOCOL_LOGGING_LEVEL_INFO, &d), 1);
+    notes_clear(&stdio);
+
+    /* Data its schema refuses (a termination out of its enum): nothing is sent. */
+    d.u.process_exited.termination = (enum csw_process_termination)99;
+    assert_int_equal(cs_mcp_log(srv, CSW_PROTOCOL_LOGGING_LEVEL_INFO, &d), 0);
+    assert_int_equal(stdio.n, 0);
+    cs_mcp_session_on_notify(sess, NULL, NULL);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -934,6 +1073,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_modern_without_initialize, setup, teardown),
         cmocka_unit_test_setup_teardown(test_modern_check_order, setup, teardown),
         cmocka_unit_test_setup_teardown(test_ids_echoed_as_written, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_log_reaches_sessions_that_take_it, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -18,7 +18,7 @@ import { createInterface } from 'node:readline';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
-import { McpError } from '@modelcontextprotocol/sdk/types.js';
+import { LoggingMessageNotificationSchema, McpError } from '@modelcontextprotocol/sdk/types.js';
 
 const TOOLS = ['workspace_info', 'read', 'find', 'apply_patch', 'operation_status', 'exec_command',
   'write_stdin', 'read_process', 'process_status', 'process_resize', 'terminate_process'];
@@ -158,6 +158,33 @@ async function exercise(t, client, ws) {
     check(t, 'exec_command [1]: INVALID_ARGUMENTS /command/0: expected string',
       r.isError === true && body.code === 'INVALID_ARGUMENTS' &&
       body.message === '/command/0: expected string', JSON.stringify(r));
+  });
+  // A process exit is one info notifications/message (docs/protocol.md "Logging"), parsed by the
+  // SDK's own LoggingMessageNotificationSchema. Over HTTP it rides the call's SSE stream, which
+  // the SDK opens when it asks for progress (onprogress), so both transports ask for it.
+  await step(t, 'notifications/message on a process exit', async () => {
+    const logs = [];
+    client.setNotificationHandler(LoggingMessageNotificationSchema, (n) => { logs.push(n); });
+    await client.setLoggingLevel('info', opts);
+    const r = await client.callTool({ name: 'exec_command', arguments: { workspace_id: 'default',
+      command: ['sh', '-c', 'exit 3'], yield_ms: 10000 } }, undefined,
+    { ...opts, onprogress: () => {} });
+    const s = r.structuredContent || {};
+    check(t, 'exec_command exit 3: exited 3', !r.isError && s.exit_code === 3, JSON.stringify(r));
+    for (let i = 0; i < 20 && logs.length === 0; i++) await new Promise((ok) => setTimeout(ok, 50));
+    const mine = logs.filter((n) => n.params.data && n.params.data.process_id === s.process_id);
+    check(t, 'one info message from logger codespace names the process, exit 3, exited',
+      mine.length === 1 && mine[0].params.level === 'info' && mine[0].params.logger === 'codespace' &&
+      mine[0].params.data.event === 'process_exited' && mine[0].params.data.exit_code === 3 &&
+      mine[0].params.data.termination === 'exited' && mine[0].params.data.workspace_id === 'default',
+      JSON.stringify(logs));
+    await client.setLoggingLevel('warning', opts);
+    const q = await client.callTool({ name: 'exec_command', arguments: { workspace_id: 'default',
+      command: ['true'], yield_ms: 10000 } }, undefined, { ...opts, onprogress: () => {} });
+    await new Promise((ok) => setTimeout(ok, 300));
+    const pid = (q.structuredContent || {}).process_id;
+    check(t, 'logging/setLevel warning: no message for an exit',
+      pid && !logs.some((n) => n.params.data && n.params.data.process_id === pid), JSON.stringify(logs));
   });
   await step(t, 'unknown tool', async () => {
     let err = null;
