@@ -423,5 +423,44 @@ class WorkspaceNetnsCase(SharedBase):
         self.assertNotEqual(h2, h)
 
 
+
+class HolderLifetimeCase(SharedBase):
+    """Issue 34's rule for the namespace holder: no child outlives its parent. The gateway is
+    SIGKILLed while a shared workspace's namespace is held by a live command: the holder, the
+    command and the namespace go with it (checked from the host)."""
+
+    SH = "hold-" + TAG
+    WORKSPACES = {SH: {"processes": "shared", "network": "loopback"}}
+
+    def test_gateway_sigkill_leaves_no_holder(self):
+        if mcp_stdio.runner() == "remote":
+            self.skipTest("a remote worker outlives its gateways by design (docs/scale-out.md)")
+        arg = "%d.%03d" % (3000 + os.getpid() % 1000, int(time.time() * 1000) % 1000)
+        out = self.srv.call("exec_command", {"workspace_id": self.SH,
+                                             "command": ["sleep", arg]})
+        self.assertEqual(out["dispatch_status"], "confirmed", out)
+        deadline = time.monotonic() + 10 * SLOW
+        while time.monotonic() < deadline and len(holders(self.SH)) != 1:
+            time.sleep(0.05)
+        h = holders(self.SH)
+        self.assertEqual(len(h), 1)
+        inode = os.stat("/proc/%d/ns/net" % h[0]).st_ino
+        self.srv.kill()
+        deadline = time.monotonic() + 10 * SLOW
+        while time.monotonic() < deadline and (holders(self.SH) or netns_inode_users(inode)):
+            time.sleep(0.05)
+        self.assertEqual(holders(self.SH), [], "the holder outlived its gateway")
+        self.assertEqual(netns_inode_users(inode), [], "the namespace outlived its gateway")
+        left = []
+        for d in os.listdir("/proc"):
+            try:
+                with open("/proc/%s/cmdline" % d, "rb") as f:
+                    if f.read() == b"sleep\0" + arg.encode() + b"\0":
+                        left.append(d)
+            except OSError:
+                pass
+        self.assertEqual(left, [], "the command outlived its gateway")
+
+
 if __name__ == "__main__":
     unittest.main()
