@@ -163,7 +163,7 @@ int cs_main_runner(struct cs_tools *t, const struct cs_config *cfg,
     if (!t->runner) {
         if (!cs_diag_failed(err))
             cs_diag_set(err, CSW_ERROR_INTERNAL, "cannot start the runner");
-        return err ? (int)err->code : (int)CSW_ERROR_INTERNAL;
+        return -1;
     }
     return place_workspaces(t, loop, err);
 }

@@ -33,7 +33,7 @@ void cs_main_probe(const struct cs_config *cfg, struct cs_main_sandbox *sb);
 /* Frees what sb holds. */
 void cs_main_sandbox_clear(struct cs_main_sandbox *sb);
 /* Builds the runner for cfg into t->runner (and t->remote for remote workspaces), sandboxed
- * through sb's helper when it has one (a tcp:// runner never). Returns 0, or an error code with
+ * through sb's helper when it has one (a tcp:// runner never). Returns 0, or non-zero with
  * err saying why. */
 int cs_main_runner(struct cs_tools *t, const struct cs_config *cfg,
                    const struct cs_main_sandbox *sb, struct cs_loop *loop, struct cs_diag *err);

@@ -55,7 +55,7 @@ struct cs_tools_sandbox {
 /* Sets up t for cfg (borrowed, outliving t): the workspaces' leases and wire descriptions, every
  * root held (base_roots). store (borrowed; it must outlive every call) is the operation ledger
  * apply_patch and operation_status use; loop (borrowed, outliving t) carries the runner and the
- * progress polls. Returns 0, or an error code with err saying why (cs_tools_free cleans up). */
+ * progress polls. Returns 0, or non-zero with err saying why (cs_tools_free cleans up). */
 int cs_tools_init(struct cs_tools *t, const struct cs_config *cfg, const char *version,
                   struct cs_store *store, struct cs_loop *loop, struct cs_diag *err);
 /* The events every runner made for t reports to (a process exited, the uds worker was lost). */
@@ -63,7 +63,7 @@ struct cs_runner_events cs_tools_runner_events(struct cs_tools *t);
 /* After main has set t->runner (owned by t from then on) and, for workspaces placed on a remote
  * worker, t->remote: fills t->caps from what this build implements, cfg and sb, decides which
  * workspaces can run no command (a root server without the sandbox), and sets the handlers of
- * every tool on srv. Returns 0, or an error code with err saying why. */
+ * every tool on srv. Returns 0, or non-zero with err saying why. */
 int cs_tools_register(struct cs_mcp *srv, struct cs_tools *t, const struct cs_tools_sandbox *sb,
                       struct cs_diag *err);
 /* Kills every managed process (their groups, SIGKILL), completes every pending call and
