@@ -26,6 +26,9 @@
 #include "base_wire.h"
 #include "http_server.h"
 #include "jsonrpc.h"
+#include "main_calls.h"
+#include "main_doctor.h"
+#include "main_wire.h"
 #include "mcp_server.h"
 #include "policy.h"
 #include "runner_tls.h"
@@ -205,6 +208,54 @@ static int serve(struct gateway *g, const struct cs_config *cfg)
     return 0;
 }
 
+/* The `starting` line: what this gateway is, and whether its commands are sandboxed
+ * (workflows.md section 6), with a warning when the probe failed saying what follows. */
+static void log_start(const struct cs_config *cfg, const struct cs_main_sandbox *sb)
+{
+    bool tcp = cfg->runner == CS_CONFIG_RUNNER_TCP;
+    bool sandboxed = sb->sandboxed && !tcp;
+    cs_log(CS_LOG_INFO, "starting",
+           json_pack("{s:s,s:i,s:s,s:s,s:s,s:I}", "version", CS_VERSION, "workspaces",
+                     (int)cfg->n_workspaces, "runner",
+                     cfg->runner == CS_CONFIG_RUNNER_UDS ? "uds"
+                     : tcp                               ? "tcp"
+                                                         : "in-process",
+                     "command_sandbox",
+                     tcp         ? "remote"
+                     : sandboxed ? "linux-sandbox"
+                                 : "none",
+                     "network_enforcement",
+                     tcp         ? "remote"
+                     : sandboxed ? "enforced"
+                                 : "none",
+                     "landlock_abi", (json_int_t)(sandboxed ? sb->iso.landlock_abi : 0)));
+    if (!sb->sandboxed && !tcp)
+        cs_log(CS_LOG_WARNING, "the Linux sandbox probe failed",
+               json_pack("{s:s,s:s,s:s}", "reason", sb->reason, "consequence",
+                         geteuid() == 0
+                             ? "this server runs as root and never runs a command as host root: "
+                               "no command runs (exec_command answers PROCESS_SPAWN_FAILED)"
+                             : "commands run unsandboxed, as this server's user, with no "
+                               "network enforcement",
+                         "remedy", "run codespace-mcp --doctor"));
+}
+
+/* Removes a --doctor flag from argv (it is not a setting); returns whether there was one. */
+static bool take_doctor(int *argc, char **argv)
+{
+    bool doctor = false;
+    int w = 1;
+    for (int i = 1; i < *argc; i++) {
+        if (strcmp(argv[i], "--doctor") == 0)
+            doctor = true;
+        else
+            argv[w++] = argv[i];
+    }
+    argv[w] = NULL;
+    *argc = w;
+    return doctor;
+}
+
 /* The certificate, key or pre-shared key files of one remote runner, loaded as the tcp runner
  * will load them: a file that cannot be used is a bad configuration like a bad flag (exit 2,
  * docs/operations.md "Configuration"), not a failed start. Returns 0, or -1 with err set. */
@@ -257,9 +308,17 @@ int main(int argc, char **argv)
      * under many clients. A large text made or parsed arms a trim 100 ms later
      * (cs_json_set_large_hook), which hands everything back once the calls stop (M8). */
     (void)mallopt(M_TRIM_THRESHOLD, 32 * 1024 * 1024);
+    bool doctor = take_doctor(&argc, argv);
     struct cs_config cfg;
     struct cs_config_error cerr;
-    switch (cs_config_load(&cfg, argc, argv, environ, &cerr)) {
+    int loaded = cs_config_load(&cfg, argc, argv, environ, &cerr);
+    if (doctor && loaded != CS_CONFIG_HELP && loaded != CS_CONFIG_VERSION) {
+        int rc = cs_main_doctor(loaded == CS_CONFIG_READY ? &cfg : NULL, cerr.text);
+        if (loaded == CS_CONFIG_READY)
+            cs_config_free(&cfg);
+        return rc;
+    }
+    switch (loaded) {
     case CS_CONFIG_HELP:
         fputs(cs_config_usage(), stdout);
         return 0;
@@ -289,6 +348,9 @@ int main(int argc, char **argv)
     memset(&g, 0, sizeof g);
     struct cs_tools tools;
     memset(&tools, 0, sizeof tools);
+    struct cs_main_sandbox sb;
+    memset(&sb, 0, sizeof sb);
+    struct cs_main_calls *calls = NULL;
     /* The ledger first: a database that cannot be opened or is corrupt stops the start
      * (docs/contract/runtime.md section 6); it is never replaced. */
     struct cs_store *store = NULL;
@@ -301,26 +363,42 @@ int main(int argc, char **argv)
     }
     g.loop = cs_loop_new();
     g.srv = g.loop ? cs_mcp_new(CS_VERSION) : NULL;
-    char terr[1024] = "";
+    calls = cs_main_calls_new(&cfg);
+    struct cs_diag terr = {0};
     /* Every signal that would end the process by default and can be caught ends it through the
      * shutdown path instead (docs/contract/runtime.md §5: owned process trees killed, the runner's
      * socket and directory removed). */
-    if (!g.srv || cs_loop_signal(g.loop, SIGINT, on_signal, &g) != 0 ||
+    if (!g.srv || !calls || cs_loop_signal(g.loop, SIGINT, on_signal, &g) != 0 ||
         cs_loop_signal(g.loop, SIGTERM, on_signal, &g) != 0 ||
         cs_loop_signal(g.loop, SIGHUP, on_signal, &g) != 0 ||
         cs_loop_signal(g.loop, SIGQUIT, on_signal, &g) != 0 ||
-        cs_tools_register(g.srv, &tools, &cfg, CS_VERSION, store, g.loop, terr, sizeof terr) != 0) {
+        cs_tools_init(&tools, &cfg, CS_VERSION, store, g.loop, &terr) != 0) {
         cs_log(CS_LOG_ERROR, "startup failed",
-               json_pack("{s:s}", "error", terr[0] ? terr : strerror(errno)));
+               json_pack("{s:s}", "error", terr.set ? terr.text : strerror(errno)));
         g.exit_code = 1;
         goto out;
     }
-    cs_log(CS_LOG_INFO, "starting",
-           json_pack("{s:s,s:i,s:s}", "version", CS_VERSION, "workspaces", (int)cfg.n_workspaces,
-                     "runner",
-                     cfg.runner == CS_CONFIG_RUNNER_UDS   ? "uds"
-                     : cfg.runner == CS_CONFIG_RUNNER_TCP ? "tcp"
-                                                          : "in-process"));
+    /* docs/contract/sandbox.md §2: probe the helper once; its answer decides how every command
+     * spawns and what workspace_info reports. */
+    cs_main_probe(&cfg, &sb);
+    if (!sb.sandboxed && cfg.require_linux_sandbox) {
+        cs_log(CS_LOG_ERROR, "startup failed",
+               json_pack("{s:s,s:s}", "error",
+                         "CODESPACE_REQUIRE_LINUX_SANDBOX=1 and the Linux sandbox probe failed",
+                         "reason", sb.reason));
+        g.exit_code = 1;
+        goto out;
+    }
+    struct cs_tools_sandbox tsb = {sb.sandboxed, sb.iso.landlock_abi, sb.iso.syscall_denials,
+                                   sb.reason};
+    if (cs_main_runner(&tools, &cfg, &sb, g.loop, &terr) != 0 ||
+        cs_tools_register(g.srv, &tools, &tsb, &terr) != 0) {
+        cs_log(CS_LOG_ERROR, "startup failed", json_pack("{s:s}", "error", terr.text));
+        g.exit_code = 1;
+        goto out;
+    }
+    cs_mcp_on_call_done(g.srv, cs_main_calls_report, calls);
+    log_start(&cfg, &sb);
     cs_json_set_large_hook(trim_soon, &g);
     if (serve(&g, &cfg) != 0) {
         g.exit_code = 1;
@@ -342,6 +420,8 @@ out:
      * still waiting on one complete before the MCP core goes. */
     cs_tools_free(&tools);
     cs_mcp_free(g.srv);
+    cs_main_calls_free(calls);
+    cs_main_sandbox_clear(&sb);
     cs_store_close(store);
     cs_json_set_large_hook(NULL, NULL);
     cs_loop_timer_cancel(g.trim);

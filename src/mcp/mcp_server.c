@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "base_diag.h"
 #include "base_json.h"
@@ -72,6 +73,8 @@ struct cs_mcp {
     json_t *discover;          /* the server/discover result */
     char *modern_tail;         /* ,"resultType":"complete","_meta":{...}} closing a result text */
     struct cs_mcp_session *sessions; /* every live session, for notifications/message */
+    cs_mcp_call_done_fn on_done;     /* cs_mcp_on_call_done, or NULL */
+    void *on_done_arg;
 };
 
 struct cs_mcp_session {
@@ -121,6 +124,12 @@ struct cs_mcp_call {
     json_t *progress_token;          /* _meta.progressToken (a string or an integer), or NULL */
     int64_t progress_sent;           /* the last progress notified, -1 before the first */
     struct cs_mcp_call *prev, *next; /* in the session's list while the session lives */
+    const struct cs_mcp *srv;        /* for the report at completion (outlives every call) */
+    int64_t started_ms;              /* CLOCK_MONOTONIC when the handler started */
+    const void *output;              /* cs_mcp_call_ok's output while it completes, or NULL */
+    int error;                       /* cs_mcp_call_error's code while it completes, or -1 */
+    const char *error_op;            /* its operation_id (borrowed likewise), or NULL */
+    bool input_ok;                   /* the arguments decoded: input is the handler's */
 };
 
 bool cs_mcp_version_supported(const char *v)
@@ -643,12 +652,43 @@ json_t *cs_mcp_text_of(const json_t *v)
     return s;
 }
 
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void cs_mcp_on_call_done(struct cs_mcp *srv, cs_mcp_call_done_fn fn, void *arg)
+{
+    srv->on_done = fn;
+    srv->on_done_arg = arg;
+}
+
+/* Tells the observer how call ended; nomem: it is being answered "out of memory" (INTERNAL). */
+static void report_done(const struct cs_mcp_call *call, bool nomem)
+{
+    if (!call->srv || !call->srv->on_done)
+        return;
+    struct cs_mcp_call_report r = {
+        .tool = call->t->tool->name,
+        .input = call->input_ok ? call->input : NULL,
+        .output = nomem || call->error >= 0 ? NULL : call->output,
+        .error = nomem ? (int)CSW_ERROR_INTERNAL : call->error,
+        .operation_id = nomem ? NULL : call->error_op,
+        .duration_ms = now_ms() - call->started_ms,
+        .cancelled = call->cancelled,
+    };
+    call->srv->on_done(call->srv->on_done_arg, &r);
+}
+
 /* Completes call with result (a CallToolResult, stolen; NULL: out of memory) and, when given,
  * the whole reply already serialized (stolen). */
 static void complete_with(struct cs_mcp_call *call, json_t *result, char *reply_text,
                           size_t reply_n)
 {
     struct cs_mcp_exchange *x = call->x;
+    report_done(call, result == NULL && x && !call->cancelled);
     if (!x) { /* cancelled and detached (call_cancel): its exchange no longer waits for it */
         free(reply_text);
         json_decref(result);
@@ -776,6 +816,8 @@ void cs_mcp_call_error(struct cs_mcp_call *call, enum csw_error code, const char
     cs_diag_vformat(msg, sizeof msg, fmt, ap);
     va_end(ap);
     json_t *body = error_body(code, operation_id, msg);
+    call->error = (int)code;
+    call->error_op = operation_id;
     complete_error(call, body);
     json_decref(body);
 }
@@ -977,6 +1019,7 @@ void cs_mcp_call_ok_reply(struct cs_mcp_call *call, char *reply, size_t len)
 void cs_mcp_call_ok(struct cs_mcp_call *call, const void *output)
 {
     struct cs_mcp_frame f;
+    call->output = output; /* for the report; an error below takes its place */
     if (frame_fill(&f, call) != 0) {
         complete_with(call, NULL, NULL, 0); /* "out of memory", or dropped: nobody reads it */
         return;
@@ -1096,6 +1139,9 @@ static json_t *tools_call(struct cs_mcp_exchange *x, json_t *id, const char *raw
     call->input = input;
     call->progress_token = token;
     call->progress_sent = -1;
+    call->srv = srv;
+    call->error = -1;
+    call->started_ms = now_ms();
     if (token)
         x->progress++;
     call->next = x->s->calls;
@@ -1128,6 +1174,7 @@ static json_t *tools_call(struct cs_mcp_exchange *x, json_t *id, const char *raw
                                               : cs_wire_diag_format(&diag, where, sizeof where),
                           hinted ? ": " : "", hinted ? t->hint : "");
     } else {
+        call->input_ok = true;
         t->fn(t->arg, call, input);
     }
     return NULL; /* the call replies through complete() */

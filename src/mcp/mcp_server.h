@@ -19,6 +19,7 @@
 #include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "csw.h"
 
@@ -119,6 +120,30 @@ typedef void (*cs_mcp_cancel_fn)(void *arg, struct cs_mcp_call *call);
 void cs_mcp_call_on_cancel(struct cs_mcp_call *call, cs_mcp_cancel_fn fn, void *arg);
 /* The tool's name (static storage). */
 const char *cs_mcp_call_tool(const struct cs_mcp_call *call);
+
+/* ---- what each call did, for the boundary's log (docs/operations.md, "Logs") ---- */
+
+/*
+ * One completed tool call, as the observer set by cs_mcp_on_call_done sees it. Every pointer is
+ * borrowed for the observer's run only. The record holds no argument value of its own: the
+ * observer picks from input and output only what it may log (ids), never contents.
+ */
+struct cs_mcp_call_report {
+    const char *tool;   /* the tool's name (static storage) */
+    const void *input;  /* the decoded struct csw_mcp_<tool>_input, or NULL: arguments refused */
+    const void *output; /* the struct csw_mcp_<tool>_output answered, or NULL: an error, or a
+                         * success answered from a cached or prepared text (workspace_info,
+                         * read, find) */
+    int error;          /* -1: success; else the enum csw_error the call was answered with */
+    const char *operation_id; /* the error's operation_id, or NULL */
+    int64_t duration_ms;      /* from the handler's start to the completion */
+    bool cancelled;           /* the client cancelled it, or its transport went away */
+};
+/* Runs fn(arg, report) on the loop as each tool call of every session of srv completes (a call
+ * the arguments decoder refused included; a tools/call naming no tool is not a tool call). fn NULL
+ * removes it. fn must not complete or cancel calls. */
+typedef void (*cs_mcp_call_done_fn)(void *arg, const struct cs_mcp_call_report *r);
+void cs_mcp_on_call_done(struct cs_mcp *srv, cs_mcp_call_done_fn fn, void *arg);
 
 /* ---- progress (docs/protocol.md, "Progress") ---- */
 

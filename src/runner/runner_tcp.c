@@ -197,8 +197,19 @@ static void drop(struct cs__runner_tcp *t, const char *why)
     t->backoff_ms = t->backoff_ms ? t->backoff_ms * 2 : BACKOFF_MIN_MS;
     if (t->backoff_ms > BACKOFF_MAX_MS)
         t->backoff_ms = BACKOFF_MAX_MS;
-    cs_log(was_up ? CS_LOG_WARNING : CS_LOG_INFO,
-           was_up ? "runner connection lost" : "runner connection failed",
+    /* A worker that refuses our key or whose certificate is not the pinned one fails every
+     * call until the operator fixes it: a warning, like a lost link (workflows.md section 6).
+     * Our own refusals of the worker start "TLS handshake failed" (runner_tls.c); the worker's
+     * refusal of us arrives, in TLS 1.3, as an alert on the first read after our side of the
+     * handshake ("... alert bad certificate", "... alert certificate required"): any alert
+     * before the link was ever up. A worker not (yet) listening is ordinary while it starts:
+     * info. */
+    bool auth = strstr(why, "TLS handshake failed") != NULL ||
+                (!was_up && strstr(why, "TLS") != NULL && strstr(why, " alert ") != NULL);
+    cs_log(was_up || auth ? CS_LOG_WARNING : CS_LOG_INFO,
+           was_up ? "runner connection lost"
+           : auth ? "runner authentication failed"
+                  : "runner connection failed",
            json_pack("{s:s,s:s,s:s,s:I}", "host", t->host, "port", t->port, "error", why,
                      "next_attempt_in_ms", (json_int_t)t->backoff_ms));
     char msg[420];

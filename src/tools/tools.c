@@ -829,27 +829,6 @@ static void operation_status_tool(void *arg, struct cs_mcp_call *call, const voi
     csw_mcp_operation_status_output_free(&out);
 }
 
-/* The sibling codespace-runtime of our own executable (docs/contract/runtime.md section 1). */
-/* Whether the kernel offers seccomp user notification, which the sandbox helper uses to learn
- * of refused system calls (docs/contract/tools.md section 6): the helper reads the same file. */
-static char *sibling(const char *name)
-{
-    char self[PATH_MAX];
-    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-    if (n <= 0)
-        return NULL;
-    self[n] = '\0';
-    char *slash = strrchr(self, '/');
-    if (!slash)
-        return NULL;
-    *slash = '\0';
-    size_t len = strlen(self) + 1 + strlen(name) + 1;
-    char *p = malloc(len);
-    if (p)
-        snprintf(p, len, "%s/%s", self, name);
-    return p;
-}
-
 /* The wire description of every workspace, built once. */
 static int build_wsdesc(struct cs_tools *t)
 {
@@ -916,15 +895,13 @@ static int build_wsdesc(struct cs_tools *t)
  * PROCESS_SPAWN_FAILED with it; workspace_info reports process.available false). probe_err is
  * why the probe failed. Returns 0, or -1 on OOM with err set.
  */
-static int identity_rules(struct cs_tools *t, bool sandboxed, const char *probe_err, char *err,
-                          size_t err_cap)
+static int identity_rules(struct cs_tools *t, bool sandboxed, const char *probe_err,
+                          struct cs_diag *err)
 {
     const struct cs_config *cfg = t->cfg;
     t->no_exec = calloc(cfg->n_workspaces + 1, sizeof *t->no_exec);
-    if (!t->no_exec) {
-        snprintf(err, err_cap, "out of memory");
-        return -1;
-    }
+    if (!t->no_exec)
+        return cs_diag_set(err, CSW_ERROR_INTERNAL, "out of memory");
     /* A tcp:// worker applies its own: as root it runs only with --sandbox and a command id. */
     if (geteuid() != 0 || cfg->runner == CS_CONFIG_RUNNER_TCP)
         return 0;
@@ -945,104 +922,29 @@ static int identity_rules(struct cs_tools *t, bool sandboxed, const char *probe_
         else
             continue;
         t->no_exec[i] = strdup(why);
-        if (!t->no_exec[i]) {
-            snprintf(err, err_cap, "out of memory");
-            return -1;
-        }
+        if (!t->no_exec[i])
+            return cs_diag_set(err, CSW_ERROR_INTERNAL, "out of memory");
     }
     return 0;
 }
 
-/* A tcp runner's options from one set of remote settings: the gateway's flags or a registry
- * entry; CODESPACE_REQUIRE_LINUX_SANDBOX=1 holds for remote workers too. Borrows every string. */
-static struct cs_runner_tcp_options tcp_options(const struct cs_tools *t,
-                                                const struct cs_remote *rm)
-{
-    struct cs_runner_tcp_options opt = {.url = rm->url,
-                                        .version = t->version,
-                                        .plaintext = rm->plaintext,
-                                        .cert = rm->cert,
-                                        .key = rm->key,
-                                        .psk_file = rm->psk,
-                                        .psk_identity = rm->psk_identity,
-                                        .require_sandbox = t->cfg->require_linux_sandbox};
-    memcpy(opt.peer_pin, rm->pin, sizeof opt.peer_pin);
-    return opt;
-}
-
-/*
- * Workspace placement (docs/scale-out.md): workspaces whose registry entry names a runner of
- * their own go to that worker, the others to the gateway's --runner. Workspaces naming the same
- * URL share one connection (the first one's TLS settings). Returns 0, or -1 with err set.
- */
-static int place_workspaces(struct cs_tools *t, struct cs_loop *loop, char *err, size_t err_cap)
-{
-    const struct cs_config *cfg = t->cfg;
-    bool any = false;
-    for (size_t i = 0; i < cfg->n_workspaces; i++)
-        any = any || cfg->workspaces[i].has_runner;
-    if (!any)
-        return 0;
-    struct cs_runner *multi = cs_runner_multi_new(loop, t->runner);
-    struct cs_runner **subs = calloc(cfg->n_workspaces, sizeof *subs);
-    if (!multi || !subs) {
-        free(subs);
-        cs_runner_free(multi);
-        snprintf(err, err_cap, "out of memory");
-        return -1;
-    }
-    t->runner = multi;
-    for (size_t i = 0; i < cfg->n_workspaces; i++) {
-        const struct cs_workspace *ws = &cfg->workspaces[i];
-        if (!ws->has_runner)
-            continue;
-        for (size_t j = 0; j < i && !subs[i]; j++)
-            if (subs[j] && strcmp(cfg->workspaces[j].remote.url, ws->remote.url) == 0)
-                subs[i] = subs[j];
-        if (!subs[i]) {
-            struct cs_runner_tcp_options opt = tcp_options(t, &ws->remote);
-            /* A tcp runner reports no loss (a dropped link is not a dead worker). */
-            struct cs_runner_events ev = {on_process_exited, NULL, t};
-            struct cs_diag e = {0};
-            subs[i] = cs_runner_tcp_new(loop, &opt, &ev, &e);
-            if (!subs[i]) {
-                snprintf(err, err_cap, "workspace %s: runner %s: %s", ws->id, ws->remote.url,
-                         e.text);
-                free(subs);
-                return -1; /* t->runner (the multi) is freed with the tools */
-            }
-        }
-        t->remote[i] = subs[i];
-        if (cs_runner_multi_route(multi, ws->id, subs[i]) != 0) {
-            snprintf(err, err_cap, "out of memory");
-            free(subs);
-            return -1;
-        }
-    }
-    free(subs);
-    return 0;
-}
-
-int cs_tools_register(struct cs_mcp *srv, struct cs_tools *t, const struct cs_config *cfg,
-                      const char *version, struct cs_store *store, struct cs_loop *loop, char *err,
-                      size_t err_cap)
+int cs_tools_init(struct cs_tools *t, const struct cs_config *cfg, const char *version,
+                  struct cs_store *store, struct cs_loop *loop, struct cs_diag *err)
 {
     memset(t, 0, sizeof *t);
-    t->srv = srv;
     t->loop = loop;
     t->cfg = cfg;
     t->version = version;
     t->store = store;
-    snprintf(err, err_cap, "out of memory");
     t->info = calloc(cfg->n_workspaces + 1, sizeof *t->info);
     if (!t->info)
-        return -1;
+        return cs_diag_set(err, CSW_ERROR_INTERNAL, "out of memory");
     t->n_info = cfg->n_workspaces + 1;
     t->leases = calloc(cfg->n_workspaces + 1, sizeof *t->leases);
     t->remote = calloc(cfg->n_workspaces + 1, sizeof *t->remote);
     t->info_hellos = calloc(cfg->n_workspaces + 1, sizeof *t->info_hellos);
     if (!t->leases || !t->remote || !t->info_hellos || build_wsdesc(t) != 0)
-        return -1;
+        return cs_diag_set(err, CSW_ERROR_INTERNAL, "out of memory");
     for (size_t i = 0; i < cfg->n_workspaces; i++) {
         t->leases[i].hooks = &lease_hooks;
         t->leases[i].t = t;
@@ -1051,7 +953,7 @@ int cs_tools_register(struct cs_mcp *srv, struct cs_tools *t, const struct cs_co
             t->leases[i].max_live = (size_t)ws_max_live(t, &cfg->workspaces[i]);
             t->leases[i].live = calloc(t->leases[i].max_live, sizeof *t->leases[i].live);
             if (!t->leases[i].live)
-                return -1;
+                return cs_diag_set(err, CSW_ERROR_INTERNAL, "out of memory");
         }
     }
     /* docs/contract/runtime.md §2: every root was opened once at load; from here on the file tools,
@@ -1059,82 +961,38 @@ int cs_tools_register(struct cs_mcp *srv, struct cs_tools *t, const struct cs_co
     for (size_t i = 0; i < cfg->n_workspaces; i++) {
         const struct cs_workspace *ws = &cfg->workspaces[i];
         if (ws->has_root_fd && cs_roots_get(ws->root) < 0 &&
-            cs_roots_add(ws->root, ws->root_fd) != 0) {
-            snprintf(err, err_cap, "cannot hold workspace root %s: %s", ws->root, strerror(errno));
-            return -1;
-        }
+            cs_roots_add(ws->root, ws->root_fd) != 0)
+            return cs_diag_set(err, CSW_ERROR_INTERNAL, "cannot hold workspace root %s: %s",
+                               ws->root, strerror(errno));
     }
-    struct cs_runner_events ev = {on_process_exited, on_runner_lost, t};
-    /* docs/contract/sandbox.md §2: probe the helper once; its answer decides how every command
-     * spawns and what workspace_info reports. */
-    char *helper = cfg->sandbox_bin ? strdup(cfg->sandbox_bin) : sibling("codespace-linux-sandbox");
-    char perr[2048] = "no helper";
-    struct cs_supervisor_isolation iso = {0}; /* read only for a remote workspace */
-    bool sandboxed = helper && cs_supervisor_isolation_probe(helper, &iso, perr, sizeof perr) == 0;
-    if (!sandboxed && cfg->require_linux_sandbox) {
-        snprintf(err, err_cap,
-                 "CODESPACE_REQUIRE_LINUX_SANDBOX=1 and the Linux sandbox probe failed: %s", perr);
-        free(helper);
+    return 0;
+}
+
+struct cs_runner_events cs_tools_runner_events(struct cs_tools *t)
+{
+    return (struct cs_runner_events){on_process_exited, on_runner_lost, t};
+}
+
+int cs_tools_register(struct cs_mcp *srv, struct cs_tools *t, const struct cs_tools_sandbox *sb,
+                      struct cs_diag *err)
+{
+    const struct cs_config *cfg = t->cfg;
+    if (!t->runner)
+        return cs_diag_set(err, CSW_ERROR_INTERNAL, "internal: no runner was set");
+    t->srv = srv; /* process exits are announced from here on */
+    /* A tcp:// worker runs its commands under its own --sandbox, which the gateway cannot see:
+     * it claims no sandbox rather than one it cannot check (docs/scale-out.md). */
+    bool sandboxed = sb->sandboxed && cfg->runner != CS_CONFIG_RUNNER_TCP;
+    if (identity_rules(t, sandboxed, sb->reason, err) != 0)
         return -1;
-    }
-    if (!sandboxed || cfg->runner == CS_CONFIG_RUNNER_TCP) {
-        /* A tcp:// worker runs its commands under its own --sandbox, which the gateway cannot
-         * see: it claims no sandbox rather than one it cannot check (docs/scale-out.md). */
-        free(helper);
-        helper = NULL;
-        sandboxed = false;
-    }
-    if (identity_rules(t, sandboxed, perr, err, err_cap) != 0) {
-        free(helper);
-        return -1;
-    }
     t->caps.sandbox = sandboxed;
     if (sandboxed) {
-        t->caps.has_landlock_abi = iso.landlock_abi > 0;
-        t->caps.landlock_abi = iso.landlock_abi;
-        t->caps.syscall_denials = iso.syscall_denials;
+        t->caps.has_landlock_abi = sb->landlock_abi > 0;
+        t->caps.landlock_abi = sb->landlock_abi;
+        t->caps.syscall_denials = sb->syscall_denials;
     }
-    if (cfg->runner == CS_CONFIG_RUNNER_UDS) {
-        char *bin = cfg->runtime_bin ? strdup(cfg->runtime_bin) : sibling("codespace-runtime");
-        struct cs_runner_uds_options opt = {
-            .runtime_bin = bin,
-            .runner_dir = cfg->runner_dir,
-            .max_processes = CS_POLICY_RUNNER_MAX_PROCS,
-            .timeout_ms = cs_config_file_timeout_ms(cfg),
-            .version = version,
-            .sandbox_helper = helper,
-            .sandbox_uid = cfg->sandbox_uid,
-            .sandbox_gid = cfg->sandbox_gid,
-        };
-        struct cs_diag rd = {0};
-        t->runner = bin ? cs_runner_uds_new(loop, &opt, &ev, &rd) : NULL;
-        if (cs_diag_failed(&rd))
-            snprintf(err, err_cap, "%s", rd.text);
-        free(bin);
-    } else if (cfg->runner == CS_CONFIG_RUNNER_TCP) {
-        /* A worker someone else started (docs/scale-out.md): its sandbox is its own. */
-        struct cs_runner_tcp_options opt = tcp_options(t, &cfg->remote);
-        struct cs_diag e = {0};
-        t->runner = cs_runner_tcp_new(loop, &opt, &ev, &e);
-        if (!t->runner)
-            snprintf(err, err_cap, "%s", e.text);
-        for (size_t i = 0; t->runner && i < cfg->n_workspaces; i++)
-            t->remote[i] = t->runner; /* place_workspaces moves those with a runner of their own */
-    } else {
-        struct cs_supervisor_limits lim;
-        /* The runner-wide safety cap; each workspace's own cap comes with each exec. The
-         * timeout here is the file operations' (and a spawn's that names none). */
-        cs_supervisor_limits_init(&lim, CS_POLICY_RUNNER_MAX_PROCS, cs_config_file_timeout_ms(cfg),
-                                  helper);
-        lim.sandbox_uid = cfg->sandbox_uid;
-        lim.sandbox_gid = cfg->sandbox_gid;
-        t->runner = cs_runner_inproc_new(loop, &lim, &ev);
-    }
-    free(helper);
-    if (!t->runner || place_workspaces(t, loop, err, err_cap) != 0)
-        return -1;
     /* Files (src/fs), patches (src/patch, src/store) and processes (src/supervisor), in this
-     * process or in the uds worker; command_sandbox and enforcement follow the probe above. */
+     * process or in the uds worker; command_sandbox and enforcement follow the probe. */
     t->caps.files_available = true;
     t->caps.patch_available = true;
     t->caps.process_available = true;
@@ -1142,7 +1000,6 @@ int cs_tools_register(struct cs_mcp *srv, struct cs_tools *t, const struct cs_co
     if (cfg->runner == CS_CONFIG_RUNNER_TCP)
         t->caps.remote = &cfg->remote;
     t->caps.tty_supported = true;
-    snprintf(err, err_cap, "internal: a tool is missing from the generated table");
     if (cs_mcp_set_tool(srv, "workspace_info", workspace_info, t) != 0 ||
         cs_mcp_set_tool(srv, "read", read_tool, t) != 0 ||
         cs_mcp_set_tool(srv, "find", find_tool, t) != 0 ||
@@ -1154,12 +1011,12 @@ int cs_tools_register(struct cs_mcp *srv, struct cs_tools *t, const struct cs_co
         cs_mcp_set_tool(srv, "process_status", process_status_tool, t) != 0 ||
         cs_mcp_set_tool(srv, "process_resize", process_resize_tool, t) != 0 ||
         cs_mcp_set_tool(srv, "terminate_process", terminate_process_tool, t) != 0)
-        return -1;
+        return cs_diag_set(err, CSW_ERROR_INTERNAL,
+                           "internal: a tool is missing from the generated table");
     /* A command line where an argv belongs is the commonest mistake with exec_command. */
     if (cs_mcp_set_tool_hint(srv, "exec_command", "/command",
                              "command is an argv (an array of strings), never parsed by a shell; "
                              "for a command line use [\"sh\",\"-c\",\"...\"]") != 0)
-        return -1;
-    err[0] = '\0';
+        return cs_diag_set(err, CSW_ERROR_INTERNAL, "internal: exec_command has no hint slot");
     return 0;
 }

@@ -4,14 +4,16 @@
  * once it exists) and completes the call with a result the output encoder checks.
  *
  * Trust: decoded arguments are well-typed but still client-chosen values (ids, paths).
- * Entry points: cs_tools_register.
+ * Entry points: cs_tools_init, cs_tools_runner_events, cs_tools_register, cs_tools_free.
  */
 #ifndef CS_TOOLS_H
 #define CS_TOOLS_H
 
+#include "base_diag.h"
 #include "base_loop.h"
 #include "mcp_server.h"
 #include "policy.h"
+#include "runner.h"
 #include "store.h"
 
 struct cs_tools;
@@ -41,14 +43,29 @@ struct cs_tools {
     struct cs_mcp *srv;   /* borrowed: where process exits are logged (NULL while freeing) */
 };
 
-/* Fills t->caps from what this build implements and cfg, and sets the handlers of every
- * implemented tool on srv (the others keep answering "not implemented"). store (borrowed; it must
- * outlive every call) is the operation ledger apply_patch and operation_status use; loop
- * (borrowed, outliving t) carries the runner (in-process, or the uds worker, started here).
- * Returns 0, or -1 with err saying why. */
-int cs_tools_register(struct cs_mcp *srv, struct cs_tools *t, const struct cs_config *cfg,
-                      const char *version, struct cs_store *store, struct cs_loop *loop, char *err,
-                      size_t err_cap);
+/* What the sandbox probe found (main runs it, docs/contract/sandbox.md §2): borrowed for the
+ * call. */
+struct cs_tools_sandbox {
+    bool sandboxed;       /* the helper's probe succeeded */
+    int64_t landlock_abi; /* with it: the kernel's Landlock ABI, else 0 */
+    bool syscall_denials; /* with it: seccomp user notification reports refused calls */
+    const char *reason;   /* without it: why not (the helper's words) */
+};
+
+/* Sets up t for cfg (borrowed, outliving t): the workspaces' leases and wire descriptions, every
+ * root held (base_roots). store (borrowed; it must outlive every call) is the operation ledger
+ * apply_patch and operation_status use; loop (borrowed, outliving t) carries the runner and the
+ * progress polls. Returns 0, or non-zero with err saying why (cs_tools_free cleans up). */
+int cs_tools_init(struct cs_tools *t, const struct cs_config *cfg, const char *version,
+                  struct cs_store *store, struct cs_loop *loop, struct cs_diag *err);
+/* The events every runner made for t reports to (a process exited, the uds worker was lost). */
+struct cs_runner_events cs_tools_runner_events(struct cs_tools *t);
+/* After main has set t->runner (owned by t from then on) and, for workspaces placed on a remote
+ * worker, t->remote: fills t->caps from what this build implements, cfg and sb, decides which
+ * workspaces can run no command (a root server without the sandbox), and sets the handlers of
+ * every tool on srv. Returns 0, or non-zero with err saying why. */
+int cs_tools_register(struct cs_mcp *srv, struct cs_tools *t, const struct cs_tools_sandbox *sb,
+                      struct cs_diag *err);
 /* Kills every managed process (their groups, SIGKILL), completes every pending call and
  * releases what the handlers cached. Call before cs_mcp_free. */
 void cs_tools_free(struct cs_tools *t);

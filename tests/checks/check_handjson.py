@@ -34,7 +34,11 @@ ALLOWLIST = {
         "on_signal": LOG,
         "http_log": LOG,
         "serve": LOG,
+        "log_start": LOG,
         "main": LOG},
+    "src/main/main_calls.c": {
+        "log_denials": LOG,
+        "cs_main_calls_report": LOG},
     "src/runner/runner_uds.c": {
         "lose": LOG,
         "replace_worker": LOG,

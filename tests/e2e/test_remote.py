@@ -389,6 +389,7 @@ class RemoteTest(unittest.TestCase):
         self.assertIn("certificate", err["message"])
         time.sleep(0.5)
         self.assertFalse(w.saw('"runner connection accepted"'), w.lines)
+        self.assertIn("pinned", self.auth_warned(srv)["error"])
 
     def test_worker_with_wrong_pin_refuses(self):
         w = self.worker(pin="ab" * 32)
@@ -402,6 +403,7 @@ class RemoteTest(unittest.TestCase):
             time.sleep(0.1)
         self.assertTrue(w.saw('"runner connection refused"'), w.lines)
         self.assertFalse(w.saw('"runner connection accepted"'), w.lines)
+        self.assertIn("alert bad certificate", self.auth_warned(srv)["error"])
 
 
     # ---- what workspace_info claims against what the commands get (R17) ----
@@ -577,6 +579,23 @@ class RemoteTest(unittest.TestCase):
             self.assertNotIn(hexkey, text)
             self.assertNotIn(hexkey[:16], text)
 
+    def auth_warned(self, srv):
+        """The gateway logged the authentication failure at warning (workflows.md section 6),
+        not at info like a worker that is not listening yet."""
+        end = time.time() + 5
+        while time.time() < end:
+            for line in list(srv.stderr):
+                try:
+                    rec = json.loads(line)
+                except ValueError:
+                    continue
+                if rec.get("msg") == "runner authentication failed":
+                    self.assertEqual(rec["level"], "warning", rec)
+                    self.assertIn("TLS", rec["error"])
+                    return rec
+            time.sleep(0.1)
+        self.fail("no 'runner authentication failed' line:\n" + "".join(srv.stderr))
+
     def refused(self, srv, w, worker_says, gateway_says):
         """The call fails before dispatch naming the PSK; the worker logs why; nothing ran."""
         out, err = srv.call_raw("exec_command", {"workspace_id": "default",
@@ -593,6 +612,7 @@ class RemoteTest(unittest.TestCase):
         self.assertIn(worker_says, refusals[0])
         self.assertFalse(w.saw('"runner connection accepted"'), w.lines)
         self.assertFalse(os.path.exists(os.path.join(self.ws, "ran")))
+        self.auth_warned(srv)
         return err
 
     def test_psk_gateway_with_wrong_key_is_refused(self):

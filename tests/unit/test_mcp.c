@@ -15,6 +15,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "jsonrpc.h"
 #include "mcp_server.h"
@@ -443,6 +444,107 @@ static void test_cancel_and_abandon(void **state)
     assert_true(cs_mcp_call_cancelled(held));
     finish_held(80);
     assert_int_equal(nreplies, 0); /* the transport is gone: nothing is delivered */
+}
+
+/* What the completion observer saw (cs_mcp_on_call_done). */
+static struct {
+    int n;
+    char tool[32];
+    bool had_input, had_output, cancelled;
+    int error;
+    char op[48];
+    int64_t duration_ms;
+    int64_t cols;        /* from the output, while it is lent */
+    char process_id[16]; /* from the input, while it is lent */
+} seen;
+
+static void observe(void *arg, const struct cs_mcp_call_report *r)
+{
+    assert_ptr_equal(arg, &seen);
+    seen.n++;
+    snprintf(seen.tool, sizeof seen.tool, "%s", r->tool);
+    seen.had_input = r->input != NULL;
+    seen.had_output = r->output != NULL;
+    seen.cancelled = r->cancelled;
+    seen.error = r->error;
+    snprintf(seen.op, sizeof seen.op, "%s", r->operation_id ? r->operation_id : "");
+    seen.duration_ms = r->duration_ms;
+    seen.cols = r->output ? ((const struct csw_mcp_process_resize_output *)r->output)->cols : -1;
+    const struct csw_mcp_process_resize_input *in = r->input;
+    snprintf(seen.process_id, sizeof seen.process_id, "%.*s", in ? (int)in->process_id.n : 0,
+             in ? in->process_id.s : "");
+}
+
+static void fail_held(enum csw_error code, const char *op)
+{
+    cs_mcp_call_error(held, code, op, "refused");
+    held = NULL;
+}
+
+/* The boundary's log (docs/operations.md "Logs") learns each completed call from one report:
+ * the tool, the decoded input and the output while they are lent, the code of an error (and its
+ * operation_id), a refusal of the arguments (no input), a cancelled call, the duration. */
+static void test_call_done_reports(void **state)
+{
+    (void)state;
+    init("2025-11-25");
+    cs_mcp_set_tool(srv, "process_resize", hold, NULL);
+    cs_mcp_on_call_done(srv, observe, &seen);
+    memset(&seen, 0, sizeof seen);
+
+    send_text(sess, RESIZE(31));
+    assert_int_equal(seen.n, 0); /* not before it completes */
+    struct timespec pause = {0, 30 * 1000 * 1000};
+    nanosleep(&pause, NULL);
+    finish_held(120);
+    assert_int_equal(seen.n, 1);
+    assert_string_equal(seen.tool, "process_resize");
+    assert_true(seen.had_input && seen.had_output && !seen.cancelled);
+    assert_int_equal(seen.error, -1);
+    assert_int_equal(seen.cols, 120);
+    assert_string_equal(seen.process_id, "p");
+    assert_true(seen.duration_ms >= 25 && seen.duration_ms < 5000);
+
+    send_text(sess, RESIZE(32));
+    fail_held(CSW_ERROR_VERSION_CONFLICT, "op-x");
+    assert_int_equal(seen.n, 2);
+    assert_int_equal(seen.error, (int)CSW_ERROR_VERSION_CONFLICT);
+    assert_string_equal(seen.op, "op-x");
+    assert_true(seen.had_input && !seen.had_output);
+
+    /* An output that breaks its schema is reported as what the client got: INTERNAL. */
+    send_text(sess, RESIZE(33));
+    finish_held(5000);
+    assert_int_equal(seen.n, 3);
+    assert_int_equal(seen.error, (int)CSW_ERROR_INTERNAL);
+    assert_false(seen.had_output);
+
+    /* Arguments the decoder refused: no handler ran, no input to read. */
+    reset();
+    send_text(sess, "{\"jsonrpc\":\"2.0\",\"id\":34,\"method\":\"tools/call\",\"params\":{"
+                    "\"name\":\"process_resize\",\"arguments\":{\"rows\":\"x\"}}}");
+    assert_int_equal(seen.n, 4);
+    assert_int_equal(seen.error, (int)CSW_ERROR_INVALID_ARGUMENTS);
+    assert_false(seen.had_input);
+
+    /* A tools/call naming no tool is not a tool call. */
+    send_text(sess, "{\"jsonrpc\":\"2.0\",\"id\":35,\"method\":\"tools/call\",\"params\":{"
+                    "\"name\":\"nope\"}}");
+    assert_int_equal(seen.n, 4);
+
+    /* Cancelled, then completed by its handler: reported once, as cancelled. */
+    send_text(sess, RESIZE("c9"));
+    send_text(sess, "{\"jsonrpc\":\"2.0\",\"method\":\"notifications/cancelled\","
+                    "\"params\":{\"requestId\":\"c9\"}}");
+    assert_int_equal(seen.n, 4);
+    finish_held(80);
+    assert_int_equal(seen.n, 5);
+    assert_true(seen.cancelled);
+
+    cs_mcp_on_call_done(srv, NULL, NULL);
+    send_text(sess, RESIZE(36));
+    finish_held(80);
+    assert_int_equal(seen.n, 5);
 }
 
 /* A handler with a cancel hook that completes the call from inside the hook. */
@@ -962,6 +1064,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_prepared_reply_is_the_same, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cancel_and_abandon, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cancel_hook, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_call_done_reports, setup, teardown),
         cmocka_unit_test_setup_teardown(test_arguments_must_be_an_object, setup, teardown),
         cmocka_unit_test_setup_teardown(test_session_freed_while_pending, setup, teardown),
         cmocka_unit_test_setup_teardown(test_batches, setup, teardown),
