@@ -365,7 +365,9 @@ subprocess.Popen([sys.argv[1], "--socket", sys.argv[2], "--gateway-fd", str(r),
                   "--root", "%d:%s" % (ws, sys.argv[3])], pass_fds=(r, ws),
                  stdout=subprocess.DEVNULL)
 time.sleep(600)
-''', self.runtime, sock, self.ws, arg], env=dict(os.environ))
+''', self.runtime, sock, self.ws, arg],
+                                  env={k: v for k, v in os.environ.items()
+                                       if not k.startswith("CODESPACE_")})
         self.procs.append(middle)
         self.assertTrue(wait_until(lambda: tu.listening(sock), 10.0 * SLOW), "no worker bound")
         wpid = workers_in(self.rdir)
