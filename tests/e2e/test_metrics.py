@@ -11,7 +11,9 @@ prometheus_client.parser.text_string_to_metric_families), never a regex. Checks:
 - the histogram codespace_tool_call_duration_seconds: per tool, _count grew by the calls made,
   +Inf equals _count, the buckets are cumulative (never decreasing with le);
 - codespace_processes_live goes up by one while a `sleep` runs and back after terminate_process;
-- the sandbox denial and runner reconnect series are present with their types;
+- the sandbox denial and runner reconnect series are present with their types; with
+  CS_E2E_RUNNER=uds, a SIGKILLed worker drops its process from the live gauge and its
+  replacement counts one reconnect;
 - 401 without (or with a wrong) bearer token; 404 for /metrics without --metrics; --metrics with
   the stdio transport refused at start (exit 2, naming the flag).
 
@@ -22,6 +24,7 @@ prometheus_client.parser.text_string_to_metric_families), never a regex. Checks:
 import collections
 import json
 import os
+import signal
 import subprocess
 import threading
 import time
@@ -258,6 +261,54 @@ class TestMetrics(test_http.HttpCase):
         r = self.request("POST", "/metrics", body="{}")
         self.assertEqual(r.status, 405)
         self.assertEqual(r.header("Allow"), "GET")
+
+
+class TestMetricsUdsWorkerLost(test_http.HttpCase):
+    """--runner uds only (e2e_metrics_uds): a SIGKILLed worker takes its running process with it
+    (live back down) and the next call starts a new one (reconnects up by one)."""
+
+    auth = "Bearer " + TOKEN
+
+    def setUp(self):
+        if os.environ.get("CS_E2E_RUNNER") != "uds":
+            self.skipTest("the uds runner's worker replacement (e2e_metrics_uds)")
+        if text_string_to_metric_families is None:
+            raise AssertionError("python3-prometheus-client is not installed")
+        self.server = test_http.Server("--token", TOKEN, "--metrics")
+        self.addCleanup(self.server.stop)
+
+    def metric(self, name):
+        r = self.request("GET", "/metrics")
+        self.assertEqual(r.status, 200, r.body)
+        return value(parse(r.body.decode("utf-8"))[0], name)
+
+    def test_worker_replaced_counts_a_reconnect(self):
+        import test_uds  # its helpers find the gateway's worker
+
+        self.assertEqual(self.metric("codespace_runner_reconnects_total"), 0)
+        sid = self.session()
+        out = self.call_tool(sid, "exec_command", {"workspace_id": "default",
+                                                   "command": ["sleep", "60"], "yield_ms": 100})
+        self.assertFalse(out.get("isError"), out)
+        self.assertEqual(self.metric("codespace_processes_live"), 1)
+        workers = test_uds.worker_of(self.server.proc.pid)
+        self.assertEqual(len(workers), 1, workers)
+        os.kill(workers[0], signal.SIGKILL)
+        end = time.monotonic() + 10
+        while self.metric("codespace_processes_live") != 0:
+            self.assertLess(time.monotonic(), end, "the lost worker's process still counted")
+            time.sleep(0.05)
+        self.assertEqual(self.metric("codespace_runner_reconnects_total"), 0)
+        # The next call that reaches the runner (find; workspace_info is answered by the gateway)
+        # starts a new worker (docs/runner.md): one reconnect.
+        end = time.monotonic() + 10
+        while True:
+            self.call_tool(sid, "find", {"workspace_id": "default", "pattern": "x"})
+            if self.metric("codespace_runner_reconnects_total") == 1:
+                break
+            self.assertLess(time.monotonic(), end, "no reconnect counted")
+            time.sleep(0.2)
+        self.assertEqual(len(test_uds.worker_of(self.server.proc.pid)), 1)
 
 
 class TestMetricsOff(test_http.HttpCase):
