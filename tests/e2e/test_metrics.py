@@ -250,6 +250,30 @@ class TestMetrics(test_http.HttpCase):
                 samples[("codespace_sandbox_denials_total", frozenset({("kind", kind)}))], 0)
         self.assertEqual(value(samples, "codespace_runner_reconnects_total"), 0)
 
+    def test_denials_counted_once_per_entry(self):
+        """A refused unshare, carried by three answers, counts once (as it is logged once)."""
+        start = [json.loads(line) for line in self.server.log().splitlines()
+                 if '"starting"' in line][0]
+        key = ("codespace_sandbox_denials_total", frozenset({("kind", "syscall")}))
+        base = self.scrape()[0][key]
+        sid = self.session()
+        res, out = self.result_of(sid, "exec_command", {
+            "workspace_id": "default", "command": ["sh", "-c", "unshare -U true 2>/dev/null"],
+            "yield_ms": 5000})
+        self.assertEqual(res, "ok", out)
+        self.assertEqual(out["state"], "exited", out)
+        for _ in range(2):
+            self.assertEqual(self.result_of(sid, "process_status",
+                                            {"process_id": out["process_id"]})[0], "ok")
+        got = self.scrape()[0][key] - base
+        logged = [line for line in self.server.log().splitlines()
+                  if '"sandbox denial"' in line and out["process_id"] in line]
+        self.assertEqual(got, len(logged))
+        if start["command_sandbox"] == "linux-sandbox":
+            self.assertEqual(got, 1, logged)
+        else:
+            self.assertEqual(got, 0)
+
     def test_token_required(self):
         r = self.request("GET", "/metrics", headers={"Authorization": None})
         self.assertEqual(r.status, 401)
