@@ -24,8 +24,8 @@
 #     dropped when apt does not know it (after apt-get update): clang alone brings the runtime.
 # The other names are the same package on all four (gcc, make, cmake, pkg-config, git, ragel,
 # libjansson-dev, libseccomp-dev, libcmocka-dev, libsqlite3-dev, libmicrohttpd-dev, libssl-dev,
-# python3, python3-jsonschema, python3-yaml, openssl, iproute2). Note that the build needs
-# CMake 3.25 (Ubuntu 22.04 ships 3.22).
+# python3, python3-jsonschema, python3-yaml, python3-prometheus-client, openssl, iproute2). Note
+# that the build needs CMake 3.25 (Ubuntu 22.04 ships 3.22).
 set -eu
 
 check=false
@@ -44,11 +44,12 @@ PACKAGES="
   ragel
   libjansson-dev libseccomp-dev libcmocka-dev
   libsqlite3-dev libmicrohttpd-dev libssl-dev
-  python3 python3-jsonschema python3-yaml
+  python3 python3-jsonschema python3-yaml python3-prometheus-client
   openssl iproute2
 "
 # openssl (the CLI) makes the remote runner tests' certificates at test time; iproute2's ip
 # builds their network namespaces and veth pairs (tests/e2e/test_remote.py).
+# python3-prometheus-client's text parser reads GET /metrics in tests/e2e/test_metrics.py.
 # Node.js (for the end-to-end tests with the official MCP SDK) is checked by command, not by
 # package: a machine may carry a newer Node than Debian's under the same package name.
 if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then

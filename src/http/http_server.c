@@ -215,6 +215,8 @@ struct cs_http {
     struct conn *conns; /* every open connection MHD told us about */
     cs_http_log_fn log;
     void *log_arg;
+    cs_http_metrics_fn metrics; /* NULL: no /metrics */
+    void *metrics_arg;
 };
 
 /* ---- logging (through the caller's sink only; never the token, a session id or a header) ---- */
@@ -404,10 +406,12 @@ static void watch_peer(struct req *r)
     r->watch = cs_loop_fd_add(r->h->loop, ci->connect_fd, CS_LOOP_READ, on_peer, r);
 }
 
-/* Queues a response. body is copied unless owned is non-NULL (then it is the buffer, freed by
- * MHD with jansson's free function). hname/hvalue: one optional extra header. */
-static enum MHD_Result respond(struct req *r, unsigned status, const char *body, size_t len,
-                               char *owned, const char *hname, const char *hvalue)
+/* Queues a response of type ctype (when len > 0). body is copied unless owned is non-NULL (then
+ * it is the buffer, freed by MHD with jansson's free function). hname/hvalue: one optional extra
+ * header. */
+static enum MHD_Result respond_typed(struct req *r, unsigned status, const char *ctype,
+                                     const char *body, size_t len, char *owned, const char *hname,
+                                     const char *hvalue)
 {
     struct MHD_Response *resp;
     enum MHD_Result rc = MHD_NO;
@@ -423,8 +427,8 @@ static enum MHD_Result respond(struct req *r, unsigned status, const char *body,
     }
     if (!resp)
         goto out;
-    if (len > 0 && cs_mhd.MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
-                                                  "application/json") != MHD_YES)
+    if (len > 0 &&
+        cs_mhd.MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, ctype) != MHD_YES)
         goto out;
     if (hname && cs_mhd.MHD_add_response_header(resp, hname, hvalue) != MHD_YES)
         goto out;
@@ -435,6 +439,13 @@ out:
     if (resp)
         cs_mhd.MHD_destroy_response(resp); /* the queue holds its own reference */
     return rc;
+}
+
+/* respond_typed with a JSON body (every answer but /metrics). */
+static enum MHD_Result respond(struct req *r, unsigned status, const char *body, size_t len,
+                               char *owned, const char *hname, const char *hvalue)
+{
+    return respond_typed(r, status, "application/json", body, len, owned, hname, hvalue);
 }
 
 static enum MHD_Result reject(struct req *r, unsigned status, const char *body, const char *why)
@@ -1217,6 +1228,25 @@ static bool has_body(const struct hdrs *hs)
     return clen->count > 0 && clen->value && strcmp(clen->value, "0") != 0;
 }
 
+/* GET /metrics, once Host, Origin and the token passed: the caller's page as text/plain; any
+ * other method gets 405. Answered on the first call like every rejection. */
+static enum MHD_Result serve_metrics(struct cs_http *h, struct req *r, const char *method)
+{
+    if (strcmp(method, MHD_HTTP_METHOD_GET) != 0) {
+        emit(h, "debug", "http_rejected", "405 method not allowed on /metrics");
+        return respond(r, MHD_HTTP_METHOD_NOT_ALLOWED, BODY_NOT_ALLOWED, strlen(BODY_NOT_ALLOWED),
+                       NULL, MHD_HTTP_HEADER_ALLOW, "GET");
+    }
+    size_t len = 0;
+    char *text = h->metrics(h->metrics_arg, &len);
+    if (!text)
+        return reject(r, MHD_HTTP_INTERNAL_SERVER_ERROR, BODY_INTERNAL, "out of memory");
+    enum MHD_Result rc = respond_typed(r, MHD_HTTP_OK, "text/plain; version=0.0.4; charset=utf-8",
+                                       text, len, NULL, NULL, NULL);
+    free(text);
+    return rc;
+}
+
 /* The first call for a request: headers are in, no body yet. */
 static enum MHD_Result first_call(struct cs_http *h, struct req *r, const char *url,
                                   const char *method)
@@ -1228,6 +1258,8 @@ static enum MHD_Result first_call(struct cs_http *h, struct req *r, const char *
         return reject(r, status, BODY_UNAUTHORIZED, why);
     if (status != 0)
         return reject(r, status, BODY_FORBIDDEN, why);
+    if (h->metrics && strcmp(url, "/metrics") == 0)
+        return serve_metrics(h, r, method);
     if (strcmp(url, "/mcp") != 0)
         return reject(r, MHD_HTTP_NOT_FOUND, BODY_NOT_FOUND, "unknown path");
     bool post = strcmp(method, MHD_HTTP_METHOD_POST) == 0;
@@ -1462,6 +1494,8 @@ struct cs_http *cs_http_start(struct cs_loop *loop, struct cs_mcp *srv,
     h->srv = srv;
     h->log = opt->log;
     h->log_arg = opt->log_arg;
+    h->metrics = opt->metrics;
+    h->metrics_arg = opt->metrics_arg;
     h->max_body = opt->max_body ? opt->max_body : CS_HTTP_DEFAULT_MAX_BODY;
     h->body_budget = opt->body_budget ? opt->body_budget : CS_HTTP_DEFAULT_BODY_BUDGET;
     if (h->body_budget < h->max_body)

@@ -8,6 +8,8 @@
  * Origin are checked before anything else (DNS rebinding), then the bearer token, then the rest.
  * Bodies are buffered up to a hard cap (max_body); message texts are handed to the MCP core.
  *
+ * Also GET /metrics when the caller supplies the page (cs_http_options.metrics).
+ *
  * Entry points: cs_http_start (bind and register with the loop), cs_http_port, cs_http_stop.
  */
 #ifndef CS_HTTP_SERVER_H
@@ -43,6 +45,10 @@ struct cs_http;
  */
 typedef void (*cs_http_log_fn)(void *arg, const char *level, const char *event, const char *detail);
 
+/* The metrics page: a new malloc'd text in the Prometheus text format (version 0.0.4) with
+ * its length in *len, or NULL when out of memory (500). Runs on the loop. */
+typedef char *(*cs_http_metrics_fn)(void *arg, size_t *len);
+
 struct cs_http_options {
     const char *host;  /* bind address ("127.0.0.1", "::1", "0.0.0.0", a name) */
     uint16_t port;     /* 0: an ephemeral port (tests); see cs_http_port */
@@ -73,6 +79,10 @@ struct cs_http_options {
     unsigned session_idle_timeout_s;
     cs_http_log_fn log; /* optional */
     void *log_arg;
+    /* GET /metrics (docs/operations.md, "Metrics"), behind the same Host/Origin and bearer
+     * checks as /mcp; NULL: the path is unknown (404). */
+    cs_http_metrics_fn metrics;
+    void *metrics_arg;
 };
 
 /*

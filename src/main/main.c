@@ -28,6 +28,7 @@
 #include "jsonrpc.h"
 #include "main_calls.h"
 #include "main_doctor.h"
+#include "main_metrics.h"
 #include "main_wire.h"
 #include "mcp_server.h"
 #include "policy.h"
@@ -46,6 +47,7 @@ struct gateway {
     struct cs_mcp_session *session; /* stdio: the one session */
     struct cs_stdio *io;
     struct cs_http *http;
+    struct cs_main_metrics *metrics; /* --metrics, else NULL */
     int64_t eof_deadline;
     bool output_lost;
     int exit_code;
@@ -191,6 +193,8 @@ static int serve(struct gateway *g, const struct cs_config *cfg)
         .request_timeout_s = (unsigned)cfg->http_request_timeout_secs,
         .log = http_log,
         .log_arg = g,
+        .metrics = g->metrics ? cs_main_metrics_text : NULL,
+        .metrics_arg = g->metrics,
     };
     struct cs_diag err = {0};
     g->http = cs_http_start(g->loop, g->srv, &opt, &err);
@@ -202,9 +206,11 @@ static int serve(struct gateway *g, const struct cs_config *cfg)
     if (!cfg->token && !loopback_host(cfg->host))
         cs_log(CS_LOG_WARNING, "binding a non-loopback host without a bearer token",
                json_pack("{s:s}", "host", cfg->host));
-    cs_log(CS_LOG_INFO, "listening",
-           json_pack("{s:s,s:s,s:i,s:s}", "transport", "streamable-http", "host", cfg->host, "port",
-                     (int)cs_http_port(g->http), "endpoint", "/mcp"));
+    json_t *f = json_pack("{s:s,s:s,s:i,s:s}", "transport", "streamable-http", "host", cfg->host,
+                          "port", (int)cs_http_port(g->http), "endpoint", "/mcp");
+    if (f && g->metrics)
+        json_object_set_new(f, "metrics", json_string("/metrics"));
+    cs_log(CS_LOG_INFO, "listening", f);
     return 0;
 }
 
@@ -397,6 +403,15 @@ int main(int argc, char **argv)
         g.exit_code = 1;
         goto out;
     }
+    if (cfg.metrics) { /* HTTP only: the configuration refuses it with stdio */
+        g.metrics = cs_main_metrics_new(&tools);
+        if (!g.metrics) {
+            cs_log(CS_LOG_ERROR, "startup failed", json_pack("{s:s}", "error", strerror(ENOMEM)));
+            g.exit_code = 1;
+            goto out;
+        }
+        cs_main_calls_set_metrics(calls, g.metrics);
+    }
     cs_mcp_on_call_done(g.srv, cs_main_calls_report, calls);
     log_start(&cfg, &sb);
     cs_json_set_large_hook(trim_soon, &g);
@@ -421,6 +436,7 @@ out:
     cs_tools_free(&tools);
     cs_mcp_free(g.srv);
     cs_main_calls_free(calls);
+    cs_main_metrics_free(g.metrics);
     cs_main_sandbox_clear(&sb);
     cs_store_close(store);
     cs_json_set_large_hook(NULL, NULL);

@@ -16,6 +16,7 @@
 
 #include "base_log.h"
 #include "csw.h"
+#include "main_metrics.h"
 
 #define MAX_PROCS 256
 #define MAX_SEEN  64 /* an answer lists at most 32 entries; a process's kinds may change */
@@ -30,6 +31,7 @@ struct proc {
 
 struct cs_main_calls {
     const struct cs_config *cfg;
+    struct cs_main_metrics *metrics; /* NULL: none */
     struct proc procs[MAX_PROCS];
     size_t next; /* the slot a new process takes (the oldest) */
 };
@@ -40,6 +42,11 @@ struct cs_main_calls *cs_main_calls_new(const struct cs_config *cfg)
     if (c)
         c->cfg = cfg;
     return c;
+}
+
+void cs_main_calls_set_metrics(struct cs_main_calls *c, struct cs_main_metrics *m)
+{
+    c->metrics = m;
 }
 
 void cs_main_calls_free(struct cs_main_calls *c)
@@ -100,8 +107,10 @@ static uint64_t fnv(uint64_t h, const char *s, size_t n)
     return (h ^ 0xff) * 1099511628211u; /* a separator, so ("ab","c") differs from ("a","bc") */
 }
 
-/* One warning per entry of denials[0..n) not yet logged for p. */
-static void log_denials(struct proc *p, const struct csw_denial *d, size_t n)
+/* One warning per entry of denials[0..n) not yet logged for p, each counted in metrics (may be
+ * NULL). */
+static void log_denials(struct proc *p, const struct csw_denial *d, size_t n,
+                        struct cs_main_metrics *metrics)
 {
     for (size_t i = 0; i < n; i++) {
         const char *kind = csw_denial_kind_names[d[i].kind];
@@ -115,6 +124,10 @@ static void log_denials(struct proc *p, const struct csw_denial *d, size_t n)
             continue;
         if (p->n_seen < MAX_SEEN)
             p->seen[p->n_seen++] = h;
+        if (metrics)
+            cs_main_metrics_denial(metrics, (int)d[i].kind);
+        if (!cs_log_enabled(CS_LOG_WARNING))
+            continue;
         json_t *f =
             json_pack("{s:s,s:s%,s:s%,s:s}", "kind", kind, "target", d[i].target.s, d[i].target.n,
                       "reason", d[i].reason.s, d[i].reason.n, "process_id", p->id);
@@ -215,15 +228,17 @@ static void names_of(struct cs_main_calls *c, const struct cs_mcp_call_report *r
         if (p && !n->workspace_id)
             n->workspace_id = p->workspace_id;
         if (p && n->n_denials > 0)
-            log_denials(p, n->denials, n->n_denials);
+            log_denials(p, n->denials, n->n_denials, c->metrics);
     }
 }
 
 void cs_main_calls_report(void *arg, const struct cs_mcp_call_report *r)
 {
     struct cs_main_calls *c = arg;
-    if (!cs_log_enabled(CS_LOG_WARNING))
-        return; /* neither line would be written */
+    if (c->metrics)
+        cs_main_metrics_call(c->metrics, r);
+    if (!cs_log_enabled(CS_LOG_WARNING) && !c->metrics)
+        return; /* neither line would be written, nothing to count */
     struct named n;
     memset(&n, 0, sizeof n);
     names_of(c, r, &n);

@@ -198,6 +198,9 @@ struct cs_config {
     enum cs_workspace_processes processes;
     /* CODESPACE_REQUIRE_LINUX_SANDBOX: "1" true; unset or "0" false */
     bool require_linux_sandbox;
+    /* --metrics (no value), CODESPACE_METRICS "1" or "0": serve GET /metrics on the HTTP
+     * transport (refused with the stdio transport) */
+    bool metrics;
     /* --log-level, CODESPACE_LOG: the MCP level name ("debug" .. "emergency"; static storage)
      * and the same level as a syslog severity (0 emergency .. 7 debug) */
     const char *log_level;

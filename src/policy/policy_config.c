@@ -55,6 +55,7 @@ enum slot {
     S_TLS_PIN,
     S_TLS_PSK,
     S_TLS_PSK_ID,
+    S_METRICS,
     S__COUNT
 };
 
@@ -92,6 +93,7 @@ static const struct setting settings[S__COUNT] = {
     [S_TLS_PIN] = {"--tls-peer-sha256", "CODESPACE_RUNNER_TLS_PEER_SHA256"},
     [S_TLS_PSK] = {"--tls-psk", "CODESPACE_RUNNER_TLS_PSK"},
     [S_TLS_PSK_ID] = {"--tls-psk-identity", "CODESPACE_RUNNER_TLS_PSK_IDENTITY"},
+    [S_METRICS] = {NULL, "CODESPACE_METRICS"}, /* the flag --metrics takes no value */
 };
 
 /* A setting as given: value NULL when neither the flag nor the variable is set; source names
@@ -189,6 +191,9 @@ static const char usage_tail[] =
     "      directory (default 65533)\n"
     "  --sandbox-gid GID                   CODESPACE_SANDBOX_GID\n"
     "      the same for the gid (default: the sandbox uid)\n"
+    "  --metrics                           CODESPACE_METRICS\n"
+    "      HTTP only: serve GET /metrics (Prometheus text format) behind the same\n"
+    "      Host/Origin and bearer checks as /mcp; 1 or 0 (default off)\n"
     "  --doctor\n"
     "      check the sandbox's prerequisites, the helper's probe, the operations database\n"
     "      and the registry, one line each; exit 0 when every check passes (commands run\n"
@@ -664,6 +669,18 @@ static int resolve(struct cs_config *cfg, const struct raw *raw, char **envp,
     else if (r->value && strcmp(r->value, "0") != 0)
         return bad_value(err, r, "\"1\" or \"0\"");
 
+    r = &raw[S_METRICS];
+    cfg->metrics = false;
+    if (r->value && strcmp(r->value, "1") == 0)
+        cfg->metrics = true;
+    else if (r->value && strcmp(r->value, "0") != 0)
+        return bad_value(err, r, "\"1\" or \"0\"");
+    if (cfg->metrics && cfg->transport != CS_CONFIG_TRANSPORT_HTTP)
+        return cs__policy_errf(err,
+                               "%s: metrics are served over HTTP only; the stdio transport has "
+                               "no endpoint for them (add --http, or drop %s)",
+                               r->source, r->source);
+
     if (raw[S_RUNTIME_BIN].value && take_string(&raw[S_RUNTIME_BIN], &cfg->runtime_bin, err) != 0)
         return CS_CONFIG_ERROR;
     if (raw[S_SANDBOX_BIN].value && take_string(&raw[S_SANDBOX_BIN], &cfg->sandbox_bin, err) != 0)
@@ -699,13 +716,17 @@ static int parse_args(int argc, char **argv, struct raw *raw, struct cs_config_e
         int code = flag_is(a, n, "--help")      ? CS_CONFIG_HELP
                    : flag_is(a, n, "--version") ? CS_CONFIG_VERSION
                    : flag_is(a, n, "--http")    ? CS_CONFIG_READY
+                   : flag_is(a, n, "--metrics") ? CS_CONFIG_READY
                                                 : CS_CONFIG_ERROR;
         if (code != CS_CONFIG_ERROR) {
             if (eq)
                 return cs__policy_errf(err, "%.*s: takes no value", (int)n, a);
             if (code != CS_CONFIG_READY)
                 return code;
-            raw[S_TRANSPORT] = (struct raw){"http", "--http"};
+            if (flag_is(a, n, "--metrics"))
+                raw[S_METRICS] = (struct raw){"1", "--metrics"};
+            else
+                raw[S_TRANSPORT] = (struct raw){"http", "--http"};
             continue;
         }
         size_t s = 0;

@@ -71,6 +71,9 @@ struct cs_runner_events {
     /* uds: the worker is gone; every process it owned is dead, every pending call was completed
      * as ambiguous, later calls fail before dispatch. */
     void (*lost)(void *arg);
+    /* A link to a worker was made again after a loss (optional): uds, a new worker replaced a
+     * lost one; tcp, a hello was answered on a connection after the first. */
+    void (*reconnected)(void *arg);
     void *arg;
 };
 

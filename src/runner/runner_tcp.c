@@ -326,6 +326,8 @@ static void hello_isolation(struct cs__runner_tcp *t, const struct csw_runner_wi
 {
     cs_runner_isolation_decode(h->has_isolation ? &h->isolation : NULL, &t->iso);
     t->hellos++;
+    if (t->hellos > 1 && t->r->ev.reconnected)
+        t->r->ev.reconnected(t->r->ev.arg);
     if (!t->require_sandbox || t->iso.sandbox)
         return;
     cs_diag_format(

@@ -487,6 +487,8 @@ static int replace_worker(struct cs__runner_uds *u, struct cs_diag *d)
     }
     cs_log(CS_LOG_INFO, "runner worker replaced",
            json_pack("{s:I,s:s}", "pid", (json_int_t)u->pid, "replaced", u->lost_why));
+    if (u->r->ev.reconnected)
+        u->r->ev.reconnected(u->r->ev.arg);
     return 0;
 }
 

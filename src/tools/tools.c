@@ -968,9 +968,33 @@ int cs_tools_init(struct cs_tools *t, const struct cs_config *cfg, const char *v
     return 0;
 }
 
+/* Any runner made a link to a worker again (a uds worker replaced, a tcp worker's hello
+ * answered again): counted for the operator's metrics (docs/operations.md, "Metrics"). */
+static void on_runner_reconnected(void *arg)
+{
+    struct cs_tools *t = arg;
+    t->runner_reconnects++;
+}
+
 struct cs_runner_events cs_tools_runner_events(struct cs_tools *t)
 {
-    return (struct cs_runner_events){on_process_exited, on_runner_lost, t};
+    return (struct cs_runner_events){.process_exited = on_process_exited,
+                                     .lost = on_runner_lost,
+                                     .reconnected = on_runner_reconnected,
+                                     .arg = t};
+}
+
+size_t cs_tools_live_processes(const struct cs_tools *t)
+{
+    size_t n = 0;
+    for (size_t i = 0; t->leases && i < t->cfg->n_workspaces; i++) {
+        const struct cs_tools_lease *l = &t->leases[i];
+        if (l->live)
+            n += l->n_live;
+        else if (cs__tools_lease_holds(l, NULL))
+            n++;
+    }
+    return n;
 }
 
 int cs_tools_register(struct cs_mcp *srv, struct cs_tools *t, const struct cs_tools_sandbox *sb,

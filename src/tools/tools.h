@@ -41,6 +41,9 @@ struct cs_tools {
     uint64_t *info_hellos;
     struct cs_loop *loop; /* borrowed: the loop the runner and the progress polls run on */
     struct cs_mcp *srv;   /* borrowed: where process exits are logged (NULL while freeing) */
+    /* Links to a worker made again after a loss, by any runner (struct cs_runner_events'
+     * reconnected): a uds worker replaced, a tcp worker's hello answered after the first. */
+    uint64_t runner_reconnects;
 };
 
 /* What the sandbox probe found (main runs it, docs/contract/sandbox.md §2): borrowed for the
@@ -60,6 +63,10 @@ int cs_tools_init(struct cs_tools *t, const struct cs_config *cfg, const char *v
                   struct cs_store *store, struct cs_loop *loop, struct cs_diag *err);
 /* The events every runner made for t reports to (a process exited, the uds worker was lost). */
 struct cs_runner_events cs_tools_runner_events(struct cs_tools *t);
+/* The processes this gateway started that hold a place in their workspace: spawned (or being
+ * spawned) by exec_command and not yet known to have exited (no process_exited event, no lost
+ * worker). A process being killed after its client cancelled counts until its exit. */
+size_t cs_tools_live_processes(const struct cs_tools *t);
 /* After main has set t->runner (owned by t from then on) and, for workspaces placed on a remote
  * worker, t->remote: fills t->caps from what this build implements, cfg and sb, decides which
  * workspaces can run no command (a root server without the sandbox), and sets the handlers of

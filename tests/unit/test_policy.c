@@ -189,6 +189,7 @@ static void test_defaults(void **state)
     assert_int_equal(cfg.http_request_timeout_secs, 5);
     assert_int_equal(cfg.http_max_connections, 1024);
     assert_false(cfg.require_linux_sandbox);
+    assert_false(cfg.metrics);
     assert_string_equal(cfg.log_level, "info");
     assert_int_equal(cfg.log_severity, 6);
     assert_null(cfg.runtime_bin);
@@ -448,12 +449,43 @@ static void test_help_and_version(void **state)
                                         "$TMPDIR",
                                         "(default 8)",
                                         "(default info)",
-                                        "(default stdio)"};
+                                        "(default stdio)",
+                                        "--metrics",
+                                        "CODESPACE_METRICS"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         if (!strstr(u, names[i]))
             fail_msg("usage does not mention %s", names[i]);
     }
     assert_int_equal(u[strlen(u) - 1], '\n');
+}
+
+/* --metrics (workflows.md section 6): HTTP only, off by default; with stdio the start is
+ * refused naming where it came from. */
+static void test_metrics(void **state)
+{
+    (void)state;
+    struct cs_config cfg;
+    load_ok(&cfg, ARGV("--http", "--metrics"), BASE_ENV);
+    assert_true(cfg.metrics);
+    cs_config_free(&cfg);
+    load_ok(&cfg, ARGV("--http"), ENV("HOME=/home/u", "CODESPACE_METRICS=1"));
+    assert_true(cfg.metrics);
+    cs_config_free(&cfg);
+    load_ok(&cfg, ARGV("--http"), ENV("HOME=/home/u", "CODESPACE_METRICS=0"));
+    assert_false(cfg.metrics);
+    cs_config_free(&cfg);
+    /* The flag wins over a variable that says 0. */
+    load_ok(&cfg, ARGV("--http", "--metrics"), ENV("HOME=/home/u", "CODESPACE_METRICS=0"));
+    assert_true(cfg.metrics);
+    cs_config_free(&cfg);
+    load_err(ARGV("--metrics"), BASE_ENV,
+             "--metrics: metrics are served over HTTP only; the stdio transport has no endpoint "
+             "for them (add --http, or drop --metrics)");
+    load_err(NOARGS, ENV("HOME=/home/u", "CODESPACE_METRICS=1"),
+             "CODESPACE_METRICS: metrics are served over HTTP only; the stdio transport has no "
+             "endpoint for them (add --http, or drop CODESPACE_METRICS)");
+    load_err(ARGV("--http"), ENV("HOME=/home/u", "CODESPACE_METRICS=yes"),
+             "CODESPACE_METRICS: expected \"1\" or \"0\", got \"yes\"");
 }
 
 static void test_argument_errors(void **state)
@@ -466,6 +498,7 @@ static void test_argument_errors(void **state)
     load_err(ARGV("--"), BASE_ENV, "unexpected argument \"--\" (see --help)");
     load_err(ARGV("--port"), BASE_ENV, "--port: missing value");
     load_err(ARGV("--http=1"), BASE_ENV, "--http: takes no value");
+    load_err(ARGV("--http", "--metrics=1"), BASE_ENV, "--metrics: takes no value");
     /* Prefixes are not abbreviations. */
     load_err(ARGV("--hos", "x"), BASE_ENV, "unknown flag \"--hos\" (see --help)");
     load_err(ARGV("--hostname", "x"), BASE_ENV, "unknown flag \"--hostname\" (see --help)");
@@ -1954,6 +1987,7 @@ int main(void)
         cmocka_unit_test(test_flag_wins_over_variable),
         cmocka_unit_test(test_log_levels),
         cmocka_unit_test(test_help_and_version),
+        cmocka_unit_test(test_metrics),
         cmocka_unit_test(test_argument_errors),
         cmocka_unit_test(test_bad_values),
         cmocka_unit_test(test_runner_dir_refusals),
