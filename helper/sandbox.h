@@ -205,7 +205,8 @@ void cs_sbx_proxy_serve(const struct cs_sbx_proxy_cfg *cfg);
 #define CS_SBX_DENIAL_TARGET_MAX CSW_DENIAL_TARGET_MAX_LEN
 
 /* Records one refusal; target is copied (cut at CS_SBX_DENIAL_TARGET_MAX bytes), reason is a
- * static string. Distinct by kind+target+reason; past 32 entries only counted as dropped. */
+ * static string. Distinct by kind+target+reason; past 32 entries, or refused one of the last 8
+ * (kept for kinds other than the one holding most of the first 24), only counted as dropped. */
 void cs_sbx_denial_add(enum csw_denial_kind kind, const char *target, const char *reason);
 size_t cs_sbx_denial_count(void);
 

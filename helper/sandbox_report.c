@@ -33,7 +33,12 @@
 
 #include "sandbox.h"
 
-/* The 32 distinct entries of docs/contract/tools.md §6; later refusals are only counted. */
+/* The 32 distinct entries of docs/contract/tools.md §6. The first 24 are open to any kind; the
+ * last 8 are kept for the kinds other than the one holding most of the first 24, so a flood of
+ * one kind (proxy refusals, say) cannot hide a later refusal of another (a ptrace). A refusal that
+ * gets no entry is counted in dropped, which the report carries: nothing is silently lost. */
+#define OPEN_SLOTS (CS_SBX_DENIALS_MAX - 8)
+
 struct entry {
     enum csw_denial_kind kind;
     char target[CS_SBX_DENIAL_TARGET_MAX + 1];
@@ -44,6 +49,20 @@ struct entry {
 static struct entry table[CS_SBX_DENIALS_MAX];
 static size_t n_table;
 static int64_t dropped;
+
+/* The kind holding most of the first OPEN_SLOTS entries (ties: the lowest kind), once they are
+ * all taken: the one the reserved slots refuse. */
+static enum csw_denial_kind flood_kind(void)
+{
+    size_t per[CSW_DENIAL_KIND__COUNT] = {0};
+    for (size_t i = 0; i < OPEN_SLOTS && i < n_table; i++)
+        per[table[i].kind]++;
+    size_t best = 0;
+    for (size_t k = 1; k < CSW_DENIAL_KIND__COUNT; k++)
+        if (per[k] > per[best])
+            best = k;
+    return (enum csw_denial_kind)best;
+}
 
 void cs_sbx_denial_add(enum csw_denial_kind kind, const char *target, const char *reason)
 {
@@ -56,7 +75,7 @@ void cs_sbx_denial_add(enum csw_denial_kind kind, const char *target, const char
                 table[i].count++;
             return;
         }
-    if (n_table == CS_SBX_DENIALS_MAX) {
+    if (n_table == CS_SBX_DENIALS_MAX || (n_table >= OPEN_SLOTS && kind == flood_kind())) {
         if (dropped < INT64_MAX)
             dropped++;
         return;

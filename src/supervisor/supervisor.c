@@ -161,12 +161,16 @@ static char *chunk_from(const struct proc *p, uint64_t start, uint64_t *next, si
     return text;
 }
 
-/* The denials of a finished sandboxed process, borrowed from p (absent when none). */
-static void fill_denials(const struct proc *p, bool *has, struct csw_denial **v, size_t *n)
+/* The denials of a finished sandboxed process, borrowed from p (absent when none), and how many
+ * refusals the helper counted without listing them (has_dropped false when none). */
+static void fill_denials(const struct proc *p, bool *has, struct csw_denial **v, size_t *n,
+                         bool *has_dropped, int64_t *dropped)
 {
     *has = p->has_report && p->rep.denials.n > 0;
     *v = *has ? p->rep.denials.v : NULL;
     *n = *has ? p->rep.denials.n : 0;
+    *has_dropped = p->has_report && p->rep.has_dropped && p->rep.dropped > 0;
+    *dropped = *has_dropped ? p->rep.dropped : 0;
 }
 
 /* The helper has exited: everything it wrote is in the pipe. One frame (u32 big-endian length
@@ -236,7 +240,8 @@ static void answer_exec(struct proc *p, bool with_output, cs_supervisor_done_fn 
         out.has_output_lost = true;
         out.output_lost = retained_from(p) > 0;
         fill_end(p, &out.has_exit_code, &out.exit_code, &out.has_termination, &out.termination);
-        fill_denials(p, &out.has_denials, &out.denials.v, &out.denials.n);
+        fill_denials(p, &out.has_denials, &out.denials.v, &out.denials.n, &out.has_denials_dropped,
+                     &out.denials_dropped);
     }
     done(arg, 0, NULL, &out);
     free(text);
@@ -277,7 +282,8 @@ static void answer_read(struct proc *p, int64_t cursor, cs_supervisor_done_fn do
         .output_lost = from > 0,
         .retained_from = (int64_t)from,
     };
-    fill_denials(p, &out.has_denials, &out.denials.v, &out.denials.n);
+    fill_denials(p, &out.has_denials, &out.denials.v, &out.denials.n, &out.has_denials_dropped,
+                 &out.denials_dropped);
     done(arg, 0, NULL, &out);
     free(text);
 }
@@ -1503,7 +1509,8 @@ void cs_supervisor_status(struct cs_supervisor *s, const struct csw_mcp_process_
     out.output_retained_from = (int64_t)retained_from(p);
     out.eof = p->finished;
     out.tty = p->tty;
-    fill_denials(p, &out.has_denials, &out.denials.v, &out.denials.n);
+    fill_denials(p, &out.has_denials, &out.denials.v, &out.denials.n, &out.has_denials_dropped,
+                 &out.denials_dropped);
     done(arg, 0, NULL, &out);
 }
 

@@ -916,6 +916,24 @@ result(out)
 """
 
 
+# Steps from argv, in order, each refused: "net:HOST:PORT" asks the proxy for HOST:PORT (CONNECT,
+# then GET: two refusals of one entry), "sock:N" calls socket(N, SOCK_STREAM, 0), "ptrace" calls
+# ptrace(PTRACE_TRACEME). Prints what each step saw.
+FLOOD_PROBE = PROXY_PROBE.split("out = []")[0] + """
+out = []
+for step in sys.argv[1:]:
+    if step.startswith('net:'):
+        host = step[4:]
+        out.append([step, [ask('CONNECT %s HTTP/1.1\\r\\nHost: %s\\r\\n\\r\\n' % (host, host)),
+                           ask('GET http://%s/probe HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n' % host)]])
+    elif step.startswith('sock:'):
+        out.append([step, list(sc(41, int(step[5:]), 1, 0))])
+    else:
+        out.append([step, list(sc(101, 0, 0, 0, 0))])
+result(out)
+"""
+
+
 class NetworkAllowCase(unittest.TestCase):
     """network_allow through the real server's exec_command (docs/contract/sandbox.md section 4): a
     workspace with network "enabled" and network_allow [] reaches nothing, not even a loopback
@@ -990,18 +1008,88 @@ class NetworkAllowCase(unittest.TestCase):
         self.assertTrue(all(d["kind"] == "network" for d in out["denials"]))
         st = self.srv.call("process_status", {"process_id": out["process_id"]})
         self.assertEqual(st["denials"], out["denials"])
+        self.assertNotIn("denials_dropped", out)
+        self.assertNotIn("denials_dropped", st)
         info = self.srv.call("workspace_info", {"workspace_id": "none"})
         self.assertIn("network", info["execution"]["isolation"]["denial_reports"], info)
 
-    def test_hundred_hosts_give_32_entries(self):
+    def test_hundred_hosts_give_24_entries_and_a_count(self):
+        """A flood of one kind fills the 24 open entries; the 8 kept for other kinds stay empty
+        and every refusal not listed is counted (docs/contract/tools.md section 6)."""
         hosts = ["h%d.invalid:80" % i for i in range(100)]
         out = self.srv.call("exec_command", {
             "workspace_id": "none", "command": [PY, "-c", PY_PROOF + PROXY_PROBE] + hosts,
             "yield_ms": int(min(30000, 25000 * SLOW))})
         self.assertEqual(out["state"], "exited", out)
-        self.assertEqual(len(out["denials"]), 32, out["denials"])
-        self.assertEqual([d["target"] for d in out["denials"]], hosts[:32])
+        self.assertEqual(len(out["denials"]), 24, out["denials"])
+        self.assertEqual([d["target"] for d in out["denials"]], hosts[:24])
         self.assertTrue(all(d["count"] == 2 for d in out["denials"]), out["denials"])
+        # CONNECT and GET for each of the 76 hosts not listed
+        self.assertEqual(out.get("denials_dropped"), 2 * 76, out)
+
+    # ---- floods (issue #29 item 6): a refusal of a rarer kind after a flood is listed -------
+
+    def flood(self, steps):
+        """Runs FLOOD_PROBE with steps in the "none" workspace (network enabled, nothing
+        allowed): (exec, process_status, read_process) results, once the command has ended,
+        after checking each step was refused as the command sees it."""
+        out = self.srv.call("exec_command", {
+            "workspace_id": "none", "command": [PY, "-c", PY_PROOF + FLOOD_PROBE] + steps,
+            "yield_ms": int(min(30000, 25000 * SLOW))})
+        self.assertEqual(out["dispatch_status"], "confirmed", out)
+        self.assertEqual(out["state"], "exited", out)
+        pid = out["process_id"]
+        st = self.srv.call("process_status", {"process_id": pid})
+        rd = self.srv.call("read_process", {"process_id": pid})
+        self.assertNotIn("NOT-INSIDE", rd["chunk"])
+        m = re.search(r"^RESULT:(.*)$", rd["chunk"], re.M)
+        self.assertTrue(m, "no result: %r" % rd["chunk"])
+        for step, seen in json.loads(m.group(1)):
+            # reporting (or dropping a report) never changes what the command sees
+            if step.startswith("net:"):
+                self.assertTrue(all(" 403 " in line for line in seen), (step, seen))
+            else:
+                self.assertEqual(seen, [-1, EPERM], step)
+        return out, st, rd
+
+    def assert_all_answers(self, answers, want, dropped):
+        for name, r in zip(("exec_command", "process_status", "read_process"), answers):
+            got = [(d["kind"], d["target"], d["count"]) for d in r.get("denials", [])]
+            self.assertEqual(got, want, name)
+            self.assertEqual(r.get("denials_dropped"), dropped, "%s: %r" % (name, r))
+
+    def test_proxy_flood_keeps_a_later_ptrace(self):
+        hosts = ["f%d.invalid:80" % i for i in range(60)]
+        answers = self.flood(["net:" + h for h in hosts] + ["ptrace", "ptrace"])
+        want = [("network", h, 2) for h in hosts[:24]] + [("syscall", "ptrace", 2)]
+        self.assert_all_answers(answers, want, 2 * 36)
+
+    def test_syscall_flood_keeps_a_later_proxy_refusal(self):
+        # socket() of a family past AF_INET6 is refused and reported per family: 60 distinct
+        fams = list(range(20, 80))
+        answers = self.flood(["sock:%d" % f for f in fams] + ["net:late.invalid:443"])
+        want = ([("syscall", "socket(%d)" % f, 1) for f in fams[:24]] +
+                [("network", "late.invalid:443", 2)])
+        self.assert_all_answers(answers, want, 36)
+
+    def test_past_32_entries_every_refusal_counted(self):
+        """30 syscall entries then 10 hosts: 24 syscall entries, the 8 kept slots take the first
+        8 hosts; the 6 syscall and 2 host entries that found no room are counted, and so is a
+        ptrace once all 32 are taken (a repeat of a listed entry still raises its count)."""
+        fams = list(range(20, 50))
+        hosts = ["p%d.invalid:80" % i for i in range(10)]
+        answers = self.flood(["sock:%d" % f for f in fams] + ["net:" + h for h in hosts] +
+                             ["ptrace", "sock:20"])
+        want = ([("syscall", "socket(20)", 2)] +
+                [("syscall", "socket(%d)" % f, 1) for f in fams[1:24]] +
+                [("network", h, 2) for h in hosts[:8]])
+        self.assert_all_answers(answers, want, 6 + 2 * 2 + 1)
+
+    def test_few_refusals_no_drop_count(self):
+        answers = self.flood(["sock:20", "net:one.invalid:80", "ptrace"])
+        want = [("syscall", "socket(20)", 1), ("network", "one.invalid:80", 2),
+                ("syscall", "ptrace", 1)]
+        self.assert_all_answers(answers, want, None)
 
     def test_listed_loopback_address_is_reached(self):
         before = _Hits.hits
