@@ -1,12 +1,13 @@
 /*
  * Fuzz harness for the HTTP request guard (src/http/http_guard.c): Host, Origin, bearer token,
- * Content-Type and Content-Length, the checks every HTTP request meets before its body is read,
- * and Accept (whether a reply may be an SSE stream).
- * Input: byte 0 holds flags (bit 0: a token is configured; bits 1-2: the Host header count,
- * bits 3-4 the Origin count, bits 5-6 the Authorization count, bit 7: a second Content-Type);
- * the rest is split on 0xff
- * into the Host, Origin, Authorization, Content-Type and Content-Length values (a missing field
- * is absent). Trust: the input is arbitrary.
+ * the single-valued headers, Content-Type and Content-Length, the checks every HTTP request meets
+ * before its body is read, and Accept (whether a reply may be an SSE stream). Input: byte 0 holds
+ * flags (bit 0: a token is configured; bits 1-2: the Host header count, bits 3-4 the Origin count,
+ * bits 5-6 the Authorization count, bit 7: a second Content-Type); the rest is split on 0xff into
+ * the Host, Origin, Authorization, Content-Type and Content-Length values (a missing field is
+ * absent), then a sixth field whose bytes 0-5 give (low two bits) how many times Mcp-Method,
+ * Mcp-Name, MCP-Protocol-Version, Mcp-Session-Id, Content-Length and Transfer-Encoding appeared
+ * (a missing byte: 0), for cs_http_guard_single. Trust: the input is arbitrary.
  * Each function is checked against an independent model written from docs/http.md (the
  * authority grammar, the allowed names, the ports, the Bearer scheme, the media type, decimal
  * comparison without arithmetic), and cs_http_guard_check and cs_http_guard_body against their
@@ -216,10 +217,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (size < 1)
         return 0;
     uint8_t flags = data[0];
-    const char *f[5] = {NULL, NULL, NULL, NULL, NULL};
-    size_t fn[5] = {0, 0, 0, 0, 0};
+    const char *f[6] = {NULL, NULL, NULL, NULL, NULL, NULL};
+    size_t fn[6] = {0, 0, 0, 0, 0, 0};
     const char *p = (const char *)data + 1, *end = (const char *)data + size;
-    for (size_t i = 0; i < 5 && p <= end; i++) {
+    for (size_t i = 0; i < 6 && p <= end; i++) {
         const char *sep = memchr(p, 0xff, (size_t)(end - p));
         f[i] = p;
         fn[i] = (size_t)((sep ? sep : end) - p);
@@ -277,6 +278,27 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         (void)cs_http_content_length(f[4], fn[4], cap, &bwant_len);
     check(cs_http_guard_body(&ctype, &clen, cap, &blen) == bwant);
     check(blen == bwant_len);
+
+    /* Headers whose meaning is one value (docs/http.md): any of them twice is refused, and so is
+     * Content-Length beside Transfer-Encoding; the framing headers are judged first. */
+    unsigned n6[6] = {0, 0, 0, 0, 0, 0};
+    for (size_t i = 0; f[5] && i < 6 && i < fn[5]; i++)
+        n6[i] = (unsigned char)f[5][i] & 3u;
+    const struct cs_http_guard_single single = {n6[0], n6[1], n6[2], n6[3], n6[4], n6[5]};
+    enum cs_http_single_verdict swant = CS_HTTP_SINGLE_OK;
+    if (n6[4] >= 2)
+        swant = CS_HTTP_SINGLE_LENGTH;
+    else if (n6[4] == 1 && n6[5] >= 1)
+        swant = CS_HTTP_SINGLE_LENGTH_TRANSFER;
+    else if (n6[2] >= 2)
+        swant = CS_HTTP_SINGLE_VERSION;
+    else if (n6[0] >= 2)
+        swant = CS_HTTP_SINGLE_METHOD;
+    else if (n6[1] >= 2)
+        swant = CS_HTTP_SINGLE_NAME;
+    else if (n6[3] >= 2)
+        swant = CS_HTTP_SINGLE_SESSION;
+    check(cs_http_guard_single(&single) == swant);
 
     /* Constant-time equality is plain equality. */
     check(cs_http_ct_equal(f[0] ? f[0] : "", fn[0], f[1] ? f[1] : "", fn[1]) ==

@@ -1,7 +1,7 @@
 /*
- * http_guard: Host, Origin, bearer token, Content-Type and Content-Length checks (see
- * http_guard.h). Pure functions over (pointer, length) spans; every value is untrusted. Every
- * decision about a request's headers is made here; http_server.c only collects them.
+ * http_guard: Host, Origin, bearer token, single-valued headers, Content-Type and Content-Length
+ * checks (see http_guard.h). Pure functions over (pointer, length) spans; every value is untrusted.
+ * Every decision about a request's headers is made here; http_server.c only collects them.
  */
 #include "http_guard.h"
 
@@ -118,6 +118,27 @@ enum cs_http_guard_verdict cs_http_guard_check(const struct cs_http_guard *g,
     if (!cs_http_ct_equal(v + 7, n - 7, g->token, g->token_len))
         return CS_HTTP_GUARD_BAD_TOKEN;
     return CS_HTTP_GUARD_OK;
+}
+
+enum cs_http_single_verdict cs_http_guard_single(const struct cs_http_guard_single *c)
+{
+    /* Two lengths, or a length beside a chunked framing, let two readers of the same bytes
+     * disagree on where the body ends (request smuggling): refused even when the values agree. */
+    if (c->length > 1)
+        return CS_HTTP_SINGLE_LENGTH;
+    if (c->length > 0 && c->transfer > 0)
+        return CS_HTTP_SINGLE_LENGTH_TRANSFER;
+    /* The MCP headers are read by a lookup that answers the first one: a second would be
+     * ignored by the server but may be the one a proxy in front of it judged. */
+    if (c->version > 1)
+        return CS_HTTP_SINGLE_VERSION;
+    if (c->method > 1)
+        return CS_HTTP_SINGLE_METHOD;
+    if (c->name > 1)
+        return CS_HTTP_SINGLE_NAME;
+    if (c->session > 1)
+        return CS_HTTP_SINGLE_SESSION;
+    return CS_HTTP_SINGLE_OK;
 }
 
 bool cs_http_content_type_ok(const char *v, size_t n)

@@ -9,9 +9,10 @@
  * any byte, NUL included); nothing is read past the length. The configuration (allowed host,
  * port, token) is the operator's.
  *
- * Entry points: cs_http_guard_check (Host, Origin, token, in that order), cs_http_guard_body (a
- * POST's Content-Type, then Content-Length), cs_http_host_ok, cs_http_origin_ok,
- * cs_http_content_type_ok, cs_http_content_length, cs_http_accepts_event_stream, cs_http_ct_equal.
+ * Entry points: cs_http_guard_check (Host, Origin, token, in that order), cs_http_guard_single
+ * (headers that may appear once), cs_http_guard_body (a POST's Content-Type, then Content-Length),
+ * cs_http_host_ok, cs_http_origin_ok, cs_http_content_type_ok, cs_http_content_length,
+ * cs_http_accepts_event_stream, cs_http_ct_equal.
  */
 #ifndef CS_HTTP_GUARD_H
 #define CS_HTTP_GUARD_H
@@ -56,6 +57,34 @@ enum cs_http_body_verdict {
     CS_HTTP_BODY_BAD_TYPE,  /* 415 */
     CS_HTTP_BODY_TOO_LARGE, /* 413 */
 };
+
+/* How many times the request carried each header whose meaning is one value, besides Host,
+ * Origin, Authorization and Content-Type (which the checks above count themselves). */
+struct cs_http_guard_single {
+    unsigned method;   /* Mcp-Method */
+    unsigned name;     /* Mcp-Name */
+    unsigned version;  /* MCP-Protocol-Version */
+    unsigned session;  /* Mcp-Session-Id */
+    unsigned length;   /* Content-Length */
+    unsigned transfer; /* Transfer-Encoding (a list: repeats are its own business) */
+};
+
+enum cs_http_single_verdict {
+    CS_HTTP_SINGLE_OK,
+    CS_HTTP_SINGLE_LENGTH,          /* two or more Content-Length, equal or not: 400 */
+    CS_HTTP_SINGLE_LENGTH_TRANSFER, /* Content-Length with Transfer-Encoding: 400 */
+    CS_HTTP_SINGLE_VERSION,         /* two or more MCP-Protocol-Version: 400 */
+    CS_HTTP_SINGLE_METHOD,          /* two or more Mcp-Method: 400 */
+    CS_HTTP_SINGLE_NAME,            /* two or more Mcp-Name: 400 */
+    CS_HTTP_SINGLE_SESSION,         /* two or more Mcp-Session-Id: 400 */
+};
+
+/* Every request, once cs_http_guard_check passed and before anything is read or run: a header
+ * whose meaning is one value may appear at most once, whatever the values (docs/http.md,
+ * "Request handling"); Content-Length and Transfer-Encoding together are refused too (RFC 9112
+ * section 6.3: the framing would be ambiguous). Returns the first failure in the order of the
+ * enum, or CS_HTTP_SINGLE_OK. */
+enum cs_http_single_verdict cs_http_guard_single(const struct cs_http_guard_single *c);
 
 /* A POST's body headers, once cs_http_guard_check passed. Content-Type: absent is tolerated
  * (clients differ), else exactly one, which cs_http_content_type_ok takes (a value holding a NUL

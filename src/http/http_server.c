@@ -69,6 +69,7 @@
 #define BODY_BUSY        RPC_ERROR("-32000", "server busy: request body budget in use, retry")
 #define RETRY_AFTER_S    "1" /* every 503: the budget frees as uploads end (within seconds) */
 #define BODY_INTERNAL    RPC_ERROR("-32603", "internal error")
+#define BODY_REPEATED(h) RPC_ERROR("-32600", "repeated header: " h " may appear once")
 
 struct sess {
     char id[SESSION_ID_LEN + 1];
@@ -548,6 +549,49 @@ static unsigned check_origin_and_auth(struct cs_http *h, const struct hdrs *hs, 
     }
     *why = "bad or missing bearer token";
     return MHD_HTTP_UNAUTHORIZED;
+}
+
+/* The headers whose meaning is one value, each at most once (and no Content-Length beside
+ * Transfer-Encoding). Returns 0 when the request may go on, else 400 with *body and *why set. */
+static unsigned check_single(const struct hdrs *hs, const char **body, const char **why)
+{
+    const struct cs_http_guard_single c = {
+        .method = hs->slot[H_METHOD].count,
+        .name = hs->slot[H_NAME].count,
+        .version = hs->slot[H_VERSION].count,
+        .session = hs->slot[H_SESSION].count,
+        .length = hs->slot[H_CLEN].count,
+        .transfer = hs->slot[H_TRANSFER].count,
+    };
+    switch (cs_http_guard_single(&c)) {
+    case CS_HTTP_SINGLE_OK:
+        return 0;
+    case CS_HTTP_SINGLE_LENGTH:
+        *body = BODY_REPEATED("Content-Length");
+        *why = "repeated Content-Length";
+        break;
+    case CS_HTTP_SINGLE_LENGTH_TRANSFER:
+        *body = RPC_ERROR("-32600", "Content-Length and Transfer-Encoding may not both appear");
+        *why = "Content-Length with Transfer-Encoding";
+        break;
+    case CS_HTTP_SINGLE_VERSION:
+        *body = BODY_REPEATED("MCP-Protocol-Version");
+        *why = "repeated MCP-Protocol-Version";
+        break;
+    case CS_HTTP_SINGLE_METHOD:
+        *body = BODY_REPEATED("Mcp-Method");
+        *why = "repeated Mcp-Method";
+        break;
+    case CS_HTTP_SINGLE_NAME:
+        *body = BODY_REPEATED("Mcp-Name");
+        *why = "repeated Mcp-Name";
+        break;
+    case CS_HTTP_SINGLE_SESSION:
+        *body = BODY_REPEATED("Mcp-Session-Id");
+        *why = "repeated Mcp-Session-Id";
+        break;
+    }
+    return MHD_HTTP_BAD_REQUEST;
 }
 
 /* A POST's Content-Type and Content-Length: *announced is the body size it announces (0 when
@@ -1258,6 +1302,10 @@ static enum MHD_Result first_call(struct cs_http *h, struct req *r, const char *
         return reject(r, status, BODY_UNAUTHORIZED, why);
     if (status != 0)
         return reject(r, status, BODY_FORBIDDEN, why);
+    /* Before any path, session or body is looked at: nothing runs for such a request. */
+    const char *body_text = NULL;
+    if (check_single(&r->hdrs, &body_text, &why) != 0)
+        return reject(r, MHD_HTTP_BAD_REQUEST, body_text, why);
     if (h->metrics && strcmp(url, "/metrics") == 0)
         return serve_metrics(h, r, method);
     if (strcmp(url, "/mcp") != 0)

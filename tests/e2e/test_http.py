@@ -1001,5 +1001,166 @@ class TestHttpBodyBudget(HttpCase):
         self.assertEqual(big.status, 200, big.body[:200])
 
 
+MODERN = "2026-07-28"
+MODERN_META = {"io.modelcontextprotocol/protocolVersion": MODERN,
+               "io.modelcontextprotocol/clientCapabilities": {},
+               "io.modelcontextprotocol/clientInfo": {"name": "e2e", "version": "1"}}
+
+
+def chunked(body):
+    """body as one chunk and the last chunk (Transfer-Encoding: chunked)."""
+    return b"%x\r\n" % len(body) + body + b"\r\n0\r\n\r\n"
+
+
+class TestHttpRepeatedHeaders(HttpCase):
+    """docs/http.md "Request handling": a header whose meaning is one value, repeated with equal
+    or different values, with a Content-Length body or a chunked one, is refused before anything
+    runs: Mcp-Method, Mcp-Name, MCP-Protocol-Version, Mcp-Session-Id and Content-Length with 400
+    (Content-Length beside Transfer-Encoding too), like Host and Origin (403), Authorization (401)
+    and Content-Type (415). Each request is a tools/call exec_command that would create a marker
+    file in the workspace; the same request with each header once creates it (the control)."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.server = Server("--token", TOKEN)
+        cls.auth = "Bearer " + TOKEN
+
+    @classmethod
+    def tearDownClass(cls):
+        rc = cls.server.stop()
+        if rc != 0:
+            raise AssertionError(f"server exited with {rc}:\n" + cls.server.log()[-4000:])
+
+    def marker_call(self, marker, modern):
+        """The body of a tools/call that creates the file marker in the workspace."""
+        params = {"name": "exec_command",
+                  "arguments": {"workspace_id": "default",
+                                "command": ["/bin/sh", "-c", 'touch "$0"', marker],
+                                "yield_ms": 5000}}
+        if modern:
+            params["_meta"] = MODERN_META
+        return json.dumps({"jsonrpc": "2.0", "id": 41, "method": "tools/call",
+                           "params": params}).encode()
+
+    def send(self, headers, body, framing):
+        """POSTs body with the header lines headers ([(name, value)], in order) and the framing
+        "length" (one Content-Length), "chunked" (Transfer-Encoding: chunked) or "given" (the
+        framing headers are among headers; the body goes chunked if one is Transfer-Encoding)."""
+        head = [("Host", "127.0.0.1"), ("Accept", "application/json, text/event-stream"),
+                ("Connection", "close")]
+        names = [n.lower() for n, _ in headers]
+        if "authorization" not in names:
+            head.append(("Authorization", self.auth))
+        if "content-type" not in names:
+            head.append(("Content-Type", "application/json"))
+        head += headers
+        if framing == "length":
+            head.append(("Content-Length", str(len(body))))
+        elif framing == "chunked":
+            head.append(("Transfer-Encoding", "chunked"))
+        if framing == "chunked" or "transfer-encoding" in names:
+            payload = chunked(body)
+        else:
+            payload = body
+        data = b"POST /mcp HTTP/1.1\r\n" + b"".join(
+            b"%s: %s\r\n" % (n.encode(), v.encode()) for n, v in head) + b"\r\n" + payload
+        return self.raw(data)
+
+    def workspace_has(self, marker):
+        return os.path.exists(os.path.join(self.server.tmp.name, marker))
+
+    def session_id(self):
+        sid = self.session()
+        self.addCleanup(self.request, "DELETE", headers={"Mcp-Session-Id": sid})
+        return sid
+
+    def cases(self):
+        """(label, modern, headers, framing, status, named) for every refused request."""
+        sid, other = self.session_id(), self.session_id()
+        mod = [("MCP-Protocol-Version", MODERN), ("Mcp-Method", "tools/call"),
+               ("Mcp-Name", "exec_command")]
+        singles = {  # header: (modern request, its other headers, an equal and a different value)
+            "Mcp-Method": (True, [mod[0], mod[2]], "tools/call", "tools/list"),
+            "Mcp-Name": (True, mod[:2], "exec_command", "read"),
+            "MCP-Protocol-Version": (True, mod[1:], MODERN, "2025-11-25"),
+            "Mcp-Session-Id": (False, [], sid, other),
+        }
+        out = []
+        for name, (modern, rest, value, different) in singles.items():
+            for kind, second in (("equal", value), ("different", different)):
+                for framing in ("length", "chunked"):
+                    out.append(("%s twice, %s, %s" % (name, kind, framing), modern,
+                                rest + [(name, value), (name, second)], framing, 400, name))
+            # the second spelled in another case is the same header
+            out.append(("%s twice, other case" % name, modern,
+                        rest + [(name, value), (name.upper(), value)], "length", 400, name))
+        for kind, delta in (("equal", 0), ("different", 7)):
+            for te in (False, True):
+                extra = [("Transfer-Encoding", "chunked")] if te else []
+                out.append(("Content-Length twice, %s%s" % (kind, ", chunked" if te else ""),
+                            True, mod + [("Content-Length", "LEN"),
+                                         ("Content-Length", "LEN+%d" % delta)] + extra,
+                            "given", 400, "Content-Length"))
+        out.append(("Content-Length with Transfer-Encoding", True,
+                    mod + [("Content-Length", "LEN"), ("Transfer-Encoding", "chunked")],
+                    "given", 400, "Transfer-Encoding"))
+        out.append(("Transfer-Encoding with Content-Length", True,
+                    mod + [("Transfer-Encoding", "chunked"), ("Content-Length", "LEN")],
+                    "given", 400, "Transfer-Encoding"))
+        # the headers already refused when repeated, alone and chunked
+        for framing in ("length", "chunked"):
+            out.append(("Host twice, " + framing, True, mod + [("Host", "127.0.0.1")], framing,
+                        403, None))
+            out.append(("Origin twice, " + framing, True,
+                        mod + [("Origin", "http://localhost"), ("Origin", "http://localhost")],
+                        framing, 403, None))
+            out.append(("Authorization twice, " + framing, True,
+                        mod + [("Authorization", self.auth), ("Authorization", self.auth)],
+                        framing, 401, None))
+            out.append(("Content-Type twice, " + framing, True,
+                        mod + [("Content-Type", "application/json"),
+                               ("Content-Type", "application/json")], framing, 415, None))
+        return out
+
+    def test_control_each_header_once_runs(self):
+        sid = self.session_id()
+        mod = [("MCP-Protocol-Version", MODERN), ("Mcp-Method", "tools/call"),
+               ("Mcp-Name", "exec_command")]
+        for label, modern, headers in (("modern", True, mod),
+                                       ("session", False, [("Mcp-Session-Id", sid)])):
+            for framing in ("length", "chunked"):
+                with self.subTest(request=label, framing=framing):
+                    marker = "ran-control-%s-%s" % (label, framing)
+                    status, _, body = self.send(headers, self.marker_call(marker, modern),
+                                                framing)
+                    self.assertEqual(status, 200, body)
+                    self.assertIn(b'"id":41', body)
+                    self.assertTrue(self.workspace_has(marker), body)
+
+    def test_repeated_single_valued_headers_refused_nothing_runs(self):
+        markers = []
+        for n, (label, modern, headers, framing, want, named) in enumerate(self.cases()):
+            with self.subTest(case=label):
+                marker = "ran-repeated-%d" % n
+                markers.append((label, marker))
+                body = self.marker_call(marker, modern)
+                headers = [(h, v.replace("LEN+7", str(len(body) + 7))
+                            .replace("LEN+0", str(len(body))).replace("LEN", str(len(body))))
+                           for h, v in headers]
+                status, _, reply = self.send(headers, body, framing)
+                self.assertEqual(status, want, "%s: %r" % (label, reply))
+                if named:
+                    msg = json.loads(reply)
+                    self.assertEqual(msg["error"]["code"], -32600, msg)
+                    self.assertIn(named, msg["error"]["message"], msg)
+        # A command the server ran would have created its marker within the reply's wait; give
+        # any late one time to show before concluding nothing ran.
+        time.sleep(1.0)
+        for label, marker in markers:
+            self.assertFalse(self.workspace_has(marker), "%s: the command ran" % label)
+        self.assertEqual(sorted(n for n in os.listdir(self.server.tmp.name)
+                                if n.startswith("ran-repeated")), [])
+
+
 if __name__ == "__main__":
     unittest.main()

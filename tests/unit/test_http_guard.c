@@ -1,10 +1,10 @@
 /*
  * Unit tests of the HTTP request guard (src/http/http_guard.c): Host, Origin, bearer token,
- * Content-Type and Content-Length, each on its accepted and refused shapes, and the order of
- * cs_http_guard_check's and cs_http_guard_body's verdicts. The tables spell each header the ways
- * a client (or an attacker) may: IPv6 brackets, ports, case, a trailing dot, userinfo, empty
- * against missing, repeated headers, media type parameters, leading zeros (docs/http.md,
- * "Request handling").
+ * the single-valued headers, Content-Type and Content-Length, each on its accepted and refused
+ * shapes, and the order of cs_http_guard_check's and cs_http_guard_body's verdicts. The tables
+ * spell each header the ways a client (or an attacker) may: IPv6 brackets, ports, case, a trailing
+ * dot, userinfo, empty against missing, repeated headers, media type parameters, leading zeros
+ * (docs/http.md, "Request handling").
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -455,6 +455,45 @@ static void body_table(void **state)
     }
 }
 
+/* The headers whose meaning is one value through cs_http_guard_single: each repeated is refused
+ * (the values are not even looked at: equal ones too), Content-Length beside Transfer-Encoding
+ * is refused, and the first failure in the documented order wins. */
+static void single_table(void **state)
+{
+    (void)state;
+    static const struct {
+        struct cs_http_guard_single c; /* method, name, version, session, length, transfer */
+        enum cs_http_single_verdict want;
+    } table[] = {
+        {{0, 0, 0, 0, 0, 0}, CS_HTTP_SINGLE_OK},
+        {{1, 1, 1, 1, 1, 0}, CS_HTTP_SINGLE_OK},
+        {{1, 1, 1, 1, 0, 1}, CS_HTTP_SINGLE_OK},
+        {{0, 0, 0, 0, 0, 2}, CS_HTTP_SINGLE_OK}, /* Transfer-Encoding is a list */
+        {{2, 0, 0, 0, 0, 0}, CS_HTTP_SINGLE_METHOD},
+        {{3, 1, 1, 1, 1, 0}, CS_HTTP_SINGLE_METHOD},
+        {{0, 2, 0, 0, 0, 0}, CS_HTTP_SINGLE_NAME},
+        {{1, 2, 1, 1, 1, 0}, CS_HTTP_SINGLE_NAME},
+        {{0, 0, 2, 0, 0, 0}, CS_HTTP_SINGLE_VERSION},
+        {{0, 0, 0, 2, 0, 0}, CS_HTTP_SINGLE_SESSION},
+        {{0, 0, 0, 0, 2, 0}, CS_HTTP_SINGLE_LENGTH},
+        {{0, 0, 0, 0, 9, 0}, CS_HTTP_SINGLE_LENGTH},
+        {{0, 0, 0, 0, 1, 1}, CS_HTTP_SINGLE_LENGTH_TRANSFER},
+        {{0, 0, 0, 0, 1, 3}, CS_HTTP_SINGLE_LENGTH_TRANSFER},
+        {{2, 2, 2, 2, 0, 0}, CS_HTTP_SINGLE_VERSION},
+        {{2, 2, 0, 2, 0, 0}, CS_HTTP_SINGLE_METHOD},
+        {{0, 2, 0, 2, 0, 0}, CS_HTTP_SINGLE_NAME},
+        {{2, 2, 2, 2, 2, 1}, CS_HTTP_SINGLE_LENGTH},
+        {{2, 2, 2, 2, 1, 1}, CS_HTTP_SINGLE_LENGTH_TRANSFER},
+        {{0, 0, 0, 2, 1, 1}, CS_HTTP_SINGLE_LENGTH_TRANSFER},
+        {{0, 0, 0, 2, 2, 1}, CS_HTTP_SINGLE_LENGTH},
+    };
+    for (size_t i = 0; i < sizeof table / sizeof *table; i++) {
+        enum cs_http_single_verdict got = cs_http_guard_single(&table[i].c);
+        if (got != table[i].want)
+            fail_msg("single row %zu: got %d, want %d", i, (int)got, (int)table[i].want);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -469,6 +508,7 @@ int main(void)
         cmocka_unit_test(origin_table_test),
         cmocka_unit_test(header_presence_table),
         cmocka_unit_test(body_table),
+        cmocka_unit_test(single_table),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
