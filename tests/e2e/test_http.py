@@ -1137,6 +1137,20 @@ class TestHttpRepeatedHeaders(HttpCase):
                     self.assertIn(b'"id":41', body)
                     self.assertTrue(self.workspace_has(marker), body)
 
+    def test_delete_with_repeated_session_id_ends_nothing(self):
+        sid, other = self.session_id(), self.session_id()
+        for second in (sid, other):
+            with self.subTest(second="equal" if second == sid else "different"):
+                status, _, reply = self.raw(
+                    b"DELETE /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: " +
+                    self.auth.encode() + b"\r\nMcp-Session-Id: " + sid.encode() +
+                    b"\r\nMcp-Session-Id: " + second.encode() + b"\r\nConnection: close\r\n\r\n")
+                self.assertEqual(status, 400, reply)
+                self.assertIn(b"Mcp-Session-Id", reply)
+        for s in (sid, other):  # both sessions still serve
+            r = self.post({"jsonrpc": "2.0", "id": 3, "method": "ping"}, s)
+            self.assertEqual(r.status, 200, r.body)
+
     def test_repeated_single_valued_headers_refused_nothing_runs(self):
         markers = []
         for n, (label, modern, headers, framing, want, named) in enumerate(self.cases()):
