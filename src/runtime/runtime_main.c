@@ -960,11 +960,6 @@ static int run(int argc, char **argv)
             return 1;
         }
         cs_store_close(st);
-    } else if (listen) {
-        cs_log(CS_LOG_WARNING, "deny identities in memory only",
-               json_pack("{s:s}", "remedy",
-                         "start the worker with --operations-db FILE so that denied files "
-                         "renamed before a restart stay denied"));
     }
     if (gateway_gone(gatefd)) { /* the probe may have taken a while */
         fprintf(stderr, "codespace-runtime: the gateway is already gone\n");
@@ -1004,6 +999,11 @@ static int run(int argc, char **argv)
                json_pack("{s:s,s:i,s:b,s:s,s:s}", "host", lhost, "port", cs_tls_front_port(front),
                          "tls", !tls.plaintext, "auth", cs_tls_ctx_auth(tctx), "command_sandbox",
                          iso.sandbox ? "linux-sandbox" : "none"));
+        if (!operations_db) /* after "runner listening", the line supervisors wait for */
+            cs_log(CS_LOG_WARNING, "deny identities in memory only",
+                   json_pack("{s:s}", "remedy",
+                             "start the worker with --operations-db FILE so that denied files "
+                             "renamed before a restart stay denied"));
     }
     w.loop = cs_loop_new();
     /* Every exec request carries its workspace's time limit, live-process cap and ring; file
