@@ -183,10 +183,11 @@ bool cs_fs_glob_valid(const char *glob, size_t n, const char **why);
 bool cs_fs_deny_rule_match(const char *rule, size_t rule_n, const char *path, size_t path_n);
 
 /*
- * A workspace's deny rules and its identity memory: the (device, inode) of every denied file
+ * A workspace's deny rules and its identity memory: the identity (below) of every denied file
  * or directory seen so far (at the first operation, at each spawn, at each listing), so that a
  * file renamed or hard-linked by a command stays denied (docs/contract/tools.md §5). The memory is
- * shared by the file-work threads: every call here is thread-safe.
+ * shared by the file-work threads: every call here is thread-safe. Its changes are journalled
+ * for a caller that persists them (cs_fs_deny_take_changes, cs_fs_deny_load).
  */
 struct cs_fs_deny;
 

@@ -253,7 +253,7 @@ struct cs_fs_deny {
     char **text; /* the rules as given */
     struct shape *shapes;
     size_t n;
-    struct cs__fs_ids *ids; /* the identity memory (fs_deny_ident.c), with its own mutex */
+    struct cs__fs_ids *ids;  /* the identity memory (fs_deny_ident.c), with its own mutex */
     pthread_mutex_t scan_mu; /* one scan at a time: guards the directory cache */
     struct cdir *dirs;       /* the scan's directory cache (see there), open addressing */
     size_t dirs_cap, dirs_n, dirs_entries, dirs_hits;

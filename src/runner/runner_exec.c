@@ -189,11 +189,11 @@ static void ident_flush(struct cs_runner_exec *ex, struct ws_deny *w)
     bool ok = c.n == 0 || v;
     for (size_t i = 0; ok && i < c.n; i++) {
         const struct cs_fs_ident *id = &c.v[i].id;
-        v[i] = (struct cs_store_ident){id->dev, id->ino, id->gen, id->btime_ns, id->flags,
-                                       c.v[i].forget};
+        v[i] = (struct cs_store_ident){id->dev,      id->ino,   id->gen,
+                                       id->btime_ns, id->flags, c.v[i].forget};
     }
-    if (!ok || cs_store_ident_save(ex->store, w->id, w->root, v, c.n, c.replace, NULL) !=
-                   CS_STORE_OK)
+    if (!ok ||
+        cs_store_ident_save(ex->store, w->id, w->root, v, c.n, c.replace, NULL) != CS_STORE_OK)
         cs_fs_deny_resync(w->d);
     free(v);
     cs_fs_deny_changes_free(&c);

@@ -202,8 +202,8 @@ enum cs_store_status cs_store_ident_load(struct cs_store *store, const char *wor
  * (the set given is then the whole of it). Returns CS_STORE_OK or CS_STORE_ERROR (nothing
  * changed). */
 enum cs_store_status cs_store_ident_save(struct cs_store *store, const char *workspace_id,
-                                         const char *root, const struct cs_store_ident *v,
-                                         size_t n, bool replace, struct cs_diag *d);
+                                         const char *root, const struct cs_store_ident *v, size_t n,
+                                         bool replace, struct cs_diag *d);
 
 /* Helpers the unit tests call directly. */
 

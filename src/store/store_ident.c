@@ -62,8 +62,8 @@ enum cs_store_status cs_store_ident_load(struct cs_store *store, const char *wor
             out = nv;
             cap = nc;
         }
-        struct cs_store_ident id = {u64(sqlite3_column_int64(st, 0)),
-                                    u64(sqlite3_column_int64(st, 1)), 0, 0, 0, false};
+        struct cs_store_ident id = {
+            u64(sqlite3_column_int64(st, 0)), u64(sqlite3_column_int64(st, 1)), 0, 0, 0, false};
         if (sqlite3_column_type(st, 2) == SQLITE_INTEGER) {
             sqlite3_int64 g = sqlite3_column_int64(st, 2);
             if (g < 0 || g > UINT32_MAX)
@@ -95,8 +95,8 @@ out:
 }
 
 enum cs_store_status cs_store_ident_save(struct cs_store *store, const char *workspace_id,
-                                         const char *root, const struct cs_store_ident *v,
-                                         size_t n, bool replace, struct cs_diag *d)
+                                         const char *root, const struct cs_store_ident *v, size_t n,
+                                         bool replace, struct cs_diag *d)
 {
     enum cs_store_status ret = CS_STORE_ERROR;
     sqlite3_stmt *put = NULL, *del = NULL, *clear = NULL;
