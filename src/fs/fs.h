@@ -216,9 +216,10 @@ struct cs_fs_ident {
 };
 
 /* The identity of the file st describes (st from fstat or fstatat without following): fd is the
- * file itself (opened for reading: O_PATH gives no generation) when name is NULL, else the
- * directory holding name. Returns 0, or -1 when name is no longer that inode (or cannot be
- * opened). */
+ * file itself (any mode; an O_PATH one is reopened through /proc/self/fd for the generation)
+ * when name is NULL, else a directory and name a path beneath it, opened O_PATH without
+ * following its last component and used only when it is still st's regular file or directory.
+ * Returns 0, or -1 when name is no longer that file (or cannot be opened). */
 int cs_fs_ident_get(int fd, const char *name, const struct stat *st, struct cs_fs_ident *out);
 
 /*

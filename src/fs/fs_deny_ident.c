@@ -30,6 +30,7 @@
 #include <fcntl.h>
 #include <linux/fs.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -86,11 +87,30 @@ static bool same_file(const struct cs_fs_ident *a, const struct cs_fs_ident *b)
     return true;
 }
 
-/* The tags of the file open as fd (any mode but O_PATH for the generation), whose stat is st. */
+/* The inode generation of the file open as fd: asked directly, or, for an O_PATH descriptor
+ * (which ioctl refuses), of the same inode reopened for reading through /proc/self/fd (never a
+ * path lookup: it cannot reach another file). */
+static bool gen_of(int fd, unsigned int *gen)
+{
+    if (ioctl(fd, FS_IOC_GETVERSION, gen) == 0)
+        return true;
+    if (errno != EBADF)
+        return false;
+    char proc[64];
+    snprintf(proc, sizeof proc, "/proc/self/fd/%d", fd);
+    int r = open(proc, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+    if (r < 0)
+        return false;
+    bool ok = ioctl(r, FS_IOC_GETVERSION, gen) == 0;
+    close(r);
+    return ok;
+}
+
+/* The tags of the file open as fd (any mode, O_PATH too), whose (device, inode) is id's. */
 static void tags_of_fd(int fd, struct cs_fs_ident *id)
 {
     unsigned int gen = 0;
-    if (ioctl(fd, FS_IOC_GETVERSION, &gen) == 0) {
+    if (gen_of(fd, &gen)) {
         id->flags |= CS_FS_IDENT_GEN;
         id->gen = gen;
     }
@@ -111,15 +131,14 @@ int cs_fs_ident_get(int fd, const char *name, const struct stat *st, struct cs_f
         rc = 0;
         goto out;
     }
-    /* Opened for reading (the generation needs more than O_PATH), never following a link, never
-     * blocking on a FIFO; then checked to be the inode the caller stat'ed. */
-    int f = openat(fd, name, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_NOFOLLOW | O_CLOEXEC);
-    if (f < 0)
-        f = openat(fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC); /* unreadable: birth time only */
+    /* An O_PATH descriptor, never following a link: nothing is really opened (no FIFO, no
+     * device) until it is checked to be the regular file or directory the caller stat'ed. */
+    int f = openat(fd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
     if (f < 0)
         goto out;
     struct stat now;
-    if (fstat(f, &now) == 0 && now.st_dev == st->st_dev && now.st_ino == st->st_ino) {
+    if (fstat(f, &now) == 0 && now.st_dev == st->st_dev && now.st_ino == st->st_ino &&
+        (S_ISREG(now.st_mode) || S_ISDIR(now.st_mode))) {
         tags_of_fd(f, &id);
         rc = 0;
     }

@@ -176,15 +176,15 @@ static char *root_of(const struct csw_runner_workspace *ws)
  */
 static void ident_flush(struct cs_runner_exec *ex, struct ws_deny *w)
 {
-    if (!ex->store)
-        return;
     struct cs_fs_deny_changes c;
     if (cs_fs_deny_take_changes(w->d, &c) != 0) {
         cs_fs_deny_resync(w->d);
         return;
     }
-    if (c.n == 0 && !c.replace)
+    if (!ex->store || (c.n == 0 && !c.replace)) {
+        cs_fs_deny_changes_free(&c); /* no database: the journal is only drained */
         return;
+    }
     struct cs_store_ident *v = c.n ? calloc(c.n, sizeof *v) : NULL;
     bool ok = c.n == 0 || v;
     for (size_t i = 0; ok && i < c.n; i++) {
