@@ -5,11 +5,12 @@
  *
  * An identity is (device, inode) plus what the file system says about that inode's incarnation:
  * the inode generation (ioctl FS_IOC_GETVERSION: ext2/3/4, XFS, btrfs, F2FS) and the birth time
- * (statx STATX_BTIME: ext4, XFS, btrfs, tmpfs since Linux 5.x, ...), each where it answers. Two
- * identities with one (device, inode) are the same file unless a tag both carry differs. A file
- * system that answers neither (some FUSE, NFS, overlayfs over such a layer) keeps (device, inode)
- * alone: there a new file reusing a denied file's inode number stays denied (fail closed) until
- * the workspace's identities are dropped (docs/security-model.md).
+ * (statx STATX_BTIME: ext4, XFS, btrfs, tmpfs, ...), each where it answers, on the file systems
+ * known to keep both with the inode through a rename (tags_trusted). Two identities with one
+ * (device, inode) are the same file unless a tag both carry differs. Any other file system
+ * (overlayfs, whose copy-up on rename keeps st_ino but not the birth time; NFS; FUSE) keeps
+ * (device, inode) alone: there a new file reusing a denied file's inode number stays denied (fail
+ * closed) until the workspace's identities are dropped (docs/security-model.md P9).
  *
  * The memory is a hash table keyed by (device, inode), at most CS_FS_DENY_MAX_IDS entries, plus a
  * journal of what changed since the caller last took it (cs_fs_deny_take_changes), so that a
@@ -36,6 +37,7 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <unistd.h>
 
 #define JOURNAL_MAX 65536 /* changes held between two takes; beyond: the whole set is rewritten */
@@ -106,9 +108,35 @@ static bool gen_of(int fd, unsigned int *gen)
     return ok;
 }
 
+/*
+ * Whether the file system under fd keeps its tags with the file through a rename and a link:
+ * those that keep the inode (ext2/3/4, XFS, btrfs, tmpfs, F2FS). Not overlayfs: a rename copies a
+ * lower file up, keeping its st_ino but not its birth time, so a tag there would set a renamed
+ * denied file free. Elsewhere (network, FUSE, overlay) no tag is trusted and (device, inode)
+ * alone decides: fail closed.
+ */
+static bool tags_trusted(int fd)
+{
+    struct statfs sf;
+    if (fstatfs(fd, &sf) != 0)
+        return false;
+    switch ((unsigned long)sf.f_type) {
+    case 0xEF53UL:     /* ext2, ext3, ext4 */
+    case 0x58465342UL: /* XFS */
+    case 0x9123683EUL: /* btrfs */
+    case 0x01021994UL: /* tmpfs */
+    case 0xF2F52010UL: /* F2FS */
+        return true;
+    default:
+        return false;
+    }
+}
+
 /* The tags of the file open as fd (any mode, O_PATH too), whose (device, inode) is id's. */
 static void tags_of_fd(int fd, struct cs_fs_ident *id)
 {
+    if (!tags_trusted(fd))
+        return;
     unsigned int gen = 0;
     if (gen_of(fd, &gen)) {
         id->flags |= CS_FS_IDENT_GEN;
