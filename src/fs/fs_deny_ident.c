@@ -344,14 +344,17 @@ int cs__fs_ids_take(struct cs__fs_ids *m, struct cs_fs_deny_changes *out)
     if (m->resync) {
         /* The whole set, replacing what is stored. */
         out->replace = true;
-        out->v = m->n ? calloc(m->n, sizeof *out->v) : NULL;
-        if (m->n && out->v == NULL) {
-            rc = -1;
-            goto out;
+        if (m->n > 0) {
+            out->v = calloc(m->n, sizeof *out->v);
+            if (out->v == NULL) {
+                out->replace = false;
+                rc = -1;
+                goto out;
+            }
+            for (size_t i = 0; i < m->cap && k < m->n; i++)
+                if (m->v[i].ino != 0)
+                    out->v[k++] = (struct cs_fs_deny_change){m->v[i], false};
         }
-        for (size_t i = 0; i < m->cap; i++)
-            if (m->v[i].ino != 0)
-                out->v[k++] = (struct cs_fs_deny_change){m->v[i], false};
         out->n = k;
         m->resync = false;
         m->jn = 0;

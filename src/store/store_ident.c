@@ -105,13 +105,14 @@ enum cs_store_status cs_store_ident_save(struct cs_store *store, const char *wor
     cs__store_now(now);
     int rc = sqlite3_exec(store->db, "BEGIN IMMEDIATE", NULL, NULL, NULL);
     bool began = rc == SQLITE_OK;
-    what = "prepare";
-    if (rc == SQLITE_OK)
+    if (rc == SQLITE_OK) {
+        what = "prepare";
         rc = sqlite3_prepare_v2(store->db,
                                 "INSERT OR REPLACE INTO deny_identities (workspace_id, root, dev,"
                                 " ino, gen, btime_ns, learned_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6,"
                                 " ?7)",
                                 -1, &put, NULL);
+    }
     if (rc == SQLITE_OK)
         rc = sqlite3_prepare_v2(store->db,
                                 "DELETE FROM deny_identities WHERE workspace_id = ?1 AND root = ?2"
@@ -129,7 +130,8 @@ enum cs_store_status cs_store_ident_save(struct cs_store *store, const char *wor
         if (rc == SQLITE_OK)
             rc = sqlite3_step(clear) == SQLITE_DONE ? SQLITE_OK : sqlite3_errcode(store->db);
     }
-    what = "write";
+    if (rc == SQLITE_OK)
+        what = "write";
     for (size_t i = 0; rc == SQLITE_OK && i < n; i++) {
         sqlite3_stmt *s = v[i].forget ? del : put;
         sqlite3_reset(s);
