@@ -183,10 +183,11 @@ bool cs_fs_glob_valid(const char *glob, size_t n, const char **why);
 bool cs_fs_deny_rule_match(const char *rule, size_t rule_n, const char *path, size_t path_n);
 
 /*
- * A workspace's deny rules and its identity memory: the (device, inode) of every denied file
+ * A workspace's deny rules and its identity memory: the identity (below) of every denied file
  * or directory seen so far (at the first operation, at each spawn, at each listing), so that a
  * file renamed or hard-linked by a command stays denied (docs/contract/tools.md §5). The memory is
- * shared by the file-work threads: every call here is thread-safe.
+ * shared by the file-work threads: every call here is thread-safe. Its changes are journalled
+ * for a caller that persists them (cs_fs_deny_take_changes, cs_fs_deny_load).
  */
 struct cs_fs_deny;
 
@@ -199,10 +200,59 @@ void cs_fs_deny_free(struct cs_fs_deny *d);
  * NULL. d may be NULL (no rules). */
 const char *cs_fs_deny_path(const struct cs_fs_deny *d, const char *rel, size_t rel_n);
 
-/* Whether the file st describes has a remembered denied identity. d may be NULL. */
-bool cs_fs_deny_known(struct cs_fs_deny *d, const struct stat *st);
-/* Remembers st's identity as denied (quietly nothing once CS_FS_DENY_MAX_IDS are held). */
-void cs_fs_deny_remember(struct cs_fs_deny *d, const struct stat *st);
+/*
+ * Identities (fs_deny_ident.c): (device, inode) plus what tells two files with that number apart,
+ * each where the file system answers: the inode generation (FS_IOC_GETVERSION) and the birth time
+ * (statx STATX_BTIME). Two identities with one (device, inode) are one file unless a tag both
+ * carry differs; with no tag at all, (device, inode) alone decides (fail closed).
+ */
+#define CS_FS_IDENT_GEN   1u /* gen holds the inode generation */
+#define CS_FS_IDENT_BTIME 2u /* btime_ns holds the birth time, ns since the epoch */
+struct cs_fs_ident {
+    uint64_t dev, ino;
+    uint32_t gen;
+    int64_t btime_ns;
+    unsigned flags; /* CS_FS_IDENT_* */
+};
+
+/* The identity of the file st describes (st from fstat or fstatat without following): fd is the
+ * file itself (any mode; an O_PATH one is reopened through /proc/self/fd for the generation)
+ * when name is NULL, else a directory and name a path beneath it, opened O_PATH without
+ * following its last component and used only when it is still st's regular file or directory.
+ * Returns 0, or -1 when name is no longer that file (or cannot be opened). */
+int cs_fs_ident_get(int fd, const char *name, const struct stat *st, struct cs_fs_ident *out);
+
+/*
+ * Whether the file st describes (fd and name as for cs_fs_ident_get) has a remembered denied
+ * identity. A remembered (device, inode) met under a file whose tags differ is forgotten (the
+ * denied file is gone) and false is answered; one whose tags cannot be read counts as known.
+ * d may be NULL.
+ */
+bool cs_fs_deny_known(struct cs_fs_deny *d, int fd, const char *name, const struct stat *st);
+/* Remembers that file's identity as denied, replacing one a previous file with the same number
+ * left (quietly nothing once CS_FS_DENY_MAX_IDS are held). */
+void cs_fs_deny_remember(struct cs_fs_deny *d, int fd, const char *name, const struct stat *st);
+
+/* What the identity memory learned (forget false) and forgot since the last take, in order; or,
+ * with replace, the whole set, replacing whatever the caller stored (cs_fs_deny_take_changes). */
+struct cs_fs_deny_change {
+    struct cs_fs_ident id;
+    bool forget;
+};
+struct cs_fs_deny_changes {
+    struct cs_fs_deny_change *v;
+    size_t n;
+    bool replace;
+};
+/* Adds n stored identities to d's memory (at start, before any operation). Returns 0, or -1 at
+ * the cap or on OOM (those loaded so far stay). Not journalled. */
+int cs_fs_deny_load(struct cs_fs_deny *d, const struct cs_fs_ident *v, size_t n);
+/* Takes the changes since the last take into *out (release with cs_fs_deny_changes_free; n 0:
+ * nothing changed). Returns 0, or -1 on OOM (nothing taken). */
+int cs_fs_deny_take_changes(struct cs_fs_deny *d, struct cs_fs_deny_changes *out);
+/* Makes the next take hand over the whole set (replace): after the caller failed to store one. */
+void cs_fs_deny_resync(struct cs_fs_deny *d);
+void cs_fs_deny_changes_free(struct cs_fs_deny_changes *c);
 
 /*
  * The spawn-time (and first-use) scan: walks the tree under rootfd without following links,
@@ -267,6 +317,19 @@ const char *cs__fs_deny_leaf(const struct cs_fs_deny *d, const char *rel, size_t
 void cs__fs_deny_cache_window(long ms);
 size_t cs__fs_deny_cache_hits(const struct cs_fs_deny *d);
 int cs__fs_deny_check(const struct cs_fs_deny *d, const struct cs_fs_path *p, struct cs_diag *diag);
+
+/* The identity memory (fs_deny_ident.c), held by a struct cs_fs_deny. */
+struct cs__fs_ids;
+struct cs__fs_ids *cs__fs_ids_new(void);
+void cs__fs_ids_free(struct cs__fs_ids *m);
+bool cs__fs_ids_known(struct cs__fs_ids *m, int fd, const char *name, const struct stat *st);
+/* verify false: a (device, inode) already known is taken as the same file without reading its
+ * tags (the scan's unchanged listing: the directory still holds that inode). */
+void cs__fs_ids_remember(struct cs__fs_ids *m, int fd, const char *name, const struct stat *st,
+                         bool verify);
+int cs__fs_ids_load(struct cs__fs_ids *m, const struct cs_fs_ident *v, size_t n);
+int cs__fs_ids_take(struct cs__fs_ids *m, struct cs_fs_deny_changes *out);
+void cs__fs_ids_resync(struct cs__fs_ids *m);
 
 /* ---- test hooks (internal) ---- */
 

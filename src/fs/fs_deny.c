@@ -247,19 +247,13 @@ bool cs_fs_deny_rule_match(const char *rule, size_t rule_n, const char *path, si
 
 /* ---- rules and identities ---- */
 
-struct ident {
-    uint64_t dev, ino; /* ino 0: an empty slot (no file has inode 0 on Linux file systems) */
-};
-
 struct cdir;
 
 struct cs_fs_deny {
     char **text; /* the rules as given */
     struct shape *shapes;
     size_t n;
-    pthread_mutex_t mu; /* guards ids, ids_cap, ids_n */
-    struct ident *ids;  /* open addressing, power-of-two capacity, at most half full */
-    size_t ids_cap, ids_n;
+    struct cs__fs_ids *ids;  /* the identity memory (fs_deny_ident.c), with its own mutex */
     pthread_mutex_t scan_mu; /* one scan at a time: guards the directory cache */
     struct cdir *dirs;       /* the scan's directory cache (see there), open addressing */
     size_t dirs_cap, dirs_n, dirs_entries, dirs_hits;
@@ -272,18 +266,14 @@ struct cs_fs_deny *cs_fs_deny_new(const struct cs_str *rules, size_t n)
     struct cs_fs_deny *d = calloc(1, sizeof *d);
     if (d == NULL)
         return NULL;
-    if (pthread_mutex_init(&d->mu, NULL) != 0) {
-        free(d);
-        return NULL;
-    }
     if (pthread_mutex_init(&d->scan_mu, NULL) != 0) {
-        pthread_mutex_destroy(&d->mu);
         free(d);
         return NULL;
     }
+    d->ids = cs__fs_ids_new();
     d->text = calloc(n + 1, sizeof *d->text);
     d->shapes = calloc(n + 1, sizeof *d->shapes);
-    if (d->text == NULL || d->shapes == NULL)
+    if (d->text == NULL || d->shapes == NULL || d->ids == NULL)
         goto fail;
     for (size_t i = 0; i < n; i++) {
         if (!cs_fs_deny_rule_valid(rules[i].s, rules[i].n, NULL))
@@ -312,10 +302,9 @@ void cs_fs_deny_free(struct cs_fs_deny *d)
         free(d->text[i]);
     free(d->text);
     free(d->shapes);
-    free(d->ids);
+    cs__fs_ids_free(d->ids);
     cache_clear(d);
     pthread_mutex_destroy(&d->scan_mu);
-    pthread_mutex_destroy(&d->mu);
     free(d);
 }
 
@@ -351,80 +340,30 @@ int cs__fs_deny_check(const struct cs_fs_deny *d, const struct cs_fs_path *p, st
     return CSW_ERROR_PATH_DENIED;
 }
 
-static size_t slot_of(const struct ident *id, size_t cap)
+bool cs_fs_deny_known(struct cs_fs_deny *d, int fd, const char *name, const struct stat *st)
 {
-    uint64_t h = id->ino * 0x9e3779b97f4a7c15ull ^ (id->dev + 0x632be59bd9b4e019ull);
-    h ^= h >> 29;
-    return (size_t)h & (cap - 1);
+    return d != NULL && cs__fs_ids_known(d->ids, fd, name, st);
 }
 
-/* Under d->mu. */
-static bool ids_find(const struct cs_fs_deny *d, const struct ident *id)
+void cs_fs_deny_remember(struct cs_fs_deny *d, int fd, const char *name, const struct stat *st)
 {
-    if (d->ids_cap == 0)
-        return false;
-    for (size_t i = slot_of(id, d->ids_cap);; i = (i + 1) & (d->ids_cap - 1)) {
-        const struct ident *s = &d->ids[i];
-        if (s->ino == 0)
-            return false;
-        if (s->ino == id->ino && s->dev == id->dev)
-            return true;
-    }
+    if (d != NULL)
+        cs__fs_ids_remember(d->ids, fd, name, st, true);
 }
 
-/* Under d->mu. */
-static void ids_put(struct ident *v, size_t cap, const struct ident *id)
+int cs_fs_deny_load(struct cs_fs_deny *d, const struct cs_fs_ident *v, size_t n)
 {
-    for (size_t i = slot_of(id, cap);; i = (i + 1) & (cap - 1)) {
-        if (v[i].ino == 0) {
-            v[i] = *id;
-            return;
-        }
-        if (v[i].ino == id->ino && v[i].dev == id->dev)
-            return;
-    }
+    return cs__fs_ids_load(d->ids, v, n);
 }
 
-static struct ident ident_of(const struct stat *st)
+int cs_fs_deny_take_changes(struct cs_fs_deny *d, struct cs_fs_deny_changes *out)
 {
-    return (struct ident){(uint64_t)st->st_dev, (uint64_t)st->st_ino};
+    return cs__fs_ids_take(d->ids, out);
 }
 
-bool cs_fs_deny_known(struct cs_fs_deny *d, const struct stat *st)
+void cs_fs_deny_resync(struct cs_fs_deny *d)
 {
-    if (d == NULL || st->st_ino == 0)
-        return false;
-    struct ident id = ident_of(st);
-    pthread_mutex_lock(&d->mu);
-    bool hit = ids_find(d, &id);
-    pthread_mutex_unlock(&d->mu);
-    return hit;
-}
-
-void cs_fs_deny_remember(struct cs_fs_deny *d, const struct stat *st)
-{
-    if (d == NULL || st->st_ino == 0)
-        return;
-    struct ident id = ident_of(st);
-    pthread_mutex_lock(&d->mu);
-    if (ids_find(d, &id) || d->ids_n >= CS_FS_DENY_MAX_IDS)
-        goto out;
-    if (2 * (d->ids_n + 1) > d->ids_cap) {
-        size_t nc = d->ids_cap ? 2 * d->ids_cap : 64;
-        struct ident *nv = calloc(nc, sizeof *nv);
-        if (nv == NULL)
-            goto out; /* not remembered: the rules still hold for the name */
-        for (size_t i = 0; i < d->ids_cap; i++)
-            if (d->ids[i].ino != 0)
-                ids_put(nv, nc, &d->ids[i]);
-        free(d->ids);
-        d->ids = nv;
-        d->ids_cap = nc;
-    }
-    ids_put(d->ids, d->ids_cap, &id);
-    d->ids_n++;
-out:
-    pthread_mutex_unlock(&d->mu);
+    cs__fs_ids_resync(d->ids);
 }
 
 /* ---- the scan's directory cache ---- */
@@ -724,9 +663,12 @@ static int scan_entry(struct scan *s, char *path, size_t base, const char *name,
     size_t plen = base + nl;
     bool is_dir = kind == KIND_DIR, is_reg = kind == KIND_REG;
     bool here = !denied && cs__fs_deny_leaf(s->d, path, plen, base) != NULL;
+    /* Identities: path is relative to the root. An entry from a cached listing carries only
+     * (device, inode) (st_mode 0): the directory is unchanged, so a known number there is still
+     * the file remembered, and its tags are not read again. */
     if (denied || here)
-        cs_fs_deny_remember(s->d, st);
-    if (here || (!denied && is_reg && cs_fs_deny_known(s->d, st))) {
+        cs__fs_ids_remember(s->d->ids, s->rootfd, path, st, st->st_mode != 0);
+    if (here || (!denied && is_reg && cs__fs_ids_known(s->d->ids, s->rootfd, path, st))) {
         if (scan_mask(s, path, plen) != 0)
             return -1;
     }

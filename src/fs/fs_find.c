@@ -417,10 +417,10 @@ static int read_dir(struct walk *w, const char *rel, size_t len, struct cs_diag 
             bool have = fstatat(dirfd(d), name, &st, AT_SYMLINK_NOFOLLOW) == 0;
             if (cs_fs_deny_path(w->deny, path, plen) != NULL) {
                 if (have)
-                    cs_fs_deny_remember(w->deny, &st);
+                    cs_fs_deny_remember(w->deny, dirfd(d), name, &st);
                 continue;
             }
-            if (!have || cs_fs_deny_known(w->deny, &st))
+            if (!have || cs_fs_deny_known(w->deny, dirfd(d), name, &st))
                 continue;
         }
         if (type == DT_DIR)

@@ -541,7 +541,7 @@ static int read_at(int rootfd, struct cs_fs_deny *deny, const struct csw_mcp_rea
     rc = cs_fs_open_beneath(rootfd, &p, CS_FS_WANT_FILE, &fd, &st, diag);
     if (rc != 0)
         goto out;
-    if (cs_fs_deny_known(deny, &st)) {
+    if (cs_fs_deny_known(deny, fd, NULL, &st)) {
         /* A denied file under another name: renamed or hard-linked since it was seen. */
         cs_diag_set(diag, CSW_ERROR_PATH_DENIED,
                     "path \"%.*s\" is denied: the file is one the workspace's deny rules matched "

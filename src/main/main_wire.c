@@ -137,6 +137,7 @@ int cs_main_runner(struct cs_tools *t, const struct cs_config *cfg,
             .sandbox_helper = helper,
             .sandbox_uid = cfg->sandbox_uid,
             .sandbox_gid = cfg->sandbox_gid,
+            .operations_db = cfg->operations_db,
         };
         t->runner = bin ? cs_runner_uds_new(loop, &opt, &ev, err) : NULL;
         if (!bin)
@@ -156,6 +157,7 @@ int cs_main_runner(struct cs_tools *t, const struct cs_config *cfg,
                                   helper);
         lim.sandbox_uid = cfg->sandbox_uid;
         lim.sandbox_gid = cfg->sandbox_gid;
+        lim.operations_db = cfg->operations_db; /* the deny identities persist there */
         t->runner = cs_runner_inproc_new(loop, &lim, &ev);
         if (!t->runner)
             cs_diag_set(err, CSW_ERROR_INTERNAL, "cannot start the in-process runner");

@@ -259,7 +259,7 @@ static int read_file(int rootfd, struct cs_fs_deny *deny, const struct cs_fs_pat
     int rc = cs_fs_open_beneath(rootfd, p, CS_FS_WANT_FILE, &fd, &st, diag);
     if (rc != 0)
         return rc;
-    if (cs_fs_deny_known(deny, &st)) { /* a denied file renamed or linked by a command */
+    if (cs_fs_deny_known(deny, fd, NULL, &st)) { /* a denied file renamed or linked by a command */
         cs_diag_set(diag, CSW_ERROR_PATH_DENIED,
                     "%s is denied: it is a file the workspace's deny rules matched under "
                     "another name",

@@ -126,6 +126,7 @@ struct cs_runner_uds_options {
     const char *version;              /* ours, sent as hello's peer */
     const char *sandbox_helper;       /* the helper whose probe succeeded, or NULL */
     int64_t sandbox_uid, sandbox_gid; /* a root server's command ids (cs_supervisor_limits) */
+    const char *operations_db;        /* the worker's --operations-db (deny identities), or NULL */
 };
 
 /* The uds runner: creates the leaf directory, starts the worker (handing it every held root of

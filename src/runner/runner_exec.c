@@ -29,6 +29,7 @@
 #include "base_pool.h"
 #include "fs.h"
 #include "patch_txn.h"
+#include "store.h"
 
 struct cs_runner_exec {
     struct cs_loop *loop;
@@ -40,6 +41,7 @@ struct cs_runner_exec {
     struct pending *pending; /* supervisor requests in flight, for cs_runner_exec_cancel */
     struct ws_deny *denies;  /* one per workspace with deny rules, created at its first op */
     size_t n_denies;
+    struct cs_store *store; /* where identity memories persist (lim->operations_db); NULL: none */
 };
 
 /* A workspace's deny rules and identity memory (fs.h), for the executor's life: the file-work
@@ -71,6 +73,13 @@ struct cs_runner_exec *cs_runner_exec_new(
     ex->timeout_ms = lim->timeout_ms;
     ex->sup = cs_supervisor_new(loop, lim);
     ex->pool = ex->sup ? cs_pool_new(loop, CS_POOL_THREADS) : NULL;
+    /* The identity memories of the deny rules persist in the operations database (store_ident.c):
+     * a connection of our own, used on the loop thread only. */
+    if (ex->pool && lim->operations_db &&
+        cs_store_open(lim->operations_db, &ex->store, NULL) != CS_STORE_OK) {
+        cs_pool_free(ex->pool);
+        ex->pool = NULL;
+    }
     if (!ex->pool) {
         cs_supervisor_free(ex->sup);
         free(ex);
@@ -92,6 +101,7 @@ void cs_runner_exec_free(struct cs_runner_exec *ex)
         cs_fs_deny_free(ex->denies[i].d);
     }
     free(ex->denies);
+    cs_store_close(ex->store);
     free(ex);
 }
 
@@ -160,6 +170,63 @@ static char *root_of(const struct csw_runner_workspace *ws)
 }
 
 /*
+ * Writes what w's identity memory learned or forgot since the last write, in one transaction (on
+ * the loop thread: after the first scan, each spawn's scan, each file operation). A write that
+ * fails is retried whole at the next one (cs_fs_deny_resync); the memory itself is unaffected.
+ */
+static void ident_flush(struct cs_runner_exec *ex, struct ws_deny *w)
+{
+    struct cs_fs_deny_changes c;
+    if (cs_fs_deny_take_changes(w->d, &c) != 0) {
+        cs_fs_deny_resync(w->d);
+        return;
+    }
+    if (!ex->store || (c.n == 0 && !c.replace)) {
+        cs_fs_deny_changes_free(&c); /* no database: the journal is only drained */
+        return;
+    }
+    struct cs_store_ident *v = c.n ? calloc(c.n, sizeof *v) : NULL;
+    bool ok = c.n == 0 || v;
+    for (size_t i = 0; ok && i < c.n; i++) {
+        const struct cs_fs_ident *id = &c.v[i].id;
+        v[i] = (struct cs_store_ident){id->dev,      id->ino,   id->gen,
+                                       id->btime_ns, id->flags, c.v[i].forget};
+    }
+    if (!ok ||
+        cs_store_ident_save(ex->store, w->id, w->root, v, c.n, c.replace, NULL) != CS_STORE_OK)
+        cs_fs_deny_resync(w->d);
+    free(v);
+    cs_fs_deny_changes_free(&c);
+}
+
+static void ident_flush_all(struct cs_runner_exec *ex)
+{
+    for (size_t i = 0; i < ex->n_denies; i++)
+        ident_flush(ex, &ex->denies[i]);
+}
+
+/* Loads w's stored identities (before its first scan). Returns 0, or -1: the operation fails
+ * closed rather than run without what an earlier life of the server learned. */
+static int ident_load(struct cs_runner_exec *ex, struct ws_deny *w)
+{
+    if (!ex->store)
+        return 0;
+    struct cs_store_ident *v = NULL;
+    size_t n = 0;
+    if (cs_store_ident_load(ex->store, w->id, w->root, &v, &n, NULL) != CS_STORE_OK)
+        return -1;
+    struct cs_fs_ident *ids = n ? calloc(n, sizeof *ids) : NULL;
+    int rc = n && !ids ? -1 : 0;
+    for (size_t i = 0; rc == 0 && i < n; i++)
+        ids[i] = (struct cs_fs_ident){v[i].dev, v[i].ino, v[i].gen, v[i].btime_ns, v[i].flags};
+    if (rc == 0 && n)
+        rc = cs_fs_deny_load(w->d, ids, n);
+    free(ids);
+    free(v);
+    return rc;
+}
+
+/*
  * The deny state of ws (on the loop thread): NULL with *rc 0 when ws has no deny rules. Created
  * at the workspace's first operation in this process, with a bounded scan that remembers the
  * identity of every denied file existing then (docs/contract/tools.md §5, "at start"). *rc is an
@@ -190,6 +257,12 @@ static struct cs_fs_deny *deny_of(struct cs_runner_exec *ex, const struct csw_ru
         if (!w.d)
             *msg = "the workspace's deny rules do not compile (or out of memory)";
     }
+    if (w.d && ident_load(ex, &w) != 0) {
+        *msg = "cannot load the workspace's remembered deny identities from the operations "
+               "database";
+        cs_fs_deny_free(w.d);
+        w.d = NULL;
+    }
     if (!w.d) {
         free(w.id);
         free(w.root);
@@ -201,6 +274,7 @@ static struct cs_fs_deny *deny_of(struct cs_runner_exec *ex, const struct csw_ru
         close(rootfd);
     }
     ex->denies[ex->n_denies++] = w;
+    ident_flush(ex, &ex->denies[ex->n_denies - 1]);
     *rc = 0;
     return w.d;
 }
@@ -535,6 +609,7 @@ static bool make_later(const struct file_job *j)
 static void file_done(void *arg)
 {
     struct file_job *j = arg;
+    ident_flush_all(j->ex); /* what a find remembered, what a read or patch forgot */
     cs_loop_timer_cancel(j->timer);
     j->timer = NULL;
     struct csw_runner_wire_result res;
@@ -781,6 +856,7 @@ static void op_exec(struct cs_runner_exec *ex, const struct csw_runner_wire_exec
             drc = cs_fs_deny_scan(deny, rootfd, &masks, &n_masks, &dmsg);
             close(rootfd);
         }
+        ident_flush_all(ex); /* what the scan learned, before the command can move it */
         if (drc != 0)
             drc = CSW_ERROR_PROCESS_SPAWN_FAILED;
         dwhy = dmsg.text;

@@ -100,6 +100,7 @@ struct cs__runner_uds {
     char *dir, *sock;   /* the current worker's leaf and socket (NULL when none) */
     /* What a (re)start needs: copies of the options. */
     char *runtime_bin, *runner_dir, *version, *sandbox_helper;
+    char *operations_db; /* handed to each worker (deny identities), or NULL */
     int64_t max_processes, timeout_ms, sandbox_uid, sandbox_gid;
     int64_t starts[RESTART_PER_MIN]; /* the last starts' times, a ring */
     uint64_t nstarts;
@@ -266,6 +267,7 @@ static void free_options(struct cs__runner_uds *u)
     free(u->runner_dir);
     free(u->version);
     free(u->sandbox_helper);
+    free(u->operations_db);
 }
 
 /* Frees a lost worker's link (deferred: never inside its own callbacks). */
@@ -606,7 +608,7 @@ static int spawn_worker(struct cs__runner_uds *u, const struct cs_runner_uds_opt
     snprintf(gid, sizeof gid, "%" PRId64, opt->sandbox_gid);
     /* Every held root goes to the worker as its descriptor 3, 4, ... with "--root N:PATH". */
     size_t nroots = cs_roots_count();
-    enum { FIXED = 16 };
+    enum { FIXED = 18 };
     char **argv = calloc(FIXED + 2 * nroots + 1, sizeof *argv);
     char **rootargs = calloc(nroots + 1, sizeof *rootargs);
     int *keep = calloc(nroots + 1, sizeof *keep); /* the roots, then the gateway pipe */
@@ -641,6 +643,12 @@ static int spawn_worker(struct cs__runner_uds *u, const struct cs_runner_uds_opt
     if (opt->sandbox_gid > 0) {
         argv[k++] = (char *)"--sandbox-gid";
         argv[k++] = gid;
+    }
+    /* Our operations database: the worker keeps the deny identities there, so its replacement
+     * after a crash still denies what it learned (contract section 7). */
+    if (opt->operations_db) {
+        argv[k++] = (char *)"--operations-db";
+        argv[k++] = (char *)opt->operations_db;
     }
     for (size_t i = 0; i < nroots; i++) {
         keep[i] = cs_roots_fd(i);
@@ -857,6 +865,7 @@ static int start_worker(struct cs__runner_uds *u, struct cs_diag *d)
         .timeout_ms = u->timeout_ms,
         .version = u->version,
         .sandbox_helper = u->sandbox_helper,
+        .operations_db = u->operations_db,
         .sandbox_uid = u->sandbox_uid,
         .sandbox_gid = u->sandbox_gid,
     };
@@ -1043,6 +1052,7 @@ struct cs_runner *cs_runner_uds_new(struct cs_loop *loop, const struct cs_runner
     u->runner_dir = dup_or_null(opt->runner_dir, &oom);
     u->version = dup_or_null(opt->version, &oom);
     u->sandbox_helper = dup_or_null(opt->sandbox_helper, &oom);
+    u->operations_db = dup_or_null(opt->operations_db, &oom);
     u->max_processes = opt->max_processes;
     u->timeout_ms = opt->timeout_ms;
     u->sandbox_uid = opt->sandbox_uid;

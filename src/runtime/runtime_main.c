@@ -56,6 +56,7 @@
 #include "base_loop.h"
 #include "base_version.h"
 #include "runner.h"
+#include "store.h"
 #include "runner_tls.h"
 
 extern char **environ;
@@ -718,7 +719,7 @@ static int run(int argc, char **argv)
      * own max_live_processes. */
     long long max_procs = 1024, sandbox_uid = 0, sandbox_gid = 0;
     long long timeout_ms = 30000;
-    const char *listen = NULL, *tls_pin = NULL;
+    const char *listen = NULL, *tls_pin = NULL, *operations_db = NULL;
     struct cs_tls_config tls = {0};
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--socket") == 0 && i + 1 < argc) {
@@ -740,6 +741,8 @@ static int run(int argc, char **argv)
             tls.psk_file = argv[++i];
         } else if (strcmp(argv[i], "--tls-psk-identity") == 0 && i + 1 < argc) {
             tls.psk_identity = argv[++i];
+        } else if (strcmp(argv[i], "--operations-db") == 0 && i + 1 < argc) {
+            operations_db = argv[++i];
         } else if (strcmp(argv[i], "--max-processes") == 0 && i + 1 < argc) {
             char *end;
             max_procs = strtoll(argv[++i], &end, 10);
@@ -817,6 +820,10 @@ static int run(int argc, char **argv)
                 "  --sandbox-uid N        a root worker: the unprivileged uid commands run as\n"
                 "                         (required with --listen)\n"
                 "  --sandbox-gid N        the same for the gid\n"
+                "  --operations-db FILE   keep the deny rules' identity memory (denied files\n"
+                "                         renamed or linked) in this SQLite database so it\n"
+                "                         survives a restart (uds: the gateway passes its own;\n"
+                "                         remote: without it, kept in memory only)\n"
                 "  --version              print the version and exit\n"
                 "  --help                 print this text and exit\n"
                 "\n"
@@ -941,6 +948,19 @@ static int run(int argc, char **argv)
         return 1;
     }
 
+    if (operations_db) {
+        /* Checked (and migrated) here, so that a database that cannot be used stops the worker
+         * with its reason; the executor opens its own connection below. */
+        struct cs_store *st = NULL;
+        struct cs_diag serr = {0};
+        if (cs_store_open(operations_db, &st, &serr) != CS_STORE_OK) {
+            fprintf(stderr, "codespace-runtime: --operations-db: %s\n", serr.text);
+            if (listen)
+                rmdir(listen_dir);
+            return 1;
+        }
+        cs_store_close(st);
+    }
     if (gateway_gone(gatefd)) { /* the probe may have taken a while */
         fprintf(stderr, "codespace-runtime: the gateway is already gone\n");
         return 1;
@@ -979,6 +999,11 @@ static int run(int argc, char **argv)
                json_pack("{s:s,s:i,s:b,s:s,s:s}", "host", lhost, "port", cs_tls_front_port(front),
                          "tls", !tls.plaintext, "auth", cs_tls_ctx_auth(tctx), "command_sandbox",
                          iso.sandbox ? "linux-sandbox" : "none"));
+        if (!operations_db) /* after "runner listening", the line supervisors wait for */
+            cs_log(CS_LOG_WARNING, "deny identities in memory only",
+                   json_pack("{s:s}", "remedy",
+                             "start the worker with --operations-db FILE so that denied files "
+                             "renamed before a restart stay denied"));
     }
     w.loop = cs_loop_new();
     /* Every exec request carries its workspace's time limit, live-process cap and ring; file
@@ -987,6 +1012,7 @@ static int run(int argc, char **argv)
     cs_supervisor_limits_init(&lim, max_procs, timeout_ms, sandbox);
     lim.sandbox_uid = sandbox_uid;
     lim.sandbox_gid = sandbox_gid;
+    lim.operations_db = operations_db;
     w.ex = w.loop ? cs_runner_exec_new(w.loop, &lim, on_exited, &w) : NULL;
     w.lw = w.ex ? cs_loop_fd_add(w.loop, lfd, CS_LOOP_READ, on_accept, &w) : NULL;
     if (!w.lw || cs_loop_signal(w.loop, SIGTERM, on_signal, &w) != 0 ||

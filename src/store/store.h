@@ -26,6 +26,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "base_diag.h"
 #include "csw.h"
@@ -33,7 +34,7 @@
 #define CS_STORE_ID_SIZE          40 /* "op-" + 36-character uuid + NUL */
 #define CS_STORE_FINGERPRINT_SIZE 72 /* "sha256:" + 64 lowercase hex + NUL */
 #define CS_STORE_TIME_SIZE        25 /* "2026-11-29T10:00:00.123Z" + NUL */
-#define CS_STORE_SCHEMA_VERSION   2  /* PRAGMA user_version this code writes and understands */
+#define CS_STORE_SCHEMA_VERSION   3  /* PRAGMA user_version this code writes and understands */
 #define CS_STORE_APPLICATION_ID   0x43534f50 /* PRAGMA application_id: "CSOP" */
 
 /* What a store call returns; cs_store_status_error maps it to the catalogue. */
@@ -172,6 +173,37 @@ enum cs_store_status cs_store_get_result(struct cs_store *store, const char *id,
  */
 enum cs_store_status cs_store_fingerprint(const struct csw_mcp_apply_patch_input *in,
                                           char out[CS_STORE_FINGERPRINT_SIZE], struct cs_diag *d);
+
+/*
+ * The identity memory of a workspace's deny rules (store_ident.c; contract section 7, "The
+ * remembered identities survive a restart"), keyed by workspace id and root (NUL-terminated).
+ * A row is (device, inode) with the inode generation and the birth time where the file system
+ * gave them (flags as fs.h's CS_FS_IDENT_*: this module does not depend on fs).
+ */
+#define CS_STORE_IDENT_GEN   1u
+#define CS_STORE_IDENT_BTIME 2u
+#define CS_STORE_IDENT_MAX   1048576 /* rows loaded per workspace (fs.h CS_FS_DENY_MAX_IDS) */
+struct cs_store_ident {
+    uint64_t dev, ino;
+    uint32_t gen;
+    int64_t btime_ns;
+    unsigned flags;
+    bool forget; /* cs_store_ident_save: remove this (device, inode) instead */
+};
+
+/* Loads the stored identities of (workspace_id, root) into *v (a new array, free() it; NULL
+ * when *n is 0), at most CS_STORE_IDENT_MAX. Returns CS_STORE_OK or CS_STORE_ERROR. */
+enum cs_store_status cs_store_ident_load(struct cs_store *store, const char *workspace_id,
+                                         const char *root, struct cs_store_ident **v, size_t *n,
+                                         struct cs_diag *d);
+
+/* Applies n changes in order (an insert-or-replace, or a removal when forget), in one
+ * transaction committed durably; replace first removes every stored identity of the workspace
+ * (the set given is then the whole of it). Returns CS_STORE_OK or CS_STORE_ERROR (nothing
+ * changed). */
+enum cs_store_status cs_store_ident_save(struct cs_store *store, const char *workspace_id,
+                                         const char *root, const struct cs_store_ident *v, size_t n,
+                                         bool replace, struct cs_diag *d);
 
 /* Helpers the unit tests call directly. */
 

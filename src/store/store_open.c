@@ -49,6 +49,19 @@ static const char *const migrations[CS_STORE_SCHEMA_VERSION] = {
     /* 2: the tool error a rejected operation was answered with, {"code", "message"} as JSON,
      * so that a replay answers the same error. */
     "ALTER TABLE operations ADD COLUMN error TEXT;",
+    /* 3 (issue #29, deny identities): the identity memory of each workspace's deny rules
+     * (store_ident.c). Self-contained (IF NOT EXISTS): it composes with migrations added
+     * beside it in any order. */
+    "CREATE TABLE IF NOT EXISTS deny_identities ("
+    " workspace_id TEXT NOT NULL,"
+    " root TEXT NOT NULL,"
+    " dev INTEGER NOT NULL,"
+    " ino INTEGER NOT NULL,"
+    " gen INTEGER,"
+    " btime_ns INTEGER,"
+    " learned_at TEXT NOT NULL,"
+    " PRIMARY KEY (workspace_id, root, dev, ino)"
+    ") STRICT, WITHOUT ROWID;",
 };
 
 /* ---- open ---- */

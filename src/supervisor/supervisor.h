@@ -54,6 +54,10 @@ struct cs_supervisor_limits {
     /* A shared workspace's network namespace is kept this long after its last process
      * (CODESPACE_NETNS_GRACE_SECS, default 60 s; workflows.md section 3). */
     int64_t netns_grace_ms;
+    /* Not the supervisor's: the operations database (a path, borrowed) where the runner's
+     * executor keeps the identity memories of the deny rules across restarts; NULL: in memory
+     * only (docs/operations.md). */
+    const char *operations_db;
 };
 
 /* The fixed limits of docs/contract/runtime.md §5 (the others come from the configuration). */

@@ -104,7 +104,7 @@ def _roots(args):
 class RemoteWorker:
     """A codespace-runtime --listen for one gateway: its roots, its limits and test switches."""
 
-    def __init__(self, binary, args, env):
+    def __init__(self, binary, args, env, operations_db=None):
         self.proc = None
         ns, addr = _netns()
         self.url = "tcp://%s:1" % addr  # nothing listens there: the gateway fails as it should
@@ -124,6 +124,8 @@ class RemoteWorker:
         # Each exec carries its workspace's limits; the worker's own flags are its file
         # operations' time limit (30 s, or the gateway's smaller process timeout) and its
         # runner-wide cap (its default, 1024).
+        if operations_db:  # the worker's own database (deny identities across restarts)
+            argv += ["--operations-db", operations_db]
         secs = env.get("CODESPACE_PROCESS_TIMEOUT_SECS") or "30"
         if secs.isdigit():
             argv += ["--timeout-ms", str(min(int(secs), 30) * 1000)]
@@ -198,14 +200,14 @@ class StdioServer:
     The environment is the caller's minus every CODESPACE_* variable, with XDG_STATE_HOME set to
     state_dir (so nothing is written under $HOME) and extra_env on top."""
 
-    def __init__(self, binary, args, state_dir, extra_env=None, client="e2e"):
+    def __init__(self, binary, args, state_dir, extra_env=None, client="e2e", worker_db=None):
         env = {k: v for k, v in os.environ.items() if not k.startswith("CODESPACE_")}
         env["XDG_STATE_HOME"] = state_dir
         env.update(extra_env or {})
         self.worker = None
         extra = runner_args()
         if os.environ.get("CS_E2E_RUNNER") == "tcp" and "--runner" not in args:
-            self.worker = RemoteWorker(binary, args, env)
+            self.worker = RemoteWorker(binary, args, env, worker_db)
             extra = self.worker.args()
         self.proc = subprocess.Popen([binary] + list(args) + extra, stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
