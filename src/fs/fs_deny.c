@@ -713,7 +713,7 @@ static int scan_mask(struct scan *s, const char *rel, size_t len)
     return 0;
 }
 
-/* ---- denied symlinks (contract.md section 7; fs_deny_link.c resolves them) ---- */
+/* ---- denied symlinks (docs/contract/tools.md §5; fs_deny_link.c resolves them) ---- */
 
 static bool linked_has(const struct scan *s, const struct stat *st)
 {

@@ -1,5 +1,5 @@
 /*
- * fs_deny_link: denied symlinks (docs/contract/tools.md §5, contract.md §7). A rule that matches a
+ * fs_deny_link: denied symlinks (docs/contract/tools.md §5). A rule that matches a
  * symlink denies what the link leads to inside the workspace: the scan (fs_deny.c, scan_link)
  * masks the link itself and the target under its real path, remembers the target's identity and,
  * for a directory, everything below it. This file holds the two pieces that need no scan state:

@@ -1,4 +1,4 @@
-"""Denied symlinks (contract.md section 7, issue 29) through the real server, with the sandbox
+"""Denied symlinks (docs/contract/tools.md §5, issue 29) through the real server, with the sandbox
 helper required (CODESPACE_REQUIRE_LINUX_SANDBOX=1): never skipped.
 
 A rule that matches a symlink denies what the link leads to inside the workspace, masked under both

@@ -1,7 +1,7 @@
 /*
- * Unit tests of denied symlinks (fs_deny_link.c and the scan's scan_link, contract.md section 7):
- * where cs__fs_deny_link_resolve says a link leads (a file, a directory, a chain, an absolute path
- * naming the root, a ".." above the root and back, a link through a linked directory; outside,
+ * Unit tests of denied symlinks (fs_deny_link.c and the scan's scan_link, docs/contract/tools.md
+ * §5): where cs__fs_deny_link_resolve says a link leads (a file, a directory, a chain, an absolute
+ * path naming the root, a ".." above the root and back, a link through a linked directory; outside,
  * dangling, a loop, a file used as a directory, the root itself), the masks a scan makes for
  * denied links (the link itself, its target under its real path, once), the same masks from the
  * directory cache, the identities remembered (the target, everything below a target directory),
