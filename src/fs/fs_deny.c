@@ -20,7 +20,8 @@
  * loop thread; scans are serialised by another, which guards the scan's directory cache.
  *
  * Entry points: fs.h (cs_fs_deny_*, cs_fs_read_deny / cs_fs_find_deny are in fs_read.c and
- * fs_find.c).
+ * fs_find.c). A denied symlink is resolved by fs_deny_link.c (reading links, never following them
+ * through the kernel) and handled by scan_link below.
  */
 
 #include "fs.h"
