@@ -213,8 +213,8 @@ void cs_fs_deny_remember(struct cs_fs_deny *d, const struct stat *st);
  * below it is remembered), and every other regular file whose identity is remembered (a hard link
  * of a denied file); *n_masks their number. Returns 0 (the
  * caller frees each string and the array), CSW_ERROR_FILE_OPERATION_FAILED when the root cannot
- * be read or more than CS_FS_DENY_MAX_MASKS paths would need a mask (diag says so: the spawn must
- * fail closed), or CSW_ERROR_INTERNAL on OOM.
+ * be read, more than CS_FS_DENY_MAX_MASKS paths would need a mask, or a denied symlink cannot be
+ * resolved (diag says so: the spawn must fail closed), or CSW_ERROR_INTERNAL on OOM.
  */
 int cs_fs_deny_scan(struct cs_fs_deny *d, int rootfd, char ***masks, size_t *n_masks,
                     struct cs_diag *diag);
@@ -273,8 +273,10 @@ int cs__fs_deny_check(const struct cs_fs_deny *d, const struct cs_fs_path *p, st
 /* Denied symlinks (fs_deny_link.c). Where a symlink of the workspace leads: inside is true, with
  * the target's normalised path and lstat, when a chain of links followed within the workspace (at
  * most 40) ends at an existing regular file or directory other than the root; false when it leads
- * outside, to the root, to nothing or to a loop, or cannot be read (then only the link itself can
- * be masked). Never follows a link through the kernel, never allocates. Returns 0. */
+ * outside, to the root, to nothing or to a loop (then only the link itself can be masked). Never
+ * follows a link through the kernel, never allocates. Returns 0, or an errno value when a step
+ * failed otherwise (a directory that cannot be searched, the root's path unknown for an absolute
+ * link, ENAMETOOLONG for a chain longer than the resolver holds), inside then false. */
 struct cs__fs_link {
     bool inside;
     struct cs_fs_path target;

@@ -669,9 +669,12 @@ struct scan {
     bool cache_ok;       /* the root's file system keeps ctimes the cache can trust */
     uint64_t dev;        /* the root's device: only its directories are cached */
     struct timespec now; /* when the scan began */
-    /* The denied links' targets this scan handled (scan_link). */
+    /* The denied links' targets this scan handled (scan_link), and the first link it could not
+     * resolve (link_err its errno: the spawn fails, as its target may go unmasked). */
     struct ident *linked;
     size_t n_linked, linked_cap;
+    int link_err;
+    char *link_path;
 };
 
 static int scan_push(struct scan *s, const char *rel, size_t len, bool denied)
@@ -739,14 +742,22 @@ static bool mask_has(const struct scan *s, const char *rel, size_t len)
  * the workspace, followed through a chain of links, is denied too: masked under its real path
  * (once per scan, unless a rule denies it by name, whose mask the walk makes), remembered, and a
  * directory is walked as denied so that everything below it is remembered (the walk then skips
- * it). A link leading outside has nothing to mask there. Returns 0, -1 on OOM.
+ * it). A link leading outside has nothing to mask there. A link that cannot be resolved (a
+ * directory on its way that cannot be searched, a chain too long) fails the scan once the walk
+ * ends. Returns 0, -1 on OOM.
  */
 static int scan_link(struct scan *s, const char *path, size_t plen, bool here)
 {
     if (here && scan_mask(s, path, plen) != 0)
         return -1;
     struct cs__fs_link l;
-    (void)cs__fs_deny_link_resolve(s->rootfd, path, plen, &l);
+    int err = cs__fs_deny_link_resolve(s->rootfd, path, plen, &l);
+    if (err != 0 && s->link_err == 0) {
+        s->link_err = err;
+        s->link_path = strndup(path, plen);
+        if (s->link_path == NULL)
+            return -1;
+    }
     if (!l.inside || cs_fs_deny_path(s->d, l.target.rel, l.target.len) != NULL ||
         linked_has(s, &l.st))
         return 0;
@@ -968,11 +979,19 @@ int cs_fs_deny_scan(struct cs_fs_deny *d, int rootfd, char ***masks, size_t *n_m
                     "mask in the sandbox",
                     CS_FS_DENY_MAX_MASKS);
         rc = CSW_ERROR_FILE_OPERATION_FAILED;
+    } else if (s.link_err != 0) {
+        cs_diag_set(diag, CSW_ERROR_FILE_OPERATION_FAILED,
+                    "cannot resolve the denied symlink \"%.*s\" (%s), so what it leads to cannot "
+                    "be masked in the sandbox",
+                    cs__fs_clip(s.link_path, strlen(s.link_path), 200), s.link_path,
+                    strerror(s.link_err));
+        rc = CSW_ERROR_FILE_OPERATION_FAILED;
     }
     while (s.depth > 0)
         free(s.stack[--s.depth].rel);
     free(s.stack);
     free(s.linked);
+    free(s.link_path);
     if (rc != 0 || masks == NULL) {
         for (size_t i = 0; i < s.n_masks; i++)
             free(s.masks[i]);

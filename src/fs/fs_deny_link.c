@@ -36,7 +36,7 @@ struct lwalk {
     size_t cur_n;
     size_t up; /* > 0: that many levels above the root (an absolute or ".." path) */
     char root[CS_FS_PATH_MAX + 1]; /* the root's absolute path, once needed */
-    int root_state;                /* 0: not read yet, 1: known, -1: unknown */
+    int root_state;                /* 0: not read yet, -1: known, else the errno it failed with */
     size_t root_depth;             /* components of root */
 };
 
@@ -62,26 +62,27 @@ static int open_dir_rel(int rootfd, const char *rel, size_t n)
     return fd;
 }
 
-/* The root's absolute path and depth, read once from /proc/self/fd. */
-static bool root_known(struct lwalk *w)
+/* The root's absolute path and depth, read once from /proc/self/fd: 0, or an errno value. */
+static int root_known(struct lwalk *w)
 {
     if (w->root_state != 0)
-        return w->root_state > 0;
-    w->root_state = -1;
+        return w->root_state < 0 ? 0 : w->root_state;
     char link[64];
     snprintf(link, sizeof link, "/proc/self/fd/%d", w->rootfd);
     ssize_t n = readlink(link, w->root, sizeof w->root - 1);
-    if (n <= 0 || w->root[0] != '/')
-        return false;
+    if (n <= 0 || w->root[0] != '/') {
+        w->root_state = n < 0 && errno > 0 ? errno : EINVAL;
+        return w->root_state;
+    }
     w->root[n] = '\0';
     if (strstr(w->root, " (deleted)") != NULL)
-        return false;
+        return w->root_state = ENOENT;
     w->root_depth = 0;
     for (ssize_t i = 0; i < n; i++)
         if (w->root[i] == '/' && i + 1 < n && w->root[i + 1] != '/')
             w->root_depth++;
-    w->root_state = 1;
-    return true;
+    w->root_state = -1;
+    return 0;
 }
 
 /* The i-th component (0-based) of the root's path, and its length. */
@@ -101,6 +102,13 @@ static const char *root_comp(const struct lwalk *w, size_t i, size_t *len)
     }
 }
 
+/* An errno of a step that failed: 0 when it only means the chain leads nowhere (a name missing,
+ * a file used as a directory, a link swapped in meanwhile), else the error itself. */
+static int odd(int e)
+{
+    return e == ENOENT || e == ENOTDIR || e == ELOOP ? 0 : e;
+}
+
 /* Back at the root after an absolute path or a climb above it. */
 static bool at_root(struct lwalk *w)
 {
@@ -118,15 +126,17 @@ static bool at_root(struct lwalk *w)
  * Where the symlink at rel (len bytes, normalised, beneath rootfd) leads. Fills *out: inside true
  * with the target's normalised path and its lstat when the chain ends at an existing regular file
  * or directory of the workspace other than the root itself; inside false when it leads outside
- * the workspace, to the root, to nothing (dangling, a loop, a file used as a directory, a path too
- * long), or cannot be read. Returns 0 (out->inside says which).
+ * the workspace, to the root, or to nothing (dangling, a loop, a file used as a directory).
+ * Returns 0 (out->inside says which), or an errno value when a step failed otherwise (a directory
+ * that cannot be searched, the root's path unknown for an absolute link, a chain longer than
+ * CS_FS_PATH_MAX bytes: ENAMETOOLONG), with inside false: the scan cannot tell what to mask.
  */
 int cs__fs_deny_link_resolve(int rootfd, const char *rel, size_t len, struct cs__fs_link *out)
 {
     struct lwalk w;
     char rest[REST_MAX], spliced[REST_MAX];
     size_t pos = 0, rest_n = 0;
-    int links = 0;
+    int links = 0, err = 0;
     memset(out, 0, sizeof *out);
     w.rootfd = rootfd;
     w.up = 0;
@@ -143,7 +153,7 @@ int cs__fs_deny_link_resolve(int rootfd, const char *rel, size_t len, struct cs_
         return 0;
     w.cur = open_dir_rel(rootfd, rel, dir_n);
     if (w.cur < 0)
-        return 0;
+        return odd(errno);
     memcpy(w.cur_rel, rel, dir_n);
     w.cur_rel[dir_n] = '\0';
     w.cur_n = dir_n;
@@ -155,11 +165,12 @@ int cs__fs_deny_link_resolve(int rootfd, const char *rel, size_t len, struct cs_
     size_t file_off = 0, file_n = 0;
     while (pos <= rest_n) {
         if (pos == 0 && rest[0] == '/') { /* an absolute path: from "/" */
-            if (!root_known(&w))
+            if ((err = root_known(&w)) != 0)
                 goto out;
-            w.up = w.root_depth;
-            if (w.up == 0 && !at_root(&w))
+            if ((w.up = w.root_depth) == 0 && !at_root(&w)) {
+                err = errno;
                 goto out;
+            }
         }
         while (pos < rest_n && rest[pos] == '/')
             pos++;
@@ -190,8 +201,10 @@ int cs__fs_deny_link_resolve(int rootfd, const char *rel, size_t len, struct cs_
                     w.up++;
             } else if ((rc = root_comp(&w, w.root_depth - w.up, &rl)) != NULL && rl == cl &&
                        memcmp(rc, c, cl) == 0) {
-                if (--w.up == 0 && !at_root(&w))
+                if (--w.up == 0 && !at_root(&w)) {
+                    err = errno;
                     goto out;
+                }
             } else {
                 goto out; /* outside the workspace */
             }
@@ -200,7 +213,9 @@ int cs__fs_deny_link_resolve(int rootfd, const char *rel, size_t len, struct cs_
         }
         if (cl == 2 && c[0] == '.' && c[1] == '.') {
             if (w.cur_n == 0) {
-                if (!root_known(&w) || w.root_depth == 0)
+                if ((err = root_known(&w)) != 0)
+                    goto out;
+                if (w.root_depth == 0)
                     goto out;
                 w.up = 1;
             } else {
@@ -210,33 +225,47 @@ int cs__fs_deny_link_resolve(int rootfd, const char *rel, size_t len, struct cs_
                     w.cur_n--;
                 w.cur_rel[w.cur_n] = '\0';
                 int fd = open_dir_rel(rootfd, w.cur_rel, w.cur_n);
-                if (fd < 0)
+                if (fd < 0) {
+                    err = odd(errno);
                     goto out;
+                }
                 close(w.cur);
                 w.cur = fd;
             }
             pos = next;
             continue;
         }
-        if (cl >= 256 || w.cur_n + 1 + cl > CS_FS_PATH_MAX)
+        if (cl >= 256)
+            goto out; /* no such name (NAME_MAX) */
+        if (w.cur_n + 1 + cl > CS_FS_PATH_MAX) {
+            err = ENAMETOOLONG;
             goto out;
+        }
         char cn[256];
         memcpy(cn, c, cl);
         cn[cl] = '\0';
         struct stat st;
-        if (fstatat(w.cur, cn, &st, AT_SYMLINK_NOFOLLOW) != 0)
-            goto out; /* dangling, or unreadable */
+        if (fstatat(w.cur, cn, &st, AT_SYMLINK_NOFOLLOW) != 0) {
+            err = odd(errno); /* dangling, or unreadable */
+            goto out;
+        }
         if (S_ISLNK(st.st_mode)) {
             if (++links > LINK_FOLLOW_MAX)
                 goto out; /* a loop */
             char t[CS_FS_PATH_MAX + 1];
             ssize_t tn = readlinkat(w.cur, cn, t, sizeof t);
-            if (tn <= 0 || (size_t)tn >= sizeof t)
+            if (tn < 0) {
+                err = odd(errno == EINVAL ? ENOENT : errno); /* EINVAL: no longer a link */
                 goto out;
+            }
             /* What is left: the link's text, then the components after it. */
             size_t tail = rest_n - next;
-            if ((size_t)tn + 1 + tail + 1 > sizeof spliced)
+            if (tn == 0)
+                goto out; /* an empty link leads nowhere */
+            if ((size_t)tn >= sizeof t || (size_t)tn + 1 + tail + 1 > sizeof spliced) {
+                err = ENAMETOOLONG;
                 goto out;
+            }
             memcpy(spliced, t, (size_t)tn);
             size_t sn = (size_t)tn;
             if (tail > 0) {
@@ -252,8 +281,10 @@ int cs__fs_deny_link_resolve(int rootfd, const char *rel, size_t len, struct cs_
         }
         if (S_ISDIR(st.st_mode)) {
             int fd = openat(w.cur, cn, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-            if (fd < 0)
-                goto out; /* swapped meanwhile */
+            if (fd < 0) {
+                err = odd(errno); /* ENOTDIR, ELOOP: swapped meanwhile */
+                goto out;
+            }
             close(w.cur);
             w.cur = fd;
             if (w.cur_n > 0)
@@ -284,7 +315,11 @@ int cs__fs_deny_link_resolve(int rootfd, const char *rel, size_t len, struct cs_
         out->target.len = n;
         out->st = fst;
         out->inside = true;
-    } else if (w.cur_n > 0 && fstat(w.cur, &out->st) == 0 && S_ISDIR(out->st.st_mode)) {
+    } else if (w.cur_n > 0) {
+        if (fstat(w.cur, &out->st) != 0) {
+            err = errno;
+            goto out;
+        }
         memcpy(out->target.rel, w.cur_rel, w.cur_n + 1);
         out->target.len = w.cur_n;
         out->inside = true;
@@ -292,7 +327,7 @@ int cs__fs_deny_link_resolve(int rootfd, const char *rel, size_t len, struct cs_
 out:
     if (w.cur >= 0)
         close(w.cur);
-    return 0;
+    return err;
 }
 
 int cs__fs_deny_under(struct cs_fs_deny *d, int rootfd, const struct cs_fs_path *p,

@@ -5,7 +5,8 @@
  * dangling, a loop, a file used as a directory, the root itself), the masks a scan makes for
  * denied links (the link itself, its target under its real path, once), the same masks from the
  * directory cache, the identities remembered (the target, everything below a target directory),
- * and cs__fs_deny_under (a path at or below such a directory, whether or not it exists).
+ * cs__fs_deny_under (a path at or below such a directory, whether or not it exists), and a chain
+ * too long to resolve failing the scan.
  *
  * Everything runs in a mkdtemp tree; the test removes it at the end.
  */
@@ -18,6 +19,7 @@
 
 #include <cmocka.h>
 
+#include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
@@ -264,12 +266,52 @@ static void test_link_below_denied_dir(void **state)
     cs_fs_deny_free(d);
 }
 
+/* A chain the resolver cannot hold (more than CS_FS_PATH_MAX bytes left to walk) fails the scan,
+ * naming the link: what it leads to could go unmasked. */
+static void test_chain_too_long_fails_the_scan(void **state)
+{
+    (void)state;
+    static char text[3200];
+    for (int i = 0; i < 3; i++) {
+        int n = snprintf(text, sizeof text, "long%d", i + 1);
+        while (n + 2 < 3100) {
+            text[n++] = '/';
+            text[n++] = '.';
+        }
+        text[n] = '\0';
+        char name[16];
+        snprintf(name, sizeof name, "long%d", i);
+        ln(text, name);
+    }
+    ln("vault", "long3");
+    int rootfd = -1;
+    assert_int_equal(cs_fs_root_open(root, &rootfd, NULL), 0);
+    struct cs__fs_link l;
+    assert_int_equal(cs__fs_deny_link_resolve(rootfd, "long0", 5, &l), ENAMETOOLONG);
+    assert_false(l.inside);
+    assert_int_equal(cs__fs_deny_link_resolve(rootfd, "long1", 5, &l), 0); /* shorter: fine */
+    assert_true(l.inside);
+    assert_string_equal(l.target.rel, "vault");
+    struct cs_str rules[] = {{"long0", 5}};
+    struct cs_fs_deny *d = cs_fs_deny_new(rules, 1);
+    assert_non_null(d);
+    char **masks = NULL;
+    size_t n = 0;
+    struct cs_diag msg = {0};
+    assert_int_equal(cs_fs_deny_scan(d, rootfd, &masks, &n, &msg), CSW_ERROR_FILE_OPERATION_FAILED);
+    assert_null(masks);
+    assert_non_null(strstr(msg.text, "cannot resolve the denied symlink \"long0\""));
+    close(rootfd);
+    cs_fs_deny_free(d);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_resolve),
         cmocka_unit_test(test_scan),
         cmocka_unit_test(test_link_below_denied_dir),
+        cmocka_unit_test(test_chain_too_long_fails_the_scan),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
