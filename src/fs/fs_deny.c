@@ -982,7 +982,7 @@ int cs_fs_deny_scan(struct cs_fs_deny *d, int rootfd, char ***masks, size_t *n_m
     } else if (s.link_err != 0) {
         cs_diag_set(diag, CSW_ERROR_FILE_OPERATION_FAILED,
                     "cannot resolve the denied symlink \"%.*s\" (%s), so what it leads to cannot "
-                    "be masked in the sandbox",
+                    "be masked in the sandbox; remove the link or point it at its target directly",
                     cs__fs_clip(s.link_path, strlen(s.link_path), 200), s.link_path,
                     strerror(s.link_err));
         rc = CSW_ERROR_FILE_OPERATION_FAILED;

@@ -7,7 +7,8 @@ the link itself can be neither removed nor replaced; a link that leads outside i
 The cases: a link to a directory (the red team's `.codex` -> a directory of the workspace), to a
 file, a chain of links, an absolute link naming the root, a relative one climbing above the root
 and back, a link made by a command after the server started (masked for the next command), a
-link leading outside, and a link loop (which must not stop a spawn). Under both names: cat, echo >,
+link leading outside, and a link loop (which must not stop a spawn); a link too long to resolve
+fails the spawn instead. Under both names: cat, echo >,
 rm, mv and ln -sf inside the sandbox fail and leave the host's files as they were; read, find and
 apply_patch refuse both names (the target is denied by virtue of the link). Neighbours stay
 readable and writable.
@@ -17,7 +18,7 @@ holds neither home nor root) and touches only paths of this test's temporary tre
 CS_E2E_RUNNER=uds runs it all through the uds worker.
 
     CODESPACE_MCP_BIN=build/release/src/main/codespace-mcp \\
-    CS_SANDBOX_BIN=build/release/helper/codespace-linux-sandbox \\
+    CS_SANDBOX_BIN=build/release/src/main/codespace-linux-sandbox \\
     /usr/bin/python3 -m unittest -v test_deny_link
 """
 
@@ -103,10 +104,17 @@ class DenyLinkCase(unittest.TestCase):
         # A loop: nothing to mask beyond the link; it must not stop a spawn.
         os.symlink("loop2", os.path.join(ws, "loop.key"))
         os.symlink("loop.key", os.path.join(ws, "loop2"))
+        # A second workspace whose denied link is a chain too long to resolve: its spawns fail.
+        cls.ws2 = os.path.join(cls.tmp, "ws2")
+        os.makedirs(os.path.join(cls.ws2, "vault"))
+        for i in range(3):
+            os.symlink("long%d" % (i + 1) + "/." * 1550, os.path.join(cls.ws2, "long%d" % i))
+        os.symlink("vault", os.path.join(cls.ws2, "long3"))
         cls.registry = os.path.join(cls.tmp, "registry.json")
         with open(cls.registry, "w") as f:
-            json.dump({"workspaces": {"default": {"root": ws, "profile": "workspace-write",
-                                                  "deny": RULES}}}, f)
+            json.dump({"workspaces": {
+                "default": {"root": ws, "profile": "workspace-write", "deny": RULES},
+                "chain": {"root": cls.ws2, "profile": "workspace-write", "deny": ["long0"]}}}, f)
         env = {"CODESPACE_LINUX_SANDBOX_BIN": required_env("CS_SANDBOX_BIN"),
                "CODESPACE_REQUIRE_LINUX_SANDBOX": "1", "TMPDIR": srvtmp}
         cls.srv = Server(["--config", cls.registry, "--operations-db", ":memory:"], state, env)
@@ -251,6 +259,15 @@ class DenyLinkCase(unittest.TestCase):
         text = self.exec_sh("cat retarget2/two.txt 2>/dev/null; echo END")
         self.assertIn("END", text)
         self.assertNotIn(SECRET, text)
+
+    def test_unresolvable_link_fails_the_spawn(self):
+        out, err = self.srv.call_raw("exec_command", {
+            "workspace_id": "chain", "command": ["/bin/sh", "-c", "echo ran > ran.txt"],
+            "yield_ms": 20000})
+        self.assertIsNone(out, out)
+        self.assertEqual(err["code"], "PROCESS_SPAWN_FAILED", err)
+        self.assertIn("long0", json.dumps(err))
+        self.assertFalse(os.path.exists(os.path.join(self.ws2, "ran.txt")))
 
     # ---- the file tools --------------------------------------------------------------------
 
