@@ -313,10 +313,10 @@ static void mask_secrets(void)
  * (the path now opens to the mask, on a read-only mount). A path that has gone since the runner
  * resolved it needs no mask; anything else unexpected stops the setup (fail closed).
  *
- * A denied symlink (docs/contract/tools.md §5) is in deny_mask itself, its target under its path
- * besides: the empty file is bound onto the link, which makes the link's name a mount
- * point that no command can unlink, rename or replace (EBUSY), and lets nothing through it. The
- * bind goes through /proc/self/fd of the walk's O_PATH, O_NOFOLLOW descriptor, which names the
+ * A denied symlink (docs/contract/tools.md §5) is in deny_mask itself, and its target under the
+ * target's own path besides: the empty file is bound onto the link, which makes the link's name a
+ * mount point that no command can unlink, rename or replace (EBUSY), and lets nothing through it.
+ * The bind goes through /proc/self/fd of the walk's O_PATH, O_NOFOLLOW descriptor, which names the
  * link itself, never what it leads to; a non-directory source (the file) is what a link can take.
  */
 static int walk_nofollow(int dirfd, const char *rel)
