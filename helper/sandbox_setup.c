@@ -312,6 +312,12 @@ static void mask_secrets(void)
  * keeps its source's flags, so each mask is read-only from the start; every mask is read back
  * (the path now opens to the mask, on a read-only mount). A path that has gone since the runner
  * resolved it needs no mask; anything else unexpected stops the setup (fail closed).
+ *
+ * A denied symlink (docs/contract/tools.md §5) is in deny_mask itself, and its target under the
+ * target's own path besides: the empty file is bound onto the link, which makes the link's name a
+ * mount point that no command can unlink, rename or replace (EBUSY), and lets nothing through it.
+ * The bind goes through /proc/self/fd of the walk's O_PATH, O_NOFOLLOW descriptor, which names the
+ * link itself, never what it leads to; a non-directory source (the file) is what a link can take.
  */
 static int walk_nofollow(int dirfd, const char *rel)
 {
@@ -354,8 +360,8 @@ static void mask_workspace(const char *dst, const struct csw_sandbox_plan *plan)
         struct stat st;
         if (fstat(fd, &st) < 0)
             cs_sbx_die("fstat deny mask");
-        if (!S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)) {
-            close(fd); /* a link or special file now: the walk never reads through it */
+        if (!S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode) && !S_ISLNK(st.st_mode)) {
+            close(fd); /* a special file now: nothing to read through it */
             continue;
         }
         bool dir = S_ISDIR(st.st_mode);

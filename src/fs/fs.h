@@ -258,11 +258,13 @@ void cs_fs_deny_changes_free(struct cs_fs_deny_changes *c);
  * The spawn-time (and first-use) scan: walks the tree under rootfd without following links,
  * at most CS_FS_DENY_SCAN_CAP entries, remembering the identity of every denied entry and of
  * everything below a denied directory. When masks is not NULL it receives the paths to mask in
- * the sandbox: each topmost denied file or directory, and every other regular file whose
- * identity is remembered (a hard link of a denied file); *n_masks their number. Returns 0 (the
+ * the sandbox: each topmost denied file, directory or symlink, what a denied symlink leads to
+ * inside the workspace (under its real path; a directory there is walked as denied, so everything
+ * below it is remembered), and every other regular file whose identity is remembered (a hard link
+ * of a denied file); *n_masks their number. Returns 0 (the
  * caller frees each string and the array), CSW_ERROR_FILE_OPERATION_FAILED when the root cannot
- * be read or more than CS_FS_DENY_MAX_MASKS paths would need a mask (diag says so: the spawn must
- * fail closed), or CSW_ERROR_INTERNAL on OOM.
+ * be read, more than CS_FS_DENY_MAX_MASKS paths would need a mask, or a denied symlink cannot be
+ * resolved (diag says so: the spawn must fail closed), or CSW_ERROR_INTERNAL on OOM.
  */
 int cs_fs_deny_scan(struct cs_fs_deny *d, int rootfd, char ***masks, size_t *n_masks,
                     struct cs_diag *diag);
@@ -330,6 +332,24 @@ void cs__fs_ids_remember(struct cs__fs_ids *m, int fd, const char *name, const s
 int cs__fs_ids_load(struct cs__fs_ids *m, const struct cs_fs_ident *v, size_t n);
 int cs__fs_ids_take(struct cs__fs_ids *m, struct cs_fs_deny_changes *out);
 void cs__fs_ids_resync(struct cs__fs_ids *m);
+/* Denied symlinks (fs_deny_link.c). Where a symlink of the workspace leads: inside is true, with
+ * the target's normalised path and lstat, when a chain of links followed within the workspace (at
+ * most 40) ends at an existing regular file or directory other than the root; false when it leads
+ * outside, to the root, to nothing or to a loop (then only the link itself can be masked). Never
+ * follows a link through the kernel, never allocates. Returns 0, or an errno value when a step
+ * failed otherwise (a directory that cannot be searched, the root's path unknown for an absolute
+ * link, ENAMETOOLONG for a chain longer than the resolver holds), inside then false. */
+struct cs__fs_link {
+    bool inside;
+    struct cs_fs_path target;
+    struct stat st;
+};
+int cs__fs_deny_link_resolve(int rootfd, const char *rel, size_t len, struct cs__fs_link *out);
+/* PATH_DENIED (with diag) when p beneath rootfd is, or lies below, a directory whose
+ * identity is remembered as denied (a denied link's target, a denied directory renamed), whether
+ * or not p exists; else 0. d may be NULL. */
+int cs__fs_deny_under(struct cs_fs_deny *d, int rootfd, const struct cs_fs_path *p,
+                      struct cs_diag *diag);
 
 /* ---- test hooks (internal) ---- */
 

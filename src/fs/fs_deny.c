@@ -20,7 +20,8 @@
  * loop thread; scans are serialised by another, which guards the scan's directory cache.
  *
  * Entry points: fs.h (cs_fs_deny_*, cs_fs_read_deny / cs_fs_find_deny are in fs_read.c and
- * fs_find.c).
+ * fs_find.c). A denied symlink is resolved by fs_deny_link.c (reading links, never following them
+ * through the kernel) and handled by scan_link below.
  */
 
 #include "fs.h"
@@ -395,7 +396,7 @@ struct centry {
     uint8_t kind; /* KIND_* */
 };
 
-enum { KIND_OTHER, KIND_REG, KIND_DIR };
+enum { KIND_OTHER, KIND_REG, KIND_DIR, KIND_LINK };
 
 struct cdir {
     char *rel; /* NULL: an empty slot */
@@ -595,6 +596,11 @@ struct scan_dir {
     bool denied; /* inside a denied directory: remember everything, mask nothing more */
 };
 
+/* A denied link's target, by (device, inode): walked as denied once per scan. */
+struct link_target {
+    uint64_t dev, ino;
+};
+
 struct scan {
     struct cs_fs_deny *d;
     int rootfd;
@@ -607,6 +613,12 @@ struct scan {
     bool cache_ok;       /* the root's file system keeps ctimes the cache can trust */
     uint64_t dev;        /* the root's device: only its directories are cached */
     struct timespec now; /* when the scan began */
+    /* The denied links' targets this scan handled (scan_link), and the first link it could not
+     * resolve (link_err its errno: the spawn fails, as its target may go unmasked). */
+    struct link_target *linked;
+    size_t n_linked, linked_cap;
+    int link_err;
+    char *link_path;
 };
 
 static int scan_push(struct scan *s, const char *rel, size_t len, bool denied)
@@ -649,6 +661,71 @@ static int scan_mask(struct scan *s, const char *rel, size_t len)
     return 0;
 }
 
+/* ---- denied symlinks (docs/contract/tools.md §5; fs_deny_link.c resolves them) ---- */
+
+static bool linked_has(const struct scan *s, const struct stat *st)
+{
+    for (size_t i = 0; i < s->n_linked; i++)
+        if (s->linked[i].ino == (uint64_t)st->st_ino && s->linked[i].dev == (uint64_t)st->st_dev)
+            return true;
+    return false;
+}
+
+static bool mask_has(const struct scan *s, const char *rel, size_t len)
+{
+    for (size_t i = 0; i < s->n_masks; i++)
+        if (strncmp(s->masks[i], rel, len) == 0 && s->masks[i][len] == '\0')
+            return true;
+    return false;
+}
+
+/*
+ * A symlink the rules deny, at path (plen bytes): matched itself (here), or below a denied
+ * directory. A link matched itself is masked itself (the helper binds the empty file onto the
+ * link: a mount point, which no command can remove, rename or replace). What it leads to inside
+ * the workspace, followed through a chain of links, is denied too: masked under its real path
+ * (once per scan, unless a rule denies it by name, whose mask the walk makes), remembered, and a
+ * directory is walked as denied so that everything below it is remembered (the walk then skips
+ * it). A link leading outside has nothing to mask there. A link that cannot be resolved (a
+ * directory on its way that cannot be searched, a chain too long) fails the scan once the walk
+ * ends. Returns 0, -1 on OOM.
+ */
+static int scan_link(struct scan *s, const char *path, size_t plen, bool here)
+{
+    if (here && scan_mask(s, path, plen) != 0)
+        return -1;
+    struct cs__fs_link l;
+    int err = cs__fs_deny_link_resolve(s->rootfd, path, plen, &l);
+    if (err != 0 && s->link_err == 0) {
+        s->link_err = err;
+        s->link_path = strndup(path, plen);
+        if (s->link_path == NULL)
+            return -1;
+    }
+    if (!l.inside || cs_fs_deny_path(s->d, l.target.rel, l.target.len) != NULL ||
+        linked_has(s, &l.st))
+        return 0;
+    if (s->n_linked >= CS_FS_DENY_MAX_MASKS) {
+        s->too_many = true; /* each one needs a mask anyway */
+        return 0;
+    }
+    if (s->n_linked == s->linked_cap) {
+        size_t nc = s->linked_cap ? 2 * s->linked_cap : 8;
+        struct link_target *nv = realloc(s->linked, nc * sizeof *nv);
+        if (nv == NULL)
+            return -1;
+        s->linked = nv;
+        s->linked_cap = nc;
+    }
+    s->linked[s->n_linked++] = (struct link_target){(uint64_t)l.st.st_dev, (uint64_t)l.st.st_ino};
+    cs_fs_deny_remember(s->d, s->rootfd, l.target.rel, &l.st);
+    if (!mask_has(s, l.target.rel, l.target.len) && scan_mask(s, l.target.rel, l.target.len) != 0)
+        return -1;
+    if (S_ISDIR(l.st.st_mode))
+        return scan_push(s, l.target.rel, l.target.len, true);
+    return 0;
+}
+
 /* One entry of directory rel (path[0..base) is rel and its '/'), kind and st as the directory
  * holds them now. Returns 0, 1 at the cap, -1 on OOM. */
 static int scan_entry(struct scan *s, char *path, size_t base, const char *name, size_t nl,
@@ -657,18 +734,23 @@ static int scan_entry(struct scan *s, char *path, size_t base, const char *name,
     if (++s->seen > CS_FS_DENY_SCAN_CAP)
         return 1;
     if (base + nl > CS_FS_PATH_MAX || kind == KIND_OTHER)
-        return 0; /* no tool can name it; links and special files: the tools refuse them anyway */
+        return 0; /* no tool can name it; special files: the tools refuse them anyway */
     memcpy(path + base, name, nl);
     path[base + nl] = '\0';
     size_t plen = base + nl;
     bool is_dir = kind == KIND_DIR, is_reg = kind == KIND_REG;
     bool here = !denied && cs__fs_deny_leaf(s->d, path, plen, base) != NULL;
+    if (kind == KIND_LINK)
+        return denied || here ? scan_link(s, path, plen, here) : 0;
+    if (is_dir && !denied && !here && linked_has(s, st))
+        return 0; /* a denied link's target directory, walked as denied already */
     /* Identities: path is relative to the root. An entry from a cached listing carries only
      * (device, inode) (st_mode 0): the directory is unchanged, so a known number there is still
      * the file remembered, and its tags are not read again. */
     if (denied || here)
         cs__fs_ids_remember(s->d->ids, s->rootfd, path, st, st->st_mode != 0);
-    if (here || (!denied && is_reg && cs__fs_ids_known(s->d->ids, s->rootfd, path, st))) {
+    if (here || (!denied && is_reg && cs__fs_ids_known(s->d->ids, s->rootfd, path, st) &&
+                 !mask_has(s, path, plen))) {
         if (scan_mask(s, path, plen) != 0)
             return -1;
     }
@@ -750,7 +832,10 @@ static int scan_dir(struct scan *s, const char *rel, bool denied)
         struct stat st;
         int kind = KIND_OTHER;
         if (fstatat(dirfd(dir), name, &st, AT_SYMLINK_NOFOLLOW) == 0)
-            kind = S_ISDIR(st.st_mode) ? KIND_DIR : S_ISREG(st.st_mode) ? KIND_REG : KIND_OTHER;
+            kind = S_ISDIR(st.st_mode)   ? KIND_DIR
+                   : S_ISREG(st.st_mode) ? KIND_REG
+                   : S_ISLNK(st.st_mode) ? KIND_LINK
+                                         : KIND_OTHER;
         cbuild_add(&b, name, nl, kind, &st);
         rc = scan_entry(s, path, base, name, nl, kind, &st, denied);
     }
@@ -842,10 +927,19 @@ int cs_fs_deny_scan(struct cs_fs_deny *d, int rootfd, char ***masks, size_t *n_m
                     "mask in the sandbox",
                     CS_FS_DENY_MAX_MASKS);
         rc = CSW_ERROR_FILE_OPERATION_FAILED;
+    } else if (s.link_err != 0) {
+        cs_diag_set(diag, CSW_ERROR_FILE_OPERATION_FAILED,
+                    "cannot resolve the denied symlink \"%.*s\" (%s), so what it leads to cannot "
+                    "be masked in the sandbox; remove the link or point it at its target directly",
+                    cs__fs_clip(s.link_path, strlen(s.link_path), 200), s.link_path,
+                    strerror(s.link_err));
+        rc = CSW_ERROR_FILE_OPERATION_FAILED;
     }
     while (s.depth > 0)
         free(s.stack[--s.depth].rel);
     free(s.stack);
+    free(s.linked);
+    free(s.link_path);
     if (rc != 0 || masks == NULL) {
         for (size_t i = 0; i < s.n_masks; i++)
             free(s.masks[i]);

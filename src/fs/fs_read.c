@@ -533,6 +533,8 @@ static int read_at(int rootfd, struct cs_fs_deny *deny, const struct csw_mcp_rea
     rc = cs_fs_path_normalize(in->path.s, in->path.n, &p, diag);
     if (rc == 0)
         rc = cs__fs_deny_check(deny, &p, diag); /* before any look at the file */
+    if (rc == 0) /* a directory denied under another name, or below one (a denied link's target) */
+        rc = cs__fs_deny_under(deny, rootfd, &p, diag);
     if (rc != 0)
         goto out;
     struct timespec t0 = {0, 0}; /* no clock: nothing is remembered (every ctime is too new) */

@@ -777,6 +777,8 @@ static int check_versions(int rootfd, struct cs_fs_deny *deny,
             &in->expected_versions.v[i];
         struct cs_fs_path p;
         int rc = norm(deny, e->key.s, e->key.n, &p, diag);
+        if (rc == 0)
+            rc = cs__fs_deny_under(deny, rootfd, &p, diag);
         if (rc != 0)
             return rc;
         bool want_absent = e->value.n == 6 && memcmp(e->value.s, "absent", 6) == 0;
@@ -914,6 +916,13 @@ static int preflight(struct txn *t, const struct cs_patch *plan, const struct cs
         struct item *it = &t->items[i];
         const struct cs_fs_path *src =
             it->kind == CSW_PATCH_CHANGE_KIND_MOVE ? &it->from : &it->path;
+        /* Below a directory denied under another name (a denied link's target, a denied
+         * directory renamed): refused whether or not the file exists, so adds and moves too. */
+        rc = cs__fs_deny_under(t->deny, t->rootfd, &it->path, diag);
+        if (rc == 0 && it->kind == CSW_PATCH_CHANGE_KIND_MOVE)
+            rc = cs__fs_deny_under(t->deny, t->rootfd, &it->from, diag);
+        if (rc != 0)
+            return rc;
         if (it->kind == CSW_PATCH_CHANGE_KIND_ADD) {
             rc = check_absent(t->rootfd, &it->path, CSW_ERROR_ADD_FILE_EXISTS, diag);
             if (rc != 0)
