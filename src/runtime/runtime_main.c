@@ -532,8 +532,8 @@ static void on_signal(void *arg, int signo)
             cs_log(CS_LOG_NOTICE, "runner keys reloaded",
                    json_pack("{s:I}", "psk_identities", (json_int_t)n));
         else
-            cs_log(CS_LOG_ERROR, "runner keys not reloaded; the previous ones stay",
-                   json_pack("{s:s}", "error", err.text));
+            cs_log(CS_LOG_ERROR, "runner keys not reloaded",
+                   json_pack("{s:s,s:s}", "error", err.text, "kept", "the previous keys"));
         return;
     }
     /* SIGHUP is also our parent-death signal: the hang-up says which it was. */
