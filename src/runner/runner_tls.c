@@ -950,140 +950,18 @@ void cs_tls_link_free(struct cs_tls_link *l)
  * one in certificate mode) may take. The handshake must end HS_MS after the accept.
  */
 
-enum flight { FLIGHT_MORE, FLIGHT_VALID, FLIGHT_ORDINARY, FLIGHT_REFUSE };
+#define FLIGHT_MORE     CS_TLS_FLIGHT_MORE
+#define FLIGHT_VALID    CS_TLS_FLIGHT_VALID
+#define FLIGHT_ORDINARY CS_TLS_FLIGHT_ORDINARY
+#define FLIGHT_REFUSE   CS_TLS_FLIGHT_REFUSE
 
-/* A cursor over [p, end); a read past the end marks it bad and reads zeros. */
-struct cur {
-    const unsigned char *p, *end;
-    bool bad;
-};
-
-static size_t take(struct cur *c, size_t n)
+static bool ctx_knows_n(void *arg, const unsigned char *id, size_t n)
 {
-    size_t v = 0;
-    if (c->bad || (size_t)(c->end - c->p) < n) {
-        c->bad = true;
-        return 0;
-    }
-    for (size_t i = 0; i < n; i++)
-        v = v << 8 | c->p[i];
-    c->p += n;
-    return v;
-}
-
-static struct cur sub(struct cur *c, size_t n)
-{
-    struct cur s = {c->p, c->p, true};
-    if (c->bad || (size_t)(c->end - c->p) < n) {
-        c->bad = true;
-        return s;
-    }
-    s.end = c->p + n;
-    s.bad = false;
-    c->p += n;
-    return s;
-}
-
-static bool whole(const struct cur *c)
-{
-    return !c->bad && c->p == c->end;
-}
-
-static bool ctx_knows_n(struct cs_tls_ctx *c, const unsigned char *id, size_t n)
-{
+    struct cs_tls_ctx *c = arg;
     pthread_mutex_lock(&c->mu);
     bool known = psk_lookup(c->keys, id, n) != NULL;
     pthread_mutex_unlock(&c->mu);
     return known;
-}
-
-/* Judges the first n bytes a peer sent (a TLS record holding a ClientHello). FLIGHT_MORE: *need
- * bytes are needed; FLIGHT_REFUSE: *why says what is wrong; FLIGHT_VALID: a ClientHello for one
- * of our identities (PSK mode) or a well-formed TLS 1.3 ClientHello (certificate mode);
- * FLIGHT_ORDINARY: a ClientHello spanning records, left to OpenSSL. */
-static enum flight first_flight(struct cs_tls_ctx *ctx, const unsigned char *b, size_t n,
-                                size_t *need, const char **why)
-{
-    if (n < 5) {
-        *need = 5;
-        return FLIGHT_MORE;
-    }
-    if (b[0] != 22 || b[1] != 3 || b[2] > 4) {
-        *why = "TLS handshake failed: the peer's first bytes are not a TLS handshake record";
-        return FLIGHT_REFUSE;
-    }
-    size_t rlen = (size_t)b[3] << 8 | b[4];
-    if (rlen < 4 || rlen > 16384) {
-        *why = "TLS handshake failed: the peer's first TLS record has a bad length";
-        return FLIGHT_REFUSE;
-    }
-    if (n < 5 + rlen) {
-        *need = 5 + rlen;
-        return FLIGHT_MORE;
-    }
-    struct cur r = {b + 5, b + 5 + rlen, false};
-    if (take(&r, 1) != 1) {
-        *why = "TLS handshake failed: the peer's first message is not a ClientHello";
-        return FLIGHT_REFUSE;
-    }
-    size_t hlen = take(&r, 3);
-    if (hlen > (size_t)(r.end - r.p))
-        return FLIGHT_ORDINARY; /* spans records: OpenSSL judges it, in a general slot */
-    struct cur h = sub(&r, hlen);
-    take(&h, 2 + 32); /* legacy_version, random */
-    size_t sid = take(&h, 1);
-    sub(&h, sid);
-    size_t suites = take(&h, 2);
-    sub(&h, suites);
-    size_t comp = take(&h, 1);
-    sub(&h, comp);
-    struct cur exts = sub(&h, take(&h, 2));
-    bool malformed = !whole(&h) || sid > 32 || suites < 2 || suites % 2 || comp < 1;
-    bool tls13 = false, offered = false, known = false;
-    while (!malformed && exts.p < exts.end) {
-        size_t type = take(&exts, 2);
-        struct cur e = sub(&exts, take(&exts, 2));
-        if (exts.bad || offered) { /* pre_shared_key must be the last extension */
-            malformed = true;
-            break;
-        }
-        if (type == 43) { /* supported_versions */
-            struct cur v = sub(&e, take(&e, 1));
-            while (!v.bad && v.p < v.end)
-                tls13 |= take(&v, 2) == 0x0304;
-            malformed = v.bad || !whole(&e);
-        } else if (type == 41) { /* pre_shared_key: identities, then binders */
-            offered = true;
-            struct cur ids = sub(&e, take(&e, 2));
-            while (!ids.bad && ids.p < ids.end) {
-                size_t il = take(&ids, 2);
-                struct cur id = sub(&ids, il);
-                take(&ids, 4); /* obfuscated_ticket_age */
-                if (!ids.bad && ctx->psk && ctx_knows_n(ctx, id.p, il))
-                    known = true;
-            }
-            sub(&e, take(&e, 2));
-            malformed = ids.bad || !whole(&e);
-        }
-    }
-    if (malformed || !whole(&exts)) {
-        *why = "TLS handshake failed: the peer sent a malformed ClientHello";
-        return FLIGHT_REFUSE;
-    }
-    if (!tls13) {
-        *why = "TLS handshake failed: the peer does not offer TLS 1.3";
-        return FLIGHT_REFUSE;
-    }
-    if (ctx->psk && !offered) {
-        *why = "TLS handshake failed: the peer offered no pre-shared key (a certificate-mode "
-               "peer?)";
-        return FLIGHT_REFUSE;
-    }
-    if (ctx->psk && !known) {
-        *why = "TLS handshake failed: the peer named another pre-shared key identity";
-        return FLIGHT_REFUSE;
-    }
-    return FLIGHT_VALID;
 }
 
 struct front_conn {
@@ -1356,7 +1234,8 @@ static bool pend_examine(struct cs_tls_front *f, size_t i)
     p->bytes = true;
     size_t need = 0;
     const char *why = NULL;
-    enum flight fl = first_flight(f->ctx, f->peek, (size_t)n, &need, &why);
+    enum cs_tls_flight fl =
+        cs_tls_first_flight(f->peek, (size_t)n, f->ctx->psk, ctx_knows_n, f->ctx, &need, &why);
     if (fl == FLIGHT_REFUSE) {
         /* What it sent is read, so the close is a FIN, not a reset that would discard the
          * alert; a TLS peer learns why from the alert, as OpenSSL would have told it. */
