@@ -34,7 +34,8 @@
  * (--root PATH), binds its Unix socket in a private 0700 directory of its own, and a TLS front
  * (runner_tls.c) bridges each authenticated TCP connection to it; the accept code below is the
  * same. A connection's end does not end the worker: its processes and replay cache stay, and
- * the next connection says hello again.
+ * the next connection says hello again. Such a worker has no parent-death signal: SIGHUP reads
+ * its pre-shared key files again (cs_tls_front_reload), a removed identity's connection ends.
  */
 #include <errno.h>
 #include <fcntl.h>
