@@ -1312,19 +1312,13 @@ static bool pend_admit(struct cs_tls_front *f, size_t i)
     return true;
 }
 
-/* Admits every judged entry a slot allows, oldest first. */
+/* Admits every judged entry a slot allows (one that finds no general slot may still take the
+ * reserved one, so each is tried). */
 static void pend_admit_all(struct cs_tls_front *f)
 {
-    for (bool more = true; more;) {
-        more = false;
-        ssize_t best = -1;
-        for (size_t i = 0; i < f->npend; i++)
-            if (f->pend[i].cls != FLIGHT_MORE &&
-                (best < 0 || f->pend[i].t0 < f->pend[(size_t)best].t0))
-                best = (ssize_t)i;
-        if (best >= 0 && pend_admit(f, (size_t)best))
-            more = true;
-    }
+    for (size_t i = 0; i < f->npend;)
+        if (!pend_admit(f, i))
+            i++; /* admitted: entry i is another one now */
 }
 
 /* Accepts what is queued (at most ACCEPT_BURST). Returns false when out of descriptors with
