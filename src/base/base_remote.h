@@ -6,7 +6,10 @@
  * src/runtime), and fuzzed (fuzz/fuzz_remote.c).
  * Trust: both texts come from the operator (flags, variables, the registry file), never from a
  * client; still parsed strictly, with no allocation.
- * Entry points: cs_runner_url_parse, cs_tls_pin_parse, cs_tls_psk_parse, cs_tls_psk_identity_ok.
+ * Also the first flight of a TLS peer (cs_tls_first_flight): bytes from anyone who can reach
+ * a worker's port, before authentication; parsed with no allocation, never reading past n.
+ * Entry points: cs_runner_url_parse, cs_tls_pin_parse, cs_tls_psk_parse, cs_tls_psk_identity_ok,
+ * cs_tls_first_flight.
  */
 #ifndef CS_BASE_REMOTE_H
 #define CS_BASE_REMOTE_H
@@ -41,5 +44,22 @@ int cs_tls_psk_parse(const char *text, size_t n, unsigned char out[CS_TLS_PSK_MA
 /* A PSK identity: 1..CS_TLS_PSK_ID_MAX bytes of [A-Za-z0-9._:@-]. Not a secret: it names the
  * key, it travels in clear in the handshake, and workspace_info reports it. */
 bool cs_tls_psk_identity_ok(const char *id);
+
+/* What a peer's first bytes are, judged before any handshake (runner_tls.c's worker side). */
+enum cs_tls_flight {
+    CS_TLS_FLIGHT_MORE,     /* not all in yet: *need bytes are needed (need > n) */
+    CS_TLS_FLIGHT_VALID,    /* a ClientHello for one of our identities (PSK mode: known said
+                             * yes for one it offers) or a well-formed TLS 1.3 one (certificates) */
+    CS_TLS_FLIGHT_ORDINARY, /* a ClientHello spanning records: OpenSSL judges it */
+    CS_TLS_FLIGHT_REFUSE,   /* *why (static text) says what is wrong */
+};
+
+/* Judges the first n bytes a peer sent: one TLS record (at most 16 KiB) holding a ClientHello
+ * that offers TLS 1.3 and, when psk, a pre_shared_key extension (the last one) naming an
+ * identity known(arg, id, idn) accepts. Bytes after the record are not looked at. */
+enum cs_tls_flight cs_tls_first_flight(const unsigned char *b, size_t n, bool psk,
+                                       bool (*known)(void *arg, const unsigned char *id,
+                                                     size_t idn),
+                                       void *arg, size_t *need, const char **why);
 
 #endif

@@ -8,6 +8,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -19,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -33,45 +35,73 @@
 
 #include "base_log.h"
 
-#define HANDSHAKE_MS 10000
+#define HANDSHAKE_MS 10000 /* the gateway's side */
 #define PUMP_BUF     65536
-#define MAX_CONNS    16
+
+/* The worker before authentication (docs/contract/runtime.md, "The remote worker before
+ * authentication"; docs/scale-out.md). */
+#define HS_SLOTS       16   /* handshakes at once, the reserved one included */
+#define HS_PER_ADDR    4    /* unauthenticated connections of one source address at once */
+#define FIRST_BYTES_MS 2000 /* to send the first bytes */
+#define HS_MS          5000 /* to finish the handshake, from the accept */
+#define PENDING_MAX    256  /* connections waiting for their first flight */
+#define BRIDGE_MAX     8    /* authenticated connections (the newest wins; the others end) */
+#define CONNS_MAX      (HS_SLOTS + BRIDGE_MAX)
+#define ACCEPT_BURST   64
+#define REFUSAL_LOGS   10 /* refusal lines a second at most; the rest are counted */
 
 /* ---- contexts ---- */
 
-#define PSK_FILE_MAX 4096
+#define PSK_FILE_MAX  4096
+#define KEYS_FILE_MAX 65536
 
 /* TLS_AES_128_GCM_SHA256, the one suite of PSK mode (its hash is the PSK's). */
 static const unsigned char psk_suite[2] = {0x13, 0x01};
+
+struct psk_entry {
+    char id[CS_TLS_PSK_ID_MAX + 1];
+    unsigned char key[CS_TLS_PSK_MAX];
+    size_t key_len;
+};
+
+struct psk_set {
+    size_t n;
+    struct psk_entry e[CS_TLS_PSK_KEYS_MAX];
+};
 
 struct cs_tls_ctx {
     bool plaintext;
     bool psk; /* PSK mode, else certificate mode */
     SSL_CTX *ssl;
-    unsigned char pin[CS_TLS_PIN_SIZE];
-    unsigned char key[CS_TLS_PSK_MAX];
-    size_t key_len;
-    char psk_id[CS_TLS_PSK_ID_MAX + 1];
+    unsigned char pins[CS_TLS_PINS_MAX][CS_TLS_PIN_SIZE];
+    size_t n_pins;
+    /* PSK mode: the identities and keys (one for a gateway), replaced whole by a reload. */
+    pthread_mutex_t mu;
+    struct psk_set *keys;
+    char *psk_file, *psk_id, *keys_file; /* where they come from, for a reload */
 };
 
 /* The SSL_CTX's ex_data slot holding its cs_tls_ctx; an SSL's, set by the server's PSK lookup
- * when the peer named another identity. */
-static int ctx_index = -1, unknown_id_index = -1;
+ * when the peer named another identity; an SSL's buffer (CS_TLS_PSK_ID_MAX + 1 bytes) that the
+ * lookup fills with the identity it found. */
+static int ctx_index = -1, unknown_id_index = -1, found_id_index = -1;
 static pthread_once_t index_once = PTHREAD_ONCE_INIT;
 
 static void index_init(void)
 {
     ctx_index = SSL_CTX_get_ex_new_index(0, NULL, NULL, NULL, NULL);
     unknown_id_index = SSL_get_ex_new_index(0, NULL, NULL, NULL, NULL);
+    found_id_index = SSL_get_ex_new_index(0, NULL, NULL, NULL, NULL);
 }
 
-static const struct cs_tls_ctx *ctx_of(SSL *ssl)
+static struct cs_tls_ctx *ctx_of(SSL *ssl)
 {
     return ssl ? SSL_CTX_get_ex_data(SSL_get_SSL_CTX(ssl), ctx_index) : NULL;
 }
 
-/* The pin is the trust: the leaf certificate's SHA-256 must equal it; the chain (self-signed,
- * usually) is not consulted. Runs inside the handshake, so a wrong peer fails the handshake. */
+/* The pin is the trust: the leaf certificate's SHA-256 must equal one of the pins; the chain
+ * (self-signed, usually) is not consulted. Runs inside the handshake, so a wrong peer fails the
+ * handshake itself. */
 static int verify_pin(int preverify, X509_STORE_CTX *store)
 {
     (void)preverify;
@@ -82,8 +112,11 @@ static int verify_pin(int preverify, X509_STORE_CTX *store)
     X509 *cert = X509_STORE_CTX_get_current_cert(store);
     unsigned char md[EVP_MAX_MD_SIZE];
     unsigned int mdn = 0;
-    if (!c || !cert || X509_digest(cert, EVP_sha256(), md, &mdn) != 1 || mdn != CS_TLS_PIN_SIZE ||
-        CRYPTO_memcmp(md, c->pin, CS_TLS_PIN_SIZE) != 0) {
+    bool ok = false;
+    if (c && cert && X509_digest(cert, EVP_sha256(), md, &mdn) == 1 && mdn == CS_TLS_PIN_SIZE)
+        for (size_t i = 0; i < c->n_pins; i++)
+            ok |= CRYPTO_memcmp(md, c->pins[i], CS_TLS_PIN_SIZE) == 0;
+    if (!ok) {
         X509_STORE_CTX_set_error(store, X509_V_ERR_CERT_REJECTED);
         return 0;
     }
@@ -99,16 +132,26 @@ static int refuse_cert(int preverify, X509_STORE_CTX *store)
     return 0;
 }
 
-/* A session carrying the external PSK, for TLS_AES_128_GCM_SHA256 in TLS 1.3. */
-static SSL_SESSION *psk_session(SSL *ssl, const struct cs_tls_ctx *c)
+/* A session carrying an external PSK, for TLS_AES_128_GCM_SHA256 in TLS 1.3. */
+static SSL_SESSION *psk_session(SSL *ssl, const unsigned char *key, size_t key_len)
 {
     const SSL_CIPHER *suite = SSL_CIPHER_find(ssl, psk_suite);
     SSL_SESSION *s = suite ? SSL_SESSION_new() : NULL;
-    if (s && SSL_SESSION_set1_master_key(s, c->key, c->key_len) == 1 &&
+    if (s && SSL_SESSION_set1_master_key(s, key, key_len) == 1 &&
         SSL_SESSION_set_cipher(s, suite) == 1 &&
         SSL_SESSION_set_protocol_version(s, TLS1_3_VERSION) == 1)
         return s;
     SSL_SESSION_free(s);
+    return NULL;
+}
+
+/* The entry of identity id (n bytes) in set, or NULL. Identities are not secret. */
+static const struct psk_entry *psk_lookup(const struct psk_set *set, const unsigned char *id,
+                                          size_t n)
+{
+    for (size_t i = 0; set && i < set->n; i++)
+        if (strlen(set->e[i].id) == n && memcmp(set->e[i].id, id, n) == 0)
+            return &set->e[i];
     return NULL;
 }
 
@@ -119,73 +162,228 @@ static int psk_use(SSL *ssl, const EVP_MD *md, const unsigned char **id, size_t 
 {
     const struct cs_tls_ctx *c = ctx_of(ssl);
     *sess = NULL;
-    if (!c)
+    if (!c || !c->keys || c->keys->n == 0)
         return 0;
     if (md && EVP_MD_get_type(md) != NID_sha256)
         return 1;
-    *sess = psk_session(ssl, c);
+    /* A gateway's set is never reloaded: it holds its one identity for the context's life. */
+    const struct psk_entry *e = &c->keys->e[0];
+    *sess = psk_session(ssl, e->key, e->key_len);
     if (!*sess)
         return 0;
-    *id = (const unsigned char *)c->psk_id;
-    *idlen = strlen(c->psk_id);
+    *id = (const unsigned char *)e->id;
+    *idlen = strlen(e->id);
     return 1;
 }
 
-/* The worker knows one identity; any other finds no key (and, with no certificate to fall back
- * on, the handshake fails). Compared in constant time over our identity's length. */
+/* The worker knows its list of identities; any other finds no key (and, with no certificate to
+ * fall back on, the handshake fails). The identity found is copied for the connection. */
 static int psk_find(SSL *ssl, const unsigned char *id, size_t idlen, SSL_SESSION **sess)
 {
-    const struct cs_tls_ctx *c = ctx_of(ssl);
+    struct cs_tls_ctx *c = ctx_of(ssl);
     *sess = NULL;
     if (!c)
         return 0;
-    size_t n = strlen(c->psk_id);
-    if (idlen != n || CRYPTO_memcmp(id, c->psk_id, n) != 0) {
+    pthread_mutex_lock(&c->mu);
+    const struct psk_entry *e = psk_lookup(c->keys, id, idlen);
+    if (!e) {
+        pthread_mutex_unlock(&c->mu);
         SSL_set_ex_data(ssl, unknown_id_index, (void *)1);
         return 1;
     }
-    *sess = psk_session(ssl, c);
+    *sess = psk_session(ssl, e->key, e->key_len);
+    char *found = SSL_get_ex_data(ssl, found_id_index);
+    if (found)
+        snprintf(found, CS_TLS_PSK_ID_MAX + 1, "%s", e->id);
+    pthread_mutex_unlock(&c->mu);
     return *sess ? 1 : 0;
+}
+
+/* Reads a key file (regular, at most max bytes, no permission for others) into buf (max + 1
+ * bytes). what names it in errors. Returns the byte count, or -1 with err set. */
+static ssize_t read_key_file(const char *path, const char *what, char *buf, size_t max,
+                             struct cs_diag *err)
+{
+    struct stat st;
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+    if (fd < 0) {
+        cs_diag_set(err, CSW_ERROR_INTERNAL, "cannot open the %s %s: %s", what, path,
+                    strerror(errno));
+        return -1;
+    }
+    ssize_t n = -1;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        cs_diag_set(err, CSW_ERROR_INTERNAL, "the %s %s is not a regular file", what, path);
+    } else if (st.st_mode & (S_IROTH | S_IWOTH)) {
+        cs_diag_set(err, CSW_ERROR_INTERNAL,
+                    "the %s %s is readable or writable by others (mode %03o; chmod o-rw it)", what,
+                    path, (unsigned)(st.st_mode & 0777));
+    } else if ((n = read(fd, buf, max + 1)) < 0 || (size_t)n > max) {
+        cs_diag_set(err, CSW_ERROR_INTERNAL, "cannot read the %s %s: %s", what, path,
+                    n < 0                ? strerror(errno)
+                    : max > PSK_FILE_MAX ? "larger than 64 KiB"
+                                         : "larger than 4 KiB");
+        n = -1;
+    }
+    close(fd);
+    return n;
+}
+
+static const char *psk_fault(int p)
+{
+    return p == -2   ? "holds less than 32 bytes of key (make one with `openssl rand -hex 32`)"
+           : p == -3 ? "holds more than 64 bytes of key"
+                     : "is not hex digits (make one with `openssl rand -hex 32`)";
 }
 
 int cs_tls_psk_load(const char *path, unsigned char out[CS_TLS_PSK_MAX], size_t *len,
                     struct cs_diag *err)
 {
     char buf[PSK_FILE_MAX + 1];
-    struct stat st;
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
-    if (fd < 0) {
-        cs_diag_set(err, CSW_ERROR_INTERNAL, "cannot open the pre-shared key file %s: %s", path,
-                    strerror(errno));
-        return -1;
-    }
     int rc = -1;
-    ssize_t n = -1;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        cs_diag_set(err, CSW_ERROR_INTERNAL, "the pre-shared key file %s is not a regular file",
-                    path);
-    } else if (st.st_mode & (S_IROTH | S_IWOTH)) {
-        cs_diag_set(err, CSW_ERROR_INTERNAL,
-                    "the pre-shared key file %s is readable or writable by others "
-                    "(mode %03o; chmod o-rw it)",
-                    path, (unsigned)(st.st_mode & 0777));
-    } else if ((n = read(fd, buf, sizeof buf)) < 0 || n > PSK_FILE_MAX) {
-        cs_diag_set(err, CSW_ERROR_INTERNAL, "cannot read the pre-shared key file %s: %s", path,
-                    n < 0 ? strerror(errno) : "larger than 4 KiB");
-    } else {
+    ssize_t n = read_key_file(path, "pre-shared key file", buf, PSK_FILE_MAX, err);
+    if (n >= 0) {
         int p = cs_tls_psk_parse(buf, (size_t)n, out, len);
         if (p == 0)
             rc = 0;
         else
             cs_diag_set(err, CSW_ERROR_INTERNAL, "the pre-shared key file %s %s", path,
-                        p == -2   ? "holds less than 32 bytes of key (make one with "
-                                    "`openssl rand -hex 32`)"
-                        : p == -3 ? "holds more than 64 bytes of key"
-                                  : "is not hex digits (make one with `openssl rand -hex 32`)");
+                        psk_fault(p));
     }
     OPENSSL_cleanse(buf, sizeof buf);
-    close(fd);
     return rc;
+}
+
+/* Adds identity id with the key text hex (n bytes) to set. what/line name the place in errors
+ * (never the key). Returns 0 or -1 with err set. */
+static int psk_add(struct psk_set *set, const char *id, size_t idn, const char *hex, size_t n,
+                   const char *what, size_t line, struct cs_diag *err)
+{
+    char name[CS_TLS_PSK_ID_MAX + 2];
+    char where[64] = "";
+    if (line)
+        snprintf(where, sizeof where, " line %zu", line);
+    if (idn == 0 || idn > CS_TLS_PSK_ID_MAX) {
+        cs_diag_set(err, CSW_ERROR_INTERNAL,
+                    "%s%s: the identity must be 1..128 bytes of [A-Za-z0-9._:@-]", what, where);
+        return -1;
+    }
+    memcpy(name, id, idn);
+    name[idn] = '\0';
+    if (!cs_tls_psk_identity_ok(name)) {
+        cs_diag_set(err, CSW_ERROR_INTERNAL,
+                    "%s%s: the identity must be 1..128 bytes of [A-Za-z0-9._:@-]", what, where);
+        return -1;
+    }
+    if (psk_lookup(set, (const unsigned char *)name, idn)) {
+        cs_diag_set(err, CSW_ERROR_INTERNAL, "%s%s: the identity %s is given twice", what, where,
+                    name);
+        return -1;
+    }
+    if (set->n >= CS_TLS_PSK_KEYS_MAX) {
+        cs_diag_set(err, CSW_ERROR_INTERNAL, "%s%s: more than %d identities", what, where,
+                    CS_TLS_PSK_KEYS_MAX);
+        return -1;
+    }
+    struct psk_entry *e = &set->e[set->n];
+    int p = cs_tls_psk_parse(hex, n, e->key, &e->key_len);
+    if (p != 0) {
+        OPENSSL_cleanse(e, sizeof *e);
+        cs_diag_set(err, CSW_ERROR_INTERNAL, "%s%s (identity %s) %s", what, where, name,
+                    psk_fault(p));
+        return -1;
+    }
+    memcpy(e->id, name, idn + 1); /* idn <= CS_TLS_PSK_ID_MAX, checked above */
+    set->n++;
+    return 0;
+}
+
+/* The keys file: one `IDENTITY:HEXKEY` a line; blank lines and lines starting with '#' are
+ * skipped. The identity may hold ':' (the key never does): it ends at the last one. */
+static int keys_file_load(struct psk_set *set, const char *path, struct cs_diag *err)
+{
+    char *buf = malloc(KEYS_FILE_MAX + 1);
+    char what[320];
+    int rc = -1;
+    if (!buf) {
+        cs_diag_set(err, CSW_ERROR_INTERNAL, "out of memory");
+        return -1;
+    }
+    snprintf(what, sizeof what, "the pre-shared keys file %s", path);
+    ssize_t n = read_key_file(path, "pre-shared keys file", buf, KEYS_FILE_MAX, err);
+    if (n < 0)
+        goto out;
+    size_t line = 0;
+    for (size_t at = 0; at < (size_t)n;) {
+        const char *s = buf + at;
+        const char *nl = memchr(s, '\n', (size_t)n - at);
+        size_t len = nl ? (size_t)(nl - s) : (size_t)n - at;
+        at += len + 1;
+        line++;
+        while (len > 0 && (s[len - 1] == '\r' || s[len - 1] == ' ' || s[len - 1] == '\t'))
+            len--;
+        while (len > 0 && (*s == ' ' || *s == '\t')) {
+            s++;
+            len--;
+        }
+        if (len == 0 || *s == '#')
+            continue;
+        const char *colon = NULL;
+        for (size_t i = 0; i < len; i++)
+            if (s[i] == ':')
+                colon = s + i;
+        if (!colon) {
+            cs_diag_set(err, CSW_ERROR_INTERNAL,
+                        "%s line %zu: not IDENTITY:HEXKEY (make a key with `openssl rand -hex "
+                        "32`)",
+                        what, line);
+            goto out;
+        }
+        if (psk_add(set, s, (size_t)(colon - s), colon + 1, len - (size_t)(colon - s) - 1, what,
+                    line, err) != 0)
+            goto out;
+    }
+    if (set->n == 0) {
+        cs_diag_set(err, CSW_ERROR_INTERNAL, "%s holds no IDENTITY:HEXKEY line", what);
+        goto out;
+    }
+    rc = 0;
+out:
+    OPENSSL_cleanse(buf, KEYS_FILE_MAX + 1);
+    free(buf);
+    return rc;
+}
+
+/* A new set from the context's sources: the key file with its identity, then the keys file. */
+static struct psk_set *keys_load(const struct cs_tls_ctx *c, struct cs_diag *err)
+{
+    struct psk_set *set = calloc(1, sizeof *set);
+    if (!set) {
+        cs_diag_set(err, CSW_ERROR_INTERNAL, "out of memory");
+        return NULL;
+    }
+    if (c->psk_file) {
+        struct psk_entry *e = &set->e[0];
+        if (cs_tls_psk_load(c->psk_file, e->key, &e->key_len, err) != 0)
+            goto fail;
+        snprintf(e->id, sizeof e->id, "%s", c->psk_id);
+        set->n = 1;
+    }
+    if (c->keys_file && keys_file_load(set, c->keys_file, err) != 0)
+        goto fail;
+    return set;
+fail:
+    OPENSSL_cleanse(set, sizeof *set);
+    free(set);
+    return NULL;
+}
+
+static void keys_free(struct psk_set *set)
+{
+    if (!set)
+        return;
+    OPENSSL_cleanse(set, sizeof *set);
+    free(set);
 }
 
 /* OpenSSL's first queued error as text (the queue is then cleared). */
@@ -220,29 +418,48 @@ struct cs_tls_ctx *cs_tls_ctx_new(const struct cs_tls_config *cfg, bool server, 
         cs_diag_set(err, CSW_ERROR_INTERNAL, "out of memory");
         return NULL;
     }
+    pthread_mutex_init(&c->mu, NULL);
     c->plaintext = cfg->plaintext;
     if (c->plaintext)
         return c;
     pthread_once(&index_once, index_init);
-    memcpy(c->pin, cfg->peer_pin, sizeof c->pin);
-    c->psk = cfg->psk_file != NULL;
+    memcpy(c->pins[0], cfg->peer_pin, CS_TLS_PIN_SIZE);
+    c->n_pins = 1;
+    if (cfg->n_more_pins > CS_TLS_PINS_MAX - 1 || (!server && cfg->n_more_pins)) {
+        cs_diag_set(err, CSW_ERROR_INTERNAL, "at most %d certificate pins (a gateway: one)",
+                    CS_TLS_PINS_MAX);
+        goto fail;
+    }
+    for (size_t i = 0; i < cfg->n_more_pins; i++)
+        memcpy(c->pins[c->n_pins++], cfg->more_pins[i], CS_TLS_PIN_SIZE);
+    c->psk = cfg->psk_file != NULL || cfg->psk_keys_file != NULL;
     if (c->psk && (cfg->cert || cfg->key)) {
         cs_diag_set(err, CSW_ERROR_INTERNAL,
                     "a pre-shared key and a certificate are two modes: give one of them");
         goto fail;
     }
-    if (c->psk && !cs_tls_psk_identity_ok(cfg->psk_identity)) {
+    if (c->psk && cfg->psk_file && !cs_tls_psk_identity_ok(cfg->psk_identity)) {
         cs_diag_set(err, CSW_ERROR_INTERNAL,
                     "a pre-shared key needs its identity: 1..128 bytes of [A-Za-z0-9._:@-]");
         goto fail;
     }
+    if (c->psk && !server && (cfg->psk_keys_file || !cfg->psk_file)) {
+        cs_diag_set(err, CSW_ERROR_INTERNAL,
+                    "a gateway holds one pre-shared key and its identity, not a keys file");
+        goto fail;
+    }
     if (c->psk) {
-        snprintf(c->psk_id, sizeof c->psk_id, "%s", cfg->psk_identity);
-        if (cs_tls_psk_load(cfg->psk_file, c->key, &c->key_len, err) != 0)
+        if ((cfg->psk_file && (!(c->psk_file = strdup(cfg->psk_file)) ||
+                               !(c->psk_id = strdup(cfg->psk_identity)))) ||
+            (cfg->psk_keys_file && !(c->keys_file = strdup(cfg->psk_keys_file)))) {
+            cs_diag_set(err, CSW_ERROR_INTERNAL, "out of memory");
+            goto fail;
+        }
+        if (!(c->keys = keys_load(c, err)))
             goto fail;
     }
     c->ssl = SSL_CTX_new(server ? TLS_server_method() : TLS_client_method());
-    if (!c->ssl || ctx_index < 0 || unknown_id_index < 0) {
+    if (!c->ssl || ctx_index < 0 || unknown_id_index < 0 || found_id_index < 0) {
         ssl_error(err, "SSL_CTX_new");
         goto fail;
     }
@@ -302,12 +519,43 @@ const char *cs_tls_ctx_auth(const struct cs_tls_ctx *c)
     return c->plaintext ? "plaintext" : c->psk ? "psk" : "certificate";
 }
 
+int cs_tls_ctx_reload(struct cs_tls_ctx *c, size_t *n, struct cs_diag *err)
+{
+    if (!c->psk) {
+        cs_diag_set(err, CSW_ERROR_INTERNAL, "only pre-shared keys are reloaded");
+        return -1;
+    }
+    struct psk_set *set = keys_load(c, err);
+    if (!set)
+        return -1;
+    pthread_mutex_lock(&c->mu);
+    struct psk_set *old = c->keys;
+    c->keys = set;
+    *n = set->n;
+    pthread_mutex_unlock(&c->mu);
+    keys_free(old);
+    return 0;
+}
+
+/* Whether identity id is in the worker's set now. */
+static bool ctx_knows(struct cs_tls_ctx *c, const char *id)
+{
+    pthread_mutex_lock(&c->mu);
+    bool known = psk_lookup(c->keys, (const unsigned char *)id, strlen(id)) != NULL;
+    pthread_mutex_unlock(&c->mu);
+    return known;
+}
+
 void cs_tls_ctx_free(struct cs_tls_ctx *c)
 {
     if (!c)
         return;
     SSL_CTX_free(c->ssl);
-    OPENSSL_cleanse(c->key, sizeof c->key);
+    keys_free(c->keys);
+    free(c->psk_file);
+    free(c->psk_id);
+    free(c->keys_file);
+    pthread_mutex_destroy(&c->mu);
     free(c);
 }
 
@@ -349,10 +597,11 @@ static int wait_fd(int fd, short events, int stopfd, int ms)
     }
 }
 
-/* The TLS handshake on the non-blocking fd, within HANDSHAKE_MS. Returns 0 or -1 (why set). */
-static int handshake(SSL *ssl, bool server, int stopfd, char *why, size_t cap)
+/* The TLS handshake on the non-blocking fd, until end (now_ms; limit_ms is what the message
+ * says). Returns 0 or -1 (why set). */
+static int handshake(SSL *ssl, bool server, int stopfd, int64_t end, int limit_ms, char *why,
+                     size_t cap)
 {
-    int64_t end = now_ms() + HANDSHAKE_MS;
     for (;;) {
         ERR_clear_error();
         int r = server ? SSL_accept(ssl) : SSL_connect(ssl);
@@ -394,7 +643,7 @@ static int handshake(SSL *ssl, bool server, int stopfd, char *why, size_t cap)
         }
         int64_t left = end - now_ms();
         if (left <= 0 || wait_fd(SSL_get_fd(ssl), ev, stopfd, (int)left) <= 0) {
-            snprintf(why, cap, "TLS handshake did not finish within %d s", HANDSHAKE_MS / 1000);
+            snprintf(why, cap, "TLS handshake did not finish within %d s", limit_ms / 1000);
             return -1;
         }
     }
@@ -602,7 +851,8 @@ static void *link_main(void *arg)
             ssl_why(why, sizeof why, "SSL_new");
             goto end;
         }
-        if (handshake(ssl, false, l->stopfd, why, sizeof why) != 0)
+        if (handshake(ssl, false, l->stopfd, now_ms() + HANDSHAKE_MS, HANDSHAKE_MS, why,
+                      sizeof why) != 0)
             goto end;
     }
     pump(ssl, net, l->local, l->stopfd, why, sizeof why);
@@ -688,12 +938,54 @@ void cs_tls_link_free(struct cs_tls_link *l)
 
 /* ---- worker side ---- */
 
+/*
+ * Before authentication (docs/scale-out.md, "Before authentication"). The accept thread holds
+ * every new connection itself, without a thread, until its first flight is in: it peeks
+ * (MSG_PEEK, with SO_RCVLOWAT set to the bytes still missing, so a partial record never wakes
+ * it) and reads the ClientHello far enough to judge it. Garbage, another identity or no
+ * pre-shared key is closed at once; silence for FIRST_BYTES_MS, or no whole ClientHello within
+ * HS_MS, too. A judged connection gets a handshake thread: HS_SLOTS - 1 general slots, at most
+ * HS_PER_ADDR unauthenticated connections from one source address (waiting or in a general
+ * slot), and one reserved slot only a valid ClientHello (our identity; a well-formed TLS 1.3
+ * one in certificate mode) may take. The handshake must end HS_MS after the accept.
+ */
+
+#define FLIGHT_MORE     CS_TLS_FLIGHT_MORE
+#define FLIGHT_VALID    CS_TLS_FLIGHT_VALID
+#define FLIGHT_ORDINARY CS_TLS_FLIGHT_ORDINARY
+#define FLIGHT_REFUSE   CS_TLS_FLIGHT_REFUSE
+
+static bool ctx_knows_n(void *arg, const unsigned char *id, size_t n)
+{
+    struct cs_tls_ctx *c = arg;
+    pthread_mutex_lock(&c->mu);
+    bool known = psk_lookup(c->keys, id, n) != NULL;
+    pthread_mutex_unlock(&c->mu);
+    return known;
+}
+
 struct front_conn {
     struct cs_tls_front *f;
     int net;
     int stopfd;
-    bool used;
+    bool used;        /* its thread runs (or ended and is not joined yet) */
+    bool joinable;    /* a thread was started on it */
+    bool handshaking; /* holds a handshake slot */
+    bool reserved;    /* ... the reserved one */
+    bool revoked;     /* its identity was removed by a reload */
+    unsigned char addr[16];
+    int64_t deadline;
+    char identity[CS_TLS_PSK_ID_MAX + 1];
     pthread_t thread;
+};
+
+/* A connection waiting for its first flight (the accept thread's own). */
+struct pending {
+    int fd;
+    unsigned char addr[16];
+    int64_t t0; /* accepted */
+    bool bytes; /* sent something */
+    int cls;    /* enum flight: FLIGHT_MORE until judged */
 };
 
 struct cs_tls_front {
@@ -701,12 +993,91 @@ struct cs_tls_front {
     int lfd;
     int port;
     int stopfd;
+    int wakefd; /* a handshake slot came free */
     char *unix_path;
     pthread_t thread;
-    pthread_mutex_t mu;
-    struct front_conn conns[MAX_CONNS];
+    pthread_mutex_t mu; /* conns, current, the slot counts, the refusal log */
+    struct front_conn conns[CONNS_MAX];
     struct front_conn *current; /* the authenticated connection bridged now */
+    size_t hs_general;
+    bool hs_reserved;
+    int64_t log_sec;
+    int log_n;
+    unsigned long log_unlogged;
+    /* the accept thread's */
+    struct pending pend[PENDING_MAX];
+    size_t npend;
+    unsigned char peek[5 + 16384];
 };
+
+/* A source address as 16 bytes (IPv4 as IPv4-mapped IPv6). */
+static void addr_key(const struct sockaddr_storage *ss, unsigned char out[16])
+{
+    memset(out, 0, 16);
+    if (ss->ss_family == AF_INET6) {
+        memcpy(out, &((const struct sockaddr_in6 *)ss)->sin6_addr, 16);
+    } else if (ss->ss_family == AF_INET) {
+        out[10] = out[11] = 0xff;
+        memcpy(out + 12, &((const struct sockaddr_in *)ss)->sin_addr, 4);
+    }
+}
+
+static void addr_text(const unsigned char a[16], char buf[static INET6_ADDRSTRLEN])
+{
+    static const unsigned char mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+    if (memcmp(a, mapped, 12) == 0)
+        inet_ntop(AF_INET, a + 12, buf, INET6_ADDRSTRLEN);
+    else
+        inet_ntop(AF_INET6, a, buf, INET6_ADDRSTRLEN);
+}
+
+/* Logs a refused connection, at most REFUSAL_LOGS lines a second; the next line logged counts
+ * the ones that were not. */
+static void refusal(struct cs_tls_front *f, const unsigned char addr[16], const char *why)
+{
+    int64_t sec = now_ms() / 1000;
+    unsigned long unlogged = 0;
+    pthread_mutex_lock(&f->mu);
+    if (sec != f->log_sec) {
+        f->log_sec = sec;
+        f->log_n = 0;
+    }
+    bool log = f->log_n < REFUSAL_LOGS;
+    if (log) {
+        f->log_n++;
+        unlogged = f->log_unlogged;
+        f->log_unlogged = 0;
+    } else {
+        f->log_unlogged++;
+    }
+    pthread_mutex_unlock(&f->mu);
+    if (!log)
+        return;
+    char peer[INET6_ADDRSTRLEN];
+    addr_text(addr, peer);
+    cs_log(CS_LOG_WARNING, "runner connection refused",
+           json_pack("{s:s,s:s,s:I}", "error", why, "peer", peer, "unlogged_refusals",
+                     (json_int_t)unlogged));
+}
+
+static void wake(struct cs_tls_front *f)
+{
+    uint64_t one = 1;
+    (void)!write(f->wakefd, &one, sizeof one);
+}
+
+/* The connection leaves its handshake slot (under f->mu). */
+static void slot_release(struct cs_tls_front *f, struct front_conn *c)
+{
+    if (!c->handshaking)
+        return;
+    c->handshaking = false;
+    if (c->reserved)
+        f->hs_reserved = false;
+    else
+        f->hs_general--;
+    c->reserved = false;
+}
 
 static int unix_connect(const char *path)
 {
@@ -732,20 +1103,30 @@ static void *conn_main(void *arg)
     int local = -1;
     if (!f->ctx->plaintext) {
         ssl = SSL_new(f->ctx->ssl);
-        if (!ssl || SSL_set_fd(ssl, c->net) != 1) {
+        if (!ssl || SSL_set_fd(ssl, c->net) != 1 ||
+            SSL_set_ex_data(ssl, found_id_index, c->identity) != 1) {
             ssl_why(why, sizeof why, "SSL_new");
             goto end;
         }
-        if (handshake(ssl, true, c->stopfd, why, sizeof why) != 0) {
-            cs_log(CS_LOG_WARNING, "runner connection refused", json_pack("{s:s}", "error", why));
+        if (handshake(ssl, true, c->stopfd, c->deadline, HS_MS, why, sizeof why) != 0) {
+            refusal(f, c->addr, why);
+            goto end;
+        }
+        /* Removed by a reload while its handshake ran. */
+        if (f->ctx->psk && !ctx_knows(f->ctx, c->identity)) {
+            refusal(f, c->addr,
+                    "TLS handshake failed: the peer named another pre-shared key "
+                    "identity");
             goto end;
         }
     }
     /* Authenticated (or plaintext by the operator's choice): the newest connection wins. */
     pthread_mutex_lock(&f->mu);
+    slot_release(f, c);
     struct front_conn *old = f->current;
     f->current = c;
     pthread_mutex_unlock(&f->mu);
+    wake(f);
     if (old) {
         uint64_t one = 1;
         (void)!write(old->stopfd, &one, sizeof one);
@@ -755,9 +1136,21 @@ static void *conn_main(void *arg)
         snprintf(why, sizeof why, "cannot reach the worker's socket: %s", strerror(errno));
         goto end;
     }
-    cs_log(CS_LOG_INFO, "runner connection accepted",
-           json_pack("{s:b,s:s}", "tls", ssl != NULL, "auth", cs_tls_ctx_auth(f->ctx)));
+    char peer[INET6_ADDRSTRLEN];
+    addr_text(c->addr, peer);
+    if (f->ctx->psk)
+        cs_log(CS_LOG_INFO, "runner connection accepted",
+               json_pack("{s:b,s:s,s:s,s:s}", "tls", true, "auth", "psk", "psk_identity",
+                         c->identity, "peer", peer));
+    else
+        cs_log(CS_LOG_INFO, "runner connection accepted",
+               json_pack("{s:b,s:s,s:s}", "tls", ssl != NULL, "auth", cs_tls_ctx_auth(f->ctx),
+                         "peer", peer));
     pump(ssl, c->net, local, c->stopfd, why, sizeof why);
+    pthread_mutex_lock(&f->mu);
+    if (c->revoked)
+        snprintf(why, sizeof why, "its pre-shared key identity was removed");
+    pthread_mutex_unlock(&f->mu);
     cs_log(CS_LOG_INFO, "runner connection ended", json_pack("{s:s}", "why", why));
 end:
     if (ssl) {
@@ -768,52 +1161,315 @@ end:
         close(local);
     close(c->net);
     pthread_mutex_lock(&f->mu);
+    bool freed = c->handshaking;
+    slot_release(f, c);
     if (f->current == c)
         f->current = NULL;
     c->used = false;
     pthread_mutex_unlock(&f->mu);
+    if (freed)
+        wake(f);
     return NULL;
+}
+
+/* ---- the accept thread ---- */
+
+/* Removes pending entry i; closes it, logging why when given. */
+static void pend_drop(struct cs_tls_front *f, size_t i, const char *why)
+{
+    if (why)
+        refusal(f, f->pend[i].addr, why);
+    close(f->pend[i].fd);
+    f->pend[i] = f->pend[--f->npend];
+}
+
+/* The oldest pending entry (of address addr when given), or -1. */
+static ssize_t pend_oldest(const struct cs_tls_front *f, const unsigned char *addr)
+{
+    ssize_t best = -1;
+    for (size_t i = 0; i < f->npend; i++)
+        if ((!addr || memcmp(f->pend[i].addr, addr, 16) == 0) &&
+            (best < 0 || f->pend[i].t0 < f->pend[(size_t)best].t0))
+            best = (ssize_t)i;
+    return best;
+}
+
+/* Unauthenticated connections of addr: waiting, or in a general handshake slot. */
+static size_t addr_count(struct cs_tls_front *f, const unsigned char addr[16])
+{
+    size_t n = 0;
+    for (size_t i = 0; i < f->npend; i++)
+        n += memcmp(f->pend[i].addr, addr, 16) == 0;
+    pthread_mutex_lock(&f->mu);
+    for (size_t i = 0; i < CONNS_MAX; i++)
+        n += f->conns[i].handshaking && !f->conns[i].reserved &&
+             memcmp(f->conns[i].addr, addr, 16) == 0;
+    pthread_mutex_unlock(&f->mu);
+    return n;
+}
+
+static void set_lowat(int fd, size_t n)
+{
+    int v = (int)n;
+    (void)setsockopt(fd, SOL_SOCKET, SO_RCVLOWAT, &v, sizeof v);
+}
+
+/* Peeks at pending entry i and judges what it sent. Returns false when it was dropped. */
+static bool pend_examine(struct cs_tls_front *f, size_t i)
+{
+    struct pending *p = &f->pend[i];
+    if (p->cls != FLIGHT_MORE)
+        return true;
+    if (f->ctx->plaintext) {
+        p->cls = FLIGHT_ORDINARY; /* no handshake to judge */
+        return true;
+    }
+    ssize_t n = recv(p->fd, f->peek, sizeof f->peek, MSG_PEEK | MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR))
+        return true;
+    if (n <= 0) {
+        pend_drop(f, i, NULL); /* closed before a byte: a probe, not worth a line */
+        return false;
+    }
+    p->bytes = true;
+    size_t need = 0;
+    const char *why = NULL;
+    enum cs_tls_flight fl =
+        cs_tls_first_flight(f->peek, (size_t)n, f->ctx->psk, ctx_knows_n, f->ctx, &need, &why);
+    if (fl == FLIGHT_REFUSE) {
+        /* What it sent is read, so the close is a FIN, not a reset that would discard the
+         * alert; a TLS peer learns why from the alert, as OpenSSL would have told it. */
+        static const unsigned char alert[7] = {21, 3, 3, 0, 2, 2, 40}; /* handshake_failure */
+        bool tls = f->peek[0] == 22;
+        (void)!recv(p->fd, f->peek, (size_t)n, MSG_DONTWAIT);
+        if (tls)
+            (void)!send(p->fd, alert, sizeof alert, MSG_DONTWAIT | MSG_NOSIGNAL);
+        pend_drop(f, i, why);
+        return false;
+    }
+    if (fl == FLIGHT_MORE) {
+        set_lowat(p->fd, need); /* no wake-up before the rest is in */
+        return true;
+    }
+    set_lowat(p->fd, 1); /* OpenSSL reads it from here */
+    p->cls = (int)fl;
+    return true;
+}
+
+/* Starts the handshake of judged pending entry i if a slot allows. Returns true when started
+ * (the entry is gone then). */
+static bool pend_admit(struct cs_tls_front *f, size_t i)
+{
+    struct pending *p = &f->pend[i];
+    if (p->cls == FLIGHT_MORE)
+        return false;
+    struct front_conn *c = NULL;
+    pthread_mutex_lock(&f->mu);
+    size_t per = 0;
+    for (size_t k = 0; k < CONNS_MAX; k++)
+        per += f->conns[k].handshaking && !f->conns[k].reserved &&
+               memcmp(f->conns[k].addr, p->addr, 16) == 0;
+    bool general = f->hs_general < HS_SLOTS - 1 && per < HS_PER_ADDR;
+    bool reserved = !general && p->cls == FLIGHT_VALID && !f->hs_reserved;
+    for (size_t k = 0; k < CONNS_MAX && !c && (general || reserved); k++)
+        if (!f->conns[k].used)
+            c = &f->conns[k];
+    if (c) {
+        if (c->joinable) {
+            pthread_join(c->thread, NULL); /* finished: used is false */
+            c->joinable = false;
+        }
+        c->used = true;
+        c->handshaking = true;
+        c->reserved = reserved;
+        c->revoked = false;
+        if (reserved)
+            f->hs_reserved = true;
+        else
+            f->hs_general++;
+        memcpy(c->addr, p->addr, 16);
+    }
+    pthread_mutex_unlock(&f->mu);
+    if (!c)
+        return false;
+    c->f = f;
+    c->net = p->fd;
+    c->deadline = p->t0 + HS_MS;
+    c->identity[0] = '\0';
+    uint64_t drain;
+    while (read(c->stopfd, &drain, sizeof drain) > 0)
+        ;
+    f->pend[i] = f->pend[--f->npend];
+    if (pthread_create(&c->thread, NULL, conn_main, c) != 0) {
+        close(c->net);
+        pthread_mutex_lock(&f->mu);
+        slot_release(f, c);
+        c->used = false;
+        pthread_mutex_unlock(&f->mu);
+        return true;
+    }
+    c->joinable = true;
+    return true;
+}
+
+/* Admits every judged entry a slot allows (one that finds no general slot may still take the
+ * reserved one, so each is tried). */
+static void pend_admit_all(struct cs_tls_front *f)
+{
+    for (size_t i = 0; i < f->npend;)
+        if (!pend_admit(f, i))
+            i++; /* admitted: entry i is another one now */
+}
+
+/* Accepts what is queued (at most ACCEPT_BURST). Returns false when out of descriptors with
+ * nothing to give back. */
+static bool accept_some(struct cs_tls_front *f)
+{
+    for (int k = 0; k < ACCEPT_BURST; k++) {
+        struct sockaddr_storage ss;
+        socklen_t sl = sizeof ss;
+        memset(&ss, 0, sizeof ss);
+        int fd = accept4(f->lfd, (struct sockaddr *)&ss, &sl, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if (fd < 0) {
+            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+                ssize_t old = pend_oldest(f, NULL);
+                if (old < 0)
+                    return false;
+                pend_drop(f, (size_t)old,
+                          "TLS handshake failed: out of descriptors, the "
+                          "oldest waiting connection is closed");
+                continue;
+            }
+            return true; /* EAGAIN, or the peer already gone */
+        }
+        tune_tcp(fd);
+        unsigned char addr[16];
+        addr_key(&ss, addr);
+        if (f->npend == PENDING_MAX)
+            pend_drop(f, (size_t)pend_oldest(f, NULL),
+                      "TLS handshake failed: too many connections waiting for their first "
+                      "flight; the oldest is closed");
+        /* Per address: the oldest waiting one makes room for the newest. */
+        ssize_t old;
+        while (addr_count(f, addr) >= HS_PER_ADDR && (old = pend_oldest(f, addr)) >= 0)
+            pend_drop(f, (size_t)old,
+                      "TLS handshake failed: more than 4 unauthenticated connections from "
+                      "this address; the oldest is closed");
+        size_t i = f->npend++;
+        f->pend[i] = (struct pending){.fd = fd, .t0 = now_ms(), .cls = FLIGHT_MORE};
+        memcpy(f->pend[i].addr, addr, 16);
+        /* Its ClientHello is usually in already: judged and started at once. */
+        if (!pend_examine(f, i) || pend_admit(f, i))
+            continue;
+        /* Over the address's bound (4 in general handshake slots): only the reserved slot
+         * could have taken it. */
+        if (addr_count(f, addr) > HS_PER_ADDR)
+            pend_drop(f, i,
+                      "TLS handshake failed: more than 4 unauthenticated connections from "
+                      "this address");
+    }
+    return true;
+}
+
+/* Closes waiting connections past their time; returns the ms until the next deadline (-1:
+ * none). */
+static int pend_expire(struct cs_tls_front *f)
+{
+    int64_t now = now_ms(), next = -1;
+    for (size_t i = f->npend; i-- > 0;) {
+        struct pending *p = &f->pend[i];
+        if (!p->bytes && now >= p->t0 + FIRST_BYTES_MS) {
+            int avail = 0;
+            if (ioctl(p->fd, FIONREAD, &avail) == 0 && avail > 0) {
+                p->bytes = true;
+            } else {
+                pend_drop(f, i, "TLS handshake failed: the peer sent nothing within 2 s");
+                continue;
+            }
+        }
+        if (now >= p->t0 + HS_MS) {
+            pend_drop(f, i,
+                      p->cls == FLIGHT_MORE
+                          ? "TLS handshake did not finish within 5 s: no whole ClientHello"
+                          : "TLS handshake did not finish within 5 s: every handshake slot "
+                            "was taken");
+            continue;
+        }
+        int64_t at = p->bytes ? p->t0 + HS_MS : p->t0 + FIRST_BYTES_MS;
+        if (next < 0 || at < next)
+            next = at;
+    }
+    return next < 0 ? -1 : (int)(next > now ? next - now : 0);
 }
 
 static void *front_main(void *arg)
 {
     struct cs_tls_front *f = arg;
+    struct pollfd *p = calloc(3 + PENDING_MAX, sizeof *p);
+    int64_t starved_until = 0;
+    if (!p)
+        return NULL;
     for (;;) {
-        if (wait_fd(f->lfd, POLLIN, f->stopfd, -1) < 0)
-            return NULL;
-        int fd = accept4(f->lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
-        if (fd < 0)
+        int timeout = pend_expire(f);
+        bool starved = now_ms() < starved_until;
+        if (starved && (timeout < 0 || timeout > 100))
+            timeout = 100;
+        p[0] = (struct pollfd){.fd = f->stopfd, .events = POLLIN};
+        p[1] = (struct pollfd){.fd = f->wakefd, .events = POLLIN};
+        p[2] = (struct pollfd){.fd = starved ? -1 : f->lfd, .events = POLLIN};
+        size_t n = f->npend;
+        for (size_t i = 0; i < n; i++)
+            /* A judged one waits for a slot: its unread bytes must not wake us. */
+            p[3 + i] = (struct pollfd){.fd = f->pend[i].fd,
+                                       .events = f->pend[i].cls == FLIGHT_MORE ? POLLIN : 0};
+        int r = poll(p, 3 + n, timeout);
+        if (r < 0 && errno != EINTR)
+            break;
+        if (r <= 0)
             continue;
-        tune_tcp(fd);
-        struct front_conn *c = NULL;
-        pthread_mutex_lock(&f->mu);
-        for (size_t i = 0; i < MAX_CONNS && !c; i++)
-            if (!f->conns[i].used) {
-                c = &f->conns[i];
-                if (c->stopfd >= 0 && c->thread) {
-                    pthread_join(c->thread, NULL); /* finished: used is false */
-                    c->thread = 0;
-                }
-                c->used = true;
-            }
-        pthread_mutex_unlock(&f->mu);
-        if (!c) {
-            close(fd); /* too many handshakes at once */
-            continue;
+        if (p[0].revents & POLLIN)
+            break;
+        if (p[1].revents & POLLIN) {
+            uint64_t drain;
+            (void)!read(f->wakefd, &drain, sizeof drain);
         }
-        c->f = f;
-        c->net = fd;
-        uint64_t drain;
-        while (read(c->stopfd, &drain, sizeof drain) > 0)
-            ;
-        if (pthread_create(&c->thread, NULL, conn_main, c) != 0) {
-            close(fd);
-            c->thread = 0;
-            pthread_mutex_lock(&f->mu);
-            c->used = false;
-            pthread_mutex_unlock(&f->mu);
+        /* Back to front: a drop moves the last entry into the hole, already looked at. */
+        for (size_t i = n; i-- > 0;) {
+            if (!p[3 + i].revents)
+                continue;
+            if (p[3 + i].revents & (POLLERR | POLLNVAL) ||
+                (p[3 + i].revents & POLLHUP && !(p[3 + i].revents & POLLIN)))
+                pend_drop(f, i, NULL);
+            else
+                (void)pend_examine(f, i);
+        }
+        pend_admit_all(f);
+        if (p[2].revents & POLLIN && !accept_some(f))
+            starved_until = now_ms() + 100;
+    }
+    for (size_t i = 0; i < f->npend; i++)
+        close(f->pend[i].fd);
+    f->npend = 0;
+    free(p);
+    return NULL;
+}
+
+int cs_tls_front_reload(struct cs_tls_front *f, size_t *n, struct cs_diag *err)
+{
+    if (cs_tls_ctx_reload(f->ctx, n, err) != 0)
+        return -1;
+    /* A removed identity's connection ends now, not at its next reconnection. */
+    uint64_t one = 1;
+    pthread_mutex_lock(&f->mu);
+    for (size_t i = 0; i < CONNS_MAX; i++) {
+        struct front_conn *c = &f->conns[i];
+        if (c->used && !c->handshaking && c->identity[0] && !ctx_knows(f->ctx, c->identity)) {
+            c->revoked = true;
+            (void)!write(c->stopfd, &one, sizeof one);
         }
     }
+    pthread_mutex_unlock(&f->mu);
+    return 0;
 }
 
 struct cs_tls_front *cs_tls_front_start(struct cs_tls_ctx *ctx, const char *host, const char *port,
@@ -828,8 +1484,9 @@ struct cs_tls_front *cs_tls_front_start(struct cs_tls_ctx *ctx, const char *host
     f->ctx = ctx;
     f->lfd = -1;
     f->stopfd = eventfd(0, EFD_CLOEXEC);
+    f->wakefd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     pthread_mutex_init(&f->mu, NULL);
-    for (size_t i = 0; i < MAX_CONNS; i++)
+    for (size_t i = 0; i < CONNS_MAX; i++)
         f->conns[i].stopfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     struct addrinfo hints = {.ai_family = AF_UNSPEC,
                              .ai_socktype = SOCK_STREAM,
@@ -841,12 +1498,12 @@ struct cs_tls_front *cs_tls_front_start(struct cs_tls_ctx *ctx, const char *host
         goto fail;
     }
     for (struct addrinfo *a = res; a && f->lfd < 0; a = a->ai_next) {
-        int fd = socket(a->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        int fd = socket(a->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
         int one = 1;
         if (fd < 0)
             continue;
         (void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-        if (bind(fd, a->ai_addr, a->ai_addrlen) == 0 && listen(fd, 16) == 0) {
+        if (bind(fd, a->ai_addr, a->ai_addrlen) == 0 && listen(fd, 1024) == 0) {
             f->lfd = fd;
             struct sockaddr_storage ss;
             socklen_t sl = sizeof ss;
@@ -876,7 +1533,8 @@ fail:
     if (f->lfd >= 0)
         close(f->lfd);
     close(f->stopfd);
-    for (size_t i = 0; i < MAX_CONNS; i++)
+    close(f->wakefd);
+    for (size_t i = 0; i < CONNS_MAX; i++)
         close(f->conns[i].stopfd);
     pthread_mutex_destroy(&f->mu);
     free(f->unix_path);
@@ -899,7 +1557,7 @@ void cs_tls_front_stop(struct cs_tls_front *f)
     close(f->lfd);
     /* Bridged connections are stopped and left to end with the process. */
     pthread_mutex_lock(&f->mu);
-    for (size_t i = 0; i < MAX_CONNS; i++)
+    for (size_t i = 0; i < CONNS_MAX; i++)
         if (f->conns[i].used)
             (void)!write(f->conns[i].stopfd, &one, sizeof one);
     pthread_mutex_unlock(&f->mu);
@@ -910,12 +1568,13 @@ void cs_tls_front_free(struct cs_tls_front *f)
     if (!f)
         return;
     cs_tls_front_stop(f);
-    for (size_t i = 0; i < MAX_CONNS; i++) {
-        if (f->conns[i].thread)
+    for (size_t i = 0; i < CONNS_MAX; i++) {
+        if (f->conns[i].joinable)
             pthread_join(f->conns[i].thread, NULL);
         close(f->conns[i].stopfd);
     }
     close(f->stopfd);
+    close(f->wakefd);
     pthread_mutex_destroy(&f->mu);
     free(f->unix_path);
     free(f);

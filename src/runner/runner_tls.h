@@ -8,17 +8,24 @@
  *     authenticates the worker (its certificate pin, or the pre-shared key), and only then
  *     pumps. Any failure closes the local end: the loop sees the stream end before a single
  *     frame went out.
- *   - worker side (cs_tls_front_start): a thread accepts on HOST:PORT; each connection gets a
- *     thread that does the handshake (10 s at most), authenticates the gateway the same way, and
- *     only then connects to the worker's private Unix socket and pumps. An unauthenticated or
- *     wrong peer never reaches the Unix socket, so no frame of it is ever read. The newest
- *     authenticated connection wins: the previous one is shut down.
+ *   - worker side (cs_tls_front_start): a thread accepts on HOST:PORT and holds each connection,
+ *     without a thread, until its first flight shows a ClientHello worth a handshake (garbage,
+ *     silence for 2 s, another identity are closed at once); then a thread does the handshake
+ *     (5 s after the accept at most), authenticates the gateway the same way, and only then
+ *     connects to the worker's private Unix socket and pumps. Handshakes are bounded in total
+ *     (16) and per source address (4), and one slot is kept for a valid ClientHello
+ *     (docs/scale-out.md, "Before authentication"). An unauthenticated or wrong peer never
+ *     reaches the Unix socket, so no frame of it is ever read. The newest authenticated
+ *     connection wins: the previous one is shut down.
  *
  * Authentication is mutual, in one of two modes (never both):
  *   - certificates, pinned: each side has its own certificate and key (PEM files) and the SHA-256
- *     of the peer's certificate (DER); the chain is not consulted, the pin is the trust;
+ *     of the peer's certificate (DER), a worker up to CS_TLS_PINS_MAX of them (one per gateway);
+ *     the chain is not consulted, the pin is the trust;
  *   - a pre-shared key (TLS 1.3 external PSK, RFC 8446 section 2.2, with (EC)DHE for forward
  *     secrecy): both sides hold the same key and identity; no certificate is sent or accepted.
+ *     A worker may hold several identities, each with its own key (one per gateway), reloaded
+ *     by cs_tls_front_reload; a gateway holds one.
  *     A peer with another key fails the PSK binder; one with another identity finds no key; a
  *     handshake that did not use our PSK is refused after the fact too.
  * No other TLS version than 1.3 is accepted.
@@ -36,14 +43,21 @@
 
 #include "base_remote.h"
 
+#define CS_TLS_PSK_KEYS_MAX 64 /* identities a worker holds */
+#define CS_TLS_PINS_MAX     16 /* certificate pins a worker holds */
+
 /* One side's TLS settings. plaintext: no TLS at all (the rest ignored). Certificate mode: cert,
- * key and peer_pin. PSK mode (psk_file set): psk_file and psk_identity, and no cert or key. */
+ * key and peer_pin (a worker: and more_pins). PSK mode (psk_file or psk_keys_file set):
+ * psk_file with psk_identity, and (a worker only) psk_keys_file; no cert or key. */
 struct cs_tls_config {
     bool plaintext;
     const char *cert, *key; /* PEM files */
     unsigned char peer_pin[CS_TLS_PIN_SIZE];
-    const char *psk_file;     /* the key as hex (cs_tls_psk_parse); not readable by others */
-    const char *psk_identity; /* cs_tls_psk_identity_ok */
+    const unsigned char (*more_pins)[CS_TLS_PIN_SIZE]; /* a worker's other pins */
+    size_t n_more_pins;                                /* < CS_TLS_PINS_MAX */
+    const char *psk_file;      /* the key as hex (cs_tls_psk_parse); not readable by others */
+    const char *psk_identity;  /* cs_tls_psk_identity_ok */
+    const char *psk_keys_file; /* a worker: `IDENTITY:HEXKEY` lines; not readable by others */
 };
 
 struct cs_diag;
@@ -58,6 +72,10 @@ void cs_tls_ctx_free(struct cs_tls_ctx *c);
 bool cs_tls_ctx_plaintext(const struct cs_tls_ctx *c);
 /* How the context authenticates, for log lines: "plaintext", "certificate" or "psk". */
 const char *cs_tls_ctx_auth(const struct cs_tls_ctx *c);
+/* A worker's PSK context: reads its key files again and, when they are good, replaces its
+ * identities (*n: how many now); handshakes after it use the new set. Returns 0, or -1 with err
+ * set and the old set kept. */
+int cs_tls_ctx_reload(struct cs_tls_ctx *c, size_t *n, struct cs_diag *err);
 /* Reads a pre-shared key file (regular, at most 4 KiB, no permission for others) into out.
  * Returns 0, or -1 with err naming the file and the fault (never its content). */
 int cs_tls_psk_load(const char *path, unsigned char out[CS_TLS_PSK_MAX], size_t *len,
@@ -85,6 +103,8 @@ struct cs_tls_front;
  * (which the caller binds). ctx is borrowed. Returns NULL with err set. */
 struct cs_tls_front *cs_tls_front_start(struct cs_tls_ctx *ctx, const char *host, const char *port,
                                         const char *unix_path, struct cs_diag *err);
+/* cs_tls_ctx_reload, then every bridged connection whose identity is gone is ended. */
+int cs_tls_front_reload(struct cs_tls_front *f, size_t *n, struct cs_diag *err);
 /* The port really bound (when 0 was asked for). */
 int cs_tls_front_port(const struct cs_tls_front *f);
 /* Stops accepting. Connections already bridged end with the process. Accepts NULL. */

@@ -34,7 +34,8 @@
  * (--root PATH), binds its Unix socket in a private 0700 directory of its own, and a TLS front
  * (runner_tls.c) bridges each authenticated TCP connection to it; the accept code below is the
  * same. A connection's end does not end the worker: its processes and replay cache stay, and
- * the next connection says hello again.
+ * the next connection says hello again. Such a worker has no parent-death signal: SIGHUP reads
+ * its pre-shared key files again (cs_tls_front_reload), a removed identity's connection ends.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -129,6 +130,7 @@ struct worker {
     struct cs_loop_fd *gw;
     struct cs_loop_timer *accept_timer; /* ACCEPT_BOUND_MS, until the gateway's hello */
     const char *why;                    /* set: the worker ends for this reason (exit 1) */
+    struct cs_tls_front *front;         /* --listen: the TLS front (SIGHUP reloads its keys) */
 };
 
 /* One request in flight. */
@@ -522,8 +524,20 @@ static void reap_strays(void *arg)
 
 static void on_signal(void *arg, int signo)
 {
-    (void)signo;
     struct worker *w = arg;
+    if (signo == SIGHUP && w->front) {
+        /* A --listen worker has no parent-death signal: SIGHUP reloads its pre-shared keys (an
+         * identity removed is refused from now on, its connection ended). */
+        struct cs_diag err = {0};
+        size_t n = 0;
+        if (cs_tls_front_reload(w->front, &n, &err) == 0)
+            cs_log(CS_LOG_NOTICE, "runner keys reloaded",
+                   json_pack("{s:I}", "psk_identities", (json_int_t)n));
+        else
+            cs_log(CS_LOG_ERROR, "runner keys not reloaded",
+                   json_pack("{s:s,s:s}", "error", err.text, "kept", "the previous keys"));
+        return;
+    }
     /* SIGHUP is also our parent-death signal: the hang-up says which it was. */
     stop(w, gateway_gone(w->gatefd) ? GATEWAY_GONE : NULL);
 }
@@ -721,6 +735,8 @@ static int run(int argc, char **argv)
     long long timeout_ms = 30000;
     const char *listen = NULL, *tls_pin = NULL, *operations_db = NULL;
     struct cs_tls_config tls = {0};
+    unsigned char more_pins[CS_TLS_PINS_MAX - 1][CS_TLS_PIN_SIZE];
+    bool pins_ok = true;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--socket") == 0 && i + 1 < argc) {
             sock = argv[++i];
@@ -736,7 +752,15 @@ static int run(int argc, char **argv)
         } else if (strcmp(argv[i], "--tls-key") == 0 && i + 1 < argc) {
             tls.key = argv[++i];
         } else if (strcmp(argv[i], "--tls-peer-sha256") == 0 && i + 1 < argc) {
-            tls_pin = argv[++i];
+            /* Repeatable: one pin per gateway. */
+            const char *pin = argv[++i];
+            if (!tls_pin)
+                tls_pin = pin;
+            else if (tls.n_more_pins >= CS_TLS_PINS_MAX - 1 ||
+                     cs_tls_pin_parse(pin, more_pins[tls.n_more_pins++]) != 0)
+                pins_ok = false;
+        } else if (strcmp(argv[i], "--tls-psk-keys") == 0 && i + 1 < argc) {
+            tls.psk_keys_file = argv[++i];
         } else if (strcmp(argv[i], "--tls-psk") == 0 && i + 1 < argc) {
             tls.psk_file = argv[++i];
         } else if (strcmp(argv[i], "--tls-psk-identity") == 0 && i + 1 < argc) {
@@ -801,11 +825,15 @@ static int run(int argc, char **argv)
                 "  --tls-cert FILE        remote, certificate mode: this worker's certificate "
                 "(PEM)\n"
                 "  --tls-key FILE         its private key (PEM)\n"
-                "  --tls-peer-sha256 HEX  the SHA-256 of the gateway's certificate (64 hex "
-                "digits)\n"
+                "  --tls-peer-sha256 HEX  the SHA-256 of a gateway's certificate (64 hex "
+                "digits;\n"
+                "                         repeatable: one per gateway, at most 16)\n"
                 "  --tls-psk FILE         remote, PSK mode instead: the pre-shared key as hex,\n"
                 "                         32..64 bytes, in a file not readable by others\n"
                 "  --tls-psk-identity NAME  the key's identity, 1..128 bytes of [A-Za-z0-9._:@-]\n"
+                "  --tls-psk-keys FILE    several gateways' keys: one IDENTITY:HEXKEY a line\n"
+                "                         (# comments), not readable by others; with or\n"
+                "                         without --tls-psk; SIGHUP reads the files again\n"
                 "  --plaintext            remote: no TLS, for a private link only\n",
                 stdout);
             /* Two literals: C99 promises 4095 bytes in one, no more. */
@@ -831,6 +859,8 @@ static int run(int argc, char **argv)
                 "working sandbox; TMPDIR holds a --listen worker's private socket directory\n"
                 "(default /tmp); CODESPACE_NETNS_GRACE_SECS is how long a shared workspace\n"
                 "keeps its network namespace after its last process (0..86400, default 60).\n"
+                "Signals: SIGTERM, SIGINT and SIGQUIT end it; SIGHUP ends a uds worker, and\n"
+                "makes a --listen worker read its pre-shared key files again.\n"
                 "Exit status: 0 after --help or --version or when the gateway's connection\n"
                 "ends (uds); 2 for wrong usage or a bad TLS file; 1 when it cannot start (the\n"
                 "sandbox probe failed, the address is taken) or its gateway went away.\n",
@@ -853,15 +883,20 @@ static int run(int argc, char **argv)
         snprintf(url, sizeof url, "tcp://%.*s%s",
                  (int)(port0 ? (size_t)(colon - listen) : strlen(listen)), listen,
                  port0 ? ":1" : "");
-        bool certs = tls.cert || tls.key || tls_pin, psk = tls.psk_file || tls.psk_identity;
-        /* One mode: plaintext alone, PSK file and identity, or certificate, key and pin. */
+        bool certs = tls.cert || tls.key || tls_pin,
+             psk = tls.psk_file || tls.psk_identity || tls.psk_keys_file;
+        /* One mode: plaintext alone; PSK file and identity, or a keys file, or both; or
+         * certificate, key and pins. */
         bool tls_ok;
+        tls.more_pins = (const unsigned char(*)[CS_TLS_PIN_SIZE])more_pins;
         if (tls.plaintext)
             tls_ok = !certs && !psk;
         else if (psk)
-            tls_ok = !certs && tls.psk_file && cs_tls_psk_identity_ok(tls.psk_identity);
+            tls_ok = !certs && (tls.psk_file || tls.psk_keys_file) &&
+                     (tls.psk_file ? cs_tls_psk_identity_ok(tls.psk_identity) : !tls.psk_identity);
         else
-            tls_ok = tls.cert && tls.key && tls_pin && cs_tls_pin_parse(tls_pin, tls.peer_pin) == 0;
+            tls_ok = tls.cert && tls.key && tls_pin && pins_ok &&
+                     cs_tls_pin_parse(tls_pin, tls.peer_pin) == 0;
         if (sock || gatefd >= 0 || cs_runner_url_parse(url, lhost, lport) != 0) {
             fprintf(stderr,
                     "codespace-runtime: --listen HOST:PORT (not with --socket or --gateway-fd)\n");
@@ -871,9 +906,9 @@ static int run(int argc, char **argv)
             snprintf(lport, sizeof lport, "0");
         if (!tls_ok) {
             fprintf(stderr, "codespace-runtime: --listen needs either --tls-cert, --tls-key and "
-                            "--tls-peer-sha256 (64 hex digits), or --tls-psk and "
-                            "--tls-psk-identity ([A-Za-z0-9._:@-], 1..128 bytes), or "
-                            "--plaintext alone\n");
+                            "--tls-peer-sha256 (64 hex digits, at most 16 of them), or "
+                            "--tls-psk and --tls-psk-identity ([A-Za-z0-9._:@-], 1..128 bytes) "
+                            "and/or --tls-psk-keys FILE, or --plaintext alone\n");
             return 2;
         }
         /* Nobody checks a listening worker's identity rules for it (the gateway does for its
@@ -984,6 +1019,7 @@ static int run(int argc, char **argv)
         struct cs_diag err = {0};
         tctx = cs_tls_ctx_new(&tls, true, &err);
         front = tctx ? cs_tls_front_start(tctx, lhost, lport, sock, &err) : NULL;
+        w.front = front;
         if (!front) {
             fprintf(stderr, "codespace-runtime: %s\n", err.text);
             unlink(sock);

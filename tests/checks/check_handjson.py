@@ -49,9 +49,11 @@ ALLOWLIST = {
         "status_done": LOG,
         "hello_isolation": LOG},
     "src/runner/runner_tls.c": {
-        "conn_main": LOG},
+        "conn_main": LOG,
+        "refusal": LOG},
     "src/runtime/runtime_main.c": {
-        "run": LOG},
+        "run": LOG,
+        "on_signal": LOG},
     # Walks a registry document along the generated descriptor (not a field list) to refuse the
     # keys the schema does not name, which the decoder would ignore.
     "src/policy/policy_registry.c": {

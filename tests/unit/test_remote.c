@@ -17,6 +17,13 @@
  *   key; a short key file, a key file readable by others, a mix of both modes, a bad identity
  *   and a key path that is not a regular file fail at cs_tls_ctx_new with a message that never
  *   holds the key. (A certificate-mode gateway against a PSK worker: e2e_remote.)
+ * - first flights (cs_tls_first_flight), on real ClientHellos OpenSSL's s_client sent
+ *   (fuzz/corpus/tls_hello): a PSK one naming "gw" is valid when the lookup knows "gw" (and is
+ *   handed exactly those bytes) and refused naming the identity when it does not; a certificate
+ *   one is valid in certificate mode and refused in PSK mode (no pre-shared key); a TLS 1.2 only
+ *   one is refused; every strict prefix asks for the rest (5 bytes, then the whole record);
+ *   garbage is refused at its first byte; a record of length 0, a ServerHello and a ClientHello
+ *   whose extensions overrun are refused.
  * - the hello answer's isolation (docs/scale-out.md): what a worker's probe found goes out
  *   through the generated encoder and comes back through the decoder as it was (sandbox, ABI,
  *   syscall reports); a worker without the sandbox states none and none and nothing else; a
@@ -374,6 +381,97 @@ static struct cs_supervisor_isolation through_wire(const struct cs_supervisor_is
     return got;
 }
 
+static size_t corpus(const char *name, unsigned char *buf, size_t cap)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", CS_TLS_HELLO_CORPUS, name);
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    size_t n = fread(buf, 1, cap, f);
+    fclose(f);
+    return n;
+}
+
+static int gw_calls;
+
+static bool knows_gw(void *arg, const unsigned char *id, size_t n)
+{
+    (void)arg;
+    gw_calls++;
+    return n == 2 && memcmp(id, "gw", 2) == 0;
+}
+
+static bool knows_none(void *arg, const unsigned char *id, size_t n)
+{
+    (void)arg;
+    (void)id;
+    (void)n;
+    return false;
+}
+
+static enum cs_tls_flight flight(const unsigned char *b, size_t n, bool psk,
+                                 bool (*known)(void *, const unsigned char *, size_t), size_t *need,
+                                 const char **why)
+{
+    *need = 0;
+    *why = NULL;
+    return cs_tls_first_flight(b, n, psk, known, NULL, need, why);
+}
+
+static void first_flights(void **state)
+{
+    (void)state;
+    unsigned char psk[1024], cert[1024], old[1024];
+    size_t np = corpus("psk_gw", psk, sizeof psk), nc = corpus("cert_tls13", cert, sizeof cert),
+           no = corpus("tls12_only", old, sizeof old);
+    size_t need;
+    const char *why;
+    assert_true(np > 5 && np == 5 + ((size_t)psk[3] << 8 | psk[4]));
+    gw_calls = 0;
+    assert_int_equal(flight(psk, np, true, knows_gw, &need, &why), CS_TLS_FLIGHT_VALID);
+    assert_int_equal(gw_calls, 1);
+    assert_int_equal(flight(psk, np, false, knows_none, &need, &why), CS_TLS_FLIGHT_VALID);
+    assert_int_equal(flight(psk, np, true, knows_none, &need, &why), CS_TLS_FLIGHT_REFUSE);
+    assert_non_null(strstr(why, "another pre-shared key identity"));
+    for (size_t k = 0; k < np; k++) {
+        assert_int_equal(flight(psk, k, true, knows_gw, &need, &why), CS_TLS_FLIGHT_MORE);
+        assert_int_equal(need, k < 5 ? 5 : np);
+    }
+    assert_int_equal(flight(cert, nc, false, knows_gw, &need, &why), CS_TLS_FLIGHT_VALID);
+    assert_int_equal(flight(cert, nc, true, knows_gw, &need, &why), CS_TLS_FLIGHT_REFUSE);
+    assert_non_null(strstr(why, "offered no pre-shared key"));
+    assert_int_equal(flight(old, no, false, knows_gw, &need, &why), CS_TLS_FLIGHT_REFUSE);
+    assert_non_null(strstr(why, "TLS 1.3"));
+    assert_int_equal(flight((const unsigned char *)"G", 1, true, knows_gw, &need, &why),
+                     CS_TLS_FLIGHT_REFUSE);
+    assert_non_null(strstr(why, "not a TLS handshake record"));
+    const unsigned char empty[5] = {22, 3, 1, 0, 0};
+    assert_int_equal(flight(empty, 5, false, knows_gw, &need, &why), CS_TLS_FLIGHT_REFUSE);
+    assert_non_null(strstr(why, "bad length"));
+    unsigned char bad[1024];
+    memcpy(bad, cert, nc);
+    bad[5] = 2; /* a ServerHello */
+    assert_int_equal(flight(bad, nc, false, knows_gw, &need, &why), CS_TLS_FLIGHT_REFUSE);
+    assert_non_null(strstr(why, "not a ClientHello"));
+    /* The last extension's length one more than the bytes there. */
+    memcpy(bad, cert, nc);
+    size_t at = 5 + 4 + 2 + 32, sid = bad[at];
+    at += 1 + sid;
+    at += 2 + ((size_t)bad[at] << 8 | bad[at + 1]);
+    at += 1 + bad[at];
+    at += 2;
+    size_t last = at;
+    while (last + 4 < nc) {
+        size_t len = (size_t)bad[last + 2] << 8 | bad[last + 3];
+        if (last + 4 + len >= nc)
+            break;
+        last += 4 + len;
+    }
+    bad[last + 3]++;
+    assert_int_equal(flight(bad, nc, false, knows_gw, &need, &why), CS_TLS_FLIGHT_REFUSE);
+    assert_non_null(strstr(why, "malformed"));
+}
+
 static void hello_isolation(void **state)
 {
     (void)state;
@@ -413,7 +511,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(addresses),       cmocka_unit_test(pins),
         cmocka_unit_test(psk_texts),       cmocka_unit_test(psk_handshakes),
-        cmocka_unit_test(hello_isolation),
+        cmocka_unit_test(hello_isolation), cmocka_unit_test(first_flights),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
