@@ -315,9 +315,10 @@ static void mask_secrets(void)
  */
 static int walk_nofollow(int dirfd, const char *rel)
 {
-    char buf[PATH_MAX];
-    if (snprintf(buf, sizeof buf, "%s", rel) >= (int)sizeof buf)
-        cs_sbx_diex("deny_mask path too long");
+    /* Any length: one component at a time, so a path deeper than PATH_MAX is masked too. */
+    char *buf = strdup(rel);
+    if (!buf)
+        cs_sbx_diex("deny mask: out of memory");
     int fd = dup(dirfd);
     if (fd < 0)
         cs_sbx_die("dup");
@@ -327,27 +328,55 @@ static int walk_nofollow(int dirfd, const char *rel)
         int e = errno;
         close(fd);
         if (nfd < 0) {
+            free(buf);
             if (e == ENOENT)
                 return -1;
             cs_sbx_diex("deny mask %s: %s", rel, strerror(e));
         }
         fd = nfd;
     }
+    free(buf);
     return fd;
+}
+
+/* The plan's masks as C strings: deny_mask's as they are, deny_mask_hex's decoded (checked by
+ * cs_sbx_plan_parse). *n their number; the decoded ones are malloc'd in *owned. */
+static const char **mask_paths(const struct csw_sandbox_plan *plan, size_t *n, char ***owned)
+{
+    size_t nd = plan->has_deny_mask ? plan->deny_mask.n : 0;
+    size_t nh = plan->has_deny_mask_hex ? plan->deny_mask_hex.n : 0;
+    const char **v = calloc(nd + nh + 1, sizeof *v);
+    *owned = calloc(nh + 1, sizeof **owned);
+    if (!v || !*owned)
+        cs_sbx_diex("deny mask: out of memory");
+    for (size_t i = 0; i < nd; i++)
+        v[i] = plan->deny_mask.v[i].s;
+    for (size_t i = 0; i < nh; i++) {
+        size_t len;
+        (*owned)[i] = cs_sbx_hex_path(&plan->deny_mask_hex.v[i], &len);
+        if (!(*owned)[i])
+            cs_sbx_diex("deny_mask_hex[%zu] is not hexadecimal", i);
+        v[nd + i] = (*owned)[i];
+    }
+    *n = nd + nh;
+    return v;
 }
 
 static void mask_workspace(const char *dst, const struct csw_sandbox_plan *plan)
 {
-    if (!plan->has_deny_mask || plan->deny_mask.n == 0)
-        return;
+    size_t n_masks;
+    char **owned;
+    const char **rels = mask_paths(plan, &n_masks, &owned);
+    if (n_masks == 0)
+        goto out;
     struct stat mf, md;
     if (stat("/mask-file", &mf) < 0 || stat("/mask-dir", &md) < 0)
         cs_sbx_die("stat mask sources");
     int wfd = open(dst, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (wfd < 0)
         cs_sbx_diex("open the attached workspace: %s", strerror(errno));
-    for (size_t i = 0; i < plan->deny_mask.n; i++) {
-        const char *rel = plan->deny_mask.v[i].s;
+    for (size_t i = 0; i < n_masks; i++) {
+        const char *rel = rels[i];
         int fd = walk_nofollow(wfd, rel);
         if (fd < 0)
             continue; /* gone since the runner resolved it: nothing to hide */
@@ -373,6 +402,11 @@ static void mask_workspace(const char *dst, const struct csw_sandbox_plan *plan)
         close(fd);
     }
     close(wfd);
+out:
+    for (size_t i = 0; owned[i]; i++)
+        free(owned[i]);
+    free(owned);
+    free(rels);
 }
 
 static void bind_terminal(void)

@@ -28,6 +28,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <sys/stat.h>
@@ -36,6 +37,22 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+const char *const cs_fs_deny_limits[CS_FS_DENY_N_LIMITS] = {
+    "a denied path created after a command started is not masked for that command",
+    "a masked path that the host replaces while a command runs is not masked for that command",
+    "a command can see which denied paths exist (their masks are visible), though never their "
+    "contents",
+    "a command is refused (PROCESS_SPAWN_FAILED) when the workspace holds more than " CS__FS_STR(
+        CS_FS_DENY_SCAN_CAP) " files and directories, denied ones included",
+    "a command is refused when more than " CS__FS_STR(
+        CS_FS_DENY_MAX_MASKS) " existing paths need a mask",
+    "a command is refused when its mask paths take more than " CS__FS_STR(
+        CS_FS_DENY_MASK_BYTES) " bytes in its sandbox plan",
+    "a command is refused when a directory of the workspace cannot be read",
+    "read, find and apply_patch cannot name a path longer than 4095 bytes or one that is not "
+    "UTF-8 (find does not list it); commands see such a path masked like any other",
+};
 
 /* ---- the matcher ---- */
 
@@ -651,6 +668,63 @@ static void cbuild_add(struct cbuild *b, const char *name, size_t nl, int kind,
 
 /* ---- the scan ---- */
 
+/* One character of a quoted path (cs__fs_quote): its bytes at b (n left), written to out when
+ * out is not NULL. Returns the bytes it takes in the output; *step the bytes it consumes. */
+static size_t quote_char(const unsigned char *b, size_t n, char *out, size_t *step)
+{
+    static const char hex[] = "0123456789abcdef";
+    uint32_t cp;
+    bool valid;
+    size_t k = cs__fs_utf8_step(b, n, &cp, &valid);
+    *step = k;
+    if (valid && cp >= 0x20 && cp != 0x7F && cp != '"' && cp != '\\') {
+        if (out)
+            memcpy(out, b, k);
+        return k;
+    }
+    if (valid && (cp == '"' || cp == '\\')) {
+        if (out)
+            out[0] = '\\', out[1] = (char)cp;
+        return 2;
+    }
+    for (size_t i = 0; out && i < k; i++) {
+        out[4 * i] = '\\';
+        out[4 * i + 1] = 'x';
+        out[4 * i + 2] = hex[b[i] >> 4];
+        out[4 * i + 3] = hex[b[i] & 15];
+    }
+    return 4 * k;
+}
+
+void cs__fs_quote(const char *s, size_t n, char *out, size_t cap)
+{
+    const unsigned char *b = (const unsigned char *)s;
+    size_t total = 0, step;
+    for (size_t i = 0; i < n; i += step)
+        total += quote_char(b + i, n - i, NULL, &step);
+    /* A long path keeps its head (where) and its tail (the entry) around "...". */
+    size_t half = total < cap ? cap : (cap - 4) / 2, o = 0, i = 0;
+    while (i < n) {
+        size_t w = quote_char(b + i, n - i, NULL, &step);
+        if (o + w > half)
+            break;
+        o += quote_char(b + i, n - i, out + o, &step);
+        i += step;
+    }
+    if (i < n) {
+        memcpy(out + o, "...", 3);
+        o += 3;
+        size_t before = 0, j = 0; /* the output bytes of [0, j) */
+        while (j < n && (j < i || total - before > half)) {
+            before += quote_char(b + j, n - j, NULL, &step);
+            j += step;
+        }
+        for (; j < n; j += step)
+            o += quote_char(b + j, n - j, out + o, &step);
+    }
+    out[o] = '\0';
+}
+
 struct scan_dir {
     char *rel;
     bool denied; /* inside a denied directory: remember everything, mask nothing more */
@@ -663,8 +737,12 @@ struct scan {
     size_t depth, stack_cap;
     size_t seen;
     char **masks;
-    size_t n_masks, masks_cap;
-    bool want_masks, too_many;
+    size_t n_masks, masks_cap, mask_bytes;
+    bool want_masks;
+    /* Why the scan cannot cover the workspace (it then ends: no partial mask list): a static
+     * reason, the path it concerns (malloc'd) and what the client can do, or NULL. */
+    const char *stop_why, *stop_fix;
+    char *stop_path;
     bool cache_ok;       /* the root's file system keeps ctimes the cache can trust */
     uint64_t dev;        /* the root's device: only its directories are cached */
     struct timespec now; /* when the scan began */
@@ -687,14 +765,38 @@ static int scan_push(struct scan *s, const char *rel, size_t len, bool denied)
     return 0;
 }
 
+/* Ends the scan incomplete (see struct scan): returns 1, or -1 on OOM. */
+static int scan_stop(struct scan *s, const char *why, const char *fix, const char *rel, size_t len)
+{
+    s->stop_why = why;
+    s->stop_fix = fix;
+    s->stop_path = strndup(rel, len);
+    return s->stop_path ? 1 : -1;
+}
+
 static int scan_mask(struct scan *s, const char *rel, size_t len)
 {
     if (!s->want_masks)
         return 0;
-    if (s->n_masks >= CS_FS_DENY_MAX_MASKS) {
-        s->too_many = true;
-        return 0;
-    }
+    if (s->n_masks >= CS_FS_DENY_MAX_MASKS)
+        return scan_stop(s,
+                         "more existing paths match the deny rules than one command's sandbox "
+                         "can mask (" CS__FS_STR(CS_FS_DENY_MAX_MASKS) ")",
+                         "remove or merge denied files, or deny their directory instead", rel, len);
+    /* What the path costs in the plan: its bytes, quoted; in the byte form (not UTF-8) two hex
+     * digits a byte; a control character is escaped in six. */
+    size_t cost = len + 4;
+    if (!cs__fs_utf8_valid(rel, len))
+        cost += len;
+    for (size_t i = 0; i < len; i++)
+        cost += (unsigned char)rel[i] < 0x20 ? 5 : 0;
+    if (s->mask_bytes + cost > CS_FS_DENY_MASK_BYTES)
+        return scan_stop(s,
+                         "the denied paths are longer in total than one command's sandbox plan "
+                         "can carry (" CS__FS_STR(CS_FS_DENY_MASK_BYTES) " bytes)",
+                         "shorten or remove deeply nested denied paths, or deny a directory "
+                         "higher up",
+                         rel, len);
     if (s->n_masks == s->masks_cap) {
         size_t nc = s->masks_cap ? 2 * s->masks_cap : 16;
         char **nv = realloc(s->masks, nc * sizeof *nv);
@@ -707,18 +809,27 @@ static int scan_mask(struct scan *s, const char *rel, size_t len)
     if (s->masks[s->n_masks] == NULL)
         return -1;
     s->n_masks++;
+    s->mask_bytes += cost;
     return 0;
 }
 
-/* One entry of directory rel (path[0..base) is rel and its '/'), kind and st as the directory
- * holds them now. Returns 0, 1 at the cap, -1 on OOM. */
+/* One entry of directory rel (path[0..base) is rel and its '/', with room for any name after
+ * it), kind and st as the directory holds them now. Paths of any length and any bytes are
+ * scanned: a path too long for the tools to name can still be read by a command (issue 29).
+ * Returns 0, 1 when the scan cannot go on (s->stop_*), -1 on OOM. */
 static int scan_entry(struct scan *s, char *path, size_t base, const char *name, size_t nl,
                       int kind, const struct stat *st, bool denied)
 {
     if (++s->seen > CS_FS_DENY_SCAN_CAP)
-        return 1;
-    if (base + nl > CS_FS_PATH_MAX || kind == KIND_OTHER)
-        return 0; /* no tool can name it; links and special files: the tools refuse them anyway */
+        return scan_stop(
+            s,
+            "the workspace holds more entries than the deny-rule scan covers (" CS__FS_STR(
+                CS_FS_DENY_SCAN_CAP) ")",
+            "remove files the commands do not need (build outputs, dependencies) "
+            "from the workspace",
+            path, base ? base - 1 : 0);
+    if (kind == KIND_OTHER)
+        return 0; /* links and special files: the tools refuse them anyway */
     memcpy(path + base, name, nl);
     path[base + nl] = '\0';
     size_t plen = base + nl;
@@ -727,8 +838,9 @@ static int scan_entry(struct scan *s, char *path, size_t base, const char *name,
     if (denied || here)
         cs_fs_deny_remember(s->d, st);
     if (here || (!denied && is_reg && cs_fs_deny_known(s->d, st))) {
-        if (scan_mask(s, path, plen) != 0)
-            return -1;
+        int m = scan_mask(s, path, plen);
+        if (m != 0)
+            return m;
     }
     if (is_dir && scan_push(s, path, plen, denied || here) != 0)
         return -1;
@@ -743,13 +855,73 @@ static bool racy(const struct scan *s, const struct timespec *ts)
     return age_ms < cache_racy_ms;
 }
 
-/* Reads one directory (rel, "" for the root), or takes its cached listing when it has not
- * changed. Returns 0, 1 at the cap, -1 on OOM; a directory that cannot be opened beneath the
- * root is skipped (the root itself: -2). */
-static int scan_dir(struct scan *s, const char *rel, bool denied)
+/*
+ * Opens the directory rel (len bytes, not "") beneath the root by a walk of its components, each
+ * opened with O_NOFOLLOW relative to the one before: no length limit, never a link followed.
+ * Returns the fd, or -1 with errno.
+ */
+static int open_walk(int rootfd, const char *rel, size_t len)
+{
+    char comp[NAME_MAX + 1];
+    int fd = dup(rootfd);
+    for (size_t o = 0; fd >= 0 && o < len;) {
+        const char *slash = memchr(rel + o, '/', len - o);
+        size_t e = slash ? (size_t)(slash - rel) : len;
+        if (e - o > NAME_MAX) {
+            close(fd);
+            errno = ENAMETOOLONG;
+            return -1;
+        }
+        memcpy(comp, rel + o, e - o);
+        comp[e - o] = '\0';
+        int nfd = openat(fd, comp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        int err = errno;
+        close(fd);
+        errno = err;
+        fd = nfd;
+        o = e + 1;
+    }
+    return fd;
+}
+
+/*
+ * Opens the directory rel (len bytes, not "") for the scan: beneath the root without following a
+ * link (cs_fs_open_beneath for a path a tool could name, else the component walk). Returns 0 with
+ * *fd, 1 when it is gone or no longer a directory (changed since its parent was read: nothing
+ * there to mask), or -1 with errno when it cannot be read.
+ */
+static int scan_open(const struct scan *s, const char *rel, size_t len, int *fd, struct stat *st)
+{
+    if (len <= CS_FS_PATH_MAX) {
+        struct cs_fs_path p;
+        memcpy(p.rel, rel, len);
+        p.rel[len] = '\0';
+        p.len = len;
+        p.dir_only = true;
+        if (cs_fs_open_beneath(s->rootfd, &p, CS_FS_WANT_DIR, fd, st, NULL) == 0)
+            return 0;
+    }
+    /* A long path, or a failure to explain: the walk says which errno it was. */
+    int f = open_walk(s->rootfd, rel, len);
+    if (f < 0)
+        return errno == ENOENT || errno == ENOTDIR || errno == ELOOP ? 1 : -1;
+    if (fstat(f, st) != 0) {
+        int err = errno;
+        close(f);
+        errno = err;
+        return -1;
+    }
+    *fd = f;
+    return 0;
+}
+
+/* Reads one directory (rel, len bytes, "" for the root), or takes its cached listing when it has
+ * not changed. Returns 0, 1 when the scan cannot go on (s->stop_*: the cap, a directory that
+ * cannot be read), -1 on OOM, -2 when the root itself cannot be read. A directory gone since its
+ * parent was read is skipped. */
+static int scan_dir(struct scan *s, const char *rel, size_t len, bool denied)
 {
     int fd;
-    size_t len = strlen(rel);
     struct stat dst;
     if (len == 0) {
         fd = openat(s->rootfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -760,15 +932,26 @@ static int scan_dir(struct scan *s, const char *rel, bool denied)
             return -2;
         }
     } else {
-        struct cs_fs_path p;
-        memcpy(p.rel, rel, len + 1);
-        p.len = len;
-        p.dir_only = true;
-        if (cs_fs_open_beneath(s->rootfd, &p, CS_FS_WANT_DIR, &fd, &dst, NULL) != 0)
+        int o = scan_open(s, rel, len, &fd, &dst);
+        if (o == 1)
             return 0;
+        if (o < 0)
+            return scan_stop(s,
+                             errno == EACCES || errno == EPERM
+                                 ? "a directory of the workspace cannot be read (permission "
+                                   "denied)"
+                                 : "a directory of the workspace cannot be read",
+                             errno == EACCES || errno == EPERM
+                                 ? "make the directory readable by the server, or remove it"
+                                 : NULL,
+                             rel, len);
     }
     int rc = 0;
-    char path[CS_FS_PATH_MAX + 1];
+    char *path = malloc(len + 2 + NAME_MAX + 1);
+    if (path == NULL) {
+        close(fd);
+        return -1;
+    }
     memcpy(path, rel, len);
     size_t base = len ? len + 1 : 0;
     if (len)
@@ -789,17 +972,22 @@ static int scan_dir(struct scan *s, const char *rel, bool denied)
             st.st_ino = (ino_t)e->ino;
             rc = scan_entry(s, path, base, c->names + e->name, e->len, e->kind, &st, denied);
         }
+        free(path);
         return rc;
     }
     DIR *dir = fdopendir(fd);
     if (dir == NULL) {
         close(fd);
-        return len == 0 ? -2 : 0;
+        free(path);
+        return len == 0
+                   ? -2
+                   : scan_stop(s, "a directory of the workspace cannot be read", NULL, rel, len);
     }
     struct cbuild b;
     memset(&b, 0, sizeof b);
     b.dead = !cacheable;
     struct dirent *e;
+    errno = 0;
     while (rc == 0 && (e = readdir(dir)) != NULL) {
         const char *name = e->d_name;
         if (name[0] == '.' && (name[1] == '\0' || (name[1] == '.' && name[2] == '\0')))
@@ -811,8 +999,13 @@ static int scan_dir(struct scan *s, const char *rel, bool denied)
             kind = S_ISDIR(st.st_mode) ? KIND_DIR : S_ISREG(st.st_mode) ? KIND_REG : KIND_OTHER;
         cbuild_add(&b, name, nl, kind, &st);
         rc = scan_entry(s, path, base, name, nl, kind, &st, denied);
+        errno = 0;
     }
+    if (rc == 0 && errno != 0) /* readdir failed part-way: what is left was never seen */
+        rc = len == 0 ? -2
+                      : scan_stop(s, "a directory of the workspace cannot be read", NULL, rel, len);
     closedir(dir);
+    free(path);
     if (rc == 0 && !b.dead && s->d->dirs_entries + b.c.n <= CS_FS_DENY_SCAN_CAP) {
         b.c.rel = strndup(rel, len);
         b.c.dev = (uint64_t)dst.st_dev;
@@ -875,10 +1068,10 @@ int cs_fs_deny_scan(struct cs_fs_deny *d, int rootfd, char ***masks, size_t *n_m
     s.dev = s.cache_ok ? (uint64_t)rst.st_dev : 0;
     if (!s.cache_ok)
         cache_clear(d);
-    int r = scan_dir(&s, "", false);
+    int r = scan_dir(&s, "", 0, false);
     while (r == 0 && s.depth > 0) {
         struct scan_dir top = s.stack[--s.depth];
-        r = scan_dir(&s, top.rel, top.denied);
+        r = scan_dir(&s, top.rel, strlen(top.rel), top.denied);
         free(top.rel);
     }
     /* A complete scan keeps the listings it met; any other end starts afresh next time. */
@@ -894,13 +1087,17 @@ int cs_fs_deny_scan(struct cs_fs_deny *d, int rootfd, char ***masks, size_t *n_m
     } else if (r == -1) {
         cs_diag_set(diag, CSW_ERROR_INTERNAL, "out of memory resolving the workspace's deny rules");
         rc = CSW_ERROR_INTERNAL;
-    } else if (s.too_many) {
+    } else if (r == 1) {
+        /* Never a partial mask list: the command must not start (issue 29). */
+        char q[CS__FS_QUOTE_SIZE];
+        cs__fs_quote(s.stop_path, strlen(s.stop_path), q, sizeof q);
         cs_diag_set(diag, CSW_ERROR_FILE_OPERATION_FAILED,
-                    "more than %d existing paths match the workspace's deny rules: too many to "
-                    "mask in the sandbox",
-                    CS_FS_DENY_MAX_MASKS);
+                    "the workspace's deny rules cannot be enforced, so the command was not "
+                    "started: %s, at \"%s\"%s%s",
+                    s.stop_why, q, s.stop_fix ? "; remedy: " : "", s.stop_fix ? s.stop_fix : "");
         rc = CSW_ERROR_FILE_OPERATION_FAILED;
     }
+    free(s.stop_path);
     while (s.depth > 0)
         free(s.stack[--s.depth].rel);
     free(s.stack);
