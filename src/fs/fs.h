@@ -217,13 +217,18 @@ void cs_fs_deny_remember(struct cs_fs_deny *d, const struct stat *st);
 
 /*
  * The spawn-time (and first-use) scan: walks the tree under rootfd without following links,
- * at most CS_FS_DENY_SCAN_CAP entries, remembering the identity of every denied entry and of
- * everything below a denied directory. When masks is not NULL it receives the paths to mask in
- * the sandbox: each topmost denied file or directory, and every other regular file whose
- * identity is remembered (a hard link of a denied file); *n_masks their number. Returns 0 (the
- * caller frees each string and the array), CSW_ERROR_FILE_OPERATION_FAILED when the root cannot
- * be read or more than CS_FS_DENY_MAX_MASKS paths would need a mask (diag says so: the spawn must
- * fail closed), or CSW_ERROR_INTERNAL on OOM.
+ * paths of any length and any bytes (a directory past CS_FS_PATH_MAX is opened one component at
+ * a time), remembering the identity of every denied entry and of everything below a denied
+ * directory; a directory unchanged since the last complete scan (identity, size, links, ctime and
+ * mtime, older than the racy window) is not read again. When masks is not NULL it receives the
+ * paths to mask in the sandbox: each topmost denied file or directory, and every other regular
+ * file whose identity is remembered (a hard link of a denied file); *n_masks their number.
+ * Returns 0 (the caller frees each string and the array) only when the scan covered the whole
+ * workspace; CSW_ERROR_FILE_OPERATION_FAILED when the root cannot be read or the scan cannot be
+ * complete (more than CS_FS_DENY_SCAN_CAP entries, more than CS_FS_DENY_MAX_MASKS masks, masks
+ * over CS_FS_DENY_MASK_BYTES, a directory that cannot be read): diag names the reason, the path
+ * (escaped, cs__fs_quote) and a remedy where there is one, and the spawn must fail closed, never
+ * run with a partial list (issue 29); CSW_ERROR_INTERNAL on OOM.
  */
 int cs_fs_deny_scan(struct cs_fs_deny *d, int rootfd, char ***masks, size_t *n_masks,
                     struct cs_diag *diag);

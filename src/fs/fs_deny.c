@@ -471,6 +471,8 @@ struct centry {
     uint32_t name; /* offset in names */
     uint16_t len;
     uint8_t kind; /* KIND_* */
+    uint8_t here; /* the rules' verdict on the path, once known: 0 not yet, 1 allowed, 2 denied
+                   * (the rules never change and the path is the listing's key: issue 29) */
 };
 
 enum { KIND_OTHER, KIND_REG, KIND_DIR };
@@ -765,6 +767,12 @@ static int scan_push(struct scan *s, const char *rel, size_t len, bool denied)
     return 0;
 }
 
+#define CAP_WHY                                                                                    \
+    "the workspace holds more files and directories than the deny-rule scan covers "               \
+    "(" CS__FS_STR(CS_FS_DENY_SCAN_CAP) ")"
+#define CAP_FIX                                                                                    \
+    "remove files the commands do not need (build outputs, dependencies) from the workspace"
+
 /* Ends the scan incomplete (see struct scan): returns 1, or -1 on OOM. */
 static int scan_stop(struct scan *s, const char *why, const char *fix, const char *rel, size_t len)
 {
@@ -818,23 +826,24 @@ static int scan_mask(struct scan *s, const char *rel, size_t len)
  * scanned: a path too long for the tools to name can still be read by a command (issue 29).
  * Returns 0, 1 when the scan cannot go on (s->stop_*), -1 on OOM. */
 static int scan_entry(struct scan *s, char *path, size_t base, const char *name, size_t nl,
-                      int kind, const struct stat *st, bool denied)
+                      int kind, const struct stat *st, bool denied, uint8_t *verdict)
 {
     if (++s->seen > CS_FS_DENY_SCAN_CAP)
-        return scan_stop(
-            s,
-            "the workspace holds more entries than the deny-rule scan covers (" CS__FS_STR(
-                CS_FS_DENY_SCAN_CAP) ")",
-            "remove files the commands do not need (build outputs, dependencies) "
-            "from the workspace",
-            path, base ? base - 1 : 0);
+        return scan_stop(s, CAP_WHY, CAP_FIX, path, base ? base - 1 : 0);
     if (kind == KIND_OTHER)
         return 0; /* links and special files: the tools refuse them anyway */
     memcpy(path + base, name, nl);
     path[base + nl] = '\0';
     size_t plen = base + nl;
     bool is_dir = kind == KIND_DIR, is_reg = kind == KIND_REG;
-    bool here = !denied && cs__fs_deny_leaf(s->d, path, plen, base) != NULL;
+    bool here = false;
+    if (!denied && verdict != NULL && *verdict != 0) {
+        here = *verdict == 2; /* a cached listing's entry: the rules' answer is known */
+    } else if (!denied) {
+        here = cs__fs_deny_leaf(s->d, path, plen, base) != NULL;
+        if (verdict != NULL)
+            *verdict = here ? 2 : 1;
+    }
     if (denied || here)
         cs_fs_deny_remember(s->d, st);
     if (here || (!denied && is_reg && cs_fs_deny_known(s->d, st))) {
@@ -970,7 +979,8 @@ static int scan_dir(struct scan *s, const char *rel, size_t len, bool denied)
             memset(&st, 0, sizeof st);
             st.st_dev = (dev_t)e->dev;
             st.st_ino = (ino_t)e->ino;
-            rc = scan_entry(s, path, base, c->names + e->name, e->len, e->kind, &st, denied);
+            rc = scan_entry(s, path, base, c->names + e->name, e->len, e->kind, &st, denied,
+                            &c->e[i].here);
         }
         free(path);
         return rc;
@@ -987,6 +997,20 @@ static int scan_dir(struct scan *s, const char *rel, size_t len, bool denied)
     memset(&b, 0, sizeof b);
     b.dead = !cacheable;
     struct dirent *e;
+    /* The names first (no stat: cheap), so that a directory taking the scan past its entry cap
+     * stops it before a stat of each entry: a workspace far over the cap fails fast. */
+    size_t left = s->seen < CS_FS_DENY_SCAN_CAP ? CS_FS_DENY_SCAN_CAP - s->seen : 0;
+    size_t count = 0;
+    while (count <= left && (e = readdir(dir)) != NULL) {
+        const char *name = e->d_name;
+        if (!(name[0] == '.' && (name[1] == '\0' || (name[1] == '.' && name[2] == '\0'))))
+            count++;
+    }
+    if (count > left) {
+        s->seen = CS_FS_DENY_SCAN_CAP + 1;
+        rc = scan_stop(s, CAP_WHY, CAP_FIX, rel, len);
+    }
+    rewinddir(dir);
     errno = 0;
     while (rc == 0 && (e = readdir(dir)) != NULL) {
         const char *name = e->d_name;
@@ -998,7 +1022,8 @@ static int scan_dir(struct scan *s, const char *rel, size_t len, bool denied)
         if (fstatat(dirfd(dir), name, &st, AT_SYMLINK_NOFOLLOW) == 0)
             kind = S_ISDIR(st.st_mode) ? KIND_DIR : S_ISREG(st.st_mode) ? KIND_REG : KIND_OTHER;
         cbuild_add(&b, name, nl, kind, &st);
-        rc = scan_entry(s, path, base, name, nl, kind, &st, denied);
+        rc = scan_entry(s, path, base, name, nl, kind, &st, denied,
+                        b.dead ? NULL : &b.c.e[b.c.n - 1].here);
         errno = 0;
     }
     if (rc == 0 && errno != 0) /* readdir failed part-way: what is left was never seen */
@@ -1074,8 +1099,10 @@ int cs_fs_deny_scan(struct cs_fs_deny *d, int rootfd, char ***masks, size_t *n_m
         r = scan_dir(&s, top.rel, strlen(top.rel), top.denied);
         free(top.rel);
     }
-    /* A complete scan keeps the listings it met; any other end starts afresh next time. */
-    if (r == 0)
+    /* A complete scan keeps the listings it met, and so does one stopped incomplete (what it
+     * read is still each directory's listing: the next attempt fails or succeeds faster); OOM
+     * or an unreadable root starts afresh next time. */
+    if (r == 0 || r == 1)
         cache_sweep(d);
     else
         cache_clear(d);

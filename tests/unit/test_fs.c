@@ -435,6 +435,85 @@ static void scan_masks(struct cs_fs_deny *d, int rootfd, char *out, size_t cap)
     free(masks);
 }
 
+/* A path in a message (issue 29): UTF-8 as it is, '"' and '\' escaped, any other byte as \xNN,
+ * a long one cut to its head and tail around "..." within the buffer. */
+static void test_deny_quote(void **state)
+{
+    (void)state;
+    char q[CS__FS_QUOTE_SIZE];
+    cs__fs_quote("app/.env", 8, q, sizeof q);
+    assert_string_equal(q, "app/.env");
+    cs__fs_quote("\xff"
+                 "app/a\"b\\c\n\xc3\xa9",
+                 13, q, sizeof q);
+    assert_string_equal(q, "\\xffapp/a\\\"b\\\\c\\x0a\xc3\xa9");
+    char big[6000];
+    memset(big, 'x', sizeof big);
+    big[0] = 'H';
+    big[sizeof big - 1] = 'T';
+    big[sizeof big - 2] = '\xfe';
+    cs__fs_quote(big, sizeof big, q, sizeof q);
+    assert_true(strlen(q) < sizeof q);
+    assert_int_equal(q[0], 'H');
+    assert_non_null(strstr(q, "..."));
+    assert_string_equal(q + strlen(q) - 5, "\\xfeT");
+    assert_true(cs__fs_utf8_valid(q, strlen(q)));
+}
+
+/* Paths past every length limit are scanned and masked (issue 29): a denied file below 17
+ * nested 250-byte directories (deeper than PATH_MAX) and a 255-byte denied name there, made and
+ * removed through directory fds. */
+static void test_deny_scan_deep(void **state)
+{
+    (void)state;
+    char root[] = "/tmp/cs-fs-deny-deep-XXXXXX";
+    assert_non_null(mkdtemp(root));
+    char name[251], pem[256];
+    memset(name, 'd', 250);
+    name[250] = '\0';
+    memset(pem, 'k', 251);
+    memcpy(pem + 251, ".pem", 5);
+    int fd = open(root, O_RDONLY | O_DIRECTORY);
+    assert_true(fd >= 0);
+    int fds[17];
+    for (int i = 0; i < 17; i++) {
+        assert_int_equal(mkdirat(fd, name, 0755), 0);
+        fds[i] = fd;
+        fd = openat(fd, name, O_RDONLY | O_DIRECTORY);
+        assert_true(fd >= 0);
+    }
+    close(openat(fd, ".env", O_CREAT | O_WRONLY, 0644));
+    close(openat(fd, pem, O_CREAT | O_WRONLY, 0644));
+    close(openat(fd, "ok.txt", O_CREAT | O_WRONLY, 0644));
+    struct cs_str rules[] = {{".env", 4}, {"*.pem", 5}};
+    struct cs_fs_deny *d = cs_fs_deny_new(rules, 2);
+    int rootfd = -1;
+    assert_int_equal(cs_fs_root_open(root, &rootfd, NULL), 0);
+    char **masks = NULL;
+    size_t n = 0;
+    struct cs_diag msg = {0};
+    assert_int_equal(cs_fs_deny_scan(d, rootfd, &masks, &n, &msg), 0);
+    assert_int_equal(n, 2);
+    for (size_t i = 0; i < n; i++) {
+        size_t l = strlen(masks[i]);
+        assert_true(l > CS_FS_PATH_MAX);
+        assert_true(strcmp(masks[i] + l - 5, "/.env") == 0 || strcmp(masks[i] + l - 255, pem) == 0);
+        free(masks[i]);
+    }
+    free(masks);
+    close(rootfd);
+    cs_fs_deny_free(d);
+    assert_int_equal(unlinkat(fd, ".env", 0), 0);
+    assert_int_equal(unlinkat(fd, pem, 0), 0);
+    assert_int_equal(unlinkat(fd, "ok.txt", 0), 0);
+    close(fd);
+    for (int i = 16; i >= 0; i--) {
+        assert_int_equal(unlinkat(fds[i], name, AT_REMOVEDIR), 0);
+        close(fds[i]);
+    }
+    rmdir(root);
+}
+
 /* The scan's directory cache never lets a change through: after each change below, a scan that
  * may use the cache answers what a scan that reads everything answers, and what the rules say
  * (a new denied file, a directory renamed to a denied name, a new directory whose name is
@@ -1666,6 +1745,8 @@ int main(void)
         cmocka_unit_test(test_deny_table),
         cmocka_unit_test(test_deny_leaf_equals_path),
         cmocka_unit_test(test_deny_scan_cache),
+        cmocka_unit_test(test_deny_quote),
+        cmocka_unit_test(test_deny_scan_deep),
         cmocka_unit_test(test_deny_read_find),
         cmocka_unit_test(test_utf8_table),
         cmocka_unit_test(test_read_windows),
