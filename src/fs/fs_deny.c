@@ -1117,7 +1117,10 @@ int cs_fs_deny_scan(struct cs_fs_deny *d, int rootfd, char ***masks, size_t *n_m
     } else if (r == 1) {
         /* Never a partial mask list: the command must not start (issue 29). */
         char q[CS__FS_QUOTE_SIZE];
-        cs__fs_quote(s.stop_path, strlen(s.stop_path), q, sizeof q);
+        if (s.stop_path[0] == '\0')
+            memcpy(q, ".", 2); /* the root itself */
+        else
+            cs__fs_quote(s.stop_path, strlen(s.stop_path), q, sizeof q);
         cs_diag_set(diag, CSW_ERROR_FILE_OPERATION_FAILED,
                     "the workspace's deny rules cannot be enforced, so the command was not "
                     "started: %s, at \"%s\"%s%s",
