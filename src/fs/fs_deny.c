@@ -49,7 +49,7 @@ const char *const cs_fs_deny_limits[CS_FS_DENY_N_LIMITS] = {
         CS_FS_DENY_MAX_MASKS) " existing paths need a mask",
     "a command is refused when its mask paths take more than " CS__FS_STR(
         CS_FS_DENY_MASK_BYTES) " bytes in its sandbox plan",
-    "a command is refused when a directory of the workspace cannot be read",
+    "a command is refused when a directory of the workspace, outside denied ones, cannot be read",
     "read, find and apply_patch cannot name a path longer than 4095 bytes or one that is not "
     "UTF-8 (find does not list it); commands see such a path masked like any other",
 };
@@ -942,8 +942,8 @@ static int scan_dir(struct scan *s, const char *rel, size_t len, bool denied)
         }
     } else {
         int o = scan_open(s, rel, len, &fd, &dst);
-        if (o == 1)
-            return 0;
+        if (o == 1 || (o < 0 && denied))
+            return 0; /* gone; or inside a denied tree, whose topmost mask covers it anyway */
         if (o < 0)
             return scan_stop(s,
                              errno == EACCES || errno == EPERM
