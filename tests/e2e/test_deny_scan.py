@@ -214,10 +214,20 @@ class ScanCase(unittest.TestCase):
     def test_plan_bytes_past(self):
         ws, root = "bytes", self.roots["bytes"]
         fd = deep_dir(root, 16)  # 16 * 251 bytes deep, then 255-byte denied names
+        pem = lambda i: ("%03d" % i) + "p" * 248 + ".pem"  # noqa: E731
         try:
-            for i in range(420):
-                name = ("%03d" % i) + "p" * 248 + ".pem"
-                os.close(os.open(name, os.O_CREAT | os.O_WRONLY, 0o644, dir_fd=fd))
+            # 300 paths of 4,271 bytes (1.28 MB of plan): under the budget, every one masked
+            for i in range(300):
+                f = os.open(pem(i), os.O_CREAT | os.O_WRONLY, 0o644, dir_fd=fd)
+                os.write(f, SECRET.encode())
+                os.close(f)
+            walk = "for i in $(seq 16); do cd -P %s || exit 9; done; " % LONG
+            text = self.exec_sh(ws, walk + "cat *.pem; echo; ls | wc -l")
+            self.assertNotIn(SECRET, text)
+            self.assertIn("300", text)
+            # 420 of them (1.8 MB): past the budget, refused
+            for i in range(300, 420):
+                os.close(os.open(pem(i), os.O_CREAT | os.O_WRONLY, 0o644, dir_fd=fd))
         finally:
             os.close(fd)
         msg = self.assert_spawn_refused(ws, "true", "plan", "remedy")
