@@ -60,6 +60,8 @@ from rows import Rows  # noqa: E402
 
 TARGET_RATIO = 1.0  # issue 20 (issue 8 asked 2.0x)
 SHARED_TARGET = 0.6  # issue 28: the workspace's network namespace held, joined by each command
+DENY_TARGET = 1.3  # issue 29: 20 deny rules over 10,000 files against no rules
+FLOOD_FILES = 200000  # issue 29: past the deny scan's entry cap
 PROXY_SMALL_TARGET = 1.3  # issue 20: a 1 KiB round trip through the proxy, x direct
 PROXY_BIG_TARGET = 0.8  # issue 20: 100 MB through the proxy, x direct MB/s
 BIG_BYTES = 100 * 1024 * 1024
@@ -155,6 +157,21 @@ def spawn_ms(peer, ws="default"):
     return dt
 
 
+def flood_ms(peer):
+    """exec_command true in the 200,000-file workspace: (ms, "refused" when it failed closed with
+    PROCESS_SPAWN_FAILED naming the deny scan, "exited" when it ran, else what came back)."""
+    t = time.perf_counter()
+    try:
+        res = peer.call("exec_command", {"workspace_id": "flood", "command": ["true"],
+                                         "yield_ms": 5000})
+        answer = "exited" if res["structuredContent"].get("state") == "exited" else repr(res)
+    except RuntimeError as e:
+        text = str(e)
+        answer = ("refused" if "PROCESS_SPAWN_FAILED" in text and "deny rules" in text
+                  else text[:200])
+    return (time.perf_counter() - t) * 1e3, answer
+
+
 def bwrap_ms():
     t = time.perf_counter()
     subprocess.run(["bwrap", "--unshare-all", "--die-with-parent", "--ro-bind", "/", "/", "true"],
@@ -244,6 +261,18 @@ def main():
         for i in range(50):
             with open(os.path.join(denyroot, "secrets", "keys", "k%02d" % i), "w") as f:
                 f.write("k\n")
+        # Issue 29: a workspace past the deny scan's entry cap (200,000 files) must fail closed
+        # with a clear message, or complete, in under 1 s.
+        floodroot = os.path.join(work, "flood")
+        for d in range(4):
+            sub = os.path.join(floodroot, "d%d" % d)
+            os.makedirs(sub)
+            dfd = os.open(sub, os.O_RDONLY | os.O_DIRECTORY)
+            for i in range(FLOOD_FILES // 4):
+                os.close(os.open("f%d" % i, os.O_CREAT | os.O_WRONLY, 0o644, dir_fd=dfd))
+            os.close(dfd)
+        with open(os.path.join(floodroot, ".env"), "w") as f:
+            f.write("x\n")
         rules = [".env", ".env.*", "**/*.pem", "**/*.key", "secrets/", "**/id_rsa*", "*.p12",
                  "config/local.json", "**/.aws/**", "**/.ssh/**", "*.pfx", "**/credentials*",
                  "**/*.token", "vault/**", "**/.netrc", "**/.npmrc", "**/.pypirc", "*.kdbx",
@@ -257,7 +286,9 @@ def main():
                                               "network": "enabled",
                                               "network_allow": ["127.0.0.1:%d" % port]},
                                       "deny": {"root": denyroot, "profile": "workspace-write",
-                                               "deny": rules}}}, f)
+                                               "deny": rules},
+                                      "flood": {"root": floodroot, "profile": "workspace-write",
+                                                "deny": rules}}}, f)
         base = {k: v for k, v in os.environ.items() if not k.startswith("CODESPACE_")}
         base["XDG_STATE_HOME"] = work
         sbx_env = dict(base, CODESPACE_REQUIRE_LINUX_SANDBOX="1")
@@ -350,6 +381,25 @@ def main():
                     None, "ms")
         out.add("  unsandboxed exec_command true (vs sandboxed)", med["unsandboxed"],
                 med["sandboxed"], "ms", med["unsandboxed"] / med["sandboxed"])
+        deny = med["deny"] / med["sandboxed"]
+        met = deny <= DENY_TARGET
+        ok = ok and met
+        print("deny / sandboxed: %.2fx  target <= %.1fx  %s" % (deny, DENY_TARGET,
+                                                               "met" if met else "MISSED"))
+        out.add("  the same, 20 deny rules over 10,000 files (vs no rules, issue 29)",
+                med["deny"], med["sandboxed"], "ms", deny, "<= %.1fx" % DENY_TARGET, met)
+        flood, answers = [], set()
+        for _ in range(5):
+            ms, answer = flood_ms(sbx)
+            flood.append(ms)
+            answers.add(answer)
+        fm = statistics.median(flood)
+        met = fm < 1000 and answers <= {"refused", "exited"}
+        ok = ok and met
+        print("200,000 files with deny rules: %s in %.1f ms (median of 5)  target < 1 s  %s"
+              % ("/".join(sorted(answers)), fm, "met" if met else "MISSED"))
+        out.add("  200,000 files with deny rules: %s (vs 1 s, issue 29)" % "/".join(sorted(answers)),
+                fm, 1000.0, "ms", fm / 1000.0, "< 1.0x", met)
         print()
 
         # ---- part 2: proxy ----

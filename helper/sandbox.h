@@ -49,6 +49,9 @@
  * keys without '=', every network_allow entry well formed). Returns 0 with *out filled (free
  * with csw_sandbox_plan_free) or -1 with out zeroed and a message in err.
  */
+/* The path one deny_mask_hex item names (lowercase hex, two digits a byte): malloc'd and
+ * NUL-terminated with *n its bytes, or NULL when h is not such hex (or out of memory). */
+char *cs_sbx_hex_path(const struct cs_str *h, size_t *n);
 int cs_sbx_plan_parse(const char *buf, size_t n, struct csw_sandbox_plan *out, struct cs_diag *err);
 
 /* Reads the plan at path with every check of docs/contract/sandbox.md §1, then unlinks it and

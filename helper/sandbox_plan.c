@@ -128,8 +128,8 @@ static int check_deny_mask(const struct cs_str *v, size_t n, struct cs_diag *err
 {
     for (size_t i = 0; i < n; i++) {
         const struct cs_str *p = &v[i];
-        bool ok = !has_nul(p) && p->n > 0 && p->n < PATH_MAX - 64 && p->s[0] != '/' &&
-                  p->s[p->n - 1] != '/';
+        /* No length limit: the walk opens one component at a time (issue 29). */
+        bool ok = !has_nul(p) && p->n > 0 && p->s[0] != '/' && p->s[p->n - 1] != '/';
         for (const char *c = p->s; ok;) {
             const char *e = strchr(c, '/');
             size_t l = e ? (size_t)(e - c) : strlen(c);
@@ -141,6 +141,53 @@ static int check_deny_mask(const struct cs_str *v, size_t n, struct cs_diag *err
         }
         if (!ok)
             return fail(err, "deny_mask[%zu] is not a normalised relative path", i);
+    }
+    return 0;
+}
+
+char *cs_sbx_hex_path(const struct cs_str *h, size_t *n)
+{
+    if (h->n == 0 || h->n % 2 != 0)
+        return NULL;
+    char *out = malloc(h->n / 2 + 1);
+    if (!out)
+        return NULL;
+    for (size_t i = 0; i < h->n; i++) {
+        char c = h->s[i];
+        int v = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+        if (v < 0) {
+            free(out);
+            return NULL;
+        }
+        if (i % 2 == 0)
+            out[i / 2] = (char)(v << 4);
+        else
+            out[i / 2] = (char)(out[i / 2] | v);
+    }
+    *n = h->n / 2;
+    out[*n] = '\0';
+    return out;
+}
+
+/* deny_mask_hex (the byte form of deny_mask): lowercase hex, two digits a byte, decoding to a
+ * path deny_mask would accept; with deny_mask (n_plain paths), at most 4096 paths. */
+static int check_deny_mask_hex(const struct cs_str *v, size_t n, size_t n_plain,
+                               struct cs_diag *err)
+{
+    if (n + n_plain > CSW_SANDBOX_PLAN_DENY_MASK_MAX_ITEMS)
+        return fail(err, "deny_mask and deny_mask_hex hold more than %d paths together",
+                    CSW_SANDBOX_PLAN_DENY_MASK_MAX_ITEMS);
+    for (size_t i = 0; i < n; i++) {
+        size_t len = 0;
+        char *b = cs_sbx_hex_path(&v[i], &len);
+        if (!b)
+            return fail(err, "deny_mask_hex[%zu] is not lowercase hexadecimal, two digits a byte",
+                        i);
+        struct cs_str one = {b, len};
+        int rc = check_deny_mask(&one, 1, err);
+        free(b);
+        if (rc != 0)
+            return fail(err, "deny_mask_hex[%zu] is not a normalised relative path", i);
     }
     return 0;
 }
@@ -196,6 +243,9 @@ int cs_sbx_plan_parse(const char *buf, size_t n, struct csw_sandbox_plan *out, s
         rc = check_env_entry(&out->env.v[i].key, &out->env.v[i].value, err);
     if (rc == 0 && out->has_deny_mask)
         rc = check_deny_mask(out->deny_mask.v, out->deny_mask.n, err);
+    if (rc == 0 && out->has_deny_mask_hex)
+        rc = check_deny_mask_hex(out->deny_mask_hex.v, out->deny_mask_hex.n,
+                                 out->has_deny_mask ? out->deny_mask.n : 0, err);
     if (rc == 0 && out->has_report_fd && out->has_workspace_fd &&
         out->report_fd == out->workspace_fd)
         rc = fail(err, "report_fd and workspace_fd are the same descriptor");
@@ -413,6 +463,9 @@ int cs_sbx_prepare_request(const struct csw_sandbox_prepare_request *q, char **p
         rc = check_env_entry(&q->env.v[i].key, &q->env.v[i].value, err);
     if (rc == 0 && q->has_deny_mask)
         rc = check_deny_mask(q->deny_mask.v, q->deny_mask.n, err);
+    if (rc == 0 && q->has_deny_mask_hex)
+        rc = check_deny_mask_hex(q->deny_mask_hex.v, q->deny_mask_hex.n,
+                                 q->has_deny_mask ? q->deny_mask.n : 0, err);
     if (rc == 0 && q->has_report_fd && q->has_workspace_fd && q->report_fd == q->workspace_fd)
         rc = fail(err, "report_fd and workspace_fd are the same descriptor");
     if (rc == 0)
@@ -443,6 +496,9 @@ int cs_sbx_prepare_request(const struct csw_sandbox_prepare_request *q, char **p
     p.has_deny_mask = q->has_deny_mask;
     p.deny_mask.v = q->deny_mask.v;
     p.deny_mask.n = q->deny_mask.n;
+    p.has_deny_mask_hex = q->has_deny_mask_hex;
+    p.deny_mask_hex.v = q->deny_mask_hex.v;
+    p.deny_mask_hex.n = q->deny_mask_hex.n;
     p.tty = q->tty;
     p.has_workspace_fd = q->has_workspace_fd;
     p.workspace_fd = q->workspace_fd;

@@ -321,9 +321,10 @@ static void mask_secrets(void)
  */
 static int walk_nofollow(int dirfd, const char *rel)
 {
-    char buf[PATH_MAX];
-    if (snprintf(buf, sizeof buf, "%s", rel) >= (int)sizeof buf)
-        cs_sbx_diex("deny_mask path too long");
+    /* Any length: one component at a time, so a path deeper than PATH_MAX is masked too. */
+    char *buf = strdup(rel);
+    if (!buf)
+        cs_sbx_diex("deny mask: out of memory");
     int fd = dup(dirfd);
     if (fd < 0)
         cs_sbx_die("dup");
@@ -333,28 +334,90 @@ static int walk_nofollow(int dirfd, const char *rel)
         int e = errno;
         close(fd);
         if (nfd < 0) {
+            free(buf);
             if (e == ENOENT)
                 return -1;
             cs_sbx_diex("deny mask %s: %s", rel, strerror(e));
         }
         fd = nfd;
     }
+    free(buf);
     return fd;
+}
+
+/*
+ * The parent directory of rel (a no-follow walk from dirfd, as walk_nofollow) for the masks
+ * loop: *last gets rel's last component. Consecutive masks in one directory share one walk (the
+ * previous parent, kept in *prev and *prev_fd, is reused when its path is the same; a mask
+ * never changes which directory a sibling's parent path reaches, since a mask below another is
+ * reached through that one's walk again once the prefix differs). Returns the parent fd (owned by
+ * *prev_fd: do not close it), or -1 when a component is gone.
+ */
+static int mask_parent(int dirfd, const char *rel, const char **last, char **prev, int *prev_fd)
+{
+    const char *slash = strrchr(rel, '/');
+    *last = slash ? slash + 1 : rel;
+    size_t n = slash ? (size_t)(slash - rel) : 0;
+    if (*prev_fd >= 0 && *prev && strlen(*prev) == n && memcmp(*prev, rel, n) == 0)
+        return *prev_fd;
+    if (*prev_fd >= 0)
+        close(*prev_fd);
+    free(*prev);
+    *prev_fd = -1;
+    *prev = strndup(rel, n);
+    if (!*prev)
+        cs_sbx_diex("deny mask: out of memory");
+    int fd = n ? walk_nofollow(dirfd, *prev) : dup(dirfd);
+    if (fd < 0 && n == 0)
+        cs_sbx_die("dup");
+    *prev_fd = fd;
+    return fd;
+}
+
+/* The plan's masks as C strings: deny_mask's as they are, deny_mask_hex's decoded (checked by
+ * cs_sbx_plan_parse). *n their number; the decoded ones are malloc'd in *owned. */
+static const char **mask_paths(const struct csw_sandbox_plan *plan, size_t *n, char ***owned)
+{
+    size_t nd = plan->has_deny_mask ? plan->deny_mask.n : 0;
+    size_t nh = plan->has_deny_mask_hex ? plan->deny_mask_hex.n : 0;
+    const char **v = calloc(nd + nh + 1, sizeof *v);
+    *owned = calloc(nh + 1, sizeof **owned);
+    if (!v || !*owned)
+        cs_sbx_diex("deny mask: out of memory");
+    for (size_t i = 0; i < nd; i++)
+        v[i] = plan->deny_mask.v[i].s;
+    for (size_t i = 0; i < nh; i++) {
+        size_t len;
+        (*owned)[i] = cs_sbx_hex_path(&plan->deny_mask_hex.v[i], &len);
+        if (!(*owned)[i])
+            cs_sbx_diex("deny_mask_hex[%zu] is not hexadecimal", i);
+        v[nd + i] = (*owned)[i];
+    }
+    *n = nd + nh;
+    return v;
 }
 
 static void mask_workspace(const char *dst, const struct csw_sandbox_plan *plan)
 {
-    if (!plan->has_deny_mask || plan->deny_mask.n == 0)
-        return;
+    size_t n_masks;
+    char **owned;
+    const char **rels = mask_paths(plan, &n_masks, &owned);
+    if (n_masks == 0)
+        goto out;
     struct stat mf, md;
     if (stat("/mask-file", &mf) < 0 || stat("/mask-dir", &md) < 0)
         cs_sbx_die("stat mask sources");
     int wfd = open(dst, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (wfd < 0)
         cs_sbx_diex("open the attached workspace: %s", strerror(errno));
-    for (size_t i = 0; i < plan->deny_mask.n; i++) {
-        const char *rel = plan->deny_mask.v[i].s;
-        int fd = walk_nofollow(wfd, rel);
+    char *prev = NULL;
+    int prev_fd = -1;
+    for (size_t i = 0; i < n_masks; i++) {
+        const char *rel = rels[i], *last;
+        int pfd = mask_parent(wfd, rel, &last, &prev, &prev_fd);
+        int fd = pfd < 0 ? -1 : openat(pfd, last, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+        if (fd < 0 && pfd >= 0 && errno != ENOENT)
+            cs_sbx_diex("deny mask %s: %s", rel, strerror(errno));
         if (fd < 0)
             continue; /* gone since the runner resolved it: nothing to hide */
         struct stat st;
@@ -370,7 +433,7 @@ static void mask_workspace(const char *dst, const struct csw_sandbox_plan *plan)
         xmount(dir ? "/mask-dir" : "/mask-file", target, NULL, MS_BIND, NULL);
         close(fd);
         /* read back: the name now reaches the mask, and the mask is read-only */
-        fd = walk_nofollow(wfd, rel);
+        fd = openat(pfd, last, O_PATH | O_NOFOLLOW | O_CLOEXEC);
         struct statvfs sv;
         const struct stat *want = dir ? &md : &mf;
         if (fd < 0 || fstat(fd, &st) < 0 || fstatvfs(fd, &sv) < 0 || st.st_dev != want->st_dev ||
@@ -378,7 +441,15 @@ static void mask_workspace(const char *dst, const struct csw_sandbox_plan *plan)
             cs_sbx_diex("deny mask %s did not hold", rel);
         close(fd);
     }
+    if (prev_fd >= 0)
+        close(prev_fd);
+    free(prev);
     close(wfd);
+out:
+    for (size_t i = 0; owned[i]; i++)
+        free(owned[i]);
+    free(owned);
+    free(rels);
 }
 
 static void bind_terminal(void)

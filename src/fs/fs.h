@@ -151,6 +151,17 @@ bool cs_fs_glob_match(const char *glob, size_t glob_n, const char *path, size_t 
 #define CS_FS_DENY_SCAN_CAP  100000 /* entries one identity scan looks at */
 #define CS_FS_DENY_MAX_MASKS CSW_SANDBOX_PLAN_DENY_MASK_MAX_ITEMS /* paths one spawn may mask */
 #define CS_FS_DENY_MAX_IDS   1048576 /* identities remembered per workspace */
+/* Bytes the mask paths of one spawn may take in its sandbox plan (quoted and escaped, in hex when
+ * not UTF-8): the plan holds at most 2 MiB (helper/sandbox.h CS_SBX_PLAN_MAX), with room left
+ * for the command and its environment. */
+#define CS_FS_DENY_MASK_BYTES 1572864
+#define CS__FS_STR_(x)        #x
+#define CS__FS_STR(x)         CS__FS_STR_(x)
+
+/* The documented limits of the deny rules (docs/security-model.md, word for word), as
+ * workspace_info's permissions.deny_limits lists them: CS_FS_DENY_N_LIMITS static strings. */
+#define CS_FS_DENY_N_LIMITS 8
+extern const char *const cs_fs_deny_limits[CS_FS_DENY_N_LIMITS];
 
 /*
  * Whether rule (n bytes, as the registry gives it) is a deny rule this matcher accepts: not
@@ -256,15 +267,21 @@ void cs_fs_deny_changes_free(struct cs_fs_deny_changes *c);
 
 /*
  * The spawn-time (and first-use) scan: walks the tree under rootfd without following links,
- * at most CS_FS_DENY_SCAN_CAP entries, remembering the identity of every denied entry and of
- * everything below a denied directory. When masks is not NULL it receives the paths to mask in
- * the sandbox: each topmost denied file, directory or symlink, what a denied symlink leads to
- * inside the workspace (under its real path; a directory there is walked as denied, so everything
- * below it is remembered), and every other regular file whose identity is remembered (a hard link
- * of a denied file); *n_masks their number. Returns 0 (the
- * caller frees each string and the array), CSW_ERROR_FILE_OPERATION_FAILED when the root cannot
- * be read, more than CS_FS_DENY_MAX_MASKS paths would need a mask, or a denied symlink cannot be
- * resolved (diag says so: the spawn must fail closed), or CSW_ERROR_INTERNAL on OOM.
+ * paths of any length and any bytes (a directory past CS_FS_PATH_MAX is opened one component at
+ * a time), remembering the identity of every denied entry and of everything below a denied
+ * directory; a directory unchanged since the last complete scan (identity, size, links, ctime and
+ * mtime, older than the racy window) is not read again. When masks is not NULL it receives the
+ * paths to mask in the sandbox: each topmost denied file, directory or symlink, what a denied
+ * symlink leads to inside the workspace (under its real path; a directory there is walked as
+ * denied), and every other regular file whose identity is remembered (a hard link of a denied
+ * file); *n_masks their number.
+ * Returns 0 (the caller frees each string and the array) only when the scan covered the whole
+ * workspace; CSW_ERROR_FILE_OPERATION_FAILED when the root cannot be read or the scan cannot be
+ * complete (more than CS_FS_DENY_SCAN_CAP entries, more than CS_FS_DENY_MAX_MASKS masks, masks
+ * over CS_FS_DENY_MASK_BYTES, a directory that cannot be read, a denied symlink that cannot be
+ * resolved): diag names the reason, the path
+ * (escaped, cs__fs_quote) and a remedy where there is one, and the spawn must fail closed, never
+ * run with a partial list (issue 29); CSW_ERROR_INTERNAL on OOM.
  */
 int cs_fs_deny_scan(struct cs_fs_deny *d, int rootfd, char ***masks, size_t *n_masks,
                     struct cs_diag *diag);
@@ -314,6 +331,11 @@ bool cs__fs_path_match(const unsigned char *g, size_t gn, const unsigned char *s
  * is matched, after a quick rejection on the rule's literal ends. */
 const char *cs__fs_deny_leaf(const struct cs_fs_deny *d, const char *rel, size_t rel_n,
                              size_t leaf);
+/* Quotes the n bytes at s for a message, clipped to fit cap bytes (cap >= 32, with the NUL):
+ * valid UTF-8 as it is, '"' and '\\' escaped by '\\', other bytes (control, not UTF-8) as
+ * \\xNN; a long path keeps its head and tail around "...". */
+#define CS__FS_QUOTE_SIZE 200
+void cs__fs_quote(const char *s, size_t n, char *out, size_t cap);
 /* Tests: the age under which a directory's listing is not cached (default 2000 ms), and how
  * many directories the last scan of d took from its cache. */
 void cs__fs_deny_cache_window(long ms);

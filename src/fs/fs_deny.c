@@ -29,6 +29,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <sys/stat.h>
@@ -37,6 +38,22 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+
+const char *const cs_fs_deny_limits[CS_FS_DENY_N_LIMITS] = {
+    "a denied path created after a command started is not masked for that command",
+    "a masked path that the host replaces while a command runs is not masked for that command",
+    "a command can see which denied paths exist (their masks are visible), though never their "
+    "contents",
+    "a command is refused (PROCESS_SPAWN_FAILED) when the workspace holds more than " CS__FS_STR(
+        CS_FS_DENY_SCAN_CAP) " files and directories, denied ones included",
+    "a command is refused when more than " CS__FS_STR(
+        CS_FS_DENY_MAX_MASKS) " existing paths need a mask",
+    "a command is refused when its mask paths take more than " CS__FS_STR(
+        CS_FS_DENY_MASK_BYTES) " bytes in its sandbox plan",
+    "a command is refused when a directory of the workspace, outside denied ones, cannot be read",
+    "read, find and apply_patch cannot name a path longer than 4095 bytes or one that is not "
+    "UTF-8 (find does not list it); commands see such a path masked like any other",
+};
 
 /* ---- the matcher ---- */
 
@@ -394,6 +411,8 @@ struct centry {
     uint32_t name; /* offset in names */
     uint16_t len;
     uint8_t kind; /* KIND_* */
+    uint8_t here; /* the rules' verdict on the path, once known: 0 not yet, 1 allowed, 2 denied
+                   * (the rules never change and the path is the listing's key: issue 29) */
 };
 
 enum { KIND_OTHER, KIND_REG, KIND_DIR, KIND_LINK };
@@ -591,6 +610,63 @@ static void cbuild_add(struct cbuild *b, const char *name, size_t nl, int kind,
 
 /* ---- the scan ---- */
 
+/* One character of a quoted path (cs__fs_quote): its bytes at b (n left), written to out when
+ * out is not NULL. Returns the bytes it takes in the output; *step the bytes it consumes. */
+static size_t quote_char(const unsigned char *b, size_t n, char *out, size_t *step)
+{
+    static const char hex[] = "0123456789abcdef";
+    uint32_t cp;
+    bool valid;
+    size_t k = cs__fs_utf8_step(b, n, &cp, &valid);
+    *step = k;
+    if (valid && cp >= 0x20 && cp != 0x7F && cp != '"' && cp != '\\') {
+        if (out)
+            memcpy(out, b, k);
+        return k;
+    }
+    if (valid && (cp == '"' || cp == '\\')) {
+        if (out)
+            out[0] = '\\', out[1] = (char)cp;
+        return 2;
+    }
+    for (size_t i = 0; out && i < k; i++) {
+        out[4 * i] = '\\';
+        out[4 * i + 1] = 'x';
+        out[4 * i + 2] = hex[b[i] >> 4];
+        out[4 * i + 3] = hex[b[i] & 15];
+    }
+    return 4 * k;
+}
+
+void cs__fs_quote(const char *s, size_t n, char *out, size_t cap)
+{
+    const unsigned char *b = (const unsigned char *)s;
+    size_t total = 0, step;
+    for (size_t i = 0; i < n; i += step)
+        total += quote_char(b + i, n - i, NULL, &step);
+    /* A long path keeps its head (where) and its tail (the entry) around "...". */
+    size_t half = total < cap ? cap : (cap - 4) / 2, o = 0, i = 0;
+    while (i < n) {
+        size_t w = quote_char(b + i, n - i, NULL, &step);
+        if (o + w > half)
+            break;
+        o += quote_char(b + i, n - i, out + o, &step);
+        i += step;
+    }
+    if (i < n) {
+        memcpy(out + o, "...", 3);
+        o += 3;
+        size_t before = 0, j = 0; /* the output bytes of [0, j) */
+        while (j < n && (j < i || total - before > half)) {
+            before += quote_char(b + j, n - j, NULL, &step);
+            j += step;
+        }
+        for (; j < n; j += step)
+            o += quote_char(b + j, n - j, out + o, &step);
+    }
+    out[o] = '\0';
+}
+
 struct scan_dir {
     char *rel;
     bool denied; /* inside a denied directory: remember everything, mask nothing more */
@@ -608,8 +684,12 @@ struct scan {
     size_t depth, stack_cap;
     size_t seen;
     char **masks;
-    size_t n_masks, masks_cap;
-    bool want_masks, too_many;
+    size_t n_masks, masks_cap, mask_bytes;
+    bool want_masks;
+    /* Why the scan cannot cover the workspace (it then ends: no partial mask list): a static
+     * reason, the path it concerns (malloc'd) and what the client can do, or NULL. */
+    const char *stop_why, *stop_fix;
+    char *stop_path;
     bool cache_ok;       /* the root's file system keeps ctimes the cache can trust */
     uint64_t dev;        /* the root's device: only its directories are cached */
     struct timespec now; /* when the scan began */
@@ -638,14 +718,44 @@ static int scan_push(struct scan *s, const char *rel, size_t len, bool denied)
     return 0;
 }
 
+#define CAP_WHY                                                                                    \
+    "the workspace holds more files and directories than the deny-rule scan covers "               \
+    "(" CS__FS_STR(CS_FS_DENY_SCAN_CAP) ")"
+#define CAP_FIX                                                                                    \
+    "remove files the commands do not need (build outputs, dependencies) from the workspace"
+
+/* Ends the scan incomplete (see struct scan): returns 1, or -1 on OOM. */
+static int scan_stop(struct scan *s, const char *why, const char *fix, const char *rel, size_t len)
+{
+    s->stop_why = why;
+    s->stop_fix = fix;
+    s->stop_path = strndup(rel, len);
+    return s->stop_path ? 1 : -1;
+}
+
 static int scan_mask(struct scan *s, const char *rel, size_t len)
 {
     if (!s->want_masks)
         return 0;
-    if (s->n_masks >= CS_FS_DENY_MAX_MASKS) {
-        s->too_many = true;
-        return 0;
-    }
+    if (s->n_masks >= CS_FS_DENY_MAX_MASKS)
+        return scan_stop(s,
+                         "more existing paths match the deny rules than one command's sandbox "
+                         "can mask (" CS__FS_STR(CS_FS_DENY_MAX_MASKS) ")",
+                         "remove or merge denied files, or deny their directory instead", rel, len);
+    /* What the path costs in the plan: its bytes, quoted; in the byte form (not UTF-8) two hex
+     * digits a byte; a control character is escaped in six. */
+    size_t cost = len + 4;
+    if (!cs__fs_utf8_valid(rel, len))
+        cost += len;
+    for (size_t i = 0; i < len; i++)
+        cost += (unsigned char)rel[i] < 0x20 ? 5 : 0;
+    if (s->mask_bytes + cost > CS_FS_DENY_MASK_BYTES)
+        return scan_stop(s,
+                         "the denied paths are longer in total than one command's sandbox plan "
+                         "can carry (" CS__FS_STR(CS_FS_DENY_MASK_BYTES) " bytes)",
+                         "shorten or remove deeply nested denied paths, or deny a directory "
+                         "higher up",
+                         rel, len);
     if (s->n_masks == s->masks_cap) {
         size_t nc = s->masks_cap ? 2 * s->masks_cap : 16;
         char **nv = realloc(s->masks, nc * sizeof *nv);
@@ -658,6 +768,7 @@ static int scan_mask(struct scan *s, const char *rel, size_t len)
     if (s->masks[s->n_masks] == NULL)
         return -1;
     s->n_masks++;
+    s->mask_bytes += cost;
     return 0;
 }
 
@@ -692,8 +803,11 @@ static bool mask_has(const struct scan *s, const char *rel, size_t len)
  */
 static int scan_link(struct scan *s, const char *path, size_t plen, bool here)
 {
-    if (here && scan_mask(s, path, plen) != 0)
-        return -1;
+    if (here) {
+        int m = scan_mask(s, path, plen);
+        if (m != 0)
+            return m;
+    }
     struct cs__fs_link l;
     int err = cs__fs_deny_link_resolve(s->rootfd, path, plen, &l);
     if (err != 0 && s->link_err == 0) {
@@ -705,10 +819,12 @@ static int scan_link(struct scan *s, const char *path, size_t plen, bool here)
     if (!l.inside || cs_fs_deny_path(s->d, l.target.rel, l.target.len) != NULL ||
         linked_has(s, &l.st))
         return 0;
-    if (s->n_linked >= CS_FS_DENY_MAX_MASKS) {
-        s->too_many = true; /* each one needs a mask anyway */
-        return 0;
-    }
+    if (s->n_linked >= CS_FS_DENY_MAX_MASKS) /* each one needs a mask anyway */
+        return scan_stop(s,
+                         "more existing paths match the deny rules than one command's sandbox "
+                         "can mask (" CS__FS_STR(CS_FS_DENY_MAX_MASKS) ")",
+                         "remove or merge denied files, or deny their directory instead", path,
+                         plen);
     if (s->n_linked == s->linked_cap) {
         size_t nc = s->linked_cap ? 2 * s->linked_cap : 8;
         struct link_target *nv = realloc(s->linked, nc * sizeof *nv);
@@ -719,27 +835,39 @@ static int scan_link(struct scan *s, const char *path, size_t plen, bool here)
     }
     s->linked[s->n_linked++] = (struct link_target){(uint64_t)l.st.st_dev, (uint64_t)l.st.st_ino};
     cs_fs_deny_remember(s->d, s->rootfd, l.target.rel, &l.st);
-    if (!mask_has(s, l.target.rel, l.target.len) && scan_mask(s, l.target.rel, l.target.len) != 0)
-        return -1;
+    if (!mask_has(s, l.target.rel, l.target.len)) {
+        int m = scan_mask(s, l.target.rel, l.target.len);
+        if (m != 0)
+            return m;
+    }
     if (S_ISDIR(l.st.st_mode))
         return scan_push(s, l.target.rel, l.target.len, true);
     return 0;
 }
 
-/* One entry of directory rel (path[0..base) is rel and its '/'), kind and st as the directory
- * holds them now. Returns 0, 1 at the cap, -1 on OOM. */
+/* One entry of directory rel (path[0..base) is rel and its '/', with room for any name after
+ * it), kind and st as the directory holds them now. Paths of any length and any bytes are
+ * scanned: a path too long for the tools to name can still be read by a command (issue 29).
+ * Returns 0, 1 when the scan cannot go on (s->stop_*), -1 on OOM. */
 static int scan_entry(struct scan *s, char *path, size_t base, const char *name, size_t nl,
-                      int kind, const struct stat *st, bool denied)
+                      int kind, const struct stat *st, bool denied, uint8_t *verdict)
 {
     if (++s->seen > CS_FS_DENY_SCAN_CAP)
-        return 1;
-    if (base + nl > CS_FS_PATH_MAX || kind == KIND_OTHER)
-        return 0; /* no tool can name it; special files: the tools refuse them anyway */
+        return scan_stop(s, CAP_WHY, CAP_FIX, path, base ? base - 1 : 0);
+    if (kind == KIND_OTHER)
+        return 0; /* special files: the tools refuse them anyway */
     memcpy(path + base, name, nl);
     path[base + nl] = '\0';
     size_t plen = base + nl;
     bool is_dir = kind == KIND_DIR, is_reg = kind == KIND_REG;
-    bool here = !denied && cs__fs_deny_leaf(s->d, path, plen, base) != NULL;
+    bool here = false;
+    if (!denied && verdict != NULL && *verdict != 0) {
+        here = *verdict == 2; /* a cached listing's entry: the rules' answer is known */
+    } else if (!denied) {
+        here = cs__fs_deny_leaf(s->d, path, plen, base) != NULL;
+        if (verdict != NULL)
+            *verdict = here ? 2 : 1;
+    }
     if (kind == KIND_LINK)
         return denied || here ? scan_link(s, path, plen, here) : 0;
     if (is_dir && !denied && !here && linked_has(s, st))
@@ -751,8 +879,9 @@ static int scan_entry(struct scan *s, char *path, size_t base, const char *name,
         cs__fs_ids_remember(s->d->ids, s->rootfd, path, st, st->st_mode != 0);
     if (here || (!denied && is_reg && cs__fs_ids_known(s->d->ids, s->rootfd, path, st) &&
                  !mask_has(s, path, plen))) {
-        if (scan_mask(s, path, plen) != 0)
-            return -1;
+        int m = scan_mask(s, path, plen);
+        if (m != 0)
+            return m;
     }
     if (is_dir && scan_push(s, path, plen, denied || here) != 0)
         return -1;
@@ -767,13 +896,73 @@ static bool racy(const struct scan *s, const struct timespec *ts)
     return age_ms < cache_racy_ms;
 }
 
-/* Reads one directory (rel, "" for the root), or takes its cached listing when it has not
- * changed. Returns 0, 1 at the cap, -1 on OOM; a directory that cannot be opened beneath the
- * root is skipped (the root itself: -2). */
-static int scan_dir(struct scan *s, const char *rel, bool denied)
+/*
+ * Opens the directory rel (len bytes, not "") beneath the root by a walk of its components, each
+ * opened with O_NOFOLLOW relative to the one before: no length limit, never a link followed.
+ * Returns the fd, or -1 with errno.
+ */
+static int open_walk(int rootfd, const char *rel, size_t len)
+{
+    char comp[NAME_MAX + 1];
+    int fd = dup(rootfd);
+    for (size_t o = 0; fd >= 0 && o < len;) {
+        const char *slash = memchr(rel + o, '/', len - o);
+        size_t e = slash ? (size_t)(slash - rel) : len;
+        if (e - o > NAME_MAX) {
+            close(fd);
+            errno = ENAMETOOLONG;
+            return -1;
+        }
+        memcpy(comp, rel + o, e - o);
+        comp[e - o] = '\0';
+        int nfd = openat(fd, comp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        int err = errno;
+        close(fd);
+        errno = err;
+        fd = nfd;
+        o = e + 1;
+    }
+    return fd;
+}
+
+/*
+ * Opens the directory rel (len bytes, not "") for the scan: beneath the root without following a
+ * link (cs_fs_open_beneath for a path a tool could name, else the component walk). Returns 0 with
+ * *fd, 1 when it is gone or no longer a directory (changed since its parent was read: nothing
+ * there to mask), or -1 with errno when it cannot be read.
+ */
+static int scan_open(const struct scan *s, const char *rel, size_t len, int *fd, struct stat *st)
+{
+    if (len <= CS_FS_PATH_MAX) {
+        struct cs_fs_path p;
+        memcpy(p.rel, rel, len);
+        p.rel[len] = '\0';
+        p.len = len;
+        p.dir_only = true;
+        if (cs_fs_open_beneath(s->rootfd, &p, CS_FS_WANT_DIR, fd, st, NULL) == 0)
+            return 0;
+    }
+    /* A long path, or a failure to explain: the walk says which errno it was. */
+    int f = open_walk(s->rootfd, rel, len);
+    if (f < 0)
+        return errno == ENOENT || errno == ENOTDIR || errno == ELOOP ? 1 : -1;
+    if (fstat(f, st) != 0) {
+        int err = errno;
+        close(f);
+        errno = err;
+        return -1;
+    }
+    *fd = f;
+    return 0;
+}
+
+/* Reads one directory (rel, len bytes, "" for the root), or takes its cached listing when it has
+ * not changed. Returns 0, 1 when the scan cannot go on (s->stop_*: the cap, a directory that
+ * cannot be read), -1 on OOM, -2 when the root itself cannot be read. A directory gone since its
+ * parent was read is skipped. */
+static int scan_dir(struct scan *s, const char *rel, size_t len, bool denied)
 {
     int fd;
-    size_t len = strlen(rel);
     struct stat dst;
     if (len == 0) {
         fd = openat(s->rootfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -784,15 +973,26 @@ static int scan_dir(struct scan *s, const char *rel, bool denied)
             return -2;
         }
     } else {
-        struct cs_fs_path p;
-        memcpy(p.rel, rel, len + 1);
-        p.len = len;
-        p.dir_only = true;
-        if (cs_fs_open_beneath(s->rootfd, &p, CS_FS_WANT_DIR, &fd, &dst, NULL) != 0)
-            return 0;
+        int o = scan_open(s, rel, len, &fd, &dst);
+        if (o == 1 || (o < 0 && denied))
+            return 0; /* gone; or inside a denied tree, whose topmost mask covers it anyway */
+        if (o < 0)
+            return scan_stop(s,
+                             errno == EACCES || errno == EPERM
+                                 ? "a directory of the workspace cannot be read (permission "
+                                   "denied)"
+                                 : "a directory of the workspace cannot be read",
+                             errno == EACCES || errno == EPERM
+                                 ? "make the directory readable by the server, or remove it"
+                                 : NULL,
+                             rel, len);
     }
     int rc = 0;
-    char path[CS_FS_PATH_MAX + 1];
+    char *path = malloc(len + 2 + NAME_MAX + 1);
+    if (path == NULL) {
+        close(fd);
+        return -1;
+    }
     memcpy(path, rel, len);
     size_t base = len ? len + 1 : 0;
     if (len)
@@ -811,19 +1011,39 @@ static int scan_dir(struct scan *s, const char *rel, bool denied)
             memset(&st, 0, sizeof st);
             st.st_dev = (dev_t)e->dev;
             st.st_ino = (ino_t)e->ino;
-            rc = scan_entry(s, path, base, c->names + e->name, e->len, e->kind, &st, denied);
+            rc = scan_entry(s, path, base, c->names + e->name, e->len, e->kind, &st, denied,
+                            &c->e[i].here);
         }
+        free(path);
         return rc;
     }
     DIR *dir = fdopendir(fd);
     if (dir == NULL) {
         close(fd);
-        return len == 0 ? -2 : 0;
+        free(path);
+        return len == 0
+                   ? -2
+                   : scan_stop(s, "a directory of the workspace cannot be read", NULL, rel, len);
     }
     struct cbuild b;
     memset(&b, 0, sizeof b);
     b.dead = !cacheable;
     struct dirent *e;
+    /* The names first (no stat: cheap), so that a directory taking the scan past its entry cap
+     * stops it before a stat of each entry: a workspace far over the cap fails fast. */
+    size_t left = s->seen < CS_FS_DENY_SCAN_CAP ? CS_FS_DENY_SCAN_CAP - s->seen : 0;
+    size_t count = 0;
+    while (count <= left && (e = readdir(dir)) != NULL) {
+        const char *name = e->d_name;
+        if (!(name[0] == '.' && (name[1] == '\0' || (name[1] == '.' && name[2] == '\0'))))
+            count++;
+    }
+    if (count > left) {
+        s->seen = CS_FS_DENY_SCAN_CAP + 1;
+        rc = scan_stop(s, CAP_WHY, CAP_FIX, rel, len);
+    }
+    rewinddir(dir);
+    errno = 0;
     while (rc == 0 && (e = readdir(dir)) != NULL) {
         const char *name = e->d_name;
         if (name[0] == '.' && (name[1] == '\0' || (name[1] == '.' && name[2] == '\0')))
@@ -837,9 +1057,15 @@ static int scan_dir(struct scan *s, const char *rel, bool denied)
                    : S_ISLNK(st.st_mode) ? KIND_LINK
                                          : KIND_OTHER;
         cbuild_add(&b, name, nl, kind, &st);
-        rc = scan_entry(s, path, base, name, nl, kind, &st, denied);
+        rc = scan_entry(s, path, base, name, nl, kind, &st, denied,
+                        b.dead ? NULL : &b.c.e[b.c.n - 1].here);
+        errno = 0;
     }
+    if (rc == 0 && errno != 0) /* readdir failed part-way: what is left was never seen */
+        rc = len == 0 ? -2
+                      : scan_stop(s, "a directory of the workspace cannot be read", NULL, rel, len);
     closedir(dir);
+    free(path);
     if (rc == 0 && !b.dead && s->d->dirs_entries + b.c.n <= CS_FS_DENY_SCAN_CAP) {
         b.c.rel = strndup(rel, len);
         b.c.dev = (uint64_t)dst.st_dev;
@@ -902,14 +1128,16 @@ int cs_fs_deny_scan(struct cs_fs_deny *d, int rootfd, char ***masks, size_t *n_m
     s.dev = s.cache_ok ? (uint64_t)rst.st_dev : 0;
     if (!s.cache_ok)
         cache_clear(d);
-    int r = scan_dir(&s, "", false);
+    int r = scan_dir(&s, "", 0, false);
     while (r == 0 && s.depth > 0) {
         struct scan_dir top = s.stack[--s.depth];
-        r = scan_dir(&s, top.rel, top.denied);
+        r = scan_dir(&s, top.rel, strlen(top.rel), top.denied);
         free(top.rel);
     }
-    /* A complete scan keeps the listings it met; any other end starts afresh next time. */
-    if (r == 0)
+    /* A complete scan keeps the listings it met, and so does one stopped incomplete (what it
+     * read is still each directory's listing: the next attempt fails or succeeds faster); OOM
+     * or an unreadable root starts afresh next time. */
+    if (r == 0 || r == 1)
         cache_sweep(d);
     else
         cache_clear(d);
@@ -921,20 +1149,28 @@ int cs_fs_deny_scan(struct cs_fs_deny *d, int rootfd, char ***masks, size_t *n_m
     } else if (r == -1) {
         cs_diag_set(diag, CSW_ERROR_INTERNAL, "out of memory resolving the workspace's deny rules");
         rc = CSW_ERROR_INTERNAL;
-    } else if (s.too_many) {
+    } else if (r == 1) {
+        /* Never a partial mask list: the command must not start (issue 29). */
+        char q[CS__FS_QUOTE_SIZE];
+        if (s.stop_path[0] == '\0')
+            memcpy(q, ".", 2); /* the root itself */
+        else
+            cs__fs_quote(s.stop_path, strlen(s.stop_path), q, sizeof q);
         cs_diag_set(diag, CSW_ERROR_FILE_OPERATION_FAILED,
-                    "more than %d existing paths match the workspace's deny rules: too many to "
-                    "mask in the sandbox",
-                    CS_FS_DENY_MAX_MASKS);
+                    "the workspace's deny rules cannot be enforced, so the command was not "
+                    "started: %s, at \"%s\"%s%s",
+                    s.stop_why, q, s.stop_fix ? "; remedy: " : "", s.stop_fix ? s.stop_fix : "");
         rc = CSW_ERROR_FILE_OPERATION_FAILED;
     } else if (s.link_err != 0) {
+        char q[CS__FS_QUOTE_SIZE];
+        cs__fs_quote(s.link_path, strlen(s.link_path), q, sizeof q);
         cs_diag_set(diag, CSW_ERROR_FILE_OPERATION_FAILED,
-                    "cannot resolve the denied symlink \"%.*s\" (%s), so what it leads to cannot "
+                    "cannot resolve the denied symlink \"%s\" (%s), so what it leads to cannot "
                     "be masked in the sandbox; remove the link or point it at its target directly",
-                    cs__fs_clip(s.link_path, strlen(s.link_path), 200), s.link_path,
-                    strerror(s.link_err));
+                    q, strerror(s.link_err));
         rc = CSW_ERROR_FILE_OPERATION_FAILED;
     }
+    free(s.stop_path);
     while (s.depth > 0)
         free(s.stack[--s.depth].rel);
     free(s.stack);

@@ -15,6 +15,7 @@
 #include "policy.h"
 #include "base_remote.h"
 #include "policy_internal.h"
+#include "fs.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -131,6 +132,11 @@ static int fill_execution(struct csw_mcp_workspace_info_output_execution *x,
     x->permissions.has_deny = ws->n_deny > 0;
     if (set_strings(&x->permissions.deny.v, &x->permissions.deny.n, (const char *const *)ws->deny,
                     ws->n_deny) != 0)
+        return -1;
+    /* What the rules do not cover, word for word as docs/security-model.md states it. */
+    x->permissions.has_deny_limits = ws->n_deny > 0;
+    if (ws->n_deny > 0 && set_strings(&x->permissions.deny_limits.v, &x->permissions.deny_limits.n,
+                                      cs_fs_deny_limits, CS_FS_DENY_N_LIMITS) != 0)
         return -1;
 
     x->files.read.available = x->permissions.read && caps->files_available && exec_path;

@@ -828,6 +828,50 @@ static char *concat(const char *a, const char *b)
     return r;
 }
 
+/* The plan's masks (sp->n_deny_mask > 0): a path that is valid UTF-8 as it is (deny_mask), any
+ * other in the plan's byte form (deny_mask_hex, two lowercase hex digits a byte), so a file name
+ * that is not UTF-8 is masked like any other (issue 29). *dm and *hex (each string of *hex too)
+ * are the caller's to free, also on failure. Returns 0, or -1 with d. */
+static int deny_masks(const struct cs_supervisor_spawn *sp, struct csw_sandbox_plan *plan,
+                      struct cs_str **dm, struct cs_str **hex, struct cs_diag *d)
+{
+    static const char digits[] = "0123456789abcdef";
+    *dm = calloc(sp->n_deny_mask, sizeof **dm);
+    *hex = calloc(sp->n_deny_mask, sizeof **hex);
+    if (!*dm || !*hex)
+        goto oom;
+    for (size_t i = 0; i < sp->n_deny_mask; i++) {
+        const unsigned char *p = (const unsigned char *)sp->deny_mask[i];
+        size_t n = strlen(sp->deny_mask[i]), step = 0;
+        bool valid = true;
+        for (size_t k = 0; valid && k < n; k += step) {
+            uint32_t cp;
+            step = cs_utf8_step(p + k, n - k, &cp, &valid);
+        }
+        if (valid) {
+            (*dm)[plan->deny_mask.n++] = (struct cs_str){sp->deny_mask[i], n};
+            continue;
+        }
+        char *h = malloc(2 * n + 1);
+        if (!h)
+            goto oom;
+        for (size_t k = 0; k < n; k++) {
+            h[2 * k] = digits[p[k] >> 4];
+            h[2 * k + 1] = digits[p[k] & 15];
+        }
+        h[2 * n] = '\0';
+        (*hex)[plan->deny_mask_hex.n++] = (struct cs_str){h, 2 * n};
+    }
+    plan->has_deny_mask = plan->deny_mask.n > 0;
+    plan->deny_mask.v = *dm;
+    plan->has_deny_mask_hex = plan->deny_mask_hex.n > 0;
+    plan->deny_mask_hex.v = *hex;
+    return 0;
+oom:
+    cs_diag_set(d, CSW_ERROR_PROCESS_SPAWN_FAILED, "out of memory");
+    return -1;
+}
+
 /* Builds the plan for one command through the generated encoder, as `prepare` would write it,
  * and returns it as a sealed memfd for `run --plan-fd 5` (no prepare process, no plan file:
  * issue 20), or -1 with d. Every rule prepare checks, run checks again on this plan
@@ -837,7 +881,7 @@ static int sandbox_plan(struct cs_supervisor *s, const struct cs_supervisor_spaw
 {
     struct csw_sandbox_plan plan;
     memset(&plan, 0, sizeof plan);
-    struct cs_str *av = calloc(sp->argc, sizeof *av), *dm = NULL;
+    struct cs_str *av = calloc(sp->argc, sizeof *av), *dm = NULL, *hex = NULL;
     struct csw_sandbox_plan_env_entry *env = calloc(ne, sizeof *env);
     int fd = -1;
     if (!av || !env) {
@@ -868,18 +912,8 @@ static int sandbox_plan(struct cs_supervisor *s, const struct cs_supervisor_spaw
     plan.has_network_allow = sp->has_network_allow;
     plan.network_allow.v = (struct cs_str *)sp->network_allow;
     plan.network_allow.n = sp->n_network_allow;
-    plan.has_deny_mask = sp->n_deny_mask > 0;
-    if (sp->n_deny_mask > 0) {
-        dm = calloc(sp->n_deny_mask, sizeof *dm);
-        if (!dm) {
-            cs_diag_set(d, CSW_ERROR_PROCESS_SPAWN_FAILED, "out of memory");
-            goto out;
-        }
-        for (size_t i = 0; i < sp->n_deny_mask; i++)
-            dm[i] = (struct cs_str){sp->deny_mask[i], strlen(sp->deny_mask[i])};
-        plan.deny_mask.v = dm;
-        plan.deny_mask.n = sp->n_deny_mask;
-    }
+    if (sp->n_deny_mask > 0 && deny_masks(sp, &plan, &dm, &hex, d) != 0)
+        goto out;
     plan.argv.v = av;
     plan.argv.n = sp->argc;
     plan.env.v = env;
@@ -905,6 +939,10 @@ static int sandbox_plan(struct cs_supervisor *s, const struct cs_supervisor_spaw
 out:
     free(av);
     free(dm);
+    if (hex)
+        for (size_t i = 0; i < plan.deny_mask_hex.n; i++)
+            free(hex[i].s);
+    free(hex);
     free(env);
     return fd;
 }

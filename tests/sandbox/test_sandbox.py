@@ -684,6 +684,57 @@ class TestFilesystem(SandboxCase):
         self.ok(p)
 
 
+class TestDenyMaskForms(SandboxCase):
+    """The plan's masks past every length and encoding limit (issue 29): a deny_mask path deeper
+    than PATH_MAX is masked (the helper walks it one component at a time), deny_mask_hex (the
+    byte form) masks a name that is not UTF-8, and a bad byte form is refused naming it."""
+
+    def test_deep_and_hex_masks(self):
+        name = "d" * 250
+        fd = os.open(self.ws, os.O_RDONLY | os.O_DIRECTORY)
+        for _ in range(17):
+            os.mkdir(name, dir_fd=fd)
+            nfd = os.open(name, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = nfd
+        f = os.open("s.txt", os.O_CREAT | os.O_WRONLY, 0o644, dir_fd=fd)
+        os.write(f, b"DEEP-SECRET")
+        os.close(f)
+        os.close(fd)
+        bws = os.fsencode(self.ws)
+        os.mkdir(os.path.join(bws, b"\xffapp"))
+        with open(os.path.join(bws, b"\xffapp", b".env"), "w") as f:
+            f.write("HEX-SECRET")
+        deep = "/".join([name] * 17) + "/s.txt"
+        script = ("for i in $(seq 17); do cd -P %s || exit 9; done; printf 'deep=['; cat s.txt; "
+                  "echo ']'; cd -P %s; printf 'hex=['; cat \"$(printf '\\377app')/.env\"; echo ']'"
+                  % (name, self.ws))
+        p = self.sh(script, extra={"deny_mask": [deep],
+                                   "deny_mask_hex": [b"\xffapp/.env".hex()]})
+        text = self.ok(p)
+        self.assertIn("deep=[]", text)
+        self.assertIn("hex=[]", text)
+        self.assertNotIn("SECRET", text)
+        shutil.rmtree(os.path.join(self.ws, name), ignore_errors=True)
+
+    def test_bad_byte_forms_refused(self):
+        for items in (["FF617070"], ["f61"], ["2f657463"], ["2e2e2f78"], ["610062"], ["61/62"]):
+            req = {"protocol": 1, "workspace_root": self.ws, "command_cwd": self.ws,
+                   "writable_workspace": True, "network": "restricted", "argv": ["true"],
+                   "env": {}, "tty": False, "deny_mask_hex": items}
+            p = subprocess.run([HELPER, "prepare"], input=json.dumps(req), capture_output=True,
+                               text=True)
+            self.assertEqual(p.returncode, 1, (items, p.stdout, p.stderr))
+            line = json.loads(p.stdout)
+            self.assertEqual(line["type"], "error")
+            self.assertIn("deny_mask_hex[0]", line["message"], items)
+        req.update({"deny_mask": ["a%d" % i for i in range(4096)], "deny_mask_hex": ["6262"]})
+        p = subprocess.run([HELPER, "prepare"], input=json.dumps(req), capture_output=True,
+                           text=True)
+        self.assertEqual(p.returncode, 1, p.stdout)
+        self.assertIn("4096", json.loads(p.stdout)["message"])
+
+
 class TestProcess(SandboxCase):
     def test_pid_one_and_identity(self):
         p = self.sh("echo $$; id -u; id -g; hostname")

@@ -31,6 +31,7 @@
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -433,6 +434,158 @@ static void scan_masks(struct cs_fs_deny *d, int rootfd, char *out, size_t cap)
         free(masks[i]);
     }
     free(masks);
+}
+
+/* A path in a message (issue 29): UTF-8 as it is, '"' and '\' escaped, any other byte as \xNN,
+ * a long one cut to its head and tail around "..." within the buffer. */
+static void test_deny_quote(void **state)
+{
+    (void)state;
+    char q[CS__FS_QUOTE_SIZE];
+    cs__fs_quote("app/.env", 8, q, sizeof q);
+    assert_string_equal(q, "app/.env");
+    cs__fs_quote("\xff"
+                 "app/a\"b\\c\n\xc3\xa9",
+                 13, q, sizeof q);
+    assert_string_equal(q, "\\xffapp/a\\\"b\\\\c\\x0a\xc3\xa9");
+    char big[6000];
+    memset(big, 'x', sizeof big);
+    big[0] = 'H';
+    big[sizeof big - 1] = 'T';
+    big[sizeof big - 2] = '\xfe';
+    cs__fs_quote(big, sizeof big, q, sizeof q);
+    assert_true(strlen(q) < sizeof q);
+    assert_int_equal(q[0], 'H');
+    assert_non_null(strstr(q, "..."));
+    assert_string_equal(q + strlen(q) - 5, "\\xfeT");
+    assert_true(cs__fs_utf8_valid(q, strlen(q)));
+}
+
+/* Paths past every length limit are scanned and masked (issue 29): a denied file below 17
+ * nested 250-byte directories (deeper than PATH_MAX) and a 255-byte denied name there, made and
+ * removed through directory fds. */
+static void test_deny_scan_deep(void **state)
+{
+    (void)state;
+    char root[] = "/tmp/cs-fs-deny-deep-XXXXXX";
+    assert_non_null(mkdtemp(root));
+    char name[251], pem[256];
+    memset(name, 'd', 250);
+    name[250] = '\0';
+    memset(pem, 'k', 251);
+    memcpy(pem + 251, ".pem", 5);
+    int fd = open(root, O_RDONLY | O_DIRECTORY);
+    assert_true(fd >= 0);
+    int fds[17];
+    for (int i = 0; i < 17; i++) {
+        assert_int_equal(mkdirat(fd, name, 0755), 0);
+        fds[i] = fd;
+        fd = openat(fd, name, O_RDONLY | O_DIRECTORY);
+        assert_true(fd >= 0);
+    }
+    close(openat(fd, ".env", O_CREAT | O_WRONLY, 0644));
+    close(openat(fd, pem, O_CREAT | O_WRONLY, 0644));
+    close(openat(fd, "ok.txt", O_CREAT | O_WRONLY, 0644));
+    struct cs_str rules[] = {{".env", 4}, {"*.pem", 5}};
+    struct cs_fs_deny *d = cs_fs_deny_new(rules, 2);
+    int rootfd = -1;
+    assert_int_equal(cs_fs_root_open(root, &rootfd, NULL), 0);
+    char **masks = NULL;
+    size_t n = 0;
+    struct cs_diag msg = {0};
+    assert_int_equal(cs_fs_deny_scan(d, rootfd, &masks, &n, &msg), 0);
+    assert_int_equal(n, 2);
+    for (size_t i = 0; i < n; i++) {
+        size_t l = strlen(masks[i]);
+        assert_true(l > CS_FS_PATH_MAX);
+        assert_true(strcmp(masks[i] + l - 5, "/.env") == 0 || strcmp(masks[i] + l - 255, pem) == 0);
+        free(masks[i]);
+    }
+    free(masks);
+    close(rootfd);
+    cs_fs_deny_free(d);
+    assert_int_equal(unlinkat(fd, ".env", 0), 0);
+    assert_int_equal(unlinkat(fd, pem, 0), 0);
+    assert_int_equal(unlinkat(fd, "ok.txt", 0), 0);
+    close(fd);
+    for (int i = 16; i >= 0; i--) {
+        assert_int_equal(unlinkat(fds[i], name, AT_REMOVEDIR), 0);
+        close(fds[i]);
+    }
+    rmdir(root);
+}
+
+/* Makes <root>/<rel> (a directory) owned by 65534 with mode; root must be root's. */
+static void mk_owned(const char *root, const char *rel, mode_t mode)
+{
+    char p[256];
+    snprintf(p, sizeof p, "%s%s%s", root, rel[0] ? "/" : "", rel);
+    if (rel[0])
+        assert_int_equal(mkdir(p, 0755), 0);
+    assert_int_equal(chown(p, 65534, 65534), 0);
+    assert_int_equal(chmod(p, mode), 0);
+}
+
+/* One scan of root with ".env" and "secrets/" as the unprivileged 65534, in a child: exits 0
+ * when the answer is want (0, or CSW_ERROR_FILE_OPERATION_FAILED naming needle). */
+static int scan_as_nobody(const char *root, int want, const char *needle)
+{
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        if (setresgid(65534, 65534, 65534) != 0 || setresuid(65534, 65534, 65534) != 0)
+            _exit(3);
+        struct cs_str rules[] = {{".env", 4}, {"secrets/", 8}};
+        struct cs_fs_deny *d = cs_fs_deny_new(rules, 2);
+        int rootfd = -1;
+        if (d == NULL || cs_fs_root_open(root, &rootfd, NULL) != 0)
+            _exit(4);
+        char **masks = NULL;
+        size_t n = 0;
+        struct cs_diag msg = {0};
+        int rc = cs_fs_deny_scan(d, rootfd, &masks, &n, &msg);
+        if (rc != want)
+            _exit(5);
+        if (needle && strstr(msg.text, needle) == NULL)
+            _exit(6);
+        _exit(rc == 0 && n != 2 ? 7 : 0);
+    }
+    int st = 0;
+    assert_int_equal(waitpid(pid, &st, 0), pid);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 100;
+}
+
+/* A directory the scan cannot read refuses the spawn naming it (issue 29), unless it is inside
+ * a denied tree, which the topmost mask covers. Needs root (to make the tree for 65534). */
+static void test_deny_scan_unreadable(void **state)
+{
+    (void)state;
+    if (geteuid() != 0)
+        skip();
+    char a[] = "/tmp/cs-fs-deny-unread-XXXXXX", b[] = "/tmp/cs-fs-deny-unread-XXXXXX";
+    assert_non_null(mkdtemp(a));
+    assert_non_null(mkdtemp(b));
+    /* a: only secrets/shut is unreadable: scanned, masks .env and secrets */
+    mk_owned(a, "", 0755);
+    mk_owned(a, "secrets", 0755);
+    mk_owned(a, "secrets/shut", 0);
+    char p[256];
+    snprintf(p, sizeof p, "%s/.env", a);
+    close(open(p, O_CREAT | O_WRONLY, 0644));
+    assert_int_equal(scan_as_nobody(a, 0, NULL), 0);
+    /* b: src/shut is unreadable: refused, the path and the reason named */
+    mk_owned(b, "", 0755);
+    mk_owned(b, "src", 0755);
+    mk_owned(b, "src/shut", 0);
+    assert_int_equal(
+        scan_as_nobody(b, CSW_ERROR_FILE_OPERATION_FAILED, "permission denied), at \"src/shut\""),
+        0);
+    for (int i = 0; i < 2; i++) {
+        const char *r = i ? b : a;
+        char q[300];
+        snprintf(q, sizeof q, "rm -rf '%s'", r);
+        assert_int_equal(system(q), 0);
+    }
 }
 
 /* The scan's directory cache never lets a change through: after each change below, a scan that
@@ -1666,6 +1819,9 @@ int main(void)
         cmocka_unit_test(test_deny_table),
         cmocka_unit_test(test_deny_leaf_equals_path),
         cmocka_unit_test(test_deny_scan_cache),
+        cmocka_unit_test(test_deny_quote),
+        cmocka_unit_test(test_deny_scan_deep),
+        cmocka_unit_test(test_deny_scan_unreadable),
         cmocka_unit_test(test_deny_read_find),
         cmocka_unit_test(test_utf8_table),
         cmocka_unit_test(test_read_windows),
