@@ -148,7 +148,9 @@ bool cs_fs_glob_match(const char *glob, size_t glob_n, const char *path, size_t 
 /* ---- deny rules (docs/contract/tools.md section 5; fs_deny.c) ---- */
 
 #define CS_FS_DENY_MAX_RULES 1024   /* rules per workspace */
-#define CS_FS_DENY_SCAN_CAP  100000 /* entries one identity scan looks at */
+#define CS_FS_DENY_SCAN_CAP  100000 /* entries one scan looks at, by default */
+#define CS_FS_DENY_SCAN_MIN  1000   /* the registry's limits.deny_scan_entries bounds */
+#define CS_FS_DENY_SCAN_MAX  4000000
 #define CS_FS_DENY_MAX_MASKS CSW_SANDBOX_PLAN_DENY_MASK_MAX_ITEMS /* paths one spawn may mask */
 #define CS_FS_DENY_MAX_IDS   1048576 /* identities remembered per workspace */
 /* Bytes the mask paths of one spawn may take in its sandbox plan (quoted and escaped, in hex when
@@ -162,6 +164,10 @@ bool cs_fs_glob_match(const char *glob, size_t glob_n, const char *path, size_t 
  * workspace_info's permissions.deny_limits lists them: CS_FS_DENY_N_LIMITS static strings. */
 #define CS_FS_DENY_N_LIMITS 8
 extern const char *const cs_fs_deny_limits[CS_FS_DENY_N_LIMITS];
+/* Which of them names the scan's entry cap (the default's text), and that limit's text for
+ * another cap (the workspace's limits.deny_scan_entries) into buf (n bytes, NUL-terminated). */
+#define CS_FS_DENY_LIMIT_SCAN 3
+void cs_fs_deny_limit_scan_text(size_t cap, char *buf, size_t n);
 
 /*
  * Whether rule (n bytes, as the registry gives it) is a deny rule this matcher accepts: not
@@ -206,6 +212,9 @@ struct cs_fs_deny;
  * object (free it with cs_fs_deny_free), or NULL on OOM or an invalid rule. */
 struct cs_fs_deny *cs_fs_deny_new(const struct cs_str *rules, size_t n);
 void cs_fs_deny_free(struct cs_fs_deny *d);
+/* The entries the scan covers before it fails closed: CS_FS_DENY_SCAN_MIN .. CS_FS_DENY_SCAN_MAX
+ * (clamped), CS_FS_DENY_SCAN_CAP until set. Set it before the first scan. */
+void cs_fs_deny_set_scan_cap(struct cs_fs_deny *d, size_t cap);
 
 /* The rule (NUL-terminated, as given; borrowed for d's life) denying the normalised path rel, or
  * NULL. d may be NULL (no rules). */

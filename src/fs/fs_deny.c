@@ -45,7 +45,8 @@ const char *const cs_fs_deny_limits[CS_FS_DENY_N_LIMITS] = {
     "a command can see which denied paths exist (their masks are visible), though never their "
     "contents",
     "a command is refused (PROCESS_SPAWN_FAILED) when the workspace holds more than " CS__FS_STR(
-        CS_FS_DENY_SCAN_CAP) " files and directories, denied ones included",
+        CS_FS_DENY_SCAN_CAP) " files and directories, denied ones included (the workspace's "
+                             "limits.deny_scan_entries)",
     "a command is refused when more than " CS__FS_STR(
         CS_FS_DENY_MAX_MASKS) " existing paths need a mask",
     "a command is refused when its mask paths take more than " CS__FS_STR(
@@ -275,7 +276,24 @@ struct cs_fs_deny {
     pthread_mutex_t scan_mu; /* one scan at a time: guards the directory cache */
     struct cdir *dirs;       /* the scan's directory cache (see there), open addressing */
     size_t dirs_cap, dirs_n, dirs_entries, dirs_hits;
+    size_t scan_cap; /* entries a scan covers (cs_fs_deny_set_scan_cap) */
 };
+
+void cs_fs_deny_limit_scan_text(size_t cap, char *buf, size_t n)
+{
+    snprintf(buf, n,
+             "a command is refused (PROCESS_SPAWN_FAILED) when the workspace holds more than %zu "
+             "files and directories, denied ones included (the workspace's "
+             "limits.deny_scan_entries)",
+             cap);
+}
+
+void cs_fs_deny_set_scan_cap(struct cs_fs_deny *d, size_t cap)
+{
+    d->scan_cap = cap < CS_FS_DENY_SCAN_MIN   ? CS_FS_DENY_SCAN_MIN
+                  : cap > CS_FS_DENY_SCAN_MAX ? CS_FS_DENY_SCAN_MAX
+                                              : cap;
+}
 
 struct cs_fs_deny *cs_fs_deny_new(const struct cs_str *rules, size_t n)
 {
@@ -288,6 +306,7 @@ struct cs_fs_deny *cs_fs_deny_new(const struct cs_str *rules, size_t n)
         free(d);
         return NULL;
     }
+    d->scan_cap = CS_FS_DENY_SCAN_CAP;
     d->ids = cs__fs_ids_new();
     d->text = calloc(n + 1, sizeof *d->text);
     d->shapes = calloc(n + 1, sizeof *d->shapes);
@@ -683,6 +702,7 @@ struct scan {
     struct scan_dir *stack;
     size_t depth, stack_cap;
     size_t seen;
+    char cap_why[160]; /* the entry cap's reason, with this workspace's cap */
     char **masks;
     size_t n_masks, masks_cap, mask_bytes;
     bool want_masks;
@@ -718,11 +738,9 @@ static int scan_push(struct scan *s, const char *rel, size_t len, bool denied)
     return 0;
 }
 
-#define CAP_WHY                                                                                    \
-    "the workspace holds more files and directories than the deny-rule scan covers "               \
-    "(" CS__FS_STR(CS_FS_DENY_SCAN_CAP) ")"
 #define CAP_FIX                                                                                    \
-    "remove files the commands do not need (build outputs, dependencies) from the workspace"
+    "remove files the commands do not need (build outputs, dependencies) from the workspace, or "  \
+    "have the operator raise the workspace's limits.deny_scan_entries"
 
 /* Ends the scan incomplete (see struct scan): returns 1, or -1 on OOM. */
 static int scan_stop(struct scan *s, const char *why, const char *fix, const char *rel, size_t len)
@@ -852,8 +870,8 @@ static int scan_link(struct scan *s, const char *path, size_t plen, bool here)
 static int scan_entry(struct scan *s, char *path, size_t base, const char *name, size_t nl,
                       int kind, const struct stat *st, bool denied, uint8_t *verdict)
 {
-    if (++s->seen > CS_FS_DENY_SCAN_CAP)
-        return scan_stop(s, CAP_WHY, CAP_FIX, path, base ? base - 1 : 0);
+    if (++s->seen > s->d->scan_cap)
+        return scan_stop(s, s->cap_why, CAP_FIX, path, base ? base - 1 : 0);
     if (kind == KIND_OTHER)
         return 0; /* special files: the tools refuse them anyway */
     memcpy(path + base, name, nl);
@@ -1031,7 +1049,7 @@ static int scan_dir(struct scan *s, const char *rel, size_t len, bool denied)
     struct dirent *e;
     /* The names first (no stat: cheap), so that a directory taking the scan past its entry cap
      * stops it before a stat of each entry: a workspace far over the cap fails fast. */
-    size_t left = s->seen < CS_FS_DENY_SCAN_CAP ? CS_FS_DENY_SCAN_CAP - s->seen : 0;
+    size_t left = s->seen < s->d->scan_cap ? s->d->scan_cap - s->seen : 0;
     size_t count = 0;
     while (count <= left && (e = readdir(dir)) != NULL) {
         const char *name = e->d_name;
@@ -1039,8 +1057,8 @@ static int scan_dir(struct scan *s, const char *rel, size_t len, bool denied)
             count++;
     }
     if (count > left) {
-        s->seen = CS_FS_DENY_SCAN_CAP + 1;
-        rc = scan_stop(s, CAP_WHY, CAP_FIX, rel, len);
+        s->seen = s->d->scan_cap + 1;
+        rc = scan_stop(s, s->cap_why, CAP_FIX, rel, len);
     }
     rewinddir(dir);
     errno = 0;
@@ -1066,7 +1084,7 @@ static int scan_dir(struct scan *s, const char *rel, size_t len, bool denied)
                       : scan_stop(s, "a directory of the workspace cannot be read", NULL, rel, len);
     closedir(dir);
     free(path);
-    if (rc == 0 && !b.dead && s->d->dirs_entries + b.c.n <= CS_FS_DENY_SCAN_CAP) {
+    if (rc == 0 && !b.dead && s->d->dirs_entries + b.c.n <= s->d->scan_cap) {
         b.c.rel = strndup(rel, len);
         b.c.dev = (uint64_t)dst.st_dev;
         b.c.ino = (uint64_t)dst.st_ino;
@@ -1120,6 +1138,10 @@ int cs_fs_deny_scan(struct cs_fs_deny *d, int rootfd, char ***masks, size_t *n_m
     int rc = 0;
     if (d == NULL || d->n == 0)
         return 0;
+    snprintf(s.cap_why, sizeof s.cap_why,
+             "the workspace holds more files and directories than the deny-rule scan covers (%zu, "
+             "the workspace's limits.deny_scan_entries)",
+             d->scan_cap);
     struct stat rst;
     pthread_mutex_lock(&d->scan_mu);
     d->dirs_hits = 0;

@@ -101,6 +101,7 @@ struct cs_workspace_limits {
     int64_t timeout_ms;         /* 0: no time limit; else CS_POLICY_MIN_TIMEOUT_MS .. MAX */
     int64_t max_live_processes; /* 1 .. CS_POLICY_MAX_PROCS */
     int64_t output_ring_bytes;  /* CS_POLICY_MIN_RING_BYTES .. CS_POLICY_MAX_RING_BYTES */
+    int64_t deny_scan_entries;  /* CS_FS_DENY_SCAN_MIN .. MAX (src/fs/fs.h); default CAP */
 };
 
 /* An execution environment of the registry. "local" (host) always exists. */

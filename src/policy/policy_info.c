@@ -135,9 +135,16 @@ static int fill_execution(struct csw_mcp_workspace_info_output_execution *x,
         return -1;
     /* What the rules do not cover, word for word as docs/security-model.md states it. */
     x->permissions.has_deny_limits = ws->n_deny > 0;
-    if (ws->n_deny > 0 && set_strings(&x->permissions.deny_limits.v, &x->permissions.deny_limits.n,
-                                      cs_fs_deny_limits, CS_FS_DENY_N_LIMITS) != 0)
-        return -1;
+    if (ws->n_deny > 0) {
+        const char *limits[CS_FS_DENY_N_LIMITS];
+        char scan[256];
+        memcpy(limits, cs_fs_deny_limits, sizeof limits);
+        cs_fs_deny_limit_scan_text((size_t)ws->limits.deny_scan_entries, scan, sizeof scan);
+        limits[CS_FS_DENY_LIMIT_SCAN] = scan; /* with this workspace's cap */
+        if (set_strings(&x->permissions.deny_limits.v, &x->permissions.deny_limits.n, limits,
+                        CS_FS_DENY_N_LIMITS) != 0)
+            return -1;
+    }
 
     x->files.read.available = x->permissions.read && caps->files_available && exec_path;
     x->files.find.available = x->permissions.read && caps->files_available && exec_path;

@@ -324,6 +324,7 @@ static void ws_defaults(const struct cs_config *cfg, struct cs_workspace *ws)
     ws->limits.timeout_ms = cfg->process_timeout_secs * 1000;
     ws->limits.max_live_processes = cfg->max_processes;
     ws->limits.output_ring_bytes = cfg->output_ring_bytes;
+    ws->limits.deny_scan_entries = CS_FS_DENY_SCAN_CAP;
 }
 
 /*
@@ -371,6 +372,14 @@ static int settings_load(const struct csw_config_registry_workspaces_value *v, s
                            CS_POLICY_MIN_RING_BYTES, CS_POLICY_MAX_RING_BYTES,
                            (long long)l->output_ring_bytes);
         ws->limits.output_ring_bytes = l->output_ring_bytes;
+    }
+    if (l->has_deny_scan_entries) {
+        if (l->deny_scan_entries < CS_FS_DENY_SCAN_MIN ||
+            l->deny_scan_entries > CS_FS_DENY_SCAN_MAX)
+            return REG_ERR(err, w, "/limits/deny_scan_entries",
+                           "expected %d..%d files and directories, got %lld", CS_FS_DENY_SCAN_MIN,
+                           CS_FS_DENY_SCAN_MAX, (long long)l->deny_scan_entries);
+        ws->limits.deny_scan_entries = l->deny_scan_entries;
     }
     return 0;
 }

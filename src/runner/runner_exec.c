@@ -256,6 +256,8 @@ static struct cs_fs_deny *deny_of(struct cs_runner_exec *ex, const struct csw_ru
         w.d = cs_fs_deny_new(ws->deny.v, ws->deny.n);
         if (!w.d)
             *msg = "the workspace's deny rules do not compile (or out of memory)";
+        else if (ws->has_deny_scan_entries)
+            cs_fs_deny_set_scan_cap(w.d, (size_t)ws->deny_scan_entries);
     }
     if (w.d && ident_load(ex, &w) != 0) {
         *msg = "cannot load the workspace's remembered deny identities from the operations "

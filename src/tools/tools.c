@@ -881,6 +881,8 @@ static int build_wsdesc(struct cs_tools *t)
             for (size_t k = 0; k < ws->n_deny; k++)
                 d->deny.v[k] = (struct cs_str){ws->deny[k], strlen(ws->deny[k])};
             d->deny.n = ws->n_deny;
+            d->has_deny_scan_entries = ws->limits.deny_scan_entries != CS_FS_DENY_SCAN_CAP;
+            d->deny_scan_entries = ws->limits.deny_scan_entries;
         }
     }
     return 0;

@@ -35,6 +35,7 @@ TAG = secrets.token_hex(6)
 SECRET = "S3CRET-" + TAG
 RULES = [".env", "secrets/", "**/*.pem", "*.key"]
 SCAN_CAP = 100000
+SMALL_CAP = 2000  # the registry's limits.deny_scan_entries of workspace "small"
 MAX_MASKS = 4096
 LONG = "x" * 250  # one directory name; 17 of them nest past PATH_MAX (4096)
 DEPTH = 17
@@ -97,7 +98,7 @@ class ScanCase(unittest.TestCase):
         cls.tmp = tempfile.mkdtemp(prefix="cs-e2e-denyscan-")
         cls.addClassCleanup(shutil.rmtree, cls.tmp, True)
         cls.roots = {}
-        for w in ("deep", "flood", "many", "bytes"):
+        for w in ("deep", "flood", "many", "bytes", "small"):
             cls.roots[w] = os.path.join(cls.tmp, "ws-" + w)
             os.makedirs(cls.roots[w])
         state = os.path.join(cls.tmp, "state")
@@ -106,8 +107,10 @@ class ScanCase(unittest.TestCase):
         os.makedirs(srvtmp)
         registry = os.path.join(cls.tmp, "registry.json")
         with open(registry, "w") as f:
-            json.dump({"workspaces": {w: {"root": r, "profile": "workspace-write",
-                                          "deny": RULES} for w, r in cls.roots.items()}}, f)
+            reg = {w: {"root": r, "profile": "workspace-write", "deny": RULES}
+                   for w, r in cls.roots.items()}
+            reg["small"]["limits"] = {"deny_scan_entries": SMALL_CAP}
+            json.dump({"workspaces": reg}, f)
         cls.srv = Server(["--config", registry, "--operations-db", ":memory:"], state,
                          {"CODESPACE_LINUX_SANDBOX_BIN": required_env("CS_SANDBOX_BIN"),
                           "CODESPACE_REQUIRE_LINUX_SANDBOX": "1", "TMPDIR": srvtmp})
@@ -199,6 +202,28 @@ class ScanCase(unittest.TestCase):
         os.unlink(os.path.join(root, "flood", "g0"))
         text = self.exec_sh(ws, "printf 'env=['; cat flood/app/.env; echo ']'")
         self.assertIn("env=[]", text)
+
+    def test_entry_cap_set_by_the_registry(self):
+        """limits.deny_scan_entries moves the cap for one workspace: the spawn covers exactly
+        that many entries, refuses one more naming the cap, and workspace_info says so."""
+        ws, root = "small", self.roots["small"]
+        self.app(ws)
+        touch_many(os.path.join(root, "flood"), "f", SMALL_CAP - 6)
+        os.rename(os.path.join(root, "app"), os.path.join(root, "flood", "app"))
+        text = self.exec_sh(ws, "printf 'env=['; cat flood/app/.env; echo ']'")
+        self.assertIn("env=[]", text)
+        self.assertNotIn(SECRET, text)
+        touch_many(os.path.join(root, "flood"), "g", 1)
+        msg = self.assert_spawn_refused(ws, "cat flood/app/.env", "(%d," % SMALL_CAP,
+                                        "limits.deny_scan_entries")
+        info = self.srv.call("workspace_info", {"workspace_id": ws})
+        limits = info["execution"]["permissions"]["deny_limits"]
+        self.assertIn("more than %d files and directories" % SMALL_CAP, " ".join(limits), msg)
+        other = self.srv.call("workspace_info", {"workspace_id": "flood"})
+        self.assertIn("more than %d files and directories" % SCAN_CAP,
+                      " ".join(other["execution"]["permissions"]["deny_limits"]))
+        os.unlink(os.path.join(root, "flood", "g0"))
+        self.exec_sh(ws, "true")
 
     def test_mask_count_at_and_past(self):
         ws, root = "many", self.roots["many"]

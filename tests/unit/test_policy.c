@@ -1116,6 +1116,15 @@ static void test_registry_limits(void **state)
     assert_int_equal(cfg.workspaces[0].limits.timeout_ms, 2147483000);
     assert_int_equal(cfg.workspaces[0].limits.max_live_processes, 1);
     assert_int_equal(cfg.workspaces[0].limits.output_ring_bytes, 2097152);
+    assert_int_equal(cfg.workspaces[0].limits.deny_scan_entries, 100000); /* the default */
+    cs_config_free(&cfg);
+    write_cfgf("{\"workspaces\": {\"a\": {\"root\": \"%s\", \"limits\": "
+               "{\"deny_scan_entries\": 4000000}}, \"b\": {\"root\": \"%s\", \"limits\": "
+               "{\"deny_scan_entries\": 1000}}}}",
+               fx.ws1, fx.ws2);
+    load_ok(&cfg, ARGV("--config", fx.cfg), BASE_ENV);
+    assert_int_equal(cs_config_workspace(&cfg, "a", 1)->limits.deny_scan_entries, 4000000);
+    assert_int_equal(cs_config_workspace(&cfg, "b", 1)->limits.deny_scan_entries, 1000);
     cs_config_free(&cfg);
 
     /* Flags and variables are every workspace's defaults; the registry's keys win over them;
@@ -1166,6 +1175,12 @@ static void test_registry_limits(void **state)
          "/workspaces/demo/limits/output_ring_bytes: expected 4096..2097152 bytes, got 4095"},
         {"\"output_ring_bytes\": 2097153",
          "/workspaces/demo/limits/output_ring_bytes: expected 4096..2097152 bytes, got 2097153"},
+        {"\"deny_scan_entries\": 999",
+         "/workspaces/demo/limits/deny_scan_entries: expected 1000..4000000 files and "
+         "directories, got 999"},
+        {"\"deny_scan_entries\": 4000001",
+         "/workspaces/demo/limits/deny_scan_entries: expected 1000..4000000 files and "
+         "directories, got 4000001"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         write_cfgf("{\"workspaces\": {\"demo\": {\"root\": \"%s\", \"limits\": {%s}}}}", fx.ws1,
@@ -1888,7 +1903,7 @@ static void test_info_caps(void **state)
         json_string_value(json_object_get(json_object_get(x, "serialization"), "process_conflict")),
         "share");
     json_decref(j);
-    cfg.workspaces[0].limits = (struct cs_workspace_limits){1800000, 8, 1048576};
+    cfg.workspaces[0].limits = (struct cs_workspace_limits){1800000, 8, 1048576, 100000};
     cfg.workspaces[0].processes = CS_WORKSPACE_PROCESSES_EXCLUSIVE;
 
     /* Caps the schema would refuse are an INTERNAL error, not a malformed result. */
