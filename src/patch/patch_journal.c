@@ -555,7 +555,7 @@ static int parse(const char *data, size_t len, struct rjournal *r, const char **
                    &it->ino, tmpname, &nd, &extra) != 7 ||
             strchr("AUDM", it->kind) == NULL || strchr("LC-", it->stash) == NULL ||
             (it->kind == 'A') != (it->stash == '-') || mode > 07777 || nd > MAX_DIRS ||
-            strlen(tmpname) != CS__PATCH_TMP_SIZE - 1 || strncmp(tmpname, ".cs-patch-", 10) != 0)
+            strlen(tmpname) != 30 || strncmp(tmpname, ".cs-patch-", 10) != 0)
             return -1;
         memcpy(it->tmp, tmpname, CS__PATCH_TMP_SIZE);
         it->mode = (mode_t)mode;

@@ -27,7 +27,7 @@
 #include "patch_txn.h"
 
 #define CS__PATCH_JOURNAL_DIR ".cs-patch-journal"
-#define CS__PATCH_TMP_SIZE    32 /* ".cs-patch-<16 hex>.tmp" + NUL */
+#define CS__PATCH_TMP_SIZE    32 /* ".cs-patch-<16 hex>.tmp" (30 bytes) + NUL, rounded up */
 
 /* One item as the journal records it. kind is 'A' (add), 'U' (update), 'D' (delete) or 'M'
  * (move from from to path). The caller fills kind, path, from, old, old_len and mode; begin fills

@@ -825,6 +825,7 @@ static void operation_status_tool(void *arg, struct cs_mcp_call *call, const voi
                           "provide exactly one of operation_id or operation_key");
         return;
     }
+    cs__tools_recover_pending(t);
     struct csw_mcp_operation_status_output out;
     struct cs_diag sd = {0};
     enum cs_store_status ss =

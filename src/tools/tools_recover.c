@@ -108,3 +108,10 @@ bool cs__tools_recover_gate(struct cs_tools *t, size_t i, struct cs_mcp_call *ca
                       t->recover_stopped[i]);
     return true;
 }
+
+void cs__tools_recover_pending(struct cs_tools *t)
+{
+    for (size_t i = 0; t->recover_pending && i < t->cfg->n_workspaces; i++)
+        if (t->recover_pending[i] && t->recover_stopped[i] == NULL)
+            recover(t, i);
+}

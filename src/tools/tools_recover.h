@@ -32,5 +32,8 @@ void cs__tools_recover_mark(struct cs_tools *t, size_t i);
 /* Before a call on workspace i: runs a pending recovery; returns true when the workspace is
  * stopped, after completing call with the reason. */
 bool cs__tools_recover_gate(struct cs_tools *t, size_t i, struct cs_mcp_call *call);
+/* Runs every pending recovery (operation_status: a row a lost worker left unknown is settled
+ * before it is reported). */
+void cs__tools_recover_pending(struct cs_tools *t);
 
 #endif
