@@ -40,8 +40,9 @@ enum cs_store_status cs_store_recover(struct cs_store *store, const char *id,
     if (rc != SQLITE_OK)
         goto fail;
     what = "update";
+    /* The result a lost worker's row stored says unknown: it goes, a replay answers the status. */
     rc = exec_bound(store->db,
-                    "UPDATE operations SET status = ?2, finished_at = ?3 "
+                    "UPDATE operations SET status = ?2, finished_at = ?3, result = NULL "
                     "WHERE id = ?1 AND status = 'unknown'",
                     id, csw_patch_status_names[status], now);
     if (rc != SQLITE_OK)

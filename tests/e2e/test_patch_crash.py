@@ -253,6 +253,25 @@ class CrashCase(unittest.TestCase):
                 srv.kill()
         self.assertTrue(seen, "no kill landed inside a transaction")
 
+    def test_lost_worker_is_recovered_before_the_next_call(self):
+        """uds: the worker dies mid-patch; the same gateway settles the journal before it
+        answers the next call on that workspace (operation_status, read)."""
+        if mcp_stdio.runner() != "uds":
+            self.skipTest("a uds worker only (CS_E2E_RUNNER=uds)")
+        old, new, p = scenario("mixed")
+        self.reset(old)
+        srv = self.start(CODESPACE_TEST_PATCH_CRASH_AT="3")
+        out, err = srv.call_raw("apply_patch", {"workspace_id": "default", "patch": p,
+                                                "operation_key": "lost"})
+        self.assertIsNone(err, err)
+        self.assertEqual(out["status"], "unknown", out)
+        st, err = srv.call_raw("operation_status", {"operation_key": "lost"})
+        self.assertIsNone(err, err)
+        self.assertEqual(st["status"], "rolled_back", st)
+        self.assertEqual(self.snapshot()[0], old)
+        self.assertFalse(os.path.exists(os.path.join(self.ws, JOURNAL)))
+        srv.kill()
+
     def crashed_journal(self, kind="update", step=2):
         """A crash that leaves a journal (the first write done): returns its intent's path."""
         old, new, p = scenario(kind)
