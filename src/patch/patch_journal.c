@@ -181,16 +181,17 @@ static int open_parent(int rootfd, const struct cs_fs_path *p, const char **leaf
     return dfd;
 }
 
-static int write_small(int dfd, const char *tmpname, const char *name, const char *data, size_t len)
+static int write_small(int dfd, const char *tmpname, const char *name, const char *data, size_t len,
+                       bool sync)
 {
     int fd = openat(dfd, tmpname, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0)
         return -1;
-    int rc = write_all(fd, data, len) == 0 && fsync(fd) == 0 ? 0 : -1;
+    int rc = write_all(fd, data, len) == 0 && (!sync || fsync(fd) == 0) ? 0 : -1;
     close(fd);
     if (rc == 0)
         rc = renameat(dfd, tmpname, dfd, name);
-    if (rc == 0)
+    if (rc == 0 && sync)
         rc = fsync(dfd);
     if (rc != 0)
         (void)unlinkat(dfd, tmpname, 0);
@@ -290,7 +291,8 @@ int cs__patch_journal_begin(int rootfd, const char *op_id, struct cs__patch_jite
             goto fail;
         }
     }
-    if (mkdirat(rootfd, CS__PATCH_JOURNAL_DIR, 0700) != 0 && errno != EEXIST) {
+    bool made_jroot = mkdirat(rootfd, CS__PATCH_JOURNAL_DIR, 0700) == 0;
+    if (!made_jroot && errno != EEXIST) {
         what = "mkdir " CS__PATCH_JOURNAL_DIR;
         goto fail;
     }
@@ -387,8 +389,8 @@ int cs__patch_journal_begin(int rootfd, const char *op_id, struct cs__patch_jite
         goto fail;
     }
     /* The durability point: the intent (and the kept old files, by the directory fsync). */
-    if (write_small(j->jdfd, "intent.tmp", "intent", b.p, b.n) != 0 || fsync(j->jrootfd) != 0 ||
-        fsync_root(rootfd) != 0) {
+    if (write_small(j->jdfd, "intent.tmp", "intent", b.p, b.n, true) != 0 ||
+        fsync(j->jrootfd) != 0 || (made_jroot && fsync_root(rootfd) != 0)) {
         what = "write of the intent";
         goto fail;
     }
@@ -408,7 +410,10 @@ fail:;
 int cs__patch_journal_end(struct cs__patch_journal *j, enum csw_patch_status st)
 {
     const char *name = csw_patch_status_names[st];
-    return write_small(j->jdfd, "outcome.tmp", "outcome", name, strlen(name)) == 0 ? 0 : -1;
+    /* An applied outcome needs no fsync: lost with the page cache (power loss), recovery finds
+     * every new file in place and rolls forward to the same status. A failed one must last. */
+    bool sync = st != CSW_PATCH_STATUS_APPLIED;
+    return write_small(j->jdfd, "outcome.tmp", "outcome", name, strlen(name), sync) == 0 ? 0 : -1;
 }
 
 void cs__patch_journal_remove(struct cs__patch_journal *j)
@@ -823,7 +828,7 @@ static int recover_one(int rootfd, int jrootfd, const char *name, struct cs_fs_d
                 goto out;
             }
             const char *sn = csw_patch_status_names[status];
-            if (write_small(jdfd, "outcome.tmp", "outcome", sn, strlen(sn)) != 0) {
+            if (write_small(jdfd, "outcome.tmp", "outcome", sn, strlen(sn), true) != 0) {
                 rc = cs_diag_set(diag, CSW_ERROR_FILE_OPERATION_FAILED,
                                  "cannot record the outcome in %s/%s (%s); the workspace is "
                                  "stopped until a restart",
