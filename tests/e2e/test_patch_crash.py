@@ -244,8 +244,16 @@ class CrashCase(unittest.TestCase):
                     self.assertEqual(self.snapshot()[0], old)
                     srv.kill()
                     continue
-                if st["status"] == "applied" and "recovered" not in [
-                        e["name"] for e in st["events"]]:
+                names = [e["name"] for e in st["events"]]
+                if st["status"] == "unknown" and names == ["minted"]:
+                    # Killed after the row was minted and before the journal existed (the
+                    # preflight): nothing was written and no journal tells of it; the row stays
+                    # unknown (docs/patch-format.md, "Crash journal", what recovery cannot know).
+                    self.assertEqual(self.snapshot()[0], old)
+                    self.assertFalse(os.path.exists(os.path.join(self.ws, JOURNAL)))
+                    srv.kill()
+                    continue
+                if st["status"] == "applied" and "recovered" not in names:
                     self.assertEqual(self.snapshot()[0], new)  # finished before the kill
                     srv.kill()
                     continue
