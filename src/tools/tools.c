@@ -551,7 +551,9 @@ static void apply_patch_locked(struct cs_tools *t, const struct cs_workspace *ws
                               in->expected_versions.n},
         .has_check_only = in->has_check_only,
         .check_only = in->check_only,
-        .has_operation_id = true,
+        /* The journal is named by the row only where this gateway settles it (it reaches the
+         * files); a remote worker's journal is its own, removed when its transaction ends. */
+        .has_operation_id = cs__tools_recover_local(t, pc->ws),
         .operation_id = {pc->op_id, strlen(pc->op_id)},
     };
     cs_runner_call(t->runner, &op, patch_done, pc);

@@ -94,6 +94,10 @@ KINDS = ("add", "update", "delete", "move", "mixed")
 
 class CrashCase(unittest.TestCase):
     def setUp(self):
+        if mcp_stdio.runner() == "tcp":
+            # A remote worker's rows cannot be settled by the gateway (runtime.md §6): its
+            # files are recovered by the worker's next transaction, the row stays unknown.
+            self.skipTest("the gateway does not reach a remote worker's files")
         self.tmp = os.path.realpath(tempfile.mkdtemp(prefix="cs-e2e-patch-crash-"))
         self.ws = os.path.join(self.tmp, "ws")
         self.other = os.path.join(self.tmp, "other")
