@@ -485,6 +485,19 @@ class TxnHookCase(unittest.TestCase):
         # (docs/contract/runtime.md §6, "Crash atomicity of apply_patch"): every file is old
         # again, no journal or temporary file is left, and the row says rolled_back.
         srv2 = self.start()
+        if mcp_stdio.runner() == "remote":
+            # The gateway does not reach a remote worker's files: the worker's next transaction
+            # on the workspace rolls the patch back first; the row stays unknown.
+            out, err = srv2.call_raw("apply_patch", {"workspace_id": "default", "patch": patch(
+                "*** Add File: after-crash.txt", "+x")})
+            self.assertIsNone(err, err)
+            os.unlink(self.path("after-crash.txt"))
+            self.assertEqual(self.tree(), old)
+            self.assertFalse(os.path.exists(self.path(".cs-patch-journal")))
+            st, err = srv2.call_raw("operation_status", {"operation_key": key})
+            self.assertIsNone(err, err)
+            self.assertEqual(st["status"], "unknown", st)
+            return
         self.assertEqual(self.tree(), old)
         self.assertFalse(os.path.exists(self.path(".cs-patch-journal")))
         st, err = srv2.call_raw("operation_status", {"operation_key": key})

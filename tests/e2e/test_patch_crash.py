@@ -94,7 +94,7 @@ KINDS = ("add", "update", "delete", "move", "mixed")
 
 class CrashCase(unittest.TestCase):
     def setUp(self):
-        if mcp_stdio.runner() == "tcp":
+        if mcp_stdio.runner() == "remote" and self._testMethodName != "test_remote_worker":
             # A remote worker's rows cannot be settled by the gateway (runtime.md §6): its
             # files are recovered by the worker's next transaction, the row stays unknown.
             self.skipTest("the gateway does not reach a remote worker's files")
@@ -264,6 +264,36 @@ class CrashCase(unittest.TestCase):
                 seen.add(self.assert_settled(srv, key, old, new, p))
                 srv.kill()
         self.assertTrue(seen, "no kill landed inside a transaction")
+
+    def test_remote_worker(self):
+        """tcp: the remote worker dies mid-patch; a new worker's next transaction on that
+        workspace rolls it back first (all old, no journal); the row stays unknown, as nothing
+        the gateway can reach tells what happened (runtime.md §6)."""
+        if mcp_stdio.runner() != "remote":
+            self.skipTest("a remote worker only (CS_E2E_RUNNER=tcp)")
+        old, new, p = scenario("mixed")
+        self.reset(old)
+        srv = self.start(CODESPACE_TEST_PATCH_CRASH_AT="3")
+        srv.call_raw("apply_patch", {"workspace_id": "default", "patch": p,
+                                     "operation_key": "remote"})
+        srv.kill()
+        self.assertNotEqual(self.snapshot()[0], old, "the worker died before any write")
+        srv = self.start()
+        out, err = srv.call_raw("apply_patch", {"workspace_id": "other", "patch": patch(
+            "*** Add File: y.txt", "+y")})
+        self.assertIsNone(err, err)
+        out, err = srv.call_raw("apply_patch", {"workspace_id": "default", "patch": patch(
+            "*** Add File: later.txt", "+later")})
+        self.assertIsNone(err, err)
+        self.assertEqual(out["status"], "applied", out)
+        files, _ = self.snapshot()
+        self.assertEqual(files.pop("later.txt"), b"later\n")
+        self.assertEqual(files, old)
+        self.assertFalse(os.path.exists(os.path.join(self.ws, JOURNAL)))
+        st, err = srv.call_raw("operation_status", {"operation_key": "remote"})
+        self.assertIsNone(err, err)
+        self.assertEqual(st["status"], "unknown", st)
+        srv.kill()
 
     def test_lost_worker_is_recovered_before_the_next_call(self):
         """uds: the worker dies mid-patch; the same gateway settles the journal before it
