@@ -396,7 +396,6 @@ class PatchCase(unittest.TestCase):
         self.assertRegex(json.dumps(out), r'"patch": \{"available": false')
 
 
-TMP_NAME = re.compile(r"^\.cs-patch-[0-9a-f]{16}\.tmp$")
 
 
 class TxnHookCase(unittest.TestCase):
