@@ -801,12 +801,11 @@ static int recover_one(int rootfd, int jrootfd, const char *name, struct cs_fs_d
                 if (rule != NULL) {
                     rc = cs_diag_set(
                         diag, CSW_ERROR_PATH_DENIED,
-                        "the patch journal %s/%s/intent names %s, which the deny rule \"%s\" "
-                        "denies; recovery never touches a denied path, so nothing was changed "
-                        "and the workspace is stopped: restore the files by hand, remove that "
-                        "directory and restart",
-                        CS__PATCH_JOURNAL_DIR, name, it->kind == 'M' ? it->from.rel : it->path.rel,
-                        rule);
+                        "the patch journal %s/%s/intent names a path the deny rule \"%s\" denies; "
+                        "recovery never touches a denied path, so nothing was changed and the "
+                        "workspace is stopped: restore the files by hand, remove that directory "
+                        "and restart",
+                        CS__PATCH_JOURNAL_DIR, name, rule);
                     goto out;
                 }
             }

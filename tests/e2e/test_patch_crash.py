@@ -390,7 +390,7 @@ class CrashCase(unittest.TestCase):
         out, err = srv.call_raw("read", {"workspace_id": "default", "path": "up/f0.txt"})
         self.assertIsNotNone(err, out)
         self.assertEqual(err["code"], "PATH_DENIED", err)
-        self.assertIn("up/f1.txt", err["message"])
+        self.assertIn("deny rule \"up/f1.txt\"", err["message"])
         srv.kill()
 
 
