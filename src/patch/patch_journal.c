@@ -497,6 +497,49 @@ static int path_field(struct cursor *c, struct cs_fs_path *out)
     return 0;
 }
 
+/* A number in base at *p (digits only, at most max), then sep ('\0': the end of the string).
+ * Moves *p past both. 0, or -1. */
+static int number(const char **p, int base, uintmax_t max, char sep, uintmax_t *out)
+{
+    const char *s = *p;
+    if (!(*s >= '0' && *s <= (base == 8 ? '7' : '9')))
+        return -1;
+    char *e = NULL;
+    errno = 0;
+    uintmax_t v = strtoumax(s, &e, base);
+    if (errno != 0 || v > max || *e != sep)
+        return -1;
+    *out = v;
+    *p = sep == '\0' ? e : e + 1;
+    return 0;
+}
+
+/* An item's header line "K S mode dev ino tmpname ndirs" (NUL-terminated in hdr). */
+static int item_header(const char *hdr, struct ritem *it, size_t *nd)
+{
+    uintmax_t mode = 0, n = 0;
+    const char *p = hdr;
+    if (strlen(p) < 4 || p[1] != ' ' || p[3] != ' ')
+        return -1;
+    it->kind = p[0];
+    it->stash = p[2];
+    p += 4;
+    if (number(&p, 8, 07777, ' ', &mode) != 0 || number(&p, 10, UINTMAX_MAX, ' ', &it->dev) != 0 ||
+        number(&p, 10, UINTMAX_MAX, ' ', &it->ino) != 0)
+        return -1;
+    if (strlen(p) < 31 || p[30] != ' ' || strncmp(p, ".cs-patch-", 10) != 0 ||
+        strncmp(p + 26, ".tmp", 4) != 0)
+        return -1;
+    memcpy(it->tmp, p, 30);
+    it->tmp[30] = '\0';
+    p += 31;
+    if (number(&p, 10, MAX_DIRS, '\0', &n) != 0)
+        return -1;
+    it->mode = (mode_t)mode;
+    *nd = (size_t)n;
+    return 0;
+}
+
 static int parse(const char *data, size_t len, struct rjournal *r, const char **why)
 {
     memset(r, 0, sizeof *r);
@@ -536,9 +579,9 @@ static int parse(const char *data, size_t len, struct rjournal *r, const char **
         return -1;
     memcpy(tmp, s, n);
     tmp[n] = '\0';
-    size_t count = 0;
-    char extra;
-    if (sscanf(tmp, "items %zu%c", &count, &extra) != 1 || count > MAX_ITEMS)
+    uintmax_t count = 0;
+    const char *cp = tmp + 6;
+    if (strncmp(tmp, "items ", 6) != 0 || number(&cp, 10, MAX_ITEMS, '\0', &count) != 0)
         return -1;
     r->items = calloc(count + 1, sizeof *r->items);
     if (r->items == NULL) {
@@ -553,17 +596,10 @@ static int parse(const char *data, size_t len, struct rjournal *r, const char **
             return -1;
         memcpy(hdr, s, n);
         hdr[n] = '\0';
-        unsigned mode = 0;
         size_t nd = 0;
-        char tmpname[CS__PATCH_TMP_SIZE + 8];
-        if (sscanf(hdr, "%c %c %o %ju %ju %39s %zu%c", &it->kind, &it->stash, &mode, &it->dev,
-                   &it->ino, tmpname, &nd, &extra) != 7 ||
-            strchr("AUDM", it->kind) == NULL || strchr("LC-", it->stash) == NULL ||
-            (it->kind == 'A') != (it->stash == '-') || mode > 07777 || nd > MAX_DIRS ||
-            strlen(tmpname) != 30 || strncmp(tmpname, ".cs-patch-", 10) != 0)
+        if (item_header(hdr, it, &nd) != 0 || strchr("AUDM", it->kind) == NULL ||
+            strchr("LC-", it->stash) == NULL || (it->kind == 'A') != (it->stash == '-'))
             return -1;
-        memcpy(it->tmp, tmpname, CS__PATCH_TMP_SIZE);
-        it->mode = (mode_t)mode;
         if (path_field(&c, &it->path) != 0 || it->path.len == 0 || path_field(&c, &it->from) != 0 ||
             (it->kind == 'M') != (it->from.len > 0))
             return -1;
