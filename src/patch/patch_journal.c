@@ -474,6 +474,15 @@ static int line(struct cursor *c, const char **s, size_t *n)
     return 0;
 }
 
+/* Whether the relative path rel has a ".." component ("a..b" is a plain name). */
+static bool has_dotdot(const char *rel)
+{
+    for (const char *c = rel; (c = strstr(c, "..")) != NULL; c += 2)
+        if ((c == rel || c[-1] == '/') && (c[2] == '\0' || c[2] == '/'))
+            return true;
+    return false;
+}
+
 /* "<len> <bytes>\n" into a path (a valid normalised path: no check here beyond the length and no
  * NUL; the deny check and cs_fs_open_beneath judge it). */
 static int path_field(struct cursor *c, struct cs_fs_path *out)
@@ -491,7 +500,7 @@ static int path_field(struct cursor *c, struct cs_fs_path *out)
     out->rel[len] = '\0';
     out->len = (size_t)len;
     out->dir_only = false;
-    if (len > 0 && (out->rel[0] == '/' || strstr(out->rel, "..") != NULL))
+    if (len > 0 && (out->rel[0] == '/' || has_dotdot(out->rel)))
         return -1; /* journals hold normalised relative paths only */
     c->p = e + 2 + len;
     return 0;

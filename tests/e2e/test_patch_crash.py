@@ -17,6 +17,7 @@ Standard library only. Run:
     CODESPACE_MCP_BIN=build/release/src/main/codespace-mcp \\
         /usr/bin/python3 -m unittest -v test_patch_crash          (from tests/e2e)
 """
+import hashlib
 import json
 import os
 import random
@@ -66,9 +67,10 @@ def scenario(kind):
             new["add/d%d/sub/f%d.txt" % (i, i)] = text(n)
             ops += ["*** Add File: add/d%d/sub/f%d.txt" % (i, i)] + ["+" + s for s in n]
         elif kind == "update":
-            old["up/f%d.txt" % i] = text(o)
-            new["up/f%d.txt" % i] = text(n)
-            ops += update_ops("up/f%d.txt" % i, o, n)
+            name = "up/f%d.txt" % i if i < 2 else "up/f%d..v2.txt" % i  # ".." inside a name
+            old[name] = text(o)
+            new[name] = text(n)
+            ops += update_ops(name, o, n)
         elif kind == "delete":
             old["del/f%d.txt" % i] = text(o)
             ops += ["*** Delete File: del/f%d.txt" % i]
@@ -381,6 +383,20 @@ class CrashCase(unittest.TestCase):
             with open(path, "wb") as f:
                 f.write(data.replace(b"cs-patch-journal 1\n", b"cs-patch-journal 2\n", 1))
         self.stopped(bump, "another version")
+
+    def test_journal_naming_an_escape_is_refused(self):
+        """A journal whose checksum is right but whose path leaves the workspace is refused,
+        not followed (the journal lives in the workspace: its contents are not trusted)."""
+        def escape(path):
+            with open(path, "rb") as f:
+                data = f.read()
+            body = data[:data.rindex(b"end sha256:")]
+            body = body.replace(b"\n9 up/f0.txt\n", b"\n9 ../f0.txt\n", 1)  # same length
+            self.assertIn(b"\n9 ../f0.txt\n", body)
+            with open(path, "wb") as f:
+                f.write(body + b"end sha256:" + hashlib.sha256(body).hexdigest().encode()
+                        + b"\n")
+        self.stopped(escape, "malformed")
 
     def test_denied_path_is_never_touched_by_recovery(self):
         old, new, p, intent = self.crashed_journal()
