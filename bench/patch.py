@@ -18,6 +18,10 @@ server's idle VmRSS (after initialize, before the call) and its VmHWM (peak RSS)
 both from /proc/<pid>/status, and GNU patch's peak RSS (GNU time's %M, one untimed run).
 Informational row: GNU patch followed by an fsync of the result
 (apply_patch fsyncs the new file and its directory before answering; patch does not).
+A second table row: a 20-file patch (20 files of 2,000 lines, 10 chunks each, one V4A patch with
+20 `*** Update File` sections) against GNU `patch -p1` applying `diff -ru` of the same change:
+this is where apply_patch's crash journal (a hard link per old file, one intent file and a few
+directory fsyncs per patch, docs/patch-format.md "Crash journal") shows, if anywhere.
 Checks: status applied/checked, after_version = SHA-256 of the expected file, the result
 byte-identical to the expected new file (ours and GNU patch's), check_only leaving it unchanged.
 No target is set: the script exits 0 unless a check fails.
@@ -206,6 +210,75 @@ def gnu_patch_peak(patch_bin, tmp, diff_path):
         return int(f.read().split()[-1])
 
 
+MANY_FILES = 20
+MANY_LINES = 2000
+MANY_CHUNKS = 10
+
+
+def generate_many(rng):
+    """{name: (old bytes, new bytes)} and the V4A patch of the 20-file change."""
+    files, body = {}, ["*** Begin Patch"]
+    for f in range(MANY_FILES):
+        name = "f%02d.c" % f
+        old = ["%s_%d_%d%s" % (" ".join(rng.choice(WORDS) for _ in range(rng.randrange(3, 9))),
+                               f, i, rng.choice(PUNCT)) for i in range(MANY_LINES)]
+        new = list(old)
+        body.append("*** Update File: many/" + name)
+        step = MANY_LINES // MANY_CHUNKS
+        for k in range(MANY_CHUNKS):
+            at = k * step + step // 2
+            new[at] = old[at] + " // patched %d" % k
+            body.append("@@")
+            body += [" " + old[j] for j in range(at - CONTEXT, at)]
+            body += ["-" + old[at], "+" + new[at]]
+            body += [" " + old[j] for j in range(at + 1, at + 1 + CONTEXT)]
+        files[name] = (("\n".join(old) + "\n").encode(), ("\n".join(new) + "\n").encode())
+    body.append("*** End Patch")
+    return files, "\n".join(body) + "\n"
+
+
+def put_tree(d, files, which):
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    for name, pair in files.items():
+        with open(os.path.join(d, name), "wb") as f:
+            f.write(pair[which])
+
+
+def check_tree(d, files, who):
+    for name, pair in files.items():
+        if read(os.path.join(d, name)) != pair[1]:
+            raise SystemExit("bench: %s's %s differs from the expected file" % (who, name))
+
+
+def many_ours(opts, tmp, ws, files, text):
+    """Seconds of one 20-file apply_patch on fresh copies, fresh server."""
+    put_tree(os.path.join(ws, "many"), files, 0)
+    srv = Server(opts.bin, ws, os.path.join(tmp, "ops.db"), os.path.join(tmp, "state"))
+    req = srv.encode("tools/call", {"name": "apply_patch", "arguments": {
+        "workspace_id": "default", "patch": text}})
+    t = time.perf_counter()
+    srv.write(req)
+    line = srv.proc.stdout.readline()
+    took = time.perf_counter() - t
+    srv.close()
+    if result(line)["status"] != "applied":
+        raise SystemExit("bench: the 20-file patch did not apply")
+    check_tree(os.path.join(ws, "many"), files, "apply_patch")
+    return took
+
+
+def many_gnu(patch_bin, tmp, files, diff_path):
+    d = os.path.join(tmp, "gnu-many")
+    put_tree(d, files, 0)
+    t = time.perf_counter()
+    subprocess.run([patch_bin, "-s", "-p1", "--no-backup-if-mismatch", "-d", d, "-i", diff_path],
+                   check=True, stdout=subprocess.DEVNULL)
+    took = time.perf_counter() - t
+    check_tree(d, files, "GNU patch")
+    return took
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--bin", default=os.environ.get(
@@ -283,8 +356,9 @@ def run(opts, tmp, patch_bin):
     print("%-34s %10s %9s %12s %12s  %s" % ("measure", "median ms", "vs patch", "idle RSS KiB",
                                              "peak RSS KiB", "runs (ms)"))
 
-    def row(name, secs, mem=None):
-        ratio = "%8.2fx" % (med(secs) / base) if base else "%9s" % "-"
+    def row(name, secs, mem=None, vs=None):
+        vs = base if vs is None else vs
+        ratio = "%8.2fx" % (med(secs) / vs) if vs else "%9s" % "-"
         idle = "%12d" % med([m[0] for m in mem]) if mem and mem[0][0] else "%12s" % "-"
         peak = "%12d" % max(m[1] for m in mem) if mem else "%12s" % "-"
         print("%-34s %10.1f %s %s %s  %s" % (name, med(secs) * 1e3, ratio, idle, peak,
@@ -303,6 +377,29 @@ def run(opts, tmp, patch_bin):
     out.add("  apply_patch peak RSS (vs GNU patch's)", max(r[2] for r in apply_runs) / 1024,
             gnu_peak / 1024 if gnu_peak else None, "MiB",
             max(r[2] for r in apply_runs) / gnu_peak if gnu_peak else None)
+
+    # The 20-file patch (the crash journal's cost per file shows here).
+    files, many_text = generate_many(random.Random(20261202))
+    put_tree(os.path.join(tmp, "many-a"), files, 0)
+    put_tree(os.path.join(tmp, "many-b"), files, 1)
+    many_diff = os.path.join(tmp, "many.diff")
+    with open(many_diff, "wb") as f:
+        rc = subprocess.run(["diff", "-ru", "many-a", "many-b"], cwd=tmp, stdout=f).returncode
+    if rc != 1:
+        raise SystemExit("bench: diff -ru exited with %d" % rc)
+    many_ours(opts, tmp, ws, files, many_text)  # warm-up
+    many_runs, many_gnu_runs = [], []
+    for _ in range(opts.runs):
+        many_runs.append(many_ours(opts, tmp, ws, files, many_text))
+        if patch_bin:
+            many_gnu_runs.append(many_gnu(patch_bin, tmp, files, many_diff))
+    many_base = med(many_gnu_runs) if many_gnu_runs else None
+    row("apply_patch (20 files, 200 chunks)", many_runs, vs=many_base)
+    if patch_bin:
+        row("GNU patch -p1 (20 files)", many_gnu_runs, vs=many_base)
+    out.add("apply_patch, 20 files of 10 chunks (vs GNU patch)", med(many_runs) * 1e3,
+            many_base * 1e3 if many_base else None, "ms",
+            med(many_runs) / many_base if many_base else None)
     out.write(opts.json)
     if patch_bin:
         row("GNU patch (unified diff)", gnu_runs, [(None, gnu_peak)] if gnu_peak else None)

@@ -302,6 +302,17 @@ static int check_tls_files(const struct cs_config *cfg, struct cs_config_error *
     return 0;
 }
 
+/* Every workspace where a crash recovery settled patches, or which it stopped. */
+static void log_recovery(const char *workspace_id, unsigned settled, const char *error)
+{
+    if (error != NULL)
+        cs_log(CS_LOG_ERROR, "workspace stopped: its patch journal cannot be recovered",
+               json_pack("{s:s,s:s}", "workspace", workspace_id, "error", error));
+    else
+        cs_log(CS_LOG_INFO, "interrupted patches recovered",
+               json_pack("{s:s,s:i}", "workspace", workspace_id, "operations", (int)settled));
+}
+
 int main(int argc, char **argv)
 {
     /* Very large buffers (message texts and bodies near the 16 MiB cap) always come from mmap
@@ -384,6 +395,9 @@ int main(int argc, char **argv)
         g.exit_code = 1;
         goto out;
     }
+    /* docs/contract/runtime.md §6: patches a crash interrupted are settled before anything is
+     * served (and again after a lost uds worker, before the next call on its workspaces). */
+    cs_tools_recover(&tools, log_recovery);
     /* docs/contract/sandbox.md §2: probe the helper once; its answer decides how every command
      * spawns and what workspace_info reports. */
     cs_main_probe(&cfg, &sb);

@@ -35,6 +35,7 @@
 
 #include "fs.h"
 #include "patch.h"
+#include "patch_journal.h"
 
 #define VERSION_SIZE 72 /* "sha256:" + 64 hex + NUL */
 
@@ -50,6 +51,7 @@ struct item {
     char *new_content; /* add, update, move: the new content */
     size_t new_len;
     char after[VERSION_SIZE];
+    char tmp[CS__PATCH_TMP_SIZE]; /* the temporary file name the journal chose for the write */
 };
 
 enum undo_kind {
@@ -503,7 +505,8 @@ static void sweep_temps(int dfd)
  * noreplace, onto p only while nothing is there: an add or a move target that appeared since the
  * preflight is not clobbered), then fsyncs the directory. */
 static int write_file(struct txn *t, const struct cs_fs_path *p, const char *data, size_t len,
-                      mode_t mode, bool noreplace, bool restore, struct cs_diag *diag)
+                      mode_t mode, bool noreplace, bool restore, const char *tmpname,
+                      struct cs_diag *diag)
 {
     int rootfd = t->rootfd;
     int dfd = -1, fd = -1;
@@ -521,6 +524,8 @@ static int write_file(struct txn *t, const struct cs_fs_path *p, const char *dat
     }
     snprintf(tmp, sizeof tmp, ".cs-patch-%02x%02x%02x%02x%02x%02x%02x%02x.tmp", rnd[0], rnd[1],
              rnd[2], rnd[3], rnd[4], rnd[5], rnd[6], rnd[7]);
+    if (tmpname != NULL) /* the name the crash journal recorded, so recovery can remove it */
+        snprintf(tmp, sizeof tmp, "%s", tmpname);
     fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
     if (fd < 0 || fchmod(fd, mode) != 0 || write_all(fd, data, len) != 0 || fsync(fd) != 0) {
         cs_diag_set(diag, CSW_ERROR_FILE_OPERATION_FAILED,
@@ -549,6 +554,8 @@ static int write_file(struct txn *t, const struct cs_fs_path *p, const char *dat
     }
     (void)fsync(dfd); /* the rename's durability; the data is already synced */
     test_hook_delay(restore);
+    if (!restore)
+        cs__patch_journal_step();
 out:
     if (fd >= 0)
         close(fd);
@@ -569,6 +576,7 @@ static int remove_at(int rootfd, const struct cs_fs_path *p, bool dir, struct cs
         rc = CSW_ERROR_FILE_OPERATION_FAILED;
     } else {
         (void)fsync(dfd);
+        cs__patch_journal_step();
     }
     close(dfd);
     return rc;
@@ -613,6 +621,7 @@ static int make_parents(struct txn *t, const struct cs_fs_path *p, struct cs_dia
             return CSW_ERROR_FILE_OPERATION_FAILED;
         }
         close(dfd);
+        cs__patch_journal_step();
     }
     return 0;
 }
@@ -647,7 +656,7 @@ static int rollback(struct txn *t)
             break;
         case UNDO_RESTORE:
             if (!holds(t->rootfd, u->p, u->data, u->len, u->mode))
-                rc = write_file(t, u->p, u->data, u->len, u->mode, false, true, NULL);
+                rc = write_file(t, u->p, u->data, u->len, u->mode, false, true, NULL, NULL);
             break;
         case UNDO_RMDIR:
             rc = remove_at(t->rootfd, u->p, true, NULL);
@@ -677,8 +686,8 @@ static int execute(struct txn *t, struct cs_diag *diag)
                 return rc;
             if (push_undo(t, UNDO_UNLINK, &it->path, NULL, 0, 0) != 0)
                 goto oom;
-            rc =
-                write_file(t, &it->path, it->new_content, it->new_len, it->mode, true, false, diag);
+            rc = write_file(t, &it->path, it->new_content, it->new_len, it->mode, true, false,
+                            it->tmp, diag);
             if (rc != 0) {
                 pop_undo(t); /* nothing was renamed onto the path: it is not ours to remove */
                 return rc;
@@ -695,7 +704,7 @@ static int execute(struct txn *t, struct cs_diag *diag)
             if (push_undo(t, UNDO_RESTORE, &it->path, it->old, it->old_len, it->mode) != 0)
                 goto oom;
             rc = write_file(t, &it->path, it->new_content, it->new_len, it->mode, false, false,
-                            diag);
+                            it->tmp, diag);
             if (rc != 0)
                 return rc;
             break;
@@ -1052,12 +1061,52 @@ int cs_patch_txn_apply_deny(const char *root, struct cs_fs_deny *deny,
                             const struct cs_cancel *cancel, struct csw_mcp_apply_patch_output *out,
                             struct cs_diag *diag)
 {
+    return cs_patch_txn_apply_op(root, deny, NULL, in, cancel, out, diag);
+}
+
+/* Writes the crash journal for every item, before the first write. */
+static int journal_begin(struct txn *t, const char *op_id, struct cs__patch_journal *j,
+                         struct cs_diag *diag)
+{
+    struct cs__patch_jitem *ji = calloc(t->n_items + 1, sizeof *ji);
+    if (ji == NULL) {
+        cs_diag_set(diag, CSW_ERROR_INTERNAL, "out of memory");
+        return CSW_ERROR_INTERNAL;
+    }
+    for (size_t i = 0; i < t->n_items; i++) {
+        const struct item *it = &t->items[i];
+        static const char kinds[] = {[CSW_PATCH_CHANGE_KIND_ADD] = 'A',
+                                     [CSW_PATCH_CHANGE_KIND_UPDATE] = 'U',
+                                     [CSW_PATCH_CHANGE_KIND_DELETE] = 'D',
+                                     [CSW_PATCH_CHANGE_KIND_MOVE] = 'M'};
+        ji[i] = (struct cs__patch_jitem){.kind = kinds[it->kind],
+                                         .path = &it->path,
+                                         .from = &it->from,
+                                         .old = it->old,
+                                         .old_len = it->old_len,
+                                         .mode = it->mode};
+    }
+    int rc = cs__patch_journal_begin(t->rootfd, op_id, ji, t->n_items, j, diag);
+    for (size_t i = 0; rc == 0 && i < t->n_items; i++)
+        memcpy(t->items[i].tmp, ji[i].tmp, sizeof ji[i].tmp);
+    free(ji);
+    return rc;
+}
+
+int cs_patch_txn_apply_op(const char *root, struct cs_fs_deny *deny, const char *op_id,
+                          const struct csw_mcp_apply_patch_input *in,
+                          const struct cs_cancel *cancel, struct csw_mcp_apply_patch_output *out,
+                          struct cs_diag *diag)
+{
     struct txn t = {.rootfd = -1, .deny = deny};
     struct cs_patch *plan = NULL;
     int rc;
     memset(out, 0, sizeof *out);
     enum csw_patch_status status = CSW_PATCH_STATUS_APPLIED;
     rc = cs_fs_root_open(root, &t.rootfd, diag);
+    /* A transaction a crash interrupted is settled before anything is looked at. */
+    if (rc == 0)
+        rc = cs__patch_journal_recover_at(t.rootfd, deny, NULL, NULL, NULL, diag);
     if (rc == 0)
         rc = check_versions(t.rootfd, deny, in, cancel, diag);
     if (rc == 0) {
@@ -1073,6 +1122,10 @@ int cs_patch_txn_apply_deny(const char *root, struct cs_fs_deny *deny,
     if (in->has_check_only && in->check_only) {
         status = CSW_PATCH_STATUS_CHECKED;
     } else {
+        struct cs__patch_journal j;
+        rc = journal_begin(&t, op_id, &j, diag);
+        if (rc != 0)
+            goto out; /* nothing written */
         /* What went wrong is in the output's per-file results, not in the diag. */
         int wrc = execute(&t, NULL);
         if (wrc == 0)
@@ -1080,6 +1133,12 @@ int cs_patch_txn_apply_deny(const char *root, struct cs_fs_deny *deny,
         if (wrc != 0)
             status = rollback(&t) == 0 ? CSW_PATCH_STATUS_FAILED_ROLLED_BACK
                                        : CSW_PATCH_STATUS_FAILED_PARTIAL;
+        /* The outcome, durably; the ledger's owner settles (removes) the journal once its row
+         * holds it too (cs_patch_journal_settle). Without an operation id nobody will. */
+        if (cs__patch_journal_end(&j, status) == 0 && (op_id == NULL || op_id[0] == '\0'))
+            cs__patch_journal_remove(&j);
+        cs__patch_journal_close(&j);
+        cs__patch_journal_step();
     }
     if (build_output(&t, status, status == CSW_PATCH_STATUS_APPLIED, "", out) != 0) {
         cs_diag_set(diag, CSW_ERROR_INTERNAL,

@@ -65,4 +65,33 @@ int cs_patch_txn_apply_deny(const char *root, struct cs_fs_deny *deny,
                             const struct csw_mcp_apply_patch_input *in,
                             const struct cs_cancel *cancel, struct csw_mcp_apply_patch_output *out,
                             struct cs_diag *diag);
+/* As cs_patch_txn_apply_deny for ledger operation op_id (NUL-terminated, or NULL/"" without one),
+ * which names the crash journal so that recovery can settle that row (docs/patch-format.md
+ * "Crash journal"). Before anything else, every journal a crashed transaction left in the
+ * workspace is recovered (without a ledger: the gateway settles its rows itself); a journal that
+ * cannot be recovered answers its error and nothing is applied. */
+int cs_patch_txn_apply_op(const char *root, struct cs_fs_deny *deny, const char *op_id,
+                          const struct csw_mcp_apply_patch_input *in,
+                          const struct cs_cancel *cancel, struct csw_mcp_apply_patch_output *out,
+                          struct cs_diag *diag);
+
+/*
+ * Crash recovery (docs/contract/runtime.md §6, "Crash atomicity of apply_patch"). Every journal
+ * under root/.cs-patch-journal is settled: an outcome already recorded is kept; otherwise the
+ * operation is rolled forward when every new file is in place (judged by metadata alone) and
+ * back otherwise (the kept old files renamed back, new files and created directories removed).
+ * fn (may be NULL) is told each operation id with its final status (CSW_PATCH_STATUS_APPLIED,
+ * CSW_PATCH_STATUS_ROLLED_BACK, or the outcome the transaction recorded) and returns 0 once it
+ * has recorded it; only then is the journal removed, so a crash anywhere in the recovery ends the
+ * same way on the next try. Recovery never reads a workspace file's content, and never touches a
+ * path that deny (may be NULL) denies. Returns 0 (*n_recovered journals settled; may be NULL), or
+ * a csw_error with diag naming the journal file and what to do (corrupt, another version, a
+ * denied path, a failed restore): that journal is left as it was.
+ */
+typedef int (*cs_patch_recovered_fn)(void *arg, const char *op_id, enum csw_patch_status status);
+int cs_patch_journal_recover(const char *root, struct cs_fs_deny *deny, cs_patch_recovered_fn fn,
+                             void *arg, unsigned *n_recovered, struct cs_diag *diag);
+/* Removes operation op_id's journal once its outcome is recorded there and in the ledger. Best
+ * effort; a journal without an outcome is left for recovery. */
+void cs_patch_journal_settle(const char *root, const char *op_id);
 #endif

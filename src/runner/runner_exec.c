@@ -431,6 +431,7 @@ struct file_job {
     struct cs_str path, glob, patch;                              /* owned copies */
     struct csw_mcp_apply_patch_input_expected_versions_entry *ev; /* owned, n_ev entries */
     size_t n_ev;
+    char op_id[64]; /* apply_patch: the ledger operation naming the crash journal, or "" */
     union {
         struct csw_mcp_read_input read; /* read and version */
         struct csw_mcp_find_input find;
@@ -550,8 +551,8 @@ static void file_work_with(struct file_job *j, const struct cs_cancel *cancel)
                                 &j->out.find, &j->msg);
         return;
     case CSW_RUNNER_WIRE_OP_APPLY_PATCH:
-        j->rc =
-            cs_patch_txn_apply_deny(j->root, j->deny, &j->in.patch, cancel, &j->out.patch, &j->msg);
+        j->rc = cs_patch_txn_apply_op(j->root, j->deny, j->op_id, &j->in.patch, cancel,
+                                      &j->out.patch, &j->msg);
         return;
     case CSW_RUNNER_WIRE_OP_HELLO:
     case CSW_RUNNER_WIRE_OP_EXEC:
@@ -803,6 +804,12 @@ static void op_apply_patch(struct cs_runner_exec *ex,
                        sizeof(struct csw_mcp_apply_patch_input_expected_versions_entry),
                    "expected_versions entries differ");
     bool oom = str_copy(&j->patch, &d->patch) != 0;
+    /* The schema caps it at 64 characters; a NUL or a longer id names no journal. */
+    if (d->has_operation_id && d->operation_id.n < sizeof j->op_id &&
+        memchr(d->operation_id.s, '\0', d->operation_id.n) == NULL) {
+        memcpy(j->op_id, d->operation_id.s, d->operation_id.n);
+        j->op_id[d->operation_id.n] = '\0';
+    }
     if (!oom && d->has_expected_versions && d->expected_versions.n > 0) {
         j->ev = calloc(d->expected_versions.n, sizeof *j->ev);
         oom = !j->ev;

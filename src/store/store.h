@@ -34,7 +34,7 @@
 #define CS_STORE_ID_SIZE          40 /* "op-" + 36-character uuid + NUL */
 #define CS_STORE_FINGERPRINT_SIZE 72 /* "sha256:" + 64 lowercase hex + NUL */
 #define CS_STORE_TIME_SIZE        25 /* "2026-11-29T10:00:00.123Z" + NUL */
-#define CS_STORE_SCHEMA_VERSION   3  /* PRAGMA user_version this code writes and understands */
+#define CS_STORE_SCHEMA_VERSION   4  /* PRAGMA user_version this code writes and understands */
 #define CS_STORE_APPLICATION_ID   0x43534f50 /* PRAGMA application_id: "CSOP" */
 
 /* What a store call returns; cs_store_status_error maps it to the catalogue. */
@@ -204,6 +204,18 @@ enum cs_store_status cs_store_ident_load(struct cs_store *store, const char *wor
 enum cs_store_status cs_store_ident_save(struct cs_store *store, const char *workspace_id,
                                          const char *root, const struct cs_store_ident *v, size_t n,
                                          bool replace, struct cs_diag *d);
+
+/*
+ * Crash recovery (docs/ledger.md "Recovery"): operation id (NUL-terminated), found in a crash
+ * journal and settled as status (CSW_PATCH_STATUS_APPLIED, CSW_PATCH_STATUS_ROLLED_BACK or an
+ * outcome the transaction recorded), is recorded: a row still `unknown` (never finished, or
+ * finished `unknown` when its worker was lost) takes status, finished_at now and a "recovered"
+ * event, in one transaction. A row already holding another status is left alone (its result was
+ * recorded before the crash). Returns CS_STORE_OK (also when nothing needed changing),
+ * CS_STORE_NOT_FOUND (no such row: a journal of another ledger) or CS_STORE_ERROR.
+ */
+enum cs_store_status cs_store_recover(struct cs_store *store, const char *id,
+                                      enum csw_patch_status status, struct cs_diag *d);
 
 /* Helpers the unit tests call directly. */
 

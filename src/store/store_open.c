@@ -62,6 +62,39 @@ static const char *const migrations[CS_STORE_SCHEMA_VERSION] = {
     " learned_at TEXT NOT NULL,"
     " PRIMARY KEY (workspace_id, root, dev, ino)"
     ") STRICT, WITHOUT ROWID;",
+    /* 4: crash recovery of apply_patch (docs/ledger.md "Recovery"): status 'rolled_back' and the
+     * event 'recovered'. SQLite cannot change a CHECK in place, so both tables are rebuilt (the
+     * events first out, so that no cascade fires) and renamed back. */
+    "CREATE TABLE operations_v4 ("
+    " id TEXT PRIMARY KEY NOT NULL,"
+    " key TEXT UNIQUE,"
+    " workspace_id TEXT NOT NULL,"
+    " fingerprint TEXT NOT NULL,"
+    " kind TEXT NOT NULL CHECK (kind IN ('patch')),"
+    " status TEXT NOT NULL CHECK (status IN ('applied', 'checked', 'rejected',"
+    "  'failed_rolled_back', 'failed_partial', 'unknown', 'rolled_back')),"
+    " result TEXT,"
+    " created_at TEXT NOT NULL,"
+    " finished_at TEXT,"
+    " error TEXT"
+    ") STRICT;"
+    "INSERT INTO operations_v4 (id, key, workspace_id, fingerprint, kind, status, result,"
+    " created_at, finished_at, error) SELECT id, key, workspace_id, fingerprint, kind, status,"
+    " result, created_at, finished_at, error FROM operations;"
+    "CREATE TABLE operation_events_v4 ("
+    " seq INTEGER PRIMARY KEY,"
+    " operation_id TEXT NOT NULL REFERENCES operations_v4 (id) ON DELETE CASCADE,"
+    " name TEXT NOT NULL CHECK (name IN ('minted', 'finished', 'recovered')),"
+    " at TEXT NOT NULL,"
+    " reason TEXT CHECK (reason IS NULL OR reason IN ('unknown'))"
+    ") STRICT;"
+    "INSERT INTO operation_events_v4 (seq, operation_id, name, at, reason)"
+    " SELECT seq, operation_id, name, at, reason FROM operation_events;"
+    "DROP TABLE operation_events;"
+    "DROP TABLE operations;"
+    "ALTER TABLE operations_v4 RENAME TO operations;"
+    "ALTER TABLE operation_events_v4 RENAME TO operation_events;"
+    "CREATE INDEX operation_events_by_operation ON operation_events (operation_id, seq);",
 };
 
 /* ---- open ---- */

@@ -20,6 +20,7 @@
 
 #include "fs.h"
 #include "patch_txn.h"
+#include "tools_recover.h"
 #include "runner.h"
 #include "supervisor.h"
 
@@ -118,6 +119,7 @@ void cs_tools_free(struct cs_tools *t)
     t->remote = NULL;
     free(t->info_hellos);
     t->info_hellos = NULL;
+    cs__tools_recover_free(t);
 }
 
 /* ---- the policy gate ---- */
@@ -142,6 +144,9 @@ static const struct cs_workspace *gate(struct cs_tools *t, struct cs_mcp_call *c
         cs_mcp_call_error(call, (enum csw_error)rc, NULL, "%s", msg.text);
         return NULL;
     }
+    /* A patch a crash interrupted is settled before any call on its workspace. */
+    if (cs__tools_recover_gate(t, (size_t)(ws - t->cfg->workspaces), call))
+        return NULL;
     return ws;
 }
 
@@ -424,6 +429,7 @@ static void on_runner_lost(void *arg)
     for (size_t i = 0; i < t->cfg->n_workspaces; i++)
         if (!t->cfg->workspaces[i].has_runner)
             cs__tools_lease_lost(&t->leases[i]);
+    cs__tools_recover_mark(t, (size_t)-1); /* a lost uds worker may have been mid-patch */
 }
 
 /* ---- apply_patch ---- */
@@ -432,6 +438,7 @@ struct patch_call {
     struct cs_tools *t;
     struct cs_tools_lease *l;
     struct cs_mcp_call *call;
+    size_t ws; /* the registry index of the workspace */
     char op_id[CS_STORE_ID_SIZE];
 };
 
@@ -463,6 +470,9 @@ static void patch_done(void *arg, const struct cs_runner_reply *r)
                               csw_patch_status_names[out.status], sd.text);
             break;
         }
+        /* The row holds the outcome: the crash journal is no longer needed. */
+        if (cs__tools_recover_local(t, pc->ws))
+            cs_patch_journal_settle(t->cfg->workspaces[pc->ws].root, pc->op_id);
         cs_mcp_call_ok(pc->call, &out);
         break;
     }
@@ -478,7 +488,9 @@ static void patch_done(void *arg, const struct cs_runner_reply *r)
         cs_mcp_call_error(pc->call, CSW_ERROR_TIMEOUT, pc->op_id, "%s", r->msg ? r->msg : "");
         break;
     case CS_RUNNER_AMBIGUOUS:
-        /* The patch may or may not have been written: the row says unknown, for good. */
+        /* The patch may or may not have been written: the row says unknown until a recovery
+         * settles the journal (a lost uds worker), for good on a remote worker. */
+        cs__tools_recover_mark(t, pc->ws);
         out.status = CSW_PATCH_STATUS_UNKNOWN;
         if (cs_store_finish(t->store, pc->op_id, out.status, &out, true, &sd) != CS_STORE_OK)
             cs_mcp_call_error(pc->call, CSW_ERROR_INTERNAL, pc->op_id,
@@ -507,6 +519,7 @@ static void apply_patch_locked(struct cs_tools *t, const struct cs_workspace *ws
     pc->t = t;
     pc->l = l;
     pc->call = call;
+    pc->ws = (size_t)(ws - t->cfg->workspaces);
     struct csw_mcp_apply_patch_output replay;
     struct cs_diag msg = {0};
     enum csw_error replayed_error = CSW_ERROR_INTERNAL;
@@ -538,6 +551,10 @@ static void apply_patch_locked(struct cs_tools *t, const struct cs_workspace *ws
                               in->expected_versions.n},
         .has_check_only = in->has_check_only,
         .check_only = in->check_only,
+        /* The journal is named by the row only where this gateway settles it (it reaches the
+         * files); a remote worker's journal is its own, removed when its transaction ends. */
+        .has_operation_id = cs__tools_recover_local(t, pc->ws),
+        .operation_id = {pc->op_id, strlen(pc->op_id)},
     };
     cs_runner_call(t->runner, &op, patch_done, pc);
 }
@@ -810,6 +827,7 @@ static void operation_status_tool(void *arg, struct cs_mcp_call *call, const voi
                           "provide exactly one of operation_id or operation_key");
         return;
     }
+    cs__tools_recover_pending(t);
     struct csw_mcp_operation_status_output out;
     struct cs_diag sd = {0};
     enum cs_store_status ss =
@@ -958,6 +976,9 @@ int cs_tools_init(struct cs_tools *t, const struct cs_config *cfg, const char *v
                 return cs_diag_set(err, CSW_ERROR_INTERNAL, "out of memory");
         }
     }
+    /* Before anything is served: patches a crash interrupted are rolled back or forward. */
+    if (cs__tools_recover_init(t, err) != 0)
+        return -1;
     /* docs/contract/runtime.md §2: every root was opened once at load; from here on the file tools,
      * the supervisor and the sandbox reach a root only through that descriptor. */
     for (size_t i = 0; i < cfg->n_workspaces; i++) {

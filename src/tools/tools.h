@@ -44,6 +44,14 @@ struct cs_tools {
     /* Links to a worker made again after a loss, by any runner (struct cs_runner_events'
      * reconnected): a uds worker replaced, a tcp worker's hello answered after the first. */
     uint64_t runner_reconnects;
+    /* apply_patch crash recovery (tools_recover.h), per registry workspace: a recovery due before
+     * the next call, and why the workspace is stopped (owned, NULL: it is not) with the code its
+     * calls answer. recovery_log (main sets it; may be NULL) hears every recovery that settled
+     * something (error NULL) or failed. */
+    bool *recover_pending;
+    char **recover_stopped;
+    int *recover_stopped_code;
+    void (*recovery_log)(const char *workspace_id, unsigned settled, const char *error);
 };
 
 /* What the sandbox probe found (main runs it, docs/contract/sandbox.md §2): borrowed for the
@@ -61,6 +69,12 @@ struct cs_tools_sandbox {
  * progress polls. Returns 0, or non-zero with err saying why (cs_tools_free cleans up). */
 int cs_tools_init(struct cs_tools *t, const struct cs_config *cfg, const char *version,
                   struct cs_store *store, struct cs_loop *loop, struct cs_diag *err);
+/* apply_patch crash recovery at start (docs/contract/runtime.md §6): settles every crash journal
+ * in the workspaces this gateway reaches (not a remote worker's) and records each operation's
+ * status in the ledger, before anything is served. log (may be NULL) hears each workspace where
+ * something was settled (error NULL) or that is stopped (error: why; its calls answer it). */
+void cs_tools_recover(struct cs_tools *t,
+                      void (*log)(const char *workspace_id, unsigned settled, const char *error));
 /* The events every runner made for t reports to (a process exited, the uds worker was lost). */
 struct cs_runner_events cs_tools_runner_events(struct cs_tools *t);
 /* The processes this gateway started that hold a place in their workspace: spawned (or being

@@ -35,6 +35,7 @@ ALLOWLIST = {
         "http_log": LOG,
         "serve": LOG,
         "log_start": LOG,
+        "log_recovery": LOG,
         "main": LOG},
     "src/main/main_calls.c": {
         "log_denials": LOG,

@@ -742,6 +742,59 @@ static void fingerprint(const struct csw_mcp_apply_patch_input *in, char out[72]
 }
 
 /* A rejection keeps its tool error; a replay reads it back. Rows without one say NOT_FOUND. */
+/* Crash recovery (cs_store_recover): only an unknown row changes, with a "recovered" event; a
+ * stored unknown result goes so that a replay answers the recovered status. */
+static void test_recover(void **state)
+{
+    (void)state;
+    char path[256], a[CS_STORE_ID_SIZE], b[CS_STORE_ID_SIZE], c[CS_STORE_ID_SIZE];
+    struct cs_diag dg = {0};
+    fresh_path(path, sizeof path);
+    struct cs_store *s = open_ok(path);
+    mint_ok(s, "never-finished", FP_A, a);
+    mint_ok(s, "lost-worker", FP_B, b);
+    mint_ok(s, "applied", FP_A, c);
+    struct csw_mcp_apply_patch_output r;
+    memset(&r, 0, sizeof r);
+    r.status = CSW_PATCH_STATUS_UNKNOWN;
+    r.operation_id = (struct cs_str){b, strlen(b)};
+    assert_int_equal(cs_store_finish(s, b, CSW_PATCH_STATUS_UNKNOWN, &r, true, &dg), CS_STORE_OK);
+    struct csw_mcp_apply_patch_output ok;
+    fill_result(&ok, c);
+    assert_int_equal(cs_store_finish(s, c, CSW_PATCH_STATUS_APPLIED, &ok, false, &dg), CS_STORE_OK);
+    csw_mcp_apply_patch_output_free(&ok);
+
+    assert_int_equal(cs_store_recover(s, a, CSW_PATCH_STATUS_ROLLED_BACK, &dg), CS_STORE_OK);
+    assert_int_equal(cs_store_recover(s, b, CSW_PATCH_STATUS_APPLIED, &dg), CS_STORE_OK);
+    /* Already settled: nothing changes (a second recovery of one journal is harmless). */
+    assert_int_equal(cs_store_recover(s, c, CSW_PATCH_STATUS_ROLLED_BACK, &dg), CS_STORE_OK);
+    assert_int_equal(cs_store_recover(s, a, CSW_PATCH_STATUS_APPLIED, &dg), CS_STORE_OK);
+    assert_int_equal(cs_store_recover(s, "op-none", CSW_PATCH_STATUS_APPLIED, &dg),
+                     CS_STORE_NOT_FOUND);
+    assert_int_equal(cs_store_recover(s, a, CSW_PATCH_STATUS_UNKNOWN, &dg), CS_STORE_INVALID);
+    cs_store_close(s);
+
+    s = open_ok(path);
+    struct csw_mcp_operation_status_output o;
+    assert_int_equal(cs_store_get_by_id(s, a, strlen(a), &o, &dg), CS_STORE_OK);
+    assert_int_equal(o.status, CSW_PATCH_STATUS_ROLLED_BACK);
+    assert_true(o.has_finished_at);
+    assert_int_equal(o.events.n, 2);
+    assert_int_equal(o.events.v[1].name,
+                     CSW_MCP_OPERATION_STATUS_OUTPUT_EVENTS_ITEM_NAME_RECOVERED);
+    csw_mcp_operation_status_output_free(&o);
+    assert_int_equal(cs_store_get_by_id(s, c, strlen(c), &o, &dg), CS_STORE_OK);
+    assert_int_equal(o.status, CSW_PATCH_STATUS_APPLIED);
+    assert_int_equal(o.events.n, 2); /* minted, finished: no recovered */
+    csw_mcp_operation_status_output_free(&o);
+    struct csw_mcp_apply_patch_output rp;
+    assert_int_equal(cs_store_get_result(s, b, &rp, &dg), CS_STORE_OK);
+    assert_int_equal(rp.status, CSW_PATCH_STATUS_APPLIED);
+    assert_true(rp.replayed);
+    csw_mcp_apply_patch_output_free(&rp);
+    cs_store_close(s);
+}
+
 static void test_rejected_keeps_error(void **state)
 {
     (void)state;
@@ -1045,6 +1098,7 @@ int main(void)
         cmocka_unit_test(test_unknown_after_crash),
         cmocka_unit_test(test_tampered_row),
         cmocka_unit_test(test_rejected_keeps_error),
+        cmocka_unit_test(test_recover),
         cmocka_unit_test(test_migrates_version_1),
         cmocka_unit_test(test_fingerprint),
         cmocka_unit_test(test_fingerprint_pinned),

@@ -1,0 +1,87 @@
+/*
+ * store_recover: the ledger side of apply_patch's crash recovery (docs/ledger.md "Recovery";
+ * docs/contract/runtime.md §6 "Crash atomicity of apply_patch"). The patch module settles a crash
+ * journal and tells the gateway the operation's final status; this records it on a row still
+ * `unknown`. Kept apart from store_ledger.c (its own statements, prepared per call: recovery is
+ * rare).
+ *
+ * Trust: the id comes from a journal file in the workspace (untrusted bytes, checked by the patch
+ * module's parser); it is only ever bound as a statement parameter. Entry point: cs_store_recover.
+ */
+#include "store_internal.h"
+
+#include <sqlite3.h>
+#include <stdio.h>
+#include <string.h>
+
+static int exec_bound(sqlite3 *db, const char *sql, const char *a, const char *b, const char *c)
+{
+    sqlite3_stmt *st = NULL;
+    int rc = sqlite3_prepare_v2(db, sql, -1, &st, NULL);
+    const char *v[3] = {a, b, c};
+    for (int i = 0; rc == SQLITE_OK && i < 3 && v[i] != NULL; i++)
+        rc = sqlite3_bind_text(st, i + 1, v[i], (int)strlen(v[i]), SQLITE_TRANSIENT);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_step(st);
+    sqlite3_finalize(st);
+    return rc == SQLITE_DONE || rc == SQLITE_ROW ? SQLITE_OK : rc;
+}
+
+enum cs_store_status cs_store_recover(struct cs_store *store, const char *id,
+                                      enum csw_patch_status status, struct cs_diag *d)
+{
+    if ((unsigned)status >= CSW_PATCH_STATUS__COUNT || status == CSW_PATCH_STATUS_UNKNOWN)
+        return cs__store_fail(d, CS_STORE_INVALID, "operations database: recover %s: status %d", id,
+                              (int)status);
+    char now[CS_STORE_TIME_SIZE];
+    cs__store_now(now);
+    const char *what = "begin";
+    int rc = sqlite3_exec(store->db, "BEGIN IMMEDIATE", NULL, NULL, NULL);
+    if (rc != SQLITE_OK)
+        goto fail;
+    what = "update";
+    /* The result a lost worker's row stored says unknown: it goes, a replay answers the status. */
+    rc = exec_bound(store->db,
+                    "UPDATE operations SET status = ?2, finished_at = ?3, result = NULL "
+                    "WHERE id = ?1 AND status = 'unknown'",
+                    id, csw_patch_status_names[status], now);
+    if (rc != SQLITE_OK)
+        goto fail;
+    if (sqlite3_changes(store->db) == 1) {
+        what = "insert event";
+        rc = exec_bound(store->db,
+                        "INSERT INTO operation_events (operation_id, name, at) "
+                        "VALUES (?1, 'recovered', ?2)",
+                        id, now, NULL);
+        if (rc != SQLITE_OK)
+            goto fail;
+    } else {
+        sqlite3_stmt *st = NULL;
+        what = "look up";
+        rc = sqlite3_prepare_v2(store->db, "SELECT 1 FROM operations WHERE id = ?1", -1, &st, NULL);
+        if (rc == SQLITE_OK)
+            rc = sqlite3_bind_text(st, 1, id, (int)strlen(id), SQLITE_TRANSIENT);
+        if (rc == SQLITE_OK)
+            rc = sqlite3_step(st);
+        sqlite3_finalize(st);
+        if (rc == SQLITE_DONE) {
+            sqlite3_exec(store->db, "ROLLBACK", NULL, NULL, NULL);
+            return cs__store_fail(d, CS_STORE_NOT_FOUND,
+                                  "operations database: recover %s: no such operation", id);
+        }
+        if (rc != SQLITE_ROW)
+            goto fail;
+    }
+    what = "commit";
+    rc = sqlite3_exec(store->db, "COMMIT", NULL, NULL, NULL);
+    if (rc != SQLITE_OK)
+        goto fail;
+    return CS_STORE_OK;
+fail:;
+    char msg[256];
+    snprintf(msg, sizeof msg, "%s", sqlite3_errmsg(store->db));
+    if (!sqlite3_get_autocommit(store->db))
+        sqlite3_exec(store->db, "ROLLBACK", NULL, NULL, NULL);
+    return cs__store_fail(d, CS_STORE_ERROR, "operations database: recover %s: %s: %s", id, what,
+                          msg);
+}
