@@ -404,7 +404,8 @@ fail:;
         remove_dir(j->jrootfd, j->jdfd, j->name);
     cs__patch_journal_close(j);
     remove_jroot(rootfd);
-    return cs_diag_set(diag, rc, "cannot write the patch journal (%s): %s", what, strerror(e));
+    return cs_diag_set(diag, (enum csw_error)rc, "cannot write the patch journal (%s): %s", what,
+                       strerror(e));
 }
 
 int cs__patch_journal_end(struct cs__patch_journal *j, enum csw_patch_status st)
