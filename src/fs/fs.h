@@ -379,6 +379,9 @@ int cs__fs_deny_link_resolve(int rootfd, const char *rel, size_t len, struct cs_
 /* PATH_DENIED (with diag) when p beneath rootfd is, or lies below, a directory whose
  * identity is remembered as denied (a denied link's target, a denied directory renamed), whether
  * or not p exists; else 0. d may be NULL. */
+/* Whether the file system under fd keeps inodes, ctimes and identity tags through a rename
+ * (fs_deny_ident.c): the identity tags and the scan's directory cache trust only these. */
+bool cs__fs_keeps_inodes(int fd);
 int cs__fs_deny_under(struct cs_fs_deny *d, int rootfd, const struct cs_fs_path *p,
                       struct cs_diag *diag);
 

@@ -1105,24 +1105,6 @@ static int scan_dir(struct scan *s, const char *rel, size_t len, bool denied)
     return rc;
 }
 
-/* Whether the file system under fd keeps ctimes the cache may trust (see the cache). */
-static bool cache_trusted_fs(int fd)
-{
-    struct statfs sf;
-    if (fstatfs(fd, &sf) != 0)
-        return false;
-    switch ((unsigned long)sf.f_type) {
-    case 0xEF53UL:     /* ext2, ext3, ext4 */
-    case 0x58465342UL: /* XFS */
-    case 0x9123683EUL: /* btrfs */
-    case 0x01021994UL: /* tmpfs */
-    case 0xF2F52010UL: /* F2FS */
-        return true;
-    default:
-        return false;
-    }
-}
-
 int cs_fs_deny_scan(struct cs_fs_deny *d, int rootfd, char ***masks, size_t *n_masks,
                     struct cs_diag *diag)
 {
@@ -1145,7 +1127,7 @@ int cs_fs_deny_scan(struct cs_fs_deny *d, int rootfd, char ***masks, size_t *n_m
     struct stat rst;
     pthread_mutex_lock(&d->scan_mu);
     d->dirs_hits = 0;
-    s.cache_ok = cache_trusted_fs(rootfd) && fstat(rootfd, &rst) == 0 &&
+    s.cache_ok = cs__fs_keeps_inodes(rootfd) && fstat(rootfd, &rst) == 0 &&
                  clock_gettime(CLOCK_REALTIME, &s.now) == 0;
     s.dev = s.cache_ok ? (uint64_t)rst.st_dev : 0;
     if (!s.cache_ok)

@@ -6,7 +6,7 @@
  * An identity is (device, inode) plus what the file system says about that inode's incarnation:
  * the inode generation (ioctl FS_IOC_GETVERSION: ext2/3/4, XFS, btrfs, F2FS) and the birth time
  * (statx STATX_BTIME: ext4, XFS, btrfs, tmpfs, ...), each where it answers, on the file systems
- * known to keep both with the inode through a rename (tags_trusted). Two identities with one
+ * known to keep both with the inode through a rename (cs__fs_keeps_inodes). Two identities with one
  * (device, inode) are the same file unless a tag both carry differs. Any other file system
  * (overlayfs, whose copy-up on rename keeps st_ino but not the birth time; NFS; FUSE) keeps
  * (device, inode) alone: there a new file reusing a denied file's inode number stays denied (fail
@@ -109,13 +109,14 @@ static bool gen_of(int fd, unsigned int *gen)
 }
 
 /*
- * Whether the file system under fd keeps its tags with the file through a rename and a link:
- * those that keep the inode (ext2/3/4, XFS, btrfs, tmpfs, F2FS). Not overlayfs: a rename copies a
- * lower file up, keeping its st_ino but not its birth time, so a tag there would set a renamed
- * denied file free. Elsewhere (network, FUSE, overlay) no tag is trusted and (device, inode)
- * alone decides: fail closed.
+ * Whether the file system under fd is a local one that keeps each file's inode through a rename
+ * and a link, with its ctime, generation and birth time (ext2/3/4, XFS, btrfs, tmpfs, F2FS): the
+ * identity tags (here) and the scan's directory cache (fs_deny.c) trust only these. Not
+ * overlayfs: a rename copies a lower file up, keeping its st_ino but not its birth time, so a tag
+ * there would set a renamed denied file free. Elsewhere (network, FUSE, overlay) no tag is
+ * trusted and (device, inode) alone decides, and nothing is cached: fail closed.
  */
-static bool tags_trusted(int fd)
+bool cs__fs_keeps_inodes(int fd)
 {
     struct statfs sf;
     if (fstatfs(fd, &sf) != 0)
@@ -135,7 +136,7 @@ static bool tags_trusted(int fd)
 /* The tags of the file open as fd (any mode, O_PATH too), whose (device, inode) is id's. */
 static void tags_of_fd(int fd, struct cs_fs_ident *id)
 {
-    if (!tags_trusted(fd))
+    if (!cs__fs_keeps_inodes(fd))
         return;
     unsigned int gen = 0;
     if (gen_of(fd, &gen)) {

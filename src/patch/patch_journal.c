@@ -79,20 +79,6 @@ static void recover_delay(void)
 
 /* ---- small helpers ---- */
 
-static int write_all(int fd, const char *data, size_t len)
-{
-    while (len > 0) {
-        ssize_t w = write(fd, data, len);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w < 0)
-            return -1;
-        data += w;
-        len -= (size_t)w;
-    }
-    return 0;
-}
-
 static int sha256_hex(const char *data, size_t len, char out[65])
 {
     unsigned char md[EVP_MAX_MD_SIZE];
@@ -187,7 +173,7 @@ static int write_small(int dfd, const char *tmpname, const char *name, const cha
     int fd = openat(dfd, tmpname, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0)
         return -1;
-    int rc = write_all(fd, data, len) == 0 && (!sync || fsync(fd) == 0) ? 0 : -1;
+    int rc = cs__patch_write_all(fd, data, len) == 0 && (!sync || fsync(fd) == 0) ? 0 : -1;
     close(fd);
     if (rc == 0)
         rc = renameat(dfd, tmpname, dfd, name);
@@ -346,7 +332,8 @@ int cs__patch_journal_begin(int rootfd, const char *op_id, struct cs__patch_jite
                 /* Another file system (a mount inside the workspace), or links refused: keep a
                  * copy of the snapshot instead. */
                 int fd = openat(j->jdfd, sname, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-                if (fd < 0 || write_all(fd, it->old, it->old_len) != 0 || fsync(fd) != 0) {
+                if (fd < 0 || cs__patch_write_all(fd, it->old, it->old_len) != 0 ||
+                    fsync(fd) != 0) {
                     if (fd >= 0)
                         close(fd);
                     close(dfd);
@@ -733,7 +720,7 @@ static int restore(int rootfd, int jdfd, size_t i, const struct ritem *it,
         if (rc == 0) {
             fd = openat(dfd, it->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC,
                         it->mode);
-            rc = fd >= 0 && fchmod(fd, it->mode) == 0 && write_all(fd, data, len) == 0 &&
+            rc = fd >= 0 && fchmod(fd, it->mode) == 0 && cs__patch_write_all(fd, data, len) == 0 &&
                          fsync(fd) == 0
                      ? 0
                      : -1;

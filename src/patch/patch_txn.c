@@ -444,7 +444,7 @@ static void pop_undo(struct txn *t)
     free(t->undo[t->n_undo].p);
 }
 
-static int write_all(int fd, const char *data, size_t len)
+int cs__patch_write_all(int fd, const char *data, size_t len)
 {
     while (len > 0) {
         ssize_t w = write(fd, data, len);
@@ -527,7 +527,8 @@ static int write_file(struct txn *t, const struct cs_fs_path *p, const char *dat
     if (tmpname != NULL) /* the name the crash journal recorded, so recovery can remove it */
         snprintf(tmp, sizeof tmp, "%s", tmpname);
     fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
-    if (fd < 0 || fchmod(fd, mode) != 0 || write_all(fd, data, len) != 0 || fsync(fd) != 0) {
+    if (fd < 0 || fchmod(fd, mode) != 0 || cs__patch_write_all(fd, data, len) != 0 ||
+        fsync(fd) != 0) {
         cs_diag_set(diag, CSW_ERROR_FILE_OPERATION_FAILED,
                     "cannot write a temporary file for %s: %s", p->rel, strerror(errno));
         rc = CSW_ERROR_FILE_OPERATION_FAILED;

@@ -94,4 +94,6 @@ int cs_patch_journal_recover(const char *root, struct cs_fs_deny *deny, cs_patch
 /* Removes operation op_id's journal once its outcome is recorded there and in the ledger. Best
  * effort; a journal without an outcome is left for recovery. */
 void cs_patch_journal_settle(const char *root, const char *op_id);
+/* Writes len bytes at data to fd whole (EINTR retried). Returns 0, or -1 with errno set. */
+int cs__patch_write_all(int fd, const char *data, size_t len);
 #endif
