@@ -19,6 +19,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <openssl/evp.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -75,6 +76,58 @@ static void recover_delay(void)
     struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
     while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
         ;
+}
+
+/* ---- the journals of this process's transactions in progress ----
+ * Recovery skips them: a worker serves several gateways (and a gateway that restarted while its
+ * patch still runs there), so a recovery may run beside a live transaction of the same workspace
+ * and must never undo it. Names are unique (an operation id, or "tx-" and 64 random bits). */
+
+static pthread_mutex_t active_mu = PTHREAD_MUTEX_INITIALIZER;
+/* One recovery (or settle) at a time in this process: two would restore the same items. */
+static pthread_mutex_t recover_mu = PTHREAD_MUTEX_INITIALIZER;
+static char (*active)[48];
+static size_t n_active, cap_active;
+
+static int active_add(const char *name)
+{
+    int rc = 0;
+    pthread_mutex_lock(&active_mu);
+    if (n_active == cap_active) {
+        size_t nc = cap_active ? cap_active * 2 : 8;
+        void *na = realloc(active, nc * sizeof *active);
+        if (na == NULL)
+            rc = -1;
+        else {
+            active = na;
+            cap_active = nc;
+        }
+    }
+    if (rc == 0)
+        snprintf(active[n_active++], sizeof active[0], "%s", name);
+    pthread_mutex_unlock(&active_mu);
+    return rc;
+}
+
+static void active_del(const char *name)
+{
+    pthread_mutex_lock(&active_mu);
+    for (size_t i = 0; i < n_active; i++)
+        if (strcmp(active[i], name) == 0) {
+            memcpy(active[i], active[--n_active], sizeof active[0]);
+            break;
+        }
+    pthread_mutex_unlock(&active_mu);
+}
+
+static bool active_has(const char *name)
+{
+    bool found = false;
+    pthread_mutex_lock(&active_mu);
+    for (size_t i = 0; !found && i < n_active; i++)
+        found = strcmp(active[i], name) == 0;
+    pthread_mutex_unlock(&active_mu);
+    return found;
 }
 
 /* ---- small helpers ---- */
@@ -277,21 +330,39 @@ int cs__patch_journal_begin(int rootfd, const char *op_id, struct cs__patch_jite
             goto fail;
         }
     }
-    bool made_jroot = mkdirat(rootfd, CS__PATCH_JOURNAL_DIR, 0700) == 0;
-    if (!made_jroot && errno != EEXIST) {
-        what = "mkdir " CS__PATCH_JOURNAL_DIR;
+    if (active_add(j->name) != 0) {
+        what = "out of memory";
+        errno = ENOMEM;
         goto fail;
     }
-    j->jrootfd =
-        openat(rootfd, CS__PATCH_JOURNAL_DIR, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (j->jrootfd < 0) {
+    j->active = true;
+    bool made_jroot = false;
+    /* Twice: a recovery beside us removes the directory whenever it finds it empty, which may
+     * fall between our mkdir, open and mkdir of the operation's own directory. */
+    for (int attempt = 0; attempt < 2; attempt++) {
+        if (j->jrootfd >= 0)
+            close(j->jrootfd);
+        j->jrootfd = -1;
+        made_jroot = mkdirat(rootfd, CS__PATCH_JOURNAL_DIR, 0700) == 0;
+        if (!made_jroot && errno != EEXIST) {
+            what = "mkdir " CS__PATCH_JOURNAL_DIR;
+            goto fail;
+        }
+        j->jrootfd =
+            openat(rootfd, CS__PATCH_JOURNAL_DIR, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         what = "open " CS__PATCH_JOURNAL_DIR;
-        goto fail;
-    }
-    if (mkdirat(j->jrootfd, j->name, 0700) != 0) {
+        if (j->jrootfd < 0 && errno == ENOENT)
+            continue;
+        if (j->jrootfd < 0)
+            goto fail;
         what = "mkdir of the operation's journal";
-        goto fail;
+        if (mkdirat(j->jrootfd, j->name, 0700) == 0)
+            break;
+        if (errno != ENOENT || attempt == 1)
+            goto fail;
     }
+    if (j->jrootfd < 0)
+        goto fail;
     j->jdfd = openat(j->jrootfd, j->name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (j->jdfd < 0) {
         what = "open of the operation's journal";
@@ -419,6 +490,9 @@ void cs__patch_journal_close(struct cs__patch_journal *j)
     if (j->jrootfd >= 0)
         close(j->jrootfd);
     j->jdfd = j->jrootfd = -1;
+    if (j->active)
+        active_del(j->name);
+    j->active = false;
 }
 
 /* ---- reading ---- */
@@ -877,7 +951,10 @@ static int recover_one(int rootfd, int jrootfd, const char *name, struct cs_fs_d
                          op, csw_patch_status_names[status]);
         goto out;
     }
-    remove_dir(jrootfd, jdfd, name);
+    /* Without a ledger here, an operation's journal (its outcome now written) is kept for the
+     * ledger's owner, who settles it once its row holds the status (cs_patch_journal_outcomes). */
+    if (fn != NULL || op[0] == '\0')
+        remove_dir(jrootfd, jdfd, name);
 out:
     rjournal_free(&r);
     free(data);
@@ -900,8 +977,8 @@ int cs_patch_journal_recover(const char *root, struct cs_fs_deny *deny, cs_patch
     return rc;
 }
 
-int cs__patch_journal_recover_at(int rootfd, struct cs_fs_deny *deny, cs_patch_recovered_fn fn,
-                                 void *arg, unsigned *n_recovered, struct cs_diag *diag)
+static int recover_locked(int rootfd, struct cs_fs_deny *deny, cs_patch_recovered_fn fn, void *arg,
+                          unsigned *n_recovered, struct cs_diag *diag)
 {
     int jrootfd =
         openat(rootfd, CS__PATCH_JOURNAL_DIR, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
@@ -913,57 +990,157 @@ int cs__patch_journal_recover_at(int rootfd, struct cs_fs_deny *deny, cs_patch_r
                            "if it is not a directory",
                            CS__PATCH_JOURNAL_DIR, strerror(errno));
     }
+    /* The names first, then each journal: one kept for the ledger's owner stays listed. */
+    char(*names)[256] = NULL;
+    size_t n = 0, cap = 0;
     int rc = 0;
-    for (;;) {
-        int fd = openat(jrootfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-        DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
-        if (d == NULL) {
-            if (fd >= 0)
-                close(fd);
-            break;
+    int fd = openat(jrootfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    if (d == NULL) {
+        rc = cs_diag_set(diag, CSW_ERROR_FILE_OPERATION_FAILED,
+                         "cannot list the patch journal directory %s: %s", CS__PATCH_JOURNAL_DIR,
+                         strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        goto out;
+    }
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+            continue;
+        if (n == cap) {
+            size_t nc = cap ? cap * 2 : 16;
+            void *nn = nc <= MAX_ITEMS ? realloc(names, nc * sizeof *names) : NULL;
+            if (nn == NULL) {
+                rc = cs_diag_set(diag, CSW_ERROR_INTERNAL,
+                                 "too many patch journals under %s (or out of memory)",
+                                 CS__PATCH_JOURNAL_DIR);
+                break;
+            }
+            names = nn;
+            cap = nc;
         }
-        char name[256] = "";
-        struct dirent *e;
-        while ((e = readdir(d)) != NULL) {
-            if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
-                continue;
-            snprintf(name, sizeof name, "%s", e->d_name);
-            break;
-        }
-        closedir(d);
-        if (name[0] == '\0')
-            break;
-        rc = recover_one(rootfd, jrootfd, name, deny, fn, arg, diag);
-        if (rc != 0)
-            break;
-        if (n_recovered != NULL)
+        snprintf(names[n++], sizeof names[0], "%s", e->d_name);
+    }
+    closedir(d);
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        if (active_has(names[i]))
+            continue; /* a transaction of this process, in progress */
+        rc = recover_one(rootfd, jrootfd, names[i], deny, fn, arg, diag);
+        if (rc == 0 && n_recovered != NULL)
             (*n_recovered)++;
     }
+out:
+    free(names);
     close(jrootfd);
     if (rc == 0)
         remove_jroot(rootfd);
     return rc;
 }
 
-void cs_patch_journal_settle(const char *root, const char *op_id)
+/* Whether op_id can name a journal directory (never ".", "..", a path or an empty name). */
+static bool journal_name_ok(const char *op_id)
 {
-    int rootfd = -1;
-    if (op_id == NULL || op_id[0] == '\0' || op_id[0] == '.' || strchr(op_id, '/') != NULL ||
-        cs_fs_root_open(root, &rootfd, NULL) != 0)
-        return;
-    int jrootfd =
-        openat(rootfd, CS__PATCH_JOURNAL_DIR, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    int jdfd =
-        jrootfd >= 0 ? openat(jrootfd, op_id, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC) : -1;
+    size_t n = op_id != NULL ? strlen(op_id) : 0;
+    return n > 0 && n < 64 && op_id[0] != '.' && strchr(op_id, '/') == NULL;
+}
+
+/* Removes op_id's journal when its outcome is recorded; one without is a crash for recovery. */
+static void settle_at(int rootfd, int jrootfd, const char *op_id)
+{
+    int jdfd = openat(jrootfd, op_id, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     struct stat st;
-    /* Only a journal whose outcome is recorded: one without is a crash for recovery to judge. */
     if (jdfd >= 0 && fstatat(jdfd, "outcome", &st, AT_SYMLINK_NOFOLLOW) == 0) {
         remove_dir(jrootfd, jdfd, op_id);
         remove_jroot(rootfd);
     }
     if (jdfd >= 0)
         close(jdfd);
+}
+
+int cs__patch_journal_recover_at(int rootfd, struct cs_fs_deny *deny, cs_patch_recovered_fn fn,
+                                 void *arg, unsigned *n_recovered, struct cs_diag *diag)
+{
+    pthread_mutex_lock(&recover_mu);
+    int rc = recover_locked(rootfd, deny, fn, arg, n_recovered, diag);
+    pthread_mutex_unlock(&recover_mu);
+    return rc;
+}
+
+void cs_patch_journal_settle(const char *root, const char *op_id)
+{
+    int rootfd = -1;
+    if (!journal_name_ok(op_id) || cs_fs_root_open(root, &rootfd, NULL) != 0)
+        return;
+    int jrootfd =
+        openat(rootfd, CS__PATCH_JOURNAL_DIR, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (jrootfd >= 0) {
+        pthread_mutex_lock(&recover_mu);
+        settle_at(rootfd, jrootfd, op_id);
+        pthread_mutex_unlock(&recover_mu);
+        close(jrootfd);
+    }
+    close(rootfd);
+}
+
+int cs_patch_journal_outcomes(const char *root, struct cs_fs_deny *deny, const char *const *settle,
+                              size_t n_settle, const char *const *ask, size_t n_ask,
+                              cs_patch_recovered_fn fn, void *arg, struct cs_diag *diag)
+{
+    int rootfd = -1;
+    int rc = cs_fs_root_open(root, &rootfd, diag);
+    if (rc != 0)
+        return rc;
+    pthread_mutex_lock(&recover_mu);
+    int jrootfd =
+        openat(rootfd, CS__PATCH_JOURNAL_DIR, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    for (size_t i = 0; jrootfd >= 0 && i < n_settle; i++)
+        if (journal_name_ok(settle[i]))
+            settle_at(rootfd, jrootfd, settle[i]);
+    if (jrootfd >= 0)
+        close(jrootfd);
+    /* Every unfinished journal gets its outcome (and is kept: there is no ledger here). */
+    rc = recover_locked(rootfd, deny, NULL, NULL, NULL, diag);
+    jrootfd = rc == 0 ? openat(rootfd, CS__PATCH_JOURNAL_DIR,
+                               O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+                      : -1;
+    /* Every journal holding its outcome, asked or not: a settle lost with its gateway leaves
+     * one whose row is recorded, and only its report makes the gateway settle it again. */
+    int dfd = jrootfd >= 0 ? openat(jrootfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
+    DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
+    if (d == NULL && dfd >= 0)
+        close(dfd);
+    struct dirent *e;
+    while (rc == 0 && d != NULL && (e = readdir(d)) != NULL) {
+        if (!journal_name_ok(e->d_name) || strncmp(e->d_name, "tx-", 3) == 0 ||
+            active_has(e->d_name))
+            continue;
+        int jdfd = openat(jrootfd, e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        char *od = NULL;
+        size_t olen = 0;
+        enum csw_patch_status st;
+        if (jdfd >= 0 && slurp(jdfd, "outcome", &od, &olen) == 0 &&
+            parse_outcome(od, olen, &st) == 0 && st != CSW_PATCH_STATUS_UNKNOWN &&
+            fn(arg, e->d_name, st) != 0)
+            rc = cs_diag_set(diag, CSW_ERROR_INTERNAL, "out of memory listing patch outcomes");
+        free(od);
+        if (jdfd >= 0)
+            close(jdfd);
+    }
+    if (d != NULL)
+        closedir(d);
+    /* An asked id no journal names: nothing of it was written (the caller left out those in
+     * flight). */
+    for (size_t i = 0; rc == 0 && i < n_ask; i++) {
+        struct stat st;
+        if (journal_name_ok(ask[i]) &&
+            (jrootfd < 0 || fstatat(jrootfd, ask[i], &st, AT_SYMLINK_NOFOLLOW) != 0) &&
+            fn(arg, ask[i], CSW_PATCH_STATUS_UNKNOWN) != 0)
+            rc = cs_diag_set(diag, CSW_ERROR_INTERNAL, "out of memory listing patch outcomes");
+    }
+    pthread_mutex_unlock(&recover_mu);
     if (jrootfd >= 0)
         close(jrootfd);
     close(rootfd);
+    return rc;
 }

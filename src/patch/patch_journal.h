@@ -46,6 +46,7 @@ struct cs__patch_journal {
     int rootfd; /* borrowed */
     int jrootfd, jdfd;
     char name[48];
+    bool active; /* name is in the process's set of transactions in progress */
 };
 
 /* Writes the journal for n items durably, before any write. Returns 0 (j open: end it with

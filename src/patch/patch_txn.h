@@ -94,6 +94,20 @@ int cs_patch_journal_recover(const char *root, struct cs_fs_deny *deny, cs_patch
 /* Removes operation op_id's journal once its outcome is recorded there and in the ledger. Best
  * effort; a journal without an outcome is left for recovery. */
 void cs_patch_journal_settle(const char *root, const char *op_id);
+/*
+ * The journals of a workspace whose ledger is elsewhere (a remote worker's: the gateway holds the
+ * rows; docs/patch-format.md, "Crash journal"). First each journal of settle that holds its
+ * outcome is removed (its row records it now); then every unfinished journal is recovered as
+ * cs_patch_journal_recover does, its outcome written and the journal kept; then fn is told the
+ * status of every journal holding an outcome (not those of this process's transactions in
+ * progress), and CSW_PATCH_STATUS_UNKNOWN for each id of ask that no journal names (nothing of it
+ * was written, unless its patch is still to run: the caller leaves out the ids in flight).
+ * Returns 0, or a csw_error with diag (a journal that cannot be recovered, as
+ * cs_patch_journal_recover says; or fn's failure).
+ */
+int cs_patch_journal_outcomes(const char *root, struct cs_fs_deny *deny, const char *const *settle,
+                              size_t n_settle, const char *const *ask, size_t n_ask,
+                              cs_patch_recovered_fn fn, void *arg, struct cs_diag *diag);
 /* Writes len bytes at data to fd whole (EINTR retried). Returns 0, or -1 with errno set. */
 int cs__patch_write_all(int fd, const char *data, size_t len);
 #endif

@@ -42,6 +42,8 @@ struct cs_runner_exec {
     struct ws_deny *denies;  /* one per workspace with deny rules, created at its first op */
     size_t n_denies;
     struct cs_store *store; /* where identity memories persist (lim->operations_db); NULL: none */
+    struct file_job **patches; /* apply_patch jobs with an operation id, received and not done */
+    size_t n_patches, cap_patches;
 };
 
 /* A workspace's deny rules and identity memory (fs.h), for the executor's life: the file-work
@@ -101,6 +103,7 @@ void cs_runner_exec_free(struct cs_runner_exec *ex)
         cs_fs_deny_free(ex->denies[i].d);
     }
     free(ex->denies);
+    free(ex->patches);
     cs_store_close(ex->store);
     free(ex);
 }
@@ -337,6 +340,7 @@ static void sup_done(void *arg, int code, const char *msg, const void *out)
     case CSW_RUNNER_WIRE_RESULT_WORKSPACE_OF:
     case CSW_RUNNER_WIRE_RESULT_TERMINATE_WORKSPACE:
     case CSW_RUNNER_WIRE_RESULT_CANCEL:
+    case CSW_RUNNER_WIRE_RESULT_PATCH_OUTCOMES:
         fail(p->done, p->arg, CSW_ERROR_INTERNAL, "supervisor answered an unexpected operation");
         free(p);
         return;
@@ -432,6 +436,12 @@ struct file_job {
     struct csw_mcp_apply_patch_input_expected_versions_entry *ev; /* owned, n_ev entries */
     size_t n_ev;
     char op_id[64]; /* apply_patch: the ledger operation naming the crash journal, or "" */
+    /* patch_outcomes: owned ids, settle first then ask; the answer's entries point into them */
+    char **ids;
+    size_t n_settle, n_ask;
+    struct csw_runner_wire_patch_outcomes_result_outcomes_item *outcomes; /* ids owned */
+    struct cs_str *absent;                                                /* owned */
+    size_t n_outcomes, n_absent, cap_outcomes, cap_absent;
     union {
         struct csw_mcp_read_input read; /* read and version */
         struct csw_mcp_find_input find;
@@ -464,8 +474,31 @@ static int str_copy(struct cs_str *dst, const struct cs_str *src)
     return 0;
 }
 
+/* Whether an apply_patch of op_id was received and has not answered yet. */
+static bool patch_in_flight(const struct cs_runner_exec *ex, const struct cs_str *op_id)
+{
+    for (size_t i = 0; i < ex->n_patches; i++)
+        if (strlen(ex->patches[i]->op_id) == op_id->n &&
+            memcmp(ex->patches[i]->op_id, op_id->s, op_id->n) == 0)
+            return true;
+    return false;
+}
+
 static void job_free(struct file_job *j)
 {
+    struct cs_runner_exec *ex = j->ex;
+    for (size_t i = 0; i < ex->n_patches; i++)
+        if (ex->patches[i] == j)
+            ex->patches[i] = ex->patches[--ex->n_patches];
+    for (size_t i = 0; j->ids && i < j->n_settle + j->n_ask; i++)
+        free(j->ids[i]);
+    free(j->ids);
+    for (size_t i = 0; i < j->n_outcomes; i++)
+        free(j->outcomes[i].operation_id.s);
+    for (size_t i = 0; i < j->n_absent; i++)
+        free(j->absent[i].s);
+    free(j->outcomes);
+    free(j->absent);
     if (j->made)
         j->prep.release(j->made);
     free(j->root);
@@ -521,6 +554,8 @@ static const char *op_name(enum csw_runner_wire_op_tag tag)
         return "the version check";
     case CSW_RUNNER_WIRE_OP_APPLY_PATCH:
         return "apply_patch";
+    case CSW_RUNNER_WIRE_OP_PATCH_OUTCOMES:
+        return "the patch outcomes";
     case CSW_RUNNER_WIRE_OP_HELLO:
     case CSW_RUNNER_WIRE_OP_EXEC:
     case CSW_RUNNER_WIRE_OP_WRITE_STDIN:
@@ -535,6 +570,36 @@ static const char *op_name(enum csw_runner_wire_op_tag tag)
         break;
     }
     return "the operation";
+}
+
+/* patch_outcomes, on the pool thread: one asked id's status (unknown: no journal names it). */
+static int outcome_seen(void *arg, const char *op_id, enum csw_patch_status status)
+{
+    struct file_job *j = arg;
+    bool absent = status == CSW_PATCH_STATUS_UNKNOWN;
+    size_t *n = absent ? &j->n_absent : &j->n_outcomes;
+    size_t *cap = absent ? &j->cap_absent : &j->cap_outcomes;
+    if (*n == *cap) {
+        size_t nc = *cap ? *cap * 2 : 8;
+        void *p = absent ? realloc(j->absent, nc * sizeof *j->absent)
+                         : realloc(j->outcomes, nc * sizeof *j->outcomes);
+        if (p == NULL)
+            return -1;
+        if (absent)
+            j->absent = p;
+        else
+            j->outcomes = p;
+        *cap = nc;
+    }
+    struct cs_str id = {strdup(op_id), strlen(op_id)};
+    if (id.s == NULL)
+        return -1;
+    if (absent)
+        j->absent[(*n)++] = id;
+    else
+        j->outcomes[(*n)++] =
+            (struct csw_runner_wire_patch_outcomes_result_outcomes_item){id, status};
+    return 0;
 }
 
 /* The fs or patch call, on the job's own copies: on a pool thread, or on the loop thread under a
@@ -553,6 +618,11 @@ static void file_work_with(struct file_job *j, const struct cs_cancel *cancel)
     case CSW_RUNNER_WIRE_OP_APPLY_PATCH:
         j->rc = cs_patch_txn_apply_op(j->root, j->deny, j->op_id, &j->in.patch, cancel,
                                       &j->out.patch, &j->msg);
+        return;
+    case CSW_RUNNER_WIRE_OP_PATCH_OUTCOMES:
+        j->rc = cs_patch_journal_outcomes(j->root, j->deny, (const char *const *)j->ids,
+                                          j->n_settle, (const char *const *)j->ids + j->n_settle,
+                                          j->n_ask, outcome_seen, j, &j->msg);
         return;
     case CSW_RUNNER_WIRE_OP_HELLO:
     case CSW_RUNNER_WIRE_OP_EXEC:
@@ -658,6 +728,13 @@ static void file_done(void *arg)
             res.u.apply_patch.data.files.n = j->out.patch.files.n;
             res.u.apply_patch.data.changes.v = j->out.patch.changes.v;
             res.u.apply_patch.data.changes.n = j->out.patch.changes.n;
+            break;
+        case CSW_RUNNER_WIRE_OP_PATCH_OUTCOMES:
+            res.tag = CSW_RUNNER_WIRE_RESULT_PATCH_OUTCOMES;
+            res.u.patch_outcomes.data.outcomes.v = j->outcomes;
+            res.u.patch_outcomes.data.outcomes.n = j->n_outcomes;
+            res.u.patch_outcomes.data.absent.v = j->absent;
+            res.u.patch_outcomes.data.absent.n = j->n_absent;
             break;
         case CSW_RUNNER_WIRE_OP_HELLO:
         case CSW_RUNNER_WIRE_OP_EXEC:
@@ -831,6 +908,56 @@ static void op_apply_patch(struct cs_runner_exec *ex,
         .has_check_only = d->has_check_only,
         .check_only = d->check_only,
     };
+    /* In flight from here until it answers: patch_outcomes never calls it absent meanwhile. */
+    if (j->op_id[0] != '\0') {
+        if (ex->n_patches == ex->cap_patches) {
+            size_t nc = ex->cap_patches ? ex->cap_patches * 2 : 8;
+            void *np = realloc(ex->patches, nc * sizeof *ex->patches);
+            if (!np) {
+                fail(done, arg, CSW_ERROR_INTERNAL, "out of memory");
+                job_free(j);
+                return;
+            }
+            ex->patches = np;
+            ex->cap_patches = nc;
+        }
+        ex->patches[ex->n_patches++] = j;
+    }
+    job_submit(j);
+}
+
+/* The crash journals of a workspace whose ledger is the gateway's (patch_txn.h,
+ * cs_patch_journal_outcomes): an id whose patch is in flight here is left out of ask. */
+static void op_patch_outcomes(struct cs_runner_exec *ex,
+                              const struct csw_runner_wire_patch_outcomes_data *d,
+                              cs_runner_done_fn done, void *arg)
+{
+    if (d->workspace.profile != CSW_RUNNER_WORKSPACE_PROFILE_WORKSPACE_WRITE) {
+        fail(done, arg, CSW_ERROR_UNAUTHORIZED, "the workspace profile does not allow writes");
+        return;
+    }
+    struct file_job *j = job_new(ex, CSW_RUNNER_WIRE_OP_PATCH_OUTCOMES, &d->workspace, done, arg);
+    if (!j)
+        return;
+    size_t ns = d->has_settle ? d->settle.n : 0, na = d->has_ask ? d->ask.n : 0;
+    j->ids = calloc(ns + na + 1, sizeof *j->ids);
+    bool oom = !j->ids;
+    for (size_t i = 0; !oom && i < ns; i++) {
+        oom = (j->ids[i] = strndup(d->settle.v[i].s, d->settle.v[i].n)) == NULL;
+        j->n_settle = i + 1;
+    }
+    for (size_t i = 0; !oom && i < na; i++) {
+        /* In flight: not known yet. A NUL inside: names no journal (the schema allows it). */
+        if (patch_in_flight(ex, &d->ask.v[i]) || memchr(d->ask.v[i].s, '\0', d->ask.v[i].n))
+            continue;
+        oom = (j->ids[j->n_settle + j->n_ask] = strndup(d->ask.v[i].s, d->ask.v[i].n)) == NULL;
+        j->n_ask++;
+    }
+    if (oom) {
+        fail(done, arg, CSW_ERROR_INTERNAL, "out of memory");
+        job_free(j);
+        return;
+    }
     job_submit(j);
 }
 
@@ -960,6 +1087,9 @@ void cs_runner_exec_op(struct cs_runner_exec *ex, const struct csw_runner_wire_o
         return;
     case CSW_RUNNER_WIRE_OP_APPLY_PATCH:
         op_apply_patch(ex, &op->u.apply_patch.data, done, arg);
+        return;
+    case CSW_RUNNER_WIRE_OP_PATCH_OUTCOMES:
+        op_patch_outcomes(ex, &op->u.patch_outcomes.data, done, arg);
         return;
     case CSW_RUNNER_WIRE_OP_EXEC:
         op_exec(ex, &op->u.exec.data, done, arg);

@@ -112,6 +112,8 @@ static struct cs_runner *pick(struct cs__runner_multi *m, const struct csw_runne
         return by_workspace(m, &op->u.version.data.workspace.id);
     case CSW_RUNNER_WIRE_OP_APPLY_PATCH:
         return by_workspace(m, &op->u.apply_patch.data.workspace.id);
+    case CSW_RUNNER_WIRE_OP_PATCH_OUTCOMES:
+        return by_workspace(m, &op->u.patch_outcomes.data.workspace.id);
     case CSW_RUNNER_WIRE_OP_EXEC:
         return by_workspace(m, &op->u.exec.data.workspace.id);
     case CSW_RUNNER_WIRE_OP_TERMINATE_WORKSPACE:

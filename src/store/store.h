@@ -34,7 +34,7 @@
 #define CS_STORE_ID_SIZE          40 /* "op-" + 36-character uuid + NUL */
 #define CS_STORE_FINGERPRINT_SIZE 72 /* "sha256:" + 64 lowercase hex + NUL */
 #define CS_STORE_TIME_SIZE        25 /* "2026-11-29T10:00:00.123Z" + NUL */
-#define CS_STORE_SCHEMA_VERSION   4  /* PRAGMA user_version this code writes and understands */
+#define CS_STORE_SCHEMA_VERSION   5  /* PRAGMA user_version this code writes and understands */
 #define CS_STORE_APPLICATION_ID   0x43534f50 /* PRAGMA application_id: "CSOP" */
 
 /* What a store call returns; cs_store_status_error maps it to the catalogue. */
@@ -216,6 +216,22 @@ enum cs_store_status cs_store_ident_save(struct cs_store *store, const char *wor
  */
 enum cs_store_status cs_store_recover(struct cs_store *store, const char *id,
                                       enum csw_patch_status status, struct cs_diag *d);
+
+/*
+ * The rows of workspace_id still `unknown` that a journaling build minted (migration 5): what a
+ * crash or a lost worker left. Each id (NUL-terminated, borrowed for the call) goes to fn; a
+ * non-zero return from fn stops the listing. Returns CS_STORE_OK or CS_STORE_ERROR.
+ */
+enum cs_store_status cs_store_unknown_ops(struct cs_store *store, const char *workspace_id,
+                                          int (*fn)(void *arg, const char *id), void *arg,
+                                          struct cs_diag *d);
+
+/*
+ * The row of a call that failed before its request left (nothing ran, issue 32): removed with its
+ * events, so that the key runs when retried. Only a row not finished is removed. Returns
+ * CS_STORE_OK (also when there was nothing to remove) or CS_STORE_ERROR.
+ */
+enum cs_store_status cs_store_forget(struct cs_store *store, const char *id, struct cs_diag *d);
 
 /* Helpers the unit tests call directly. */
 

@@ -33,7 +33,7 @@ static const char *const stmt_sql[ST__COUNT] = {
     [ST_ROLLBACK] = "ROLLBACK",
     [ST_SELECT_KEY] = "SELECT id, fingerprint, status FROM operations WHERE key = ?1",
     [ST_INSERT_OP] = "INSERT INTO operations (id, key, workspace_id, fingerprint, kind, status, "
-                     "created_at) VALUES (?1, ?2, ?3, ?4, 'patch', 'unknown', ?5)",
+                     "created_at, journaled) VALUES (?1, ?2, ?3, ?4, 'patch', 'unknown', ?5, 1)",
     [ST_INSERT_EVENT] = "INSERT INTO operation_events (operation_id, name, at, reason) "
                         "VALUES (?1, ?2, ?3, ?4)",
     [ST_FINISH] = "UPDATE operations SET status = ?2, result = ?3, finished_at = ?4, error = ?5 "

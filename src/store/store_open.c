@@ -95,6 +95,11 @@ static const char *const migrations[CS_STORE_SCHEMA_VERSION] = {
     "ALTER TABLE operations_v4 RENAME TO operations;"
     "ALTER TABLE operation_events_v4 RENAME TO operation_events;"
     "CREATE INDEX operation_events_by_operation ON operation_events (operation_id, seq);",
+    /* 5: rows minted by a build that journals every patch under its operation id (issue 30):
+     * for these alone, no journal after a crash means nothing was written (rolled_back). An
+     * older row left unknown stays unknown: nothing tells what its patch did. */
+    "ALTER TABLE operations ADD COLUMN journaled INTEGER CHECK (journaled IS NULL OR journaled = "
+    "1);",
 };
 
 /* ---- open ---- */

@@ -85,3 +85,37 @@ fail:;
     return cs__store_fail(d, CS_STORE_ERROR, "operations database: recover %s: %s: %s", id, what,
                           msg);
 }
+
+enum cs_store_status cs_store_unknown_ops(struct cs_store *store, const char *workspace_id,
+                                          int (*fn)(void *arg, const char *id), void *arg,
+                                          struct cs_diag *d)
+{
+    sqlite3_stmt *st = NULL;
+    int rc = sqlite3_prepare_v2(store->db,
+                                "SELECT id FROM operations WHERE workspace_id = ?1 AND "
+                                "status = 'unknown' AND journaled = 1 ORDER BY created_at",
+                                -1, &st, NULL);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_bind_text(st, 1, workspace_id, (int)strlen(workspace_id), SQLITE_TRANSIENT);
+    while (rc == SQLITE_OK && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+        const unsigned char *id = sqlite3_column_text(st, 0);
+        rc = id != NULL && fn(arg, (const char *)id) != 0 ? SQLITE_DONE : SQLITE_OK;
+    }
+    enum cs_store_status ret = CS_STORE_OK;
+    if (rc != SQLITE_DONE)
+        ret = cs__store_fail(d, CS_STORE_ERROR, "operations database: unknown rows of %s: %s",
+                             workspace_id, sqlite3_errmsg(store->db));
+    sqlite3_finalize(st);
+    return ret;
+}
+
+enum cs_store_status cs_store_forget(struct cs_store *store, const char *id, struct cs_diag *d)
+{
+    /* The events go by the foreign key's cascade (foreign_keys is on, store_open.c). */
+    int rc = exec_bound(store->db, "DELETE FROM operations WHERE id = ?1 AND finished_at IS NULL",
+                        id, NULL, NULL);
+    if (rc != SQLITE_OK)
+        return cs__store_fail(d, CS_STORE_ERROR, "operations database: forget %s: %s", id,
+                              sqlite3_errmsg(store->db));
+    return CS_STORE_OK;
+}

@@ -182,6 +182,7 @@ static const void *mcp_output_of(const struct csw_runner_wire_result *r)
     case CSW_RUNNER_WIRE_RESULT_WORKSPACE_OF:
     case CSW_RUNNER_WIRE_RESULT_TERMINATE_WORKSPACE:
     case CSW_RUNNER_WIRE_RESULT_CANCEL:
+    case CSW_RUNNER_WIRE_RESULT_PATCH_OUTCOMES:
         break;
     }
     return NULL;
@@ -470,9 +471,12 @@ static void patch_done(void *arg, const struct cs_runner_reply *r)
                               csw_patch_status_names[out.status], sd.text);
             break;
         }
-        /* The row holds the outcome: the crash journal is no longer needed. */
+        /* The row holds the outcome: the crash journal is no longer needed (a remote worker
+         * removes it when told). */
         if (cs__tools_recover_local(t, pc->ws))
             cs_patch_journal_settle(t->cfg->workspaces[pc->ws].root, pc->op_id);
+        else
+            cs__tools_recover_ask(t, pc->ws, pc->op_id, NULL, NULL);
         cs_mcp_call_ok(pc->call, &out);
         break;
     }
@@ -483,9 +487,11 @@ static void patch_done(void *arg, const struct cs_runner_reply *r)
         cs_mcp_call_error(pc->call, (enum csw_error)r->code, pc->op_id, "%s", r->msg ? r->msg : "");
         break;
     case CS_RUNNER_BEFORE_DISPATCH:
-        (void)cs_store_finish_rejected(t->store, pc->op_id, CSW_ERROR_TIMEOUT, r->msg ? r->msg : "",
-                                       &sd);
-        cs_mcp_call_error(pc->call, CSW_ERROR_TIMEOUT, pc->op_id, "%s", r->msg ? r->msg : "");
+        /* Nothing ran: the row goes, so the key runs when the client retries it (issue 32). */
+        (void)cs_store_forget(t->store, pc->op_id, &sd);
+        cs_mcp_call_error(pc->call, CSW_ERROR_TIMEOUT, NULL,
+                          "%s (nothing ran; retrying with the same operation_key runs it)",
+                          r->msg ? r->msg : "the runner could not take the call");
         break;
     case CS_RUNNER_AMBIGUOUS:
         /* The patch may or may not have been written: the row says unknown until a recovery
@@ -500,6 +506,7 @@ static void patch_done(void *arg, const struct cs_runner_reply *r)
             cs_mcp_call_ok(pc->call, &out);
         break;
     }
+    cs__tools_patching_remove(t, pc->op_id);
     struct cs_tools_lease *l = pc->l;
     free(pc);
     cs__tools_lease_release(l);
@@ -533,6 +540,11 @@ static void apply_patch_locked(struct cs_tools *t, const struct cs_workspace *ws
         cs_mcp_call_error(call, (enum csw_error)rc, pc->op_id[0] ? pc->op_id : NULL, "%s",
                           msg.text);
     }
+    if (rc == 0 && cs__tools_patching_add(t, pc->op_id) != 0) {
+        (void)cs_store_forget(t->store, pc->op_id, &msg);
+        cs_mcp_call_error(call, CSW_ERROR_INTERNAL, NULL, "out of memory");
+        rc = CSW_ERROR_INTERNAL;
+    }
     if (rc != 0) {
         free(pc);
         cs__tools_lease_release(l);
@@ -551,9 +563,9 @@ static void apply_patch_locked(struct cs_tools *t, const struct cs_workspace *ws
                               in->expected_versions.n},
         .has_check_only = in->has_check_only,
         .check_only = in->check_only,
-        /* The journal is named by the row only where this gateway settles it (it reaches the
-         * files); a remote worker's journal is its own, removed when its transaction ends. */
-        .has_operation_id = cs__tools_recover_local(t, pc->ws),
+        /* The journal is named by the row: this gateway settles it where it reaches the files,
+         * and tells a remote worker to (patch_outcomes). */
+        .has_operation_id = true,
         .operation_id = {pc->op_id, strlen(pc->op_id)},
     };
     cs_runner_call(t->runner, &op, patch_done, pc);
@@ -818,6 +830,35 @@ static void terminate_process_tool(void *arg, struct cs_mcp_call *call, const vo
 
 /* ---- operation_status ---- */
 
+/* An operation_status waiting for a remote worker's answer on its row (status_asked). */
+struct status_call {
+    struct cs_tools *t;
+    struct cs_mcp_call *call;
+    bool by_id;
+    struct cs_str key; /* owned */
+};
+
+static void status_answer(struct cs_tools *t, struct cs_mcp_call *call, bool by_id,
+                          const struct cs_str *key, bool may_ask);
+
+static void status_asked(void *arg)
+{
+    struct status_call *sc = arg;
+    status_answer(sc->t, sc->call, sc->by_id, &sc->key, false);
+    free(sc->key.s);
+    free(sc);
+}
+
+/* The row's workspace index, when it is placed on a remote worker; else (size_t)-1. */
+static size_t remote_index(const struct cs_tools *t, const struct cs_str *ws_id)
+{
+    for (size_t i = 0; i < t->cfg->n_workspaces; i++)
+        if (t->cfg->workspaces[i].id_len == ws_id->n &&
+            memcmp(t->cfg->workspaces[i].id, ws_id->s, ws_id->n) == 0)
+            return cs__tools_recover_remote(t, i) ? i : (size_t)-1;
+    return (size_t)-1;
+}
+
 static void operation_status_tool(void *arg, struct cs_mcp_call *call, const void *input)
 {
     struct cs_tools *t = arg;
@@ -828,21 +869,44 @@ static void operation_status_tool(void *arg, struct cs_mcp_call *call, const voi
         return;
     }
     cs__tools_recover_pending(t);
+    status_answer(t, call, in->has_operation_id,
+                  in->has_operation_id ? &in->operation_id : &in->operation_key, true);
+}
+
+/* Answers the row named by key; a row still unknown on a remote worker's workspace, not in
+ * flight here, is first asked about (may_ask: once), since the worker's recovery may know. */
+static void status_answer(struct cs_tools *t, struct cs_mcp_call *call, bool by_id,
+                          const struct cs_str *key, bool may_ask)
+{
     struct csw_mcp_operation_status_output out;
     struct cs_diag sd = {0};
-    enum cs_store_status ss =
-        in->has_operation_id
-            ? cs_store_get_by_id(t->store, in->operation_id.s, in->operation_id.n, &out, &sd)
-            : cs_store_get_by_key(t->store, in->operation_key.s, in->operation_key.n, &out, &sd);
+    enum cs_store_status ss = by_id ? cs_store_get_by_id(t->store, key->s, key->n, &out, &sd)
+                                    : cs_store_get_by_key(t->store, key->s, key->n, &out, &sd);
     if (ss == CS_STORE_NOT_FOUND) {
         cs_mcp_call_error(call, CSW_ERROR_OPERATION_NOT_FOUND, NULL, "no operation with this %s",
-                          in->has_operation_id ? "operation_id" : "operation_key");
+                          by_id ? "operation_id" : "operation_key");
         return;
     }
     if (ss != CS_STORE_OK) {
         cs_mcp_call_error(call, sd.code, NULL, "ledger: %s", sd.text);
         return;
     }
+    size_t ri = may_ask && out.status == CSW_PATCH_STATUS_UNKNOWN
+                    ? remote_index(t, &out.workspace_id)
+                    : (size_t)-1;
+    struct status_call *sc = ri != (size_t)-1 ? calloc(1, sizeof *sc) : NULL;
+    if (sc != NULL && (sc->key.s = malloc(key->n + 1)) != NULL) {
+        memcpy(sc->key.s, key->s, key->n);
+        sc->key.s[key->n] = '\0';
+        sc->key.n = key->n;
+        sc->t = t;
+        sc->call = call;
+        sc->by_id = by_id;
+        csw_mcp_operation_status_output_free(&out);
+        cs__tools_recover_ask(t, ri, NULL, status_asked, sc);
+        return;
+    }
+    free(sc);
     cs_mcp_call_ok(call, &out);
     csw_mcp_operation_status_output_free(&out);
 }
@@ -997,6 +1061,8 @@ static void on_runner_reconnected(void *arg)
 {
     struct cs_tools *t = arg;
     t->runner_reconnects++;
+    /* A worker back (or a new one): what became of the patches the link's loss left unknown. */
+    cs__tools_recover_ask_all(t);
 }
 
 struct cs_runner_events cs_tools_runner_events(struct cs_tools *t)
@@ -1065,5 +1131,7 @@ int cs_tools_register(struct cs_mcp *srv, struct cs_tools *t, const struct cs_to
                              "command is an argv (an array of strings), never parsed by a shell; "
                              "for a command line use [\"sh\",\"-c\",\"...\"]") != 0)
         return cs_diag_set(err, CSW_ERROR_INTERNAL, "internal: exec_command has no hint slot");
+    /* A remote worker's journals a crash left: their rows are settled once the link is up. */
+    cs__tools_recover_ask_all(t);
     return 0;
 }

@@ -52,6 +52,10 @@ struct cs_tools {
     char **recover_stopped;
     int *recover_stopped_code;
     void (*recovery_log)(const char *workspace_id, unsigned settled, const char *error);
+    /* The ledger rows of this gateway's apply_patch calls in flight (minted, not yet finished):
+     * recovery never settles one of them. */
+    char (*patching)[CS_STORE_ID_SIZE];
+    size_t n_patching, cap_patching;
 };
 
 /* What the sandbox probe found (main runs it, docs/contract/sandbox.md §2): borrowed for the

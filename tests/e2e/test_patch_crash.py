@@ -92,13 +92,17 @@ def scenario(kind):
 
 
 KINDS = ("add", "update", "delete", "move", "mixed")
+# What also runs on a remote worker (CS_E2E_RUNNER=tcp): the worker recovers its journals and the
+# gateway learns the outcomes over the runner (patch_outcomes, docs/patch-format.md).
+REMOTE_TOO = ("test_every_step_boundary_of_every_kind", "test_random_sigkill_of_the_gateway",
+              "test_remote_worker", "test_remote_gateway_killed_while_its_worker_lives",
+              "test_killed_before_the_journal_is_rolled_back")
 
 
 class CrashCase(unittest.TestCase):
     def setUp(self):
-        if mcp_stdio.runner() == "remote" and self._testMethodName != "test_remote_worker":
-            # A remote worker's rows cannot be settled by the gateway (docs/contract/runtime.md section 6): its
-            # files are recovered by the worker's next transaction, the row stays unknown.
+        if mcp_stdio.runner() == "remote" and self._testMethodName not in REMOTE_TOO:
+            # The rest corrupt or race the journal beside a gateway that reaches the files.
             self.skipTest("the gateway does not reach a remote worker's files")
         self.tmp = os.path.realpath(tempfile.mkdtemp(prefix="cs-e2e-patch-crash-"))
         self.ws = os.path.join(self.tmp, "ws")
@@ -171,6 +175,11 @@ class CrashCase(unittest.TestCase):
         """Files wholly old (status rolled_back) or wholly new (applied); no journal, no
         temporary file, no directory the patch made; a replay answers the status and writes
         nothing. Returns the status."""
+        # The status first: on a remote worker it is what makes the gateway ask, and the
+        # journal goes once the row holds the outcome (a round trip later).
+        st, err = srv.call_raw("operation_status", {"operation_key": key})
+        self.assertIsNone(err, err)
+        self.wait_journal_gone()
         files, dirs = self.snapshot()
         self.assertIn(files, (old, new), "a mix of old and new files, or leftovers: %s"
                       % sorted(files))
@@ -179,9 +188,6 @@ class CrashCase(unittest.TestCase):
         # or move leaves none of the directories it made.
         want = self.dirs_of(old) | (self.dirs_of(new) if status == "applied" else set())
         self.assertEqual(dirs, want, "directories left over or missing")
-        self.assertFalse(os.path.exists(os.path.join(self.ws, JOURNAL)))
-        st, err = srv.call_raw("operation_status", {"operation_key": key})
-        self.assertIsNone(err, err)
         self.assertEqual(st["status"], status, st)
         self.assertIn("recovered", [e["name"] for e in st["events"]], st)
         out, err = srv.call_raw("apply_patch", {"workspace_id": "default", "patch": p,
@@ -191,6 +197,16 @@ class CrashCase(unittest.TestCase):
         self.assertEqual(out["status"], status, out)
         self.assertEqual(self.snapshot(), (files, dirs), "a replay wrote something")
         return status
+
+    def wait_journal_gone(self):
+        """No journal: at once where the gateway settles it; within 5 s on a remote worker, which
+        removes it when the gateway's settle arrives after the row was recorded."""
+        deadline = time.monotonic() + (5 if mcp_stdio.runner() == "remote" else 0)
+        path = os.path.join(self.ws, JOURNAL)
+        while os.path.exists(path) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        self.assertFalse(os.path.exists(path), "the crash journal is left: %s"
+                         % (os.listdir(path) if os.path.isdir(path) else ""))
 
     def crash_at(self, step, p, key):
         """Applies p with the applying process set to die at its step-th boundary. Returns
@@ -219,6 +235,8 @@ class CrashCase(unittest.TestCase):
                     died = self.crash_at(step, p, key)
                     srv = self.start()
                     if not died:  # past the last boundary: the patch simply applied
+                        # (a remote worker's journal goes when the new gateway settles it)
+                        self.wait_journal_gone()
                         self.assertEqual(self.snapshot()[0], new)
                         srv.kill()
                         break
@@ -251,14 +269,8 @@ class CrashCase(unittest.TestCase):
                     srv.kill()
                     continue
                 names = [e["name"] for e in st["events"]]
-                if st["status"] == "unknown" and names == ["minted"]:
-                    # Killed after the row was minted and before the journal existed (the
-                    # preflight): nothing was written and no journal tells of it; the row stays
-                    # unknown (docs/patch-format.md, "Crash journal", what recovery cannot know).
-                    self.assertEqual(self.snapshot()[0], old)
-                    self.assertFalse(os.path.exists(os.path.join(self.ws, JOURNAL)))
-                    srv.kill()
-                    continue
+                # Killed after the row was minted and before the journal existed (the
+                # preflight): no journal, so nothing was written; the row says rolled_back too.
                 if st["status"] == "applied" and "recovered" not in names:
                     self.assertEqual(self.snapshot()[0], new)  # finished before the kill
                     srv.kill()
@@ -267,35 +279,90 @@ class CrashCase(unittest.TestCase):
                 srv.kill()
         self.assertTrue(seen, "no kill landed inside a transaction")
 
+    def test_killed_before_the_journal_is_rolled_back(self):
+        """Killed after the row was minted and before the journal existed (held in the
+        preflight): no journal means nothing was written, so the row says rolled_back, with a
+        recovered event, on every runner; the old builds' rows (no journaled mark) are not
+        touched (test_store)."""
+        old, new, p = scenario("mixed")
+        self.reset(old)
+        srv = self.start(CODESPACE_TEST_PATCH_PREFLIGHT_DELAY_MS="3000")
+        srv.start("tools/call", {"name": "apply_patch", "arguments": {
+            "workspace_id": "default", "patch": p, "operation_key": "early"}})
+        time.sleep(0.5)
+        self.assertFalse(os.path.exists(os.path.join(self.ws, JOURNAL)))
+        srv.kill()
+        srv = self.start()
+        self.assertEqual(self.assert_settled(srv, "early", old, new, p), "rolled_back")
+        srv.kill()
+
     def test_remote_worker(self):
-        """tcp: the remote worker dies mid-patch; a new worker's next transaction on that
-        workspace rolls it back first (all old, no journal); the row stays unknown, as nothing
-        the gateway can reach tells what happened (docs/contract/runtime.md section 6)."""
+        """tcp: the remote worker dies mid-patch, at every step of a mixed patch and before the
+        journal exists. The new worker recovers the journal when the new gateway asks
+        (patch_outcomes), the row takes the status, the journal goes; no later transaction is
+        needed."""
+        if mcp_stdio.runner() != "remote":
+            self.skipTest("a remote worker only (CS_E2E_RUNNER=tcp)")
+        old, new, p = scenario("mixed")
+        seen = set()
+        for step in (1, 2, 3, 5, 8):
+            with self.subTest(step=step):
+                self.reset(old)
+                key = "remote-%d" % step
+                srv = self.start(CODESPACE_TEST_PATCH_CRASH_AT=str(step))
+                out, err = srv.call_raw("apply_patch", {"workspace_id": "default", "patch": p,
+                                                        "operation_key": key})
+                self.assertIsNone(err, err)
+                self.assertEqual(out["status"], "unknown", out)  # the link was lost
+                srv.kill()
+                srv = self.start()
+                seen.add(self.assert_settled(srv, key, old, new, p))
+                srv.kill()
+        self.assertEqual(seen, {"rolled_back", "applied"})
+
+    def test_remote_gateway_killed_while_its_worker_lives(self):
+        """tcp: the gateway is SIGKILLed mid-patch while the worker lives on and finishes the
+        patch; a new gateway on the same worker and ledger learns the outcome (applied), then a
+        key killed before it reached the worker (nothing written) says rolled_back."""
         if mcp_stdio.runner() != "remote":
             self.skipTest("a remote worker only (CS_E2E_RUNNER=tcp)")
         old, new, p = scenario("mixed")
         self.reset(old)
-        srv = self.start(CODESPACE_TEST_PATCH_CRASH_AT="3")
-        srv.call_raw("apply_patch", {"workspace_id": "default", "patch": p,
-                                     "operation_key": "remote"})
-        srv.kill()
-        self.assertNotEqual(self.snapshot()[0], old, "the worker died before any write")
-        srv = self.start()
-        out, err = srv.call_raw("apply_patch", {"workspace_id": "other", "patch": patch(
-            "*** Add File: y.txt", "+y")})
-        self.assertIsNone(err, err)
-        out, err = srv.call_raw("apply_patch", {"workspace_id": "default", "patch": patch(
-            "*** Add File: later.txt", "+later")})
-        self.assertIsNone(err, err)
-        self.assertEqual(out["status"], "applied", out)
-        files, _ = self.snapshot()
-        self.assertEqual(files.pop("later.txt"), b"later\n")
-        self.assertEqual(files, old)
-        self.assertFalse(os.path.exists(os.path.join(self.ws, JOURNAL)))
-        st, err = srv.call_raw("operation_status", {"operation_key": "remote"})
-        self.assertIsNone(err, err)
-        self.assertEqual(st["status"], "unknown", st)
-        srv.kill()
+        env = {k: v for k, v in os.environ.items() if not k.startswith("CODESPACE_")}
+        env["CODESPACE_TEST_PATCH_STEP_DELAY_MS"] = "150"
+        worker = mcp_stdio.RemoteWorker(binary(), self.args(), env)
+        try:
+            args = self.args() + worker.args()
+            srv = mcp_stdio.StdioServer(binary(), args, self.state, client="test_patch_crash")
+            self.servers.append(srv)
+            srv.start("tools/call", {"name": "apply_patch", "arguments": {
+                "workspace_id": "default", "patch": p, "operation_key": "lives"}})
+            deadline = time.monotonic() + 10
+            while not os.path.exists(os.path.join(self.ws, JOURNAL)):
+                self.assertLess(time.monotonic(), deadline, "the patch never started")
+                time.sleep(0.01)
+            srv.kill()  # the gateway alone: the worker runs the patch to its end
+            srv = mcp_stdio.StdioServer(binary(), args, self.state, client="test_patch_crash")
+            self.servers.append(srv)
+            deadline = time.monotonic() + 20
+            while True:  # in flight on the worker: unknown until it ends
+                st, err = srv.call_raw("operation_status", {"operation_key": "lives"})
+                self.assertIsNone(err, err)
+                if st["status"] != "unknown" or time.monotonic() > deadline:
+                    break
+                time.sleep(0.2)
+            self.assertEqual(st["status"], "applied", st)
+            self.assertIn("recovered", [e["name"] for e in st["events"]], st)
+            self.wait_journal_gone()
+            self.assertEqual(self.snapshot()[0], new)
+            out, err = srv.call_raw("apply_patch", {"workspace_id": "default", "patch": p,
+                                                    "operation_key": "lives"})
+            self.assertIsNone(err, err)
+            self.assertTrue(out["replayed"], out)
+            self.assertEqual(out["status"], "applied", out)
+            srv.kill()
+        finally:
+            worker.close()
 
     def test_lost_worker_is_recovered_before_the_next_call(self):
         """uds: the worker dies mid-patch; the same gateway settles the journal before it

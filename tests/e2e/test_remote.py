@@ -391,6 +391,48 @@ class RemoteTest(unittest.TestCase):
         self.assertFalse(w.saw('"runner connection accepted"'), w.lines)
         self.assertIn("pinned", self.auth_warned(srv)["error"])
 
+    def test_key_of_a_call_that_never_left_runs_when_retried(self):
+        """Issue 32, item 5: an apply_patch that fails before dispatch (nothing ran) is not
+        recorded, so the same operation_key runs once the worker is reachable; before, its
+        TIMEOUT was stored and replayed for ever."""
+        self.worker()
+        state = os.path.join(self.tmp, "state-kept")
+        os.mkdir(state)
+        db = os.path.join(state, "ops.db")
+        p = "*** Begin Patch\n*** Add File: retried.txt\n+once\n*** End Patch\n"
+
+        def gw(pin):
+            args = ["netns", "exec", self.nsg, tp.binary(), "--workspace", self.ws,
+                    "--operations-db", db, "--runner", "tcp://%s:%d" % (self.waddr, PORT),
+                    "--tls-cert", self.gcert, "--tls-key", self.gkey, "--tls-peer-sha256", pin]
+            s = mcp_stdio.StdioServer("ip", args, state)
+            self.servers.append(s)
+            return s
+        srv = gw("00" * 32)  # a pin the worker does not match: nothing leaves
+        out, err = srv.call_raw("apply_patch", {"workspace_id": "default", "patch": p,
+                                                "operation_key": "retry-me"})
+        self.assertIsNone(out)
+        self.assertEqual(err["code"], "TIMEOUT", err)
+        self.assertIn("before dispatch", err["message"])
+        self.assertIn("retrying with the same operation_key runs it", err["message"])
+        out, err = srv.call_raw("operation_status", {"operation_key": "retry-me"})
+        self.assertEqual(err["code"], "OPERATION_NOT_FOUND", (out, err))
+        self.assertFalse(os.path.exists(os.path.join(self.ws, "retried.txt")))
+        srv.close()
+        srv = gw(self.wpin)  # the same ledger, the right pin
+        out, err = self.call_until(srv, "apply_patch", {"workspace_id": "default", "patch": p,
+                                                        "operation_key": "retry-me"},
+                                   lambda o, e: e is None, 20 * SLOW)
+        self.assertIsNone(err, err)
+        self.assertEqual(out["status"], "applied", out)
+        self.assertFalse(out["replayed"], out)
+        with open(os.path.join(self.ws, "retried.txt")) as f:
+            self.assertEqual(f.read(), "once\n")
+        out, err = srv.call_raw("apply_patch", {"workspace_id": "default", "patch": p,
+                                                "operation_key": "retry-me"})
+        self.assertIsNone(err, err)
+        self.assertTrue(out["replayed"], out)  # ran once
+
     def test_worker_with_wrong_pin_refuses(self):
         w = self.worker(pin="ab" * 32)
         srv = self.gateway()

@@ -795,6 +795,90 @@ static void test_recover(void **state)
     cs_store_close(s);
 }
 
+struct listed {
+    char ids[8][CS_STORE_ID_SIZE];
+    size_t n;
+};
+
+static int list_one(void *arg, const char *id)
+{
+    struct listed *l = arg;
+    if (l->n < 8)
+        snprintf(l->ids[l->n++], CS_STORE_ID_SIZE, "%s", id);
+    return 0;
+}
+
+static bool listed_has(const struct listed *l, const char *id)
+{
+    for (size_t i = 0; i < l->n; i++)
+        if (strcmp(l->ids[i], id) == 0)
+            return true;
+    return false;
+}
+
+/* The rows a crash left unknown (cs_store_unknown_ops): only this workspace's, only those a
+ * journaling build minted (migration 5), never a finished one; and cs_store_forget removes only
+ * a row not finished, with its events (issue 32: a call that never left is not recorded). */
+static void test_unknown_ops_and_forget(void **state)
+{
+    (void)state;
+    char path[256], a[CS_STORE_ID_SIZE], b[CS_STORE_ID_SIZE], c[CS_STORE_ID_SIZE], out[64];
+    struct cs_diag dg = {0};
+    fresh_path(path, sizeof path);
+    struct cs_store *s = open_ok(path);
+    mint_ok(s, "open", FP_A, a);
+    mint_ok(s, "lost", FP_B, b);
+    mint_ok(s, "done", FP_A, c);
+    struct csw_mcp_apply_patch_output r;
+    memset(&r, 0, sizeof r);
+    r.status = CSW_PATCH_STATUS_UNKNOWN;
+    r.operation_id = (struct cs_str){b, strlen(b)};
+    assert_int_equal(cs_store_finish(s, b, CSW_PATCH_STATUS_UNKNOWN, &r, true, &dg), CS_STORE_OK);
+    struct csw_mcp_apply_patch_output ok;
+    fill_result(&ok, c);
+    assert_int_equal(cs_store_finish(s, c, CSW_PATCH_STATUS_APPLIED, &ok, false, &dg), CS_STORE_OK);
+    csw_mcp_apply_patch_output_free(&ok);
+    /* A row an older build left unknown (no journaled mark), and one of another workspace. */
+    sql(path, "INSERT INTO operations (id, workspace_id, fingerprint, kind, status, created_at)"
+              " VALUES ('op-00000000-0000-4000-8000-000000000001', 'default', '" FP_A "',"
+              " 'patch', 'unknown', '2026-01-01T00:00:00.000Z'),"
+              " ('op-00000000-0000-4000-8000-000000000002', 'other', '" FP_A "',"
+              " 'patch', 'unknown', '2026-01-01T00:00:00.000Z')");
+    struct listed l = {0};
+    assert_int_equal(cs_store_unknown_ops(s, "default", list_one, &l, &dg), CS_STORE_OK);
+    assert_int_equal(l.n, 2);
+    assert_true(listed_has(&l, a));
+    assert_true(listed_has(&l, b));
+    memset(&l, 0, sizeof l);
+    assert_int_equal(cs_store_unknown_ops(s, "other", list_one, &l, &dg), CS_STORE_OK);
+    assert_int_equal(l.n, 0);
+    /* Settled: no longer listed. */
+    assert_int_equal(cs_store_recover(s, b, CSW_PATCH_STATUS_ROLLED_BACK, &dg), CS_STORE_OK);
+    memset(&l, 0, sizeof l);
+    assert_int_equal(cs_store_unknown_ops(s, "default", list_one, &l, &dg), CS_STORE_OK);
+    assert_int_equal(l.n, 1);
+    assert_true(listed_has(&l, a));
+
+    assert_int_equal(cs_store_forget(s, a, &dg), CS_STORE_OK);
+    assert_int_equal(cs_store_forget(s, c, &dg), CS_STORE_OK); /* finished: kept */
+    assert_int_equal(cs_store_forget(s, "op-none", &dg), CS_STORE_OK);
+    struct csw_mcp_operation_status_output o;
+    assert_int_equal(cs_store_get_by_id(s, a, strlen(a), &o, &dg), CS_STORE_NOT_FOUND);
+    assert_int_equal(cs_store_get_by_id(s, c, strlen(c), &o, &dg), CS_STORE_OK);
+    assert_int_equal(o.status, CSW_PATCH_STATUS_APPLIED);
+    csw_mcp_operation_status_output_free(&o);
+    char q[160];
+    snprintf(q, sizeof q, "SELECT count(*) FROM operation_events WHERE operation_id = '%s'", a);
+    sql_text(path, q, out, sizeof out);
+    assert_string_equal(out, "0");
+    /* The key is free again: minting it makes a new operation, not a replay. */
+    struct cs_store_existing ex;
+    char again[CS_STORE_ID_SIZE];
+    assert_int_equal(cs_store_mint(s, "default", 7, "open", 4, FP_A, again, &ex, &dg), CS_STORE_OK);
+    assert_string_not_equal(again, a);
+    cs_store_close(s);
+}
+
 static void test_rejected_keeps_error(void **state)
 {
     (void)state;
@@ -1097,6 +1181,7 @@ int main(void)
         cmocka_unit_test(test_unknown_after_reopen),
         cmocka_unit_test(test_unknown_after_crash),
         cmocka_unit_test(test_tampered_row),
+        cmocka_unit_test(test_unknown_ops_and_forget),
         cmocka_unit_test(test_rejected_keeps_error),
         cmocka_unit_test(test_recover),
         cmocka_unit_test(test_migrates_version_1),
