@@ -39,6 +39,7 @@
 #define MAX_ITEMS    (1u << 20)
 #define MAX_DIRS     64u /* directories one add or move may create (path depth is bounded) */
 #define OUTCOME_MAX  32
+#define MIN_ITEM     50u /* bytes of the shortest item: "A - 0 0 0 <tmp> 0\n1 a\n0 \n" */
 
 /* ---- test hooks (docs/patch-format.md, "Test hooks") ---- */
 
@@ -536,34 +537,29 @@ static int line(struct cursor *c, const char **s, size_t *n)
     return 0;
 }
 
-/* Whether the relative path rel has a ".." component ("a..b" is a plain name). */
-static bool has_dotdot(const char *rel)
-{
-    for (const char *c = rel; (c = strstr(c, "..")) != NULL; c += 2)
-        if ((c == rel || c[-1] == '/') && (c[2] == '\0' || c[2] == '/'))
-            return true;
-    return false;
-}
-
-/* "<len> <bytes>\n" into a path (a valid normalised path: no check here beyond the length and no
- * NUL; the deny check and cs_fs_open_beneath judge it). */
+/* "<len> <bytes>\n" into a path. The bytes must be a normalised relative path exactly as
+ * cs_fs_path_normalize writes it (or empty): the deny rules are matched on these bytes, so "a//b",
+ * "./a" or "a/" (which open the same file as the normalised form) would slip past a rule. */
 static int path_field(struct cursor *c, struct cs_fs_path *out)
 {
     char *e = NULL;
-    if (c->p >= c->end || *c->p < '0' || *c->p > '9')
+    if (c->p >= c->end || *c->p < '0' || *c->p > '9' || (c->p[0] == '0' && c->p[1] != ' '))
         return -1;
     errno = 0;
     unsigned long long len = strtoull(c->p, &e, 10);
     if (errno != 0 || e >= c->end || *e != ' ' || len > CS_FS_PATH_MAX ||
-        (size_t)(c->end - (e + 1)) < len + 1 || e[1 + len] != '\n' ||
-        memchr(e + 1, '\0', (size_t)len) != NULL)
+        (size_t)(c->end - (e + 1)) < len + 1 || e[1 + len] != '\n')
         return -1;
+    if (len > 0) {
+        struct cs_fs_path norm;
+        if (cs_fs_path_normalize(e + 1, (size_t)len, &norm, NULL) != 0 || norm.dir_only ||
+            norm.len != len || memcmp(norm.rel, e + 1, (size_t)len) != 0)
+            return -1;
+    }
     memcpy(out->rel, e + 1, (size_t)len);
     out->rel[len] = '\0';
     out->len = (size_t)len;
     out->dir_only = false;
-    if (len > 0 && (out->rel[0] == '/' || has_dotdot(out->rel)))
-        return -1; /* journals hold normalised relative paths only */
     c->p = e + 2 + len;
     return 0;
 }
@@ -573,8 +569,9 @@ static int path_field(struct cursor *c, struct cs_fs_path *out)
 static int number(const char **p, int base, uintmax_t max, char sep, uintmax_t *out)
 {
     const char *s = *p;
-    if (!(*s >= '0' && *s <= (base == 8 ? '7' : '9')))
-        return -1;
+    if (!(*s >= '0' && *s <= (base == 8 ? '7' : '9')) ||
+        (s[0] == '0' && s[1] >= '0' && s[1] <= '9'))
+        return -1; /* digits as the writer prints them: no leading zero */
     char *e = NULL;
     errno = 0;
     uintmax_t v = strtoumax(s, &e, base);
@@ -601,6 +598,11 @@ static int item_header(const char *hdr, struct ritem *it, size_t *nd)
     if (strlen(p) < 31 || p[30] != ' ' || strncmp(p, ".cs-patch-", 10) != 0 ||
         strncmp(p + 26, ".tmp", 4) != 0)
         return -1;
+    /* Sixteen lowercase hex digits, as begin draws them: recovery unlinks and creates this name
+     * beside the item's path, so a "/" or ".." in it would reach outside the workspace. */
+    for (size_t k = 10; k < 26; k++)
+        if (!((p[k] >= '0' && p[k] <= '9') || (p[k] >= 'a' && p[k] <= 'f')))
+            return -1;
     memcpy(it->tmp, p, 30);
     it->tmp[30] = '\0';
     p += 31;
@@ -641,19 +643,23 @@ static int parse(const char *data, size_t len, struct rjournal *r, const char **
     *why = "it is malformed";
     if (line(&c, &s, &n) != 0 || n < 4 || n >= 3 + sizeof r->op || memcmp(s, "op ", 3) != 0)
         return -1;
+    for (size_t k = 3; k < n; k++)
+        if ((unsigned char)s[k] < 0x20 || s[k] == 0x7f || s[k] == '/')
+            return -1; /* an operation id (a directory name): no NUL, control byte or "/" */
     memcpy(r->op, s + 3, n - 3);
     r->op[n - 3] = '\0';
     if (strcmp(r->op, "-") == 0)
         r->op[0] = '\0';
     char tmp[64];
-    if (line(&c, &s, &n) != 0 || n >= sizeof tmp)
+    if (line(&c, &s, &n) != 0 || n >= sizeof tmp || memchr(s, '\0', n) != NULL)
         return -1;
     memcpy(tmp, s, n);
     tmp[n] = '\0';
     uintmax_t count = 0;
     const char *cp = tmp + 6;
-    if (strncmp(tmp, "items ", 6) != 0 || number(&cp, 10, MAX_ITEMS, '\0', &count) != 0)
-        return -1;
+    if (strncmp(tmp, "items ", 6) != 0 || number(&cp, 10, MAX_ITEMS, '\0', &count) != 0 ||
+        count > (size_t)(c.end - c.p) / MIN_ITEM)
+        return -1; /* a count the bytes cannot hold would only size an allocation */
     r->items = calloc(count + 1, sizeof *r->items);
     if (r->items == NULL) {
         *why = "out of memory";
@@ -663,13 +669,14 @@ static int parse(const char *data, size_t len, struct rjournal *r, const char **
         struct ritem *it = &r->items[i];
         r->n = i + 1;
         char hdr[160];
-        if (line(&c, &s, &n) != 0 || n >= sizeof hdr)
+        if (line(&c, &s, &n) != 0 || n >= sizeof hdr || memchr(s, '\0', n) != NULL)
             return -1;
         memcpy(hdr, s, n);
         hdr[n] = '\0';
         size_t nd = 0;
         if (item_header(hdr, it, &nd) != 0 || strchr("AUDM", it->kind) == NULL ||
-            strchr("LC-", it->stash) == NULL || (it->kind == 'A') != (it->stash == '-'))
+            strchr("LC-", it->stash) == NULL || (it->kind == 'A') != (it->stash == '-') ||
+            (nd > 0 && it->kind != 'A' && it->kind != 'M'))
             return -1;
         if (path_field(&c, &it->path) != 0 || it->path.len == 0 || path_field(&c, &it->from) != 0 ||
             (it->kind == 'M') != (it->from.len > 0))
@@ -690,6 +697,51 @@ static int parse(const char *data, size_t len, struct rjournal *r, const char **
     if (c.p != c.end)
         return -1;
     return 0;
+}
+
+/* What parse read, written back as begin writes it (version line to checksum line). */
+static void render(const struct rjournal *r, struct buf *b)
+{
+    putf(b, "%sop %s\nitems %zu\n", MAGIC, r->op[0] ? r->op : "-", r->n);
+    for (size_t i = 0; i < r->n; i++) {
+        const struct ritem *it = &r->items[i];
+        putf(b, "%c %c %o %ju %ju %s %zu\n", it->kind, it->stash, (unsigned)it->mode, it->dev,
+             it->ino, it->tmp, it->n_dirs);
+        put_path(b, it->path.rel, it->path.len);
+        put_path(b, it->from.rel, it->from.len);
+        for (size_t k = 0; k < it->n_dirs; k++)
+            put_path(b, it->dirs[k].rel, it->dirs[k].len);
+    }
+    char hx[65];
+    if (b->oom || sha256_hex(b->p, b->n, hx) != 0) {
+        b->oom = true;
+        return;
+    }
+    putf(b, "end sha256:%s\n", hx);
+}
+
+int cs__patch_journal_parse_check(const char *data, size_t len, char **canon, size_t *canon_len,
+                                  const char **why)
+{
+    struct rjournal r;
+    const char *reason = "";
+    int rc = parse(data, len, &r, &reason);
+    if (rc == 0 && canon != NULL) {
+        struct buf b = {0};
+        render(&r, &b);
+        if (b.oom) {
+            free(b.p);
+            reason = "out of memory";
+            rc = -1;
+        } else {
+            *canon = b.p;
+            *canon_len = b.n;
+        }
+    }
+    rjournal_free(&r);
+    if (why != NULL)
+        *why = rc == 0 ? "" : reason;
+    return rc;
 }
 
 /* Reads a small journal file whole: 0, 1 when it does not exist, -1 on error. */

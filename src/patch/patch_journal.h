@@ -11,8 +11,8 @@
  * (written at the end) holds the final status name.
  *
  * Trust: the journal is the server's own file but lives in the workspace: recovery parses it
- * strictly (a checksum over the whole file, a version line) and refuses anything it does not
- * understand, touching nothing.
+ * strictly (a checksum over the whole file, a version line, and byte for byte what begin writes:
+ * normalised paths, hex temporary names) and refuses anything else, touching nothing.
  */
 #ifndef CS_PATCH_JOURNAL_H
 #define CS_PATCH_JOURNAL_H
@@ -63,6 +63,14 @@ void cs__patch_journal_close(struct cs__patch_journal *j);
 /* cs_patch_journal_recover on an open root. */
 int cs__patch_journal_recover_at(int rootfd, struct cs_fs_deny *deny, cs_patch_recovered_fn fn,
                                  void *arg, unsigned *n_recovered, struct cs_diag *diag);
+
+/* The intent parser recovery uses, for the unit test and the fuzz harness
+ * (fuzz/patch_journal_fuzz.c): parses the len bytes at data (an intent file) into a scratch
+ * journal and frees it. Returns 0, with *canon (when canon is not NULL; malloc'd, NUL-terminated,
+ * the caller frees it) what was read written back as cs__patch_journal_begin writes it, which for
+ * an accepted file is the file itself byte for byte; or -1 with *why a static reason. */
+int cs__patch_journal_parse_check(const char *data, size_t len, char **canon, size_t *canon_len,
+                                  const char **why);
 
 /* Test hook: the step boundary counter (CODESPACE_TEST_PATCH_CRASH_AT). */
 void cs__patch_journal_step(void);
