@@ -212,10 +212,12 @@ enum cs_store_status cs_store_ident_save(struct cs_store *store, const char *wor
  * finished `unknown` when its worker was lost) takes status, finished_at now and a "recovered"
  * event, in one transaction. A row already holding another status is left alone (its result was
  * recorded before the crash). Returns CS_STORE_OK (also when nothing needed changing),
- * CS_STORE_NOT_FOUND (no such row: a journal of another ledger) or CS_STORE_ERROR.
+ * CS_STORE_NOT_FOUND (no such row of workspace_id, NUL-terminated: a journal of another ledger,
+ * or one a command wrote naming another workspace's row) or CS_STORE_ERROR.
  */
-enum cs_store_status cs_store_recover(struct cs_store *store, const char *id,
-                                      enum csw_patch_status status, struct cs_diag *d);
+enum cs_store_status cs_store_recover(struct cs_store *store, const char *workspace_id,
+                                      const char *id, enum csw_patch_status status,
+                                      struct cs_diag *d);
 
 /*
  * The rows of workspace_id still `unknown` that a journaling build minted (migration 5): what a

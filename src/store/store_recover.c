@@ -14,12 +14,13 @@
 #include <stdio.h>
 #include <string.h>
 
-static int exec_bound(sqlite3 *db, const char *sql, const char *a, const char *b, const char *c)
+static int exec_bound4(sqlite3 *db, const char *sql, const char *a, const char *b, const char *c,
+                       const char *e)
 {
     sqlite3_stmt *st = NULL;
     int rc = sqlite3_prepare_v2(db, sql, -1, &st, NULL);
-    const char *v[3] = {a, b, c};
-    for (int i = 0; rc == SQLITE_OK && i < 3 && v[i] != NULL; i++)
+    const char *v[4] = {a, b, c, e};
+    for (int i = 0; rc == SQLITE_OK && i < 4 && v[i] != NULL; i++)
         rc = sqlite3_bind_text(st, i + 1, v[i], (int)strlen(v[i]), SQLITE_TRANSIENT);
     if (rc == SQLITE_OK)
         rc = sqlite3_step(st);
@@ -27,8 +28,14 @@ static int exec_bound(sqlite3 *db, const char *sql, const char *a, const char *b
     return rc == SQLITE_DONE || rc == SQLITE_ROW ? SQLITE_OK : rc;
 }
 
-enum cs_store_status cs_store_recover(struct cs_store *store, const char *id,
-                                      enum csw_patch_status status, struct cs_diag *d)
+static int exec_bound(sqlite3 *db, const char *sql, const char *a, const char *b, const char *c)
+{
+    return exec_bound4(db, sql, a, b, c, NULL);
+}
+
+enum cs_store_status cs_store_recover(struct cs_store *store, const char *workspace_id,
+                                      const char *id, enum csw_patch_status status,
+                                      struct cs_diag *d)
 {
     if ((unsigned)status >= CSW_PATCH_STATUS__COUNT || status == CSW_PATCH_STATUS_UNKNOWN)
         return cs__store_fail(d, CS_STORE_INVALID, "operations database: recover %s: status %d", id,
@@ -41,10 +48,12 @@ enum cs_store_status cs_store_recover(struct cs_store *store, const char *id,
         goto fail;
     what = "update";
     /* The result a lost worker's row stored says unknown: it goes, a replay answers the status. */
-    rc = exec_bound(store->db,
-                    "UPDATE operations SET status = ?2, finished_at = ?3, result = NULL "
-                    "WHERE id = ?1 AND status = 'unknown'",
-                    id, csw_patch_status_names[status], now);
+    /* Only a row of the workspace whose journal said so: a command can write any journal into
+     * its own workspace, never settle another workspace's row. */
+    rc = exec_bound4(store->db,
+                     "UPDATE operations SET status = ?2, finished_at = ?3, result = NULL "
+                     "WHERE id = ?1 AND status = 'unknown' AND workspace_id = ?4",
+                     id, csw_patch_status_names[status], now, workspace_id);
     if (rc != SQLITE_OK)
         goto fail;
     if (sqlite3_changes(store->db) == 1) {
@@ -58,9 +67,14 @@ enum cs_store_status cs_store_recover(struct cs_store *store, const char *id,
     } else {
         sqlite3_stmt *st = NULL;
         what = "look up";
-        rc = sqlite3_prepare_v2(store->db, "SELECT 1 FROM operations WHERE id = ?1", -1, &st, NULL);
+        rc = sqlite3_prepare_v2(store->db,
+                                "SELECT 1 FROM operations WHERE id = ?1 AND workspace_id = ?2", -1,
+                                &st, NULL);
         if (rc == SQLITE_OK)
             rc = sqlite3_bind_text(st, 1, id, (int)strlen(id), SQLITE_TRANSIENT);
+        if (rc == SQLITE_OK)
+            rc =
+                sqlite3_bind_text(st, 2, workspace_id, (int)strlen(workspace_id), SQLITE_TRANSIENT);
         if (rc == SQLITE_OK)
             rc = sqlite3_step(st);
         sqlite3_finalize(st);

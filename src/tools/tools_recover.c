@@ -20,10 +20,15 @@ bool cs__tools_recover_local(const struct cs_tools *t, size_t i)
     return ws->has_root_fd && !ws->has_runner && t->cfg->runner != CS_CONFIG_RUNNER_TCP;
 }
 
+struct record {
+    struct cs_tools *t;
+    const char *ws_id;
+};
+
 static int record(void *arg, const char *op_id, enum csw_patch_status status)
 {
-    struct cs_tools *t = arg;
-    enum cs_store_status st = cs_store_recover(t->store, op_id, status, NULL);
+    struct record *rec = arg;
+    enum cs_store_status st = cs_store_recover(rec->t->store, rec->ws_id, op_id, status, NULL);
     return st == CS_STORE_OK || st == CS_STORE_NOT_FOUND ? 0 : -1;
 }
 
@@ -60,6 +65,7 @@ void cs__tools_patching_remove(struct cs_tools *t, const char *op_id)
 
 struct settle_unjournaled {
     struct cs_tools *t;
+    const char *ws_id;
     unsigned n;
 };
 
@@ -68,7 +74,8 @@ static int settle_unjournaled(void *arg, const char *id)
     struct settle_unjournaled *su = arg;
     if (patching(su->t, id))
         return 0;
-    if (cs_store_recover(su->t->store, id, CSW_PATCH_STATUS_ROLLED_BACK, NULL) != CS_STORE_OK)
+    if (cs_store_recover(su->t->store, su->ws_id, id, CSW_PATCH_STATUS_ROLLED_BACK, NULL) !=
+        CS_STORE_OK)
         return -1;
     su->n++;
     return 0;
@@ -91,10 +98,10 @@ static void recover(struct cs_tools *t, size_t i)
     if (rules == NULL || (ws->n_deny > 0 && deny == NULL))
         cs_diag_set(&d, CSW_ERROR_INTERNAL, "out of memory preparing the patch recovery");
     else
-        rc = cs_patch_journal_recover(ws->root, deny, record, t, &n, &d);
+        rc = cs_patch_journal_recover(ws->root, deny, record, &(struct record){t, ws->id}, &n, &d);
     /* Every journal is settled: a row of this workspace still unknown (and not in flight) had
      * none, so its patch died before its durability point and nothing was written. */
-    struct settle_unjournaled su = {t, 0};
+    struct settle_unjournaled su = {t, ws->id, 0};
     if (rc == 0 &&
         cs_store_unknown_ops(t->store, ws->id, settle_unjournaled, &su, &d) != CS_STORE_OK)
         rc = CSW_ERROR_INTERNAL;
@@ -259,7 +266,8 @@ static void asked(void *arg, const struct cs_runner_reply *r)
             id[s->n] = '\0';
             /* In flight here: its own answer records it. No row (another ledger's journal) or a
              * failed ledger: left for the next exchange. */
-            if (patching(t, id) || cs_store_recover(t->store, id, st, NULL) != CS_STORE_OK)
+            if (patching(t, id) || cs_store_recover(t->store, t->cfg->workspaces[a->ws].id, id, st,
+                                                    NULL) != CS_STORE_OK)
                 continue;
             n++;
             if (journal && ask_push(a, id) != 0)

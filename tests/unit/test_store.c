@@ -764,14 +764,21 @@ static void test_recover(void **state)
     assert_int_equal(cs_store_finish(s, c, CSW_PATCH_STATUS_APPLIED, &ok, false, &dg), CS_STORE_OK);
     csw_mcp_apply_patch_output_free(&ok);
 
-    assert_int_equal(cs_store_recover(s, a, CSW_PATCH_STATUS_ROLLED_BACK, &dg), CS_STORE_OK);
-    assert_int_equal(cs_store_recover(s, b, CSW_PATCH_STATUS_APPLIED, &dg), CS_STORE_OK);
-    /* Already settled: nothing changes (a second recovery of one journal is harmless). */
-    assert_int_equal(cs_store_recover(s, c, CSW_PATCH_STATUS_ROLLED_BACK, &dg), CS_STORE_OK);
-    assert_int_equal(cs_store_recover(s, a, CSW_PATCH_STATUS_APPLIED, &dg), CS_STORE_OK);
-    assert_int_equal(cs_store_recover(s, "op-none", CSW_PATCH_STATUS_APPLIED, &dg),
+    /* A journal naming another workspace's row settles nothing (a command writes journals into
+     * its own workspace only). */
+    assert_int_equal(cs_store_recover(s, "other", a, CSW_PATCH_STATUS_APPLIED, &dg),
                      CS_STORE_NOT_FOUND);
-    assert_int_equal(cs_store_recover(s, a, CSW_PATCH_STATUS_UNKNOWN, &dg), CS_STORE_INVALID);
+    assert_int_equal(cs_store_recover(s, "default", a, CSW_PATCH_STATUS_ROLLED_BACK, &dg),
+                     CS_STORE_OK);
+    assert_int_equal(cs_store_recover(s, "default", b, CSW_PATCH_STATUS_APPLIED, &dg), CS_STORE_OK);
+    /* Already settled: nothing changes (a second recovery of one journal is harmless). */
+    assert_int_equal(cs_store_recover(s, "default", c, CSW_PATCH_STATUS_ROLLED_BACK, &dg),
+                     CS_STORE_OK);
+    assert_int_equal(cs_store_recover(s, "default", a, CSW_PATCH_STATUS_APPLIED, &dg), CS_STORE_OK);
+    assert_int_equal(cs_store_recover(s, "default", "op-none", CSW_PATCH_STATUS_APPLIED, &dg),
+                     CS_STORE_NOT_FOUND);
+    assert_int_equal(cs_store_recover(s, "default", a, CSW_PATCH_STATUS_UNKNOWN, &dg),
+                     CS_STORE_INVALID);
     cs_store_close(s);
 
     s = open_ok(path);
@@ -853,7 +860,8 @@ static void test_unknown_ops_and_forget(void **state)
     assert_int_equal(cs_store_unknown_ops(s, "other", list_one, &l, &dg), CS_STORE_OK);
     assert_int_equal(l.n, 0);
     /* Settled: no longer listed. */
-    assert_int_equal(cs_store_recover(s, b, CSW_PATCH_STATUS_ROLLED_BACK, &dg), CS_STORE_OK);
+    assert_int_equal(cs_store_recover(s, "default", b, CSW_PATCH_STATUS_ROLLED_BACK, &dg),
+                     CS_STORE_OK);
     memset(&l, 0, sizeof l);
     assert_int_equal(cs_store_unknown_ops(s, "default", list_one, &l, &dg), CS_STORE_OK);
     assert_int_equal(l.n, 1);
