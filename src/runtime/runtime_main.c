@@ -1,7 +1,7 @@
 /*
  * codespace-runtime: the worker behind `--runner uds` (docs/contract/runtime.md §4). Started and
  * owned by the gateway; binds `runner.sock` in the gateway's private leaf directory, accepts
- * exactly one connection, and serves the runner wire protocol (version 5) on it with the same
+ * exactly one connection, and serves the runner wire protocol (version 6) on it with the same
  * executor the in-process runner uses (files, patch engine, supervisor).
  *
  * Hardening at start: not dumpable, no core files, every LD_* variable removed from its
@@ -20,7 +20,7 @@
  * under CODESPACE_REQUIRE_LINUX_SANDBOX=1, stops the worker there, and the hello answer states what
  * the probe found (docs/scale-out.md).
  *
- * Protocol rules: the first request must be hello with protocol 5; any other protocol (in the
+ * Protocol rules: the first request must be hello with protocol 6; any other protocol (in the
  * envelope or in hello), an undecodable frame, a frame of length 0 or over 16 MiB, or a message
  * that is not a request gets an error response and the connection is closed. Requests are
  * served concurrently (responses in completion order); the last 32 responses are kept for

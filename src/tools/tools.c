@@ -435,6 +435,31 @@ static void on_runner_lost(void *arg)
 
 /* ---- apply_patch ---- */
 
+/* A remote worker's patch, recorded: answered once the worker removed its journal (or failed
+ * to: the next exchange removes it), from the row, which holds the result as the runner said. */
+struct settle_answer {
+    struct cs_tools *t;
+    struct cs_mcp_call *call;
+    char op_id[CS_STORE_ID_SIZE];
+};
+
+static void answer_settled(void *arg)
+{
+    struct settle_answer *sa = arg;
+    struct csw_mcp_apply_patch_output out;
+    struct cs_diag sd = {0};
+    if (cs_store_get_result(sa->t->store, sa->op_id, &out, &sd) == CS_STORE_OK) {
+        out.replayed = false; /* the stored result, answered as this call's own */
+        cs_mcp_call_ok(sa->call, &out);
+        csw_mcp_apply_patch_output_free(&out);
+    } else {
+        cs_mcp_call_error(sa->call, CSW_ERROR_INTERNAL, sa->op_id,
+                          "the patch ended and was recorded, but the record cannot be read: %s",
+                          sd.text);
+    }
+    free(sa);
+}
+
 struct patch_call {
     struct cs_tools *t;
     struct cs_tools_lease *l;
@@ -473,10 +498,20 @@ static void patch_done(void *arg, const struct cs_runner_reply *r)
         }
         /* The row holds the outcome: the crash journal is no longer needed (a remote worker
          * removes it when told). */
-        if (cs__tools_recover_local(t, pc->ws))
+        if (cs__tools_recover_local(t, pc->ws)) {
             cs_patch_journal_settle(t->cfg->workspaces[pc->ws].root, pc->op_id);
-        else
-            cs__tools_recover_ask(t, pc->ws, pc->op_id, NULL, NULL);
+        } else if (out.status != CSW_PATCH_STATUS_CHECKED) {
+            /* The answer waits for the worker to remove it (one round trip), so that the client's
+             * next call never finds the journal of a patch it was told has ended. */
+            struct settle_answer *sa = calloc(1, sizeof *sa);
+            if (sa != NULL) {
+                sa->t = t;
+                sa->call = pc->call;
+                memcpy(sa->op_id, pc->op_id, sizeof sa->op_id);
+                cs__tools_recover_ask(t, pc->ws, pc->op_id, answer_settled, sa);
+                break;
+            }
+        }
         cs_mcp_call_ok(pc->call, &out);
         break;
     }

@@ -332,8 +332,9 @@ class RemoteTest(unittest.TestCase):
         out, err = mcp_stdio.StdioServer.tool_result(srv.wait(rid, timeout=60))
         self.assertIsNone(err, err)
         self.assertEqual(out["status"], "unknown", out)
-        st = srv.call("operation_status", {"operation_id": out["operation_id"]})
-        self.assertEqual(st["status"], "unknown", st)
+        out_id = out["operation_id"]
+        st = srv.call("operation_status", {"operation_id": out_id})
+        self.assertEqual(st["status"], "unknown", st)  # the worker cannot be asked yet
         run("ip", "-n", self.nsg, "link", "set", self.veg, "up")
         # The worker ran the patch to its end, once.
         end = time.time() + 20 * SLOW
@@ -355,6 +356,15 @@ class RemoteTest(unittest.TestCase):
             with open(os.path.join(self.ws, name)) as f:
                 self.assertEqual(f.read(), "new\n")
         self.assertTrue(w.saw('"runner connection ended"') or w.saw("connection accepted"))
+        # The row the cut left unknown is settled from the worker's journal once the link is
+        # back (patch_outcomes): applied, with a recovered event, and the journal is gone.
+        st = srv.call("operation_status", {"operation_id": out_id})
+        self.assertEqual(st["status"], "applied", st)
+        self.assertIn("recovered", [e["name"] for e in st["events"]], st)
+        end = time.time() + 5 * SLOW
+        while os.path.exists(os.path.join(self.ws, ".cs-patch-journal")) and time.time() < end:
+            time.sleep(0.05)
+        self.assertFalse(os.path.exists(os.path.join(self.ws, ".cs-patch-journal")))
 
     def test_worker_killed(self):
         w = self.worker()

@@ -45,7 +45,7 @@ import test_process as tp
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
-PROTOCOL = 5
+PROTOCOL = 6
 MAX_FRAME = 16 * 1024 * 1024
 SLOW = tp.SLOW
 IO_TIMEOUT = 10.0 * SLOW
@@ -396,7 +396,7 @@ class WorkerCase(unittest.TestCase):
                 c.send(msg)
                 resp = c.recv()
                 self.assertIsNotNone(resp, "EOF without an error response")
-                self.assert_error(resp, "rrpc-1", "INVALID_ARGUMENTS", "4", "5")
+                self.assert_error(resp, "rrpc-1", "INVALID_ARGUMENTS", "4", str(PROTOCOL))
                 self.assert_closed(w, c)
 
     def test_request_before_hello(self):
@@ -446,7 +446,7 @@ class WorkerCase(unittest.TestCase):
             ("exec-argv-not-strings",
              request("rrpc-2", "exec", dict(exec_data(self.root, ["true"]), argv=[1])),
              "/op/data/argv/0"),
-            ("kind-response", {"protocol": 5, "kind": "response", "request_id": "rrpc-2",
+            ("kind-response", {"protocol": PROTOCOL, "kind": "response", "request_id": "rrpc-2",
                                "ok": True}, ""),
         ]
         for name, msg, pointer in cases:
@@ -827,7 +827,7 @@ class GatewayCase(unittest.TestCase):
         self.assertEqual(out, b"", "the gateway served MCP with a mismatched worker")
         self.assertIn("protocol", err)
         self.assertRegex(err, r"\b4\b")
-        self.assertRegex(err, r"\b5\b")
+        self.assertRegex(err, r"\b%d\b" % PROTOCOL)
         with open(log) as f:
             got = [json.loads(line) for line in f]
         self.assertGreaterEqual(len(got), 1, got)
