@@ -17,6 +17,7 @@
 
 #include "base_diag.h"
 #include "base_json.h"
+#include "base_mem.h"
 
 /*
  * The JSON pointer being decoded: a stack of reference tokens, borrowed from the tables and the
@@ -817,7 +818,8 @@ static bool tb_room(struct tbuf *b, size_t more)
     char *p = cs_wire_malloc(cap);
     if (!p)
         return false;
-    if (b->p && b->n) /* no buffer yet: nothing in it */
+    cs_mem_huge(p, cap); /* a big text's pages (base_mem.h) */
+    if (b->p && b->n)    /* no buffer yet: nothing in it */
         memcpy(p, b->p, b->n);
     cs_wire_release(b->p);
     b->p = p;
