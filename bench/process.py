@@ -16,8 +16,10 @@ yield_ms 30000; process_status polled if it is still running) against the same c
 into `cat >/dev/null` (`sh -c 'head -c 200M /dev/zero | cat >/dev/null'` through subprocess:
 what any reader of a pipe costs, the kernel copying every byte and waking the reader),
 interleaved, median of BIG_RUNS. Target (issue 20): within 1.2x. Context rows (not judged): the
-same command writing to /dev/null (no reader: the floor no pipe reader can reach) and with its
-stdout read by Python through a pipe.
+same command writing to /dev/null (no reader: the floor no pipe reader can reach), with its
+stdout read by Python through a pipe, and under a server keeping a 4 KiB ring (--output-ring
+4096): the judged row's answer carries the default 1 MiB ring as 13.6 MB of JSON, this one 4 KiB,
+so it is the drain without the answer (issue 33).
 
 The script exits 1 when a target is missed (it is never a CTest: timings on a shared 2-core
 machine are not a pass/fail unit test). desktop-commander is installed (pinned) from the npm
