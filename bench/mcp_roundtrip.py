@@ -141,12 +141,20 @@ class StdioPeer:
         tag = b'"id":%d' % rid
         while True:
             nl = self.buf.find(b"\n")
-            while nl < 0:
-                chunk = os.read(self.rfd, 1 << 16)
-                if not chunk:
-                    raise RuntimeError("server closed stdout")
-                self.buf += chunk
-                nl = self.buf.find(b"\n")
+            if nl < 0:
+                # A line over several reads is gathered in a list and joined once, each read
+                # searched alone: appending to one bytes object and searching it from the
+                # start after every read copied and scanned a 13.6 MB reply ~200 times over
+                # (0.3 s of this client's time in the drain row; issue 33).
+                parts = [self.buf]
+                while nl < 0:
+                    chunk = os.read(self.rfd, 1 << 16)
+                    if not chunk:
+                        raise RuntimeError("server closed stdout")
+                    parts.append(chunk)
+                    nl = chunk.find(b"\n")
+                nl += sum(len(p) for p in parts) - len(chunk)
+                self.buf = b"".join(parts)
             line, self.buf = self.buf[:nl], self.buf[nl + 1:]
             if tag in line:
                 return line

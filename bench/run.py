@@ -66,6 +66,67 @@ def markdown(groups):
     return "\n".join(out)
 
 
+def read_first(path):
+    """The first line of a small file, stripped, or None when it cannot be read."""
+    try:
+        with open(path) as f:
+            return f.readline().strip() or None
+    except OSError:
+        return None
+
+
+def machine_facts():
+    """What the table ran on, as (name, value) pairs: a ratio taken on one host can move on
+    another of the same kind (issue 33), so every table says which host it came from."""
+    cpu = None
+    flags = ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                k, _, v = line.partition(":")
+                if k.strip() == "model name" and cpu is None:
+                    cpu = v.strip()
+                elif k.strip() == "flags" and not flags:
+                    flags = v
+    except OSError:
+        pass
+    def detect(flag):
+        try:
+            p = subprocess.run(["systemd-detect-virt", flag], capture_output=True, text=True,
+                               timeout=5)
+            return p.stdout.strip() or None
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+    vm, container = detect("--vm"), detect("--container")
+    dmi = [read_first("/sys/class/dmi/id/" + n) for n in ("sys_vendor", "product_name")]
+    dmi = " ".join(x for x in dmi if x) or None
+    virt = "vm %s, container %s, cpu flag hypervisor %s" % (
+        vm or "?", container or "?", "yes" if " hypervisor" in flags else "no")
+    if dmi:
+        virt += ", dmi " + dmi
+    idle = read_first("/sys/devices/system/cpu/cpuidle/current_driver")
+    gov = read_first("/sys/devices/system/cpu/cpuidle/current_governor") or \
+        read_first("/sys/devices/system/cpu/cpuidle/current_governor_ro")
+    mem = None
+    try:
+        with open("/proc/meminfo") as f:
+            kb = int(f.readline().split()[1])
+            mem = "%.1f GiB" % (kb / 1048576.0)
+    except (OSError, ValueError, IndexError):
+        pass
+    load = os.getloadavg()
+    return [
+        ("kernel", "%s %s" % (platform.release(), platform.machine())),
+        ("cpu", cpu or "?"),
+        ("cpus", "%d online (nproc), %d in this process's affinity"
+         % (os.cpu_count() or 0, len(os.sched_getaffinity(0)))),
+        ("memory", mem or "?"),
+        ("virtualization", virt),
+        ("cpuidle", "driver %s, governor %s" % (idle or "?", gov or "?")),
+        ("load average at the start", "%.2f %.2f %.2f" % load),
+    ]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="shorter runs of every script")
@@ -85,6 +146,7 @@ def main():
         if n not in names:
             sys.exit("run: no script %r (one of %s)" % (n, ", ".join(names)))
     os.makedirs(os.path.dirname(os.path.abspath(a.log)), exist_ok=True)
+    facts = machine_facts()
     groups = []
     failed = missed = False
     started = time.time()
@@ -129,6 +191,9 @@ def main():
           % (datetime.datetime.utcnow().strftime("%Y-%m-%d %H:%M"), platform.node() or "?",
              os.cpu_count() or 0, load[0], load[1], load[2], time.time() - started,
              " (--quick)" if a.quick else ""))
+    print()
+    for k, v in facts:
+        print("- %s: %s" % (k, v))
     print()
     print(markdown(groups))
     print()

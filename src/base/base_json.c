@@ -10,7 +10,7 @@
  * copied as they are, so invalid input gives invalid output, never an overrun.
  * Also here: cs_json_clamp_numbers, for a message jansson refuses only because a number in it is
  * out of its range (a request must still be answered under its id; see mcp_server.c).
- * Entry points: cs_json_quote, cs_json_escape, cs_json_clamp_numbers.
+ * Entry points: cs_json_quote, cs_json_escape, cs_json_escaped_len, cs_json_clamp_numbers.
  */
 #include "base_json.h"
 
@@ -78,6 +78,29 @@ size_t cs_json_escape(const char *s, size_t n, char *out)
     memcpy(o, s + run, n - run);
     o += n - run;
     return (size_t)(o - out);
+}
+
+size_t cs_json_escaped_len(const char *s, size_t n)
+{
+    const unsigned char *u = (const unsigned char *)s;
+    size_t len = n;
+    for (size_t i = 0; i < n;) {
+        size_t end = n - i >= 8 ? i + 8 : n;
+        if (end - i == 8) {
+            uint64_t v;
+            memcpy(&v, u + i, sizeof v);
+            if (!word_needs_escape(v)) {
+                i = end;
+                continue;
+            }
+        }
+        for (; i < end; i++) {
+            char e = esc[u[i]];
+            if (e != 0)
+                len += e == 'u' ? 5 : 1;
+        }
+    }
+    return len;
 }
 
 size_t cs_json_quote(const char *s, size_t n, char *out)

@@ -23,6 +23,10 @@ size_t cs_json_quote(const char *s, size_t n, char *out);
  * escapes are per byte, so a string may be escaped in pieces split anywhere. */
 size_t cs_json_escape(const char *s, size_t n, char *out);
 
+/* How many bytes cs_json_escape writes for the n bytes at s (one read of them, no writes): a
+ * writer reserves exactly that much at once instead of growing its buffer on the way. */
+size_t cs_json_escaped_len(const char *s, size_t n);
+
 /*
  * A copy of the JSON text s (n bytes) in which every number jansson cannot hold is clamped: an
  * integer beyond int64 becomes INT64_MAX or INT64_MIN, a real beyond double becomes +/-DBL_MAX

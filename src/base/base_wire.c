@@ -17,6 +17,7 @@
 
 #include "base_diag.h"
 #include "base_json.h"
+#include "base_mem.h"
 
 /*
  * The JSON pointer being decoded: a stack of reference tokens, borrowed from the tables and the
@@ -817,7 +818,8 @@ static bool tb_room(struct tbuf *b, size_t more)
     char *p = cs_wire_malloc(cap);
     if (!p)
         return false;
-    if (b->p && b->n) /* no buffer yet: nothing in it */
+    cs_mem_huge(p, cap); /* a big text's pages (base_mem.h) */
+    if (b->p && b->n)    /* no buffer yet: nothing in it */
         memcpy(p, b->p, b->n);
     cs_wire_release(b->p);
     b->p = p;
@@ -853,24 +855,22 @@ static enum cs_wire_status put_c(struct ctx *c, char ch)
     return put(c, &ch, 1);
 }
 
-/* A string literal, byte for byte what json_dumps writes for it (cs_json_quote), escaped in
- * pieces so the buffer never needs six times the whole string at once. */
+/* A string literal, byte for byte what json_dumps writes for it (cs_json_quote). A small string
+ * gets room for its worst case (six bytes a byte); a big one is counted first and gets its exact
+ * room at once (cs_json_escaped_len: one read, cheap next to the copies), so the buffer neither
+ * needs six times the string nor is copied at every doubling on the way. Growing from a guess to a
+ * megabyte of control bytes (a process's output of NULs escapes to six megabytes) copied and
+ * first-touched about twice the final size (issue 33: page faults are dear in some VMs). */
 static enum cs_wire_status put_quoted(struct ctx *c, const char *s, size_t n)
 {
-    enum { PIECE = 65536 };
+    enum { SMALL = 65536 };
     if (put_c(c, '"') != CS_WIRE_OK)
         return CS_WIRE_NOMEM;
-    /* A big string's room at once (an eighth for escapes, as text mostly needs), so the buffer
-     * is not copied at every doubling on the way. */
-    if (n > PIECE && !tb_room(c->tb, n + n / 8 + 6 * (size_t)PIECE))
+    size_t room = n > SMALL ? cs_json_escaped_len(s, n) : 6 * n;
+    if (!tb_room(c->tb, room + 1)) /* + 1: the closing quote */
         return oom(c);
-    for (size_t at = 0; at < n;) {
-        size_t k = n - at < PIECE ? n - at : PIECE;
-        if (!tb_room(c->tb, 6 * k))
-            return oom(c);
-        c->tb->n += cs_json_escape(s + at, k, c->tb->p + c->tb->n);
-        at += k;
-    }
+    if (n > 0)
+        c->tb->n += cs_json_escape(s, n, c->tb->p + c->tb->n);
     return put_c(c, '"');
 }
 

@@ -830,10 +830,24 @@ static const char result_mid[] = "}],\"isError\":false,\"structuredContent\":";
 /* The most put_result_text writes for n bytes of structuredContent. */
 #define RESULT_TEXT_MAX(n)                                                                         \
     (sizeof result_head - 1 + CS_JSON_QUOTE_MAX(n) + sizeof result_mid - 1 + (n))
+/* Past this much structuredContent the room for put_result_text is counted, not assumed. */
+#define RESULT_COUNT_FROM ((size_t)65536)
+
+/* Room for put_result_text of s (n bytes): the worst case for a small text; for a big one the
+ * exact size (one read of s), since the worst case of a 6 MB text (an exec answer holding a 1 MiB
+ * ring of NULs) is 42 MB: past glibc's largest mmap threshold, so every such answer got fresh
+ * pages from the kernel and first-touched 3,300 of them (~18 µs each in a PVM guest, issue 33),
+ * where a buffer of the size used is served again from the heap. */
+static size_t result_text_room(const char *s, size_t n)
+{
+    if (n < RESULT_COUNT_FROM)
+        return RESULT_TEXT_MAX(n);
+    return sizeof result_head - 1 + cs_json_escaped_len(s, n) + 2 + sizeof result_mid - 1 + n;
+}
 
 /* Writes the CallToolResult text of a success whose structuredContent is s (n bytes of JSON text)
  * at out, all but its closing brace (the caller's: a 2026-07-28 reply adds members there); s is
- * quoted straight into place. Returns the bytes written, at most RESULT_TEXT_MAX(n). */
+ * quoted straight into place. Returns the bytes written, at most result_text_room(s, n). */
 static size_t put_result_text(char *out, const char *s, size_t n)
 {
     size_t at = sizeof result_head - 1;
@@ -863,7 +877,7 @@ static int ok_result(json_t *structured, char *s, const struct cs_mcp *srv, json
     if (!s)
         return -1;
     size_t n = strlen(s);
-    char *t = malloc(RESULT_TEXT_MAX(n) + 2);
+    char *t = cs_big_alloc(result_text_room(s, n) + 2);
     json_t *r = t ? call_result(s, n, structured, false, srv) : NULL;
     if (!t || !r) {
         cs_wire_release(s);
@@ -916,7 +930,7 @@ static int frame_fill(struct cs_mcp_frame *f, const struct cs_mcp_call *call)
 static char *reply_open(const struct cs_mcp_frame *f, size_t body, size_t *at)
 {
     static const char pre[] = "{\"jsonrpc\":\"2.0\",\"id\":", res[] = ",\"result\":";
-    char *text = malloc(sizeof pre + f->idn + sizeof res + body + strlen(f->tail) + 2);
+    char *text = cs_big_alloc(sizeof pre + f->idn + sizeof res + body + strlen(f->tail) + 2);
     if (text) {
         memcpy(text, pre, sizeof pre - 1);
         memcpy(text + sizeof pre - 1, f->idt, f->idn);
@@ -968,7 +982,7 @@ static char *ok_reply(const struct cs_mcp_frame *f, const void *output, size_t *
     *st = cs_wire_encode_text_brief(f->output, output, &s, &n, diag);
     if (*st != CS_WIRE_OK)
         return NULL;
-    reply = reply_open(f, RESULT_TEXT_MAX(n), &at);
+    reply = reply_open(f, result_text_room(s, n), &at);
     if (reply)
         *len = reply_close(f, reply, at + put_result_text(reply + at, s, n));
     else

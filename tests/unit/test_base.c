@@ -1018,6 +1018,7 @@ static void check_quote(const char *s, size_t n)
     char *out = malloc(CS_JSON_QUOTE_MAX(n));
     assert_non_null(out);
     size_t q = cs_json_quote(s, n, out);
+    assert_int_equal(cs_json_escaped_len(s, n) + 2, q); /* the count matches the writer */
     json_t *j = json_stringn(s, n);
     assert_non_null(j);
     char *want = json_dumps(j, JSON_ENCODE_ANY | JSON_COMPACT);
@@ -1065,6 +1066,53 @@ static void test_json_quote_matches_jansson(void **state)
         }
         check_quote(buf, n);
     }
+}
+
+/* The text writer's strings over 64 KiB (counted first, then escaped in one go: issue 33) are
+ * what json_dumps writes: a megabyte of NULs (a process's output, six bytes each once escaped),
+ * a big plain text, and a mix with every escape class beside multibyte UTF-8, inside an object
+ * as the exec answer holds it. */
+static void check_big_text(const char *s, size_t n)
+{
+    json_t *o = json_pack("{s:s%,s:i}", "output", s, n, "cursor", 7);
+    assert_non_null(o);
+    char *want = json_dumps(o, JSON_COMPACT);
+    assert_non_null(want);
+    size_t got_n = 0;
+    char *got = cs_wire_json_text(o, &got_n);
+    assert_non_null(got);
+    assert_int_equal(got_n, strlen(want));
+    assert_memory_equal(got, want, got_n);
+    cs_wire_release(got);
+    free(want);
+    json_decref(o);
+}
+
+static void test_json_text_big_strings(void **state)
+{
+    (void)state;
+    size_t n = 1024 * 1024;
+    char *s = calloc(n, 1); /* NULs */
+    assert_non_null(s);
+    check_big_text(s, n);
+    memset(s, 'x', n);
+    check_big_text(s, n);
+    check_big_text(s, 65537); /* just over the size that is counted first */
+    static const char *const atoms[] = {
+        "ab",         "\"",   "\\",       "\n",           "\x01",
+        "\x1f",       "\x00", "\xc3\xa9", "\xe2\x82\xac", "\xf0\x9f\x98\x80",
+        "plain text "};
+    uint32_t x = 7;
+    size_t at = 0;
+    while (at + 16 < n) {
+        x = x * 1103515245u + 12345u;
+        const char *a = atoms[(x >> 16) % (sizeof atoms / sizeof atoms[0])];
+        size_t k = strcmp(a, "\x00") == 0 ? 1 : strlen(a);
+        memcpy(s + at, a, k);
+        at += k;
+    }
+    check_big_text(s, at);
+    free(s);
 }
 
 /* cs_json_clamp_numbers: only numbers jansson cannot hold change, and never inside strings. */
@@ -1624,6 +1672,7 @@ int main(void)
         cmocka_unit_test(test_loop),
         cmocka_unit_test(test_log_levels_and_redaction),
         cmocka_unit_test(test_json_quote_matches_jansson),
+        cmocka_unit_test(test_json_text_big_strings),
         cmocka_unit_test(test_json_text_matches_jansson),
         cmocka_unit_test(test_json_budget_shapes),
         cmocka_unit_test(test_json_budget_string_ends),
