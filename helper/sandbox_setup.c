@@ -305,13 +305,15 @@ static void mask_secrets(void)
 /*
  * The sandbox half of the deny rules (docs/contract/tools.md §5): every path in the plan's
  * deny_mask (resolved by the runner with the rules when the command starts) is covered by the empty
- * read-only file or directory, inside the workspace attached at dst. Each path is reached by a
- * no-follow walk from the attached workspace (O_PATH, O_NOFOLLOW per component, never the string
- * resolved again), and the mask is bound onto that very descriptor through /proc/self/fd, so a
- * symlink cannot redirect it. The mask sources are read-only mounts of their own, and a bind
- * keeps its source's flags, so each mask is read-only from the start; every mask is read back
- * (the path now opens to the mask, on a read-only mount). A path that has gone since the runner
- * resolved it needs no mask; anything else unexpected stops the setup (fail closed).
+ * read-only file or directory, inside the workspace attached at dst. Each path is reached from the
+ * attached workspace without following any link: one openat2 (O_PATH | O_NOFOLLOW,
+ * RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS), or for a path longer than PATH_MAX a walk opening each
+ * component O_PATH | O_NOFOLLOW; never the string resolved again. The mask is bound onto that very
+ * descriptor through /proc/self/fd, so a symlink cannot redirect it. The mask sources are read-only
+ * mounts of their own, and a bind keeps its source's flags, so each mask is read-only from the
+ * start; every mask is read back (the path now opens to the mask, on a read-only mount). A path
+ * that has gone since the runner resolved it needs no mask; anything else unexpected stops the
+ * setup (fail closed).
  *
  * A denied symlink (docs/contract/tools.md §5) is in deny_mask itself, and its target under the
  * target's own path besides: the empty file is bound onto the link, which makes the link's name a
@@ -374,6 +376,25 @@ static int mask_parent(int dirfd, const char *rel, const char **last, char **pre
     return fd;
 }
 
+/* rel beneath the attached workspace wfd in one openat2 (O_PATH, O_NOFOLLOW: a leaf link is
+ * returned itself; RESOLVE_NO_SYMLINKS: no link on the way; RESOLVE_BENEATH: never out of it),
+ * the same descriptor the component walk reaches, in one system call instead of two per
+ * component. Returns the fd, or -1 with errno (ENAMETOOLONG: longer than one call takes; the
+ * caller then walks). */
+static int mask_beneath(int wfd, const char *rel)
+{
+    struct open_how how = {.flags = O_PATH | O_NOFOLLOW | O_CLOEXEC,
+                           .resolve =
+                               RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS};
+    int fd = -1;
+    for (int i = 0; i < 8; i++) { /* EAGAIN: a rename raced the lookup */
+        fd = (int)syscall(SYS_openat2, wfd, rel, &how, sizeof how);
+        if (fd >= 0 || errno != EAGAIN)
+            break;
+    }
+    return fd;
+}
+
 /* The plan's masks as C strings: deny_mask's as they are, deny_mask_hex's decoded (checked by
  * cs_sbx_plan_parse). *n their number; the decoded ones are malloc'd in *owned. */
 static const char **mask_paths(const struct csw_sandbox_plan *plan, size_t *n, char ***owned)
@@ -413,13 +434,21 @@ static void mask_workspace(const char *dst, const struct csw_sandbox_plan *plan)
     char *prev = NULL;
     int prev_fd = -1;
     for (size_t i = 0; i < n_masks; i++) {
-        const char *rel = rels[i], *last;
-        int pfd = mask_parent(wfd, rel, &last, &prev, &prev_fd);
-        int fd = pfd < 0 ? -1 : openat(pfd, last, O_PATH | O_NOFOLLOW | O_CLOEXEC);
-        if (fd < 0 && pfd >= 0 && errno != ENOENT)
+        const char *rel = rels[i], *last = NULL;
+        int pfd = -1; /* the parent, when the path is walked (too long for one openat2) */
+        int fd = mask_beneath(wfd, rel);
+        if (fd < 0 && errno == ENAMETOOLONG) {
+            pfd = mask_parent(wfd, rel, &last, &prev, &prev_fd);
+            fd = pfd < 0 ? -1 : openat(pfd, last, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+            if (fd < 0 && pfd < 0)
+                errno = ENOENT;
+        }
+        /* A link or a file on the way (ELOOP, ENOTDIR), anything but a path that has gone since
+         * the runner resolved it (nothing to hide then), stops the setup. */
+        if (fd < 0 && errno != ENOENT)
             cs_sbx_diex("deny mask %s: %s", rel, strerror(errno));
         if (fd < 0)
-            continue; /* gone since the runner resolved it: nothing to hide */
+            continue;
         struct stat st;
         if (fstat(fd, &st) < 0)
             cs_sbx_die("fstat deny mask");
@@ -433,7 +462,7 @@ static void mask_workspace(const char *dst, const struct csw_sandbox_plan *plan)
         xmount(dir ? "/mask-dir" : "/mask-file", target, NULL, MS_BIND, NULL);
         close(fd);
         /* read back: the name now reaches the mask, and the mask is read-only */
-        fd = openat(pfd, last, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+        fd = pfd >= 0 ? openat(pfd, last, O_PATH | O_NOFOLLOW | O_CLOEXEC) : mask_beneath(wfd, rel);
         struct statvfs sv;
         const struct stat *want = dir ? &md : &mf;
         if (fd < 0 || fstat(fd, &st) < 0 || fstatvfs(fd, &sv) < 0 || st.st_dev != want->st_dev ||
