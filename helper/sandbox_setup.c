@@ -266,6 +266,32 @@ static void bind_workspace(const char *path, const char *dst, bool rw, const str
     remount_tree_with(dst, MS_NOSUID | MS_NODEV | (rw ? 0 : MS_RDONLY));
 }
 
+/* The masks' sources once the base is the root: an empty file and directory on a tmpfs of their
+ * own whose superblock is read-only (setup_masks), so that every bind of them is read-only
+ * whatever its mount's flags. */
+#define MASK_FILE "/masks/file"
+#define MASK_DIR  "/masks/dir"
+
+/* Makes the masks' sources in the base (the current directory) and reads back that their
+ * superblock, not only their mount, is read-only: a bind of it made read-write at the mount
+ * level must still report ST_RDONLY (statvfs reports the mount's flags and the superblock's). */
+static void setup_masks(void)
+{
+    xmkdir("masks", 0755);
+    xmount("tmpfs", "masks", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755");
+    xcreate("masks/file", 0444);
+    xmkdir("masks/dir", 0555);
+    xmount(NULL, "masks", NULL, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, "mode=0755");
+    xmkdir("masks-probe", 0755);
+    xmount("masks", "masks-probe", NULL, MS_BIND, NULL);
+    xmount(NULL, "masks-probe", NULL, MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NODEV, NULL);
+    struct statvfs sv;
+    if (statvfs("masks-probe", &sv) < 0 || !(sv.f_flag & ST_RDONLY))
+        cs_sbx_diex("the masks' file system did not become read-only");
+    if (umount2("masks-probe", 0) < 0)
+        cs_sbx_die("umount masks-probe");
+}
+
 /* Masks /newroot/etc/<rel> with an empty file or directory, if it exists. */
 static void mask(const char *rel)
 {
@@ -276,7 +302,7 @@ static void mask(const char *rel)
         return;
     if (S_ISLNK(st.st_mode) && stat(dst, &st) < 0)
         return;
-    xmount(S_ISDIR(st.st_mode) ? "/mask-dir" : "/mask-file", dst, NULL, MS_BIND, NULL);
+    xmount(S_ISDIR(st.st_mode) ? MASK_DIR : MASK_FILE, dst, NULL, MS_BIND, NULL);
 }
 
 static void mask_secrets(void)
@@ -305,13 +331,16 @@ static void mask_secrets(void)
 /*
  * The sandbox half of the deny rules (docs/contract/tools.md §5): every path in the plan's
  * deny_mask (resolved by the runner with the rules when the command starts) is covered by the empty
- * read-only file or directory, inside the workspace attached at dst. Each path is reached by a
- * no-follow walk from the attached workspace (O_PATH, O_NOFOLLOW per component, never the string
- * resolved again), and the mask is bound onto that very descriptor through /proc/self/fd, so a
- * symlink cannot redirect it. The mask sources are read-only mounts of their own, and a bind
- * keeps its source's flags, so each mask is read-only from the start; every mask is read back
- * (the path now opens to the mask, on a read-only mount). A path that has gone since the runner
- * resolved it needs no mask; anything else unexpected stops the setup (fail closed).
+ * read-only file or directory, inside the workspace attached at dst. Each path is reached from the
+ * attached workspace without following any link: one openat2 (O_PATH | O_NOFOLLOW,
+ * RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS), or for a path longer than PATH_MAX a walk opening each
+ * component O_PATH | O_NOFOLLOW; never the string resolved again. The mask is bound onto that very
+ * descriptor through /proc/self/fd, so a symlink cannot redirect it. The mask sources live on a
+ * tmpfs whose superblock is read-only (setup_masks, read back there), so each mask is read-only
+ * from the start, whatever its mount's flags; every mask is read back (the path now opens to the
+ * mask's device and inode, which only that read-only file system has). A path
+ * that has gone since the runner resolved it needs no mask; anything else unexpected stops the
+ * setup (fail closed).
  *
  * A denied symlink (docs/contract/tools.md §5) is in deny_mask itself, and its target under the
  * target's own path besides: the empty file is bound onto the link, which makes the link's name a
@@ -374,6 +403,25 @@ static int mask_parent(int dirfd, const char *rel, const char **last, char **pre
     return fd;
 }
 
+/* rel beneath the attached workspace wfd in one openat2 (O_PATH, O_NOFOLLOW: a leaf link is
+ * returned itself; RESOLVE_NO_SYMLINKS: no link on the way; RESOLVE_BENEATH: never out of it),
+ * the same descriptor the component walk reaches, in one system call instead of two per
+ * component. Returns the fd, or -1 with errno (ENAMETOOLONG: longer than one call takes; the
+ * caller then walks). */
+static int mask_beneath(int wfd, const char *rel)
+{
+    struct open_how how = {.flags = O_PATH | O_NOFOLLOW | O_CLOEXEC,
+                           .resolve =
+                               RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS};
+    int fd = -1;
+    for (int i = 0; i < 8; i++) { /* EAGAIN: a rename raced the lookup */
+        fd = (int)syscall(SYS_openat2, wfd, rel, &how, sizeof how);
+        if (fd >= 0 || errno != EAGAIN)
+            break;
+    }
+    return fd;
+}
+
 /* The plan's masks as C strings: deny_mask's as they are, deny_mask_hex's decoded (checked by
  * cs_sbx_plan_parse). *n their number; the decoded ones are malloc'd in *owned. */
 static const char **mask_paths(const struct csw_sandbox_plan *plan, size_t *n, char ***owned)
@@ -405,7 +453,7 @@ static void mask_workspace(const char *dst, const struct csw_sandbox_plan *plan)
     if (n_masks == 0)
         goto out;
     struct stat mf, md;
-    if (stat("/mask-file", &mf) < 0 || stat("/mask-dir", &md) < 0)
+    if (stat(MASK_FILE, &mf) < 0 || stat(MASK_DIR, &md) < 0)
         cs_sbx_die("stat mask sources");
     int wfd = open(dst, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (wfd < 0)
@@ -413,13 +461,21 @@ static void mask_workspace(const char *dst, const struct csw_sandbox_plan *plan)
     char *prev = NULL;
     int prev_fd = -1;
     for (size_t i = 0; i < n_masks; i++) {
-        const char *rel = rels[i], *last;
-        int pfd = mask_parent(wfd, rel, &last, &prev, &prev_fd);
-        int fd = pfd < 0 ? -1 : openat(pfd, last, O_PATH | O_NOFOLLOW | O_CLOEXEC);
-        if (fd < 0 && pfd >= 0 && errno != ENOENT)
+        const char *rel = rels[i], *last = NULL;
+        int pfd = -1; /* the parent, when the path is walked (too long for one openat2) */
+        int fd = mask_beneath(wfd, rel);
+        if (fd < 0 && errno == ENAMETOOLONG) {
+            pfd = mask_parent(wfd, rel, &last, &prev, &prev_fd);
+            fd = pfd < 0 ? -1 : openat(pfd, last, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+            if (fd < 0 && pfd < 0)
+                errno = ENOENT;
+        }
+        /* A link or a file on the way (ELOOP, ENOTDIR), anything but a path that has gone since
+         * the runner resolved it (nothing to hide then), stops the setup. */
+        if (fd < 0 && errno != ENOENT)
             cs_sbx_diex("deny mask %s: %s", rel, strerror(errno));
         if (fd < 0)
-            continue; /* gone since the runner resolved it: nothing to hide */
+            continue;
         struct stat st;
         if (fstat(fd, &st) < 0)
             cs_sbx_die("fstat deny mask");
@@ -430,14 +486,14 @@ static void mask_workspace(const char *dst, const struct csw_sandbox_plan *plan)
         bool dir = S_ISDIR(st.st_mode);
         char target[64];
         snprintf(target, sizeof target, "/oldroot/proc/self/fd/%d", fd);
-        xmount(dir ? "/mask-dir" : "/mask-file", target, NULL, MS_BIND, NULL);
+        xmount(dir ? MASK_DIR : MASK_FILE, target, NULL, MS_BIND, NULL);
         close(fd);
-        /* read back: the name now reaches the mask, and the mask is read-only */
-        fd = openat(pfd, last, O_PATH | O_NOFOLLOW | O_CLOEXEC);
-        struct statvfs sv;
+        /* read back: the name now reaches the mask, and the mask is read-only. Its (device,
+         * inode) says both: the device is the masks' tmpfs, whose superblock setup_masks read
+         * back read-only, so no mount of it can be written (one fstat, no fstatvfs). */
+        fd = pfd >= 0 ? openat(pfd, last, O_PATH | O_NOFOLLOW | O_CLOEXEC) : mask_beneath(wfd, rel);
         const struct stat *want = dir ? &md : &mf;
-        if (fd < 0 || fstat(fd, &st) < 0 || fstatvfs(fd, &sv) < 0 || st.st_dev != want->st_dev ||
-            st.st_ino != want->st_ino || !(sv.f_flag & ST_RDONLY))
+        if (fd < 0 || fstat(fd, &st) < 0 || st.st_dev != want->st_dev || st.st_ino != want->st_ino)
             cs_sbx_diex("deny mask %s did not hold", rel);
         close(fd);
     }
@@ -525,13 +581,7 @@ void cs_sbx_setup_filesystem(const struct csw_sandbox_plan *plan, const struct c
         cs_sbx_die("chdir base");
     xmkdir("newroot", 0755);
     xmkdir("oldroot", 0755);
-    xcreate("mask-file", 0444);
-    xmkdir("mask-dir", 0555);
-    /* Read-only mounts of their own: every bind of them (the deny masks) is read-only too. */
-    xmount("mask-file", "mask-file", NULL, MS_BIND, NULL);
-    remount_with("mask-file", MS_RDONLY | MS_NOSUID | MS_NODEV);
-    xmount("mask-dir", "mask-dir", NULL, MS_BIND, NULL);
-    remount_with("mask-dir", MS_RDONLY | MS_NOSUID | MS_NODEV);
+    setup_masks();
     xmount("tmpfs", "newroot", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755");
     if (syscall(SYS_pivot_root, ".", "oldroot") < 0)
         cs_sbx_die("pivot_root (base)");

@@ -360,6 +360,12 @@ bool cs__fs_ids_known(struct cs__fs_ids *m, int fd, const char *name, const stru
  * tags (the scan's unchanged listing: the directory still holds that inode). */
 void cs__fs_ids_remember(struct cs__fs_ids *m, int fd, const char *name, const struct stat *st,
                          bool verify);
+/* Many (device, inode) questions under one lock (the scan's unchanged listing: one lock per
+ * directory instead of one per file): between cs__fs_ids_hold and cs__fs_ids_release only
+ * cs__fs_ids_has_held may be called. A hit still goes through cs__fs_ids_known (the tags). */
+void cs__fs_ids_hold(struct cs__fs_ids *m);
+void cs__fs_ids_release(struct cs__fs_ids *m);
+bool cs__fs_ids_has_held(const struct cs__fs_ids *m, uint64_t dev, uint64_t ino);
 int cs__fs_ids_load(struct cs__fs_ids *m, const struct cs_fs_ident *v, size_t n);
 int cs__fs_ids_take(struct cs__fs_ids *m, struct cs_fs_deny_changes *out);
 void cs__fs_ids_resync(struct cs__fs_ids *m);
@@ -384,6 +390,14 @@ int cs__fs_deny_link_resolve(int rootfd, const char *rel, size_t len, struct cs_
 bool cs__fs_keeps_inodes(int fd);
 int cs__fs_deny_under(struct cs_fs_deny *d, int rootfd, const struct cs_fs_path *p,
                       struct cs_diag *diag);
+
+/* The directory rel (normalised, NUL-terminated, at most CS_FS_PATH_MAX bytes, not "") beneath
+ * rootfd by one openat2 (RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS,
+ * O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC): the deny scan's open, one system call where
+ * cs_fs_open_beneath takes two (it must classify a special file before opening it). Returns the
+ * fd, or -1 with errno: ENOSYS when openat2 is missing or the fallback is forced (the caller then
+ * walks the components itself). */
+int cs__fs_open_dir_beneath(int rootfd, const char *rel);
 
 /* ---- test hooks (internal) ---- */
 

@@ -274,6 +274,21 @@ static int put(struct cs__fs_ids *m, const struct cs_fs_ident *id)
 
 /* ---- entry points ---- */
 
+void cs__fs_ids_hold(struct cs__fs_ids *m)
+{
+    pthread_mutex_lock(&m->mu);
+}
+
+void cs__fs_ids_release(struct cs__fs_ids *m)
+{
+    pthread_mutex_unlock(&m->mu);
+}
+
+bool cs__fs_ids_has_held(const struct cs__fs_ids *m, uint64_t dev, uint64_t ino)
+{
+    return ino != 0 && find(m, dev, ino) != NULL;
+}
+
 bool cs__fs_ids_known(struct cs__fs_ids *m, int fd, const char *name, const struct stat *st)
 {
     if (m == NULL || st->st_ino == 0)

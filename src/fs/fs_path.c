@@ -399,6 +399,20 @@ static int openat2_retry(int rootfd, const char *rel, int flags)
     return fd;
 }
 
+int cs__fs_open_dir_beneath(int rootfd, const char *rel)
+{
+    if (atomic_load(&use_fallback)) {
+        errno = ENOSYS;
+        return -1;
+    }
+    /* O_DIRECTORY refuses anything but a directory before any open happens (a fifo cannot block
+     * it), and O_NOFOLLOW a leaf link: no O_PATH probe first, as cs_fs_open_beneath needs. */
+    int fd = openat2_retry(rootfd, rel, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0 && errno == ENOSYS)
+        atomic_store(&use_fallback, true);
+    return fd;
+}
+
 /* The error for a failed openat2: the walk names the offending component when it sees the same
  * thing; if the tree changed in between, the errno alone decides. */
 static int openat2_error(int e, int rootfd, const struct cs_fs_path *p, enum cs_fs_want want,

@@ -686,6 +686,85 @@ static void test_deny_scan_cache(void **state)
     assert_int_equal(system(cmd), 0);
 }
 
+/*
+ * The scan's cheap path for an unchanged directory (issue 29, the spawn's cost): a leaf's listing
+ * is taken on its lstat through its parent's descriptor, without opening it. What it must still
+ * see: a leaf changed while its parent is not (the parent, which has subdirectories, is opened
+ * and lstats them afresh), and a leaf replaced by another directory of the same name (a new
+ * inode: its old listing must not be used). Each answer is checked against a full read, with
+ * openat2 and with the component walk that replaces it on a kernel without it.
+ */
+static void test_deny_scan_leaf_unopened(void **state)
+{
+    (void)state;
+    char root[] = "/tmp/cs-fs-deny-leaf-XXXXXX";
+    assert_non_null(mkdtemp(root));
+    char p[512], q[512];
+    static const char *const dirs[] = {"d", "d/leaf1", "d/leaf2"};
+    for (size_t i = 0; i < 3; i++) {
+        snprintf(p, sizeof p, "%s/%s", root, dirs[i]);
+        assert_int_equal(mkdir(p, 0755), 0);
+    }
+    static const char *const files[] = {"d/leaf1/a.txt", "d/leaf2/b.txt"};
+    for (size_t i = 0; i < 2; i++) {
+        snprintf(p, sizeof p, "%s/%s", root, files[i]);
+        FILE *f = fopen(p, "w");
+        assert_non_null(f);
+        fclose(f);
+    }
+    struct cs_str rules[] = {{".env", 4}};
+    for (int fb = 0; fb <= 1; fb++) {
+        cs__fs_force_fallback(fb != 0);
+        struct cs_fs_deny *d = cs_fs_deny_new(rules, 1), *d2 = cs_fs_deny_new(rules, 1);
+        assert_non_null(d);
+        assert_non_null(d2);
+        int rootfd = -1;
+        assert_int_equal(cs_fs_root_open(root, &rootfd, NULL), 0);
+        cs__fs_deny_cache_window(50);
+        usleep(120 * 1000);
+        char got[512], want[512];
+        scan_masks(d, rootfd, got, sizeof got);
+        scan_masks(d, rootfd, got, sizeof got);
+        /* root, d, leaf1, leaf2 (and moved, the second time round) */
+        assert_int_equal(cs__fs_deny_cache_hits(d), fb ? 5 : 4);
+        assert_string_equal(got, fb ? "d/moved/.env" : "");
+        if (!fb) {
+            /* A leaf changes, its parent does not. */
+            snprintf(p, sizeof p, "%s/d/leaf1/.env", root);
+            FILE *f = fopen(p, "w");
+            assert_non_null(f);
+            fclose(f);
+            usleep(120 * 1000);
+            scan_masks(d, rootfd, got, sizeof got);
+            assert_string_equal(got, "d/leaf1/.env");
+            assert_int_equal(cs__fs_deny_cache_hits(d), 3); /* leaf1 read again */
+            /* The leaf replaced by a new, empty directory of the same name. */
+            snprintf(p, sizeof p, "%s/d/leaf1", root);
+            snprintf(q, sizeof q, "%s/d/moved", root);
+            assert_int_equal(rename(p, q), 0);
+            assert_int_equal(mkdir(p, 0755), 0);
+            usleep(120 * 1000);
+            scan_masks(d, rootfd, got, sizeof got);
+            assert_string_equal(got, "d/moved/.env");
+        }
+        scan_masks(d, rootfd, got, sizeof got); /* all from the cache now */
+        assert_int_equal(cs__fs_deny_cache_hits(d), 5);
+        cs__fs_deny_cache_window(LONG_MAX / 2); /* nothing cached: a full read */
+        scan_masks(d2, rootfd, want, sizeof want);
+        assert_int_equal(cs__fs_deny_cache_hits(d2), 0);
+        assert_string_equal(got, want);
+        assert_string_equal(got, "d/moved/.env");
+        close(rootfd);
+        cs_fs_deny_free(d);
+        cs_fs_deny_free(d2);
+    }
+    cs__fs_force_fallback(false);
+    cs__fs_deny_cache_window(2000);
+    char cmd[600];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
+    assert_int_equal(system(cmd), 0);
+}
+
 static void test_deny_read_find(void **state)
 {
     (void)state;
@@ -1819,6 +1898,7 @@ int main(void)
         cmocka_unit_test(test_deny_table),
         cmocka_unit_test(test_deny_leaf_equals_path),
         cmocka_unit_test(test_deny_scan_cache),
+        cmocka_unit_test(test_deny_scan_leaf_unopened),
         cmocka_unit_test(test_deny_quote),
         cmocka_unit_test(test_deny_scan_deep),
         cmocka_unit_test(test_deny_scan_unreadable),
