@@ -498,15 +498,30 @@ void cs__patch_journal_close(struct cs__patch_journal *j)
 
 /* ---- reading ---- */
 
+/*
+ * What parse read holds views into the journal text, which its caller keeps for as long as the
+ * struct rjournal lives (recover_one holds it for the whole recovery): no path is copied, so
+ * recovery's memory is the text plus one struct ritem per item, and an item is at least
+ * MIN_ITEM bytes of text. A struct cs_fs_path (4 KiB) is built on the stack where one is needed.
+ */
+struct rpath {
+    const char *s; /* not NUL-terminated */
+    size_t len;
+};
+
 struct ritem {
     char kind, stash;
+    unsigned char n_dirs;
     mode_t mode;
     uintmax_t dev, ino;
-    char tmp[CS__PATCH_TMP_SIZE];
-    struct cs_fs_path path, from;
-    struct cs_fs_path *dirs;
-    size_t n_dirs;
+    const char *tmp; /* the 30 bytes of the temporary name (not NUL-terminated) */
+    struct rpath path, from;
+    const char *dirs; /* the first of n_dirs "<len> <bytes>\n" fields, checked by parse */
 };
+
+_Static_assert(MAX_DIRS <= 255, "n_dirs is an unsigned char");
+/* Recovery holds the text (n bytes) and at most n / MIN_ITEM + 1 items: under 3n + a constant. */
+_Static_assert(sizeof(struct ritem) <= 2 * MIN_ITEM, "an item costs at most twice its text");
 
 struct rjournal {
     char op[48];
@@ -516,9 +531,37 @@ struct rjournal {
 
 static void rjournal_free(struct rjournal *r)
 {
-    for (size_t i = 0; i < r->n; i++)
-        free(r->items[i].dirs);
     free(r->items);
+}
+
+/* it's created directories (as parse checked them), shallowest first. */
+static size_t item_dirs(const struct ritem *it, struct rpath out[MAX_DIRS])
+{
+    const char *p = it->dirs;
+    for (size_t k = 0; k < it->n_dirs; k++) {
+        size_t n = 0;
+        while (*p != ' ')
+            n = n * 10 + (size_t)(*p++ - '0');
+        out[k] = (struct rpath){p + 1, n};
+        p += 2 + n;
+    }
+    return it->n_dirs;
+}
+
+/* it's temporary file name, NUL-terminated. */
+static void tmp_name(const struct ritem *it, char out[CS__PATCH_TMP_SIZE])
+{
+    memcpy(out, it->tmp, 30);
+    out[30] = '\0';
+}
+
+/* p as a NUL-terminated struct cs_fs_path. */
+static void rpath_get(const struct rpath *p, struct cs_fs_path *out)
+{
+    memcpy(out->rel, p->s, p->len);
+    out->rel[p->len] = '\0';
+    out->len = p->len;
+    out->dir_only = false;
 }
 
 struct cursor {
@@ -540,7 +583,7 @@ static int line(struct cursor *c, const char **s, size_t *n)
 /* "<len> <bytes>\n" into a path. The bytes must be a normalised relative path exactly as
  * cs_fs_path_normalize writes it (or empty): the deny rules are matched on these bytes, so "a//b",
  * "./a" or "a/" (which open the same file as the normalised form) would slip past a rule. */
-static int path_field(struct cursor *c, struct cs_fs_path *out)
+static int path_field(struct cursor *c, struct rpath *out)
 {
     char *e = NULL;
     if (c->p >= c->end || *c->p < '0' || *c->p > '9' || (c->p[0] == '0' && c->p[1] != ' '))
@@ -556,10 +599,7 @@ static int path_field(struct cursor *c, struct cs_fs_path *out)
             norm.len != len || memcmp(norm.rel, e + 1, (size_t)len) != 0)
             return -1;
     }
-    memcpy(out->rel, e + 1, (size_t)len);
-    out->rel[len] = '\0';
-    out->len = (size_t)len;
-    out->dir_only = false;
+    *out = (struct rpath){e + 1, (size_t)len};
     c->p = e + 2 + len;
     return 0;
 }
@@ -582,8 +622,9 @@ static int number(const char **p, int base, uintmax_t max, char sep, uintmax_t *
     return 0;
 }
 
-/* An item's header line "K S mode dev ino tmpname ndirs" (NUL-terminated in hdr). */
-static int item_header(const char *hdr, struct ritem *it, size_t *nd)
+/* An item's header line "K S mode dev ino tmpname ndirs": hdr is a NUL-terminated copy of the
+ * journal's line at text, which it->tmp points into. */
+static int item_header(const char *hdr, const char *text, struct ritem *it, size_t *nd)
 {
     uintmax_t mode = 0, n = 0;
     const char *p = hdr;
@@ -603,8 +644,7 @@ static int item_header(const char *hdr, struct ritem *it, size_t *nd)
     for (size_t k = 10; k < 26; k++)
         if (!((p[k] >= '0' && p[k] <= '9') || (p[k] >= 'a' && p[k] <= 'f')))
             return -1;
-    memcpy(it->tmp, p, 30);
-    it->tmp[30] = '\0';
+    it->tmp = text + (p - hdr);
     p += 31;
     if (number(&p, 10, MAX_DIRS, '\0', &n) != 0)
         return -1;
@@ -674,25 +714,20 @@ static int parse(const char *data, size_t len, struct rjournal *r, const char **
         memcpy(hdr, s, n);
         hdr[n] = '\0';
         size_t nd = 0;
-        if (item_header(hdr, it, &nd) != 0 || strchr("AUDM", it->kind) == NULL ||
+        if (item_header(hdr, s, it, &nd) != 0 || strchr("AUDM", it->kind) == NULL ||
             strchr("LC-", it->stash) == NULL || (it->kind == 'A') != (it->stash == '-') ||
             (nd > 0 && it->kind != 'A' && it->kind != 'M'))
             return -1;
         if (path_field(&c, &it->path) != 0 || it->path.len == 0 || path_field(&c, &it->from) != 0 ||
             (it->kind == 'M') != (it->from.len > 0))
             return -1;
-        if (nd > 0) {
-            it->dirs = calloc(nd, sizeof *it->dirs);
-            if (it->dirs == NULL) {
-                *why = "out of memory";
-                return -1;
-            }
-        }
+        it->dirs = c.p;
         for (size_t k = 0; k < nd; k++) {
-            if (path_field(&c, &it->dirs[k]) != 0 || it->dirs[k].len == 0)
+            struct rpath d;
+            if (path_field(&c, &d) != 0 || d.len == 0)
                 return -1;
-            it->n_dirs = k + 1;
         }
+        it->n_dirs = (unsigned char)nd;
     }
     if (c.p != c.end)
         return -1;
@@ -705,12 +740,13 @@ static void render(const struct rjournal *r, struct buf *b)
     putf(b, "%sop %s\nitems %zu\n", MAGIC, r->op[0] ? r->op : "-", r->n);
     for (size_t i = 0; i < r->n; i++) {
         const struct ritem *it = &r->items[i];
-        putf(b, "%c %c %o %ju %ju %s %zu\n", it->kind, it->stash, (unsigned)it->mode, it->dev,
-             it->ino, it->tmp, it->n_dirs);
-        put_path(b, it->path.rel, it->path.len);
-        put_path(b, it->from.rel, it->from.len);
-        for (size_t k = 0; k < it->n_dirs; k++)
-            put_path(b, it->dirs[k].rel, it->dirs[k].len);
+        putf(b, "%c %c %o %ju %ju %.30s %u\n", it->kind, it->stash, (unsigned)it->mode, it->dev,
+             it->ino, it->tmp, (unsigned)it->n_dirs);
+        put_path(b, it->path.s, it->path.len);
+        put_path(b, it->from.s, it->from.len);
+        struct rpath dirs[MAX_DIRS];
+        for (size_t k = 0, nd = item_dirs(it, dirs); k < nd; k++)
+            put_path(b, dirs[k].s, dirs[k].len);
     }
     char hx[65];
     if (b->oom || sha256_hex(b->p, b->n, hx) != 0) {
@@ -778,10 +814,19 @@ static int slurp(int dfd, const char *name, char **data, size_t *len)
 
 /* ---- recovery ---- */
 
-static bool exists_at(int rootfd, const struct cs_fs_path *p, struct stat *st)
+/* open_parent for a path of the journal; *leaf points into buf. */
+static int open_parent_r(int rootfd, const struct rpath *p, struct cs_fs_path *buf,
+                         const char **leaf)
 {
+    rpath_get(p, buf);
+    return open_parent(rootfd, buf, leaf);
+}
+
+static bool exists_at(int rootfd, const struct rpath *p, struct stat *st)
+{
+    struct cs_fs_path buf;
     const char *leaf;
-    int dfd = open_parent(rootfd, p, &leaf);
+    int dfd = open_parent_r(rootfd, p, &buf, &leaf);
     if (dfd < 0)
         return false;
     bool ok = fstatat(dfd, leaf, st, AT_SYMLINK_NOFOLLOW) == 0;
@@ -789,10 +834,11 @@ static bool exists_at(int rootfd, const struct cs_fs_path *p, struct stat *st)
     return ok;
 }
 
-static void unlink_at(int rootfd, const struct cs_fs_path *p, const char *name_or_null, int flags)
+static void unlink_at(int rootfd, const struct rpath *p, const char *name_or_null, int flags)
 {
+    struct cs_fs_path buf;
     const char *leaf;
-    int dfd = open_parent(rootfd, p, &leaf);
+    int dfd = open_parent_r(rootfd, p, &buf, &leaf);
     if (dfd < 0)
         return;
     if (unlinkat(dfd, name_or_null ? name_or_null : leaf, flags) == 0)
@@ -820,18 +866,20 @@ static bool is_new(int rootfd, const struct ritem *it)
 }
 
 /* Puts the kept old file s<i> back at p. The stash gone means it was put back already. */
-static int restore(int rootfd, int jdfd, size_t i, const struct ritem *it,
-                   const struct cs_fs_path *p)
+static int restore(int rootfd, int jdfd, size_t i, const struct ritem *it, const struct rpath *p)
 {
     char sname[32];
     snprintf(sname, sizeof sname, "s%zu", i);
     struct stat st;
     if (fstatat(jdfd, sname, &st, AT_SYMLINK_NOFOLLOW) != 0)
         return errno == ENOENT ? 0 : -1;
+    struct cs_fs_path buf;
     const char *leaf;
-    int dfd = open_parent(rootfd, p, &leaf);
+    int dfd = open_parent_r(rootfd, p, &buf, &leaf);
     if (dfd < 0)
         return -1;
+    char tmp[CS__PATCH_TMP_SIZE];
+    tmp_name(it, tmp);
     int rc = 0;
     if (it->stash == 'L') {
         /* Renaming a hard link onto another link of the same inode does nothing: unlink after. */
@@ -844,8 +892,7 @@ static int restore(int rootfd, int jdfd, size_t i, const struct ritem *it,
         rc = slurp(jdfd, sname, &data, &len) == 0 ? 0 : -1;
         int fd = -1;
         if (rc == 0) {
-            fd = openat(dfd, it->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC,
-                        it->mode);
+            fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, it->mode);
             rc = fd >= 0 && fchmod(fd, it->mode) == 0 && cs__patch_write_all(fd, data, len) == 0 &&
                          fsync(fd) == 0
                      ? 0
@@ -855,7 +902,7 @@ static int restore(int rootfd, int jdfd, size_t i, const struct ritem *it,
             close(fd);
         free(data);
         if (rc == 0)
-            rc = renameat(dfd, it->tmp, dfd, leaf);
+            rc = renameat(dfd, tmp, dfd, leaf);
         if (rc == 0)
             (void)unlinkat(jdfd, sname, 0);
     }
@@ -876,8 +923,9 @@ static int roll_back(int rootfd, int jdfd, const struct rjournal *r)
         case 'M':
             if (exists_at(rootfd, &it->path, &st) && S_ISREG(st.st_mode))
                 unlink_at(rootfd, &it->path, NULL, 0);
-            for (size_t k = it->n_dirs; k-- > 0;)
-                unlink_at(rootfd, &it->dirs[k], NULL, AT_REMOVEDIR); /* only when empty */
+            struct rpath dirs[MAX_DIRS];
+            for (size_t k = item_dirs(it, dirs); k-- > 0;)
+                unlink_at(rootfd, &dirs[k], NULL, AT_REMOVEDIR); /* only when empty */
             if (it->kind == 'M' && restore(rootfd, jdfd, i, it, &it->from) != 0)
                 bad = -1;
             break;
@@ -952,11 +1000,13 @@ static int recover_one(int rootfd, int jrootfd, const char *name, struct cs_fs_d
             }
             for (size_t i = 0; i < r.n; i++) {
                 const struct ritem *it = &r.items[i];
-                const char *rule = cs_fs_deny_path(deny, it->path.rel, it->path.len);
+                const char *rule = cs_fs_deny_path(deny, it->path.s, it->path.len);
                 if (rule == NULL && it->kind == 'M')
-                    rule = cs_fs_deny_path(deny, it->from.rel, it->from.len);
-                for (size_t k = 0; rule == NULL && k < it->n_dirs; k++)
-                    rule = cs_fs_deny_path(deny, it->dirs[k].rel, it->dirs[k].len);
+                    rule = cs_fs_deny_path(deny, it->from.s, it->from.len);
+                struct rpath dirs[MAX_DIRS];
+                size_t nd = item_dirs(it, dirs);
+                for (size_t k = 0; rule == NULL && k < nd; k++)
+                    rule = cs_fs_deny_path(deny, dirs[k].s, dirs[k].len);
                 if (rule != NULL) {
                     rc = cs_diag_set(
                         diag, CSW_ERROR_PATH_DENIED,
@@ -971,8 +1021,11 @@ static int recover_one(int rootfd, int jrootfd, const char *name, struct cs_fs_d
             if (r.op[0] != '\0')
                 snprintf(op, sizeof op, "%s", r.op);
             /* The temporary files first (their names are in the journal): never renamed now. */
-            for (size_t i = 0; i < r.n; i++)
-                unlink_at(rootfd, &r.items[i].path, r.items[i].tmp, 0);
+            for (size_t i = 0; i < r.n; i++) {
+                char tmp[CS__PATCH_TMP_SIZE];
+                tmp_name(&r.items[i], tmp);
+                unlink_at(rootfd, &r.items[i].path, tmp, 0);
+            }
             bool all_new = r.n > 0;
             for (size_t i = 0; all_new && i < r.n; i++)
                 all_new = is_new(rootfd, &r.items[i]);
