@@ -37,9 +37,11 @@
 #define MAGIC_PREFIX "cs-patch-journal "
 #define MAX_JOURNAL  (64u * 1024u * 1024u)
 #define MAX_ITEMS    (1u << 20)
-#define MAX_DIRS     64u /* directories one add or move may create (path depth is bounded) */
-#define OUTCOME_MAX  32
-#define MIN_ITEM     50u /* bytes of the shortest item: "A - 0 0 0 <tmp> 0\n1 a\n0 \n" */
+/* Directories one add or move may create: every proper prefix of its path, as many as a path of
+ * CS_FS_PATH_MAX bytes has ("a/a/.../a": one per two bytes). Recovery removes them all. */
+#define MAX_DIRS    (CS_FS_PATH_MAX / 2u)
+#define OUTCOME_MAX 32
+#define MIN_ITEM    50u /* bytes of the shortest item: "A - 0 0 0 <tmp> 0\n1 a\n0 \n" */
 
 /* ---- test hooks (docs/patch-format.md, "Test hooks") ---- */
 
@@ -306,10 +308,8 @@ static void missing_dirs(int rootfd, const struct cs_fs_path *p, struct buf *b, 
             close(fd);
             continue;
         }
-        if (count < MAX_DIRS) {
-            put_path(b, pre.rel, pre.len);
-            count++;
-        }
+        put_path(b, pre.rel, pre.len);
+        count++;
     }
     *n = count;
 }
@@ -511,7 +511,7 @@ struct rpath {
 
 struct ritem {
     char kind, stash;
-    unsigned char n_dirs;
+    uint16_t n_dirs;
     mode_t mode;
     uintmax_t dev, ino;
     const char *tmp; /* the 30 bytes of the temporary name (not NUL-terminated) */
@@ -519,7 +519,7 @@ struct ritem {
     const char *dirs; /* the first of n_dirs "<len> <bytes>\n" fields, checked by parse */
 };
 
-_Static_assert(MAX_DIRS <= 255, "n_dirs is an unsigned char");
+_Static_assert(MAX_DIRS <= UINT16_MAX, "n_dirs is a uint16_t");
 /* Recovery holds the text (n bytes) and at most n / MIN_ITEM + 1 items: under 3n + a constant. */
 _Static_assert(sizeof(struct ritem) <= 2 * MIN_ITEM, "an item costs at most twice its text");
 
@@ -534,18 +534,16 @@ static void rjournal_free(struct rjournal *r)
     free(r->items);
 }
 
-/* it's created directories (as parse checked them), shallowest first. */
-static size_t item_dirs(const struct ritem *it, struct rpath out[MAX_DIRS])
+/* The "<len> <bytes>\n" field at *p, which parse checked (an item's created directories, from
+ * it->dirs, shallowest first); moves *p past it. */
+static struct rpath dir_next(const char **p)
 {
-    const char *p = it->dirs;
-    for (size_t k = 0; k < it->n_dirs; k++) {
-        size_t n = 0;
-        while (*p != ' ')
-            n = n * 10 + (size_t)(*p++ - '0');
-        out[k] = (struct rpath){p + 1, n};
-        p += 2 + n;
-    }
-    return it->n_dirs;
+    const char *s = *p;
+    size_t n = 0;
+    while (*s != ' ')
+        n = n * 10 + (size_t)(*s++ - '0');
+    *p = s + 2 + n;
+    return (struct rpath){s + 1, n};
 }
 
 /* it's temporary file name, NUL-terminated. */
@@ -727,7 +725,7 @@ static int parse(const char *data, size_t len, struct rjournal *r, const char **
             if (path_field(&c, &d) != 0 || d.len == 0)
                 return -1;
         }
-        it->n_dirs = (unsigned char)nd;
+        it->n_dirs = (uint16_t)nd;
     }
     if (c.p != c.end)
         return -1;
@@ -744,9 +742,11 @@ static void render(const struct rjournal *r, struct buf *b)
              it->ino, it->tmp, (unsigned)it->n_dirs);
         put_path(b, it->path.s, it->path.len);
         put_path(b, it->from.s, it->from.len);
-        struct rpath dirs[MAX_DIRS];
-        for (size_t k = 0, nd = item_dirs(it, dirs); k < nd; k++)
-            put_path(b, dirs[k].s, dirs[k].len);
+        const char *dp = it->dirs;
+        for (size_t k = 0; k < it->n_dirs; k++) {
+            struct rpath d = dir_next(&dp);
+            put_path(b, d.s, d.len);
+        }
     }
     char hx[65];
     if (b->oom || sha256_hex(b->p, b->n, hx) != 0) {
@@ -923,9 +923,16 @@ static int roll_back(int rootfd, int jdfd, const struct rjournal *r)
         case 'M':
             if (exists_at(rootfd, &it->path, &st) && S_ISREG(st.st_mode))
                 unlink_at(rootfd, &it->path, NULL, 0);
-            struct rpath dirs[MAX_DIRS];
-            for (size_t k = item_dirs(it, dirs); k-- > 0;)
-                unlink_at(rootfd, &dirs[k], NULL, AT_REMOVEDIR); /* only when empty */
+            const char *dirs[MAX_DIRS], *dp = it->dirs; /* removed deepest first */
+            for (size_t k = 0; k < it->n_dirs; k++) {
+                dirs[k] = dp;
+                (void)dir_next(&dp);
+            }
+            for (size_t k = it->n_dirs; k-- > 0;) {
+                dp = dirs[k];
+                struct rpath d = dir_next(&dp);
+                unlink_at(rootfd, &d, NULL, AT_REMOVEDIR); /* only when empty */
+            }
             if (it->kind == 'M' && restore(rootfd, jdfd, i, it, &it->from) != 0)
                 bad = -1;
             break;
@@ -1003,10 +1010,11 @@ static int recover_one(int rootfd, int jrootfd, const char *name, struct cs_fs_d
                 const char *rule = cs_fs_deny_path(deny, it->path.s, it->path.len);
                 if (rule == NULL && it->kind == 'M')
                     rule = cs_fs_deny_path(deny, it->from.s, it->from.len);
-                struct rpath dirs[MAX_DIRS];
-                size_t nd = item_dirs(it, dirs);
-                for (size_t k = 0; rule == NULL && k < nd; k++)
-                    rule = cs_fs_deny_path(deny, dirs[k].s, dirs[k].len);
+                const char *dp = it->dirs;
+                for (size_t k = 0; rule == NULL && k < it->n_dirs; k++) {
+                    struct rpath d = dir_next(&dp);
+                    rule = cs_fs_deny_path(deny, d.s, d.len);
+                }
                 if (rule != NULL) {
                     rc = cs_diag_set(
                         diag, CSW_ERROR_PATH_DENIED,
