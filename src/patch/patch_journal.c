@@ -434,6 +434,8 @@ int cs__patch_journal_begin(int rootfd, const char *op_id, struct cs__patch_jite
         free(dirs.p);
         if (doom)
             b.oom = true;
+        if (b.n > MAX_JOURNAL)
+            goto too_big; /* checked per item: one item adds at most a few MiB */
     }
     char hx[65];
     if (b.oom || sha256_hex(b.p, b.n, hx) != 0) {
@@ -447,6 +449,8 @@ int cs__patch_journal_begin(int rootfd, const char *op_id, struct cs__patch_jite
         what = "out of memory";
         goto fail;
     }
+    if (b.n > MAX_JOURNAL)
+        goto too_big;
     /* The durability point: the intent (and the kept old files, by the directory fsync). */
     if (write_small(j->jdfd, "intent.tmp", "intent", b.p, b.n, true) != 0 ||
         fsync(j->jrootfd) != 0 || (made_jroot && fsync_root(rootfd) != 0)) {
@@ -456,6 +460,10 @@ int cs__patch_journal_begin(int rootfd, const char *op_id, struct cs__patch_jite
     free(b.p);
     cs__patch_journal_step();
     return 0;
+too_big:
+    /* Recovery reads no larger intent (slurp): after a crash it would stop the workspace. */
+    errno = EFBIG;
+    what = "its intent would pass the 64 MiB recovery reads";
 fail:;
     int e = errno;
     free(b.p);

@@ -6,7 +6,8 @@
  * and cs__patch_journal_recover_at on a temporary workspace: a corrupt or denied journal touches
  * nothing and says what to do, a journal without an intent is settled as rolled_back, a crash
  * half-way is rolled back, one after every write rolled forward, and a second recovery changes
- * nothing; an Add 70 directories deep has every created directory removed. The seed corpus of
+ * nothing; an Add 70 directories deep has every created directory removed; begin refuses an
+ * intent larger than recovery reads, writing nothing. The seed corpus of
  * fuzz/patch_journal_fuzz.c is checked too: "ok-*" seeds parse and read back byte for byte,
  * every other seed is refused. Memory: journals of 8 MiB of minimal items and of items naming the
  * most directories parse and recover in a child whose address space may grow by at most three
@@ -823,6 +824,49 @@ static void deep_add_rolls_back_every_directory(void **state)
     ws_close(&w);
 }
 
+/* Adds whose new directory chains would make an intent larger than recovery reads (64 MiB:
+ * seventeen files 2046 new directories deep, each directory a prefix of a 4095-byte path): begin
+ * refuses before anything is written, and leaves no journal. */
+static void oversized_intent_refused(void **state)
+{
+    (void)state;
+    struct ws w;
+    ws_open(&w);
+    enum { N = 17 };
+    static struct cs_fs_path paths[N];
+    struct cs__patch_jitem items[N];
+    char rel[CS_FS_PATH_MAX + 1];
+    for (size_t k = 0; k < 2046; k++)
+        memcpy(rel + 2 * k, "a/", 2);
+    for (int i = 0; i < N; i++) {
+        snprintf(rel + 4092, 4, "f%02d", i);
+        norm(rel, &paths[i]);
+        assert_int_equal(paths[i].len, CS_FS_PATH_MAX);
+        items[i] = (struct cs__patch_jitem){.kind = 'A', .path = &paths[i], .mode = 0644};
+    }
+    char *before = snapshot(&w);
+    struct cs__patch_journal j;
+    struct cs_diag diag = {0};
+    assert_int_equal(cs__patch_journal_begin(w.rootfd, OP, items, N, &j, &diag),
+                     CSW_ERROR_FILE_OPERATION_FAILED);
+    if (strstr(diag.text, "64 MiB") == NULL)
+        fail_msg("message: %s", diag.text);
+    char *after = snapshot(&w);
+    assert_string_equal(after, before);
+    free(before);
+    free(after);
+    /* One fewer fits, and recovery reads it (nothing of it exists: rolled back). */
+    assert_int_equal(cs__patch_journal_begin(w.rootfd, OP, items, N - 2, &j, &diag), 0);
+    cs__patch_journal_close(&j);
+    struct seen seen = {0};
+    unsigned n = 0;
+    assert_int_equal(cs__patch_journal_recover_at(w.rootfd, NULL, on_recovered, &seen, &n, &diag),
+                     0);
+    assert_int_equal(n, 1);
+    assert_int_equal(seen.status, CSW_PATCH_STATUS_ROLLED_BACK);
+    ws_close(&w);
+}
+
 /* ---- memory: recovery's cost follows the journal's size ---- */
 
 /* A valid journal (correct checksum) of minimal Add items, each creating nd directories, about
@@ -954,6 +998,7 @@ int main(void)
         cmocka_unit_test(fully_applied_rolls_forward),
         cmocka_unit_test(corpus_seeds),
         cmocka_unit_test(deep_add_rolls_back_every_directory),
+        cmocka_unit_test(oversized_intent_refused),
         cmocka_unit_test(memory_follows_journal_size),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
