@@ -16,8 +16,8 @@
  *     most 07777, a temporary name ".cs-patch-<16 lowercase hex>.tmp" (recovery unlinks and
  *     creates it beside the path, so nothing else may reach outside the workspace), a path that
  *     is normalised and relative (non-empty, no NUL, no leading or trailing "/", no empty, "."
- *     or ".." component), a Move source exactly for a Move, and at most 64 directories, only for
- *     an add or a move, each a normalised path.
+ *     or ".." component), a Move source exactly for a Move, and at most 2047 directories (one
+ *     per proper prefix of a 4095-byte path), only for an add or a move, each a normalised path.
  * Leaks are found by the sanitizers. Entry point: LLVMFuzzerTestOneInput.
  */
 #include <openssl/evp.h>
@@ -133,7 +133,7 @@ static bool walk_items(struct walk *w)
             if (!((w->p[k] >= '0' && w->p[k] <= '9') || (w->p[k] >= 'a' && w->p[k] <= 'f')))
                 return false;
         w->p += 31;
-        if (!take_number(w, 10, 64, '\n', &nd) || (nd > 0 && kind != 'A' && kind != 'M'))
+        if (!take_number(w, 10, 2047, '\n', &nd) || (nd > 0 && kind != 'A' && kind != 'M'))
             return false;
         size_t path = 0, from = 0;
         if (!take_path(w, &path) || path == 0 || !take_path(w, &from) ||

@@ -37,9 +37,11 @@
 #define MAGIC_PREFIX "cs-patch-journal "
 #define MAX_JOURNAL  (64u * 1024u * 1024u)
 #define MAX_ITEMS    (1u << 20)
-#define MAX_DIRS     64u /* directories one add or move may create (path depth is bounded) */
-#define OUTCOME_MAX  32
-#define MIN_ITEM     50u /* bytes of the shortest item: "A - 0 0 0 <tmp> 0\n1 a\n0 \n" */
+/* Directories one add or move may create: every proper prefix of its path, as many as a path of
+ * CS_FS_PATH_MAX bytes has ("a/a/.../a": one per two bytes). Recovery removes them all. */
+#define MAX_DIRS    (CS_FS_PATH_MAX / 2u)
+#define OUTCOME_MAX 32
+#define MIN_ITEM    50u /* bytes of the shortest item: "A - 0 0 0 <tmp> 0\n1 a\n0 \n" */
 
 /* ---- test hooks (docs/patch-format.md, "Test hooks") ---- */
 
@@ -306,10 +308,8 @@ static void missing_dirs(int rootfd, const struct cs_fs_path *p, struct buf *b, 
             close(fd);
             continue;
         }
-        if (count < MAX_DIRS) {
-            put_path(b, pre.rel, pre.len);
-            count++;
-        }
+        put_path(b, pre.rel, pre.len);
+        count++;
     }
     *n = count;
 }
@@ -434,6 +434,8 @@ int cs__patch_journal_begin(int rootfd, const char *op_id, struct cs__patch_jite
         free(dirs.p);
         if (doom)
             b.oom = true;
+        if (b.n > MAX_JOURNAL)
+            goto too_big; /* checked per item: one item adds at most a few MiB */
     }
     char hx[65];
     if (b.oom || sha256_hex(b.p, b.n, hx) != 0) {
@@ -447,6 +449,8 @@ int cs__patch_journal_begin(int rootfd, const char *op_id, struct cs__patch_jite
         what = "out of memory";
         goto fail;
     }
+    if (b.n > MAX_JOURNAL)
+        goto too_big;
     /* The durability point: the intent (and the kept old files, by the directory fsync). */
     if (write_small(j->jdfd, "intent.tmp", "intent", b.p, b.n, true) != 0 ||
         fsync(j->jrootfd) != 0 || (made_jroot && fsync_root(rootfd) != 0)) {
@@ -456,6 +460,10 @@ int cs__patch_journal_begin(int rootfd, const char *op_id, struct cs__patch_jite
     free(b.p);
     cs__patch_journal_step();
     return 0;
+too_big:
+    /* Recovery reads no larger intent (slurp): after a crash it would stop the workspace. */
+    errno = EFBIG;
+    what = "its intent would pass the 64 MiB recovery reads";
 fail:;
     int e = errno;
     free(b.p);
@@ -498,15 +506,30 @@ void cs__patch_journal_close(struct cs__patch_journal *j)
 
 /* ---- reading ---- */
 
+/*
+ * What parse read holds views into the journal text, which its caller keeps for as long as the
+ * struct rjournal lives (recover_one holds it for the whole recovery): no path is copied, so
+ * recovery's memory is the text plus one struct ritem per item, and an item is at least
+ * MIN_ITEM bytes of text. A struct cs_fs_path (4 KiB) is built on the stack where one is needed.
+ */
+struct rpath {
+    const char *s; /* not NUL-terminated */
+    size_t len;
+};
+
 struct ritem {
     char kind, stash;
+    uint16_t n_dirs;
     mode_t mode;
     uintmax_t dev, ino;
-    char tmp[CS__PATCH_TMP_SIZE];
-    struct cs_fs_path path, from;
-    struct cs_fs_path *dirs;
-    size_t n_dirs;
+    const char *tmp; /* the 30 bytes of the temporary name (not NUL-terminated) */
+    struct rpath path, from;
+    const char *dirs; /* the first of n_dirs "<len> <bytes>\n" fields, checked by parse */
 };
+
+_Static_assert(MAX_DIRS <= UINT16_MAX, "n_dirs is a uint16_t");
+/* Recovery holds the text (n bytes) and at most n / MIN_ITEM + 1 items: under 3n + a constant. */
+_Static_assert(sizeof(struct ritem) <= 2 * MIN_ITEM, "an item costs at most twice its text");
 
 struct rjournal {
     char op[48];
@@ -516,9 +539,35 @@ struct rjournal {
 
 static void rjournal_free(struct rjournal *r)
 {
-    for (size_t i = 0; i < r->n; i++)
-        free(r->items[i].dirs);
     free(r->items);
+}
+
+/* The "<len> <bytes>\n" field at *p, which parse checked (an item's created directories, from
+ * it->dirs, shallowest first); moves *p past it. */
+static struct rpath dir_next(const char **p)
+{
+    const char *s = *p;
+    size_t n = 0;
+    while (*s != ' ')
+        n = n * 10 + (size_t)(*s++ - '0');
+    *p = s + 2 + n;
+    return (struct rpath){s + 1, n};
+}
+
+/* it's temporary file name, NUL-terminated. */
+static void tmp_name(const struct ritem *it, char out[CS__PATCH_TMP_SIZE])
+{
+    memcpy(out, it->tmp, 30);
+    out[30] = '\0';
+}
+
+/* p as a NUL-terminated struct cs_fs_path. */
+static void rpath_get(const struct rpath *p, struct cs_fs_path *out)
+{
+    memcpy(out->rel, p->s, p->len);
+    out->rel[p->len] = '\0';
+    out->len = p->len;
+    out->dir_only = false;
 }
 
 struct cursor {
@@ -540,7 +589,7 @@ static int line(struct cursor *c, const char **s, size_t *n)
 /* "<len> <bytes>\n" into a path. The bytes must be a normalised relative path exactly as
  * cs_fs_path_normalize writes it (or empty): the deny rules are matched on these bytes, so "a//b",
  * "./a" or "a/" (which open the same file as the normalised form) would slip past a rule. */
-static int path_field(struct cursor *c, struct cs_fs_path *out)
+static int path_field(struct cursor *c, struct rpath *out)
 {
     char *e = NULL;
     if (c->p >= c->end || *c->p < '0' || *c->p > '9' || (c->p[0] == '0' && c->p[1] != ' '))
@@ -556,10 +605,7 @@ static int path_field(struct cursor *c, struct cs_fs_path *out)
             norm.len != len || memcmp(norm.rel, e + 1, (size_t)len) != 0)
             return -1;
     }
-    memcpy(out->rel, e + 1, (size_t)len);
-    out->rel[len] = '\0';
-    out->len = (size_t)len;
-    out->dir_only = false;
+    *out = (struct rpath){e + 1, (size_t)len};
     c->p = e + 2 + len;
     return 0;
 }
@@ -582,8 +628,9 @@ static int number(const char **p, int base, uintmax_t max, char sep, uintmax_t *
     return 0;
 }
 
-/* An item's header line "K S mode dev ino tmpname ndirs" (NUL-terminated in hdr). */
-static int item_header(const char *hdr, struct ritem *it, size_t *nd)
+/* An item's header line "K S mode dev ino tmpname ndirs": hdr is a NUL-terminated copy of the
+ * journal's line at text, which it->tmp points into. */
+static int item_header(const char *hdr, const char *text, struct ritem *it, size_t *nd)
 {
     uintmax_t mode = 0, n = 0;
     const char *p = hdr;
@@ -603,8 +650,7 @@ static int item_header(const char *hdr, struct ritem *it, size_t *nd)
     for (size_t k = 10; k < 26; k++)
         if (!((p[k] >= '0' && p[k] <= '9') || (p[k] >= 'a' && p[k] <= 'f')))
             return -1;
-    memcpy(it->tmp, p, 30);
-    it->tmp[30] = '\0';
+    it->tmp = text + (p - hdr);
     p += 31;
     if (number(&p, 10, MAX_DIRS, '\0', &n) != 0)
         return -1;
@@ -674,25 +720,20 @@ static int parse(const char *data, size_t len, struct rjournal *r, const char **
         memcpy(hdr, s, n);
         hdr[n] = '\0';
         size_t nd = 0;
-        if (item_header(hdr, it, &nd) != 0 || strchr("AUDM", it->kind) == NULL ||
+        if (item_header(hdr, s, it, &nd) != 0 || strchr("AUDM", it->kind) == NULL ||
             strchr("LC-", it->stash) == NULL || (it->kind == 'A') != (it->stash == '-') ||
             (nd > 0 && it->kind != 'A' && it->kind != 'M'))
             return -1;
         if (path_field(&c, &it->path) != 0 || it->path.len == 0 || path_field(&c, &it->from) != 0 ||
             (it->kind == 'M') != (it->from.len > 0))
             return -1;
-        if (nd > 0) {
-            it->dirs = calloc(nd, sizeof *it->dirs);
-            if (it->dirs == NULL) {
-                *why = "out of memory";
-                return -1;
-            }
-        }
+        it->dirs = c.p;
         for (size_t k = 0; k < nd; k++) {
-            if (path_field(&c, &it->dirs[k]) != 0 || it->dirs[k].len == 0)
+            struct rpath d;
+            if (path_field(&c, &d) != 0 || d.len == 0)
                 return -1;
-            it->n_dirs = k + 1;
         }
+        it->n_dirs = (uint16_t)nd;
     }
     if (c.p != c.end)
         return -1;
@@ -705,12 +746,15 @@ static void render(const struct rjournal *r, struct buf *b)
     putf(b, "%sop %s\nitems %zu\n", MAGIC, r->op[0] ? r->op : "-", r->n);
     for (size_t i = 0; i < r->n; i++) {
         const struct ritem *it = &r->items[i];
-        putf(b, "%c %c %o %ju %ju %s %zu\n", it->kind, it->stash, (unsigned)it->mode, it->dev,
-             it->ino, it->tmp, it->n_dirs);
-        put_path(b, it->path.rel, it->path.len);
-        put_path(b, it->from.rel, it->from.len);
-        for (size_t k = 0; k < it->n_dirs; k++)
-            put_path(b, it->dirs[k].rel, it->dirs[k].len);
+        putf(b, "%c %c %o %ju %ju %.30s %u\n", it->kind, it->stash, (unsigned)it->mode, it->dev,
+             it->ino, it->tmp, (unsigned)it->n_dirs);
+        put_path(b, it->path.s, it->path.len);
+        put_path(b, it->from.s, it->from.len);
+        const char *dp = it->dirs;
+        for (size_t k = 0; k < it->n_dirs; k++) {
+            struct rpath d = dir_next(&dp);
+            put_path(b, d.s, d.len);
+        }
     }
     char hx[65];
     if (b->oom || sha256_hex(b->p, b->n, hx) != 0) {
@@ -778,10 +822,19 @@ static int slurp(int dfd, const char *name, char **data, size_t *len)
 
 /* ---- recovery ---- */
 
-static bool exists_at(int rootfd, const struct cs_fs_path *p, struct stat *st)
+/* open_parent for a path of the journal; *leaf points into buf. */
+static int open_parent_r(int rootfd, const struct rpath *p, struct cs_fs_path *buf,
+                         const char **leaf)
 {
+    rpath_get(p, buf);
+    return open_parent(rootfd, buf, leaf);
+}
+
+static bool exists_at(int rootfd, const struct rpath *p, struct stat *st)
+{
+    struct cs_fs_path buf;
     const char *leaf;
-    int dfd = open_parent(rootfd, p, &leaf);
+    int dfd = open_parent_r(rootfd, p, &buf, &leaf);
     if (dfd < 0)
         return false;
     bool ok = fstatat(dfd, leaf, st, AT_SYMLINK_NOFOLLOW) == 0;
@@ -789,10 +842,11 @@ static bool exists_at(int rootfd, const struct cs_fs_path *p, struct stat *st)
     return ok;
 }
 
-static void unlink_at(int rootfd, const struct cs_fs_path *p, const char *name_or_null, int flags)
+static void unlink_at(int rootfd, const struct rpath *p, const char *name_or_null, int flags)
 {
+    struct cs_fs_path buf;
     const char *leaf;
-    int dfd = open_parent(rootfd, p, &leaf);
+    int dfd = open_parent_r(rootfd, p, &buf, &leaf);
     if (dfd < 0)
         return;
     if (unlinkat(dfd, name_or_null ? name_or_null : leaf, flags) == 0)
@@ -820,18 +874,20 @@ static bool is_new(int rootfd, const struct ritem *it)
 }
 
 /* Puts the kept old file s<i> back at p. The stash gone means it was put back already. */
-static int restore(int rootfd, int jdfd, size_t i, const struct ritem *it,
-                   const struct cs_fs_path *p)
+static int restore(int rootfd, int jdfd, size_t i, const struct ritem *it, const struct rpath *p)
 {
     char sname[32];
     snprintf(sname, sizeof sname, "s%zu", i);
     struct stat st;
     if (fstatat(jdfd, sname, &st, AT_SYMLINK_NOFOLLOW) != 0)
         return errno == ENOENT ? 0 : -1;
+    struct cs_fs_path buf;
     const char *leaf;
-    int dfd = open_parent(rootfd, p, &leaf);
+    int dfd = open_parent_r(rootfd, p, &buf, &leaf);
     if (dfd < 0)
         return -1;
+    char tmp[CS__PATCH_TMP_SIZE];
+    tmp_name(it, tmp);
     int rc = 0;
     if (it->stash == 'L') {
         /* Renaming a hard link onto another link of the same inode does nothing: unlink after. */
@@ -844,8 +900,7 @@ static int restore(int rootfd, int jdfd, size_t i, const struct ritem *it,
         rc = slurp(jdfd, sname, &data, &len) == 0 ? 0 : -1;
         int fd = -1;
         if (rc == 0) {
-            fd = openat(dfd, it->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC,
-                        it->mode);
+            fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, it->mode);
             rc = fd >= 0 && fchmod(fd, it->mode) == 0 && cs__patch_write_all(fd, data, len) == 0 &&
                          fsync(fd) == 0
                      ? 0
@@ -855,7 +910,7 @@ static int restore(int rootfd, int jdfd, size_t i, const struct ritem *it,
             close(fd);
         free(data);
         if (rc == 0)
-            rc = renameat(dfd, it->tmp, dfd, leaf);
+            rc = renameat(dfd, tmp, dfd, leaf);
         if (rc == 0)
             (void)unlinkat(jdfd, sname, 0);
     }
@@ -876,8 +931,16 @@ static int roll_back(int rootfd, int jdfd, const struct rjournal *r)
         case 'M':
             if (exists_at(rootfd, &it->path, &st) && S_ISREG(st.st_mode))
                 unlink_at(rootfd, &it->path, NULL, 0);
-            for (size_t k = it->n_dirs; k-- > 0;)
-                unlink_at(rootfd, &it->dirs[k], NULL, AT_REMOVEDIR); /* only when empty */
+            const char *dirs[MAX_DIRS], *dp = it->dirs; /* removed deepest first */
+            for (size_t k = 0; k < it->n_dirs; k++) {
+                dirs[k] = dp;
+                (void)dir_next(&dp);
+            }
+            for (size_t k = it->n_dirs; k-- > 0;) {
+                dp = dirs[k];
+                struct rpath d = dir_next(&dp);
+                unlink_at(rootfd, &d, NULL, AT_REMOVEDIR); /* only when empty */
+            }
             if (it->kind == 'M' && restore(rootfd, jdfd, i, it, &it->from) != 0)
                 bad = -1;
             break;
@@ -952,11 +1015,14 @@ static int recover_one(int rootfd, int jrootfd, const char *name, struct cs_fs_d
             }
             for (size_t i = 0; i < r.n; i++) {
                 const struct ritem *it = &r.items[i];
-                const char *rule = cs_fs_deny_path(deny, it->path.rel, it->path.len);
+                const char *rule = cs_fs_deny_path(deny, it->path.s, it->path.len);
                 if (rule == NULL && it->kind == 'M')
-                    rule = cs_fs_deny_path(deny, it->from.rel, it->from.len);
-                for (size_t k = 0; rule == NULL && k < it->n_dirs; k++)
-                    rule = cs_fs_deny_path(deny, it->dirs[k].rel, it->dirs[k].len);
+                    rule = cs_fs_deny_path(deny, it->from.s, it->from.len);
+                const char *dp = it->dirs;
+                for (size_t k = 0; rule == NULL && k < it->n_dirs; k++) {
+                    struct rpath d = dir_next(&dp);
+                    rule = cs_fs_deny_path(deny, d.s, d.len);
+                }
                 if (rule != NULL) {
                     rc = cs_diag_set(
                         diag, CSW_ERROR_PATH_DENIED,
@@ -971,8 +1037,11 @@ static int recover_one(int rootfd, int jrootfd, const char *name, struct cs_fs_d
             if (r.op[0] != '\0')
                 snprintf(op, sizeof op, "%s", r.op);
             /* The temporary files first (their names are in the journal): never renamed now. */
-            for (size_t i = 0; i < r.n; i++)
-                unlink_at(rootfd, &r.items[i].path, r.items[i].tmp, 0);
+            for (size_t i = 0; i < r.n; i++) {
+                char tmp[CS__PATCH_TMP_SIZE];
+                tmp_name(&r.items[i], tmp);
+                unlink_at(rootfd, &r.items[i].path, tmp, 0);
+            }
             bool all_new = r.n > 0;
             for (size_t i = 0; all_new && i < r.n; i++)
                 all_new = is_new(rootfd, &r.items[i]);

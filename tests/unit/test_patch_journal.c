@@ -6,8 +6,12 @@
  * and cs__patch_journal_recover_at on a temporary workspace: a corrupt or denied journal touches
  * nothing and says what to do, a journal without an intent is settled as rolled_back, a crash
  * half-way is rolled back, one after every write rolled forward, and a second recovery changes
- * nothing. The seed corpus of fuzz/patch_journal_fuzz.c is checked too: "ok-*" seeds parse and
- * read back byte for byte, every other seed is refused.
+ * nothing; an Add 70 directories deep has every created directory removed; begin refuses an
+ * intent larger than recovery reads, writing nothing. The seed corpus of
+ * fuzz/patch_journal_fuzz.c is checked too: "ok-*" seeds parse and read back byte for byte,
+ * every other seed is refused. Memory: journals of 8 MiB of minimal items and of items naming the
+ * most directories parse and recover in a child whose address space may grow by at most three
+ * times the journal plus 48 MiB (setrlimit RLIMIT_AS).
  * Trust: the workspace and the journal bytes are the test's own, made in a fresh temporary
  * directory; the deny rules go through the real matcher (cs_fs_deny_new).
  */
@@ -29,7 +33,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "fs.h"
@@ -483,7 +489,7 @@ static void malformed_refused(void **state)
         E("\nA - 644 0 0 ", "\nA - 644 0 +0 "),
         E("\nA - 644 0 0 ", "\nA - 644 0  0 "),
         E(" 0\n9 added.txt\n", " 0\0\n9 added.txt\n"),
-        E(" 0\n9 added.txt\n", " 65\n9 added.txt\n"),
+        E(" 0\n9 added.txt\n", " 2048\n9 added.txt\n"),
         E(" 0\n9 added.txt\n", " 1\n9 added.txt\n"),
         /* a Move without its source, an Add with one */
         E("\n5 c.txt\n", "\n0 \n"),
@@ -776,6 +782,207 @@ static void corpus_seeds(void **state)
     assert_true(ok >= 5 && bad >= 5);
 }
 
+/* An Add 70 directories deep (deeper than any fixed small cap), crashed after its directories
+ * were made and before its file: recovery removes every directory it created, the deepest first,
+ * and keeps the one that was there. */
+static void deep_add_rolls_back_every_directory(void **state)
+{
+    (void)state;
+    struct ws w;
+    ws_open(&w);
+    char rel[512] = "secret";
+    size_t n = strlen(rel);
+    for (int d = 0; d < 70; d++)
+        n += (size_t)snprintf(rel + n, sizeof rel - n, "/d%d", d);
+    snprintf(rel + n, sizeof rel - n, "/f.txt");
+    struct cs_fs_path p;
+    norm(rel, &p);
+    struct cs__patch_jitem item = {.kind = 'A', .path = &p, .mode = 0644};
+    struct cs__patch_journal j;
+    struct cs_diag diag = {0};
+    if (cs__patch_journal_begin(w.rootfd, OP, &item, 1, &j, &diag) != 0)
+        fail_msg("begin: %s", diag.text);
+    cs__patch_journal_close(&j);
+    char path[600];
+    snprintf(path, sizeof path, "%s/%.*s", w.root, (int)n, rel);
+    for (char *s = path + strlen(w.root) + 1 + 7; (s = strchr(s, '/')) != NULL; s++) {
+        *s = '\0';
+        assert_int_equal(mkdir(path, 0755), 0);
+        *s = '/';
+    }
+    assert_int_equal(mkdir(path, 0755), 0);
+    assert_true(ws_exists(&w, "secret/d0/d1"));
+    struct seen seen = {0};
+    unsigned count = 0;
+    assert_int_equal(
+        cs__patch_journal_recover_at(w.rootfd, NULL, on_recovered, &seen, &count, &diag), 0);
+    assert_int_equal(count, 1);
+    assert_int_equal(seen.status, CSW_PATCH_STATUS_ROLLED_BACK);
+    assert_false(ws_exists(&w, "secret/d0"));
+    assert_true(ws_exists(&w, "secret/key.txt"));
+    assert_false(ws_exists(&w, CS__PATCH_JOURNAL_DIR));
+    ws_close(&w);
+}
+
+/* Adds whose new directory chains would make an intent larger than recovery reads (64 MiB:
+ * seventeen files 2046 new directories deep, each directory a prefix of a 4095-byte path): begin
+ * refuses before anything is written, and leaves no journal. */
+static void oversized_intent_refused(void **state)
+{
+    (void)state;
+    struct ws w;
+    ws_open(&w);
+    enum { N = 17 };
+    static struct cs_fs_path paths[N];
+    struct cs__patch_jitem items[N];
+    char rel[CS_FS_PATH_MAX + 1];
+    for (size_t k = 0; k < 2046; k++)
+        memcpy(rel + 2 * k, "a/", 2);
+    for (int i = 0; i < N; i++) {
+        snprintf(rel + 4092, 4, "f%02d", i);
+        norm(rel, &paths[i]);
+        assert_int_equal(paths[i].len, CS_FS_PATH_MAX);
+        items[i] = (struct cs__patch_jitem){.kind = 'A', .path = &paths[i], .mode = 0644};
+    }
+    char *before = snapshot(&w);
+    struct cs__patch_journal j;
+    struct cs_diag diag = {0};
+    assert_int_equal(cs__patch_journal_begin(w.rootfd, OP, items, N, &j, &diag),
+                     CSW_ERROR_FILE_OPERATION_FAILED);
+    if (strstr(diag.text, "64 MiB") == NULL)
+        fail_msg("message: %s", diag.text);
+    char *after = snapshot(&w);
+    assert_string_equal(after, before);
+    free(before);
+    free(after);
+    /* One fewer fits, and recovery reads it (nothing of it exists: rolled back). */
+    assert_int_equal(cs__patch_journal_begin(w.rootfd, OP, items, N - 2, &j, &diag), 0);
+    cs__patch_journal_close(&j);
+    struct seen seen = {0};
+    unsigned n = 0;
+    assert_int_equal(cs__patch_journal_recover_at(w.rootfd, NULL, on_recovered, &seen, &n, &diag),
+                     0);
+    assert_int_equal(n, 1);
+    assert_int_equal(seen.status, CSW_PATCH_STATUS_ROLLED_BACK);
+    ws_close(&w);
+}
+
+/* ---- memory: recovery's cost follows the journal's size ---- */
+
+/* A valid journal (correct checksum) of minimal Add items, each creating nd directories, about
+ * target bytes long: what any command in the workspace can write. */
+static char *big_journal(size_t target, unsigned nd, size_t *out_len)
+{
+    size_t cap = target + 4096, n = 0;
+    char *body = malloc(cap);
+    assert_non_null(body);
+    int hdr = snprintf(NULL, 0, "A - 644 0 0 .cs-patch-%016x.tmp %u\n", 0u, nd);
+    assert_true(hdr > 0);
+    size_t count = target / ((size_t)hdr + 6 + 3 + 4 * (size_t)nd);
+    n += (size_t)snprintf(body + n, cap - n, "cs-patch-journal 1\nop " OP "\nitems %zu\n", count);
+    for (size_t i = 0; i < count; i++) {
+        int k =
+            snprintf(body + n, cap - n, "A - 644 0 0 .cs-patch-%016zx.tmp %u\n3 d/x\n0 \n", i, nd);
+        assert_true(k > 0 && (size_t)k < cap - n);
+        n += (size_t)k;
+        for (unsigned d = 0; d < nd; d++) {
+            assert_true(cap - n > 4);
+            memcpy(body + n, "1 d\n", 4);
+            n += 4;
+        }
+    }
+    body[n++] = 'x'; /* a last line for reseal to replace */
+    body[n++] = '\n';
+    char *out = reseal(body, n, out_len);
+    free(body);
+    return out;
+}
+
+/* Virtual memory in use now, in bytes. */
+static size_t vm_size(void)
+{
+    FILE *f = fopen("/proc/self/statm", "r");
+    assert_non_null(f);
+    unsigned long pages = 0;
+    assert_int_equal(fscanf(f, "%lu", &pages), 1);
+    fclose(f);
+    return (size_t)pages * (size_t)sysconf(_SC_PAGESIZE);
+}
+
+/* In a child whose address space may grow by at most 3x the journal plus 48 MiB: the journal
+ * parses and reads back byte for byte, and recovery of a workspace where none of its files
+ * exist rolls it back. A parser that spends kilobytes per item runs out of memory there. */
+static void budgeted(const char *data, size_t len)
+{
+    struct ws w;
+    ws_open(&w);
+    char path[512];
+    snprintf(path, sizeof path, "%s/" CS__PATCH_JOURNAL_DIR, w.root);
+    assert_int_equal(mkdir(path, 0700), 0);
+    snprintf(path, sizeof path, "%s/" JDIR, w.root);
+    assert_int_equal(mkdir(path, 0700), 0);
+    ws_write_intent(&w, data, len);
+    fflush(NULL);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        size_t cap = vm_size() + 3 * len + ((size_t)48 << 20);
+        struct rlimit rl = {(rlim_t)cap, (rlim_t)(cap + 2 * len)};
+        if (setrlimit(RLIMIT_AS, &rl) != 0)
+            _exit(10);
+        char *canon = NULL;
+        size_t clen = 0;
+        const char *why = "";
+        /* parse_check's canonical copy costs up to 2x more: the parse alone first, then the
+         * read-back under a cap one journal larger. */
+        if (cs__patch_journal_parse_check(data, len, NULL, NULL, &why) != 0) {
+            fprintf(stderr, "parse: %s\n", why);
+            _exit(11);
+        }
+        struct seen seen = {0};
+        struct cs_diag diag = {0};
+        unsigned n = 0;
+        if (cs__patch_journal_recover_at(w.rootfd, NULL, on_recovered, &seen, &n, &diag) != 0) {
+            fprintf(stderr, "recover: %s\n", diag.text);
+            _exit(12);
+        }
+        if (n != 1 || seen.calls != 1 || seen.status != CSW_PATCH_STATUS_ROLLED_BACK ||
+            ws_exists(&w, CS__PATCH_JOURNAL_DIR))
+            _exit(13);
+        rl.rlim_cur = rl.rlim_max;
+        if (setrlimit(RLIMIT_AS, &rl) != 0)
+            _exit(10);
+        if (cs__patch_journal_parse_check(data, len, &canon, &clen, &why) != 0) {
+            fprintf(stderr, "parse_check: %s\n", why);
+            _exit(14);
+        }
+        _exit(clen == len && memcmp(canon, data, len) == 0 ? 0 : 15);
+    }
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        fail_msg("the child under the memory cap ended with status %#x", (unsigned)status);
+    ws_close(&w);
+}
+
+static void memory_follows_journal_size(void **state)
+{
+    (void)state;
+    size_t len = 0;
+    /* 8 MiB of the shortest items: about 150 thousand. */
+    char *data = big_journal((size_t)8 << 20, 0, &len);
+    budgeted(data, len);
+    free(data);
+    /* 2 MiB of items that each create the most directories an item may name: one per proper
+     * prefix of a path of CS_FS_PATH_MAX bytes. One more is refused. */
+    data = big_journal((size_t)2 << 20, CS_FS_PATH_MAX / 2, &len);
+    budgeted(data, len);
+    free(data);
+    data = big_journal((size_t)64 << 10, CS_FS_PATH_MAX / 2 + 1, &len);
+    refused(data, len, "it is malformed");
+    free(data);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -790,6 +997,9 @@ int main(void)
         cmocka_unit_test(half_applied_rolls_back_once),
         cmocka_unit_test(fully_applied_rolls_forward),
         cmocka_unit_test(corpus_seeds),
+        cmocka_unit_test(deep_add_rolls_back_every_directory),
+        cmocka_unit_test(oversized_intent_refused),
+        cmocka_unit_test(memory_follows_journal_size),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
