@@ -44,7 +44,51 @@ struct cs_runner_exec {
     struct cs_store *store; /* where identity memories persist (lim->operations_db); NULL: none */
     struct file_job **patches; /* apply_patch jobs with an operation id, received and not done */
     size_t n_patches, cap_patches;
+    /* Workspace roots whose crash journal patch_outcomes could not recover: every operation on
+     * one answers why (as the gateway stops a local one) until a later patch_outcomes succeeds. */
+    struct stopped_root {
+        char *root, *why;
+        int code;
+    } * stopped;
+    size_t n_stopped;
 };
+
+/* Why root is stopped (its code in *code), or NULL. */
+static const char *root_stopped(const struct cs_runner_exec *ex, const char *root, int *code)
+{
+    for (size_t i = 0; root != NULL && i < ex->n_stopped; i++)
+        if (strcmp(ex->stopped[i].root, root) == 0) {
+            *code = ex->stopped[i].code;
+            return ex->stopped[i].why;
+        }
+    return NULL;
+}
+
+/* Records (why != NULL) or clears root's stop. Out of memory, a stop is not recorded: the
+ * gateway still stops the workspace from the answer. */
+static void root_stop(struct cs_runner_exec *ex, const char *root, const char *why, int code)
+{
+    for (size_t i = 0; i < ex->n_stopped; i++)
+        if (strcmp(ex->stopped[i].root, root) == 0) {
+            free(ex->stopped[i].root);
+            free(ex->stopped[i].why);
+            ex->stopped[i] = ex->stopped[--ex->n_stopped];
+            break;
+        }
+    if (why == NULL)
+        return;
+    void *ns = realloc(ex->stopped, (ex->n_stopped + 1) * sizeof *ex->stopped);
+    if (ns == NULL)
+        return;
+    ex->stopped = ns;
+    struct stopped_root r = {strdup(root), strdup(why), code};
+    if (r.root == NULL || r.why == NULL) {
+        free(r.root);
+        free(r.why);
+        return;
+    }
+    ex->stopped[ex->n_stopped++] = r;
+}
 
 /* A workspace's deny rules and identity memory (fs.h), for the executor's life: the file-work
  * threads use d while it lives, so it goes only after the pool has been joined. */
@@ -104,6 +148,11 @@ void cs_runner_exec_free(struct cs_runner_exec *ex)
     }
     free(ex->denies);
     free(ex->patches);
+    for (size_t i = 0; i < ex->n_stopped; i++) {
+        free(ex->stopped[i].root);
+        free(ex->stopped[i].why);
+    }
+    free(ex->stopped);
     cs_store_close(ex->store);
     free(ex);
 }
@@ -532,8 +581,14 @@ static struct file_job *job_new(struct cs_runner_exec *ex, enum csw_runner_wire_
         job_free(j);
         return NULL;
     }
-    int rc;
-    const char *why = NULL;
+    int rc = 0;
+    const char *why =
+        tag != CSW_RUNNER_WIRE_OP_PATCH_OUTCOMES ? root_stopped(ex, j->root, &rc) : NULL;
+    if (why != NULL) {
+        fail(done, arg, rc, why);
+        job_free(j);
+        return NULL;
+    }
     j->deny = deny_of(ex, ws, &rc, &why);
     if (rc != 0) {
         fail(done, arg, rc, why);
@@ -958,7 +1013,15 @@ static void op_patch_outcomes(struct cs_runner_exec *ex,
         job_free(j);
         return;
     }
-    job_submit(j);
+    /* On the loop thread, before the next frame is read: a call the gateway sends after it (the
+     * first read after a start) finds the workspace recovered. Recovery renames and unlinks what
+     * a journal names and reads no content, so it is short. */
+    struct cs_cancel c = {.deadline_ns = 0};
+    atomic_init(&c.set, false);
+    file_work_with(j, &c);
+    if (j->rc == 0 || j->rc == CSW_ERROR_FILE_OPERATION_FAILED || j->rc == CSW_ERROR_PATH_DENIED)
+        root_stop(ex, j->root, j->rc == 0 ? NULL : j->msg.text, j->rc);
+    file_done(j);
 }
 
 /* ---- process operations, on the supervisor ---- */
@@ -973,6 +1036,13 @@ static void op_exec(struct cs_runner_exec *ex, const struct csw_runner_wire_exec
         return;
     }
     char *root = root_of(&d->workspace);
+    int scode = 0;
+    const char *why = root_stopped(ex, root, &scode);
+    if (why != NULL) {
+        fail(done, arg, scode, why);
+        free(root);
+        return;
+    }
     char *pid = strndup(d->process_id.s, d->process_id.n);
     char *wsid = strndup(d->workspace.id.s, d->workspace.id.n);
     struct pending *p = NULL;

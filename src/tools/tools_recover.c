@@ -273,8 +273,17 @@ static void asked(void *arg, const struct cs_runner_reply *r)
             if (journal && ask_push(a, id) != 0)
                 break;
         }
-    } else if (t->recovery_log != NULL && r->outcome == CS_RUNNER_ERROR) {
-        t->recovery_log(t->cfg->workspaces[a->ws].id, 0, r->msg ? r->msg : "patch_outcomes failed");
+    } else if (r->outcome == CS_RUNNER_ERROR) {
+        const char *why = r->msg ? r->msg : "patch_outcomes failed";
+        /* A journal the worker cannot recover (corrupt, another version, a denied path, a failed
+         * restore) stops that workspace as it does a local one: every call answers why. */
+        if ((r->code == CSW_ERROR_FILE_OPERATION_FAILED || r->code == CSW_ERROR_PATH_DENIED) &&
+            t->recover_stopped != NULL && t->recover_stopped[a->ws] == NULL) {
+            t->recover_stopped[a->ws] = strdup(why);
+            t->recover_stopped_code[a->ws] = r->code;
+            if (t->recovery_log != NULL) /* "workspace stopped" (main.c) */
+                t->recovery_log(t->cfg->workspaces[a->ws].id, 0, why);
+        }
     }
     if (n > 0 && t->recovery_log != NULL)
         t->recovery_log(t->cfg->workspaces[a->ws].id, n, NULL);

@@ -96,13 +96,18 @@ KINDS = ("add", "update", "delete", "move", "mixed")
 # gateway learns the outcomes over the runner (patch_outcomes, docs/patch-format.md).
 REMOTE_TOO = ("test_every_step_boundary_of_every_kind", "test_random_sigkill_of_the_gateway",
               "test_remote_worker", "test_remote_gateway_killed_while_its_worker_lives",
-              "test_killed_before_the_journal_is_rolled_back")
+              "test_killed_before_the_journal_is_rolled_back",
+              "test_corrupt_journal_stops_only_its_workspace",
+              "test_journal_of_another_version_stops_its_workspace",
+              "test_journal_naming_an_escape_is_refused",
+              "test_denied_path_is_never_touched_by_recovery")
 
 
 class CrashCase(unittest.TestCase):
     def setUp(self):
         if mcp_stdio.runner() == "remote" and self._testMethodName not in REMOTE_TOO:
-            # The rest corrupt or race the journal beside a gateway that reaches the files.
+            # The rest kill the uds worker or the recovery itself, beside a gateway that reaches
+            # the files.
             self.skipTest("the gateway does not reach a remote worker's files")
         self.tmp = os.path.realpath(tempfile.mkdtemp(prefix="cs-e2e-patch-crash-"))
         self.ws = os.path.join(self.tmp, "ws")
