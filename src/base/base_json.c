@@ -40,39 +40,45 @@ static inline bool word_needs_escape(uint64_t v)
     return (((v - ones * 0x20) & ~v) | ((q - ones) & ~q) | ((b - ones) & ~b)) & highs;
 }
 
+/* The index of the first byte at or after i (below n) that needs an escape, or n. Eight bytes at
+ * a time: a block that needs nothing (most of a text) is skipped with one test. */
+static inline size_t next_escape(const unsigned char *u, size_t i, size_t n)
+{
+    while (i < n) {
+        if (n - i >= 8) {
+            uint64_t v;
+            memcpy(&v, u + i, sizeof v);
+            if (!word_needs_escape(v)) {
+                i += 8;
+                continue;
+            }
+        }
+        size_t end = n - i >= 8 ? i + 8 : n;
+        for (; i < end; i++)
+            if (esc[u[i]] != 0)
+                return i;
+    }
+    return n;
+}
+
 size_t cs_json_escape(const char *s, size_t n, char *out)
 {
     static const char hexd[] = "0123456789ABCDEF"; /* jansson writes \u%04X */
     const unsigned char *u = (const unsigned char *)s;
     char *o = out;
     size_t run = 0; /* start of the bytes not yet copied */
-    for (size_t i = 0; i < n;) {
-        /* Eight bytes at a time: a block that needs nothing (most of a text) is skipped with one
-         * test, one that does is walked byte by byte, once. */
-        size_t end = n - i >= 8 ? i + 8 : n;
-        if (end - i == 8) {
-            uint64_t v;
-            memcpy(&v, u + i, sizeof v);
-            if (!word_needs_escape(v)) {
-                i = end;
-                continue;
-            }
-        }
-        for (; i < end; i++) {
-            char e = esc[u[i]];
-            if (e == 0)
-                continue;
-            memcpy(o, s + run, i - run);
-            o += i - run;
-            run = i + 1;
-            *o++ = '\\';
-            *o++ = e;
-            if (e == 'u') {
-                *o++ = '0';
-                *o++ = '0';
-                *o++ = hexd[u[i] >> 4];
-                *o++ = hexd[u[i] & 15];
-            }
+    for (size_t i = next_escape(u, 0, n); i < n; i = next_escape(u, i + 1, n)) {
+        char e = esc[u[i]];
+        memcpy(o, s + run, i - run);
+        o += i - run;
+        run = i + 1;
+        *o++ = '\\';
+        *o++ = e;
+        if (e == 'u') {
+            *o++ = '0';
+            *o++ = '0';
+            *o++ = hexd[u[i] >> 4];
+            *o++ = hexd[u[i] & 15];
         }
     }
     memcpy(o, s + run, n - run);
@@ -84,22 +90,8 @@ size_t cs_json_escaped_len(const char *s, size_t n)
 {
     const unsigned char *u = (const unsigned char *)s;
     size_t len = n;
-    for (size_t i = 0; i < n;) {
-        size_t end = n - i >= 8 ? i + 8 : n;
-        if (end - i == 8) {
-            uint64_t v;
-            memcpy(&v, u + i, sizeof v);
-            if (!word_needs_escape(v)) {
-                i = end;
-                continue;
-            }
-        }
-        for (; i < end; i++) {
-            char e = esc[u[i]];
-            if (e != 0)
-                len += e == 'u' ? 5 : 1;
-        }
-    }
+    for (size_t i = next_escape(u, 0, n); i < n; i = next_escape(u, i + 1, n))
+        len += esc[u[i]] == 'u' ? 5 : 1;
     return len;
 }
 

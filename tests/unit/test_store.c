@@ -742,15 +742,11 @@ static void fingerprint(const struct csw_mcp_apply_patch_input *in, char out[72]
 }
 
 /* A rejection keeps its tool error; a replay reads it back. Rows without one say NOT_FOUND. */
-/* Crash recovery (cs_store_recover): only an unknown row changes, with a "recovered" event; a
- * stored unknown result goes so that a replay answers the recovered status. */
-static void test_recover(void **state)
+/* Three rows in s: a never finished, b finished unknown (a lost worker), c applied. */
+static void three_rows(struct cs_store *s, char a[CS_STORE_ID_SIZE], char b[CS_STORE_ID_SIZE],
+                       char c[CS_STORE_ID_SIZE])
 {
-    (void)state;
-    char path[256], a[CS_STORE_ID_SIZE], b[CS_STORE_ID_SIZE], c[CS_STORE_ID_SIZE];
     struct cs_diag dg = {0};
-    fresh_path(path, sizeof path);
-    struct cs_store *s = open_ok(path);
     mint_ok(s, "never-finished", FP_A, a);
     mint_ok(s, "lost-worker", FP_B, b);
     mint_ok(s, "applied", FP_A, c);
@@ -763,6 +759,18 @@ static void test_recover(void **state)
     fill_result(&ok, c);
     assert_int_equal(cs_store_finish(s, c, CSW_PATCH_STATUS_APPLIED, &ok, false, &dg), CS_STORE_OK);
     csw_mcp_apply_patch_output_free(&ok);
+}
+
+/* Crash recovery (cs_store_recover): only an unknown row changes, with a "recovered" event; a
+ * stored unknown result goes so that a replay answers the recovered status. */
+static void test_recover(void **state)
+{
+    (void)state;
+    char path[256], a[CS_STORE_ID_SIZE], b[CS_STORE_ID_SIZE], c[CS_STORE_ID_SIZE];
+    struct cs_diag dg = {0};
+    fresh_path(path, sizeof path);
+    struct cs_store *s = open_ok(path);
+    three_rows(s, a, b, c);
 
     /* A journal naming another workspace's row settles nothing (a command writes journals into
      * its own workspace only). */
@@ -833,18 +841,7 @@ static void test_unknown_ops_and_forget(void **state)
     struct cs_diag dg = {0};
     fresh_path(path, sizeof path);
     struct cs_store *s = open_ok(path);
-    mint_ok(s, "open", FP_A, a);
-    mint_ok(s, "lost", FP_B, b);
-    mint_ok(s, "done", FP_A, c);
-    struct csw_mcp_apply_patch_output r;
-    memset(&r, 0, sizeof r);
-    r.status = CSW_PATCH_STATUS_UNKNOWN;
-    r.operation_id = (struct cs_str){b, strlen(b)};
-    assert_int_equal(cs_store_finish(s, b, CSW_PATCH_STATUS_UNKNOWN, &r, true, &dg), CS_STORE_OK);
-    struct csw_mcp_apply_patch_output ok;
-    fill_result(&ok, c);
-    assert_int_equal(cs_store_finish(s, c, CSW_PATCH_STATUS_APPLIED, &ok, false, &dg), CS_STORE_OK);
-    csw_mcp_apply_patch_output_free(&ok);
+    three_rows(s, a, b, c);
     /* A row an older build left unknown (no journaled mark), and one of another workspace. */
     sql(path, "INSERT INTO operations (id, workspace_id, fingerprint, kind, status, created_at)"
               " VALUES ('op-00000000-0000-4000-8000-000000000001', 'default', '" FP_A "',"
@@ -882,7 +879,8 @@ static void test_unknown_ops_and_forget(void **state)
     /* The key is free again: minting it makes a new operation, not a replay. */
     struct cs_store_existing ex;
     char again[CS_STORE_ID_SIZE];
-    assert_int_equal(cs_store_mint(s, "default", 7, "open", 4, FP_A, again, &ex, &dg), CS_STORE_OK);
+    assert_int_equal(cs_store_mint(s, "default", 7, "never-finished", 14, FP_A, again, &ex, &dg),
+                     CS_STORE_OK);
     assert_string_not_equal(again, a);
     cs_store_close(s);
 }
