@@ -212,11 +212,13 @@ enum cs_store_status cs_store_ident_save(struct cs_store *store, const char *wor
  * finished `unknown` when its worker was lost) takes status, finished_at now and a "recovered"
  * event, in one transaction. A row already holding another status is left alone (its result was
  * recorded before the crash). Returns CS_STORE_OK (also when nothing needed changing),
- * CS_STORE_NOT_FOUND (no such row of workspace_id, NUL-terminated: a journal of another ledger,
- * or one a command wrote naming another workspace's row) or CS_STORE_ERROR.
+ * *changed (may be NULL) says whether
+ * the row took the status now. CS_STORE_NOT_FOUND (no such row of workspace_id, NUL-terminated: a
+ * journal of another ledger, or one a command wrote naming another workspace's row) or
+ * CS_STORE_ERROR.
  */
 enum cs_store_status cs_store_recover(struct cs_store *store, const char *workspace_id,
-                                      const char *id, enum csw_patch_status status,
+                                      const char *id, enum csw_patch_status status, bool *changed,
                                       struct cs_diag *d);
 
 /*

@@ -34,9 +34,11 @@ static int exec_bound(sqlite3 *db, const char *sql, const char *a, const char *b
 }
 
 enum cs_store_status cs_store_recover(struct cs_store *store, const char *workspace_id,
-                                      const char *id, enum csw_patch_status status,
+                                      const char *id, enum csw_patch_status status, bool *changed,
                                       struct cs_diag *d)
 {
+    if (changed != NULL)
+        *changed = false;
     if ((unsigned)status >= CSW_PATCH_STATUS__COUNT || status == CSW_PATCH_STATUS_UNKNOWN)
         return cs__store_fail(d, CS_STORE_INVALID, "operations database: recover %s: status %d", id,
                               (int)status);
@@ -56,7 +58,8 @@ enum cs_store_status cs_store_recover(struct cs_store *store, const char *worksp
                      id, csw_patch_status_names[status], now, workspace_id);
     if (rc != SQLITE_OK)
         goto fail;
-    if (sqlite3_changes(store->db) == 1) {
+    bool settled = sqlite3_changes(store->db) == 1;
+    if (settled) {
         what = "insert event";
         rc = exec_bound(store->db,
                         "INSERT INTO operation_events (operation_id, name, at) "
@@ -90,6 +93,8 @@ enum cs_store_status cs_store_recover(struct cs_store *store, const char *worksp
     rc = sqlite3_exec(store->db, "COMMIT", NULL, NULL, NULL);
     if (rc != SQLITE_OK)
         goto fail;
+    if (changed != NULL)
+        *changed = settled;
     return CS_STORE_OK;
 fail:;
     char msg[256];

@@ -28,7 +28,8 @@ struct record {
 static int record(void *arg, const char *op_id, enum csw_patch_status status)
 {
     struct record *rec = arg;
-    enum cs_store_status st = cs_store_recover(rec->t->store, rec->ws_id, op_id, status, NULL);
+    enum cs_store_status st =
+        cs_store_recover(rec->t->store, rec->ws_id, op_id, status, NULL, NULL);
     return st == CS_STORE_OK || st == CS_STORE_NOT_FOUND ? 0 : -1;
 }
 
@@ -74,7 +75,7 @@ static int settle_unjournaled(void *arg, const char *id)
     struct settle_unjournaled *su = arg;
     if (patching(su->t, id))
         return 0;
-    if (cs_store_recover(su->t->store, su->ws_id, id, CSW_PATCH_STATUS_ROLLED_BACK, NULL) !=
+    if (cs_store_recover(su->t->store, su->ws_id, id, CSW_PATCH_STATUS_ROLLED_BACK, NULL, NULL) !=
         CS_STORE_OK)
         return -1;
     su->n++;
@@ -266,10 +267,11 @@ static void asked(void *arg, const struct cs_runner_reply *r)
             id[s->n] = '\0';
             /* In flight here: its own answer records it. No row (another ledger's journal) or a
              * failed ledger: left for the next exchange. */
+            bool now = false;
             if (patching(t, id) || cs_store_recover(t->store, t->cfg->workspaces[a->ws].id, id, st,
-                                                    NULL) != CS_STORE_OK)
+                                                    &now, NULL) != CS_STORE_OK)
                 continue;
-            n++;
+            n += now; /* settled here, not by an earlier exchange */
             if (journal && ask_push(a, id) != 0)
                 break;
         }

@@ -774,18 +774,23 @@ static void test_recover(void **state)
 
     /* A journal naming another workspace's row settles nothing (a command writes journals into
      * its own workspace only). */
-    assert_int_equal(cs_store_recover(s, "other", a, CSW_PATCH_STATUS_APPLIED, &dg),
+    assert_int_equal(cs_store_recover(s, "other", a, CSW_PATCH_STATUS_APPLIED, NULL, &dg),
                      CS_STORE_NOT_FOUND);
-    assert_int_equal(cs_store_recover(s, "default", a, CSW_PATCH_STATUS_ROLLED_BACK, &dg),
+    bool changed = false;
+    assert_int_equal(cs_store_recover(s, "default", a, CSW_PATCH_STATUS_ROLLED_BACK, &changed, &dg),
                      CS_STORE_OK);
-    assert_int_equal(cs_store_recover(s, "default", b, CSW_PATCH_STATUS_APPLIED, &dg), CS_STORE_OK);
+    assert_int_equal(cs_store_recover(s, "default", b, CSW_PATCH_STATUS_APPLIED, NULL, &dg),
+                     CS_STORE_OK);
     /* Already settled: nothing changes (a second recovery of one journal is harmless). */
-    assert_int_equal(cs_store_recover(s, "default", c, CSW_PATCH_STATUS_ROLLED_BACK, &dg),
+    assert_int_equal(cs_store_recover(s, "default", c, CSW_PATCH_STATUS_ROLLED_BACK, NULL, &dg),
                      CS_STORE_OK);
-    assert_int_equal(cs_store_recover(s, "default", a, CSW_PATCH_STATUS_APPLIED, &dg), CS_STORE_OK);
-    assert_int_equal(cs_store_recover(s, "default", "op-none", CSW_PATCH_STATUS_APPLIED, &dg),
+    assert_true(changed);
+    assert_int_equal(cs_store_recover(s, "default", a, CSW_PATCH_STATUS_APPLIED, &changed, &dg),
+                     CS_STORE_OK);
+    assert_false(changed); /* already settled: a second report changes nothing */
+    assert_int_equal(cs_store_recover(s, "default", "op-none", CSW_PATCH_STATUS_APPLIED, NULL, &dg),
                      CS_STORE_NOT_FOUND);
-    assert_int_equal(cs_store_recover(s, "default", a, CSW_PATCH_STATUS_UNKNOWN, &dg),
+    assert_int_equal(cs_store_recover(s, "default", a, CSW_PATCH_STATUS_UNKNOWN, NULL, &dg),
                      CS_STORE_INVALID);
     cs_store_close(s);
 
@@ -857,7 +862,7 @@ static void test_unknown_ops_and_forget(void **state)
     assert_int_equal(cs_store_unknown_ops(s, "other", list_one, &l, &dg), CS_STORE_OK);
     assert_int_equal(l.n, 0);
     /* Settled: no longer listed. */
-    assert_int_equal(cs_store_recover(s, "default", b, CSW_PATCH_STATUS_ROLLED_BACK, &dg),
+    assert_int_equal(cs_store_recover(s, "default", b, CSW_PATCH_STATUS_ROLLED_BACK, NULL, &dg),
                      CS_STORE_OK);
     memset(&l, 0, sizeof l);
     assert_int_equal(cs_store_unknown_ops(s, "default", list_one, &l, &dg), CS_STORE_OK);
