@@ -98,8 +98,9 @@ static const char *const migrations[CS_STORE_SCHEMA_VERSION] = {
     /* 5: rows minted by a build that journals every patch under its operation id (issue 30):
      * for these alone, no journal after a crash means nothing was written (rolled_back). An
      * older row left unknown stays unknown: nothing tells what its patch did. */
-    "ALTER TABLE operations ADD COLUMN journaled INTEGER CHECK (journaled IS NULL OR journaled = "
-    "1);",
+    "ALTER TABLE operations ADD COLUMN journaled INTEGER"
+    " CHECK (journaled IS NULL OR journaled = 1)"
+    ";",
 };
 
 /* ---- open ---- */
