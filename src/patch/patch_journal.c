@@ -1063,7 +1063,18 @@ static int recover_one(int rootfd, int jrootfd, const char *name, struct cs_fs_d
                 goto out;
             }
         }
-        /* No intent: the journal died before its durability point; nothing was written. */
+        /* No intent: the journal died before its durability point; nothing was written. Kept for
+         * the ledger's owner (a worker), it says so, or it would never be reported. */
+        if (is == 1 && fn == NULL && op[0] != '\0') {
+            const char *sn = csw_patch_status_names[status];
+            if (write_small(jdfd, "outcome.tmp", "outcome", sn, strlen(sn), true) != 0) {
+                rc = cs_diag_set(diag, CSW_ERROR_FILE_OPERATION_FAILED,
+                                 "cannot record the outcome in %s/%s (%s); the workspace is "
+                                 "stopped until a restart",
+                                 CS__PATCH_JOURNAL_DIR, name, strerror(errno));
+                goto out;
+            }
+        }
     }
     if (fn != NULL && op[0] != '\0' && fn(arg, op, status) != 0) {
         rc = cs_diag_set(diag, CSW_ERROR_INTERNAL,

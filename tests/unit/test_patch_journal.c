@@ -648,6 +648,38 @@ static void no_intent_is_rolled_back(void **state)
     ws_close(&w);
 }
 
+/* The same journal on a worker (no ledger: recovery keeps an operation's journal for the
+ * gateway): the outcome rolled_back is written so that patch_outcomes reports it, and a settle
+ * removes it. Without the outcome the row stayed unknown and the journal stayed for ever. */
+static void no_intent_on_a_worker_is_reported(void **state)
+{
+    (void)state;
+    struct ws w;
+    ws_open(&w);
+    char path[512];
+    snprintf(path, sizeof path, "%s/" CS__PATCH_JOURNAL_DIR, w.root);
+    assert_int_equal(mkdir(path, 0700), 0);
+    snprintf(path, sizeof path, "%s/" JDIR, w.root);
+    assert_int_equal(mkdir(path, 0700), 0);
+    struct cs_diag diag = {0};
+    assert_int_equal(cs__patch_journal_recover_at(w.rootfd, NULL, NULL, NULL, NULL, &diag), 0);
+    assert_true(ws_exists(&w, JDIR "/outcome"));
+    const char *ask[] = {OP};
+    struct seen seen = {0};
+    assert_int_equal(
+        cs_patch_journal_outcomes(w.root, NULL, NULL, 0, ask, 1, on_recovered, &seen, &diag), 0);
+    assert_int_equal(seen.calls, 1);
+    assert_string_equal(seen.op, OP);
+    assert_int_equal(seen.status, CSW_PATCH_STATUS_ROLLED_BACK);
+    const char *settle[] = {OP};
+    memset(&seen, 0, sizeof seen);
+    assert_int_equal(
+        cs_patch_journal_outcomes(w.root, NULL, settle, 1, NULL, 0, on_recovered, &seen, &diag), 0);
+    assert_int_equal(seen.calls, 0);
+    assert_false(ws_exists(&w, CS__PATCH_JOURNAL_DIR));
+    ws_close(&w);
+}
+
 static void half_applied_rolls_back_once(void **state)
 {
     (void)state;
@@ -997,6 +1029,7 @@ int main(void)
         cmocka_unit_test(corrupt_intent_touches_nothing),
         cmocka_unit_test(denied_path_touches_nothing),
         cmocka_unit_test(no_intent_is_rolled_back),
+        cmocka_unit_test(no_intent_on_a_worker_is_reported),
         cmocka_unit_test(half_applied_rolls_back_once),
         cmocka_unit_test(fully_applied_rolls_forward),
         cmocka_unit_test(corpus_seeds),
