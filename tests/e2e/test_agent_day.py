@@ -378,7 +378,11 @@ class Day:
         self.assertIn("100% tests passed, 0 tests failed out of 214", text)
         self.assertGreater(secs, 45)
         self.check_progress(notes, secs)
-        self.assertGreaterEqual(len(notes), 10, "a %.0f s command reported %d times"
+        # Progress goes out only when the output grew (its value must rise), and 46 s of this
+        # command are one silent test: how many of the other tests' lines land in distinct
+        # seconds depends on the machine's load (9 of 54 s under CI's, more when idle). The
+        # cadence itself is pinned by test_progress; here, a long build reports more than once.
+        self.assertGreaterEqual(len(notes), 4, "a %.0f s command reported %d times"
                                 % (secs, len(notes)))
         self.assertTrue(any(n["params"].get("message") for n in notes), notes)
         lib, _, _, _ = self.run_to_end("app", ["sh", "-c",
