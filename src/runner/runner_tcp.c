@@ -7,8 +7,10 @@
  * What differs from uds is the failure model. The worker is not ours: a dropped connection is not
  * a dead worker. Its processes and its replay cache stay; the gateway reconnects on its own
  * (100 ms, then doubling up to 5 s while attempts fail) and says hello again. Request ids count on
- * across connections (the worker's replay cache is keyed by them), so an id is never reused
- * towards one worker by one gateway process.
+ * across connections, and each hello names this gateway (a random name, the same on every
+ * connection): the worker's replay cache is keyed by the two, so an id is never reused towards
+ * one worker by one gateway process, and another gateway's ids, which count from 1 too, are never
+ * confused with ours. Other gateways may be connected to the same worker at the same time.
  *
  * Outcomes follow the existing ambiguity rules: a call sent on a connection that dropped before
  * its answer is ambiguous; a call that never left (no connection, or the connection failed before
@@ -41,6 +43,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 #include "base_log.h"
@@ -97,6 +100,9 @@ struct cs__runner_tcp {
     /* What the worker enforces, as its last answered hello said (nothing before the first) */
     struct cs_supervisor_isolation iso;
     uint64_t hellos; /* hellos answered */
+    /* This gateway's name towards the worker, the same on every connection (random, 128 bits):
+     * the worker keeps our answers for replay apart from other gateways'. Empty: none. */
+    char name[33];
 };
 
 /* ---- calls ---- */
@@ -466,6 +472,8 @@ static void connect_now(struct cs__runner_tcp *t)
     hello.u.hello.data.protocol = CS_RUNNER_PROTOCOL;
     hello.u.hello.data.has_peer = true;
     hello.u.hello.data.peer = (struct cs_str){peer, strlen(peer)};
+    hello.u.hello.data.has_gateway = t->name[0] != '\0';
+    hello.u.hello.data.gateway = (struct cs_str){t->name, strlen(t->name)};
     struct csw_runner_wire w;
     cs__runner_request(&w, rid, t->hello_id, &hello);
     if (cs_runner_conn_send(l->conn, &w) != 0)
@@ -627,6 +635,10 @@ struct cs_runner *cs_runner_tcp_new(struct cs_loop *loop, const struct cs_runner
     t->r = r;
     t->next_id = 1;
     t->require_sandbox = opt->require_sandbox;
+    unsigned char rnd[16];
+    if (getrandom(rnd, sizeof rnd, 0) == (ssize_t)sizeof rnd)
+        for (size_t i = 0; i < sizeof rnd; i++)
+            snprintf(t->name + 2 * i, 3, "%02x", rnd[i]);
     if (cs_runner_url_parse(opt->url, t->host, t->port) != 0) {
         cs_diag_set(err, CSW_ERROR_INTERNAL, "runner %s is not tcp://HOST:PORT", opt->url);
         goto fail;

@@ -45,7 +45,7 @@
 #define FIRST_BYTES_MS 2000 /* to send the first bytes */
 #define HS_MS          5000 /* to finish the handshake, from the accept */
 #define PENDING_MAX    256  /* connections waiting for their first flight */
-#define BRIDGE_MAX     8    /* authenticated connections (the newest wins; the others end) */
+#define BRIDGE_MAX     8    /* authenticated connections bridged at once (one per gateway) */
 #define CONNS_MAX      (HS_SLOTS + BRIDGE_MAX)
 #define ACCEPT_BURST   64
 #define REFUSAL_LOGS   10 /* refusal lines a second at most; the rest are counted */
@@ -996,9 +996,8 @@ struct cs_tls_front {
     int wakefd; /* a handshake slot came free */
     char *unix_path;
     pthread_t thread;
-    pthread_mutex_t mu; /* conns, current, the slot counts, the refusal log */
+    pthread_mutex_t mu; /* conns, the slot counts, the refusal log */
     struct front_conn conns[CONNS_MAX];
-    struct front_conn *current; /* the authenticated connection bridged now */
     size_t hs_general;
     bool hs_reserved;
     int64_t log_sec;
@@ -1120,16 +1119,20 @@ static void *conn_main(void *arg)
             goto end;
         }
     }
-    /* Authenticated (or plaintext by the operator's choice): the newest connection wins. */
+    /* Authenticated (or plaintext by the operator's choice): bridged beside the others, each to
+     * its own connection to the worker (one per gateway; none is ended for a newer one). */
     pthread_mutex_lock(&f->mu);
     slot_release(f, c);
-    struct front_conn *old = f->current;
-    f->current = c;
+    size_t bridged = 0;
+    for (size_t k = 0; k < CONNS_MAX; k++)
+        bridged += f->conns[k].used && !f->conns[k].handshaking && &f->conns[k] != c;
     pthread_mutex_unlock(&f->mu);
     wake(f);
-    if (old) {
-        uint64_t one = 1;
-        (void)!write(old->stopfd, &one, sizeof one);
+    if (bridged >= BRIDGE_MAX) {
+        snprintf(why, sizeof why,
+                 "the worker already serves %d gateway connections, its most at once", BRIDGE_MAX);
+        refusal(f, c->addr, why);
+        goto end;
     }
     local = unix_connect(f->unix_path);
     if (local < 0) {
@@ -1163,8 +1166,6 @@ end:
     pthread_mutex_lock(&f->mu);
     bool freed = c->handshaking;
     slot_release(f, c);
-    if (f->current == c)
-        f->current = NULL;
     c->used = false;
     pthread_mutex_unlock(&f->mu);
     if (freed)

@@ -15,8 +15,9 @@
  *     connects to the worker's private Unix socket and pumps. Handshakes are bounded in total
  *     (16) and per source address (4), and one slot is kept for a valid ClientHello
  *     (docs/scale-out.md, "Before authentication"). An unauthenticated or wrong peer never
- *     reaches the Unix socket, so no frame of it is ever read. The newest authenticated
- *     connection wins: the previous one is shut down.
+ *     reaches the Unix socket, so no frame of it is ever read. Each authenticated connection
+ *     has its own bridge and Unix connection (several gateways at once, at most BRIDGE_MAX;
+ *     one more is refused, none is shut down for it).
  *
  * Authentication is mutual, in one of two modes (never both):
  *   - certificates, pinned: each side has its own certificate and key (PEM files) and the SHA-256

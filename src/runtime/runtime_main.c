@@ -33,8 +33,12 @@
  * --listen HOST:PORT (docs/scale-out.md): a worker nobody started for us. It opens its own roots
  * (--root PATH), binds its Unix socket in a private 0700 directory of its own, and a TLS front
  * (runner_tls.c) bridges each authenticated TCP connection to it; the accept code below is the
- * same. A connection's end does not end the worker: its processes and replay cache stay, and
- * the next connection says hello again. Such a worker has no parent-death signal: SIGHUP reads
+ * same, but it keeps accepting: several gateways are served at once, each connection a session
+ * with its own hello, request ids and cancels. An answer goes to the session that asked; the
+ * replay cache is keyed by the gateway's name from its hello (else the session's number) and the
+ * request id; process_exited goes to every session. A connection's end does not end the worker:
+ * its processes and replay cache stay, its calls in flight answer to the cache only, and the
+ * next connection says hello again. Such a worker has no parent-death signal: SIGHUP reads
  * its pre-shared key files again (cs_tls_front_reload), a removed identity's connection ends.
  */
 #include <errno.h>
@@ -106,11 +110,29 @@ static bool gateway_gone(int fd)
     return fd >= 0 && poll(&p, 1, 0) > 0 && (p.revents & (POLLHUP | POLLERR | POLLNVAL)) != 0;
 }
 
+/* The replay cache's key of a connection: "g:" and the gateway its hello names (the same on each
+ * of that gateway's connections), else "c:" and the connection's serial number. */
+#define KEY_SIZE 80
+
+/* One gateway connection (docs/scale-out.md, "Several gateways"). A gateway-started worker has
+ * one at a time; a --listen worker one per bridged gateway connection, each with its own request
+ * ids: an answer goes to the connection that asked, or, that connection gone, only to the cache. */
+struct sess {
+    struct worker *w;
+    struct cs_runner_conn *conn;
+    bool hello_done, closing, got_frame;
+    char key[KEY_SIZE];
+    struct req *reqs; /* its requests the executor has not answered yet, for cancel */
+    struct sess *prev, *next;
+};
+
 struct worker {
     struct cs_loop *loop;
     struct cs_runner_exec *ex;
-    struct cs_runner_conn *conn;
-    bool hello_done, closing, got_frame;
+    struct sess *sessions;
+    size_t n_sessions;
+    unsigned long long serial; /* connections accepted */
+    bool closing;              /* the worker ends: nothing more is sent */
     int lfd;
     struct cs_loop_fd *lw;
     struct cs_loop_timer *reap_timer;
@@ -118,12 +140,12 @@ struct worker {
     /* the replay cache: the last CS_RUNNER_REPLAY_CACHE responses as sent (JSON text), oldest
      * first overwritten */
     struct {
+        char key[KEY_SIZE];
         char *request_id;
         char *text;
         size_t n;
     } cache[CS_RUNNER_REPLAY_CACHE];
     size_t cache_next;
-    struct req *reqs; /* requests the executor has not answered yet, for cancel */
     bool listening;   /* --listen: a connection's end is not ours (docs/scale-out.md) */
     struct cs_supervisor_isolation iso; /* what our commands get (the probe at start) */
     int gatefd;                         /* --gateway-fd, or -1 (--listen) */
@@ -136,8 +158,10 @@ struct worker {
 /* One request in flight. */
 struct req {
     struct worker *w;
+    struct sess *s; /* the connection that asked; NULL once it is gone */
+    char key[KEY_SIZE];
     char *request_id;
-    bool linked; /* in w->reqs */
+    bool linked; /* in s->reqs */
     struct req *prev, *next;
 };
 
@@ -184,10 +208,12 @@ static void scrub_env(void)
     }
 }
 
-/* Keeps text (taken: released here or later) as the response to rid. */
-static void cache_put(struct worker *w, const char *rid, char *text, size_t n)
+/* Keeps text (taken: released here or later) as the response to rid of the connections keyed
+ * key. */
+static void cache_put(struct worker *w, const char *key, const char *rid, char *text, size_t n)
 {
     size_t i = w->cache_next++ % CS_RUNNER_REPLAY_CACHE;
+    snprintf(w->cache[i].key, sizeof w->cache[i].key, "%s", key);
     free(w->cache[i].request_id);
     cs_wire_release(w->cache[i].text);
     w->cache[i].request_id = strdup(rid);
@@ -199,34 +225,37 @@ static void cache_put(struct worker *w, const char *rid, char *text, size_t n)
     }
 }
 
-/* Sends a response's JSON text (taken), kept for replay under rid when cache is set. */
-static void send_text(struct worker *w, const char *rid, char *text, size_t n, bool cache)
+/* Sends a response's JSON text (taken) on s (NULL: gone, nothing is sent), kept for replay under
+ * (key, rid) when cache is set. */
+static void send_text(struct worker *w, struct sess *s, const char *key, const char *rid,
+                      char *text, size_t n, bool cache)
 {
     if (!text)
         return;
-    if (w->conn && !w->closing)
-        (void)cs_runner_conn_send_text(w->conn, text, n);
+    if (s && s->conn && !s->closing && !w->closing)
+        (void)cs_runner_conn_send_text(s->conn, text, n);
     if (cache)
-        cache_put(w, rid, text, n);
+        cache_put(w, key, rid, text, n);
     else
         cs_wire_release(text);
 }
 
 /* Sends one wire message, written straight to text by the generated encoder. */
-static bool send_wire(struct worker *w, const char *rid, const struct csw_runner_wire *m,
-                      bool cache)
+static bool send_wire(struct worker *w, struct sess *s, const char *key, const char *rid,
+                      const struct csw_runner_wire *m, bool cache)
 {
     char *text = NULL;
     size_t n = 0;
     struct cs_wire_diag diag;
     if (csw_runner_wire_encode_text(m, &text, &n, &diag) != CS_WIRE_OK)
         return false;
-    send_text(w, rid, text, n, cache);
+    send_text(w, s, key, rid, text, n, cache);
     return true;
 }
 
-/* An error response to request rid (a catalogue code, or INTERNAL outside it). */
-static void send_error(struct worker *w, const char *rid, int code, const char *msg, bool cache)
+/* An error response to request rid of s (a catalogue code, or INTERNAL outside it); never
+ * cached. */
+static void send_error(struct sess *s, const char *rid, int code, const char *msg)
 {
     struct csw_runner_wire m;
     memset(&m, 0, sizeof m);
@@ -238,29 +267,29 @@ static void send_error(struct worker *w, const char *rid, int code, const char *
     m.u.response.error.code =
         code >= 0 && code < CSW_ERROR__COUNT ? (enum csw_error)code : CSW_ERROR_INTERNAL;
     m.u.response.error.message = (struct cs_str){(char *)(msg ? msg : ""), msg ? strlen(msg) : 0};
-    if (send_wire(w, rid, &m, cache))
+    if (send_wire(s->w, s, s->key, rid, &m, false))
         return;
     /* A message the schema refuses (not UTF-8, too long): the code alone still goes out. */
     m.u.response.error.message = (struct cs_str){(char *)"(message not sendable)", 22};
-    (void)send_wire(w, rid, &m, cache);
+    (void)send_wire(s->w, s, s->key, rid, &m, false);
 }
 
 /* A protocol violation: an error response, then the connection closes. */
-static void refuse(struct worker *w, const char *rid, const char *msg)
+static void refuse(struct sess *s, const char *rid, const char *msg)
 {
-    send_error(w, rid, CSW_ERROR_INVALID_ARGUMENTS, msg, false);
-    if (w->conn) {
-        (void)cs_runner_conn_flush(w->conn, 1000);
-        cs_runner_conn_close(w->conn, msg);
+    send_error(s, rid, CSW_ERROR_INVALID_ARGUMENTS, msg);
+    if (s->conn) {
+        (void)cs_runner_conn_flush(s->conn, 1000);
+        cs_runner_conn_close(s->conn, msg);
     }
-    w->closing = true;
+    s->closing = true;
 }
 
 /* Re-sends the cached response text (n bytes, our own encoder's) under request id rid: decoded
  * and encoded again by the generated code, so a replay is a wire message like any other, not a
  * patched text. Returns false when out of memory (or the cache holds something the schema
  * refuses, which would be a bug). */
-static bool send_replay(struct worker *w, const char *rid, const char *text, size_t n)
+static bool send_replay(struct sess *s, const char *rid, const char *text, size_t n)
 {
     json_error_t jerr;
     json_t *j = json_loadb(text, n, JSON_ALLOW_NUL, &jerr);
@@ -275,7 +304,7 @@ static bool send_replay(struct worker *w, const char *rid, const char *text, siz
     if (m.tag == CSW_RUNNER_WIRE_RESPONSE) {
         struct cs_str old = m.u.response.request_id;
         m.u.response.request_id = (struct cs_str){(char *)rid, strlen(rid)};
-        ok = send_wire(w, rid, &m, false);
+        ok = send_wire(s->w, s, s->key, rid, &m, false);
         m.u.response.request_id = old; /* freed with the rest */
     }
     csw_runner_wire_free(&m);
@@ -290,7 +319,7 @@ static void req_done(void *arg, const struct cs_runner_reply *rep)
         if (r->prev)
             r->prev->next = r->next;
         else
-            w->reqs = r->next;
+            r->s->reqs = r->next;
         if (r->next)
             r->next->prev = r->prev;
     }
@@ -317,10 +346,25 @@ static void req_done(void *arg, const struct cs_runner_reply *rep)
         ecode = rep->outcome == CS_RUNNER_ERROR ? rep->code : CSW_ERROR_INTERNAL;
         why = rep->msg;
     }
-    if (text)
-        send_text(w, r->request_id, text, n, true);
-    else
-        send_error(w, r->request_id, ecode, why, true);
+    if (!text) {
+        struct csw_runner_wire m;
+        memset(&m, 0, sizeof m);
+        m.tag = CSW_RUNNER_WIRE_RESPONSE;
+        m.u.response.protocol = CS_RUNNER_PROTOCOL;
+        m.u.response.request_id = (struct cs_str){r->request_id, strlen(r->request_id)};
+        m.u.response.has_error = true;
+        m.u.response.error.code = ecode >= 0 && ecode < CSW_ERROR__COUNT ? (enum csw_error)ecode
+                                                                         : CSW_ERROR_INTERNAL;
+        m.u.response.error.message =
+            (struct cs_str){(char *)(why ? why : ""), why ? strlen(why) : 0};
+        struct cs_wire_diag diag;
+        if (csw_runner_wire_encode_text(&m, &text, &n, &diag) != CS_WIRE_OK) {
+            /* A message the schema refuses (not UTF-8, too long): the code alone goes out. */
+            m.u.response.error.message = (struct cs_str){(char *)"(message not sendable)", 22};
+            (void)csw_runner_wire_encode_text(&m, &text, &n, &diag);
+        }
+    }
+    send_text(w, r->s, r->key, r->request_id, text, n, true);
     free(r->request_id);
     free(r);
 }
@@ -336,15 +380,25 @@ static void on_exited(void *arg, const char *id, const struct csw_runner_exit *h
     m.u.event.event.tag = CSW_RUNNER_WIRE_EVENT_BODY_PROCESS_EXITED;
     m.u.event.event.u.process_exited.data = *how; /* borrowed: sent before it returns */
     m.u.event.event.u.process_exited.data.process_id = (struct cs_str){(char *)id, strlen(id)};
-    (void)send_wire(w, NULL, &m, false);
+    /* Every gateway connected is told: a process is the worker's, read through any of them. */
+    char *text = NULL;
+    size_t n = 0;
+    struct cs_wire_diag diag;
+    if (csw_runner_wire_encode_text(&m, &text, &n, &diag) != CS_WIRE_OK)
+        return;
+    for (struct sess *s = w->sessions; s; s = s->next)
+        if (s->hello_done && s->conn && !s->closing && !w->closing)
+            (void)cs_runner_conn_send_text(s->conn, text, n);
+    cs_wire_release(text);
 }
 
 /* cancel: the gateway's client cancelled a call. The request it names, if still waiting in the
  * supervisor, is answered now (before the cancel's own answer); process_id is killed. */
-static void cancel(struct worker *w, const struct csw_runner_wire_cancel_data *d, struct req *self)
+static void cancel(struct sess *s, const struct csw_runner_wire_cancel_data *d, struct req *self)
 {
-    struct req *target = NULL;
-    for (struct req *r = w->reqs; d->has_request_id && r && !target; r = r->next)
+    struct worker *w = s->w;
+    struct req *target = NULL; /* a request of this connection only */
+    for (struct req *r = s->reqs; d->has_request_id && r && !target; r = r->next)
         if (strlen(r->request_id) == d->request_id.n &&
             memcmp(r->request_id, d->request_id.s, d->request_id.n) == 0)
             target = r;
@@ -355,18 +409,51 @@ static void cancel(struct worker *w, const struct csw_runner_wire_cancel_data *d
     req_done(self, &rep);
 }
 
+/* The hello's answer: what this worker is and enforces. */
+static void hello(struct sess *s, const char *rid, const struct csw_runner_wire_hello_data *h)
+{
+    struct worker *w = s->w;
+    s->hello_done = true;
+    cs_loop_timer_cancel(w->accept_timer); /* the gateway is here */
+    w->accept_timer = NULL;
+    /* The gateway's name keys the replay cache across its connections (runner_tcp.c sends one
+     * per process); without one, the connection's own number does. */
+    if (h->has_gateway && memchr(h->gateway.s, '\0', h->gateway.n) == NULL)
+        snprintf(s->key, sizeof s->key, "g:%.*s", (int)h->gateway.n, h->gateway.s);
+    char peer[128];
+    snprintf(peer, sizeof peer, "codespace-runtime %s", CS_VERSION);
+    struct csw_runner_wire_result res = {.tag = CSW_RUNNER_WIRE_RESULT_HELLO};
+    res.u.hello.data.protocol = CS_RUNNER_PROTOCOL;
+    res.u.hello.data.has_peer = true;
+    res.u.hello.data.peer = (struct cs_str){peer, strlen(peer)};
+    /* The gateway reports this, not its own probe, for the workspaces we hold. */
+    res.u.hello.data.has_isolation = true;
+    cs_runner_isolation_encode(&w->iso, &res.u.hello.data.isolation);
+    struct req *r = calloc(1, sizeof *r);
+    if (r && (r->request_id = strdup(rid))) {
+        r->w = w;
+        r->s = s;
+        memcpy(r->key, s->key, sizeof r->key);
+        struct cs_runner_reply rep = {.outcome = CS_RUNNER_OK, .result = &res};
+        req_done(r, &rep);
+    } else {
+        free(r);
+    }
+}
+
 static void on_message(void *arg, struct csw_runner_wire *msg)
 {
-    struct worker *w = arg;
-    if (w->closing)
+    struct sess *s = arg;
+    struct worker *w = s->w;
+    if (s->closing || w->closing)
         return;
-    w->got_frame = true;
+    s->got_frame = true;
     if (msg->tag != CSW_RUNNER_WIRE_REQUEST) {
         char rid[128] = "rrpc-0";
         if (msg->tag == CSW_RUNNER_WIRE_RESPONSE && msg->u.response.request_id.n < 120)
             snprintf(rid, sizeof rid, "%.*s", (int)msg->u.response.request_id.n,
                      msg->u.response.request_id.s);
-        refuse(w, rid, "the worker accepts requests only");
+        refuse(s, rid, "the worker accepts requests only");
         return;
     }
     struct csw_runner_request *rq = &msg->u.request;
@@ -378,86 +465,70 @@ static void on_message(void *arg, struct csw_runner_wire *msg)
         cs_diag_set(&why, CSW_ERROR_INVALID_ARGUMENTS,
                     "protocol mismatch: this worker speaks %d, the request %" PRId64,
                     CS_RUNNER_PROTOCOL, rq->protocol);
-        refuse(w, rid, why.text);
+        refuse(s, rid, why.text);
         return;
     }
-    if (!w->hello_done) {
+    if (!s->hello_done) {
         if (rq->op.tag != CSW_RUNNER_WIRE_OP_HELLO) {
-            refuse(w, rid, "the first request must be hello");
+            refuse(s, rid, "the first request must be hello");
             return;
         }
         if (rq->op.u.hello.data.protocol != CS_RUNNER_PROTOCOL) {
             cs_diag_set(&why, CSW_ERROR_INVALID_ARGUMENTS,
                         "protocol mismatch: this worker speaks %d, the gateway %" PRId64,
                         CS_RUNNER_PROTOCOL, rq->op.u.hello.data.protocol);
-            refuse(w, rid, why.text);
+            refuse(s, rid, why.text);
             return;
         }
-        w->hello_done = true;
-        cs_loop_timer_cancel(w->accept_timer); /* the gateway is here */
-        w->accept_timer = NULL;
-        char peer[128];
-        snprintf(peer, sizeof peer, "codespace-runtime %s", CS_VERSION);
-        struct csw_runner_wire_result res = {.tag = CSW_RUNNER_WIRE_RESULT_HELLO};
-        res.u.hello.data.protocol = CS_RUNNER_PROTOCOL;
-        res.u.hello.data.has_peer = true;
-        res.u.hello.data.peer = (struct cs_str){peer, strlen(peer)};
-        /* The gateway reports this, not its own probe, for the workspaces we hold. */
-        res.u.hello.data.has_isolation = true;
-        cs_runner_isolation_encode(&w->iso, &res.u.hello.data.isolation);
-        struct req *r = calloc(1, sizeof *r);
-        if (r && (r->request_id = strdup(rid))) {
-            r->w = w;
-            struct cs_runner_reply rep = {.outcome = CS_RUNNER_OK, .result = &res};
-            req_done(r, &rep);
-        } else {
-            free(r);
-        }
+        hello(s, rid, &rq->op.u.hello.data);
         return;
     }
     if (rq->op.tag == CSW_RUNNER_WIRE_OP_HELLO) {
-        refuse(w, rid, "hello was already done on this connection");
+        refuse(s, rid, "hello was already done on this connection");
         return;
     }
     if (rq->op.tag == CSW_RUNNER_WIRE_OP_REPLAY) {
+        /* Only this gateway's answers (its key): another gateway's ids are its own. */
         const struct cs_str *old = &rq->op.u.replay.data.request_id;
         for (size_t i = 0; i < CS_RUNNER_REPLAY_CACHE; i++) {
             const char *cid = w->cache[i].request_id;
             if (!cid || !w->cache[i].text || strlen(cid) != old->n ||
-                memcmp(cid, old->s, old->n) != 0)
+                memcmp(cid, old->s, old->n) != 0 || strcmp(w->cache[i].key, s->key) != 0)
                 continue;
-            if (!send_replay(w, rid, w->cache[i].text, w->cache[i].n))
-                send_error(w, rid, CSW_ERROR_INTERNAL, "out of memory", false);
+            if (!send_replay(s, rid, w->cache[i].text, w->cache[i].n))
+                send_error(s, rid, CSW_ERROR_INTERNAL, "out of memory");
             return;
         }
-        send_error(w, rid, CSW_ERROR_OPERATION_NOT_FOUND,
-                   "no cached response for this request_id (the worker keeps the last 32)", false);
+        send_error(s, rid, CSW_ERROR_OPERATION_NOT_FOUND,
+                   "no cached response for this request_id (the worker keeps the last 32)");
         return;
     }
     struct req *r = calloc(1, sizeof *r);
     if (!r || !(r->request_id = strdup(rid))) {
         free(r);
-        send_error(w, rid, CSW_ERROR_INTERNAL, "out of memory", false);
+        send_error(s, rid, CSW_ERROR_INTERNAL, "out of memory");
         return;
     }
     r->w = w;
+    r->s = s;
+    memcpy(r->key, s->key, sizeof r->key);
     if (rq->op.tag == CSW_RUNNER_WIRE_OP_CANCEL) {
-        cancel(w, &rq->op.u.cancel.data, r);
+        cancel(s, &rq->op.u.cancel.data, r);
         return;
     }
     /* Linked before the op runs: it may be answered inside cs_runner_exec_op. */
     r->linked = true;
-    r->next = w->reqs;
+    r->next = s->reqs;
     if (r->next)
         r->next->prev = r;
-    w->reqs = r;
+    s->reqs = r;
     cs_runner_exec_op(w->ex, &rq->op, NULL, req_done, r);
 }
 
 static void on_bad(void *arg, const json_t *raw, const char *why)
 {
-    struct worker *w = arg;
-    w->got_frame = true;
+    struct sess *s = arg;
+    s->got_frame = true;
     /* Only the frame's request_id, read through the wire schema's frame_id shape; none (or an
      * unusable one) answers as rrpc-0. */
     char rid[128] = "rrpc-0";
@@ -471,38 +542,59 @@ static void on_bad(void *arg, const json_t *raw, const char *why)
     }
     struct cs_diag d;
     cs_diag_set(&d, CSW_ERROR_INVALID_ARGUMENTS, "undecodable frame: %s", why);
-    send_error(w, rid, (int)d.code, d.text, false);
-    (void)cs_runner_conn_flush(w->conn, 1000);
-    w->closing = true;
+    send_error(s, rid, (int)d.code, d.text);
+    (void)cs_runner_conn_flush(s->conn, 1000);
+    s->closing = true;
 }
 
 static void on_accept(void *arg, int fd, unsigned events);
 
-static void drop_probe(void *arg)
+/* Frees s (its connection ended). Its requests still in the executor answer to the cache only. */
+static void sess_free(struct sess *s)
 {
-    struct worker *w = arg;
-    cs_runner_conn_free(w->conn);
-    w->conn = NULL;
-    w->closing = false;
-    w->hello_done = false; /* --listen: the next gateway connection says hello again */
-    w->got_frame = false;
-    w->lw = cs_loop_fd_add(w->loop, w->lfd, CS_LOOP_READ, on_accept, w);
-    if (!w->lw)
-        cs_loop_stop(w->loop);
+    struct worker *w = s->w;
+    for (struct req *r = s->reqs; r; r = r->next) {
+        r->s = NULL;
+        r->linked = false;
+    }
+    cs_runner_conn_free(s->conn);
+    if (s->prev)
+        s->prev->next = s->next;
+    else
+        w->sessions = s->next;
+    if (s->next)
+        s->next->prev = s->prev;
+    w->n_sessions--;
+    free(s);
+}
+
+static void drop_session(void *arg)
+{
+    struct sess *s = arg;
+    struct worker *w = s->w;
+    sess_free(s);
+    /* A gateway-started worker serves one connection at a time: accept the next. */
+    if (!w->lw && !w->closing) {
+        w->lw = cs_loop_fd_add(w->loop, w->lfd, CS_LOOP_READ, on_accept, w);
+        if (!w->lw)
+            cs_loop_stop(w->loop);
+    }
 }
 
 static void on_closed(void *arg, const char *why)
 {
-    struct worker *w = arg;
+    struct sess *s = arg;
+    struct worker *w = s->w;
     (void)why;
+    s->closing = true;
     /* --listen: the processes and the replay cache outlive the connection; the gateway comes
-     * back (docs/scale-out.md, "Failure model"). */
-    if (w->listening && cs_loop_defer(w->loop, drop_probe, w) == 0)
+     * back, and the other gateways' connections go on (docs/scale-out.md, "Failure model"). */
+    if (w->listening && cs_loop_defer(w->loop, drop_session, s) == 0)
         return;
-    if (!w->got_frame && !w->hello_done) {
+    if (!s->got_frame && !s->hello_done) {
         /* A connection that said nothing (someone probing whether the socket is live) is not
          * the gateway: keep listening for it. */
-        if (cs_loop_defer(w->loop, drop_probe, w) == 0)
+        if (cs_loop_defer(w->loop, drop_session, s) == 0)
             return;
     }
     w->closing = true;
@@ -563,9 +655,14 @@ static void on_no_gateway(void *arg)
     stop(w, "no gateway said hello within 5 s of the bind");
 }
 
-/* Accepts the gateway's connection. Exactly one: the listening socket then stays open (so the
- * path still probes as live and is never taken over) but is not accepted from again, unless the
- * connection ends without a single frame (a liveness probe, not the gateway). */
+/* The connections a --listen worker serves at once: the TLS front bridges at most its
+ * BRIDGE_MAX authenticated ones (runner_tls.c); the socket's directory is the worker's own. */
+#define SESSIONS_MAX 64
+
+/* Accepts a gateway's connection. A gateway-started worker takes exactly one: the listening
+ * socket then stays open (so the path still probes as live and is never taken over) but is not
+ * accepted from again, unless the connection ends without a single frame (a liveness probe, not
+ * the gateway). A --listen worker takes each connection its TLS front bridges. */
 static void on_accept(void *arg, int fd, unsigned events)
 {
     struct worker *w = arg;
@@ -574,14 +671,29 @@ static void on_accept(void *arg, int fd, unsigned events)
     if (cfd < 0)
         return;
     test_stop("after-accept");
-    struct cs_runner_conn_callbacks cb = {on_message, on_bad, on_closed, w};
-    w->conn = cs_runner_conn_new(w->loop, cfd, &cb);
-    if (!w->conn) {
+    struct sess *s = w->n_sessions < SESSIONS_MAX ? calloc(1, sizeof *s) : NULL;
+    if (!s) {
         close(cfd);
         return;
     }
-    cs_loop_fd_del(w->lw);
-    w->lw = NULL;
+    s->w = w;
+    snprintf(s->key, sizeof s->key, "c:%llu", ++w->serial);
+    struct cs_runner_conn_callbacks cb = {on_message, on_bad, on_closed, s};
+    s->conn = cs_runner_conn_new(w->loop, cfd, &cb);
+    if (!s->conn) {
+        close(cfd);
+        free(s);
+        return;
+    }
+    s->next = w->sessions;
+    if (s->next)
+        s->next->prev = s;
+    w->sessions = s;
+    w->n_sessions++;
+    if (!w->listening) {
+        cs_loop_fd_del(w->lw);
+        w->lw = NULL;
+    }
 }
 
 /* Binds path after probing a leftover: a live socket is an error (never unlinked), a refused one
@@ -1082,9 +1194,11 @@ out:
     cs_loop_timer_cancel(w.accept_timer);
     cs_loop_fd_del(w.gw);
     cs_runner_exec_free(w.ex);
-    cs_loop_defer_cancel(w.loop, drop_probe, &w);
     cs_loop_fd_del(w.lw);
-    cs_runner_conn_free(w.conn);
+    while (w.sessions) {
+        cs_loop_defer_cancel(w.loop, drop_session, w.sessions);
+        sess_free(w.sessions);
+    }
     for (size_t i = 0; i < CS_RUNNER_REPLAY_CACHE; i++) {
         free(w.cache[i].request_id);
         cs_wire_release(w.cache[i].text);
