@@ -16,10 +16,9 @@ The real binaries on the loopback: `codespace-runtime --listen 127.0.0.1:0` and
   Every flood connection is closed by the worker: garbage at once, the silent ones at the 2 s
   bound (or sooner, making room), the rest by the 5 s bound.
 - Several gateways on one worker, each with its own identity and key (--tls-psk-keys, beside
-  --tls-psk and --tls-psk-identity): each is served. The worker bridges one connection at a
-  time (the newest wins, issue 32), so they are served one after the other.
+  --tls-psk and --tls-psk-identity): all served at once, each on its own connection (issue 32).
 - An identity removed from the keys file, then SIGHUP: that gateway's link ends at once and it
-  is refused from then on (the worker logs why), while another identity keeps working; a keys
+  is refused from then on (the worker logs why), while the others' links stay up; a keys
   file that cannot be used is not taken (the previous keys stay). A keys file others can read,
   a malformed line and a repeated identity are refused at start.
 - Certificate mode: two gateways with their own certificates, one --tls-peer-sha256 each, are
@@ -342,27 +341,35 @@ class PreauthTest(unittest.TestCase):
         kc, _ = self.key("c")
         keys = self.write("keys", "# one line per gateway\ngw-a:%s\n\ngw-b@x:y:%s\n" % (ha, hb))
         w = self.worker(["--tls-psk", kc, "--tls-psk-identity", "gw-c", "--tls-psk-keys", keys])
-        # The worker bridges one connection at a time (issue 32): one gateway after the other.
+        # All three at once, each on its own connection (issue 32).
+        live = {}
         for n, (ident, key) in enumerate((("gw-a", ka), ("gw-c", kc), ("gw-b@x:y", kb))):
             srv = self.gateway(w, ["--tls-psk", key, "--tls-psk-identity", ident])
             self.read_ok(srv)
             acc = w.wait_for("runner connection accepted", n + 1)
             self.assertEqual(acc[n]["psk_identity"], ident)
-            if ident != "gw-b@x:y":
-                self.close(srv)
-        gb = srv
-        # gw-b removed: its link ends now, and it is refused from then on.
+            live[ident] = srv
+        for srv in live.values():
+            self.read_ok(srv)
+        self.assertEqual(w.records("runner connection ended"), [])
+        gb = live.pop("gw-b@x:y")
+        # gw-b removed: its link ends now, and it is refused from then on; the others go on.
         self.write("keys", "gw-a:%s\n" % ha)
         w.proc.send_signal(signal.SIGHUP)
         self.assertEqual(w.wait_for("runner keys reloaded")[0]["psk_identities"], 2)
-        ended = w.wait_for("runner connection ended", 3)
-        self.assertIn("identity was removed", ended[-1]["why"])
+        ended = w.wait_for("runner connection ended", 1)
+        self.assertEqual(len(ended), 1, ended)
+        self.assertIn("identity was removed", ended[0]["why"])
         out, err = gb.call_raw("read", {"workspace_id": "default", "path": "a.txt"})
         self.assertIsNone(out)
         self.assertIn("before dispatch", err["message"])
         refusals = w.wait_for("runner connection refused")
         self.assertIn("another pre-shared key identity", refusals[0]["error"])
         self.close(gb)
+        for srv in live.values():
+            self.read_ok(srv, timeout=1.0)
+            self.assertNotIn('"runner connection lost"', "".join(srv.stderr))
+            self.close(srv)
         # A keys file that cannot be used is not taken: the previous keys stay.
         self.write("keys", "gw-a:%s\n" % ha[:40])
         w.proc.send_signal(signal.SIGHUP)
