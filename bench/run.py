@@ -37,6 +37,7 @@ SCRIPTS = [
     ("sandbox", ["--runs", "50", "--small", "50"], False),
     ("uds", ["--runs", "300", "--warmup", "20"], False),
     ("concurrency", ["--seconds", "5", "--rounds", "1"], True),
+    ("replicas", ["--seconds", "2", "--rounds", "1"], False),
 ]
 
 
