@@ -928,6 +928,30 @@ static void op_apply_patch(struct cs_runner_exec *ex,
         fail(done, arg, CSW_ERROR_UNAUTHORIZED, "the workspace profile does not allow writes");
         return;
     }
+    /* An exclusive workspace held by a live process refuses a patch here too, whichever gateway
+     * started the process (a worker shared by gateways, issue 32; each gateway's own lease
+     * refuses it first for its own processes). */
+    if (!(d->has_check_only && d->check_only) &&
+        !(d->workspace.has_processes &&
+          d->workspace.processes == CSW_RUNNER_WORKSPACE_PROCESSES_SHARED)) {
+        char *wsid = strndup(d->workspace.id.s, d->workspace.id.n);
+        if (!wsid) {
+            fail(done, arg, CSW_ERROR_INTERNAL, "out of memory");
+            return;
+        }
+        const char *holder = cs_supervisor_workspace_holder(ex->sup, wsid);
+        if (holder) {
+            char m[512];
+            snprintf(m, sizeof m,
+                     "workspace \"%.200s\" is held by its live process %s (processes: "
+                     "exclusive): wait for it to exit (process_status) or terminate it",
+                     wsid, holder);
+            free(wsid);
+            fail(done, arg, CSW_ERROR_WORKSPACE_BUSY, m);
+            return;
+        }
+        free(wsid);
+    }
     struct file_job *j = job_new(ex, CSW_RUNNER_WIRE_OP_APPLY_PATCH, &d->workspace, done, arg);
     if (!j)
         return;
@@ -1090,6 +1114,8 @@ static void op_exec(struct cs_runner_exec *ex, const struct csw_runner_wire_exec
             .network = exec_network(d->policy.network),
             .workspace_netns = d->workspace.has_processes &&
                                d->workspace.processes == CSW_RUNNER_WORKSPACE_PROCESSES_SHARED,
+            .exclusive = !(d->workspace.has_processes &&
+                           d->workspace.processes == CSW_RUNNER_WORKSPACE_PROCESSES_SHARED),
             .has_network_allow = d->policy.has_network_allow,
             .network_allow = d->policy.network_allow.v,
             .n_network_allow = d->policy.network_allow.n,

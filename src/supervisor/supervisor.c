@@ -994,6 +994,14 @@ static int step_limits(struct spawn *st)
 {
     const struct cs_supervisor_spawn *sp = st->sp;
     sweep(st->s);
+    const char *holder = sp->exclusive ? cs_supervisor_workspace_holder(st->s, sp->workspace_id)
+                                       : NULL;
+    if (holder) {
+        return cs_diag_set(st->d, CSW_ERROR_WORKSPACE_BUSY,
+                           "workspace \"%s\" is held by its live process %s (processes: "
+                           "exclusive): wait for it to exit (process_status) or terminate it",
+                           sp->workspace_id ? sp->workspace_id : "", holder);
+    }
     if (sp->max_live > 0 && ws_live(st->s, sp->workspace_id) >= sp->max_live) {
         return cs_diag_set(st->d, CSW_ERROR_WORKSPACE_BUSY,
                            "live process limit reached (max_live_processes %lld): wait for one "
@@ -1385,6 +1393,17 @@ static struct proc *find(struct cs_supervisor *s, const struct cs_str *id)
             /* NOLINTNEXTLINE(clang-analyzer-unix.Malloc): as above */
             return p;
     return NULL;
+}
+
+const char *cs_supervisor_workspace_holder(const struct cs_supervisor *s,
+                                           const char *workspace_id)
+{
+    const char *id = workspace_id ? workspace_id : "";
+    const char *holder = NULL; /* the table is newest first: the last match is the oldest */
+    for (const struct proc *p = s->procs; p; p = p->next)
+        if (!p->finished && strcmp(p->workspace_id, id) == 0)
+            holder = p->id;
+    return holder;
 }
 
 const char *cs_supervisor_workspace_of(struct cs_supervisor *s, const struct cs_str *process_id)

@@ -173,6 +173,10 @@ struct cs_supervisor_spawn {
     /* Live processes of workspace_id at once, this one included (its limits.max_live_processes);
      * 0: only lim.max_live applies. */
     int64_t max_live;
+    /* The workspace's processes are exclusive (workflows.md section 3): a live process of
+     * workspace_id, whoever started it (another gateway of a shared worker), refuses this one
+     * with WORKSPACE_BUSY naming it. */
+    bool exclusive;
     /* The output ring of this process, 1 .. CS_SUPERVISOR_RING_MAX; 0: lim.ring_bytes. */
     size_t ring_bytes;
     int64_t yield_ms; /* 0 … 30000 */
@@ -192,6 +196,10 @@ struct cs_supervisor_spawn {
 int cs_supervisor_spawn(struct cs_supervisor *s, const struct cs_supervisor_spawn *sp,
                         cs_supervisor_done_fn done, void *arg, struct cs_diag *d);
 
+/* The id of a live process of workspace_id (the oldest), or NULL: what holds an exclusive
+ * workspace (borrowed until the next supervisor call). */
+const char *cs_supervisor_workspace_holder(const struct cs_supervisor *s,
+                                           const char *workspace_id);
 /* The workspace id a process (live or retained) was started for, or NULL (borrowed until the
  * next supervisor call). */
 const char *cs_supervisor_workspace_of(struct cs_supervisor *s, const struct cs_str *process_id);

@@ -92,8 +92,10 @@ class ReplicaTest(unittest.TestCase):
         return w
 
     def exec_data(self, argv, yield_ms=None):
+        """An exec in a shared workspace: processes side by side (an exclusive one would refuse
+        the second, test_exclusive_holds_across_gateways)."""
         d = tu.exec_data(self.ws, argv, yield_ms)
-        d["workspace"]["network"] = "restricted"
+        d["workspace"]["processes"] = "shared"
         return d
 
     # ---- the wire ----
@@ -290,14 +292,15 @@ class ReplicaTest(unittest.TestCase):
             self.assertIn("run-%d" % i, text)
             st = self.call(two, "process_status", {"process_id": pid})
             self.assertEqual(st["state"], "exited", st)
-        # Both busy at once: a long wait through each, side by side.
+        # Both busy at once: a long poll through each on one process, side by side.
+        pid = self.call(ga, "exec_command", {"workspace_id": "default", "yield_ms": 0,
+                                             "command": ["sh", "-c", "sleep 1; echo busy"]})[
+            "process_id"]
         results = {}
 
         def wait_through(srv, tag):
-            started = self.call(srv, "exec_command", {
-                "workspace_id": "default", "yield_ms": 10000,
-                "command": ["sh", "-c", "sleep 1; echo busy-%s" % tag]})
-            results[tag] = started.get("output", "")
+            rp = self.call(srv, "read_process", {"process_id": pid, "wait_ms": 10000})
+            results[tag] = rp["chunk"]
 
         threads = [threading.Thread(target=wait_through, args=(srv, tag))
                    for srv, tag in ((ga, "a"), (gb, "b"))]
@@ -305,8 +308,8 @@ class ReplicaTest(unittest.TestCase):
             t.start()
         for t in threads:
             t.join(30 * SLOW)
-        self.assertIn("busy-a", results.get("a", ""))
-        self.assertIn("busy-b", results.get("b", ""))
+        self.assertIn("busy", results.get("a", ""))
+        self.assertIn("busy", results.get("b", ""))
         # No link lost, no connection made twice, none ended.
         self.assertEqual(len(w.records("runner connection accepted")), 2,
                          "".join(w.lines[-20:]))
@@ -315,6 +318,56 @@ class ReplicaTest(unittest.TestCase):
         self.assertEqual(self.lost(gb), [])
         idents = sorted(r["psk_identity"] for r in w.records("runner connection accepted"))
         self.assertEqual(idents, ["gw-a", "gw-b"])
+
+    def test_exclusive_holds_across_gateways(self):
+        """An exclusive workspace held by a live process started through one gateway: the other
+        gateway's exec_command and apply_patch are refused WORKSPACE_BUSY naming that process
+        (the worker's check; each gateway's own lease knows only its own processes), a
+        check_only patch and reads still work, and once the holder is terminated (through the
+        other gateway) both run."""
+        ka, ha = self.key("a")
+        kb, hb = self.key("b")
+        keys = os.path.join(self.tmp, "keys")
+        with open(os.open(keys, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
+            f.write("gw-a:%s\ngw-b:%s\n" % (ha, hb))
+        w = self.worker(["--tls-psk-keys", keys])
+        ga, gb = self.gateway(w, "gw-a", ka), self.gateway(w, "gw-b", kb)
+        self.ready(ga)
+        self.ready(gb)
+        info = self.call(gb, "workspace_info", {"workspace_id": "default"})
+        self.assertEqual(info["execution"]["serialization"]["process_conflict"], "reject", info)
+        held = self.call(ga, "exec_command", {"workspace_id": "default", "yield_ms": 0,
+                                              "command": ["sleep", "30"]})["process_id"]
+        patch = "*** Begin Patch\n*** Add File: b.txt\n+beta\n*** End Patch\n"
+        for tool, args in (("exec_command", {"workspace_id": "default", "yield_ms": 0,
+                                             "command": ["true"]}),
+                           ("apply_patch", {"workspace_id": "default", "patch": patch,
+                                            "operation_key": "busy-b"})):
+            out, err = gb.call_raw(tool, args)
+            self.assertIsNone(out, (tool, out))
+            self.assertEqual(err["code"], "WORKSPACE_BUSY", (tool, err))
+            self.assertIn(held, err["message"])
+        self.assertFalse(os.path.exists(os.path.join(self.ws, "b.txt")))
+        checked = self.call(gb, "apply_patch", {"workspace_id": "default", "patch": patch,
+                                                "check_only": True})
+        self.assertNotEqual(checked.get("status"), "applied", checked)
+        self.assertEqual(self.call(gb, "read", {"workspace_id": "default",
+                                                "path": "a.txt"})["content"], "alpha\n")
+        self.call(gb, "terminate_process", {"process_id": held})
+        end = time.time() + 10 * SLOW
+        while self.call(gb, "process_status", {"process_id": held})["state"] != "exited":
+            self.assertLess(time.time(), end)
+            time.sleep(0.05)
+        out = self.call(gb, "apply_patch", {"workspace_id": "default", "patch": patch,
+                                            "operation_key": "free-b"})
+        self.assertEqual(out["status"], "applied", out)
+        out = self.call(gb, "exec_command", {"workspace_id": "default", "yield_ms": 5000,
+                                             "command": ["cat", "b.txt"]})
+        self.assertEqual(out.get("output"), "beta\n", out)
+        # The gateway that started the holder was told of its end: its own lease is free too.
+        out = self.call(ga, "exec_command", {"workspace_id": "default", "yield_ms": 5000,
+                                             "command": ["cat", "b.txt"]})
+        self.assertEqual(out.get("output"), "beta\n", out)
 
     def test_one_gateway_killed_mid_call_leaves_the_other(self):
         ka, ha = self.key("a")
@@ -326,22 +379,24 @@ class ReplicaTest(unittest.TestCase):
         ga, gb = self.gateway(w, "gw-a", ka), self.gateway(w, "gw-b", kb)
         self.ready(ga)
         self.ready(gb)
-        rid_a = ga.start("tools/call", {"name": "exec_command", "arguments": {
-            "workspace_id": "default", "yield_ms": 10000, "command": ["sleep", "3"]}})
-        rid_b = gb.start("tools/call", {"name": "exec_command", "arguments": {
-            "workspace_id": "default", "yield_ms": 10000,
-            "command": ["sh", "-c", "sleep 1.5; echo survived"]}})
+        pid = self.call(gb, "exec_command", {
+            "workspace_id": "default", "yield_ms": 0,
+            "command": ["sh", "-c", "sleep 1.5; echo survived"]})["process_id"]
+        # Both wait on it; A is killed while its call is in flight.
+        ga.start("tools/call", {"name": "read_process", "arguments": {
+            "process_id": pid, "wait_ms": 10000}})
+        rid_b = gb.start("tools/call", {"name": "read_process", "arguments": {
+            "process_id": pid, "wait_ms": 10000}})
         time.sleep(0.5)
         ga.kill()
         resp = gb.wait(rid_b, timeout=30)
         out = resp["result"]["structuredContent"]
-        self.assertIn("survived", out.get("output", ""), out)
+        self.assertIn("survived", out.get("chunk", ""), out)
         self.assertEqual(self.lost(gb), [])
         self.assertEqual(w.wait_for("runner connection ended")[0]["why"] != "", True)
         self.assertEqual(len(w.records("runner connection accepted")), 2)
         self.assertEqual(self.call(gb, "read", {"workspace_id": "default",
                                                 "path": "a.txt"})["content"], "alpha\n")
-        del rid_a
 
 
 if __name__ == "__main__":
