@@ -548,6 +548,7 @@ class WorkerCase(unittest.TestCase):
         c = w.handshake()
         arg = tp.uniq(2)
         d = exec_data(self.root, ["sleep", arg])
+        d["workspace"]["processes"] = "shared"  # two live at once (exclusive refuses the second)
         self.assertIs(c.call("rrpc-2", "exec", d)["ok"], True)
         c.send(request("rrpc-3", "read_process", {"process_id": d["process_id"],
                                                   "wait_ms": 20000}))
@@ -571,6 +572,7 @@ class WorkerCase(unittest.TestCase):
         # An exec with a yield, cancelled with its process id: answered now, process killed.
         arg2 = tp.uniq(3)
         d2 = exec_data(self.root, ["sleep", arg2], yield_ms=20000)
+        d2["workspace"]["processes"] = "shared"
         c.send(request("rrpc-6", "exec", d2))
         self.assertTrue(tp.wait_until(lambda: tp.pids_with(arg2), 5.0 * SLOW))
         c.send(request("rrpc-7", "cancel", {"request_id": "rrpc-6",

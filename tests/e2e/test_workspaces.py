@@ -435,9 +435,13 @@ class WorkerLimitsCase(unittest.TestCase):
         self.clients.append(w.handshake())
         return self.clients[-1]
 
-    def exec(self, c, ws, argv, **kw):
+    def exec(self, c, ws, argv, processes="shared", **kw):
+        """processes: the workspace's (shared by default: processes side by side; None sends
+        none, which is exclusive)."""
         d = self.u.exec_data(self.root, argv, kw.pop("yield_ms", None))
         d["workspace"]["id"] = ws
+        if processes:
+            d["workspace"]["processes"] = processes
         d.update(kw)
         self.rid += 1
         return c.call("rrpc-%d" % self.rid, "exec", d)
@@ -460,6 +464,35 @@ class WorkerLimitsCase(unittest.TestCase):
                          "the runner's cap of 3 processes")
         self.assertTrue(tp.wait_until(lambda: len(tp.pids_with(s1)) == 2, 5 * SLOW))
         self.assertEqual(len(tp.pids_with(s2)), 1)
+
+    def test_exclusive_workspace_is_held_by_its_live_process(self):
+        """No processes in the description is exclusive: the worker itself refuses a second exec
+        and a patch while one lives, whichever connection started it (issue 32), and counts
+        per workspace id."""
+        c = self.client()
+        s1 = tp.uniq(73)
+        first = self.exec(c, "x", ["sleep", s1], processes=None)
+        self.assertIs(first["ok"], True, first)
+        pid = first["result"]["data"]["process_id"]
+        self.assert_busy(self.exec(c, "x", ["true"], processes=None), pid)
+        self.rid += 1
+        ws = self.u.workspace(self.root)
+        ws["id"] = "x"
+        patch = "*** Begin Patch\n*** Add File: held.txt\n+x\n*** End Patch\n"
+        self.assert_busy(c.call("rrpc-%d" % self.rid, "apply_patch",
+                                {"workspace": ws, "patch": patch}), pid)
+        self.assertFalse(os.path.exists(os.path.join(self.root, "held.txt")))
+        self.assertIs(self.exec(c, "y", ["true"], processes=None)["ok"], True)
+        self.rid += 1
+        self.assertIs(c.call("rrpc-%d" % self.rid, "cancel", {"process_id": pid})["ok"], True)
+        self.assertTrue(tp.wait_until(lambda: not tp.pids_with(s1), 5 * SLOW))
+        end = time.time() + 5 * SLOW
+        while True:
+            r = self.exec(c, "x", ["true"], processes=None)
+            if r["ok"] or time.time() > end:
+                break
+            time.sleep(0.05)
+        self.assertIs(r["ok"], True, r)
 
     def test_no_time_limit_and_the_ring(self):
         # --timeout-ms is the file operations' limit (and a spawn's naming none): an exec with
