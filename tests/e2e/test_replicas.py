@@ -369,6 +369,71 @@ class ReplicaTest(unittest.TestCase):
                                              "command": ["cat", "b.txt"]})
         self.assertEqual(out.get("output"), "beta\n", out)
 
+    def test_a_process_is_found_on_its_worker_through_any_gateway(self):
+        """Two workers, each holding one workspace, and two gateways with the same registry: a
+        process started through one gateway on the second worker is read, written to, waited on
+        and terminated through the other gateway, which never started it (it asks its runners in
+        turn, then remembers); an id no worker knows is PROCESS_NOT_FOUND."""
+        ka, ha = self.key("a")
+        kb, hb = self.key("b")
+        keys = os.path.join(self.tmp, "keys")
+        with open(os.open(keys, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
+            f.write("gw-a:%s\ngw-b:%s\n" % (ha, hb))
+        roots = {}
+        workers = {}
+        for name in ("one", "two"):
+            roots[name] = os.path.join(self.tmp, "ws-" + name)
+            os.mkdir(roots[name])
+            os.chmod(roots[name], 0o777)
+            w = tpa.Worker(["--tls-psk-keys", keys, "--root", roots[name]])
+            self.addCleanup(w.kill)
+            workers[name] = w
+
+        def registry_gateway(ident, key):
+            self.made = getattr(self, "made", 0) + 1
+            state = os.path.join(self.tmp, "state-%d" % self.made)
+            os.mkdir(state)
+            cfg = os.path.join(state, "registry.json")
+            with open(cfg, "w") as f:
+                json.dump({"workspaces": {name: {
+                    "root": roots[name], "profile": "workspace-write",
+                    "runner": {"url": "tcp://127.0.0.1:%d" % workers[name].port,
+                               "tls_psk_file": key, "tls_psk_identity": ident}}
+                    for name in roots}}, f)
+            srv = mcp_stdio.StdioServer(tp.binary(), ["--config", cfg,
+                                                      "--operations-db", ":memory:"], state)
+            self.servers.append(srv)
+            return srv
+
+        ga, gb = registry_gateway("gw-a", ka), registry_gateway("gw-b", kb)
+        for srv in (ga, gb):
+            for name in roots:
+                end = time.time() + 10 * SLOW
+                while srv.call_raw("find", {"workspace_id": name, "glob": "*"})[1] is not None:
+                    self.assertLess(time.time(), end, "%s never reached" % name)
+                    time.sleep(0.05)
+        pid = self.call(ga, "exec_command", {
+            "workspace_id": "two", "yield_ms": 0,
+            "command": ["sh", "-c", "read line; echo got-$line; sleep 30"]})["process_id"]
+        self.assertEqual(self.call(gb, "process_status", {"process_id": pid})["state"], "running")
+        self.call(gb, "write_stdin", {"process_id": pid, "data": "hello\n"})
+        text, cursor = "", 0
+        end = time.time() + 10 * SLOW
+        while "got-hello" not in text:
+            self.assertLess(time.time(), end, text)
+            rp = self.call(gb, "read_process", {"process_id": pid, "cursor": cursor,
+                                                "wait_ms": 2000})
+            text += rp["chunk"]
+            cursor = rp["cursor"]
+        self.call(gb, "terminate_process", {"process_id": pid})
+        end = time.time() + 10 * SLOW
+        while self.call(ga, "process_status", {"process_id": pid})["state"] != "exited":
+            self.assertLess(time.time(), end)
+            time.sleep(0.05)
+        out, err = gb.call_raw("process_status", {"process_id": "proc-%s" % uuid.uuid4()})
+        self.assertIsNone(out)
+        self.assertEqual(err["code"], "PROCESS_NOT_FOUND", err)
+
     def test_one_gateway_killed_mid_call_leaves_the_other(self):
         ka, ha = self.key("a")
         kb, hb = self.key("b")
