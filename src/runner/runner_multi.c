@@ -236,9 +236,8 @@ static void probe_next(struct probe *p)
     struct cs_wire_diag diag;
     if (!j || csw_runner_wire_decode(j, &msg, &diag) != CS_WIRE_OK) {
         json_decref(j);
-        struct cs_runner_reply rep = {.outcome = CS_RUNNER_ERROR,
-                                      .code = CSW_ERROR_INTERNAL,
-                                      .msg = "out of memory"};
+        struct cs_runner_reply rep = {
+            .outcome = CS_RUNNER_ERROR, .code = CSW_ERROR_INTERNAL, .msg = "out of memory"};
         cs_runner_done_fn done = p->done;
         void *arg = p->arg;
         probe_free(p);
@@ -255,8 +254,8 @@ static void probe_next(struct probe *p)
 static void probe_done(void *arg, const struct cs_runner_reply *reply)
 {
     struct probe *p = arg;
-    bool not_found = reply->outcome == CS_RUNNER_ERROR &&
-                     reply->code == CSW_ERROR_PROCESS_NOT_FOUND;
+    bool not_found =
+        reply->outcome == CS_RUNNER_ERROR && reply->code == CSW_ERROR_PROCESS_NOT_FOUND;
     bool unreached = reply->outcome == CS_RUNNER_BEFORE_DISPATCH;
     if (unreached && p->unreached[0] == '\0')
         snprintf(p->unreached, sizeof p->unreached, "%s", reply->msg ? reply->msg : "unreached");

@@ -146,7 +146,7 @@ struct worker {
         size_t n;
     } cache[CS_RUNNER_REPLAY_CACHE];
     size_t cache_next;
-    bool listening;   /* --listen: a connection's end is not ours (docs/scale-out.md) */
+    bool listening; /* --listen: a connection's end is not ours (docs/scale-out.md) */
     struct cs_supervisor_isolation iso; /* what our commands get (the probe at start) */
     int gatefd;                         /* --gateway-fd, or -1 (--listen) */
     struct cs_loop_fd *gw;
@@ -353,8 +353,8 @@ static void req_done(void *arg, const struct cs_runner_reply *rep)
         m.u.response.protocol = CS_RUNNER_PROTOCOL;
         m.u.response.request_id = (struct cs_str){r->request_id, strlen(r->request_id)};
         m.u.response.has_error = true;
-        m.u.response.error.code = ecode >= 0 && ecode < CSW_ERROR__COUNT ? (enum csw_error)ecode
-                                                                         : CSW_ERROR_INTERNAL;
+        m.u.response.error.code =
+            ecode >= 0 && ecode < CSW_ERROR__COUNT ? (enum csw_error)ecode : CSW_ERROR_INTERNAL;
         m.u.response.error.message =
             (struct cs_str){(char *)(why ? why : ""), why ? strlen(why) : 0};
         struct cs_wire_diag diag;
@@ -1195,9 +1195,10 @@ out:
     cs_loop_fd_del(w.gw);
     cs_runner_exec_free(w.ex);
     cs_loop_fd_del(w.lw);
-    while (w.sessions) {
-        cs_loop_defer_cancel(w.loop, drop_session, w.sessions);
-        sess_free(w.sessions);
+    for (struct sess *s = w.sessions, *next; s; s = next) {
+        next = s->next;
+        cs_loop_defer_cancel(w.loop, drop_session, s);
+        sess_free(s);
     }
     for (size_t i = 0; i < CS_RUNNER_REPLAY_CACHE; i++) {
         free(w.cache[i].request_id);

@@ -994,8 +994,8 @@ static int step_limits(struct spawn *st)
 {
     const struct cs_supervisor_spawn *sp = st->sp;
     sweep(st->s);
-    const char *holder = sp->exclusive ? cs_supervisor_workspace_holder(st->s, sp->workspace_id)
-                                       : NULL;
+    const char *holder =
+        sp->exclusive ? cs_supervisor_workspace_holder(st->s, sp->workspace_id) : NULL;
     if (holder) {
         return cs_diag_set(st->d, CSW_ERROR_WORKSPACE_BUSY,
                            "workspace \"%s\" is held by its live process %s (processes: "
@@ -1395,8 +1395,7 @@ static struct proc *find(struct cs_supervisor *s, const struct cs_str *id)
     return NULL;
 }
 
-const char *cs_supervisor_workspace_holder(const struct cs_supervisor *s,
-                                           const char *workspace_id)
+const char *cs_supervisor_workspace_holder(const struct cs_supervisor *s, const char *workspace_id)
 {
     const char *id = workspace_id ? workspace_id : "";
     const char *holder = NULL; /* the table is newest first: the last match is the oldest */

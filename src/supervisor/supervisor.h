@@ -198,8 +198,7 @@ int cs_supervisor_spawn(struct cs_supervisor *s, const struct cs_supervisor_spaw
 
 /* The id of a live process of workspace_id (the oldest), or NULL: what holds an exclusive
  * workspace (borrowed until the next supervisor call). */
-const char *cs_supervisor_workspace_holder(const struct cs_supervisor *s,
-                                           const char *workspace_id);
+const char *cs_supervisor_workspace_holder(const struct cs_supervisor *s, const char *workspace_id);
 /* The workspace id a process (live or retained) was started for, or NULL (borrowed until the
  * next supervisor call). */
 const char *cs_supervisor_workspace_of(struct cs_supervisor *s, const struct cs_str *process_id);
