@@ -253,9 +253,9 @@ static bool send_wire(struct worker *w, struct sess *s, const char *key, const c
     return true;
 }
 
-/* An error response to request rid of s (a catalogue code, or INTERNAL outside it); never
- * cached. */
-static void send_error(struct sess *s, const char *rid, int code, const char *msg)
+/* An error response to request rid as JSON text (*text, *n; NULL when out of memory): a catalogue
+ * code, or INTERNAL outside it. */
+static void error_text(const char *rid, int code, const char *msg, char **text, size_t *n)
 {
     struct csw_runner_wire m;
     memset(&m, 0, sizeof m);
@@ -267,11 +267,23 @@ static void send_error(struct sess *s, const char *rid, int code, const char *ms
     m.u.response.error.code =
         code >= 0 && code < CSW_ERROR__COUNT ? (enum csw_error)code : CSW_ERROR_INTERNAL;
     m.u.response.error.message = (struct cs_str){(char *)(msg ? msg : ""), msg ? strlen(msg) : 0};
-    if (send_wire(s->w, s, s->key, rid, &m, false))
+    struct cs_wire_diag diag;
+    *text = NULL;
+    if (csw_runner_wire_encode_text(&m, text, n, &diag) == CS_WIRE_OK)
         return;
     /* A message the schema refuses (not UTF-8, too long): the code alone still goes out. */
     m.u.response.error.message = (struct cs_str){(char *)"(message not sendable)", 22};
-    (void)send_wire(s->w, s, s->key, rid, &m, false);
+    if (csw_runner_wire_encode_text(&m, text, n, &diag) != CS_WIRE_OK)
+        *text = NULL;
+}
+
+/* An error response to request rid of s; never cached. */
+static void send_error(struct sess *s, const char *rid, int code, const char *msg)
+{
+    char *text;
+    size_t n = 0;
+    error_text(rid, code, msg, &text, &n);
+    send_text(s->w, s, s->key, rid, text, n, false);
 }
 
 /* A protocol violation: an error response, then the connection closes. */
@@ -346,24 +358,8 @@ static void req_done(void *arg, const struct cs_runner_reply *rep)
         ecode = rep->outcome == CS_RUNNER_ERROR ? rep->code : CSW_ERROR_INTERNAL;
         why = rep->msg;
     }
-    if (!text) {
-        struct csw_runner_wire m;
-        memset(&m, 0, sizeof m);
-        m.tag = CSW_RUNNER_WIRE_RESPONSE;
-        m.u.response.protocol = CS_RUNNER_PROTOCOL;
-        m.u.response.request_id = (struct cs_str){r->request_id, strlen(r->request_id)};
-        m.u.response.has_error = true;
-        m.u.response.error.code =
-            ecode >= 0 && ecode < CSW_ERROR__COUNT ? (enum csw_error)ecode : CSW_ERROR_INTERNAL;
-        m.u.response.error.message =
-            (struct cs_str){(char *)(why ? why : ""), why ? strlen(why) : 0};
-        struct cs_wire_diag diag;
-        if (csw_runner_wire_encode_text(&m, &text, &n, &diag) != CS_WIRE_OK) {
-            /* A message the schema refuses (not UTF-8, too long): the code alone goes out. */
-            m.u.response.error.message = (struct cs_str){(char *)"(message not sendable)", 22};
-            (void)csw_runner_wire_encode_text(&m, &text, &n, &diag);
-        }
-    }
+    if (!text)
+        error_text(r->request_id, ecode, why, &text, &n);
     send_text(w, r->s, r->key, r->request_id, text, n, true);
     free(r->request_id);
     free(r);

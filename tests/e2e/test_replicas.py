@@ -234,6 +234,24 @@ class ReplicaTest(unittest.TestCase):
             f.write(hexkey + "\n")
         return path, hexkey
 
+    def keys_file(self):
+        """A worker's keys file for the identities gw-a and gw-b; returns (it, a's key file, b's)."""
+        ka, ha = self.key("a")
+        kb, hb = self.key("b")
+        keys = os.path.join(self.tmp, "keys")
+        with open(os.open(keys, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
+            f.write("gw-a:%s\ngw-b:%s\n" % (ha, hb))
+        return keys, ka, kb
+
+    def two_gateways(self):
+        """One PSK worker and two gateways on it, each its own identity, both served."""
+        keys, ka, kb = self.keys_file()
+        w = self.worker(["--tls-psk-keys", keys])
+        ga, gb = self.gateway(w, "gw-a", ka), self.gateway(w, "gw-b", kb)
+        self.ready(ga)
+        self.ready(gb)
+        return w, ga, gb
+
     def ready(self, srv):
         end = time.time() + 10 * SLOW
         while True:
@@ -253,15 +271,7 @@ class ReplicaTest(unittest.TestCase):
                 or '"runner connection failed"' in line]
 
     def test_two_gateways_alternate_on_every_tool(self):
-        ka, ha = self.key("a")
-        kb, hb = self.key("b")
-        keys = os.path.join(self.tmp, "keys")
-        with open(os.open(keys, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
-            f.write("gw-a:%s\ngw-b:%s\n" % (ha, hb))
-        w = self.worker(["--tls-psk-keys", keys])
-        ga, gb = self.gateway(w, "gw-a", ka), self.gateway(w, "gw-b", kb)
-        self.ready(ga)
-        self.ready(gb)
+        w, ga, gb = self.two_gateways()
         pair = (ga, gb)
         for i in range(6):
             one, two = pair[i % 2], pair[(i + 1) % 2]
@@ -325,15 +335,7 @@ class ReplicaTest(unittest.TestCase):
         (the worker's check; each gateway's own lease knows only its own processes), a
         check_only patch and reads still work, and once the holder is terminated (through the
         other gateway) both run."""
-        ka, ha = self.key("a")
-        kb, hb = self.key("b")
-        keys = os.path.join(self.tmp, "keys")
-        with open(os.open(keys, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
-            f.write("gw-a:%s\ngw-b:%s\n" % (ha, hb))
-        w = self.worker(["--tls-psk-keys", keys])
-        ga, gb = self.gateway(w, "gw-a", ka), self.gateway(w, "gw-b", kb)
-        self.ready(ga)
-        self.ready(gb)
+        w, ga, gb = self.two_gateways()
         info = self.call(gb, "workspace_info", {"workspace_id": "default"})
         self.assertEqual(info["execution"]["serialization"]["process_conflict"], "reject", info)
         held = self.call(ga, "exec_command", {"workspace_id": "default", "yield_ms": 0,
@@ -374,11 +376,7 @@ class ReplicaTest(unittest.TestCase):
         process started through one gateway on the second worker is read, written to, waited on
         and terminated through the other gateway, which never started it (it asks its runners in
         turn, then remembers); an id no worker knows is PROCESS_NOT_FOUND."""
-        ka, ha = self.key("a")
-        kb, hb = self.key("b")
-        keys = os.path.join(self.tmp, "keys")
-        with open(os.open(keys, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
-            f.write("gw-a:%s\ngw-b:%s\n" % (ha, hb))
+        keys, ka, kb = self.keys_file()
         roots = {}
         workers = {}
         for name in ("one", "two"):
@@ -435,15 +433,7 @@ class ReplicaTest(unittest.TestCase):
         self.assertEqual(err["code"], "PROCESS_NOT_FOUND", err)
 
     def test_one_gateway_killed_mid_call_leaves_the_other(self):
-        ka, ha = self.key("a")
-        kb, hb = self.key("b")
-        keys = os.path.join(self.tmp, "keys")
-        with open(os.open(keys, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
-            f.write("gw-a:%s\ngw-b:%s\n" % (ha, hb))
-        w = self.worker(["--tls-psk-keys", keys])
-        ga, gb = self.gateway(w, "gw-a", ka), self.gateway(w, "gw-b", kb)
-        self.ready(ga)
-        self.ready(gb)
+        w, ga, gb = self.two_gateways()
         pid = self.call(gb, "exec_command", {
             "workspace_id": "default", "yield_ms": 0,
             "command": ["sh", "-c", "sleep 1.5; echo survived"]})["process_id"]
