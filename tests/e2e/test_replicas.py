@@ -153,9 +153,8 @@ class ReplicaTest(unittest.TestCase):
         rb = b.recv()
         self.assertEqual(rb["request_id"], "rrpc-6")
         self.assertIn("still-b", rb["result"]["data"]["output"], rb)
-        self.assertEqual(anon.call("rrpc-3", "read", {"workspace": tu.workspace(self.ws),
-                                                      "path": "a.txt"})["result"]["data"]["content"],
-                         "alpha\n")
+        got = anon.call("rrpc-3", "read", {"workspace": tu.workspace(self.ws), "path": "a.txt"})
+        self.assertEqual(got["result"]["data"]["content"], "alpha\n")
         self.assertIsNone(w.proc.poll())
         for c in (b, anon):
             c.close()
@@ -235,7 +234,7 @@ class ReplicaTest(unittest.TestCase):
         return path, hexkey
 
     def keys_file(self):
-        """A worker's keys file for the identities gw-a and gw-b; returns (it, a's key file, b's)."""
+        """A worker's keys file for the identities gw-a and gw-b: (it, a's key, b's key)."""
         ka, ha = self.key("a")
         kb, hb = self.key("b")
         keys = os.path.join(self.tmp, "keys")
