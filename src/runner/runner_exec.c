@@ -44,6 +44,10 @@ struct cs_runner_exec {
     struct cs_store *store; /* where identity memories persist (lim->operations_db); NULL: none */
     struct file_job **patches; /* apply_patch jobs with an operation id, received and not done */
     size_t n_patches, cap_patches;
+    /* Patches, one at a time per workspace root (whichever gateway sent them: issue 32): those
+     * running now, and those waiting, first come first served. */
+    struct file_job *patch_running, *patch_wait, *patch_wait_tail;
+    bool freeing; /* cs_runner_exec_free has begun: nothing more is started */
     /* Workspace roots whose crash journal patch_outcomes could not recover: every operation on
      * one answers why (as the gateway stops a local one) until a later patch_outcomes succeeds. */
     struct stopped_root {
@@ -134,12 +138,17 @@ struct cs_runner_exec *cs_runner_exec_new(
     return ex;
 }
 
+static void patch_wait_fail_all(struct cs_runner_exec *ex);
+
 void cs_runner_exec_free(struct cs_runner_exec *ex)
 {
     if (!ex)
         return;
-    /* File jobs first: cancelled, joined, completed (patches that had begun writing finish). */
+    /* File jobs first: cancelled, joined, completed (patches that had begun writing finish);
+     * then the patches still waiting for their turn, which never began. */
+    ex->freeing = true;
     cs_pool_free(ex->pool);
+    patch_wait_fail_all(ex);
     cs_supervisor_free(ex->sup);
     for (size_t i = 0; i < ex->n_denies; i++) {
         free(ex->denies[i].id);
@@ -509,6 +518,8 @@ struct file_job {
     struct cs_runner_prepare prep; /* make NULL: none */
     void *made;                    /* what prep.make returned, until handed to done */
     bool make_only;                /* the work ran inline; only prep.make is left, for a thread */
+    bool in_patch_queue;           /* apply_patch: in ex->patch_running or ex->patch_wait */
+    struct file_job *patch_next;   /* ... the next there */
 };
 
 static int str_copy(struct cs_str *dst, const struct cs_str *src)
@@ -533,9 +544,100 @@ static bool patch_in_flight(const struct cs_runner_exec *ex, const struct cs_str
     return false;
 }
 
+/* Takes j out of the list at *head (its tail at *tail, or NULL). */
+static bool patch_unlink(struct file_job **head, struct file_job **tail, struct file_job *j)
+{
+    struct file_job *prev = NULL;
+    for (struct file_job **p = head; *p; prev = *p, p = &(*p)->patch_next)
+        if (*p == j) {
+            *p = j->patch_next;
+            if (tail && *tail == j)
+                *tail = prev;
+            j->patch_next = NULL;
+            return true;
+        }
+    return false;
+}
+
+/* Whether a patch of root runs or waits. */
+static bool patch_busy(const struct cs_runner_exec *ex, const char *root)
+{
+    for (const struct file_job *q = ex->patch_running; q; q = q->patch_next)
+        if (strcmp(q->root, root) == 0)
+            return true;
+    for (const struct file_job *q = ex->patch_wait; q; q = q->patch_next)
+        if (strcmp(q->root, root) == 0)
+            return true;
+    return false;
+}
+
+/* A patch job leaves the queue (done, or failed before it ran). */
+static void patch_leave(struct file_job *j)
+{
+    struct cs_runner_exec *ex = j->ex;
+    if (!j->in_patch_queue)
+        return;
+    j->in_patch_queue = false;
+    if (!patch_unlink(&ex->patch_running, NULL, j))
+        (void)patch_unlink(&ex->patch_wait, &ex->patch_wait_tail, j);
+}
+
+static void job_submit(struct file_job *j);
+
+/* Starts each waiting patch whose root has none running, in the order they came. */
+static void patch_kick(struct cs_runner_exec *ex)
+{
+    for (struct file_job *q = ex->patch_wait; q && !ex->freeing;) {
+        struct file_job *next = q->patch_next;
+        bool running = false;
+        for (const struct file_job *r = ex->patch_running; r && !running; r = r->patch_next)
+            running = strcmp(r->root, q->root) == 0;
+        bool earlier = false; /* an earlier waiting patch of the same root goes first */
+        for (const struct file_job *w = ex->patch_wait; w != q && !earlier; w = w->patch_next)
+            earlier = strcmp(w->root, q->root) == 0;
+        if (!running && !earlier) {
+            (void)patch_unlink(&ex->patch_wait, &ex->patch_wait_tail, q);
+            q->patch_next = ex->patch_running;
+            ex->patch_running = q;
+            job_submit(q);      /* may answer and free q at once (out of memory) */
+            q = ex->patch_wait; /* the list may have changed: from the start */
+            continue;
+        }
+        q = next;
+    }
+}
+
+static void job_free(struct file_job *j);
+
+/* Answers and frees every patch still waiting for its turn (the executor is being freed). */
+static void patch_wait_fail_all(struct cs_runner_exec *ex)
+{
+    while (ex->patch_wait) {
+        struct file_job *j = ex->patch_wait;
+        fail(j->done, j->arg, CSW_ERROR_INTERNAL,
+             "apply_patch was stopped: the server is shutting down (before any write)");
+        job_free(j); /* takes it out of the queue */
+    }
+}
+
+/* Queues the patch job j: it runs now when no other patch of its root runs or waits. */
+static void patch_enqueue(struct file_job *j)
+{
+    struct cs_runner_exec *ex = j->ex;
+    j->in_patch_queue = true;
+    j->patch_next = NULL;
+    if (ex->patch_wait_tail)
+        ex->patch_wait_tail->patch_next = j;
+    else
+        ex->patch_wait = j;
+    ex->patch_wait_tail = j;
+    patch_kick(ex);
+}
+
 static void job_free(struct file_job *j)
 {
     struct cs_runner_exec *ex = j->ex;
+    patch_leave(j);
     for (size_t i = 0; i < ex->n_patches; i++)
         if (ex->patches[i] == j)
             ex->patches[i] = ex->patches[--ex->n_patches];
@@ -737,6 +839,11 @@ static bool make_later(const struct file_job *j)
 static void file_done(void *arg)
 {
     struct file_job *j = arg;
+    struct cs_runner_exec *ex = j->ex;
+    /* Out of the queue before the answer: a mutation its caller starts from the answer (the
+     * gateway's next in its own queue) must not find this patch still running. */
+    bool was_patch = j->in_patch_queue;
+    patch_leave(j);
     ident_flush_all(j->ex); /* what a find remembered, what a read or patch forgot */
     cs_loop_timer_cancel(j->timer);
     j->timer = NULL;
@@ -810,6 +917,8 @@ static void file_done(void *arg)
     }
     job_out_free(j);
     job_free(j);
+    if (was_patch)
+        patch_kick(ex); /* the next patch of that root, if one waits */
 }
 
 /* The time limit: ask the job to stop; file_done answers once it has. */
@@ -1002,7 +1111,7 @@ static void op_apply_patch(struct cs_runner_exec *ex,
         }
         ex->patches[ex->n_patches++] = j;
     }
-    job_submit(j);
+    patch_enqueue(j);
 }
 
 /* The crash journals of a workspace whose ledger is the gateway's (patch_txn.h,
@@ -1064,6 +1173,17 @@ static void op_exec(struct cs_runner_exec *ex, const struct csw_runner_wire_exec
     const char *why = root_stopped(ex, root, &scode);
     if (why != NULL) {
         fail(done, arg, scode, why);
+        free(root);
+        return;
+    }
+    /* An exclusive workspace: no command starts while a patch of it runs or waits here (sent
+     * by another gateway: each gateway's own lease keeps its own exec behind its own patch). */
+    if (root && patch_busy(ex, root) &&
+        !(d->workspace.has_processes &&
+          d->workspace.processes == CSW_RUNNER_WORKSPACE_PROCESSES_SHARED)) {
+        fail(done, arg, CSW_ERROR_WORKSPACE_BUSY,
+             "the workspace is being patched (processes: exclusive): run the command once "
+             "apply_patch has answered");
         free(root);
         return;
     }

@@ -159,6 +159,55 @@ class ReplicaTest(unittest.TestCase):
         for c in (b, anon):
             c.close()
 
+    def test_patches_of_one_workspace_run_one_at_a_time(self):
+        """Two connections patch the same line at once: the worker runs the patches of one
+        workspace one at a time, first come first served, so the second sees the first's result
+        (one applied, the other refused on its context: no update lost); a command does not
+        start in the exclusive workspace while a patch of it runs or waits; one in a shared
+        workspace does. The first patch is held in its preflight (CODESPACE_TEST_PATCH_HOLD)."""
+        hold = os.path.join(self.tmp, "hold-flag")
+        open(hold, "w").close()
+        os.environ["CODESPACE_TEST_PATCH_HOLD"] = hold
+        try:
+            w = self.worker(["--plaintext"])
+        finally:
+            del os.environ["CODESPACE_TEST_PATCH_HOLD"]
+        os.mkdir(os.path.join(self.ws, "hold"))
+        with open(os.path.join(self.ws, "hold", "x.txt"), "w") as f:
+            f.write("a\n")
+        os.chmod(os.path.join(self.ws, "hold"), 0o777)
+        a = TcpWire(w.port).hello("gateway-a")
+        b = TcpWire(w.port).hello("gateway-b")
+
+        def patch(to):
+            return {"workspace": tu.workspace(self.ws), "patch": (
+                "*** Begin Patch\n*** Update File: hold/x.txt\n@@\n-a\n+%s\n*** End Patch\n"
+                % to)}
+
+        a.send(tu.request("rrpc-2", "apply_patch", patch("b")))
+        time.sleep(0.3)  # a's patch is in its preflight, held
+        b.send(tu.request("rrpc-2", "apply_patch", patch("c")))
+        time.sleep(0.3)
+        busy = b.call("rrpc-3", "exec", tu.exec_data(self.ws, ["true"], yield_ms=1000))
+        self.assertFalse(busy["ok"], busy)
+        self.assertEqual(busy["error"]["code"], "WORKSPACE_BUSY", busy)
+        self.assertIn("being patched", busy["error"]["message"])
+        ran = b.call("rrpc-4", "exec", self.exec_data(["true"], yield_ms=5000))  # shared
+        self.assertTrue(ran["ok"], ran)
+        os.unlink(hold)
+        ra, rb = a.recv(), b.recv()
+        self.assertEqual((ra["request_id"], rb["request_id"]), ("rrpc-2", "rrpc-2"))
+        applied = [r for r in (ra, rb) if r["ok"] and r["result"]["data"]["status"] == "applied"]
+        self.assertEqual(len(applied), 1, (ra, rb))
+        self.assertIs(applied[0], ra, "the first to come was not the first to run")
+        self.assertFalse(rb["ok"] and rb["result"]["data"]["status"] == "applied", rb)
+        with open(os.path.join(self.ws, "hold", "x.txt")) as f:
+            self.assertEqual(f.read(), "b\n")
+        done = b.call("rrpc-5", "exec", tu.exec_data(self.ws, ["true"], yield_ms=5000))
+        self.assertTrue(done["ok"], done)
+        for c in (a, b):
+            c.close()
+
     def test_both_gateways_are_told_of_an_exit(self):
         w = self.worker(["--plaintext"])
         a = TcpWire(w.port).hello("gateway-a")
