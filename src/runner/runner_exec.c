@@ -1111,7 +1111,10 @@ static void op_apply_patch(struct cs_runner_exec *ex,
         }
         ex->patches[ex->n_patches++] = j;
     }
-    patch_enqueue(j);
+    if (d->has_check_only && d->check_only)
+        job_submit(j); /* writes nothing: not ordered with the others, holds nothing */
+    else
+        patch_enqueue(j);
 }
 
 /* The crash journals of a workspace whose ledger is the gateway's (patch_txn.h,
