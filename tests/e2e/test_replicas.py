@@ -185,9 +185,9 @@ class ReplicaTest(unittest.TestCase):
                 % to)}
 
         a.send(tu.request("rrpc-2", "apply_patch", patch("b")))
-        time.sleep(0.3)  # a's patch is in its preflight, held
+        time.sleep(1.0)  # a's patch has come first and is in its preflight, held (a slow build)
         b.send(tu.request("rrpc-2", "apply_patch", patch("c")))
-        time.sleep(0.3)
+        time.sleep(0.5)
         busy = b.call("rrpc-3", "exec", tu.exec_data(self.ws, ["true"], yield_ms=1000))
         self.assertFalse(busy["ok"], busy)
         self.assertEqual(busy["error"]["code"], "WORKSPACE_BUSY", busy)
