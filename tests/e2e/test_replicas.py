@@ -15,7 +15,9 @@ sandbox, and `codespace-mcp --runner tcp://127.0.0.1:PORT`.
   between them for every tool: a file written through one is read through the other, a process
   started through one is read, waited on and listed through the other; both stay connected the
   whole time (the worker accepts exactly two connections, none ends, neither gateway loses its
-  link), also while both are busy at once. One gateway SIGKILLed mid-call leaves the other's
+  link), also while both are busy at once. The same with three gateways on one worker, and
+  with two and three gateways over two workers (a workspace each), every tool, each step through
+  another gateway than the last. One gateway SIGKILLed mid-call leaves the other's
   call in flight unaffected.
 
 Needs root (a root worker sandboxes its commands) and `openssl`. Outside CI a missing piece
@@ -282,14 +284,22 @@ class ReplicaTest(unittest.TestCase):
             f.write(hexkey + "\n")
         return path, hexkey
 
+    def keys_for(self, names):
+        """A worker's keys file for the identities gw-<name>: (its path, {name: that key's
+        file})."""
+        files, lines = {}, []
+        for name in names:
+            files[name], hexkey = self.key(name)
+            lines.append("gw-%s:%s\n" % (name, hexkey))
+        keys = os.path.join(self.tmp, "keys")
+        with open(os.open(keys, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
+            f.write("".join(lines))
+        return keys, files
+
     def keys_file(self):
         """A worker's keys file for the identities gw-a and gw-b: (it, a's key, b's key)."""
-        ka, ha = self.key("a")
-        kb, hb = self.key("b")
-        keys = os.path.join(self.tmp, "keys")
-        with open(os.open(keys, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
-            f.write("gw-a:%s\ngw-b:%s\n" % (ha, hb))
-        return keys, ka, kb
+        keys, files = self.keys_for("ab")
+        return keys, files["a"], files["b"]
 
     def two_gateways(self):
         """One PSK worker and two gateways on it, each its own identity, both served."""
@@ -419,45 +429,154 @@ class ReplicaTest(unittest.TestCase):
                                              "command": ["cat", "b.txt"]})
         self.assertEqual(out.get("output"), "beta\n", out)
 
+    def two_workers(self, keys):
+        """Two PSK workers on one keys file, each holding its own workspace ("one", "two"):
+        {name: (its root, its worker)}."""
+        workers = {}
+        for name in ("one", "two"):
+            root = os.path.join(self.tmp, "ws-" + name)
+            os.mkdir(root)
+            os.chmod(root, 0o777)
+            w = tpa.Worker(["--tls-psk-keys", keys, "--root", root])
+            self.addCleanup(w.kill)
+            workers[name] = (root, w)
+        return workers
+
+    def registry_gateway(self, workers, ident, key):
+        """A gateway whose registry names every workspace of workers on its own worker, reached
+        with this identity; returned once it reached each of them."""
+        self.made = getattr(self, "made", 0) + 1
+        state = os.path.join(self.tmp, "state-%d" % self.made)
+        os.mkdir(state)
+        cfg = os.path.join(state, "registry.json")
+        with open(cfg, "w") as f:
+            json.dump({"workspaces": {name: {
+                "root": root, "profile": "workspace-write",
+                "runner": {"url": "tcp://127.0.0.1:%d" % w.port,
+                           "tls_psk_file": key, "tls_psk_identity": ident}}
+                for name, (root, w) in workers.items()}}, f)
+        srv = mcp_stdio.StdioServer(tp.binary(), ["--config", cfg,
+                                                  "--operations-db", ":memory:"], state)
+        self.servers.append(srv)
+        for name in workers:
+            end = time.time() + 10 * SLOW
+            while srv.call_raw("find", {"workspace_id": name, "glob": "*"})[1] is not None:
+                self.assertLess(time.time(), end, "%s never reached" % name)
+                time.sleep(0.05)
+        return srv
+
+    def wait_exited(self, srv, pid):
+        end = time.time() + 10 * SLOW
+        while self.call(srv, "process_status", {"process_id": pid})["state"] != "exited":
+            self.assertLess(time.time(), end, pid)
+            time.sleep(0.05)
+
+    def read_until(self, srv, pid, want, cursor=0):
+        """read_process through srv until want is in the output; (the text, the cursor)."""
+        text = ""
+        end = time.time() + 15 * SLOW
+        while want not in text:
+            self.assertLess(time.time(), end, (want, text))
+            rp = self.call(srv, "read_process", {"process_id": pid, "cursor": cursor,
+                                                 "wait_ms": 2000})
+            text += rp["chunk"]
+            cursor = rp["cursor"]
+            self.assertFalse(rp["eof"] and want not in text, (want, text))
+        return text, cursor
+
+    def every_tool_round(self, gws, workspace, root, i):
+        """One round of every tool on one workspace, each step through the next gateway in turn
+        (the one that writes is never the one that reads it back)."""
+        n = len(gws)
+        g = [gws[(i + k) % n] for k in range(n)]
+        at = lambda k: g[k % n]  # noqa: E731
+        name = "r%d.txt" % i
+        key = "k-%s-%d" % (workspace, i)
+        patch = "*** Begin Patch\n*** Add File: %s\n+%s round %d\n*** End Patch\n" % (
+            name, workspace, i)
+        args = {"workspace_id": workspace, "patch": patch, "operation_key": key}
+        out = self.call(at(0), "apply_patch", args)
+        self.assertEqual(out["status"], "applied", out)
+        # The gateway that took the call answers for its key (its ledger, issue 32 item 3).
+        again = self.call(at(0), "apply_patch", args)
+        self.assertEqual((again["operation_id"], again.get("replayed")),
+                         (out["operation_id"], True), again)
+        st = self.call(at(0), "operation_status", {"operation_key": key})
+        self.assertEqual(st["status"], "applied", st)
+        with open(os.path.join(root, name)) as f:
+            self.assertEqual(f.read(), "%s round %d\n" % (workspace, i))
+        self.assertEqual(self.call(at(1), "read", {"workspace_id": workspace,
+                                                   "path": name})["content"],
+                         "%s round %d\n" % (workspace, i))
+        self.assertIn(name, self.call(at(2), "find", {"workspace_id": workspace,
+                                                      "glob": "*.txt"})["paths"])
+        info = self.call(at(1), "workspace_info", {"workspace_id": workspace})
+        self.assertEqual(info["workspace_id"], workspace, info)
+        # Pipes: started through one, written through the next, read through the third,
+        # terminated through the first's neighbour; its end seen by the one that started it.
+        pid = self.call(at(0), "exec_command", {
+            "workspace_id": workspace, "yield_ms": 0,
+            "command": ["sh", "-c", "read line; echo got-$line-%d; sleep 30" % i]})["process_id"]
+        self.call(at(1), "write_stdin", {"process_id": pid, "data": "in-%s\n" % workspace})
+        self.read_until(at(2), pid, "got-in-%s-%d" % (workspace, i))
+        self.assertEqual(self.call(at(1), "process_status", {"process_id": pid})["state"],
+                         "running")
+        self.call(at(2), "terminate_process", {"process_id": pid})
+        self.wait_exited(at(0), pid)
+        # A terminal: resized through another gateway than the one that started it.
+        tty = self.call(at(1), "exec_command", {
+            "workspace_id": workspace, "yield_ms": 0, "tty": True,
+            "command": ["sh", "-c", "read line; stty size; sleep 30"]})["process_id"]
+        self.call(at(2), "process_resize", {"process_id": tty, "rows": 31 + i, "cols": 97})
+        self.call(at(0), "write_stdin", {"process_id": tty, "data": "go\n"})
+        self.read_until(at(0), tty, "%d 97" % (31 + i))
+        self.call(at(0), "terminate_process", {"process_id": tty})
+        self.wait_exited(at(1), tty)
+
+    def test_three_gateways_alternate_on_every_tool(self):
+        """Three gateways, each its own identity, on one worker: every tool, each step through
+        another gateway, for three rounds; the worker accepted exactly three connections and
+        ended none, and no gateway lost its link."""
+        keys, files = self.keys_for("abc")
+        w = self.worker(["--tls-psk-keys", keys])
+        gws = [self.gateway(w, "gw-" + n, files[n]) for n in "abc"]
+        for g in gws:
+            self.ready(g)
+        for i in range(3):
+            self.every_tool_round(gws, "default", self.ws, i)
+        self.assertEqual(len(w.records("runner connection accepted")), 3,
+                         "".join(w.lines[-20:]))
+        self.assertEqual(w.records("runner connection ended"), [])
+        for g in gws:
+            self.assertEqual(self.lost(g), [])
+
+    def test_two_and_three_gateways_over_two_workers_on_every_tool(self):
+        """Two workers, a workspace each, and three registry gateways: every tool on both
+        workspaces, first through two of the gateways, then through all three, each step through
+        another gateway; each worker accepted one connection per gateway and ended none."""
+        keys, files = self.keys_for("abc")
+        workers = self.two_workers(keys)
+        gws = [self.registry_gateway(workers, "gw-" + n, files[n]) for n in "abc"]
+        for i in range(4):
+            pick = gws[:2] if i < 2 else gws
+            for name, (root, _) in workers.items():
+                self.every_tool_round(pick, name, root, i)
+        for name, (_, w) in workers.items():
+            idents = sorted(r["psk_identity"] for r in w.records("runner connection accepted"))
+            self.assertEqual(idents, ["gw-a", "gw-b", "gw-c"], (name, "".join(w.lines[-20:])))
+            self.assertEqual(w.records("runner connection ended"), [], name)
+        for g in gws:
+            self.assertEqual(self.lost(g), [])
+
     def test_a_process_is_found_on_its_worker_through_any_gateway(self):
         """Two workers, each holding one workspace, and two gateways with the same registry: a
         process started through one gateway on the second worker is read, written to, waited on
         and terminated through the other gateway, which never started it (it asks its runners in
         turn, then remembers); an id no worker knows is PROCESS_NOT_FOUND."""
         keys, ka, kb = self.keys_file()
-        roots = {}
-        workers = {}
-        for name in ("one", "two"):
-            roots[name] = os.path.join(self.tmp, "ws-" + name)
-            os.mkdir(roots[name])
-            os.chmod(roots[name], 0o777)
-            w = tpa.Worker(["--tls-psk-keys", keys, "--root", roots[name]])
-            self.addCleanup(w.kill)
-            workers[name] = w
-
-        def registry_gateway(ident, key):
-            self.made = getattr(self, "made", 0) + 1
-            state = os.path.join(self.tmp, "state-%d" % self.made)
-            os.mkdir(state)
-            cfg = os.path.join(state, "registry.json")
-            with open(cfg, "w") as f:
-                json.dump({"workspaces": {name: {
-                    "root": roots[name], "profile": "workspace-write",
-                    "runner": {"url": "tcp://127.0.0.1:%d" % workers[name].port,
-                               "tls_psk_file": key, "tls_psk_identity": ident}}
-                    for name in roots}}, f)
-            srv = mcp_stdio.StdioServer(tp.binary(), ["--config", cfg,
-                                                      "--operations-db", ":memory:"], state)
-            self.servers.append(srv)
-            return srv
-
-        ga, gb = registry_gateway("gw-a", ka), registry_gateway("gw-b", kb)
-        for srv in (ga, gb):
-            for name in roots:
-                end = time.time() + 10 * SLOW
-                while srv.call_raw("find", {"workspace_id": name, "glob": "*"})[1] is not None:
-                    self.assertLess(time.time(), end, "%s never reached" % name)
-                    time.sleep(0.05)
+        workers = self.two_workers(keys)
+        ga, gb = self.registry_gateway(workers, "gw-a", ka), self.registry_gateway(
+            workers, "gw-b", kb)
         pid = self.call(ga, "exec_command", {
             "workspace_id": "two", "yield_ms": 0,
             "command": ["sh", "-c", "read line; echo got-$line; sleep 30"]})["process_id"]
