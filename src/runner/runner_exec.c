@@ -47,6 +47,9 @@ struct cs_runner_exec {
     /* Patches, one at a time per workspace root (whichever gateway sent them: issue 32): those
      * running now, and those waiting, first come first served. */
     struct file_job *patch_running, *patch_wait, *patch_wait_tail;
+    /* Commands of an exclusive workspace that came while a patch of it ran or waited: each
+     * starts once none does (exec_kick), in the order they came. */
+    struct exec_wait *exec_wait, *exec_wait_tail;
     bool freeing; /* cs_runner_exec_free has begun: nothing more is started */
     /* Workspace roots whose crash journal patch_outcomes could not recover: every operation on
      * one answers why (as the gateway stops a local one) until a later patch_outcomes succeeds. */
@@ -139,6 +142,7 @@ struct cs_runner_exec *cs_runner_exec_new(
 }
 
 static void patch_wait_fail_all(struct cs_runner_exec *ex);
+static void exec_wait_fail_all(struct cs_runner_exec *ex);
 
 void cs_runner_exec_free(struct cs_runner_exec *ex)
 {
@@ -149,6 +153,7 @@ void cs_runner_exec_free(struct cs_runner_exec *ex)
     ex->freeing = true;
     cs_pool_free(ex->pool);
     patch_wait_fail_all(ex);
+    exec_wait_fail_all(ex);
     cs_supervisor_free(ex->sup);
     for (size_t i = 0; i < ex->n_denies; i++) {
         free(ex->denies[i].id);
@@ -583,6 +588,7 @@ static void patch_leave(struct file_job *j)
 }
 
 static void job_submit(struct file_job *j);
+static void exec_kick(struct cs_runner_exec *ex);
 
 /* Starts each waiting patch whose root has none running, in the order they came. */
 static void patch_kick(struct cs_runner_exec *ex)
@@ -605,6 +611,7 @@ static void patch_kick(struct cs_runner_exec *ex)
         }
         q = next;
     }
+    exec_kick(ex);
 }
 
 static void job_free(struct file_job *j);
@@ -1162,6 +1169,100 @@ static void op_patch_outcomes(struct cs_runner_exec *ex,
 
 /* ---- process operations, on the supervisor ---- */
 
+/* A command waiting for its workspace's patches: its exec data as the generated encoder wrote
+ * them (the op is borrowed only for cs_runner_exec_op), read back when its turn comes. */
+struct exec_wait {
+    struct exec_wait *next;
+    char *root;
+    json_t *data;
+    cs_runner_done_fn done;
+    void *arg;
+};
+
+static void exec_wait_free(struct exec_wait *e)
+{
+    free(e->root);
+    json_decref(e->data);
+    free(e);
+}
+
+/* Takes e out of the waiting commands (prev: the one before it, or NULL). */
+static void exec_wait_unlink(struct cs_runner_exec *ex, struct exec_wait **at,
+                             struct exec_wait *prev)
+{
+    struct exec_wait *e = *at;
+    *at = e->next;
+    if (ex->exec_wait_tail == e)
+        ex->exec_wait_tail = prev;
+}
+
+static void op_exec(struct cs_runner_exec *ex, const struct csw_runner_wire_exec_data *d,
+                    cs_runner_done_fn done, void *arg);
+
+/* Starts each waiting command whose root no patch runs in or waits for, in the order they came
+ * (a patch that came after a command still goes first: the command then starts a live process,
+ * which the patch must not meet in an exclusive workspace). */
+static void exec_kick(struct cs_runner_exec *ex)
+{
+    struct exec_wait **at = &ex->exec_wait, *prev = NULL;
+    while (*at && !ex->freeing) {
+        struct exec_wait *e = *at;
+        if (patch_busy(ex, e->root)) {
+            prev = e;
+            at = &e->next;
+            continue;
+        }
+        exec_wait_unlink(ex, at, prev);
+        struct csw_runner_wire_exec_data d;
+        struct cs_wire_diag dg;
+        if (csw_runner_wire_exec_data_decode(e->data, &d, &dg) != CS_WIRE_OK) {
+            fail(e->done, e->arg, CSW_ERROR_INTERNAL,
+                 "a command that waited for the workspace's patch could not be read back");
+        } else {
+            op_exec(ex, &d, e->done, e->arg);
+            csw_runner_wire_exec_data_free(&d);
+        }
+        exec_wait_free(e);
+        at = &ex->exec_wait; /* the list may have changed: from the start */
+        prev = NULL;
+    }
+}
+
+/* Answers and frees every command still waiting (the executor is being freed). */
+static void exec_wait_fail_all(struct cs_runner_exec *ex)
+{
+    while (ex->exec_wait) {
+        struct exec_wait *e = ex->exec_wait;
+        exec_wait_unlink(ex, &ex->exec_wait, NULL);
+        fail(e->done, e->arg, CSW_ERROR_INTERNAL,
+             "exec_command was stopped: the server is shutting down (the command never started)");
+        exec_wait_free(e);
+    }
+}
+
+/* Queues the command d of root (taken) until no patch of root runs or waits. */
+static void exec_defer(struct cs_runner_exec *ex, char *root,
+                       const struct csw_runner_wire_exec_data *d, cs_runner_done_fn done, void *arg)
+{
+    struct exec_wait *e = calloc(1, sizeof *e);
+    struct cs_wire_diag dg;
+    if (!e || csw_runner_wire_exec_data_encode(d, &e->data, &dg) != CS_WIRE_OK) {
+        fail(done, arg, CSW_ERROR_INTERNAL,
+             "out of memory (a command waiting for the workspace's patch to end)");
+        free(root);
+        free(e);
+        return;
+    }
+    e->root = root;
+    e->done = done;
+    e->arg = arg;
+    if (ex->exec_wait_tail)
+        ex->exec_wait_tail->next = e;
+    else
+        ex->exec_wait = e;
+    ex->exec_wait_tail = e;
+}
+
 static void op_exec(struct cs_runner_exec *ex, const struct csw_runner_wire_exec_data *d,
                     cs_runner_done_fn done, void *arg)
 {
@@ -1180,14 +1281,12 @@ static void op_exec(struct cs_runner_exec *ex, const struct csw_runner_wire_exec
         return;
     }
     /* An exclusive workspace: no command starts while a patch of it runs or waits here (sent
-     * by another gateway: each gateway's own lease keeps its own exec behind its own patch). */
+     * by another gateway: each gateway's own lease keeps its own exec behind its own patch); it
+     * waits its turn, as it would in its own gateway's queue. */
     if (root && patch_busy(ex, root) &&
         !(d->workspace.has_processes &&
           d->workspace.processes == CSW_RUNNER_WORKSPACE_PROCESSES_SHARED)) {
-        fail(done, arg, CSW_ERROR_WORKSPACE_BUSY,
-             "the workspace is being patched (processes: exclusive): run the command once "
-             "apply_patch has answered");
-        free(root);
+        exec_defer(ex, root, d, done, arg);
         return;
     }
     char *pid = strndup(d->process_id.s, d->process_id.n);
@@ -1286,6 +1385,16 @@ void cs_runner_exec_cancel(struct cs_runner_exec *ex, cs_runner_done_fn done, vo
             return;
         }
     }
+    for (struct exec_wait **at = &ex->exec_wait, *prev = NULL; *at; prev = *at, at = &(*at)->next)
+        if ((*at)->done == done && (*at)->arg == arg) {
+            struct exec_wait *e = *at;
+            exec_wait_unlink(ex, at, prev);
+            res->found = true;
+            fail(done, arg, CSW_ERROR_TIMEOUT,
+                 "cancelled while it waited for the workspace's patch to end: nothing ran");
+            exec_wait_free(e);
+            return;
+        }
 }
 
 void cs_runner_exec_op(struct cs_runner_exec *ex, const struct csw_runner_wire_op *op,

@@ -164,9 +164,10 @@ class ReplicaTest(unittest.TestCase):
     def test_patches_of_one_workspace_run_one_at_a_time(self):
         """Two connections patch the same line at once: the worker runs the patches of one
         workspace one at a time, first come first served, so the second sees the first's result
-        (one applied, the other refused on its context: no update lost); a command does not
-        start in the exclusive workspace while a patch of it runs or waits; one in a shared
-        workspace does. The first patch is held in its preflight (CODESPACE_TEST_PATCH_HOLD)."""
+        (one applied, the other refused on its context: no update lost). A command in the
+        exclusive workspace waits while a patch of it runs or waits, then runs (and sees the
+        patched file); one in a shared workspace runs meanwhile; a waiting command cancelled
+        never runs. The first patch is held in its preflight (CODESPACE_TEST_PATCH_HOLD)."""
         hold = os.path.join(self.tmp, "hold-flag")
         open(hold, "w").close()
         os.environ["CODESPACE_TEST_PATCH_HOLD"] = hold
@@ -181,32 +182,54 @@ class ReplicaTest(unittest.TestCase):
         a = TcpWire(w.port).hello("gateway-a")
         b = TcpWire(w.port).hello("gateway-b")
 
-        def patch(to):
+        def patch(frm, to):
             return {"workspace": tu.workspace(self.ws), "patch": (
-                "*** Begin Patch\n*** Update File: hold/x.txt\n@@\n-a\n+%s\n*** End Patch\n"
-                % to)}
+                "*** Begin Patch\n*** Update File: hold/x.txt\n@@\n-%s\n+%s\n*** End Patch\n"
+                % (frm, to))}
 
-        a.send(tu.request("rrpc-2", "apply_patch", patch("b")))
+        a.send(tu.request("rrpc-2", "apply_patch", patch("a", "b")))
         time.sleep(1.0)  # a's patch has come first and is in its preflight, held (a slow build)
-        b.send(tu.request("rrpc-2", "apply_patch", patch("c")))
+        b.send(tu.request("rrpc-2", "apply_patch", patch("a", "c")))
         time.sleep(0.5)
-        busy = b.call("rrpc-3", "exec", tu.exec_data(self.ws, ["true"], yield_ms=1000))
-        self.assertFalse(busy["ok"], busy)
-        self.assertEqual(busy["error"]["code"], "WORKSPACE_BUSY", busy)
-        self.assertIn("being patched", busy["error"]["message"])
+        # Exclusive (absent means exclusive): waits for both patches, then runs.
+        b.send(tu.request("rrpc-3", "exec", tu.exec_data(
+            self.ws, ["cat", "hold/x.txt"], yield_ms=5000)))
         ran = b.call("rrpc-4", "exec", self.exec_data(["true"], yield_ms=5000))  # shared
         self.assertTrue(ran["ok"], ran)
         os.unlink(hold)
-        ra, rb = a.recv(), b.recv()
-        self.assertEqual((ra["request_id"], rb["request_id"]), ("rrpc-2", "rrpc-2"))
+        ra = a.recv()
+        rb, rcat = b.recv(), b.recv()
+        self.assertEqual((ra["request_id"], rb["request_id"], rcat["request_id"]),
+                         ("rrpc-2", "rrpc-2", "rrpc-3"), "the command did not wait its turn")
         applied = [r for r in (ra, rb) if r["ok"] and r["result"]["data"]["status"] == "applied"]
         self.assertEqual(len(applied), 1, (ra, rb))
         self.assertIs(applied[0], ra, "the first to come was not the first to run")
         self.assertFalse(rb["ok"] and rb["result"]["data"]["status"] == "applied", rb)
+        self.assertTrue(rcat["ok"], rcat)
+        self.assertEqual(rcat["result"]["data"]["output"], "b\n", rcat)
         with open(os.path.join(self.ws, "hold", "x.txt")) as f:
             self.assertEqual(f.read(), "b\n")
-        done = b.call("rrpc-5", "exec", tu.exec_data(self.ws, ["true"], yield_ms=5000))
+        # A waiting command cancelled: answered at the cancel, and never started.
+        open(hold, "w").close()
+        a.send(tu.request("rrpc-5", "apply_patch", patch("b", "d")))
+        time.sleep(1.0)
+        b.send(tu.request("rrpc-5", "exec", tu.exec_data(
+            self.ws, ["touch", "hold/never"], yield_ms=5000)))
+        time.sleep(0.3)
+        b.send(tu.request("rrpc-6", "cancel", {"request_id": "rrpc-5"}))
+        got = {}
+        while len(got) < 2:
+            m = b.recv()
+            got[m["request_id"]] = m
+        self.assertFalse(got["rrpc-5"]["ok"], got)
+        self.assertIn("nothing ran", got["rrpc-5"]["error"]["message"], got)
+        self.assertTrue(got["rrpc-6"]["result"]["data"]["found"], got)
+        os.unlink(hold)
+        ra = a.recv()
+        self.assertEqual(ra["result"]["data"]["status"], "applied", ra)
+        done = b.call("rrpc-7", "exec", tu.exec_data(self.ws, ["ls", "hold"], yield_ms=5000))
         self.assertTrue(done["ok"], done)
+        self.assertEqual(done["result"]["data"]["output"], "x.txt\n", done)
         for c in (a, b):
             c.close()
 
