@@ -42,6 +42,10 @@ struct cs_runner_exec {
     struct ws_deny *denies;  /* one per workspace with deny rules, created at its first op */
     size_t n_denies;
     struct cs_store *store; /* where identity memories persist (lim->operations_db); NULL: none */
+    /* A --listen worker keeps the operation ledger of its workspaces in store (in memory without
+     * --operations-db): an operation_key seen through any gateway is answered from it (issue 32;
+     * docs/scale-out.md, "The ledger on the worker"). */
+    bool ledger;
     struct file_job **patches; /* apply_patch jobs with an operation id, received and not done */
     size_t n_patches, cap_patches;
     /* Patches, one at a time per workspace root (whichever gateway sent them: issue 32): those
@@ -128,8 +132,9 @@ struct cs_runner_exec *cs_runner_exec_new(
     ex->pool = ex->sup ? cs_pool_new(loop, CS_POOL_THREADS) : NULL;
     /* The identity memories of the deny rules persist in the operations database (store_ident.c):
      * a connection of our own, used on the loop thread only. */
-    if (ex->pool && lim->operations_db &&
-        cs_store_open(lim->operations_db, &ex->store, NULL) != CS_STORE_OK) {
+    ex->ledger = lim->keep_ledger;
+    const char *db = lim->operations_db ? lim->operations_db : ex->ledger ? ":memory:" : NULL;
+    if (ex->pool && db && cs_store_open(db, &ex->store, NULL) != CS_STORE_OK) {
         cs_pool_free(ex->pool);
         ex->pool = NULL;
     }
@@ -404,6 +409,7 @@ static void sup_done(void *arg, int code, const char *msg, const void *out)
     case CSW_RUNNER_WIRE_RESULT_TERMINATE_WORKSPACE:
     case CSW_RUNNER_WIRE_RESULT_CANCEL:
     case CSW_RUNNER_WIRE_RESULT_PATCH_OUTCOMES:
+    case CSW_RUNNER_WIRE_RESULT_OPERATION_STATUS:
         fail(p->done, p->arg, CSW_ERROR_INTERNAL, "supervisor answered an unexpected operation");
         free(p);
         return;
@@ -498,7 +504,9 @@ struct file_job {
     struct cs_str path, glob, patch;                              /* owned copies */
     struct csw_mcp_apply_patch_input_expected_versions_entry *ev; /* owned, n_ev entries */
     size_t n_ev;
-    char op_id[64]; /* apply_patch: the ledger operation naming the crash journal, or "" */
+    char op_id[64];          /* apply_patch: the ledger operation naming the crash journal, or "" */
+    struct cs_str wsid, key; /* apply_patch: owned copies of the workspace id and operation_key */
+    bool ledger_row;         /* apply_patch: minted in the worker's ledger, finished in file_done */
     /* patch_outcomes: owned ids, settle first then ask; the answer's entries point into them */
     char **ids;
     size_t n_settle, n_ask;
@@ -589,6 +597,75 @@ static void patch_leave(struct file_job *j)
 
 static void job_submit(struct file_job *j);
 static void exec_kick(struct cs_runner_exec *ex);
+static void job_free(struct file_job *j);
+
+/* The worker's ledger as a patch with an operation_key gets its turn (an earlier patch of the
+ * same workspace, so of the same key, has ended): mints the row under the gateway's operation
+ * id, or answers from the row the key already names, whichever gateway sent it (a replay, its
+ * error again, or OPERATION_KEY_CONFLICT). True when it answered (the caller frees j). */
+static bool ledger_begin(struct file_job *j)
+{
+    struct cs_runner_exec *ex = j->ex;
+    struct csw_mcp_apply_patch_input in = j->in.patch;
+    in.workspace_id = j->wsid;
+    in.has_operation_key = true;
+    in.operation_key = j->key;
+    char fp[CS_STORE_FINGERPRINT_SIZE];
+    struct cs_diag sd = {0};
+    struct cs_store_existing row;
+    enum cs_store_status ss = cs_store_fingerprint(&in, fp, &sd);
+    if (ss == CS_STORE_OK)
+        ss = cs_store_mint_as(ex->store, j->wsid.s, j->wsid.n, j->key.s, j->key.n, fp, j->op_id,
+                              &row, &sd);
+    if (ss == CS_STORE_OK) {
+        j->ledger_row = true;
+        return false;
+    }
+    char m[CS_DIAG_TEXT_SIZE + 160];
+    if (ss != CS_STORE_KEY_EXISTS) {
+        snprintf(m, sizeof m, "the worker's ledger: %s", sd.text);
+        fail(j->done, j->arg, CSW_ERROR_INTERNAL, m);
+        return true;
+    }
+    if (strcmp(row.fingerprint, fp) != 0) {
+        snprintf(m, sizeof m,
+                 "operation_key already names operation %s, a different request (another "
+                 "workspace, patch, expected_versions or check_only)",
+                 row.id);
+        fail(j->done, j->arg, CSW_ERROR_OPERATION_KEY_CONFLICT, m);
+        return true;
+    }
+    enum csw_error code = CSW_ERROR_INTERNAL;
+    ss = cs_store_get_error(ex->store, row.id, &code, m, sizeof m, &sd);
+    if (ss == CS_STORE_OK) { /* refused with a tool error: the same error again */
+        fail(j->done, j->arg, (int)code, m);
+        return true;
+    }
+    struct csw_mcp_apply_patch_output out;
+    if (ss != CS_STORE_NOT_FOUND ||
+        cs_store_get_result(ex->store, row.id, &out, &sd) != CS_STORE_OK) {
+        snprintf(m, sizeof m, "replay of %s from the worker's ledger: %s", row.id, sd.text);
+        fail(j->done, j->arg, CSW_ERROR_INTERNAL, m);
+        return true;
+    }
+    /* The stored result (an unfinished row's is unknown, never applied), under its own id. */
+    struct csw_runner_wire_result res;
+    memset(&res, 0, sizeof res);
+    res.tag = CSW_RUNNER_WIRE_RESULT_APPLY_PATCH;
+    struct csw_runner_wire_apply_patch_result *r = &res.u.apply_patch.data;
+    r->status = out.status;
+    r->files.v = out.files.v;
+    r->files.n = out.files.n;
+    r->changes.v = out.changes.v;
+    r->changes.n = out.changes.n;
+    r->has_operation_id = true;
+    r->operation_id = (struct cs_str){row.id, strlen(row.id)};
+    r->has_replayed = true;
+    r->replayed = true;
+    ok(j->done, j->arg, &res);
+    csw_mcp_apply_patch_output_free(&out);
+    return true;
+}
 
 /* Starts each waiting patch whose root has none running, in the order they came. */
 static void patch_kick(struct cs_runner_exec *ex)
@@ -601,6 +678,11 @@ static void patch_kick(struct cs_runner_exec *ex)
         bool earlier = false; /* an earlier waiting patch of the same root goes first */
         for (const struct file_job *w = ex->patch_wait; w != q && !earlier; w = w->patch_next)
             earlier = strcmp(w->root, q->root) == 0;
+        if (!running && !earlier && q->key.s != NULL && ledger_begin(q)) {
+            job_free(q); /* answered from the ledger: out of the queue */
+            q = ex->patch_wait;
+            continue;
+        }
         if (!running && !earlier) {
             (void)patch_unlink(&ex->patch_wait, &ex->patch_wait_tail, q);
             q->patch_next = ex->patch_running;
@@ -663,6 +745,8 @@ static void job_free(struct file_job *j)
     free(j->path.s);
     free(j->glob.s);
     free(j->patch.s);
+    free(j->wsid.s);
+    free(j->key.s);
     for (size_t i = 0; i < j->n_ev; i++) {
         free(j->ev[i].key.s);
         free(j->ev[i].value.s);
@@ -731,6 +815,7 @@ static const char *op_name(enum csw_runner_wire_op_tag tag)
     case CSW_RUNNER_WIRE_OP_TERMINATE_WORKSPACE:
     case CSW_RUNNER_WIRE_OP_REPLAY:
     case CSW_RUNNER_WIRE_OP_CANCEL:
+    case CSW_RUNNER_WIRE_OP_OPERATION_STATUS:
         break;
     }
     return "the operation";
@@ -799,6 +884,7 @@ static void file_work_with(struct file_job *j, const struct cs_cancel *cancel)
     case CSW_RUNNER_WIRE_OP_TERMINATE_WORKSPACE:
     case CSW_RUNNER_WIRE_OP_REPLAY:
     case CSW_RUNNER_WIRE_OP_CANCEL:
+    case CSW_RUNNER_WIRE_OP_OPERATION_STATUS:
         break;
     }
     assert(0 && "file_work: not a file operation");
@@ -842,6 +928,24 @@ static bool make_later(const struct file_job *j)
     return j->tag == CSW_RUNNER_WIRE_OP_FIND && j->out.find.paths.n > 1024;
 }
 
+/* Records a keyed patch's end in the worker's ledger (ledger_begin minted its row): its result, or
+ * the tool error it answers (code not 0), which a replay then answers again. A record that fails
+ * leaves the row unfinished: a replay answers unknown, never applied. */
+static void ledger_finish(struct file_job *j, int code, const char *msg)
+{
+    if (!j->ledger_row)
+        return;
+    j->ledger_row = false;
+    struct cs_diag sd = {0};
+    if (code != 0) {
+        (void)cs_store_finish_rejected(j->ex->store, j->op_id, (enum csw_error)code, msg, &sd);
+        return;
+    }
+    struct csw_mcp_apply_patch_output out = j->out.patch;
+    out.operation_id = (struct cs_str){j->op_id, strlen(j->op_id)};
+    (void)cs_store_finish(j->ex->store, j->op_id, out.status, &out, false, &sd);
+}
+
 /* On the loop thread, once file_work has returned: the reply, then the job goes. */
 static void file_done(void *arg)
 {
@@ -869,12 +973,14 @@ static void file_done(void *arg)
             cs_diag_set(&dg, CSW_ERROR_INTERNAL, "%s was stopped: the server is shutting down%s",
                         op_name(j->tag),
                         j->tag == CSW_RUNNER_WIRE_OP_APPLY_PATCH ? " (before any write)" : "");
+        ledger_finish(j, (int)dg.code, dg.text);
         fail(j->done, j->arg, (int)dg.code, dg.text);
     } else if (j->tag == CSW_RUNNER_WIRE_OP_VERSION && j->rc == CSW_ERROR_FILE_NOT_FOUND) {
         res.tag = CSW_RUNNER_WIRE_RESULT_VERSION;
         res.u.version.data.version = (struct cs_str){"absent", 6};
         ok(j->done, j->arg, &res);
     } else if (j->rc != 0) {
+        ledger_finish(j, j->rc, j->msg.text);
         fail(j->done, j->arg, j->rc, j->msg.text);
     } else {
         switch (j->tag) {
@@ -891,6 +997,7 @@ static void file_done(void *arg)
             res.u.find.data = j->out.find;
             break;
         case CSW_RUNNER_WIRE_OP_APPLY_PATCH:
+            ledger_finish(j, 0, NULL);
             res.tag = CSW_RUNNER_WIRE_RESULT_APPLY_PATCH;
             res.u.apply_patch.data.status = j->out.patch.status;
             res.u.apply_patch.data.files.v = j->out.patch.files.v;
@@ -916,6 +1023,7 @@ static void file_done(void *arg)
         case CSW_RUNNER_WIRE_OP_TERMINATE_WORKSPACE:
         case CSW_RUNNER_WIRE_OP_REPLAY:
         case CSW_RUNNER_WIRE_OP_CANCEL:
+        case CSW_RUNNER_WIRE_OP_OPERATION_STATUS:
             assert(0 && "file_done: not a file operation");
         }
         void *made = j->made;
@@ -1091,6 +1199,10 @@ static void op_apply_patch(struct cs_runner_exec *ex,
             j->n_ev = i + 1; /* job_free frees a half-copied entry too (calloc'd) */
         }
     }
+    /* The worker's ledger records a keyed patch under the gateway's id (ledger_begin). */
+    if (!oom && ex->ledger && ex->store && d->has_operation_key && j->op_id[0] != '\0')
+        oom =
+            str_copy(&j->wsid, &d->workspace.id) != 0 || str_copy(&j->key, &d->operation_key) != 0;
     if (oom) {
         fail(done, arg, CSW_ERROR_INTERNAL, "out of memory");
         job_free(j);
@@ -1118,10 +1230,12 @@ static void op_apply_patch(struct cs_runner_exec *ex,
         }
         ex->patches[ex->n_patches++] = j;
     }
-    if (d->has_check_only && d->check_only)
-        job_submit(j); /* writes nothing: not ordered with the others, holds nothing */
-    else
+    if (!(d->has_check_only && d->check_only))
         patch_enqueue(j);
+    else if (j->key.s != NULL && ledger_begin(j))
+        job_free(j);
+    else
+        job_submit(j); /* writes nothing: not ordered with the others, holds nothing */
 }
 
 /* The crash journals of a workspace whose ledger is the gateway's (patch_txn.h,
@@ -1162,9 +1276,63 @@ static void op_patch_outcomes(struct cs_runner_exec *ex,
     struct cs_cancel c = {.deadline_ns = 0};
     atomic_init(&c.set, false);
     file_work_with(j, &c);
+    /* The worker's own rows of these patches end as the gateway's do (tools_recover.c): a
+     * journal's status, or rolled_back where none names the id (nothing was written). */
+    char *wsid = ex->ledger && ex->store && j->rc == 0
+                     ? strndup(d->workspace.id.s, d->workspace.id.n)
+                     : NULL;
+    for (size_t i = 0; wsid && i < j->n_outcomes + j->n_absent; i++) {
+        bool journal = i < j->n_outcomes;
+        const char *id = journal ? j->outcomes[i].operation_id.s : j->absent[i - j->n_outcomes].s;
+        enum csw_patch_status st = journal ? j->outcomes[i].status : CSW_PATCH_STATUS_ROLLED_BACK;
+        if (st != CSW_PATCH_STATUS_UNKNOWN)
+            (void)cs_store_recover(ex->store, wsid, id, st, NULL, NULL);
+    }
+    free(wsid);
     if (j->rc == 0 || j->rc == CSW_ERROR_FILE_OPERATION_FAILED || j->rc == CSW_ERROR_PATH_DENIED)
         root_stop(ex, j->root, j->rc == 0 ? NULL : j->msg.text, j->rc);
     file_done(j);
+}
+
+/* operation_status on the worker's ledger (issue 32): the row an id or a key names, whichever
+ * gateway sent its patch. A runner without a ledger knows no operation. */
+static void op_operation_status(struct cs_runner_exec *ex,
+                                const struct csw_runner_wire_operation_status_data *d,
+                                cs_runner_done_fn done, void *arg)
+{
+    if (!ex->ledger || !ex->store) {
+        fail(done, arg, CSW_ERROR_OPERATION_NOT_FOUND,
+             "this runner keeps no operation ledger (its gateway does)");
+        return;
+    }
+    if (d->has_operation_id == d->has_operation_key) {
+        fail(done, arg, CSW_ERROR_INVALID_ARGUMENTS,
+             "operation_status: exactly one of operation_id or operation_key");
+        return;
+    }
+    struct csw_runner_wire_result res;
+    memset(&res, 0, sizeof res);
+    res.tag = CSW_RUNNER_WIRE_RESULT_OPERATION_STATUS;
+    struct cs_diag sd = {0};
+    enum cs_store_status ss =
+        d->has_operation_id ? cs_store_get_by_id(ex->store, d->operation_id.s, d->operation_id.n,
+                                                 &res.u.operation_status.data, &sd)
+                            : cs_store_get_by_key(ex->store, d->operation_key.s, d->operation_key.n,
+                                                  &res.u.operation_status.data, &sd);
+    if (ss == CS_STORE_NOT_FOUND) {
+        fail(done, arg, CSW_ERROR_OPERATION_NOT_FOUND,
+             d->has_operation_id ? "no operation with this operation_id in the worker's ledger"
+                                 : "no operation with this operation_key in the worker's ledger");
+        return;
+    }
+    if (ss != CS_STORE_OK) {
+        char m[CS_DIAG_TEXT_SIZE + 32];
+        snprintf(m, sizeof m, "the worker's ledger: %s", sd.text);
+        fail(done, arg, CSW_ERROR_INTERNAL, m);
+        return;
+    }
+    ok(done, arg, &res);
+    csw_mcp_operation_status_output_free(&res.u.operation_status.data);
 }
 
 /* ---- process operations, on the supervisor ---- */
@@ -1460,6 +1628,9 @@ void cs_runner_exec_op(struct cs_runner_exec *ex, const struct csw_runner_wire_o
         ok(done, arg, &res);
         return;
     }
+    case CSW_RUNNER_WIRE_OP_OPERATION_STATUS:
+        op_operation_status(ex, &op->u.operation_status.data, done, arg);
+        return;
     case CSW_RUNNER_WIRE_OP_HELLO:
     case CSW_RUNNER_WIRE_OP_REPLAY:
     case CSW_RUNNER_WIRE_OP_CANCEL:

@@ -47,9 +47,11 @@ struct probe {
     bool has_prep;
     char *text; /* the operation, as a request's JSON text (decoded again for each runner) */
     size_t n;
-    size_t next;           /* the index in m->subs of the next runner to ask */
-    struct cs_runner *cur; /* the runner asked now */
-    char id[CS_SUPERVISOR_ID_SIZE];
+    size_t next;              /* the index in m->subs of the next runner to ask */
+    struct cs_runner *cur;    /* the runner asked now */
+    enum csw_error not_found; /* the answer that sends the operation on to the next runner */
+    bool process;             /* a process id (remembered once found), or an operation's */
+    char id[256];
     char unreached[320]; /* the first runner that could not be reached: why */
     struct probe *link;  /* m->probes */
 };
@@ -171,6 +173,7 @@ static const struct cs_str *pid_of(const struct csw_runner_wire_op *op)
     case CSW_RUNNER_WIRE_OP_REPLAY:
     case CSW_RUNNER_WIRE_OP_CANCEL:
     case CSW_RUNNER_WIRE_OP_PATCH_OUTCOMES:
+    case CSW_RUNNER_WIRE_OP_OPERATION_STATUS:
         break;
     }
     return NULL;
@@ -208,6 +211,7 @@ static struct cs_runner *pick(struct cs__runner_multi *m, const struct csw_runne
     case CSW_RUNNER_WIRE_OP_HELLO:
     case CSW_RUNNER_WIRE_OP_REPLAY:
     case CSW_RUNNER_WIRE_OP_CANCEL:
+    case CSW_RUNNER_WIRE_OP_OPERATION_STATUS:
         break;
     }
     return m->def;
@@ -254,8 +258,7 @@ static void probe_next(struct probe *p)
 static void probe_done(void *arg, const struct cs_runner_reply *reply)
 {
     struct probe *p = arg;
-    bool not_found =
-        reply->outcome == CS_RUNNER_ERROR && reply->code == CSW_ERROR_PROCESS_NOT_FOUND;
+    bool not_found = reply->outcome == CS_RUNNER_ERROR && reply->code == (int)p->not_found;
     bool unreached = reply->outcome == CS_RUNNER_BEFORE_DISPATCH;
     if (unreached && p->unreached[0] == '\0')
         snprintf(p->unreached, sizeof p->unreached, "%s", reply->msg ? reply->msg : "unreached");
@@ -265,16 +268,16 @@ static void probe_done(void *arg, const struct cs_runner_reply *reply)
     }
     cs_runner_done_fn done = p->done;
     void *darg = p->arg;
-    if (!not_found && !unreached) {
+    if (!not_found && !unreached && p->process) {
         struct cs_str id = {p->id, strlen(p->id)};
         remember(p->m, &id, p->cur);
     }
     struct cs_runner_reply rep = *reply;
-    char why[480];
+    char why[640];
     if (not_found && p->unreached[0] != '\0') {
         /* Nowhere known, and a runner was not asked: it may be there. */
-        snprintf(why, sizeof why, "process %s is not known to the runners reached; %s", p->id,
-                 p->unreached);
+        snprintf(why, sizeof why, "%s %.200s is not known to the runners reached; %s",
+                 p->process ? "process" : "operation", p->id, p->unreached);
         rep = (struct cs_runner_reply){.outcome = CS_RUNNER_BEFORE_DISPATCH, .msg = why};
     }
     probe_free(p);
@@ -289,8 +292,18 @@ void cs__runner_multi_call(struct cs_runner *r, const struct csw_runner_wire_op 
     if (op->tag == CSW_RUNNER_WIRE_OP_EXEC && sub != m->def)
         remember(m, &op->u.exec.data.process_id, sub);
     const struct cs_str *pid = pid_of(op);
-    if (pid && m->n_subs > 1 && pid->n < CS_SUPERVISOR_ID_SIZE &&
-        memchr(pid->s, '\0', pid->n) == NULL && !known_pid(m, pid)) {
+    /* operation_status: the ledger of whichever worker holds the row (issue 32). */
+    const struct csw_runner_wire_operation_status_data *os =
+        op->tag == CSW_RUNNER_WIRE_OP_OPERATION_STATUS ? &op->u.operation_status.data : NULL;
+    const struct cs_str *oid = !os                    ? NULL
+                               : os->has_operation_id ? &os->operation_id
+                                                      : &os->operation_key;
+    if (oid && m->n_subs > 1 && oid->n < sizeof((struct probe *)0)->id &&
+        memchr(oid->s, '\0', oid->n) == NULL)
+        pid = oid;
+    else if (pid && !(pid->n < CS_SUPERVISOR_ID_SIZE && !known_pid(m, pid)))
+        pid = NULL;
+    if (pid && m->n_subs > 1 && memchr(pid->s, '\0', pid->n) == NULL) {
         struct probe *p = calloc(1, sizeof *p);
         struct csw_runner_wire w;
         char rid[CS__RUNNER_RID_SIZE];
@@ -305,6 +318,8 @@ void cs__runner_multi_call(struct cs_runner *r, const struct csw_runner_wire_op 
                 p->prep = *prep;
             memcpy(p->id, pid->s, pid->n);
             p->id[pid->n] = '\0';
+            p->process = os == NULL;
+            p->not_found = os ? CSW_ERROR_OPERATION_NOT_FOUND : CSW_ERROR_PROCESS_NOT_FOUND;
             p->link = m->probes;
             m->probes = p;
             probe_next(p);

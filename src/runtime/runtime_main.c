@@ -1157,6 +1157,7 @@ static int run(int argc, char **argv)
     lim.sandbox_uid = sandbox_uid;
     lim.sandbox_gid = sandbox_gid;
     lim.operations_db = operations_db;
+    lim.keep_ledger = listen != NULL; /* a uds worker's ledger is its gateway's */
     w.ex = w.loop ? cs_runner_exec_new(w.loop, &lim, on_exited, &w) : NULL;
     w.lw = w.ex ? cs_loop_fd_add(w.loop, lfd, CS_LOOP_READ, on_accept, &w) : NULL;
     if (!w.lw || cs_loop_signal(w.loop, SIGTERM, on_signal, &w) != 0 ||

@@ -100,6 +100,16 @@ enum cs_store_status cs_store_mint(struct cs_store *store, const char *workspace
                                    struct cs_store_existing *existing, struct cs_diag *d);
 
 /*
+ * cs_store_mint with the id given (NUL-terminated, not empty, under CS_STORE_ID_SIZE bytes): a
+ * remote worker's ledger keeps the row under the id its gateway minted (runner_exec.c), so that
+ * every gateway names the operation alike. An id already taken fails (CS_STORE_ERROR).
+ */
+enum cs_store_status cs_store_mint_as(struct cs_store *store, const char *workspace_id, size_t ws_n,
+                                      const char *key, size_t key_n, const char *fingerprint,
+                                      const char *id, struct cs_store_existing *existing,
+                                      struct cs_diag *d);
+
+/*
  * Finishes the operation id (NUL-terminated): sets status, the result, finished_at (now) and adds
  * a "finished" event, in one transaction. result (borrowed, may be NULL when there is no result to
  * replay, e.g. a rejection reported as a tool error) is stored as its compact JSON; its status must

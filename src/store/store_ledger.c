@@ -204,23 +204,27 @@ static void copy_text(char *buf, size_t cap, const char *s, size_t n)
     buf[n] = '\0';
 }
 
-enum cs_store_status cs_store_mint(struct cs_store *store, const char *workspace_id, size_t ws_n,
-                                   const char *key, size_t key_n, const char *fingerprint,
-                                   char id_out[CS_STORE_ID_SIZE],
-                                   struct cs_store_existing *existing, struct cs_diag *d)
+/* cs_store_mint and cs_store_mint_as: the row gets the id given, or a new one (given NULL). */
+static enum cs_store_status mint(struct cs_store *store, const char *workspace_id, size_t ws_n,
+                                 const char *key, size_t key_n, const char *fingerprint,
+                                 const char *given, char id_out[CS_STORE_ID_SIZE],
+                                 struct cs_store_existing *existing, struct cs_diag *d)
 {
     enum cs_store_status ret = CS_STORE_ERROR;
     char id[CS_STORE_ID_SIZE], now[CS_STORE_TIME_SIZE];
     int rc;
 
     if (workspace_id == NULL || ws_n == 0 || (key != NULL && (key_n == 0 || existing == NULL)) ||
-        !fingerprint_ok(fingerprint)) {
+        !fingerprint_ok(fingerprint) ||
+        (given != NULL && (given[0] == '\0' || strlen(given) >= sizeof id))) {
         return cs__store_fail(
             d, CS_STORE_INVALID,
             "operations database: mint: empty workspace id or key, no existing-row "
-            "output, or a malformed fingerprint");
+            "output, a malformed fingerprint, or an empty or overlong id");
     }
-    if (cs__store_new_id(id) != 0) {
+    if (given != NULL) {
+        memcpy(id, given, strlen(given) + 1);
+    } else if (cs__store_new_id(id) != 0) {
         return cs__store_fail(d, CS_STORE_ERROR, "operations database: mint: getrandom: %s",
                               strerror(errno));
     }
@@ -295,6 +299,23 @@ enum cs_store_status cs_store_mint(struct cs_store *store, const char *workspace
 out:
     rollback(store);
     return ret;
+}
+
+enum cs_store_status cs_store_mint(struct cs_store *store, const char *workspace_id, size_t ws_n,
+                                   const char *key, size_t key_n, const char *fingerprint,
+                                   char id_out[CS_STORE_ID_SIZE],
+                                   struct cs_store_existing *existing, struct cs_diag *d)
+{
+    return mint(store, workspace_id, ws_n, key, key_n, fingerprint, NULL, id_out, existing, d);
+}
+
+enum cs_store_status cs_store_mint_as(struct cs_store *store, const char *workspace_id, size_t ws_n,
+                                      const char *key, size_t key_n, const char *fingerprint,
+                                      const char *id, struct cs_store_existing *existing,
+                                      struct cs_diag *d)
+{
+    char id_out[CS_STORE_ID_SIZE];
+    return mint(store, workspace_id, ws_n, key, key_n, fingerprint, id, id_out, existing, d);
 }
 
 /* cs_store_finish, with error (JSON text, may be NULL) for the error column. */

@@ -58,6 +58,9 @@ struct cs_supervisor_limits {
      * executor keeps the identity memories of the deny rules across restarts; NULL: in memory
      * only (docs/operations.md). */
     const char *operations_db;
+    /* Not the supervisor's either: the executor keeps the operation ledger of its workspaces in
+     * that database (or in memory without one): a --listen worker (issue 32). */
+    bool keep_ledger;
 };
 
 /* The fixed limits of docs/contract/runtime.md §5 (the others come from the configuration). */

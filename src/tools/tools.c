@@ -175,6 +175,8 @@ static const void *mcp_output_of(const struct csw_runner_wire_result *r)
         return &r->u.resize.data;
     case CSW_RUNNER_WIRE_RESULT_TERMINATE:
         return &r->u.terminate.data;
+    case CSW_RUNNER_WIRE_RESULT_OPERATION_STATUS:
+        return &r->u.operation_status.data;
     case CSW_RUNNER_WIRE_RESULT_HELLO:
     case CSW_RUNNER_WIRE_RESULT_VERSION:
     case CSW_RUNNER_WIRE_RESULT_APPLY_PATCH:
@@ -485,6 +487,20 @@ static void patch_done(void *arg, const struct cs_runner_reply *r)
                               "the runner answered apply_patch with another result");
             break;
         }
+        if (res->has_replayed && res->replayed && res->has_operation_id) {
+            /* The worker's ledger knew the key (sent through another gateway first): nothing ran
+             * now, so this gateway's row goes and the answer is that operation's. */
+            (void)cs_store_forget(t->store, pc->op_id, &sd);
+            out.operation_id = res->operation_id;
+            out.replayed = true;
+            out.status = res->status;
+            out.files.v = res->files.v;
+            out.files.n = res->files.n;
+            out.changes.v = res->changes.v;
+            out.changes.n = res->changes.n;
+            cs_mcp_call_ok(pc->call, &out);
+            break;
+        }
         out.status = res->status;
         out.files.v = res->files.v;
         out.files.n = res->files.n;
@@ -602,6 +618,9 @@ static void apply_patch_locked(struct cs_tools *t, const struct cs_workspace *ws
          * and tells a remote worker to (patch_outcomes). */
         .has_operation_id = true,
         .operation_id = {pc->op_id, strlen(pc->op_id)},
+        /* A worker's own ledger (a --listen worker) answers a key another gateway sent first. */
+        .has_operation_key = in->has_operation_key,
+        .operation_key = in->operation_key,
     };
     cs_runner_call(t->runner, &op, patch_done, pc);
 }
@@ -894,6 +913,65 @@ static size_t remote_index(const struct cs_tools *t, const struct cs_str *ws_id)
     return (size_t)-1;
 }
 
+/* operation_status asked of the workers' ledgers (issue 32): a row of a workspace this gateway
+ * serves is answered; another gateway's workspace on the same worker is not this client's. */
+struct worker_status {
+    struct cs_tools *t;
+    struct cs_mcp_call *call;
+};
+
+static void worker_status_done(void *arg, const struct cs_runner_reply *r)
+{
+    struct worker_status *ws = arg;
+    struct cs_tools *t = ws->t;
+    struct cs_mcp_call *call = ws->call;
+    free(ws);
+    if (r->outcome == CS_RUNNER_OK && r->result->tag == CSW_RUNNER_WIRE_RESULT_OPERATION_STATUS) {
+        const struct csw_mcp_operation_status_output *out = &r->result->u.operation_status.data;
+        for (size_t i = 0; i < t->cfg->n_workspaces; i++)
+            if (t->cfg->workspaces[i].id_len == out->workspace_id.n &&
+                memcmp(t->cfg->workspaces[i].id, out->workspace_id.s, out->workspace_id.n) == 0) {
+                cs_mcp_call_ok(call, out);
+                return;
+            }
+        cs_mcp_call_error(call, CSW_ERROR_OPERATION_NOT_FOUND, NULL,
+                          "no operation with this id or key in a workspace of this server");
+        return;
+    }
+    if (r->outcome == CS_RUNNER_BEFORE_DISPATCH || r->outcome == CS_RUNNER_AMBIGUOUS) {
+        cs_mcp_call_error(call, CSW_ERROR_TIMEOUT, NULL,
+                          "not in this server's ledger, and a worker's ledger (which records "
+                          "what any gateway sent it) could not be asked: %s",
+                          r->msg ? r->msg : "runner failed");
+        return;
+    }
+    plain_done(call, r);
+}
+
+/* Not in this gateway's ledger: the ledgers of the workers holding its remote workspaces, which
+ * record what any gateway in front of them sent (runner_exec.c, ledger_begin). */
+static bool ask_workers(struct cs_tools *t, struct cs_mcp_call *call, bool by_id,
+                        const struct cs_str *key)
+{
+    bool remote = false;
+    for (size_t i = 0; i < t->cfg->n_workspaces && !remote; i++)
+        remote = cs__tools_recover_remote(t, i);
+    struct worker_status *ws = remote ? calloc(1, sizeof *ws) : NULL;
+    if (!ws)
+        return false;
+    ws->t = t;
+    ws->call = call;
+    struct csw_runner_wire_op op = {.tag = CSW_RUNNER_WIRE_OP_OPERATION_STATUS};
+    op.u.operation_status.data = (struct csw_runner_wire_operation_status_data){
+        .has_operation_id = by_id,
+        .operation_id = by_id ? *key : (struct cs_str){0},
+        .has_operation_key = !by_id,
+        .operation_key = by_id ? (struct cs_str){0} : *key,
+    };
+    cs_runner_call(t->runner, &op, worker_status_done, ws);
+    return true;
+}
+
 static void operation_status_tool(void *arg, struct cs_mcp_call *call, const void *input)
 {
     struct cs_tools *t = arg;
@@ -918,6 +996,8 @@ static void status_answer(struct cs_tools *t, struct cs_mcp_call *call, bool by_
     enum cs_store_status ss = by_id ? cs_store_get_by_id(t->store, key->s, key->n, &out, &sd)
                                     : cs_store_get_by_key(t->store, key->s, key->n, &out, &sd);
     if (ss == CS_STORE_NOT_FOUND) {
+        if (may_ask && ask_workers(t, call, by_id, key))
+            return;
         cs_mcp_call_error(call, CSW_ERROR_OPERATION_NOT_FOUND, NULL, "no operation with this %s",
                           by_id ? "operation_id" : "operation_key");
         return;

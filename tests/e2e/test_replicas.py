@@ -520,12 +520,15 @@ class ReplicaTest(unittest.TestCase):
         args = {"workspace_id": workspace, "patch": patch, "operation_key": key}
         out = self.call(at(0), "apply_patch", args)
         self.assertEqual(out["status"], "applied", out)
-        # The gateway that took the call answers for its key (its ledger, issue 32 item 3).
-        again = self.call(at(0), "apply_patch", args)
-        self.assertEqual((again["operation_id"], again.get("replayed")),
-                         (out["operation_id"], True), again)
-        st = self.call(at(0), "operation_status", {"operation_key": key})
-        self.assertEqual(st["status"], "applied", st)
+        # Every gateway answers for the key: its own ledger, or the worker's (issue 32 item 3).
+        for gw in (at(0), at(1), at(2)):
+            again = self.call(gw, "apply_patch", args)
+            self.assertEqual((again["operation_id"], again.get("replayed"), again["status"]),
+                             (out["operation_id"], True, "applied"), again)
+            for by in ({"operation_key": key}, {"operation_id": out["operation_id"]}):
+                st = self.call(gw, "operation_status", by)
+                self.assertEqual((st["status"], st["operation_id"]),
+                                 ("applied", out["operation_id"]), (by, st))
         with open(os.path.join(root, name)) as f:
             self.assertEqual(f.read(), "%s round %d\n" % (workspace, i))
         self.assertEqual(self.call(at(1), "read", {"workspace_id": workspace,
@@ -555,6 +558,69 @@ class ReplicaTest(unittest.TestCase):
         self.read_until(at(0), tty, "%d 97" % (31 + i))
         self.call(at(0), "terminate_process", {"process_id": tty})
         self.wait_exited(at(1), tty)
+
+    def test_the_workers_ledger_answers_through_every_gateway(self):
+        """An operation_key is the worker's, not one gateway's (issue 32 item 3): a patch applied
+        through one gateway is replayed through the other (nothing applied twice: the patch
+        would add its line again), operation_status by key and by id agree through both, a
+        different request under the key is a conflict through either, a refused patch is refused
+        again under its key through the other, and a gateway started afresh (an empty ledger of
+        its own) still replays the key."""
+        w, ga, gb = self.two_gateways()
+        grow = ("*** Begin Patch\n*** Update File: a.txt\n@@\n alpha\n+beta\n"
+                "*** End Patch\n")
+        args = {"workspace_id": "default", "patch": grow, "operation_key": "grow-1"}
+        first = self.call(ga, "apply_patch", args)
+        self.assertEqual(first["status"], "applied", first)
+        op = first["operation_id"]
+        again = self.call(gb, "apply_patch", args)
+        self.assertEqual((again["status"], again["operation_id"], again.get("replayed")),
+                         ("applied", op, True), again)
+        with open(os.path.join(self.ws, "a.txt")) as f:
+            self.assertEqual(f.read(), "alpha\nbeta\n", "applied twice")
+        for g in (ga, gb):
+            for by in ({"operation_key": "grow-1"}, {"operation_id": op}):
+                st = self.call(g, "operation_status", by)
+                self.assertEqual((st["operation_id"], st["status"], st["workspace_id"]),
+                                 (op, "applied", "default"), (by, st))
+        # The other way round: first through B, replayed through A.
+        other = dict(args, operation_key="grow-2", patch=grow.replace("+beta", "+gamma"))
+        second = self.call(gb, "apply_patch", other)
+        self.assertEqual(second["status"], "applied", second)
+        back = self.call(ga, "apply_patch", other)
+        self.assertEqual((back["operation_id"], back.get("replayed")),
+                         (second["operation_id"], True), back)
+        # Another request under a key: a conflict through either gateway.
+        for g in (ga, gb):
+            out, err = g.call_raw("apply_patch", dict(args, patch=grow.replace("+beta", "+x")))
+            self.assertIsNone(out, out)
+            self.assertEqual(err["code"], "OPERATION_KEY_CONFLICT", err)
+            self.assertIn(op, err["message"])
+        # Refused (the file is missing): refused again under its key through the other.
+        bad = {"workspace_id": "default", "operation_key": "bad-1", "patch": (
+            "*** Begin Patch\n*** Update File: missing.txt\n@@\n-x\n+y\n*** End Patch\n")}
+        out_a, err_a = ga.call_raw("apply_patch", bad)
+        self.assertIsNone(out_a, out_a)
+        with open(os.path.join(self.ws, "missing.txt"), "w") as f:
+            f.write("x\n")
+        out_b, err_b = gb.call_raw("apply_patch", bad)
+        self.assertIsNone(out_b, out_b)
+        self.assertEqual(err_b["code"], err_a["code"], (err_a, err_b))
+        with open(os.path.join(self.ws, "missing.txt")) as f:
+            self.assertEqual(f.read(), "x\n", "a refused key ran through the other gateway")
+        # Unknown everywhere.
+        for by in ({"operation_key": "never"}, {"operation_id": "op-%s" % uuid.uuid4()}):
+            out, err = gb.call_raw("operation_status", by)
+            self.assertIsNone(out, out)
+            self.assertEqual(err["code"], "OPERATION_NOT_FOUND", err)
+        # A gateway started afresh, its own ledger empty: the worker still knows the key.
+        keys = os.path.join(self.tmp, "a.psk")
+        gc = self.gateway(w, "gw-a", keys)
+        self.ready(gc)
+        fresh = self.call(gc, "apply_patch", args)
+        self.assertEqual((fresh["operation_id"], fresh.get("replayed")), (op, True), fresh)
+        with open(os.path.join(self.ws, "a.txt")) as f:
+            self.assertEqual(f.read(), "alpha\ngamma\nbeta\n")  # each applied once
 
     def test_three_gateways_alternate_on_every_tool(self):
         """Three gateways, each its own identity, on one worker: every tool, each step through
