@@ -7,7 +7,7 @@
  *   - in-process: the executor (runner_exec.c: files, patch engine, supervisor) on the gateway's
  *     own loop;
  *   - uds: the same executor inside codespace-runtime, behind a private Unix socket, spoken to
- *     with the wire protocol (version 6) over the length-prefix framer;
+ *     with the wire protocol (version 7) over the length-prefix framer;
  *   - tcp: the same protocol to a codespace-runtime --listen the gateway did not start, over
  *     TCP with mutual TLS 1.3 (runner_tcp.c, runner_tls.c; docs/scale-out.md);
  *   - multi: routes each call to the runner holding its workspace (runner_multi.c).
@@ -35,7 +35,7 @@
 #include "supervisor.h"
 
 /* The wire protocol version this build speaks. */
-#define CS_RUNNER_PROTOCOL 6
+#define CS_RUNNER_PROTOCOL 7
 /* Per-call deadline of the uds runner (docs/contract/runtime.md section 4). */
 #define CS_RUNNER_DEADLINE_MS 120000
 /* Responses the worker keeps for replay. */

@@ -599,16 +599,17 @@ static void job_submit(struct file_job *j);
 static void exec_kick(struct cs_runner_exec *ex);
 static void job_free(struct file_job *j);
 
-/* The worker's ledger as a patch with an operation_key gets its turn (an earlier patch of the
- * same workspace, so of the same key, has ended): mints the row under the gateway's operation
- * id, or answers from the row the key already names, whichever gateway sent it (a replay, its
- * error again, or OPERATION_KEY_CONFLICT). True when it answered (the caller frees j). */
+/* The worker's ledger as a patch gets its turn (an earlier patch of the same workspace, so of the
+ * same key, has ended): mints the row under the gateway's operation id (so that operation_status
+ * answers through any gateway), or answers from the row its operation_key already names,
+ * whichever gateway sent it (a replay, its error again, or OPERATION_KEY_CONFLICT). True when it
+ * answered (the caller frees j). */
 static bool ledger_begin(struct file_job *j)
 {
     struct cs_runner_exec *ex = j->ex;
     struct csw_mcp_apply_patch_input in = j->in.patch;
     in.workspace_id = j->wsid;
-    in.has_operation_key = true;
+    in.has_operation_key = j->key.s != NULL;
     in.operation_key = j->key;
     char fp[CS_STORE_FINGERPRINT_SIZE];
     struct cs_diag sd = {0};
@@ -678,7 +679,7 @@ static void patch_kick(struct cs_runner_exec *ex)
         bool earlier = false; /* an earlier waiting patch of the same root goes first */
         for (const struct file_job *w = ex->patch_wait; w != q && !earlier; w = w->patch_next)
             earlier = strcmp(w->root, q->root) == 0;
-        if (!running && !earlier && q->key.s != NULL && ledger_begin(q)) {
+        if (!running && !earlier && q->wsid.s != NULL && ledger_begin(q)) {
             job_free(q); /* answered from the ledger: out of the queue */
             q = ex->patch_wait;
             continue;
@@ -928,7 +929,7 @@ static bool make_later(const struct file_job *j)
     return j->tag == CSW_RUNNER_WIRE_OP_FIND && j->out.find.paths.n > 1024;
 }
 
-/* Records a keyed patch's end in the worker's ledger (ledger_begin minted its row): its result, or
+/* Records a patch's end in the worker's ledger (ledger_begin minted its row): its result, or
  * the tool error it answers (code not 0), which a replay then answers again. A record that fails
  * leaves the row unfinished: a replay answers unknown, never applied. */
 static void ledger_finish(struct file_job *j, int code, const char *msg)
@@ -1199,10 +1200,11 @@ static void op_apply_patch(struct cs_runner_exec *ex,
             j->n_ev = i + 1; /* job_free frees a half-copied entry too (calloc'd) */
         }
     }
-    /* The worker's ledger records a keyed patch under the gateway's id (ledger_begin). */
-    if (!oom && ex->ledger && ex->store && d->has_operation_key && j->op_id[0] != '\0')
-        oom =
-            str_copy(&j->wsid, &d->workspace.id) != 0 || str_copy(&j->key, &d->operation_key) != 0;
+    /* The worker's ledger records the patch under its gateway's id (ledger_begin), with its
+     * operation_key if it has one. */
+    if (!oom && ex->ledger && ex->store && j->op_id[0] != '\0')
+        oom = str_copy(&j->wsid, &d->workspace.id) != 0 ||
+              (d->has_operation_key && str_copy(&j->key, &d->operation_key) != 0);
     if (oom) {
         fail(done, arg, CSW_ERROR_INTERNAL, "out of memory");
         job_free(j);
@@ -1232,7 +1234,7 @@ static void op_apply_patch(struct cs_runner_exec *ex,
     }
     if (!(d->has_check_only && d->check_only))
         patch_enqueue(j);
-    else if (j->key.s != NULL && ledger_begin(j))
+    else if (j->wsid.s != NULL && ledger_begin(j))
         job_free(j);
     else
         job_submit(j); /* writes nothing: not ordered with the others, holds nothing */

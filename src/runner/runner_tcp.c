@@ -1,7 +1,7 @@
 /*
  * runner_tcp: the gateway side of `--runner tcp://HOST:PORT` (docs/scale-out.md): a worker the
  * gateway did not start, reached over TCP with mutual TLS 1.3 (runner_tls.c; plaintext only when
- * the operator says so). The wire protocol is the uds runner's, unchanged (version 6), carried by
+ * the operator says so). The wire protocol is the uds runner's, unchanged (version 7), carried by
  * the same framed connection (runner_conn.c) over the loop's end of the pump's stream.
  *
  * What differs from uds is the failure model. The worker is not ours: a dropped connection is not

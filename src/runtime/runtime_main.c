@@ -1,7 +1,7 @@
 /*
  * codespace-runtime: the worker behind `--runner uds` (docs/contract/runtime.md §4). Started and
  * owned by the gateway; binds `runner.sock` in the gateway's private leaf directory, accepts
- * exactly one connection, and serves the runner wire protocol (version 6) on it with the same
+ * exactly one connection, and serves the runner wire protocol (version 7) on it with the same
  * executor the in-process runner uses (files, patch engine, supervisor).
  *
  * Hardening at start: not dumpable, no core files, every LD_* variable removed from its
@@ -20,7 +20,7 @@
  * under CODESPACE_REQUIRE_LINUX_SANDBOX=1, stops the worker there, and the hello answer states what
  * the probe found (docs/scale-out.md).
  *
- * Protocol rules: the first request must be hello with protocol 6; any other protocol (in the
+ * Protocol rules: the first request must be hello with protocol 7; any other protocol (in the
  * envelope or in hello), an undecodable frame, a frame of length 0 or over 16 MiB, or a message
  * that is not a request gets an error response and the connection is closed. Requests are
  * served concurrently (responses in completion order); the last 32 responses are kept for
@@ -959,7 +959,10 @@ static int run(int argc, char **argv)
                 "  --operations-db FILE   keep the deny rules' identity memory (denied files\n"
                 "                         renamed or linked) in this SQLite database so it\n"
                 "                         survives a restart (uds: the gateway passes its own;\n"
-                "                         remote: without it, kept in memory only)\n"
+                "                         remote: without it, kept in memory only); a remote\n"
+                "                         worker also keeps its ledger there (the patches any\n"
+                "                         gateway sent it, so a retried operation_key is a\n"
+                "                         replay through every gateway)\n"
                 "  --version              print the version and exit\n"
                 "  --help                 print this text and exit\n"
                 "\n"
@@ -1147,7 +1150,8 @@ static int run(int argc, char **argv)
             cs_log(CS_LOG_WARNING, "deny identities in memory only",
                    json_pack("{s:s}", "remedy",
                              "start the worker with --operations-db FILE so that denied files "
-                             "renamed before a restart stay denied"));
+                             "renamed before a restart stay denied, and the operation keys its "
+                             "gateways sent stay known"));
     }
     w.loop = cs_loop_new();
     /* Every exec request carries its workspace's time limit, live-process cap and ring; file

@@ -608,6 +608,11 @@ class ReplicaTest(unittest.TestCase):
         self.assertEqual(err_b["code"], err_a["code"], (err_a, err_b))
         with open(os.path.join(self.ws, "missing.txt")) as f:
             self.assertEqual(f.read(), "x\n", "a refused key ran through the other gateway")
+        # A patch without a key: its operation_id is known through the other gateway too.
+        plain = self.call(ga, "apply_patch", {"workspace_id": "default", "patch": (
+            "*** Begin Patch\n*** Add File: plain.txt\n+p\n*** End Patch\n")})
+        st = self.call(gb, "operation_status", {"operation_id": plain["operation_id"]})
+        self.assertEqual((st["status"], st["workspace_id"]), ("applied", "default"), st)
         # Unknown everywhere.
         for by in ({"operation_key": "never"}, {"operation_id": "op-%s" % uuid.uuid4()}):
             out, err = gb.call_raw("operation_status", by)
@@ -621,6 +626,44 @@ class ReplicaTest(unittest.TestCase):
         self.assertEqual((fresh["operation_id"], fresh.get("replayed")), (op, True), fresh)
         with open(os.path.join(self.ws, "a.txt")) as f:
             self.assertEqual(f.read(), "alpha\ngamma\nbeta\n")  # each applied once
+
+    def test_a_gateway_killed_mid_patch_leaves_its_outcome_to_the_worker(self):
+        """A keyed patch in flight through one gateway when that gateway is SIGKILLed: the worker
+        finishes it and records its outcome, and the other gateway reports it (unknown while it
+        runs, then applied) and replays it without applying it again. The patch is held in its
+        preflight (CODESPACE_TEST_PATCH_HOLD) until the kill."""
+        hold = os.path.join(self.tmp, "hold-flag")
+        open(hold, "w").close()
+        os.environ["CODESPACE_TEST_PATCH_HOLD"] = hold
+        try:
+            w, ga, gb = self.two_gateways()
+        finally:
+            del os.environ["CODESPACE_TEST_PATCH_HOLD"]
+        os.mkdir(os.path.join(self.ws, "hold"))
+        os.chmod(os.path.join(self.ws, "hold"), 0o777)
+        args = {"workspace_id": "default", "operation_key": "held-1", "patch": (
+            "*** Begin Patch\n*** Add File: hold/made.txt\n+made once\n*** End Patch\n")}
+        ga.start("tools/call", {"name": "apply_patch", "arguments": args})
+        time.sleep(1.0)  # the patch is in its preflight on the worker, held
+        ga.kill()
+        running = self.call(gb, "operation_status", {"operation_key": "held-1"})
+        self.assertEqual(running["status"], "unknown", running)
+        self.assertNotIn("finished_at", running)
+        os.unlink(hold)
+        end = time.time() + 10 * SLOW
+        while True:
+            st = self.call(gb, "operation_status", {"operation_key": "held-1"})
+            if st["status"] != "unknown":
+                break
+            self.assertLess(time.time(), end, st)
+            time.sleep(0.05)
+        self.assertEqual((st["status"], st["operation_id"]),
+                         ("applied", running["operation_id"]), st)
+        again = self.call(gb, "apply_patch", args)
+        self.assertEqual((again["status"], again["operation_id"], again.get("replayed")),
+                         ("applied", running["operation_id"], True), again)
+        with open(os.path.join(self.ws, "hold", "made.txt")) as f:
+            self.assertEqual(f.read(), "made once\n")
 
     def test_three_gateways_alternate_on_every_tool(self):
         """Three gateways, each its own identity, on one worker: every tool, each step through

@@ -45,7 +45,7 @@ import test_process as tp
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
-PROTOCOL = 6
+PROTOCOL = 7
 MAX_FRAME = 16 * 1024 * 1024
 SLOW = tp.SLOW
 IO_TIMEOUT = 10.0 * SLOW
