@@ -50,11 +50,14 @@ SLOW = tp.SLOW
 
 
 class Worker:
-    """codespace-runtime --listen 127.0.0.1:0; its log lines are kept, its port read from them."""
+    """codespace-runtime --listen HOST:0 (the loopback, or an address in network namespace ns);
+    its log lines are kept, its port read from them."""
 
-    def __init__(self, args):
+    def __init__(self, args, ns=None, host="127.0.0.1"):
+        self.host = host
         self.proc = subprocess.Popen(
-            [tr.runtime_binary(), "--listen", "127.0.0.1:0"] + args + tr.sandbox_args(),
+            (["ip", "netns", "exec", ns] if ns else [])
+            + [tr.runtime_binary(), "--listen", "%s:0" % host] + args + tr.sandbox_args(),
             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         self.lines = []
         self.port = None

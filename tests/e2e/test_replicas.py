@@ -2,8 +2,10 @@
 """Several gateways on one remote worker at once (issue 32 item 1; docs/scale-out.md, "Several
 gateways").
 
-The real binaries on the loopback: `codespace-runtime --listen 127.0.0.1:0`, with its Linux
-sandbox, and `codespace-mcp --runner tcp://127.0.0.1:PORT`.
+The real binaries, `codespace-runtime --listen`, with its Linux sandbox, and `codespace-mcp
+--runner tcp://...`: the real gateways run in one network namespace and their workers in another,
+joined by a veth pair (two hosts, as in test_remote); the raw-wire tests talk to a plaintext
+worker on the loopback.
 
 - The wire, raw (a plaintext worker, two connections made here): two connections say hello with
   their own gateway names and send the same request id at the same time, in flight together;
@@ -20,12 +22,13 @@ sandbox, and `codespace-mcp --runner tcp://127.0.0.1:PORT`.
   another gateway than the last. One gateway SIGKILLed mid-call leaves the other's
   call in flight unaffected.
 
-Needs root (a root worker sandboxes its commands) and `openssl`. Outside CI a missing piece
+Needs root (a root worker sandboxes its commands; network namespaces), `ip` and `openssl`. Outside CI a missing piece
 skips; in CI (CI=true) it fails. Run (from tests/e2e):
     CODESPACE_MCP_BIN=build/release/src/main/codespace-mcp /usr/bin/python3 -m unittest -v test_replicas
 """
 import json
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -71,6 +74,22 @@ class ReplicaTest(unittest.TestCase):
         tr.need(os.geteuid() == 0, "a root worker (it sandboxes its commands as another uid)")
         tr.need(shutil.which("openssl") is not None, "no openssl")
         tr.need(os.access(tr.runtime_binary(), os.X_OK), "no codespace-runtime")
+        tr.need(shutil.which("ip") is not None, "no ip (iproute2)")
+        # Two hosts: the gateways' namespace and the workers', a veth pair between them.
+        tag = "%x%04x" % (os.getpid() % 0xfff, random.randrange(0x10000))
+        self.nsg, self.nsw = "crg-" + tag, "crw-" + tag
+        veg, vew = "rg" + tag, "rw" + tag
+        n = random.randrange(256)
+        self.gaddr, self.waddr = "10.232.%d.1" % n, "10.232.%d.2" % n
+        for ns in (self.nsg, self.nsw):
+            tr.run("ip", "netns", "add", ns)
+            self.addCleanup(tr.run, "ip", "netns", "del", ns, check=False)
+        tr.run("ip", "link", "add", veg, "netns", self.nsg, "type", "veth", "peer", "name", vew,
+               "netns", self.nsw)
+        for ns, dev, addr in ((self.nsg, veg, self.gaddr), (self.nsw, vew, self.waddr)):
+            tr.run("ip", "-n", ns, "addr", "add", addr + "/30", "dev", dev)
+            tr.run("ip", "-n", ns, "link", "set", dev, "up")
+            tr.run("ip", "-n", ns, "link", "set", "lo", "up")
         self.tmp = tempfile.mkdtemp(prefix="cs-replicas-")
         self.addCleanup(shutil.rmtree, self.tmp, True)
         os.chmod(self.tmp, 0o755)  # the sandboxed commands' uid reads the workspace
@@ -88,10 +107,17 @@ class ReplicaTest(unittest.TestCase):
             except AssertionError:
                 pass
 
-    def worker(self, args):
-        w = tpa.Worker(args + ["--root", self.ws])
+    def worker(self, args, far=False):
+        """A worker of the workspace: on the loopback (the raw-wire tests), or far (in the
+        workers' namespace, for the real gateways)."""
+        w = tpa.Worker(args + ["--root", self.ws], **(
+            {"ns": self.nsw, "host": self.waddr} if far else {}))
         self.addCleanup(w.kill)
         return w
+
+    def in_gateways_ns(self, argv):
+        """The command and arguments of a program run in the gateways' namespace."""
+        return "ip", ["netns", "exec", self.nsg] + list(argv)
 
     def exec_data(self, argv, yield_ms=None):
         """An exec in a shared workspace: processes side by side (an exclusive one would refuse
@@ -293,10 +319,10 @@ class ReplicaTest(unittest.TestCase):
         self.made = getattr(self, "made", 0) + 1
         state = os.path.join(self.tmp, "state-%d" % self.made)
         os.mkdir(state)
-        s = mcp_stdio.StdioServer(tp.binary(), [
-            "--workspace", self.ws, "--operations-db", os.path.join(state, "ops.db"),
-            "--runner", "tcp://127.0.0.1:%d" % w.port, "--tls-psk", key,
-            "--tls-psk-identity", ident], state)
+        s = mcp_stdio.StdioServer(*self.in_gateways_ns([
+            tp.binary(), "--workspace", self.ws, "--operations-db",
+            os.path.join(state, "ops.db"), "--runner", "tcp://%s:%d" % (w.host, w.port),
+            "--tls-psk", key, "--tls-psk-identity", ident]), state)
         self.servers.append(s)
         return s
 
@@ -327,7 +353,7 @@ class ReplicaTest(unittest.TestCase):
     def two_gateways(self):
         """One PSK worker and two gateways on it, each its own identity, both served."""
         keys, ka, kb = self.keys_file()
-        w = self.worker(["--tls-psk-keys", keys])
+        w = self.worker(["--tls-psk-keys", keys], far=True)
         ga, gb = self.gateway(w, "gw-a", ka), self.gateway(w, "gw-b", kb)
         self.ready(ga)
         self.ready(gb)
@@ -409,6 +435,9 @@ class ReplicaTest(unittest.TestCase):
         self.assertEqual(self.lost(gb), [])
         idents = sorted(r["psk_identity"] for r in w.records("runner connection accepted"))
         self.assertEqual(idents, ["gw-a", "gw-b"])
+        # From the other host: the gateways' namespace address, not the loopback.
+        for r in w.records("runner connection accepted"):
+            self.assertEqual(r["peer"], self.gaddr, r)
 
     def test_exclusive_holds_across_gateways(self):
         """An exclusive workspace held by a live process started through one gateway: the other
@@ -460,7 +489,8 @@ class ReplicaTest(unittest.TestCase):
             root = os.path.join(self.tmp, "ws-" + name)
             os.mkdir(root)
             os.chmod(root, 0o777)
-            w = tpa.Worker(["--tls-psk-keys", keys, "--root", root])
+            w = tpa.Worker(["--tls-psk-keys", keys, "--root", root], ns=self.nsw,
+                           host=self.waddr)
             self.addCleanup(w.kill)
             workers[name] = (root, w)
         return workers
@@ -475,11 +505,11 @@ class ReplicaTest(unittest.TestCase):
         with open(cfg, "w") as f:
             json.dump({"workspaces": {name: {
                 "root": root, "profile": "workspace-write",
-                "runner": {"url": "tcp://127.0.0.1:%d" % w.port,
+                "runner": {"url": "tcp://%s:%d" % (w.host, w.port),
                            "tls_psk_file": key, "tls_psk_identity": ident}}
                 for name, (root, w) in workers.items()}}, f)
-        srv = mcp_stdio.StdioServer(tp.binary(), ["--config", cfg,
-                                                  "--operations-db", ":memory:"], state)
+        srv = mcp_stdio.StdioServer(*self.in_gateways_ns([
+            tp.binary(), "--config", cfg, "--operations-db", ":memory:"]), state)
         self.servers.append(srv)
         for name in workers:
             end = time.time() + 10 * SLOW
@@ -670,7 +700,7 @@ class ReplicaTest(unittest.TestCase):
         another gateway, for three rounds; the worker accepted exactly three connections and
         ended none, and no gateway lost its link."""
         keys, files = self.keys_for("abc")
-        w = self.worker(["--tls-psk-keys", keys])
+        w = self.worker(["--tls-psk-keys", keys], far=True)
         gws = [self.gateway(w, "gw-" + n, files[n]) for n in "abc"]
         for g in gws:
             self.ready(g)
