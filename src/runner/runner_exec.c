@@ -26,6 +26,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "base_log.h"
 #include "base_pool.h"
 #include "fs.h"
 #include "patch_txn.h"
@@ -607,14 +608,33 @@ static void job_free(struct file_job *j);
 static bool ledger_begin(struct file_job *j)
 {
     struct cs_runner_exec *ex = j->ex;
-    struct csw_mcp_apply_patch_input in = j->in.patch;
-    in.workspace_id = j->wsid;
-    in.has_operation_key = j->key.s != NULL;
-    in.operation_key = j->key;
-    char fp[CS_STORE_FINGERPRINT_SIZE];
     struct cs_diag sd = {0};
+    /* A row under this id already (a gateway sharing this database file, or an id sent twice):
+     * the patch runs, recorded by whoever owns that row. */
+    struct csw_mcp_operation_status_output had;
+    if (cs_store_get_by_id(ex->store, j->op_id, strlen(j->op_id), &had, &sd) == CS_STORE_OK) {
+        csw_mcp_operation_status_output_free(&had);
+        return false;
+    }
+    /* The fingerprint covers the root too: two gateways may give one workspace id to two roots
+     * of this worker, and a key of one must never replay in the other. */
+    size_t rn = strlen(j->root);
+    char *scope = malloc(j->wsid.n + 1 + rn + 1);
+    char fp[CS_STORE_FINGERPRINT_SIZE];
     struct cs_store_existing row;
-    enum cs_store_status ss = cs_store_fingerprint(&in, fp, &sd);
+    enum cs_store_status ss = CS_STORE_ERROR;
+    cs_diag_set(&sd, CSW_ERROR_INTERNAL, "out of memory");
+    if (scope) {
+        memcpy(scope, j->wsid.s, j->wsid.n);
+        scope[j->wsid.n] = '\n';
+        memcpy(scope + j->wsid.n + 1, j->root, rn + 1);
+        struct csw_mcp_apply_patch_input in = j->in.patch;
+        in.workspace_id = (struct cs_str){scope, j->wsid.n + 1 + rn};
+        in.has_operation_key = j->key.s != NULL;
+        in.operation_key = j->key;
+        ss = cs_store_fingerprint(&in, fp, &sd);
+        free(scope);
+    }
     if (ss == CS_STORE_OK)
         ss = cs_store_mint_as(ex->store, j->wsid.s, j->wsid.n, j->key.s, j->key.n, fp, j->op_id,
                               &row, &sd);
@@ -663,6 +683,18 @@ static bool ledger_begin(struct file_job *j)
     r->operation_id = (struct cs_str){row.id, strlen(row.id)};
     r->has_replayed = true;
     r->replayed = true;
+    /* The asker's id is recorded too, with the same outcome: if this answer is lost, its
+     * gateway's recovery asks about its own id (patch_outcomes), which must not read as a patch
+     * that never ran (rolled_back) when the key's patch was applied. */
+    if (out.status != CSW_PATCH_STATUS_UNKNOWN &&
+        cs_store_mint_as(ex->store, j->wsid.s, j->wsid.n, NULL, 0, fp, j->op_id, NULL, &sd) ==
+            CS_STORE_OK) {
+        struct csw_mcp_apply_patch_output alias = out;
+        alias.operation_id = (struct cs_str){j->op_id, strlen(j->op_id)}; /* its own row */
+        if (cs_store_finish(ex->store, j->op_id, out.status, &alias, false, &sd) != CS_STORE_OK)
+            cs_log(CS_LOG_WARNING, "worker ledger: a replay not recorded",
+                   json_pack("{s:s,s:s}", "operation_id", j->op_id, "error", sd.text));
+    }
     ok(j->done, j->arg, &res);
     csw_mcp_apply_patch_output_free(&out);
     return true;
@@ -728,6 +760,8 @@ static void job_free(struct file_job *j)
 {
     struct cs_runner_exec *ex = j->ex;
     patch_leave(j);
+    if (j->ledger_row) /* minted, then never run (out of memory, shutting down): nothing ran */
+        (void)cs_store_forget(ex->store, j->op_id, NULL);
     for (size_t i = 0; i < ex->n_patches; i++)
         if (ex->patches[i] == j)
             ex->patches[i] = ex->patches[--ex->n_patches];
@@ -938,13 +972,17 @@ static void ledger_finish(struct file_job *j, int code, const char *msg)
         return;
     j->ledger_row = false;
     struct cs_diag sd = {0};
+    enum cs_store_status ss;
     if (code != 0) {
-        (void)cs_store_finish_rejected(j->ex->store, j->op_id, (enum csw_error)code, msg, &sd);
-        return;
+        ss = cs_store_finish_rejected(j->ex->store, j->op_id, (enum csw_error)code, msg, &sd);
+    } else {
+        struct csw_mcp_apply_patch_output out = j->out.patch;
+        out.operation_id = (struct cs_str){j->op_id, strlen(j->op_id)};
+        ss = cs_store_finish(j->ex->store, j->op_id, out.status, &out, false, &sd);
     }
-    struct csw_mcp_apply_patch_output out = j->out.patch;
-    out.operation_id = (struct cs_str){j->op_id, strlen(j->op_id)};
-    (void)cs_store_finish(j->ex->store, j->op_id, out.status, &out, false, &sd);
+    if (ss != CS_STORE_OK) /* the row stays unknown: a replay answers unknown, never applied */
+        cs_log(CS_LOG_WARNING, "worker ledger: an outcome not recorded",
+               json_pack("{s:s,s:s}", "operation_id", j->op_id, "error", sd.text));
 }
 
 /* On the loop thread, once file_work has returned: the reply, then the job goes. */
@@ -1202,7 +1240,8 @@ static void op_apply_patch(struct cs_runner_exec *ex,
     }
     /* The worker's ledger records the patch under its gateway's id (ledger_begin), with its
      * operation_key if it has one. */
-    if (!oom && ex->ledger && ex->store && j->op_id[0] != '\0')
+    if (!oom && ex->ledger && ex->store && j->op_id[0] != '\0' &&
+        strlen(j->op_id) < CS_STORE_ID_SIZE)
         oom = str_copy(&j->wsid, &d->workspace.id) != 0 ||
               (d->has_operation_key && str_copy(&j->key, &d->operation_key) != 0);
     if (oom) {
@@ -1232,7 +1271,8 @@ static void op_apply_patch(struct cs_runner_exec *ex,
         }
         ex->patches[ex->n_patches++] = j;
     }
-    if (!(d->has_check_only && d->check_only))
+    /* A keyed check_only patch is queued too: its turn comes after an earlier one of its key. */
+    if (!(d->has_check_only && d->check_only) || j->key.s != NULL)
         patch_enqueue(j);
     else if (j->wsid.s != NULL && ledger_begin(j))
         job_free(j);
@@ -1280,6 +1320,24 @@ static void op_patch_outcomes(struct cs_runner_exec *ex,
     file_work_with(j, &c);
     /* The worker's own rows of these patches end as the gateway's do (tools_recover.c): a
      * journal's status, or rolled_back where none names the id (nothing was written). */
+    /* An id no journal names but the worker's ledger finished (a replay recorded under the
+     * asker's id, ledger_begin): its outcome, not absent. */
+    for (size_t i = 0; ex->ledger && ex->store && j->rc == 0 && i < j->n_absent;) {
+        struct csw_mcp_operation_status_output row;
+        enum csw_patch_status st = CSW_PATCH_STATUS_UNKNOWN;
+        if (cs_store_get_by_id(ex->store, j->absent[i].s, j->absent[i].n, &row, NULL) ==
+            CS_STORE_OK) {
+            if (row.has_finished_at)
+                st = row.status;
+            csw_mcp_operation_status_output_free(&row);
+        }
+        if (st == CSW_PATCH_STATUS_UNKNOWN || outcome_seen(j, j->absent[i].s, st) != 0) {
+            i++;
+            continue;
+        }
+        free(j->absent[i].s);
+        j->absent[i] = j->absent[--j->n_absent];
+    }
     char *wsid = ex->ledger && ex->store && j->rc == 0
                      ? strndup(d->workspace.id.s, d->workspace.id.n)
                      : NULL;

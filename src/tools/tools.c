@@ -490,7 +490,12 @@ static void patch_done(void *arg, const struct cs_runner_reply *r)
         if (res->has_replayed && res->replayed && res->has_operation_id) {
             /* The worker's ledger knew the key (sent through another gateway first): nothing ran
              * now, so this gateway's row goes and the answer is that operation's. */
-            (void)cs_store_forget(t->store, pc->op_id, &sd);
+            if (cs_store_forget(t->store, pc->op_id, &sd) != CS_STORE_OK) {
+                /* Kept, then: finished as what it answered, never left for recovery. */
+                struct csw_mcp_apply_patch_output mine = out;
+                mine.status = res->status;
+                (void)cs_store_finish(t->store, pc->op_id, res->status, &mine, false, &sd);
+            }
             out.operation_id = res->operation_id;
             out.replayed = true;
             out.status = res->status;
@@ -953,6 +958,9 @@ static void worker_status_done(void *arg, const struct cs_runner_reply *r)
 static bool ask_workers(struct cs_tools *t, struct cs_mcp_call *call, bool by_id,
                         const struct cs_str *key)
 {
+    /* The wire's bounds (an id of 1 to 64 bytes, a key of 1 to 200): no worker holds another. */
+    if (key->n == 0 || key->n > (by_id ? 64u : 200u))
+        return false;
     bool remote = false;
     for (size_t i = 0; i < t->cfg->n_workspaces && !remote; i++)
         remote = cs__tools_recover_remote(t, i);

@@ -259,6 +259,47 @@ class ReplicaTest(unittest.TestCase):
         for c in (a, b):
             c.close()
 
+    def test_the_workers_ledger_on_the_wire(self):
+        """The worker's ledger seen raw: a key sent on a second connection under a new id is a
+        replay of the first (its id, replayed), and that new id is then known to
+        patch_outcomes with the key's outcome, not absent (a gateway whose replay answer was
+        lost asks about its own id: it must not read as rolled back). The same key and
+        workspace id on another root is a conflict, never a replay of the first root's patch."""
+        w = self.worker(["--plaintext"])
+        a = TcpWire(w.port).hello("gateway-a")
+        b = TcpWire(w.port).hello("gateway-b")
+        first_id, second_id = "op-%s" % uuid.uuid4(), "op-%s" % uuid.uuid4()
+
+        def patch(op_id, ws):
+            return {"workspace": ws, "operation_id": op_id, "operation_key": "wire-1",
+                    "patch": "*** Begin Patch\n*** Add File: wired.txt\n+w\n*** End Patch\n"}
+
+        ra = a.call("rrpc-2", "apply_patch", patch(first_id, tu.workspace(self.ws)))
+        self.assertTrue(ra["ok"], ra)
+        self.assertEqual(ra["result"]["data"]["status"], "applied")
+        self.assertNotIn("replayed", ra["result"]["data"])
+        rb = b.call("rrpc-2", "apply_patch", patch(second_id, tu.workspace(self.ws)))
+        self.assertEqual((rb["result"]["data"]["operation_id"], rb["result"]["data"]["replayed"]),
+                         (first_id, True), rb)
+        out = b.call("rrpc-3", "patch_outcomes", {"workspace": tu.workspace(self.ws),
+                                                  "ask": [second_id]})
+        self.assertIn({"operation_id": second_id, "status": "applied"},
+                      out["result"]["data"]["outcomes"], out)
+        self.assertEqual(out["result"]["data"]["absent"], [], out)
+        st = b.call("rrpc-4", "operation_status", {"operation_key": "wire-1"})
+        self.assertEqual((st["result"]["data"]["operation_id"], st["result"]["data"]["status"]),
+                         (first_id, "applied"), st)
+        # Another root under the same workspace id (two gateways' registries disagree).
+        other = os.path.join(self.tmp, "other-root")
+        os.mkdir(other)
+        os.chmod(other, 0o777)
+        rc = b.call("rrpc-5", "apply_patch", patch("op-%s" % uuid.uuid4(), tu.workspace(other)))
+        self.assertFalse(rc["ok"], rc)
+        self.assertEqual(rc["error"]["code"], "OPERATION_KEY_CONFLICT", rc)
+        self.assertFalse(os.path.exists(os.path.join(other, "wired.txt")))
+        for c in (a, b):
+            c.close()
+
     def test_both_gateways_are_told_of_an_exit(self):
         w = self.worker(["--plaintext"])
         a = TcpWire(w.port).hello("gateway-a")
@@ -643,8 +684,9 @@ class ReplicaTest(unittest.TestCase):
             "*** Begin Patch\n*** Add File: plain.txt\n+p\n*** End Patch\n")})
         st = self.call(gb, "operation_status", {"operation_id": plain["operation_id"]})
         self.assertEqual((st["status"], st["workspace_id"]), ("applied", "default"), st)
-        # Unknown everywhere.
-        for by in ({"operation_key": "never"}, {"operation_id": "op-%s" % uuid.uuid4()}):
+        # Unknown everywhere (also an id or a key no worker could hold: no TIMEOUT).
+        for by in ({"operation_key": "never"}, {"operation_id": "op-%s" % uuid.uuid4()},
+                   {"operation_id": "x" * 100}, {"operation_key": "k" * 300}):
             out, err = gb.call_raw("operation_status", by)
             self.assertIsNone(out, out)
             self.assertEqual(err["code"], "OPERATION_NOT_FOUND", err)

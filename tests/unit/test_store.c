@@ -425,6 +425,43 @@ static void check_events(const struct csw_mcp_operation_status_output *o, size_t
     assert_string_equal(o->events.v[0].at.s, o->created_at.s);
 }
 
+/* cs_store_mint_as: the row takes the id given (a remote worker's ledger keeps its gateway's
+ * id); a key already known is reported as by cs_store_mint; an id taken, empty or too long fails
+ * and inserts nothing. */
+static void test_mint_as(void **state)
+{
+    (void)state;
+    char path[256];
+    struct cs_diag dg = {0};
+    struct cs_store_existing ex;
+    fresh_path(path, sizeof path);
+    struct cs_store *s = open_ok(path);
+    const char *given = "op-11111111-2222-4333-8444-555555555555";
+    assert_int_equal(cs_store_mint_as(s, "default", 7, "k", 1, FP_A, given, &ex, &dg), CS_STORE_OK);
+    struct csw_mcp_operation_status_output o;
+    assert_int_equal(cs_store_get_by_key(s, "k", 1, &o, &dg), CS_STORE_OK);
+    assert_string_equal(o.operation_id.s, given);
+    csw_mcp_operation_status_output_free(&o);
+    /* The key again, under another id: the row it names. */
+    assert_int_equal(cs_store_mint_as(s, "default", 7, "k", 1, FP_B,
+                                      "op-66666666-7777-4888-8999-aaaaaaaaaaaa", &ex, &dg),
+                     CS_STORE_KEY_EXISTS);
+    assert_string_equal(ex.id, given);
+    assert_string_equal(ex.fingerprint, FP_A);
+    /* The id again, without a key: refused, nothing inserted. */
+    assert_int_not_equal(cs_store_mint_as(s, "default", 7, NULL, 0, FP_A, given, NULL, &dg),
+                         CS_STORE_OK);
+    char big[CS_STORE_ID_SIZE + 1];
+    memset(big, 'x', sizeof big - 1);
+    big[sizeof big - 1] = '\0';
+    assert_int_equal(cs_store_mint_as(s, "default", 7, NULL, 0, FP_A, big, NULL, &dg),
+                     CS_STORE_INVALID);
+    assert_int_equal(cs_store_mint_as(s, "default", 7, NULL, 0, FP_A, "", NULL, &dg),
+                     CS_STORE_INVALID);
+    assert_int_equal(cs_store_get_by_id(s, big, strlen(big), &o, &dg), CS_STORE_NOT_FOUND);
+    cs_store_close(s);
+}
+
 static void test_mint_finish_get(void **state)
 {
     (void)state;
@@ -1175,6 +1212,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_status_error),
         cmocka_unit_test(test_ids),
+        cmocka_unit_test(test_mint_as),
         cmocka_unit_test(test_times),
         cmocka_unit_test(test_open_creates_parents_wal),
         cmocka_unit_test(test_open_memory),
