@@ -65,6 +65,15 @@ class TcpWire(tu.WireClient):
         return self
 
 
+def recv_answers(conn, n):
+    """The next n answers on conn, by request id (in whatever order they come)."""
+    got = {}
+    while len(got) < n:
+        m = conn.recv()
+        got[m["request_id"]] = m
+    return got
+
+
 def run(*argv):
     return subprocess.run(list(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
@@ -101,11 +110,7 @@ class ReplicaTest(unittest.TestCase):
         self.servers = []
 
     def tearDown(self):
-        for s in self.servers:
-            try:
-                s.close()
-            except AssertionError:
-                pass
+        tpa.close_all(self.servers)
 
     def worker(self, args, far=False):
         """A worker of the workspace: on the loopback (the raw-wire tests), or far (in the
@@ -151,10 +156,7 @@ class ReplicaTest(unittest.TestCase):
             ["sh", "-c", "sleep 1.5; echo slow-b"], yield_ms=10000)))
         time.sleep(0.3)
         b.send(tu.request("rrpc-4", "cancel", {"request_id": "rrpc-3"}))
-        got = {}
-        while len(got) < 2:
-            m = b.recv()
-            got[m["request_id"]] = m
+        got = recv_answers(b, 2)
         ra = a.recv()
         self.assertEqual(ra["request_id"], "rrpc-3")
         self.assertIn("slow-a", ra["result"]["data"]["output"], ra)  # waited its 1.5 s out
@@ -243,10 +245,7 @@ class ReplicaTest(unittest.TestCase):
             self.ws, ["touch", "hold/never"], yield_ms=5000)))
         time.sleep(0.3)
         b.send(tu.request("rrpc-6", "cancel", {"request_id": "rrpc-5"}))
-        got = {}
-        while len(got) < 2:
-            m = b.recv()
-            got[m["request_id"]] = m
+        got = recv_answers(b, 2)
         self.assertFalse(got["rrpc-5"]["ok"], got)
         self.assertIn("nothing ran", got["rrpc-5"]["error"]["message"], got)
         self.assertTrue(got["rrpc-6"]["result"]["data"]["found"], got)
