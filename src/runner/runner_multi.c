@@ -217,6 +217,26 @@ static struct cs_runner *pick(struct cs__runner_multi *m, const struct csw_runne
     return m->def;
 }
 
+/* What to ask every runner about, when there are several: an operation's id or key (the ledger
+ * of whichever worker holds the row, issue 32), or a process id not remembered; NULL: the
+ * operation is routed as usual. */
+static const struct cs_str *probe_key(struct cs__runner_multi *m,
+                                      const struct csw_runner_wire_op *op)
+{
+    const struct cs_str *k;
+    if (op->tag == CSW_RUNNER_WIRE_OP_OPERATION_STATUS) {
+        const struct csw_runner_wire_operation_status_data *os = &op->u.operation_status.data;
+        k = os->has_operation_id ? &os->operation_id : &os->operation_key;
+        if (k->n >= sizeof((struct probe *)0)->id)
+            return NULL;
+    } else {
+        k = pid_of(op);
+        if (!k || k->n >= CS_SUPERVISOR_ID_SIZE || known_pid(m, k))
+            return NULL;
+    }
+    return m->n_subs > 1 && memchr(k->s, '\0', k->n) == NULL ? k : NULL;
+}
+
 static void probe_free(struct probe *p)
 {
     for (struct probe **q = &p->m->probes; *q; q = &(*q)->link)
@@ -291,19 +311,9 @@ void cs__runner_multi_call(struct cs_runner *r, const struct csw_runner_wire_op 
     struct cs_runner *sub = pick(m, op);
     if (op->tag == CSW_RUNNER_WIRE_OP_EXEC && sub != m->def)
         remember(m, &op->u.exec.data.process_id, sub);
-    const struct cs_str *pid = pid_of(op);
-    /* operation_status: the ledger of whichever worker holds the row (issue 32). */
-    const struct csw_runner_wire_operation_status_data *os =
-        op->tag == CSW_RUNNER_WIRE_OP_OPERATION_STATUS ? &op->u.operation_status.data : NULL;
-    const struct cs_str *oid = !os                    ? NULL
-                               : os->has_operation_id ? &os->operation_id
-                                                      : &os->operation_key;
-    if (oid && m->n_subs > 1 && oid->n < sizeof((struct probe *)0)->id &&
-        memchr(oid->s, '\0', oid->n) == NULL)
-        pid = oid;
-    else if (pid && !(pid->n < CS_SUPERVISOR_ID_SIZE && !known_pid(m, pid)))
-        pid = NULL;
-    if (pid && m->n_subs > 1 && memchr(pid->s, '\0', pid->n) == NULL) {
+    const struct cs_str *pid = probe_key(m, op);
+    bool os = op->tag == CSW_RUNNER_WIRE_OP_OPERATION_STATUS;
+    if (pid) {
         struct probe *p = calloc(1, sizeof *p);
         struct csw_runner_wire w;
         char rid[CS__RUNNER_RID_SIZE];
@@ -318,7 +328,7 @@ void cs__runner_multi_call(struct cs_runner *r, const struct csw_runner_wire_op 
                 p->prep = *prep;
             memcpy(p->id, pid->s, pid->n);
             p->id[pid->n] = '\0';
-            p->process = os == NULL;
+            p->process = !os;
             p->not_found = os ? CSW_ERROR_OPERATION_NOT_FOUND : CSW_ERROR_PROCESS_NOT_FOUND;
             p->link = m->probes;
             m->probes = p;

@@ -487,30 +487,22 @@ static void patch_done(void *arg, const struct cs_runner_reply *r)
                               "the runner answered apply_patch with another result");
             break;
         }
-        if (res->has_replayed && res->replayed && res->has_operation_id) {
-            /* The worker's ledger knew the key (sent through another gateway first): nothing ran
-             * now, so this gateway's row goes and the answer is that operation's. */
-            if (cs_store_forget(t->store, pc->op_id, &sd) != CS_STORE_OK) {
-                /* Kept, then: finished as what it answered, never left for recovery. */
-                struct csw_mcp_apply_patch_output mine = out;
-                mine.status = res->status;
-                (void)cs_store_finish(t->store, pc->op_id, res->status, &mine, false, &sd);
-            }
-            out.operation_id = res->operation_id;
-            out.replayed = true;
-            out.status = res->status;
-            out.files.v = res->files.v;
-            out.files.n = res->files.n;
-            out.changes.v = res->changes.v;
-            out.changes.n = res->changes.n;
-            cs_mcp_call_ok(pc->call, &out);
-            break;
-        }
         out.status = res->status;
         out.files.v = res->files.v;
         out.files.n = res->files.n;
         out.changes.v = res->changes.v;
         out.changes.n = res->changes.n;
+        if (res->has_replayed && res->replayed && res->has_operation_id) {
+            /* The worker's ledger knew the key (sent through another gateway first): nothing ran
+             * now, so this gateway's row goes and the answer is that operation's. A row that
+             * cannot go is finished as what it answered, never left for recovery. */
+            if (cs_store_forget(t->store, pc->op_id, &sd) != CS_STORE_OK)
+                (void)cs_store_finish(t->store, pc->op_id, out.status, &out, false, &sd);
+            out.operation_id = res->operation_id;
+            out.replayed = true;
+            cs_mcp_call_ok(pc->call, &out);
+            break;
+        }
         if (cs_store_finish(t->store, pc->op_id, out.status, &out, false, &sd) != CS_STORE_OK) {
             cs_mcp_call_error(pc->call, CSW_ERROR_INTERNAL, pc->op_id,
                               "the patch ended %s but the ledger could not record it: %s",
