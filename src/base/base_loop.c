@@ -12,6 +12,7 @@
 #include "base_mem.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -65,6 +66,11 @@ struct cs_loop {
     struct deferred *defer_head, *defer_tail;
     struct deferred *running; /* the rest of the batch run_deferred is working through */
     struct cs_loop_fd *dead;  /* watchers removed during this turn */
+    /* Busy polling (cs_loop_busy_poll): the window, the end of the current one (0: none), and
+     * when the process's CPUs were last counted. */
+    int64_t poll_ns, poll_until_ns, cpus_checked_ns;
+    bool one_cpu;
+    uint64_t empty_polls;
 };
 
 int64_t cs_loop_now_ms(void)
@@ -72,6 +78,13 @@ int64_t cs_loop_now_ms(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
 static uint32_t to_epoll(unsigned events)
@@ -313,13 +326,85 @@ static void run_deferred(struct cs_loop *loop)
     }
 }
 
+unsigned cs_loop_busy_poll_env(bool *ignored)
+{
+    const char *text = getenv("CODESPACE_BUSY_POLL_US");
+    *ignored = false;
+    if (!text)
+        return CS_LOOP_BUSY_POLL_DEFAULT_US;
+    char *end;
+    errno = 0;
+    unsigned long v = strtoul(text, &end, 10);
+    if (text[0] < '0' || text[0] > '9' || errno != 0 || *end != '\0' ||
+        v > CS_LOOP_BUSY_POLL_MAX_US) {
+        *ignored = true;
+        return CS_LOOP_BUSY_POLL_DEFAULT_US;
+    }
+    return (unsigned)v;
+}
+
+void cs_loop_busy_poll(struct cs_loop *loop, unsigned us)
+{
+    if (us > CS_LOOP_BUSY_POLL_MAX_US)
+        us = CS_LOOP_BUSY_POLL_MAX_US;
+    loop->poll_ns = (int64_t)us * 1000;
+    loop->poll_until_ns = 0;
+    loop->cpus_checked_ns = 0;
+}
+
+/* Polling on the only CPU the process may use would keep the peer it waits for off that CPU:
+ * counted again at most once a second, so that a process pinned while it runs stops. */
+static bool may_poll(struct cs_loop *loop, int64_t now)
+{
+    if (loop->cpus_checked_ns == 0 || now - loop->cpus_checked_ns > 1000000000) {
+        cpu_set_t set;
+        loop->one_cpu = sched_getaffinity(0, sizeof set, &set) != 0 || CPU_COUNT(&set) < 2;
+        loop->cpus_checked_ns = now;
+    }
+    return !loop->one_cpu;
+}
+
+void cs_loop_expect(struct cs_loop *loop)
+{
+    if (loop->poll_ns <= 0)
+        return;
+    int64_t now = now_ns();
+    if (may_poll(loop, now))
+        loop->poll_until_ns = now + loop->poll_ns;
+}
+
+uint64_t cs_loop_empty_polls(const struct cs_loop *loop)
+{
+    return loop->empty_polls;
+}
+
+/* epoll_wait, after polling without sleeping while a window cs_loop_expect opened lasts (only
+ * when the wait would block). Each empty poll yields the CPU to whatever else may run on it. */
+static int wait_events(struct cs_loop *loop, struct epoll_event *evs, int max, int timeout)
+{
+    if (timeout != 0 && loop->poll_until_ns) {
+        for (;;) {
+            int n = epoll_wait(loop->ep, evs, max, 0);
+            if (n != 0 || now_ns() >= loop->poll_until_ns) {
+                loop->poll_until_ns = 0;
+                if (n != 0)
+                    return n;
+                break;
+            }
+            loop->empty_polls++;
+            sched_yield();
+        }
+    }
+    return epoll_wait(loop->ep, evs, max, timeout);
+}
+
 int cs_loop_run(struct cs_loop *loop)
 {
     loop->stop = false;
     while (!loop->stop) {
         int timeout = loop->defer_head ? 0 : -1;
         struct epoll_event evs[64];
-        int n = epoll_wait(loop->ep, evs, 64, timeout);
+        int n = wait_events(loop, evs, 64, timeout);
         if (n < 0) {
             if (errno == EINTR)
                 continue;

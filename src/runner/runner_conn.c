@@ -207,6 +207,9 @@ static void flush_turn(void *arg)
     }
     if (c->out_n > 0 && c->w)
         cs_loop_fd_mod(c->w, CS_LOOP_READ | CS_LOOP_WRITE);
+    /* The peer answers a request within microseconds, and a gateway sends its next one as soon
+     * as its client does: the loop polls for it before it sleeps (busy polling, base_loop.h). */
+    cs_loop_expect(c->loop);
 }
 
 int cs_runner_conn_send_text(struct cs_runner_conn *c, const char *text, size_t len)

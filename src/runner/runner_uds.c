@@ -586,9 +586,15 @@ static char **worker_env(void)
     if (!out)
         return NULL;
     size_t k = 0;
-    static const char *const keep[] = {
-        "PATH=",           "TMPDIR=", "LANG=",  "CODESPACE_NETNS_GRACE_SECS=",
-        "CODESPACE_TEST_", "ASAN_",   "UBSAN_", "LSAN_"};
+    static const char *const keep[] = {"PATH=",
+                                       "TMPDIR=",
+                                       "LANG=",
+                                       "CODESPACE_NETNS_GRACE_SECS=",
+                                       "CODESPACE_BUSY_POLL_US=",
+                                       "CODESPACE_TEST_",
+                                       "ASAN_",
+                                       "UBSAN_",
+                                       "LSAN_"};
     for (char **e = environ; *e; e++)
         for (size_t i = 0; i < sizeof keep / sizeof *keep; i++)
             if (strncmp(*e, keep[i], strlen(keep[i])) == 0) {

@@ -11,6 +11,7 @@
  *   allocation failing, for every N until they succeed, proving no crash and no leak on OOM;
  * - the error catalogue and tool tables generated from the schemas.
  */
+#include <sched.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -24,6 +25,8 @@
 #include <string.h>
 
 #include <signal.h>
+#include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "base_json.h"
@@ -897,6 +900,85 @@ static void test_loop(void **state)
     cs_loop_free(loop);
 }
 
+static void on_byte(void *arg, int fd, unsigned events)
+{
+    char c;
+    assert_true(events & CS_LOOP_READ);
+    assert_int_equal(read(fd, &c, 1), 1);
+    cs_loop_stop(arg);
+}
+
+static int64_t thread_cpu_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/* Busy polling: after cs_loop_expect the loop polls before it sleeps, an event that comes
+ * meanwhile is dispatched, the window ends (the loop then sleeps), and nothing polls while the
+ * process may use one CPU only or with the window 0. */
+static void test_loop_busy_poll(void **state)
+{
+    (void)state;
+    cpu_set_t all;
+    assert_int_equal(sched_getaffinity(0, sizeof all, &all), 0);
+    struct cs_loop *loop = cs_loop_new();
+    assert_non_null(loop);
+    int p[2];
+    assert_int_equal(pipe(p), 0);
+    assert_non_null(cs_loop_fd_add(loop, p[0], CS_LOOP_READ, on_byte, loop));
+    cs_loop_busy_poll(loop, CS_LOOP_BUSY_POLL_MAX_US);
+    if (CPU_COUNT(&all) >= 2) {
+        /* A byte written 200 us into the window is read while the loop polls. */
+        pid_t child = fork();
+        assert_true(child >= 0);
+        if (child == 0) {
+            usleep(200);
+            _exit(write(p[1], "x", 1) == 1 ? 0 : 1);
+        }
+        cs_loop_expect(loop);
+        assert_int_equal(cs_loop_run(loop), 0);
+        int st;
+        assert_int_equal(waitpid(child, &st, 0), child);
+        assert_true(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+        assert_true(cs_loop_empty_polls(loop) > 0);
+        /* A window with nothing in it ends: the loop then sleeps until the 60 ms timer. */
+        uint64_t before = cs_loop_empty_polls(loop);
+        int64_t cpu0 = thread_cpu_us();
+        cs_loop_expect(loop);
+        assert_non_null(cs_loop_timer_add(loop, 60, stop_loop, loop));
+        assert_int_equal(cs_loop_run(loop), 0);
+        assert_true(cs_loop_empty_polls(loop) > before);
+        assert_true(thread_cpu_us() - cpu0 < 30000);
+    }
+    /* One CPU: the window never opens. */
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    for (int i = 0; i < CPU_SETSIZE; i++)
+        if (CPU_ISSET(i, &all)) {
+            CPU_SET(i, &one);
+            break;
+        }
+    assert_int_equal(sched_setaffinity(0, sizeof one, &one), 0);
+    cs_loop_busy_poll(loop, CS_LOOP_BUSY_POLL_MAX_US); /* counts the CPUs again */
+    uint64_t before = cs_loop_empty_polls(loop);
+    cs_loop_expect(loop);
+    assert_non_null(cs_loop_timer_add(loop, 5, stop_loop, loop));
+    assert_int_equal(cs_loop_run(loop), 0);
+    assert_int_equal(cs_loop_empty_polls(loop), before);
+    assert_int_equal(sched_setaffinity(0, sizeof all, &all), 0);
+    /* Off: no window either. */
+    cs_loop_busy_poll(loop, 0);
+    cs_loop_expect(loop);
+    assert_non_null(cs_loop_timer_add(loop, 5, stop_loop, loop));
+    assert_int_equal(cs_loop_run(loop), 0);
+    assert_int_equal(cs_loop_empty_polls(loop), before);
+    cs_loop_free(loop);
+    close(p[0]);
+    close(p[1]);
+}
+
 static void test_log_levels_and_redaction(void **state)
 {
     (void)state;
@@ -1670,6 +1752,7 @@ int main(void)
         cmocka_unit_test(test_error_catalogue),
         cmocka_unit_test(test_tool_table),
         cmocka_unit_test(test_loop),
+        cmocka_unit_test(test_loop_busy_poll),
         cmocka_unit_test(test_log_levels_and_redaction),
         cmocka_unit_test(test_json_quote_matches_jansson),
         cmocka_unit_test(test_json_text_big_strings),
