@@ -239,6 +239,10 @@ struct cs_runner_conn_callbacks {
 struct cs_runner_conn *cs_runner_conn_new(struct cs_loop *loop, int fd,
                                           const struct cs_runner_conn_callbacks *cb);
 void cs_runner_conn_free(struct cs_runner_conn *c);
+/* After each write the loop polls for the peer before it sleeps (base_loop.h, busy polling): for
+ * the uds link only, where the peer is one hop away on this host. Through the TLS pump threads
+ * of a tcp:// link it measured slower (bench/README.md, "Issue 33"): off there. */
+void cs_runner_conn_busy_poll(struct cs_runner_conn *c, bool on);
 /* Queues msg as one frame. Returns 0, or -1 (encoding failed, or the conn is closed). */
 int cs_runner_conn_send(struct cs_runner_conn *c, const struct csw_runner_wire *msg);
 /* Queues an already encoded JSON text as one frame. Returns 0 or -1. */

@@ -32,7 +32,7 @@ struct cs_runner_conn {
     struct cs_runner_conn_callbacks cb;
     uint8_t *out;
     size_t out_n, out_off, out_cap;
-    bool closing, closed_reported, in_frame, flush_queued;
+    bool closing, closed_reported, in_frame, flush_queued, busy_poll;
     char *why; /* the close reason, whole (owned); NULL before the close or on OOM */
 };
 
@@ -179,6 +179,11 @@ struct cs_runner_conn *cs_runner_conn_new(struct cs_loop *loop, int fd,
     return c;
 }
 
+void cs_runner_conn_busy_poll(struct cs_runner_conn *c, bool on)
+{
+    c->busy_poll = on;
+}
+
 void cs_runner_conn_free(struct cs_runner_conn *c)
 {
     if (!c)
@@ -209,7 +214,8 @@ static void flush_turn(void *arg)
         cs_loop_fd_mod(c->w, CS_LOOP_READ | CS_LOOP_WRITE);
     /* The peer answers a request within microseconds, and a gateway sends its next one as soon
      * as its client does: the loop polls for it before it sleeps (busy polling, base_loop.h). */
-    cs_loop_expect(c->loop);
+    if (c->busy_poll)
+        cs_loop_expect(c->loop);
 }
 
 int cs_runner_conn_send_text(struct cs_runner_conn *c, const char *text, size_t len)

@@ -925,6 +925,7 @@ static int start_worker(struct cs__runner_uds *u, struct cs_diag *d)
         cs_diag_set(d, CSW_ERROR_INTERNAL, "out of memory");
         goto fail;
     }
+    cs_runner_conn_busy_poll(u->link->conn, true);
     fd = -1;
     relay_log(u, false); /* what it said while starting */
     u->pidw = cs_loop_fd_add(u->r->loop, u->pidfd, CS_LOOP_READ, on_worker_exit, u);

@@ -681,6 +681,7 @@ static void on_accept(void *arg, int fd, unsigned events)
         free(s);
         return;
     }
+    cs_runner_conn_busy_poll(s->conn, !w->listening); /* a uds link: runner.h */
     s->next = w->sessions;
     if (s->next)
         s->next->prev = s;
