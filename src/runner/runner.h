@@ -239,10 +239,13 @@ struct cs_runner_conn_callbacks {
 struct cs_runner_conn *cs_runner_conn_new(struct cs_loop *loop, int fd,
                                           const struct cs_runner_conn_callbacks *cb);
 void cs_runner_conn_free(struct cs_runner_conn *c);
-/* After each write the loop polls for the peer before it sleeps (base_loop.h, busy polling): for
- * the uds link only, where the peer is one hop away on this host. Through the TLS pump threads
- * of a tcp:// link it measured slower (bench/README.md, "Issue 33"): off there. */
+/* Busy polling (base_loop.h) on a uds link, where the peer is one hop away on this host; never
+ * through the TLS pump threads of a tcp:// link, where it measured slower (bench/README.md,
+ * "Issue 33"). The worker's side (busy_poll): after each write, for the gateway's next request.
+ * The gateway's (expect_answer): after the write of a request whose answer comes within
+ * microseconds (runner_uds.c quick), not while a command spawns or a long poll waits. */
 void cs_runner_conn_busy_poll(struct cs_runner_conn *c, bool on);
+void cs_runner_conn_expect_answer(struct cs_runner_conn *c);
 /* Queues msg as one frame. Returns 0, or -1 (encoding failed, or the conn is closed). */
 int cs_runner_conn_send(struct cs_runner_conn *c, const struct csw_runner_wire *msg);
 /* Queues an already encoded JSON text as one frame. Returns 0 or -1. */

@@ -32,7 +32,7 @@ struct cs_runner_conn {
     struct cs_runner_conn_callbacks cb;
     uint8_t *out;
     size_t out_n, out_off, out_cap;
-    bool closing, closed_reported, in_frame, flush_queued, busy_poll;
+    bool closing, closed_reported, in_frame, flush_queued, busy_poll, expect_answer;
     char *why; /* the close reason, whole (owned); NULL before the close or on OOM */
 };
 
@@ -184,6 +184,11 @@ void cs_runner_conn_busy_poll(struct cs_runner_conn *c, bool on)
     c->busy_poll = on;
 }
 
+void cs_runner_conn_expect_answer(struct cs_runner_conn *c)
+{
+    c->expect_answer = true;
+}
+
 void cs_runner_conn_free(struct cs_runner_conn *c)
 {
     if (!c)
@@ -212,10 +217,11 @@ static void flush_turn(void *arg)
     }
     if (c->out_n > 0 && c->w)
         cs_loop_fd_mod(c->w, CS_LOOP_READ | CS_LOOP_WRITE);
-    /* The peer answers a request within microseconds, and a gateway sends its next one as soon
-     * as its client does: the loop polls for it before it sleeps (busy polling, base_loop.h). */
-    if (c->busy_poll)
+    /* The peer answers a quick request within microseconds, and a gateway sends its next one as
+     * soon as its client does: the loop polls for it before it sleeps (base_loop.h). */
+    if (c->busy_poll || c->expect_answer)
         cs_loop_expect(c->loop);
+    c->expect_answer = false;
 }
 
 int cs_runner_conn_send_text(struct cs_runner_conn *c, const char *text, size_t len)

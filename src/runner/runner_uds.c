@@ -494,6 +494,35 @@ static int replace_worker(struct cs__runner_uds *u, struct cs_diag *d)
     return 0;
 }
 
+/* A request the worker answers within microseconds: the gateway polls for its answer (busy
+ * polling, runner.h). Not a spawn, a patch, a long poll or a termination. */
+static bool quick(const struct csw_runner_wire_op *op)
+{
+    switch (op->tag) {
+    case CSW_RUNNER_WIRE_OP_READ:
+    case CSW_RUNNER_WIRE_OP_FIND:
+    case CSW_RUNNER_WIRE_OP_WRITE_STDIN:
+    case CSW_RUNNER_WIRE_OP_PROCESS_STATUS:
+    case CSW_RUNNER_WIRE_OP_RESIZE:
+    case CSW_RUNNER_WIRE_OP_WORKSPACE_OF:
+    case CSW_RUNNER_WIRE_OP_OPERATION_STATUS:
+        return true;
+    case CSW_RUNNER_WIRE_OP_READ_PROCESS:
+        return !op->u.read_process.data.has_wait_ms || op->u.read_process.data.wait_ms == 0;
+    case CSW_RUNNER_WIRE_OP_HELLO:
+    case CSW_RUNNER_WIRE_OP_VERSION:
+    case CSW_RUNNER_WIRE_OP_APPLY_PATCH:
+    case CSW_RUNNER_WIRE_OP_EXEC:
+    case CSW_RUNNER_WIRE_OP_TERMINATE:
+    case CSW_RUNNER_WIRE_OP_TERMINATE_WORKSPACE:
+    case CSW_RUNNER_WIRE_OP_REPLAY:
+    case CSW_RUNNER_WIRE_OP_CANCEL:
+    case CSW_RUNNER_WIRE_OP_PATCH_OUTCOMES:
+        return false;
+    }
+    return false;
+}
+
 void cs__runner_uds_call(struct cs_runner *r, const struct csw_runner_wire_op *op,
                          cs_runner_done_fn done, void *arg)
 {
@@ -514,6 +543,8 @@ void cs__runner_uds_call(struct cs_runner *r, const struct csw_runner_wire_op *o
             done, arg, "runner transport failed before dispatch: the request could not be written");
         return;
     }
+    if (quick(op))
+        cs_runner_conn_expect_answer(u->link->conn);
     c->id = id;
     c->done = done;
     c->arg = arg;
@@ -925,7 +956,6 @@ static int start_worker(struct cs__runner_uds *u, struct cs_diag *d)
         cs_diag_set(d, CSW_ERROR_INTERNAL, "out of memory");
         goto fail;
     }
-    cs_runner_conn_busy_poll(u->link->conn, true);
     fd = -1;
     relay_log(u, false); /* what it said while starting */
     u->pidw = cs_loop_fd_add(u->r->loop, u->pidfd, CS_LOOP_READ, on_worker_exit, u);
