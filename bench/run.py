@@ -33,7 +33,7 @@ SCRIPTS = [
     ("mcp_roundtrip", ["--calls", "2000", "--warmup", "200", "--runs", "1"], False),
     ("files", ["--runs", "3"], True),
     ("patch", ["--runs", "1"], True),
-    ("process", ["--runs", "100", "--warmup", "5", "--big-runs", "1"], False),
+    ("process", ["--runs", "100", "--warmup", "5", "--big-runs", "3"], False),
     ("sandbox", ["--runs", "50", "--small", "50"], False),
     ("uds", ["--runs", "300", "--warmup", "20"], False),
     ("concurrency", ["--seconds", "5", "--rounds", "1"], True),

@@ -89,6 +89,10 @@ static void on_input(void *arg, int fd, unsigned events)
                 at_eof(io); /* out of memory in the framer: stop reading */
                 return;
             }
+            /* A short read drained the pipe: the level-triggered loop calls again when more
+             * comes (a regular file's pump, next turn), so no read is spent on EAGAIN. */
+            if ((size_t)n < sizeof buf)
+                return;
             continue;
         }
         if (n < 0 && (errno == EAGAIN || errno == EINTR))
