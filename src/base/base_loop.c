@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -352,13 +353,77 @@ void cs_loop_busy_poll(struct cs_loop *loop, unsigned us)
     loop->cpus_checked_ns = 0;
 }
 
-/* Polling on the only CPU the process may use would keep the peer it waits for off that CPU:
- * counted again at most once a second, so that a process pinned while it runs stops. */
+/* Reads two integers from a file; 0 if they are not there. */
+static int read_two(const char *path, long *a, long *b)
+{
+    char buf[64];
+    FILE *f = fopen(path, "re");
+    if (!f)
+        return -1;
+    int n = fgets(buf, sizeof buf, f) ? sscanf(buf, "%ld %ld", a, b) : 0;
+    fclose(f);
+    return n;
+}
+
+/* Whether controller (cgroup v1) is one of the comma-separated names in list. */
+static bool has_controller(const char *list, size_t len, const char *controller)
+{
+    size_t cl = strlen(controller);
+    for (const char *p = list, *end = list + len; p < end;) {
+        const char *comma = memchr(p, ',', (size_t)(end - p));
+        size_t n = comma ? (size_t)(comma - p) : (size_t)(end - p);
+        if (n == cl && memcmp(p, controller, n) == 0)
+            return true;
+        p += n + 1;
+    }
+    return false;
+}
+
+/* The CPUs the process's cgroup quota grants, rounded down (cgroup v2 cpu.max, else v1
+ * cpu.cfs_quota_us over cpu.cfs_period_us); 0 for no quota or none readable. A container
+ * limited to one CPU keeps every host CPU in its affinity: the quota is what says it has one. */
+static long cgroup_cpus(void)
+{
+    char line[4096], path[4300];
+    FILE *f = fopen("/proc/self/cgroup", "re");
+    if (!f)
+        return 0;
+    long quota = 0, period = 0;
+    while (quota <= 0 && fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\n")] = '\0';
+        char *c1 = strchr(line, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+        if (!c2)
+            continue;
+        const char *rel = strcmp(c2 + 1, "/") == 0 ? "" : c2 + 1;
+        if (c2 == c1 + 1) { /* v2: "0::/path" */
+            if (snprintf(path, sizeof path, "/sys/fs/cgroup%s/cpu.max", rel) < (int)sizeof path &&
+                read_two(path, &quota, &period) != 2)
+                quota = 0; /* "max 100000": no quota */
+        } else if (has_controller(c1 + 1, (size_t)(c2 - c1 - 1), "cpu")) {
+            long unused;
+            if (snprintf(path, sizeof path, "/sys/fs/cgroup/cpu%s/cpu.cfs_quota_us", rel) <
+                    (int)sizeof path &&
+                read_two(path, &quota, &unused) >= 1 &&
+                snprintf(path, sizeof path, "/sys/fs/cgroup/cpu%s/cpu.cfs_period_us", rel) <
+                    (int)sizeof path &&
+                read_two(path, &period, &unused) < 1)
+                quota = 0;
+        }
+    }
+    fclose(f);
+    return quota > 0 && period > 0 ? quota / period : 0;
+}
+
+/* Polling on the only CPU the process may use would keep the peer it waits for off that CPU
+ * (and spend the quota the peer needs, in a container limited to one): counted again at most
+ * once a second, so that a process pinned while it runs stops. */
 static bool may_poll(struct cs_loop *loop, int64_t now)
 {
     if (loop->cpus_checked_ns == 0 || now - loop->cpus_checked_ns > 1000000000) {
         cpu_set_t set;
-        loop->one_cpu = sched_getaffinity(0, sizeof set, &set) != 0 || CPU_COUNT(&set) < 2;
+        long quota = cgroup_cpus();
+        loop->one_cpu = sched_getaffinity(0, sizeof set, &set) != 0 || CPU_COUNT(&set) < 2 ||
+                        (quota > 0 && quota < 2);
         loop->cpus_checked_ns = now;
     }
     return !loop->one_cpu;
@@ -373,6 +438,11 @@ void cs_loop_expect(struct cs_loop *loop)
         loop->poll_until_ns = now + loop->poll_ns;
 }
 
+bool cs_loop_busy_poll_on(struct cs_loop *loop)
+{
+    return loop->poll_ns > 0 && may_poll(loop, now_ns());
+}
+
 uint64_t cs_loop_empty_polls(const struct cs_loop *loop)
 {
     return loop->empty_polls;
@@ -385,13 +455,15 @@ static int wait_events(struct cs_loop *loop, struct epoll_event *evs, int max, i
     if (timeout != 0 && loop->poll_until_ns) {
         for (;;) {
             int n = epoll_wait(loop->ep, evs, max, 0);
-            if (n != 0 || now_ns() >= loop->poll_until_ns) {
+            if (n != 0) {
                 loop->poll_until_ns = 0;
-                if (n != 0)
-                    return n;
-                break;
+                return n;
             }
             loop->empty_polls++;
+            if (now_ns() >= loop->poll_until_ns) {
+                loop->poll_until_ns = 0;
+                break;
+            }
             sched_yield();
         }
     }

@@ -41,14 +41,17 @@ int cs_loop_run(struct cs_loop *loop);
  * next wait polls its descriptors without sleeping for up to `us` microseconds before it sleeps,
  * so that an answer expected within that window is read without a wake-up (on a virtual machine
  * whose idle vCPUs halt, waking one costs tens of microseconds). The window ends at the first
- * event. 0 (the default) turns it off; it is also off while the process may run on one CPU only
- * (polling there would keep the peer it waits for off the CPU). Each empty poll yields. */
+ * event. 0 (the default) turns it off; it is also off while the process may run on one CPU only,
+ * by its affinity or its cgroup's cpu.max quota (polling there would keep the peer it waits for
+ * off the CPU). Each empty poll yields. */
 #define CS_LOOP_BUSY_POLL_MAX_US     1000u
 #define CS_LOOP_BUSY_POLL_DEFAULT_US 200u
 void cs_loop_busy_poll(struct cs_loop *loop, unsigned us);
 /* Opens a polling window: something this loop waits for is expected soon (a runner connection
  * calls it after each write). Does nothing when busy polling is off. */
 void cs_loop_expect(struct cs_loop *loop);
+/* Whether cs_loop_expect would open a window now (tests). */
+bool cs_loop_busy_poll_on(struct cs_loop *loop);
 /* How many polls of a window found nothing, since the loop began (tests). */
 uint64_t cs_loop_empty_polls(const struct cs_loop *loop);
 /* The window the operator chose: CODESPACE_BUSY_POLL_US, 0 .. CS_LOOP_BUSY_POLL_MAX_US, else

@@ -37,6 +37,7 @@ struct cs_runner_conn {
 };
 
 static void flush_turn(void *arg);
+static void sent_all(struct cs_runner_conn *c);
 
 static void report_closed(void *arg)
 {
@@ -121,8 +122,10 @@ static void on_ready(void *arg, int fd, unsigned events)
             cs_runner_conn_close(c, "write to the peer failed");
             return;
         }
-        if (c->out_n == 0 && c->w)
+        if (c->out_n == 0 && c->w) {
             cs_loop_fd_mod(c->w, CS_LOOP_READ);
+            sent_all(c);
+        }
     }
     if (!(events & (CS_LOOP_READ | CS_LOOP_ERROR)))
         return;
@@ -205,23 +208,32 @@ void cs_runner_conn_free(struct cs_runner_conn *c)
 
 /* The end of a loop turn: everything queued during it leaves in one write (a response and the
  * event before it, several answers), so the peer wakes once. */
+/* Everything queued has left: the peer answers a quick request within microseconds, and a
+ * gateway sends its next one as soon as its client does, so the loop polls for it before it
+ * sleeps (base_loop.h). The flag is the request's just written, never a later one's. */
+static void sent_all(struct cs_runner_conn *c)
+{
+    if (c->busy_poll || c->expect_answer)
+        cs_loop_expect(c->loop);
+    c->expect_answer = false;
+}
+
 static void flush_turn(void *arg)
 {
     struct cs_runner_conn *c = arg;
     c->flush_queued = false;
-    if (c->closing || c->out_n == c->out_off)
+    if (c->closing || c->out_n == c->out_off) {
+        c->expect_answer = false;
         return;
+    }
     if (write_some(c) != 0) {
         cs_runner_conn_close(c, "write to the peer failed");
         return;
     }
     if (c->out_n > 0 && c->w)
         cs_loop_fd_mod(c->w, CS_LOOP_READ | CS_LOOP_WRITE);
-    /* The peer answers a quick request within microseconds, and a gateway sends its next one as
-     * soon as its client does: the loop polls for it before it sleeps (base_loop.h). */
-    if (c->busy_poll || c->expect_answer)
-        cs_loop_expect(c->loop);
-    c->expect_answer = false;
+    else
+        sent_all(c);
 }
 
 int cs_runner_conn_send_text(struct cs_runner_conn *c, const char *text, size_t len)
