@@ -353,14 +353,27 @@ void cs_loop_busy_poll(struct cs_loop *loop, unsigned us)
     loop->cpus_checked_ns = 0;
 }
 
-/* Reads two integers from a file; 0 if they are not there. */
+/* Reads up to two integers (separated by white space) from the first line of a file into a
+ * and b. Returns how many it read, or -1 when the file cannot be opened ("max" is not one). */
 static int read_two(const char *path, long *a, long *b)
 {
     char buf[64];
     FILE *f = fopen(path, "re");
     if (!f)
         return -1;
-    int n = fgets(buf, sizeof buf, f) ? sscanf(buf, "%ld %ld", a, b) : 0;
+    int n = 0;
+    if (fgets(buf, sizeof buf, f)) {
+        char *p = buf, *end;
+        long *out[2] = {a, b};
+        for (; n < 2; n++) {
+            errno = 0;
+            long v = strtol(p, &end, 10);
+            if (end == p || errno != 0)
+                break;
+            *out[n] = v;
+            p = end;
+        }
+    }
     fclose(f);
     return n;
 }
