@@ -930,7 +930,8 @@ static void test_loop_busy_poll(void **state)
     assert_non_null(loop);
     int p[2];
     assert_int_equal(pipe2(p, O_NONBLOCK), 0);
-    assert_non_null(cs_loop_fd_add(loop, p[0], CS_LOOP_READ, on_byte, loop));
+    struct cs_loop_fd *w = cs_loop_fd_add(loop, p[0], CS_LOOP_READ, on_byte, loop);
+    assert_non_null(w);
     cs_loop_busy_poll(loop, CS_LOOP_BUSY_POLL_MAX_US);
     /* Two CPUs or more, unless a cgroup quota grants fewer (then it must be off). */
     if (CPU_COUNT(&all) >= 2 && !cs_loop_busy_poll_on(loop))
@@ -979,6 +980,7 @@ static void test_loop_busy_poll(void **state)
     assert_non_null(cs_loop_timer_add(loop, 5, stop_loop, loop));
     assert_int_equal(cs_loop_run(loop), 0);
     assert_int_equal(cs_loop_empty_polls(loop), before);
+    cs_loop_fd_del(w);
     cs_loop_free(loop);
     close(p[0]);
     close(p[1]);
