@@ -1032,6 +1032,20 @@ class TestTerminal(SandboxCase):
                 buf += chunk
         return buf
 
+    def wait_draining(self, p, master, timeout=20):
+        """The helper's exit status and what the terminal showed meanwhile (read, so a full
+        terminal cannot hold the command); on a timeout the helper is killed and the test fails
+        with that output."""
+        out = b""
+        deadline = time.time() + timeout
+        while p.poll() is None and time.time() < deadline:
+            out += self.read_until(master, b"\0", timeout=0.2)
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+            self.fail("the helper did not exit within %d s; the terminal showed %r" % (timeout, out))
+        return p.returncode, out
+
     def test_pty_terminal_stdin_size(self):
         p, m = self.spawn_pty(["/bin/sh", "-c", INSIDE_SH +
                                "test -t 0 && test -t 1 && echo IS-TTY; stty size; "
@@ -1053,13 +1067,18 @@ class TestTerminal(SandboxCase):
                                "def w(n,f): os.write(1, ('WINCH %d %d\\n' % tuple(os.get_terminal_size(0))).encode())\n"
                                "signal.signal(signal.SIGWINCH,w)\n"
                                "print('fg', os.tcgetpgrp(0)==os.getpgrp()); sys.stdout.flush()\n"
-                               "time.sleep(30)\n"])
+                               # short sleeps, not one: CPython runs a Python handler at its
+                               # next check, and a signal caught just before time.sleep enters
+                               # the kernel (the SIGWINCH right after the flush) or while another
+                               # handler runs (a SIGINT during w) would wait out one long sleep
+                               "for _ in range(300): time.sleep(0.1)\n"])
         self.assertIn(b"fg True", self.read_until(m, b"fg True"))
         fcntl.ioctl(m, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
         self.assertIn(b"WINCH 120 40", self.read_until(m, b"WINCH 120 40"))
         os.write(m, b"\x03")  # ^C: SIGINT to the foreground group inside
         # Python re-raises an uncaught KeyboardInterrupt as SIGINT; the helper re-raises it too
-        self.assertEqual(p.wait(timeout=10), -signal.SIGINT)
+        status, out = self.wait_draining(p, m)
+        self.assertEqual(status, -signal.SIGINT, "the terminal showed %r" % out)
         os.close(m)
 
     def test_pty_tiocsti_refused(self):
