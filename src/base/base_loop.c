@@ -9,6 +9,7 @@
  * instead of touching freed memory.
  */
 #include "base_loop.h"
+#include "base_log.h"
 #include "base_mem.h"
 
 #include <errno.h>
@@ -327,21 +328,30 @@ static void run_deferred(struct cs_loop *loop)
     }
 }
 
-unsigned cs_loop_busy_poll_env(bool *ignored)
+void cs_loop_busy_poll_from_env(struct cs_loop *loop)
 {
     const char *text = getenv("CODESPACE_BUSY_POLL_US");
-    *ignored = false;
-    if (!text)
-        return CS_LOOP_BUSY_POLL_DEFAULT_US;
-    char *end;
-    errno = 0;
-    unsigned long v = strtoul(text, &end, 10);
-    if (text[0] < '0' || text[0] > '9' || errno != 0 || *end != '\0' ||
-        v > CS_LOOP_BUSY_POLL_MAX_US) {
-        *ignored = true;
-        return CS_LOOP_BUSY_POLL_DEFAULT_US;
+    unsigned us = CS_LOOP_BUSY_POLL_DEFAULT_US;
+    if (text) {
+        char *end;
+        errno = 0;
+        unsigned long v = strtoul(text, &end, 10);
+        if (text[0] >= '0' && text[0] <= '9' && errno == 0 && *end == '\0' &&
+            v <= CS_LOOP_BUSY_POLL_MAX_US) {
+            us = (unsigned)v;
+        } else {
+            json_t *f = json_pack("{s:s,s:i}", "expected", "0 .. 1000 (microseconds)", "default",
+                                  (int)CS_LOOP_BUSY_POLL_DEFAULT_US);
+            /* The value given, its first 64 bytes, when they are text JSON can carry. */
+            json_t *given = json_stringn(text, strnlen(text, 64));
+            if (f && given)
+                json_object_set_new(f, "given", given);
+            else
+                json_decref(given);
+            cs_log(CS_LOG_WARNING, "CODESPACE_BUSY_POLL_US ignored", f);
+        }
     }
-    return (unsigned)v;
+    cs_loop_busy_poll(loop, us);
 }
 
 void cs_loop_busy_poll(struct cs_loop *loop, unsigned us)

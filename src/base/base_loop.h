@@ -54,9 +54,9 @@ void cs_loop_expect(struct cs_loop *loop);
 bool cs_loop_busy_poll_on(struct cs_loop *loop);
 /* How many polls of a window found nothing, since the loop began (tests). */
 uint64_t cs_loop_empty_polls(const struct cs_loop *loop);
-/* The window the operator chose: CODESPACE_BUSY_POLL_US, 0 .. CS_LOOP_BUSY_POLL_MAX_US, else
- * (ignored set when it was given but is not such a number) the default. */
-unsigned cs_loop_busy_poll_env(bool *ignored);
+/* Sets the window the operator chose: CODESPACE_BUSY_POLL_US, 0 .. CS_LOOP_BUSY_POLL_MAX_US;
+ * unset, the default; anything else, the default and a warning naming the value given. */
+void cs_loop_busy_poll_from_env(struct cs_loop *loop);
 /* Makes cs_loop_run return after the current turn. */
 void cs_loop_stop(struct cs_loop *loop);
 /* Monotonic milliseconds (CLOCK_MONOTONIC). */

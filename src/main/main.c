@@ -380,12 +380,7 @@ int main(int argc, char **argv)
     }
     g.loop = cs_loop_new();
     if (g.loop) {
-        bool ignored;
-        cs_loop_busy_poll(g.loop, cs_loop_busy_poll_env(&ignored));
-        if (ignored)
-            cs_log(CS_LOG_WARNING, "CODESPACE_BUSY_POLL_US ignored",
-                   json_pack("{s:s,s:i}", "expected", "0 .. 1000 (microseconds)", "default",
-                             (int)CS_LOOP_BUSY_POLL_DEFAULT_US));
+        cs_loop_busy_poll_from_env(g.loop);
     }
     g.srv = g.loop ? cs_mcp_new(CS_VERSION) : NULL;
     calls = cs_main_calls_new(&cfg);

@@ -1158,12 +1158,7 @@ static int run(int argc, char **argv)
     }
     w.loop = cs_loop_new();
     if (w.loop) {
-        bool ignored;
-        cs_loop_busy_poll(w.loop, cs_loop_busy_poll_env(&ignored));
-        if (ignored)
-            cs_log(CS_LOG_WARNING, "CODESPACE_BUSY_POLL_US ignored",
-                   json_pack("{s:s,s:i}", "expected", "0 .. 1000 (microseconds)", "default",
-                             (int)CS_LOOP_BUSY_POLL_DEFAULT_US));
+        cs_loop_busy_poll_from_env(w.loop);
     }
     /* Every exec request carries its workspace's time limit, live-process cap and ring; file
      * operations (run on the executor's threads) have the time limit --timeout-ms gives. */

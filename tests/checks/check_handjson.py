@@ -30,6 +30,8 @@ ALLOWLIST = {
     # Logging has no schema: a line is a timestamp, a level, a message and free-form fields.
     "src/base/base_log.c": {
         "cs_log": LOG},
+    "src/base/base_loop.c": {
+        "cs_loop_busy_poll_from_env": LOG},
     "src/main/main.c": {
         "on_signal": LOG,
         "http_log": LOG,

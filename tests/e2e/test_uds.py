@@ -774,6 +774,35 @@ class GatewayCase(unittest.TestCase):
         self.assertTrue(os.readlink("/proc/%d/fd/2" % wpid).startswith("pipe:"))
         srv.close()
 
+    def test_busy_poll_setting_reaches_the_worker(self):
+        # docs/operations.md "Busy polling": a value out of range is ignored with a warning that
+        # names it, from the gateway and from the worker it passes the variable to; 0 is taken.
+        for value, warned in (("5000", True), ("x1", True), ("0", False)):
+            with self.subTest(value=value):
+                srv = self.start(extra_env={"CODESPACE_BUSY_POLL_US": value})
+                self.assertEqual(srv.call("read", {"workspace_id": "default",
+                                                   "path": "hello.txt"})["content"], "hello\n")
+
+                def warnings():
+                    found = []
+                    for line in list(srv.stderr):
+                        try:
+                            rec = json.loads(line)
+                        except ValueError:
+                            continue
+                        if rec.get("msg") == "CODESPACE_BUSY_POLL_US ignored":
+                            found.append(rec)
+                    return found
+                if warned:
+                    self.assertTrue(tp.wait_until(lambda: len(warnings()) == 2, 5.0 * SLOW),
+                                    "".join(srv.stderr[-20:]))
+                    for rec in warnings():
+                        self.assertEqual(rec["given"], value, rec)
+                        self.assertEqual(rec["default"], 200, rec)
+                srv.close()
+                if not warned:
+                    self.assertEqual(warnings(), [])
+
     def test_refused_runner_dirs(self):
         home = os.path.join(self.tmp, "home")
         os.mkdir(home)
