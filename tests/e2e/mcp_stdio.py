@@ -194,6 +194,20 @@ class ToolError(Exception):
         self.code = body.get("code")
 
 
+def log_records(lines, msg):
+    """The JSON log lines among lines (a list another thread may append to) whose "msg" is msg;
+    lines that are not JSON objects are skipped."""
+    out = []
+    for line in list(lines):
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(rec, dict) and rec.get("msg") == msg:
+            out.append(rec)
+    return out
+
+
 class StdioServer:
     """Starts binary with args, initializes it and sends notifications/initialized.
 
@@ -232,6 +246,10 @@ class StdioServer:
     def _err(self):
         for raw in iter(self.proc.stderr.readline, b""):
             self.stderr.append(raw.decode("utf-8", "replace"))
+
+    def log_records(self, msg):
+        """The server's JSON log lines so far whose "msg" is msg."""
+        return log_records(self.stderr, msg)
 
     def send(self, msg):
         self.proc.stdin.write(json.dumps(msg).encode("utf-8") + b"\n")

@@ -85,15 +85,7 @@ class Worker:
                 self.listening.set()
 
     def records(self, msg):
-        out = []
-        for line in list(self.lines):
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                continue
-            if rec.get("msg") == msg:
-                out.append(rec)
-        return out
+        return mcp_stdio.log_records(self.lines, msg)
 
     def wait_for(self, msg, n=1, timeout=5.0):
         end = time.time() + timeout * SLOW

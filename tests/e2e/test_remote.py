@@ -638,15 +638,10 @@ class RemoteTest(unittest.TestCase):
         not at info like a worker that is not listening yet."""
         end = time.time() + 5
         while time.time() < end:
-            for line in list(srv.stderr):
-                try:
-                    rec = json.loads(line)
-                except ValueError:
-                    continue
-                if rec.get("msg") == "runner authentication failed":
-                    self.assertEqual(rec["level"], "warning", rec)
-                    self.assertIn("TLS", rec["error"])
-                    return rec
+            for rec in srv.log_records("runner authentication failed"):
+                self.assertEqual(rec["level"], "warning", rec)
+                self.assertIn("TLS", rec["error"])
+                return rec
             time.sleep(0.1)
         self.fail("no 'runner authentication failed' line:\n" + "".join(srv.stderr))
 

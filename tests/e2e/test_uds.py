@@ -784,15 +784,7 @@ class GatewayCase(unittest.TestCase):
                                                    "path": "hello.txt"})["content"], "hello\n")
 
                 def warnings():
-                    found = []
-                    for line in list(srv.stderr):
-                        try:
-                            rec = json.loads(line)
-                        except ValueError:
-                            continue
-                        if rec.get("msg") == "CODESPACE_BUSY_POLL_US ignored":
-                            found.append(rec)
-                    return found
+                    return srv.log_records("CODESPACE_BUSY_POLL_US ignored")
                 if warned:
                     self.assertTrue(tp.wait_until(lambda: len(warnings()) == 2, 5.0 * SLOW),
                                     "".join(srv.stderr[-20:]))
