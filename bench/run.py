@@ -108,6 +108,12 @@ def machine_facts():
     idle = read_first("/sys/devices/system/cpu/cpuidle/current_driver")
     gov = read_first("/sys/devices/system/cpu/cpuidle/current_governor") or \
         read_first("/sys/devices/system/cpu/cpuidle/current_governor_ro")
+    cpuidle = "driver %s, governor %s" % (idle or "?", gov or "?")
+    # haltpoll's guest polling: at 0 an idle vCPU halts into the host at once, so waking a
+    # sleeping process on it costs a trip through the hypervisor (issue 33's third host).
+    poll_ns = read_first("/sys/module/haltpoll/parameters/guest_halt_poll_ns")
+    if idle == "haltpoll" and poll_ns is not None:
+        cpuidle += ", guest_halt_poll_ns %s" % poll_ns
     mem = None
     try:
         with open("/proc/meminfo") as f:
@@ -123,9 +129,31 @@ def machine_facts():
          % (os.cpu_count() or 0, len(os.sched_getaffinity(0)))),
         ("memory", mem or "?"),
         ("virtualization", virt),
-        ("cpuidle", "driver %s, governor %s" % (idle or "?", gov or "?")),
+        ("cpuidle", cpuidle),
         ("load average at the start", "%.2f %.2f %.2f" % load),
     ]
+
+
+def cpu_ticks():
+    """(stolen, all) jiffies of every CPU from /proc/stat's first line, or None: the time the
+    hypervisor ran something else while this guest wanted its vCPUs."""
+    try:
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:9]]
+    except (OSError, ValueError):
+        return None
+    return (v[7], sum(v)) if len(v) == 8 else None
+
+
+def steal_row(before, after):
+    """A context row: the share of CPU time stolen by the hypervisor while a script ran (a row
+    that moves between two hosts of one kind moves with it)."""
+    if not before or not after or after[1] <= before[1]:
+        return None
+    pct = 100.0 * (after[0] - before[0]) / (after[1] - before[1])
+    return {"measure": "  host: CPU time stolen by the hypervisor while this script ran",
+            "ours": pct, "baseline": None, "unit": "%", "ratio": None, "target": "context",
+            "met": None}
 
 
 def main():
@@ -169,7 +197,9 @@ def main():
                 log.write("\n==== %s\n" % " ".join(argv))
                 log.flush()
                 t = time.time()
+                ticks = cpu_ticks()
                 rc = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT).returncode
+                stolen = steal_row(ticks, cpu_ticks())
                 print("%.0f s, exit %d" % (time.time() - t, rc), flush=True)
                 rows = []
                 if os.path.exists(rows_path):
@@ -181,6 +211,8 @@ def main():
                                  "ours": None, "baseline": None, "unit": "", "ratio": None,
                                  "target": "-", "met": False})
                 missed = missed or any(r.get("met") is False for r in rows)
+                if stolen:
+                    rows.append(stolen)
                 groups.append((name, rows))
     finally:
         for f in os.listdir(tmp):
