@@ -145,6 +145,7 @@ struct named {
     char operation_id[ID_MAX];
     const struct csw_denial *denials;
     size_t n_denials;
+    bool replayed; /* an apply_patch answered from the ledger: nothing ran again */
 };
 
 static void copy_id(char out[ID_MAX], const struct cs_str *s, const char *prefix)
@@ -173,8 +174,10 @@ static void names_of(struct cs_main_calls *c, const struct cs_mcp_call_report *r
         const struct csw_mcp_apply_patch_output *out = r->output;
         if (in)
             n->workspace_id = registered(c, &in->workspace_id);
-        if (out)
+        if (out) {
             copy_id(n->operation_id, &out->operation_id, "op-");
+            n->replayed = out->replayed;
+        }
     } else if (strcmp(tool, "operation_status") == 0) {
         const struct csw_mcp_operation_status_input *in = r->input;
         const struct csw_mcp_operation_status_output *out = r->output;
@@ -259,6 +262,8 @@ void cs_main_calls_report(void *arg, const struct cs_mcp_call_report *r)
                 "op-");
     if (f && n.operation_id[0])
         json_object_set_new(f, "operation_id", json_string(n.operation_id));
+    if (f && n.replayed)
+        json_object_set_new(f, "replayed", json_true());
     if (f && r->cancelled)
         json_object_set_new(f, "cancelled", json_true());
     cs_log(CS_LOG_INFO, "tool call", f);

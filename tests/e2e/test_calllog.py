@@ -385,6 +385,12 @@ class Base:
         op = out["operation_id"]
         expected.append({"tool": "apply_patch", "result": "ok", "workspace_id": "default",
                          "operation_id": op})
+        # The same key and patch again: answered from the ledger, and the line says so.
+        out, _ = c.call("apply_patch", {"workspace_id": "default", "patch": add,
+                                        "operation_key": "key-" + mark})
+        self.assertEqual((out["operation_id"], out["replayed"]), (op, True), out)
+        expected.append({"tool": "apply_patch", "result": "ok", "workspace_id": "default",
+                         "operation_id": op, "replayed": True})
         other = add.replace("p-", "q-")
         call("apply_patch", {"workspace_id": "default", "patch": other,
                              "operation_key": "key-" + mark}, "OPERATION_KEY_CONFLICT",
