@@ -781,12 +781,16 @@ static void pump(SSL *ssl, int net, int local, int stopfd, char *why, size_t cap
         }
         if (progress)
             continue;
+        short net_events =
+            (short)((in_n == 0 || write_wants_read ? POLLIN : 0) | (net_wants_write ? POLLOUT : 0));
+        short local_events = (short)((out_n == 0 ? POLLIN : 0) | (local_wants_write ? POLLOUT : 0));
+        /* A side nothing is asked of is left out: poll reports a hang-up or an error whatever
+         * it was asked, and a side that hung up while the other cannot take its bytes would
+         * wake this loop at once, every time (a spinning thread). It is read again, and its
+         * end seen, once the bytes it is waiting behind have moved. */
         struct pollfd p[3] = {
-            {.fd = net,
-             .events = (short)((in_n == 0 || write_wants_read ? POLLIN : 0) |
-                               (net_wants_write ? POLLOUT : 0))},
-            {.fd = local,
-             .events = (short)((out_n == 0 ? POLLIN : 0) | (local_wants_write ? POLLOUT : 0))},
+            {.fd = net_events ? net : -1, .events = net_events},
+            {.fd = local_events ? local : -1, .events = local_events},
             {.fd = stopfd, .events = POLLIN},
         };
         int n = poll(p, 3, -1);

@@ -46,7 +46,10 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
+
+#include <netinet/in.h>
 
 #include "base_diag.h"
 #include "base_remote.h"
@@ -506,12 +509,149 @@ static void hello_isolation(void **state)
     assert_int_equal(got.landlock_abi, 0);
 }
 
+/* ---- the pump: a side that hung up while its bytes cannot move ---- */
+
+static int64_t process_cpu_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* A TCP listener on 127.0.0.1 with a small receive buffer; *port gets its port. */
+static int small_listener(char port[8])
+{
+    int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    assert_true(l >= 0);
+    int small = 4096;
+    assert_int_equal(setsockopt(l, SOL_SOCKET, SO_RCVBUF, &small, sizeof small), 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    assert_int_equal(bind(l, (struct sockaddr *)&a, sizeof a), 0);
+    assert_int_equal(listen(l, 1), 0);
+    socklen_t n = sizeof a;
+    assert_int_equal(getsockname(l, (struct sockaddr *)&a, &n), 0);
+    snprintf(port, 8, "%u", (unsigned)ntohs(a.sin_port));
+    return l;
+}
+
+/* Fills fd (non-blocking) with the byte pattern i % 251 from *sent on, until it has taken
+ * nothing for 200 ms: whatever reads the other end is stuck. */
+static void fill(int fd, size_t *sent)
+{
+    unsigned char b[4096];
+    for (int idle = 0; idle < 20;) {
+        for (size_t i = 0; i < sizeof b; i++)
+            b[i] = (unsigned char)((*sent + i) % 251);
+        ssize_t n = write(fd, b, sizeof b);
+        if (n > 0) {
+            *sent += (size_t)n;
+            idle = 0;
+        } else {
+            assert_int_equal(errno, EAGAIN);
+            usleep(10000);
+            idle++;
+        }
+    }
+}
+
+/*
+ * The gateway's pump thread (plaintext: the same loop as TLS, without the records) holds bytes
+ * for the side that does not take them, and the other side hangs up. poll reports a hang-up
+ * whatever it was asked, so a pump that kept polling that side woke at once, every time, and
+ * spun a CPU until the stuck side moved. It must sleep instead, then deliver what it holds, in
+ * order, and end the link.
+ */
+static void pump_sleeps_through_a_hangup(void **state)
+{
+    (void)state;
+    struct cs_tls_config plain = {.plaintext = true};
+    struct cs_diag err = {0};
+    struct cs_tls_ctx *ctx = cs_tls_ctx_new(&plain, false, &err);
+    assert_non_null(ctx);
+    char port[8];
+
+    /* 1. The loop's end closes while the worker reads nothing: bytes wait for the network. */
+    int l = small_listener(port);
+    int fd = -1;
+    struct cs_tls_link *link = cs_tls_link_start(ctx, "127.0.0.1", port, 5000, &fd, &err);
+    assert_non_null(link);
+    int s = accept4(l, NULL, NULL, SOCK_CLOEXEC);
+    assert_true(s >= 0);
+    size_t sent = 0;
+    fill(fd, &sent);
+    close(fd); /* the pump's local side hangs up; it still holds bytes for s */
+    int64_t cpu = process_cpu_ms();
+    usleep(500000);
+    int64_t spent = process_cpu_ms() - cpu;
+    print_message("pump CPU while the network was stuck and the loop gone: %lld ms of 500\n",
+                  (long long)spent);
+    assert_true(spent < 100);
+    /* Everything the loop wrote arrives, in order, then the end. */
+    size_t got = 0;
+    unsigned char b[65536];
+    for (;;) {
+        assert_int_equal(wait_in(s, 5000), 1);
+        ssize_t n = read(s, b, sizeof b);
+        assert_true(n >= 0);
+        if (n == 0)
+            break;
+        for (ssize_t i = 0; i < n; i++)
+            assert_int_equal(b[i], (got + (size_t)i) % 251);
+        got += (size_t)n;
+    }
+    assert_int_equal(got, sent);
+    cs_tls_link_free(link);
+    close(s);
+
+    /* 2. The network resets while the loop reads nothing: bytes wait for the loop. */
+    fd = -1;
+    link = cs_tls_link_start(ctx, "127.0.0.1", port, 5000, &fd, &err);
+    assert_non_null(link);
+    s = accept4(l, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    assert_true(s >= 0);
+    sent = 0;
+    fill(s, &sent);
+    struct linger rst = {.l_onoff = 1, .l_linger = 0};
+    assert_int_equal(setsockopt(s, SOL_SOCKET, SO_LINGER, &rst, sizeof rst), 0);
+    close(s); /* a reset: the pump's network side reports an error and a hang-up */
+    cpu = process_cpu_ms();
+    usleep(500000);
+    spent = process_cpu_ms() - cpu;
+    print_message("pump CPU while the loop was stuck and the network reset: %lld ms of 500\n",
+                  (long long)spent);
+    assert_true(spent < 100);
+    /* The loop then reads what the pump held, in order (a reset may drop what the kernel
+     * still queued), and the end of the link. */
+    got = 0;
+    for (;;) {
+        assert_int_equal(wait_in(fd, 5000), 1);
+        ssize_t n = read(fd, b, sizeof b);
+        if (n <= 0)
+            break;
+        for (ssize_t i = 0; i < n; i++)
+            assert_int_equal(b[i], (got + (size_t)i) % 251);
+        got += (size_t)n;
+    }
+    assert_true(got > 0 && got <= sent);
+    char why[320];
+    cs_tls_link_why(link, why, sizeof why);
+    print_message("the link ended: %s\n", why);
+    cs_tls_link_free(link);
+    close(fd);
+    close(l);
+    cs_tls_ctx_free(ctx);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(addresses),       cmocka_unit_test(pins),
-        cmocka_unit_test(psk_texts),       cmocka_unit_test(psk_handshakes),
-        cmocka_unit_test(hello_isolation), cmocka_unit_test(first_flights),
+        cmocka_unit_test(addresses),
+        cmocka_unit_test(pins),
+        cmocka_unit_test(psk_texts),
+        cmocka_unit_test(psk_handshakes),
+        cmocka_unit_test(hello_isolation),
+        cmocka_unit_test(first_flights),
+        cmocka_unit_test(pump_sleeps_through_a_hangup),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
