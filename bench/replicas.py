@@ -41,7 +41,7 @@ REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 from logproc import LogProc  # noqa: E402
 from mcp_roundtrip import StdioPeer, request, unprivileged  # noqa: E402
-from rows import Rows, table  # noqa: E402
+from rows import Rows, machine_jiffies, table  # noqa: E402
 
 TARGET = 1.6
 OF_FLOOR = 0.9
@@ -84,11 +84,10 @@ def client(argv, env, start, seconds, out):
 
 
 def cpu_times():
-    """(busy, total) jiffies of the whole machine, from /proc/stat's first line."""
-    with open("/proc/stat") as f:
-        v = [int(x) for x in f.readline().split()[1:]]
-    idle = v[3] + (v[4] if len(v) > 4 else 0)  # idle + iowait
-    return sum(v[:8]) - idle, sum(v[:8])
+    """(busy, total) jiffies of the whole machine (bench/rows.py machine_jiffies)."""
+    v = machine_jiffies()
+    idle = v[3] + v[4]  # idle + iowait
+    return sum(v) - idle, sum(v)
 
 
 def proc_ticks(pid, tid=None):

@@ -28,6 +28,15 @@ class Rows:
                 json.dump(self.rows, f, indent=1)
 
 
+def machine_jiffies():
+    """The machine's CPU time so far, in jiffies, from /proc/stat's first line: [user, nice,
+    system, idle, iowait, irq, softirq, steal] (fields a kernel does not give are 0). Raises
+    OSError when /proc/stat cannot be read."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:9]]
+    return v + [0] * (8 - len(v))
+
+
 def ratio(a, b):
     return a / b if a is not None and b else None
 
