@@ -554,6 +554,34 @@ static void fill(int fd, size_t *sent)
     }
 }
 
+/* The process (the pump thread: the test's own sleeps) spends under 100 ms of CPU in 500 ms. */
+static void assert_pump_sleeps(const char *while_)
+{
+    int64_t cpu = process_cpu_ms();
+    usleep(500000);
+    int64_t spent = process_cpu_ms() - cpu;
+    print_message("pump CPU while %s: %lld ms of 500\n", while_, (long long)spent);
+    assert_true(spent < 100);
+}
+
+/* Reads fd to its end or an error (*last: the last read's return), checking fill's pattern;
+ * returns the bytes read. */
+static size_t read_pattern(int fd, ssize_t *last)
+{
+    unsigned char b[65536];
+    size_t got = 0;
+    for (;;) {
+        assert_int_equal(wait_in(fd, 5000), 1);
+        ssize_t n = read(fd, b, sizeof b);
+        *last = n;
+        if (n <= 0)
+            return got;
+        for (ssize_t i = 0; i < n; i++)
+            assert_int_equal(b[i], (got + (size_t)i) % 251);
+        got += (size_t)n;
+    }
+}
+
 /*
  * The gateway's pump thread (plaintext: the same loop as TLS, without the records) holds bytes
  * for the side that does not take them, and the other side hangs up. poll reports a hang-up
@@ -580,26 +608,11 @@ static void pump_sleeps_through_a_hangup(void **state)
     size_t sent = 0;
     fill(fd, &sent);
     close(fd); /* the pump's local side hangs up; it still holds bytes for s */
-    int64_t cpu = process_cpu_ms();
-    usleep(500000);
-    int64_t spent = process_cpu_ms() - cpu;
-    print_message("pump CPU while the network was stuck and the loop gone: %lld ms of 500\n",
-                  (long long)spent);
-    assert_true(spent < 100);
+    assert_pump_sleeps("the network was stuck and the loop gone");
     /* Everything the loop wrote arrives, in order, then the end. */
-    size_t got = 0;
-    unsigned char b[65536];
-    for (;;) {
-        assert_int_equal(wait_in(s, 5000), 1);
-        ssize_t n = read(s, b, sizeof b);
-        assert_true(n >= 0);
-        if (n == 0)
-            break;
-        for (ssize_t i = 0; i < n; i++)
-            assert_int_equal(b[i], (got + (size_t)i) % 251);
-        got += (size_t)n;
-    }
-    assert_int_equal(got, sent);
+    ssize_t last = -1;
+    assert_int_equal(read_pattern(s, &last), sent);
+    assert_int_equal(last, 0);
     cs_tls_link_free(link);
     close(s);
 
@@ -614,24 +627,10 @@ static void pump_sleeps_through_a_hangup(void **state)
     struct linger rst = {.l_onoff = 1, .l_linger = 0};
     assert_int_equal(setsockopt(s, SOL_SOCKET, SO_LINGER, &rst, sizeof rst), 0);
     close(s); /* a reset: the pump's network side reports an error and a hang-up */
-    cpu = process_cpu_ms();
-    usleep(500000);
-    spent = process_cpu_ms() - cpu;
-    print_message("pump CPU while the loop was stuck and the network reset: %lld ms of 500\n",
-                  (long long)spent);
-    assert_true(spent < 100);
+    assert_pump_sleeps("the loop was stuck and the network reset");
     /* The loop then reads what the pump held, in order (a reset may drop what the kernel
      * still queued), and the end of the link. */
-    got = 0;
-    for (;;) {
-        assert_int_equal(wait_in(fd, 5000), 1);
-        ssize_t n = read(fd, b, sizeof b);
-        if (n <= 0)
-            break;
-        for (ssize_t i = 0; i < n; i++)
-            assert_int_equal(b[i], (got + (size_t)i) % 251);
-        got += (size_t)n;
-    }
+    size_t got = read_pattern(fd, &last);
     assert_true(got > 0 && got <= sent);
     char why[320];
     cs_tls_link_why(link, why, sizeof why);
