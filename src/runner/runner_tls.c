@@ -1183,7 +1183,14 @@ static void *conn_main(void *arg)
     if (c->revoked)
         snprintf(why, sizeof why, "its pre-shared key identity was removed");
     pthread_mutex_unlock(&f->mu);
-    cs_log(CS_LOG_INFO, "runner connection ended", json_pack("{s:s}", "why", why));
+    /* The same names as its accepted line, so an operator can tell whose link ended (which
+     * gateway, when several share this worker). */
+    if (f->ctx->psk)
+        cs_log(CS_LOG_INFO, "runner connection ended",
+               json_pack("{s:s,s:s,s:s}", "why", why, "psk_identity", c->identity, "peer", peer));
+    else
+        cs_log(CS_LOG_INFO, "runner connection ended",
+               json_pack("{s:s,s:s}", "why", why, "peer", peer));
 end:
     if (ssl) {
         (void)SSL_shutdown(ssl);

@@ -360,6 +360,9 @@ class PreauthTest(unittest.TestCase):
         ended = w.wait_for("runner connection ended", 1)
         self.assertEqual(len(ended), 1, ended)
         self.assertIn("identity was removed", ended[0]["why"])
+        # The ended line names whose link it was, as the accepted line did.
+        self.assertEqual(ended[0]["psk_identity"], "gw-b@x:y")
+        self.assertEqual(ended[0]["peer"], acc[2]["peer"])
         out, err = gb.call_raw("read", {"workspace_id": "default", "path": "a.txt"})
         self.assertIsNone(out)
         self.assertIn("before dispatch", err["message"])
