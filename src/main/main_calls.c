@@ -250,8 +250,14 @@ void cs_main_calls_report(void *arg, const struct cs_mcp_call_report *r)
     const char *result = r->error < 0                  ? "ok"
                          : r->error < CSW_ERROR__COUNT ? csw_error_names[r->error]
                                                        : "INTERNAL";
-    json_t *f = json_pack("{s:s,s:I,s:s}", "tool", r->tool, "duration_ms",
-                          (json_int_t)r->duration_ms, "result", result);
+    /* Built member by member: json_pack parses its format on every call (issue 33: this line
+     * was a quarter of a read's instructions in the gateway). */
+    json_t *f = json_object();
+    if (f) {
+        json_object_set_new(f, "tool", json_string(r->tool));
+        json_object_set_new(f, "duration_ms", json_integer((json_int_t)r->duration_ms));
+        json_object_set_new(f, "result", json_string(result));
+    }
     if (f && n.workspace_id)
         json_object_set_new(f, "workspace_id", json_string(n.workspace_id));
     if (f && n.process_id[0])

@@ -1026,6 +1026,107 @@ static void test_log_levels_and_redaction(void **state)
     json_decref(j);
 }
 
+/* One cs_log line captured from stderr (at most cap - 1 bytes, NUL-terminated). */
+static size_t log_line(enum cs_log_level level, const char *msg, json_t *fields, char *buf,
+                       size_t cap)
+{
+    int p[2];
+    assert_int_equal(pipe(p), 0);
+    int saved = dup(STDERR_FILENO);
+    dup2(p[1], STDERR_FILENO);
+    cs_log(level, msg, fields);
+    dup2(saved, STDERR_FILENO);
+    close(saved);
+    close(p[1]);
+    size_t n = 0;
+    ssize_t r;
+    while (n < cap - 1 && (r = read(p[0], buf + n, cap - 1 - n)) > 0)
+        n += (size_t)r;
+    close(p[0]);
+    buf[n] = '\0';
+    return n;
+}
+
+/* A line is byte for byte what jansson writes for the same members (ts, level, msg, the fields
+ * in order, secrets redacted) with JSON_COMPACT | JSON_ENSURE_ASCII, whether cs_log writes it
+ * itself or hands it to jansson (a real, an array, an object among the fields). */
+static void check_log_line(const char *msg, json_t *fields)
+{
+    json_t *expect = json_object();
+    json_object_set_new(expect, "ts", json_string("")); /* filled from the line below */
+    json_object_set_new(expect, "level", json_string("notice"));
+    if (msg)
+        json_object_set_new(expect, "msg", json_string(msg));
+    const char *key;
+    json_t *value;
+    json_object_foreach(fields, key, value)
+    {
+        if (strcmp(key, "ts") && strcmp(key, "level") && strcmp(key, "msg"))
+            json_object_set(expect, key, strstr(key, "token") ? json_string("[redacted]") : value);
+    }
+    /* json_object_set took its own reference; the redacted strings are owned by expect. */
+    char buf[8192];
+    size_t n = log_line(CS_LOG_NOTICE, msg, fields, buf, sizeof buf);
+    assert_true(n > 2 && buf[n - 1] == '\n');
+    buf[n - 1] = '\0';
+    /* The timestamp: 2026-12-04T02:28:45.123Z, as strftime wrote it. */
+    const char *ts = strstr(buf, "\"ts\":\"");
+    assert_non_null(ts);
+    ts += 6;
+    assert_int_equal(strcspn(ts, "\""), 24);
+    for (size_t i = 0; i < 24; i++)
+        assert_true(i == 4 || i == 7     ? ts[i] == '-'
+                    : i == 10            ? ts[i] == 'T'
+                    : i == 13 || i == 16 ? ts[i] == ':'
+                    : i == 19            ? ts[i] == '.'
+                    : i == 23            ? ts[i] == 'Z'
+                                         : ts[i] >= '0' && ts[i] <= '9');
+    json_object_set_new(expect, "ts", json_stringn(ts, 24));
+    char *want = json_dumps(expect, JSON_COMPACT | JSON_ENSURE_ASCII);
+    assert_non_null(want);
+    assert_string_equal(buf, want);
+    free(want);
+    json_decref(expect);
+}
+
+static void test_log_line_is_janssons(void **state)
+{
+    (void)state;
+    cs_log_set_level(CS_LOG_INFO);
+    check_log_line("tool call", json_pack("{s:s,s:I,s:s,s:s}", "tool", "read", "duration_ms",
+                                          (json_int_t)3, "result", "ok", "workspace_id", "demo"));
+    check_log_line(NULL, json_pack("{s:b,s:b,s:n,s:I,s:I}", "yes", 1, "no", 0, "none", "min",
+                                   (json_int_t)INT64_MIN, "max", (json_int_t)INT64_MAX));
+    /* Every escape: quotes, backslash, the short forms, other controls and NUL as \u00XX, DEL
+     * as itself, the BMP above 0x7F as \uXXXX, beyond it as a surrogate pair, in keys too. */
+    static const char odd[] =
+        "q\"b\\/\b\f\n\r\t\x01\x1f\x7f caf\xc3\xa9 \xe2\x80\xa8 \xf0\x9f\x98\x80";
+    json_t *f = json_object();
+    json_object_set_new(f, "text", json_stringn(odd, sizeof odd - 1));
+    json_object_set_new(f, "nul", json_stringn("a\0b", 3));
+    json_object_set_new(f, "k\xc3\xa9y\n", json_string("v"));
+    json_object_set_new(f, "http_token", json_string("s3cret"));
+    json_object_set_new(f, "ts", json_string("not mine"));
+    json_object_set_new(f, "empty", json_string(""));
+    check_log_line(odd, f);
+    /* Handed to jansson: a real, an array, an object. */
+    check_log_line("mixed", json_pack("{s:s,s:f,s:[i,s],s:{s:s}}", "a", "x", "r", 1.5, "arr", 1,
+                                      "\xc3\xa9", "obj", "k", "v"));
+    /* A long line leaves the stack buffer. */
+    char big[3000];
+    memset(big, 'x', sizeof big - 1);
+    big[sizeof big - 1] = '\0';
+    check_log_line("big", json_pack("{s:s,s:s}", "one", big, "two", big));
+    /* A string that is not UTF-8 (made unchecked) is refused by jansson: a line that says why
+     * takes its place, rather than bytes that are not JSON. */
+    f = json_object();
+    json_object_set_new(f, "bad", json_stringn_nocheck("\xff", 1));
+    char buf[512];
+    log_line(CS_LOG_WARNING, "bad", f, buf, sizeof buf);
+    assert_string_equal(buf, "{\"level\":\"error\",\"msg\":\"log: a line could not be written "
+                             "(out of memory, or a field that is not UTF-8)\"}\n");
+}
+
 /* cs_wire_json_text writes j as json_dumps(JSON_COMPACT | JSON_ENCODE_ANY) does. */
 static void check_json_text(json_t *j)
 {
@@ -1761,6 +1862,7 @@ int main(void)
         cmocka_unit_test(test_loop),
         cmocka_unit_test(test_loop_busy_poll),
         cmocka_unit_test(test_log_levels_and_redaction),
+        cmocka_unit_test(test_log_line_is_janssons),
         cmocka_unit_test(test_json_quote_matches_jansson),
         cmocka_unit_test(test_json_text_big_strings),
         cmocka_unit_test(test_json_text_matches_jansson),
