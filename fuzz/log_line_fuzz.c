@@ -2,11 +2,12 @@
  * Fuzz harness for cs_log (src/base/base_log.c), differential against jansson.
  * Input: arbitrary bytes. When they parse as a JSON object it is the line's fields, else the
  * fields are {"text": the bytes made UTF-8 as the tools do (cs_utf8_lossy)}; the message is that
- * text too. The harness captures the line cs_log writes to stderr and aborts unless it is byte
- * for byte json_dumps(JSON_COMPACT | JSON_ENSURE_ASCII) of the same members (ts, level, msg, the
- * fields in order but ts/level/msg, secret-named ones "[redacted]") plus a newline. When the
- * bytes are not UTF-8, they also go in as a string made unchecked: the line must then be the one
- * that says it could not be written, never bytes that are not JSON.
+ * text too (null when the text holds a NUL). The harness captures the line cs_log writes to
+ * stderr and aborts unless it is byte for byte json_dumps(JSON_COMPACT | JSON_ENSURE_ASCII) of
+ * the same members (ts, level, msg, the fields in order but ts/level/msg, secret-named ones
+ * "[redacted]") plus a newline. When the bytes are not UTF-8, they also go in as a string made
+ * unchecked: the line must then be the one that says it could not be written, never bytes that
+ * are not JSON.
  * Trust: the input is arbitrary. Entry point: LLVMFuzzerTestOneInput.
  */
 #include <ctype.h>
@@ -94,8 +95,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     json_t *expect = json_object();
     json_object_set_new(expect, "ts", json_string(""));
     json_object_set_new(expect, "level", json_string("notice"));
-    if (msg)
-        json_object_set_new(expect, "msg", json_string(msg));
+    json_object_set_new(expect, "msg", msg ? json_string(msg) : json_null());
     const char *key;
     json_t *value;
     json_object_foreach(fields, key, value)

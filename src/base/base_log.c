@@ -259,11 +259,11 @@ static bool direct_line(struct line *l, const char *when, enum cs_log_level leve
     const char *name = cs_log_level_name(level);
     line_put(l, name, strlen(name));
     line_put(l, "\"", 1);
-    if (msg) {
-        line_put(l, ",\"msg\":", 7);
-        if (!line_string(l, msg, strlen(msg)))
-            return false;
-    }
+    line_put(l, ",\"msg\":", 7);
+    if (!msg) /* as json_pack's "s?" wrote it */
+        line_put(l, "null", 4);
+    else if (!line_string(l, msg, strlen(msg)))
+        return false;
     if (json_is_object(fields)) {
         const char *key;
         json_t *value;

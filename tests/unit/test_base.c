@@ -1055,8 +1055,7 @@ static void check_log_line(const char *msg, json_t *fields)
     json_t *expect = json_object();
     json_object_set_new(expect, "ts", json_string("")); /* filled from the line below */
     json_object_set_new(expect, "level", json_string("notice"));
-    if (msg)
-        json_object_set_new(expect, "msg", json_string(msg));
+    json_object_set_new(expect, "msg", msg ? json_string(msg) : json_null());
     const char *key;
     json_t *value;
     json_object_foreach(fields, key, value)
