@@ -223,17 +223,15 @@ static bool line_value(struct line *l, const json_t *v)
     return false;
 }
 
-/* The line through jansson: what every line was before, and still the answer for a line whose
- * fields line_value does not write. */
-static char *jansson_line(const char *when, enum cs_log_level level, const char *msg,
-                          json_t *fields)
+json_t *cs_log_line_json(const char *ts, enum cs_log_level level, const char *msg,
+                         const json_t *fields)
 {
     json_t *line =
-        json_pack("{s:s,s:s,s:s?}", "ts", when, "level", cs_log_level_name(level), "msg", msg);
+        json_pack("{s:s,s:s,s:s?}", "ts", ts, "level", cs_log_level_name(level), "msg", msg);
     if (line && json_is_object(fields)) {
         const char *key;
         json_t *value;
-        json_object_foreach(fields, key, value)
+        json_object_foreach((json_t *)(uintptr_t)fields, key, value)
         {
             if (strcmp(key, "ts") == 0 || strcmp(key, "level") == 0 || strcmp(key, "msg") == 0)
                 continue;
@@ -241,14 +239,24 @@ static char *jansson_line(const char *when, enum cs_log_level level, const char 
                                 secret_key(key) ? json_string("[redacted]") : json_incref(value));
         }
     }
+    return line;
+}
+
+/* The line through jansson: what every line was before, and still the answer for a line whose
+ * fields line_value does not write. */
+static char *jansson_line(const char *when, enum cs_log_level level, const char *msg,
+                          json_t *fields)
+{
+    json_t *line = cs_log_line_json(when, level, msg, fields);
     char *text = line ? json_dumps(line, JSON_COMPACT | JSON_ENSURE_ASCII) : NULL;
     json_decref(line);
     return text;
 }
 
-/* The line written here, byte for byte what jansson_line makes (test_base checks both on the
- * same fields): a tool call's line costs a few thousand instructions instead of some 30,000
- * (two json_pack, strftime, snprintf, json_dumps with its cycle check). */
+/* The line written here, byte for byte what jansson_line makes (test_base and the log_line
+ * fuzz harness check it against cs_log_line_json): a tool call's line costs a few thousand
+ * instructions instead of some 30,000 (two json_pack, strftime, snprintf, json_dumps with its cycle
+ * check). */
 static bool direct_line(struct line *l, const char *when, enum cs_log_level level, const char *msg,
                         json_t *fields)
 {

@@ -39,6 +39,13 @@ bool cs_log_enabled(enum cs_log_level level);
  * NULL) is stolen, even when the message is dropped. */
 void cs_log(enum cs_log_level level, const char *msg, json_t *fields);
 
+/* The line cs_log writes for msg and fields, as a jansson object (members in order: ts, level,
+ * msg, then the fields but ts/level/msg, secret-named ones "[redacted]"); cs_log writes it as
+ * json_dumps(JSON_COMPACT | JSON_ENSURE_ASCII) does. fields is borrowed. NULL when out of memory
+ * or when msg is not UTF-8. For cs_log's fallback and for tests that check its direct writer. */
+json_t *cs_log_line_json(const char *ts, enum cs_log_level level, const char *msg,
+                         const json_t *fields);
+
 /* Writes n bytes that already are log lines (another process's: the uds worker's) to stderr as
  * they are, with cs_log's retries. text is borrowed for the call. For a relay only. */
 void cs_log_forward(const char *text, size_t n);

@@ -1052,22 +1052,11 @@ static size_t log_line(enum cs_log_level level, const char *msg, json_t *fields,
  * itself or hands it to jansson (a real, an array, an object among the fields). */
 static void check_log_line(const char *msg, json_t *fields)
 {
-    json_t *expect = json_object();
-    json_object_set_new(expect, "ts", json_string("")); /* filled from the line below */
-    json_object_set_new(expect, "level", json_string("notice"));
-    json_object_set_new(expect, "msg", msg ? json_string(msg) : json_null());
-    const char *key;
-    json_t *value;
-    json_object_foreach(fields, key, value)
-    {
-        if (strcmp(key, "ts") && strcmp(key, "level") && strcmp(key, "msg"))
-            json_object_set(expect, key, strstr(key, "token") ? json_string("[redacted]") : value);
-    }
-    /* json_object_set took its own reference; the redacted strings are owned by expect. */
     char buf[8192];
-    size_t n = log_line(CS_LOG_NOTICE, msg, fields, buf, sizeof buf);
+    size_t n = log_line(CS_LOG_NOTICE, msg, json_incref(fields), buf, sizeof buf);
     assert_true(n > 2 && buf[n - 1] == '\n');
     buf[n - 1] = '\0';
+    assert_null(strstr(buf, "s3cret")); /* every case's secret value, under a secret's name */
     /* The timestamp: 2026-12-04T02:28:45.123Z, as strftime wrote it. */
     const char *ts = strstr(buf, "\"ts\":\"");
     assert_non_null(ts);
@@ -1080,7 +1069,11 @@ static void check_log_line(const char *msg, json_t *fields)
                     : i == 19            ? ts[i] == '.'
                     : i == 23            ? ts[i] == 'Z'
                                          : ts[i] >= '0' && ts[i] <= '9');
-    json_object_set_new(expect, "ts", json_stringn(ts, 24));
+    char when[25];
+    memcpy(when, ts, 24);
+    when[24] = '\0';
+    json_t *expect = cs_log_line_json(when, CS_LOG_NOTICE, msg, fields);
+    json_decref(fields);
     char *want = json_dumps(expect, JSON_COMPACT | JSON_ENSURE_ASCII);
     assert_non_null(want);
     assert_string_equal(buf, want);
@@ -1109,8 +1102,8 @@ static void test_log_line_is_janssons(void **state)
     json_object_set_new(f, "empty", json_string(""));
     check_log_line(odd, f);
     /* Handed to jansson: a real, an array, an object. */
-    check_log_line("mixed", json_pack("{s:s,s:f,s:[i,s],s:{s:s}}", "a", "x", "r", 1.5, "arr", 1,
-                                      "\xc3\xa9", "obj", "k", "v"));
+    check_log_line("mixed", json_pack("{s:s,s:f,s:[i,s],s:{s:s},s:s}", "a", "x", "r", 1.5, "arr", 1,
+                                      "\xc3\xa9", "obj", "k", "v", "Password", "s3cret"));
     /* A long line leaves the stack buffer. */
     char big[3000];
     memset(big, 'x', sizeof big - 1);
