@@ -273,10 +273,13 @@ static bool direct_line(struct line *l, const char *when, enum cs_log_level leve
     else if (!line_string(l, msg, strlen(msg)))
         return false;
     if (json_is_object(fields)) {
-        const char *key;
-        json_t *value;
-        json_object_foreach(fields, key, value)
-        {
+        for (void *it = json_object_iter(fields); it; it = json_object_iter_next(fields, it)) {
+            const char *key = json_object_iter_key(it);
+            json_t *value = json_object_iter_value(it);
+            /* A key holding a NUL (json_object_setn) is cut at it when jansson's line object
+             * takes it, so two keys may become one member there: only jansson writes that. */
+            if (json_object_iter_key_len(it) != strlen(key))
+                return false;
             if (strcmp(key, "ts") == 0 || strcmp(key, "level") == 0 || strcmp(key, "msg") == 0)
                 continue;
             line_put(l, ",", 1);

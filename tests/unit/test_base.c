@@ -1104,6 +1104,19 @@ static void test_log_line_is_janssons(void **state)
     /* Handed to jansson: a real, an array, an object. */
     check_log_line("mixed", json_pack("{s:s,s:f,s:[i,s],s:{s:s},s:s}", "a", "x", "r", 1.5, "arr", 1,
                                       "\xc3\xa9", "obj", "k", "v", "Password", "s3cret"));
+    /* Keys holding a NUL (json_object_setn): cut at it, "a" and "a\0x" are one member in
+     * jansson's line object, the later value in the earlier place; never a duplicate key. */
+    f = json_object();
+    json_object_setn_new(f, "a", 1, json_integer(1));
+    json_object_setn_new(f, "a\0x", 3, json_integer(2));
+    json_object_set_new(f, "b", json_true());
+    check_log_line("nul keys", f);
+    char one[256];
+    f = json_object();
+    json_object_setn_new(f, "a", 1, json_integer(1));
+    json_object_setn_new(f, "a\0x", 3, json_integer(2));
+    log_line(CS_LOG_NOTICE, "nul keys", f, one, sizeof one);
+    assert_non_null(strstr(one, "\"msg\":\"nul keys\",\"a\":2}\n"));
     /* A long line leaves the stack buffer. */
     char big[3000];
     memset(big, 'x', sizeof big - 1);
