@@ -22,7 +22,11 @@ bouncing one byte over a socketpair, each waiting in epoll_wait, as the gateway 
 do; no code of ours runs in it.
 
 Target (issue 20): the uds overhead (uds median - in-process median) at most 40 µs above the
-ping-pong median, for read and for exec.
+ping-pong median, for read and for exec. Under each judged hop the script prints its 95 % interval
+(each row's calls resampled with replacement, a fixed seed) and whether the verdict holds
+whatever the sample: exec's spawns spread over milliseconds, and on a loaded host 1,000 calls
+may not decide a 40 µs bound on the difference of two medians (issue 33). The verdict itself is
+the medians', as before.
 
 The floor has no process start in it; exec's hop does, and on some hosts (issue 33: a PVM guest,
 both servers on one CPU) every process that runs after a fork and exit on a CPU finds its code
@@ -47,6 +51,7 @@ import hashlib
 import json
 import ssl
 import os
+import random
 import shutil
 import statistics
 import subprocess
@@ -104,6 +109,18 @@ def exec_fn(peer):
         if out.get("state") != "exited" or out.get("exit_code") != 0:
             raise RuntimeError("exec_command true: %r" % out)
     return one
+
+
+def hop_interval(uds, inproc, rounds=1000):
+    """The 95 % interval of median(uds) - median(inproc), by resampling each row's calls with
+    replacement (a fixed seed: the same rows give the same interval). It says whether a verdict
+    on the difference of two medians is decided by this many calls: exec's spawns spread over
+    milliseconds, and the hop is judged to within 40 µs."""
+    rng = random.Random(33)
+    n, m = len(uds), len(inproc)
+    got = sorted(statistics.median(rng.choices(uds, k=n)) -
+                 statistics.median(rng.choices(inproc, k=m)) for _ in range(rounds))
+    return got[int(0.025 * rounds)], got[int(0.975 * rounds) - 1]
 
 
 def p99(xs):
@@ -327,6 +344,15 @@ def main():
                  "met" if met else "MISSED"))
         out.add("uds hop, %s: overhead per call (vs the ping-pong floor)" % tool, over, floor,
                 "µs", above, "<= +%.0f µs" % TARGET_ABOVE_FLOOR_US, met, diff=True)
+        lo, hi = (x - floor for x in hop_interval(rows[(tool, "uds")],
+                                                  rows[(tool, "in-process")]))
+        decided = ("met whatever the sample" if hi <= TARGET_ABOVE_FLOOR_US else
+                   "missed whatever the sample" if lo > TARGET_ABOVE_FLOOR_US else
+                   "not decided by %d calls" % len(rows[(tool, "uds")]))
+        print("    its 95 %% interval above the floor (calls resampled): %+.1f to %+.1f µs: %s"
+              % (lo, hi, decided))
+        out.add("  the same, 95 %% interval above the floor (ours: low end, baseline: "
+                "high end; calls resampled): %s" % decided, lo, hi, "µs")
     if "uds" in runners and "read-after-spawn" in tools and "read" in tools:
         hop = {t: med[(t, "uds")] - med[(t, "in-process")] for t in tools}
         cost = hop["read-after-spawn"] - hop["read"]
