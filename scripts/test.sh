@@ -21,6 +21,23 @@ if [ "${CI:-}" = true ]; then
     export CODESPACE_REQUIRE_LINUX_SANDBOX=1
 fi
 
+# A failed run ends with the last lines of each failed test's output (a Python suite's
+# tracebacks and a C test's failed assertions come last), so the end of a long CI log already
+# says what failed and why. Exits with CTest's status.
+failed() {
+    rc=$?
+    log="$1/Testing/Temporary/LastTest.log"
+    echo "==== failed tests: the end of each one's output (from $log)"
+    if [ -f "$log" ] && [ -f "$1/Testing/Temporary/LastTestsFailed.log" ]; then
+        for name in $(cut -d: -f2 "$1/Testing/Temporary/LastTestsFailed.log"); do
+            echo "---- $name"
+            awk -v t="$name" '$0 ~ ("^[0-9]+/[0-9]+ Test: " t "$") {on = 1; next}
+                 on && /^<end of output>$/ {exit} on {print}' "$log" | tail -n 60
+        done
+    fi
+    exit "$rc"
+}
+
 jobs=$(nproc 2>/dev/null || echo 2)
 presets=${CS_TEST_PRESETS:-"release plain debug fuzz"}
 for preset in $presets; do
@@ -29,12 +46,13 @@ for preset in $presets; do
         cmake -S . -B build/plain -DCMAKE_BUILD_TYPE=Release >/dev/null
         cmake --build build/plain -j "$jobs"
         # clang_tidy reads the same sources as in the release preset, which already ran it.
-        ctest --test-dir build/plain -j "$jobs" --output-on-failure -E '^clang_tidy$'
+        ctest --test-dir build/plain -j "$jobs" --output-on-failure -E '^clang_tidy$' ||
+            failed build/plain
         continue
     fi
     echo "==== preset $preset: configure, build, test"
     cmake --preset "$preset" >/dev/null
     cmake --build --preset "$preset" -j "$jobs"
-    ctest --preset "$preset" -j "$jobs"
+    ctest --preset "$preset" -j "$jobs" || failed "build/$preset"
 done
 echo "==== all presets passed: $presets"
