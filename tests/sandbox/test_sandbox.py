@@ -1170,7 +1170,10 @@ def req(method, target):
     return status + " | " + data.split(b"\r\n\r\n", 1)[-1].decode().strip()
 for a in sys.argv[1:]:
     m, t = a.split(" ", 1)
-    print(req(m, t))
+    try:
+        print(req(m, t), flush=True)
+    except OSError as e:  # a line that fails the test's assertion and says how it failed
+        print(f"no answer: {type(e).__name__}: {e}", flush=True)
 '''
 
 
@@ -1309,15 +1312,16 @@ class TestProxy(SandboxCase):
                 f"GET http://127.0.0.2:{self.port}/other-address",
                 f"GET http://localhost:{self.port}/name"]
         r = self.proxy(reqs, allow=[f"127.0.0.1:{self.port}"])
-        self.assertIn(" 200 ", r[0])
-        self.assertIn("hello /a host=x", r[0])
-        self.assertIn(" 200 ", r[1])
-        self.assertIn("hello /tunneled", r[1])
+        # every answer in each message: a failure shows what the other requests got
+        self.assertIn(" 200 ", r[0], r)
+        self.assertIn("hello /a host=x", r[0], r)
+        self.assertIn(" 200 ", r[1], r)
+        self.assertIn("hello /tunneled", r[1], r)
         # any spelling of the listed address is that address
-        self.assertIn("hello /b", r[2])
-        self.assertIn("hello /c", r[3])
-        self.assertIn(" 403 ", r[4])
-        self.assertIn(" 403 ", r[5])
+        self.assertIn("hello /b", r[2], r)
+        self.assertIn("hello /c", r[3], r)
+        self.assertIn(" 403 ", r[4], r)
+        self.assertIn(" 403 ", r[5], r)
 
     def test_listed_name_resolving_to_loopback_refused_unless_address_listed(self):
         reqs = [f"GET http://localhost:{self.port}/x", f"CONNECT localhost:{self.port}"]
