@@ -43,6 +43,10 @@ struct cs_runner_exec {
     struct ws_deny *denies;  /* one per workspace with deny rules, created at its first op */
     size_t n_denies;
     struct cs_store *store; /* where identity memories persist (lim->operations_db); NULL: none */
+    /* The database store opens on first use (exec_store): a second SQLite connection costs
+     * about 300 KiB (its page cache and parsed schema), which a server whose workspaces have no
+     * deny rules never needs. NULL once opened, or when there is no database. */
+    char *store_path;
     /* A --listen worker keeps the operation ledger of its workspaces in store (in memory without
      * --operations-db): an operation_key seen through any gateway is answered from it (issue 32;
      * docs/scale-out.md, "The ledger on the worker"). */
@@ -135,7 +139,14 @@ struct cs_runner_exec *cs_runner_exec_new(
      * a connection of our own, used on the loop thread only. */
     ex->ledger = lim->keep_ledger;
     const char *db = lim->operations_db ? lim->operations_db : ex->ledger ? ":memory:" : NULL;
-    if (ex->pool && db && cs_store_open(db, &ex->store, NULL) != CS_STORE_OK) {
+    /* The ledger is used from the first patch on: open at once, and a failure stops the start.
+     * Otherwise the gateway (or worker) has just opened the same file and checked it. */
+    bool fail = false;
+    if (ex->pool && db && ex->ledger)
+        fail = cs_store_open(db, &ex->store, NULL) != CS_STORE_OK;
+    else if (ex->pool && db)
+        fail = (ex->store_path = strdup(db)) == NULL;
+    if (fail) {
         cs_pool_free(ex->pool);
         ex->pool = NULL;
     }
@@ -174,6 +185,7 @@ void cs_runner_exec_free(struct cs_runner_exec *ex)
     }
     free(ex->stopped);
     cs_store_close(ex->store);
+    free(ex->store_path);
     free(ex);
 }
 
@@ -241,6 +253,23 @@ static char *root_of(const struct csw_runner_workspace *ws)
     return strndup(ws->root.s, ws->root.n);
 }
 
+/* The identity memories' database, opened at its first use; NULL: none is configured, or it cannot
+ * be opened now (logged; the caller fails closed or retries, and the next use tries again). */
+static struct cs_store *exec_store(struct cs_runner_exec *ex)
+{
+    if (ex->store || !ex->store_path)
+        return ex->store;
+    struct cs_diag d = {0};
+    if (cs_store_open(ex->store_path, &ex->store, &d) != CS_STORE_OK) {
+        cs_log(CS_LOG_WARNING, "deny identities: the operations database cannot be opened",
+               json_pack("{s:s}", "error", d.text));
+        return NULL;
+    }
+    free(ex->store_path);
+    ex->store_path = NULL;
+    return ex->store;
+}
+
 /*
  * Writes what w's identity memory learned or forgot since the last write, in one transaction (on
  * the loop thread: after the first scan, each spawn's scan, each file operation). A write that
@@ -253,8 +282,14 @@ static void ident_flush(struct cs_runner_exec *ex, struct ws_deny *w)
         cs_fs_deny_resync(w->d);
         return;
     }
-    if (!ex->store || (c.n == 0 && !c.replace)) {
+    if ((!ex->store && !ex->store_path) || (c.n == 0 && !c.replace)) {
         cs_fs_deny_changes_free(&c); /* no database: the journal is only drained */
+        return;
+    }
+    struct cs_store *store = exec_store(ex);
+    if (!store) { /* retried whole at the next write, as a failed one */
+        cs_fs_deny_changes_free(&c);
+        cs_fs_deny_resync(w->d);
         return;
     }
     struct cs_store_ident *v = c.n ? calloc(c.n, sizeof *v) : NULL;
@@ -264,8 +299,7 @@ static void ident_flush(struct cs_runner_exec *ex, struct ws_deny *w)
         v[i] = (struct cs_store_ident){id->dev,      id->ino,   id->gen,
                                        id->btime_ns, id->flags, c.v[i].forget};
     }
-    if (!ok ||
-        cs_store_ident_save(ex->store, w->id, w->root, v, c.n, c.replace, NULL) != CS_STORE_OK)
+    if (!ok || cs_store_ident_save(store, w->id, w->root, v, c.n, c.replace, NULL) != CS_STORE_OK)
         cs_fs_deny_resync(w->d);
     free(v);
     cs_fs_deny_changes_free(&c);
@@ -281,11 +315,12 @@ static void ident_flush_all(struct cs_runner_exec *ex)
  * closed rather than run without what an earlier life of the server learned. */
 static int ident_load(struct cs_runner_exec *ex, struct ws_deny *w)
 {
-    if (!ex->store)
+    if (!ex->store && !ex->store_path)
         return 0;
+    struct cs_store *store = exec_store(ex);
     struct cs_store_ident *v = NULL;
     size_t n = 0;
-    if (cs_store_ident_load(ex->store, w->id, w->root, &v, &n, NULL) != CS_STORE_OK)
+    if (!store || cs_store_ident_load(store, w->id, w->root, &v, &n, NULL) != CS_STORE_OK)
         return -1;
     struct cs_fs_ident *ids = n ? calloc(n, sizeof *ids) : NULL;
     int rc = n && !ids ? -1 : 0;

@@ -53,6 +53,7 @@ ALLOWLIST = {
         "status_done": LOG,
         "hello_isolation": LOG},
     "src/runner/runner_exec.c": {
+        "exec_store": LOG,
         "ledger_begin": LOG,
         "ledger_finish": LOG},
     "src/runner/runner_tls.c": {
