@@ -1099,7 +1099,7 @@ static int run(int argc, char **argv)
 
     if (operations_db) {
         /* Checked (and migrated) here, so that a database that cannot be used stops the worker
-         * with its reason; the executor opens its own connection below. */
+         * with its reason; the executor opens its own connection when it first needs it. */
         struct cs_store *st = NULL;
         struct cs_diag serr = {0};
         if (cs_store_open(operations_db, &st, &serr) != CS_STORE_OK) {
