@@ -98,7 +98,7 @@ class IdentCase(unittest.TestCase):
         if self.srv is not None and self.srv.proc.poll() is None:
             self.srv.kill()
 
-    def start(self):
+    def start(self, first_read=True):
         env = {"CODESPACE_LINUX_SANDBOX_BIN": required_env("CS_SANDBOX_BIN"),
                "CODESPACE_REQUIRE_LINUX_SANDBOX": "1", "TMPDIR": self.srvtmp}
         self.srv = mcp_stdio.StdioServer(required_env("CODESPACE_MCP_BIN"),
@@ -106,7 +106,8 @@ class IdentCase(unittest.TestCase):
                                          self.state, env, client="test_deny_ident",
                                          worker_db=self.wdb)
         # The first operation scans the workspace and remembers what its rules deny.
-        self.assertEqual(self.read_ok("env.txt"), "env-ok")
+        if first_read:
+            self.assertEqual(self.read_ok("env.txt"), "env-ok")
         return self.srv
 
     def restart(self):
@@ -191,6 +192,38 @@ class IdentCase(unittest.TestCase):
         os.unlink(os.path.join(ws, ".env"))
         os.rename(os.path.join(ws, "config"), os.path.join(ws, "cfg"))
         return ["keys/a.txt", "linked.txt", "cfg/prod.json", "cfg/deep/x.json"]
+
+    def test_database_unopenable_at_first_use_fails_closed(self):
+        """The runner opens its connection to the database when a workspace with deny rules
+        first needs its rows (docs/ledger.md), not at start. A database that cannot be opened
+        then (here a directory where the file was: the server's start had checked the file)
+        fails every operation of the workspace, naming why; nothing denied is read, and once
+        the file is back the next operation opens it and the rules hold. A --listen worker (tcp)
+        opened it at start for its ledger: the same change then stops nothing."""
+        tcp = mcp_stdio.runner() == "remote"
+        db = self.wdb if tcp else self.db
+        self.start(first_read=False)
+        os.rename(db, db + ".away")
+        os.mkdir(db)
+        if tcp:
+            self.assertEqual(self.read_ok("env.txt"), "env-ok")
+            out, err = self.read_raw(".env")
+            self.assertIsNone(out, out)
+            self.assertEqual(err["code"], "PATH_DENIED", err)
+        else:
+            for path in ("env.txt", ".env"):
+                with self.subTest(path=path):
+                    out, err = self.read_raw(path)
+                    self.assertIsNone(out, (path, out))
+                    self.assertIn("remembered deny identities", err["message"], err)
+                    self.assertNotIn(SECRET, json.dumps(err))
+            found, err = self.srv.call_raw("find", {"workspace_id": "default"})
+            self.assertIsNone(found, found)
+            self.assertIn("remembered deny identities", err["message"], err)
+        os.rmdir(db)
+        os.rename(db + ".away", db)
+        self.assertEqual(self.read_ok("env.txt"), "env-ok")
+        self.assert_denied_everywhere([".env", "keys/a.pem", "victim.pem"])
 
     def test_renamed_secrets_survive_a_restart(self):
         self.start()
