@@ -6,7 +6,8 @@
  * One epoll loop, level-triggered, non-blocking sockets. Each connection goes HEAD (reading the
  * request head, at most CS_SBX_HEAD_MAX bytes) -> RESOLVING (names only) -> CONNECTING
  * (non-blocking connect, next address on failure) -> TUNNEL (bytes both ways, half-close
- * propagated), or REPLY (a 4xx/5xx answer, then close). A fd is registered only while some event
+ * propagated), or REPLY (a 4xx/5xx answer, then close; also from TUNNEL when a forwarded request's
+ * destination ends before its first byte). A fd is registered only while some event
  * on it is wanted, so a hung-up peer never spins the loop. The same loop reads the signalfd: the
  * loop ends when the callback says the init was reaped; every connection is then closed.
  *
@@ -107,6 +108,8 @@ struct conn {
     size_t naddr, next;
     struct lookup *lookup; /* in flight while ST_RESOLVING */
     struct cs_sbx_request req;
+    size_t answered; /* bytes read from the destination: none yet means it has not answered */
+    int up_fail;     /* the destination's side ended: an errno, -1 for EOF, 0 while it has not */
     struct conn *prev_c, *next_c;
 };
 
@@ -116,6 +119,7 @@ struct proxy {
     size_t lookups; /* threads in flight */
     const struct cs_sbx_proxy_cfg *cfg;
     struct conn *conns;
+    struct conn *dead; /* closed during this batch of events, freed after it */
     size_t nconns;
     size_t spliced, splice_max; /* tunnels holding pipes, and how many may */
 };
@@ -201,17 +205,19 @@ static void conn_splice(struct proxy *px, struct conn *c)
     px->spliced++;
 }
 
+/* Closes a connection and takes it out of the live list. Its memory is freed only after the
+ * current batch of events (conn_reap): an event later in the batch that names it then finds no
+ * live connection at its address, never a new one accepted meanwhile in the same memory. */
 static void conn_free(struct proxy *px, struct conn *c)
 {
     for (int i = 0; i < 2; i++)
         if (c->fd[i] >= 0)
             close(c->fd[i]); /* closing also removes it from the epoll set */
+    c->fd[0] = c->fd[1] = -1;
     conn_unsplice(px, c);
     if (c->lookup)
         c->lookup->c = NULL; /* the loop frees it when the thread reports */
-    free(c->req.rewritten);
-    free(c->c2u.d);
-    free(c->u2c.d);
+    c->lookup = NULL;
     assert((c->prev_c == NULL) == (px->conns == c)); /* only the head has no predecessor */
     if (c->prev_c)
         c->prev_c->next_c = c->next_c;
@@ -220,7 +226,21 @@ static void conn_free(struct proxy *px, struct conn *c)
     if (c->next_c)
         c->next_c->prev_c = c->prev_c;
     px->nconns--;
-    free(c);
+    c->prev_c = NULL;
+    c->next_c = px->dead;
+    px->dead = c;
+}
+
+static void conn_reap(struct proxy *px)
+{
+    while (px->dead) {
+        struct conn *c = px->dead;
+        px->dead = c->next_c;
+        free(c->req.rewritten);
+        free(c->c2u.d);
+        free(c->u2c.d);
+        free(c);
+    }
 }
 
 /* Registers exactly the events each fd needs now. */
@@ -450,6 +470,32 @@ static void on_lookups(struct proxy *px)
 
 static bool tunnel_io(struct conn *c, int side, uint32_t ev);
 
+/* A forwarded request (not a CONNECT tunnel, whose 200 the client already has) that the
+ * destination has not answered with one byte yet: if it ends now, the proxy answers. */
+static bool unanswered(const struct conn *c)
+{
+    return !c->req.connect && c->answered == 0;
+}
+
+/* A tunnel that must end: closed, or for an unanswered request whose destination closed or
+ * failed, a 502 that says so, as a proxy answers (the client would otherwise see an empty
+ * reply and not know which side ended it). */
+static void tunnel_end(struct proxy *px, struct conn *c)
+{
+    if (!unanswered(c) || c->up_fail == 0 || c->shut[0]) {
+        conn_free(px, c);
+        return;
+    }
+    char why[160];
+    if (c->up_fail < 0)
+        snprintf(why, sizeof why, "the destination closed the connection without answering");
+    else
+        snprintf(why, sizeof why, "the destination's connection failed before it answered: %s",
+                 strerror(c->up_fail));
+    conn_unsplice(px, c);
+    reply(px, c, "502 Bad Gateway", why);
+}
+
 static void enter_tunnel(struct proxy *px, struct conn *c)
 {
     size_t extra = c->head_n - c->req.head_len; /* bytes the client sent after the head */
@@ -470,7 +516,7 @@ static void enter_tunnel(struct proxy *px, struct conn *c)
      * as a small request and its reply on a connection of their own, pays no pipes. */
     /* Both sides are writable now, most likely: no loop turn before the first bytes go. */
     if (!tunnel_io(c, 0, EPOLLOUT) || !tunnel_io(c, 1, EPOLLOUT)) {
-        conn_free(px, c);
+        tunnel_end(px, c);
         return;
     }
     conn_update(px, c);
@@ -497,15 +543,26 @@ static void on_head(struct proxy *px, struct conn *c)
     start_upstream(px, c);
 }
 
-static void on_connecting(struct proxy *px, struct conn *c)
+/* The upstream connect's outcome. Only a connection that has a peer enters the tunnel: no
+ * error pending is not yet "connected" (a connect still in progress has neither). */
+static void on_connecting(struct proxy *px, struct conn *c, int side, uint32_t ev)
 {
+    if (side != 1)
+        return; /* only the upstream socket is registered while connecting */
     int err = 0;
     socklen_t l = sizeof err;
     if (getsockopt(c->fd[1], SOL_SOCKET, SO_ERROR, &err, &l) < 0)
         err = errno;
     if (err == 0) {
-        enter_tunnel(px, c);
-        return;
+        struct sockaddr_storage peer;
+        socklen_t pl = sizeof peer;
+        if (getpeername(c->fd[1], (struct sockaddr *)&peer, &pl) == 0) {
+            enter_tunnel(px, c);
+            return;
+        }
+        if (!(ev & (EPOLLHUP | EPOLLERR)))
+            return; /* still connecting: wait for the next event */
+        err = errno;
     }
     epoll_ctl(px->ep, EPOLL_CTL_DEL, c->fd[1], NULL);
     close(c->fd[1]);
@@ -526,9 +583,11 @@ static bool dir_read(struct conn *c, int s)
         struct pipe_dir *pd = &c->pd[s];
         r = splice(c->fd[s], NULL, pd->p[1], NULL, pd->cap - pd->n,
                    SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
-        if (r > 0)
+        if (r > 0) {
             pd->n += (size_t)r;
-        else if (r < 0 && errno == EAGAIN && pd->n)
+            if (s == 1)
+                c->answered += (size_t)r;
+        } else if (r < 0 && errno == EAGAIN && pd->n)
             pd->full = true; /* no slot left (a pipe counts pages, not bytes): wait for a drain */
     } else {
         struct buf *in = dir_buf(c, s);
@@ -538,11 +597,17 @@ static bool dir_read(struct conn *c, int s)
         if (r > 0) {
             in->len += (size_t)r;
             c->moved[s] += (size_t)r;
+            if (s == 1)
+                c->answered += (size_t)r;
         }
     }
     if (r == 0)
         c->eof[s] = true;
-    return r >= 0 || errno == EAGAIN || errno == EINTR;
+    if (r >= 0 || errno == EAGAIN || errno == EINTR)
+        return true;
+    if (s == 1)
+        c->up_fail = errno;
+    return false;
 }
 
 /* Writes to the other side what side s sent: the buffer first, then the pipe. */
@@ -558,6 +623,8 @@ static bool dir_write(struct conn *c, int s)
             if (!out->len)
                 out->off = 0;
         } else if (w < 0 && errno != EAGAIN && errno != EINTR) {
+            if (s == 0)
+                c->up_fail = errno;
             return false;
         }
         if (out->len)
@@ -571,6 +638,8 @@ static bool dir_write(struct conn *c, int s)
             pd->n -= (size_t)w;
             pd->full = false;
         } else if (w < 0 && errno != EAGAIN && errno != EINTR) {
+            if (s == 0)
+                c->up_fail = errno;
             return false;
         }
     }
@@ -590,6 +659,11 @@ static bool tunnel_io(struct conn *c, int side, uint32_t ev)
     }
     if ((ev & (EPOLLOUT | EPOLLERR)) && dir_pending(c, !side) && !dir_write(c, !side))
         return false;
+    /* A request the destination ended without a byte of answer is answered here (tunnel_end). */
+    if (c->eof[1] && unanswered(c)) {
+        c->up_fail = -1;
+        return false;
+    }
     /* Propagate EOFs once everything before them is delivered. */
     for (int s = 0; s < 2; s++) {
         if (c->eof[s] && !dir_pending(c, s) && !c->shut[!s]) {
@@ -643,7 +717,7 @@ static void on_conn_event(struct proxy *px, struct endpoint *e, uint32_t ev)
     case ST_RESOLVING:
         return; /* nothing is registered in this state */
     case ST_CONNECTING:
-        on_connecting(px, c);
+        on_connecting(px, c, e->side, ev);
         return;
     case ST_REPLY: {
         ssize_t w = send(c->fd[0], c->u2c.d + c->u2c.off, c->u2c.len, MSG_NOSIGNAL);
@@ -659,7 +733,7 @@ static void on_conn_event(struct proxy *px, struct endpoint *e, uint32_t ev)
     }
     case ST_TUNNEL:
         if (!tunnel_io(c, e->side, ev)) {
-            conn_free(px, c);
+            tunnel_end(px, c);
             return;
         }
         /* A bulk transfer: the bytes already buffered go first (dir_write), then the pipes. */
@@ -734,8 +808,9 @@ void cs_sbx_proxy_serve(const struct cs_sbx_proxy_cfg *cfg)
         }
         if (done)
             break;
-        /* A conn freed by one event may be named by a later one in this batch: each pointer
-         * is looked up in the live list first. */
+        /* A conn closed by one event may be named by a later one in this batch: each pointer
+         * is looked up in the live list first, and no memory is reused before the batch ends
+         * (conn_reap). */
         for (int i = 0; i < n; i++) {
             void *p = evs[i].data.ptr;
             if (p == &marker_sig)
@@ -774,9 +849,11 @@ void cs_sbx_proxy_serve(const struct cs_sbx_proxy_cfg *cfg)
             if (e)
                 on_conn_event(&px, e, evs[i].events);
         }
+        conn_reap(&px);
     }
     while (px.conns)
         conn_free(&px, px.conns);
+    conn_reap(&px);
     if (cfg->listen_fd >= 0)
         close(cfg->listen_fd);
     /* Lookup threads still running keep the pipe's write end: it stays open, and the helper

@@ -1382,6 +1382,46 @@ class TestProxy(SandboxCase):
         self.assertIn(" 403 ", r[1])
         self.assertIn(" 403 ", r[2])
 
+    def test_destination_that_ends_without_answering_gets_502(self):
+        # A destination that reads the request and closes, or resets, without one byte of
+        # answer: the client gets a 502 naming which, never an empty reply it cannot tell from
+        # a proxy fault. A CONNECT tunnel already has its 200: there the close is passed on.
+        def serve(lsock, reset):
+            while True:
+                try:
+                    conn, _ = lsock.accept()
+                except OSError:
+                    return
+                conn.recv(65536)
+                if reset:
+                    conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                conn.close()
+        ports = {}
+        socks = []
+        for kind in ("close", "reset"):
+            ls = socket.socket()
+            ls.bind(("127.0.0.1", 0))
+            ls.listen(16)
+            socks.append(ls)
+            ports[kind] = ls.getsockname()[1]
+            threading.Thread(target=serve, args=(ls, kind == "reset"), daemon=True).start()
+        try:
+            r = self.proxy([f"GET http://127.0.0.1:{ports['close']}/a",
+                            f"GET http://127.0.0.1:{ports['reset']}/b",
+                            f"CONNECT 127.0.0.1:{ports['close']}",
+                            f"GET http://127.0.0.1:{self.port}/after"],
+                           allow=["127.0.0.1"])
+        finally:
+            for ls in socks:
+                ls.close()
+        self.assertIn(" 502 ", r[0], r)
+        self.assertIn("closed the connection without answering", r[0], r)
+        self.assertIn(" 502 ", r[1], r)
+        self.assertIn("failed before it answered", r[1], r)
+        self.assertIn("reset", r[1], r)
+        self.assertEqual(r[2], "HTTP/1.1 200 Connection established | ", r)
+        self.assertIn("hello /after", r[3], r)
+
     def test_wildcard_rule(self):
         # *.example.invalid admits subdomains (which then fail to resolve: 502, not 403)
         r = self.proxy(["GET http://a.example.invalid/x", "GET http://example.invalid/x",
