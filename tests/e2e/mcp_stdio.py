@@ -229,8 +229,10 @@ class StdioServer:
         self.stash = {}  # replies that arrived while another id was awaited
         self.stderr = []
         self.next_id = 1
-        threading.Thread(target=self._out, daemon=True).start()
-        threading.Thread(target=self._err, daemon=True).start()
+        self.readers = [threading.Thread(target=self._out, daemon=True),
+                        threading.Thread(target=self._err, daemon=True)]
+        for t in self.readers:
+            t.start()
         init = self.request("initialize", {"protocolVersion": "2025-11-25", "capabilities": {},
                                            "clientInfo": {"name": client, "version": "1"}})
         if "result" not in init:
@@ -244,8 +246,11 @@ class StdioServer:
         self.replies.put(EOFError)
 
     def _err(self):
-        for raw in iter(self.proc.stderr.readline, b""):
-            self.stderr.append(raw.decode("utf-8", "replace"))
+        try:
+            for raw in iter(self.proc.stderr.readline, b""):
+                self.stderr.append(raw.decode("utf-8", "replace"))
+        except (ValueError, OSError):
+            pass  # close() closed the pipe under this reader: its lines so far are kept
 
     def log_records(self, msg):
         """The server's JSON log lines so far whose "msg" is msg."""
@@ -354,6 +359,10 @@ class StdioServer:
                 self.proc.wait()
         if self.worker:
             self.worker.close()
+        # The readers end at EOF, once every holder of the pipes is gone: their last lines are
+        # kept (a child still holding a pipe only delays this, by at most the timeout).
+        for t in getattr(self, "readers", ()):
+            t.join(5)
         for f in (self.proc.stdout, self.proc.stderr):
             f.close()
         if self.proc.returncode != 0 and not getattr(self, "killed", False):
