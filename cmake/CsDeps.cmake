@@ -3,6 +3,8 @@ find_package(PkgConfig REQUIRED)
 # The file-work thread pool (src/base/base_pool.c); in the C library itself on Debian 12.
 find_package(Threads REQUIRED)
 pkg_check_modules(JANSSON REQUIRED IMPORTED_TARGET jansson)
+# The runner wire's fast JSON path (src/base/base_json_fast.c): yajl lexes, jansson's tree.
+pkg_check_modules(YAJL REQUIRED IMPORTED_TARGET yajl)
 pkg_check_modules(CRYPTO REQUIRED IMPORTED_TARGET libcrypto)
 # TLS 1.3 of the remote runner (src/runner/runner_tls.c, docs/scale-out.md).
 pkg_check_modules(SSL REQUIRED IMPORTED_TARGET libssl)

@@ -6,7 +6,8 @@
  * the generated envelope decoder (csw_runner_wire, discriminated by "kind"); what decodes is
  * re-encoded with the text encoder the peers send with (csw_runner_wire_encode_text) and framed
  * again into an output stream, which is then cut by a second framer in small input-chosen chunks
- * and decoded again.
+ * and decoded again, parsed as the peers parse a frame (cs_json_loadb_peer: the parse budget,
+ * then the fast path of base_json_fast.c), which must give jansson's own tree.
  * Trust: the input is arbitrary. Invariants asserted (docs/security-model.md, wire and framing
  * invariants): nothing crashes or leaks; every rejection carries a diagnostic; the envelope
  * decoder agrees with the per-kind decoders (runner_request / runner_response / runner_event:
@@ -21,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base_json_fast.h"
 #include "csw.h"
 #include "transport_frame.h"
 
@@ -150,8 +152,13 @@ static int on_frame_out(void *arg, const uint8_t *frame, size_t len)
     struct out_stream *o = arg;
     check(o->checked < json_array_size(o->encoded));
     json_error_t jerr;
-    json_t *j = json_loadb((const char *)frame, len, JSON_ALLOW_NUL, &jerr);
+    /* Parsed as the peers parse it (the budget, then the fast path: base_json_fast.c), and it
+     * must be jansson's own tree. */
+    json_t *j = cs_json_loadb_peer((const char *)frame, len, JSON_ALLOW_NUL, &jerr);
     check(j != NULL); /* our own serialisation always parses */
+    json_t *ref = json_loadb((const char *)frame, len, JSON_ALLOW_NUL, &jerr);
+    check(ref != NULL && json_equal(j, ref));
+    json_decref(ref);
     char *text;
     size_t n;
     json_t *enc = decode_encode(j, &text, &n);

@@ -23,7 +23,7 @@
 #     runtime is in libclang-common-14-dev, which clang-14 depends on. So libclang-rt-dev is
 #     dropped when apt does not know it (after apt-get update): clang alone brings the runtime.
 # The other names are the same package on all four (gcc, make, cmake, pkg-config, git, ragel,
-# libjansson-dev, libseccomp-dev, libcmocka-dev, libsqlite3-dev, libmicrohttpd-dev, libssl-dev,
+# libjansson-dev, libyajl-dev, libseccomp-dev, libcmocka-dev, libsqlite3-dev, libmicrohttpd-dev, libssl-dev,
 # python3, python3-jsonschema, python3-yaml, python3-prometheus-client, openssl, iproute2). Note
 # that the build needs CMake 3.25 (Ubuntu 22.04 ships 3.22).
 set -eu
@@ -42,13 +42,15 @@ PACKAGES="
   gcc make cmake pkg-config git
   clang libclang-rt-dev clang-format clang-tidy
   ragel
-  libjansson-dev libseccomp-dev libcmocka-dev
+  libjansson-dev libyajl-dev libseccomp-dev libcmocka-dev
   libsqlite3-dev libmicrohttpd-dev libssl-dev
   python3 python3-jsonschema python3-yaml python3-prometheus-client
   openssl iproute2
 "
 # openssl (the CLI) makes the remote runner tests' certificates at test time; iproute2's ip
 # builds their network namespaces and veth pairs (tests/e2e/test_remote.py).
+# libyajl-dev: the runner wire's fast JSON path (yajl lexes, jansson builds the tree:
+# src/base/base_json_fast.c).
 # python3-prometheus-client's text parser reads GET /metrics in tests/e2e/test_metrics.py.
 # Node.js (for the end-to-end tests with the official MCP SDK) is checked by command, not by
 # package: a machine may carry a newer Node than Debian's under the same package name.

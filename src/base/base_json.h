@@ -114,6 +114,9 @@ int cs_json_budget_check(const char *buf, size_t n, struct cs_json_budget *b, ch
  * budget (error->text says why, error->position is 0) or jansson refuses it. For every parse of
  * peer text. */
 json_t *cs_json_loadb_budget(const char *buf, size_t n, size_t flags, json_error_t *error);
+/* Its first half: calls the large-text hook, runs cs_json_budget_check with the default limits.
+ * 0 when the text may be parsed; -1 when over budget, error (may be NULL) filled as above. */
+int cs_json_budget_gate(const char *buf, size_t n, json_error_t *error);
 
 /* Texts of at least this many bytes are "large": their tree, once freed, should be handed back
  * to the system (malloc_trim), which the caller of a parse cannot do before it frees the tree. */

@@ -26,7 +26,7 @@
  * than what jansson builds before it gives up on the same text.
  *
  * Trust: the input is a peer's, any bytes. Nothing is allocated; the scan is O(n), O(1) space.
- * Entry points: cs_json_budget_check, cs_json_loadb_budget (base_json.h).
+ * Entry points: cs_json_budget_check, cs_json_budget_gate, cs_json_loadb_budget (base_json.h).
  */
 #include "base_json.h"
 
@@ -274,7 +274,7 @@ void cs_json_large_made(size_t n)
         large_hook(large_arg);
 }
 
-json_t *cs_json_loadb_budget(const char *buf, size_t n, size_t flags, json_error_t *error)
+int cs_json_budget_gate(const char *buf, size_t n, json_error_t *error)
 {
     if (n >= CS_JSON_LARGE && large_hook)
         large_hook(large_arg);
@@ -286,7 +286,14 @@ json_t *cs_json_loadb_budget(const char *buf, size_t n, size_t flags, json_error
             snprintf(error->text, sizeof error->text, "%s", why);
             snprintf(error->source, sizeof error->source, "<budget>");
         }
-        return NULL;
+        return -1;
     }
+    return 0;
+}
+
+json_t *cs_json_loadb_budget(const char *buf, size_t n, size_t flags, json_error_t *error)
+{
+    if (cs_json_budget_gate(buf, n, error) != 0)
+        return NULL;
     return json_loadb(buf, n, flags, error);
 }

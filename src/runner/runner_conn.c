@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "base_json.h"
+#include "base_json_fast.h"
 #include "transport_frame.h"
 
 /* After a frame this large, free memory is handed back (malloc_trim). */
@@ -70,7 +71,7 @@ static int on_frame(void *arg, const uint8_t *data, size_t len)
     json_error_t jerr;
     /* The peer's frame is parsed within the parse budget (M8): a frame of a million empty
      * arrays is a bad frame, not 130 MB of tree. */
-    json_t *j = cs_json_loadb_budget((const char *)data, len, JSON_ALLOW_NUL, &jerr);
+    json_t *j = cs_json_loadb_peer((const char *)data, len, JSON_ALLOW_NUL, &jerr);
     if (!j) {
         char why[CS_DIAG_TEXT_SIZE];
         cs_diag_format(why, sizeof why, "frame is not JSON: %s", jerr.text);

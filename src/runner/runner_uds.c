@@ -49,6 +49,7 @@
 #include <unistd.h>
 
 #include "base_json.h"
+#include "base_json_fast.h"
 #include "base_log.h"
 #include "transport_frame.h"
 
@@ -790,7 +791,7 @@ static int hello_frame(void *arg, const uint8_t *data, size_t len)
     struct hello_wait *h = arg;
     h->got = true;
     json_error_t jerr;
-    json_t *j = cs_json_loadb_budget((const char *)data, len, 0, &jerr);
+    json_t *j = cs_json_loadb_peer((const char *)data, len, 0, &jerr);
     struct csw_runner_wire msg;
     struct cs_wire_diag diag;
     if (!j || csw_runner_wire_decode(j, &msg, &diag) != CS_WIRE_OK) {

@@ -32,6 +32,7 @@
 #include <unistd.h>
 
 #include "base_json.h"
+#include "base_json_fast.h"
 #include "base_log.h"
 #include "base_loop.h"
 #include "base_netallow.h"
@@ -1847,6 +1848,145 @@ static void test_json_budget_refusals(void **state)
     free(t);
 }
 
+/* ---- the runner wire's fast JSON path (base_json_fast.c) ---- */
+
+/* cs_json_loadb_fast answers text as json_loadb does: the same tree (dumped byte for byte) or
+ * the same refusal and error text. Returns whether the fast path itself built it. */
+static bool expect_as_jansson(const char *text, size_t n, size_t flags)
+{
+    json_error_t want_err, got_err;
+    json_t *want = json_loadb(text, n, flags, &want_err);
+    json_t *fast = cs_json_loadb_yajl(text, n, flags);
+    json_t *got = cs_json_loadb_fast(text, n, flags, &got_err);
+    if (fast && !want)
+        fail_msg("the fast path took a text jansson refuses: %.*s", (int)n, text);
+    if (!got != !want)
+        fail_msg("verdicts differ on %.*s", (int)n, text);
+    if (want) {
+        char *a = json_dumps(want, JSON_ENCODE_ANY | JSON_COMPACT);
+        char *b = json_dumps(got, JSON_ENCODE_ANY | JSON_COMPACT);
+        char *c = fast ? json_dumps(fast, JSON_ENCODE_ANY | JSON_COMPACT) : NULL;
+        assert_string_equal(a, b);
+        if (c)
+            assert_string_equal(a, c);
+        free(a);
+        free(b);
+        free(c);
+    } else {
+        assert_string_equal(got_err.text, want_err.text);
+        assert_int_equal(got_err.position, want_err.position);
+    }
+    bool took = fast != NULL;
+    json_decref(want);
+    json_decref(got);
+    json_decref(fast);
+    return took;
+}
+
+static size_t fast_files, fast_taken;
+
+static void fast_case(const struct csw_toplevel *tl, const char *path, json_t *j)
+{
+    (void)j;
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    static char text[1 << 20];
+    size_t n = fread(text, 1, sizeof text, f);
+    fclose(f);
+    bool took = expect_as_jansson(text, n, JSON_ALLOW_NUL);
+    fast_files++;
+    /* Every valid wire message our encoders could write is taken by the fast path (the hop's
+     * speed depends on it); the ones with \u escapes or reals go to jansson by design. */
+    if (strcmp(tl->name, "runner_wire") == 0 && strstr(path, "/valid/") && !strstr(text, "\\u") &&
+        !strpbrk(text, ".eE"))
+        fail_msg("%s: the fast path declined a wire message", path);
+    fast_taken += took;
+}
+
+static void test_json_fast_matches_jansson(void **state)
+{
+    (void)state;
+    /* Every golden text of every schema, valid and invalid. */
+    for (size_t i = 0; i < csw_toplevel_count; i++) {
+        for_each_case(&csw_toplevel[i], "valid", fast_case);
+        for_each_case(&csw_toplevel[i], "invalid", fast_case);
+    }
+    assert_true(fast_files > 100);
+    assert_true(fast_taken > fast_files / 2);
+
+    /* What the fast path leaves to jansson, and jansson's answer stands (tree or error). */
+    static const struct {
+        const char *text;
+        size_t flags;
+        bool fast; /* the fast path builds it */
+    } cases[] = {
+        {"{\"a\":[1,-2,true,false,null,\"x\\n\\\"\"],\"b\":{}}", 0, true},
+        {"{\"a\":1,\"a\":2}", 0, true}, /* the last one wins, in the first one's place */
+        {"[9223372036854775807,-9223372036854775808]", 0, true},
+        {"{\"k\xc3\xa9y\":\"\xe2\x82\xac\xf0\x9f\x98\x80\"}", 0, true},
+        {"[9223372036854775808]", 0, false}, /* too big integer */
+        {"[1.5,1e2]", 0, false},             /* reals: jansson's */
+        {"[\"\\ud83d\\ude00\"]", 0, false},  /* any \u: jansson's */
+        {"[\"\\ud83d\"]", 0, false},         /* a lone surrogate: refused */
+        {"[\"x\\u0000y\"]", 0, false},       /* NUL without JSON_ALLOW_NUL: refused */
+        {"[\"x\\u0000y\"]", JSON_ALLOW_NUL, false},
+        {"[\"\xc0\x80\"]", 0, false},      /* overlong UTF-8: refused */
+        {"[\"\xed\xa0\x80\"]", 0, false},  /* a surrogate in UTF-8: refused */
+        {"{\"\xff\":1}", 0, false},        /* a key that is not UTF-8: refused */
+        {"[\"a\x01\"]", 0, false},         /* a control character: refused */
+        {"\"x\"", JSON_DECODE_ANY, false}, /* scalar texts: jansson's */
+        {"\"x\"", 0, false},
+        {"{}\"abc", 0, false}, /* yajl 2.1 takes this as complete */
+        {"{}\"ab]", 0, false},
+        {"{} tru", 0, false},
+        {"{}{}", 0, false},
+        {"\f{}", 0, false}, /* a form feed is not JSON whitespace */
+        {"[1,\v2]", 0, false},
+        {"[/*c*/1]", 0, false},
+        {"[01]", 0, false},
+        {"{\"a\":", 0, false},
+        {" \n\t{ \"a\" : [ ] }\r\n ", 0, true},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        bool took = expect_as_jansson(cases[i].text, strlen(cases[i].text), cases[i].flags);
+        if (took != cases[i].fast)
+            fail_msg("case %zu (%s): fast path %s", i, cases[i].text,
+                     took ? "took it" : "declined");
+    }
+    /* Deeper than the fast path follows: jansson's, same tree. */
+    char deep[2 * 100 + 1];
+    memset(deep, '[', 100);
+    memset(deep + 100, ']', 100);
+    assert_false(expect_as_jansson(deep, 200, 0));
+
+    /* A worker's answer to a 1 KiB read, the file's lines in one string: the fast path. */
+    char frame[2048];
+    int len =
+        snprintf(frame, sizeof frame,
+                 "{\"protocol\":7,\"kind\":\"response\",\"request_id\":\"rrpc-9\",\"ok\":true,"
+                 "\"result\":{\"type\":\"read\",\"data\":{\"content\":\"");
+    for (int l = 0; l < 16; l++)
+        len += snprintf(frame + len, sizeof frame - (size_t)len, "%063d\\n", l);
+    len += snprintf(frame + len, sizeof frame - (size_t)len, "\",\"size\":1024}}}");
+    assert_true(expect_as_jansson(frame, (size_t)len, JSON_ALLOW_NUL));
+
+    /* cs_json_loadb_peer: the parse budget first, as cs_json_loadb_budget. */
+    json_error_t err;
+    json_t *ok = cs_json_loadb_peer(frame, (size_t)len, JSON_ALLOW_NUL, &err);
+    assert_non_null(ok);
+    json_decref(ok);
+    size_t big = 3u * 1000000u + 2u;
+    char *t = malloc(big);
+    assert_non_null(t);
+    t[0] = '[';
+    for (size_t i = 0; i < 1000000; i++)
+        memcpy(t + 1 + 3 * i, i ? ",[]" : "[] ", 3);
+    t[big - 1] = ']';
+    assert_null(cs_json_loadb_peer(t, big, 0, &err));
+    assert_string_equal(err.source, "<budget>");
+    free(t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1874,6 +2014,7 @@ int main(void)
         cmocka_unit_test(test_json_budget_shapes),
         cmocka_unit_test(test_json_budget_string_ends),
         cmocka_unit_test(test_json_budget_refusals),
+        cmocka_unit_test(test_json_fast_matches_jansson),
         cmocka_unit_test(test_json_clamp_numbers),
         cmocka_unit_test(test_netallow_entries),
         cmocka_unit_test(test_netallow_numeric_hosts),
