@@ -5,10 +5,15 @@
  * reads it and writes it back, N times. Prints the median and mean round trip in microseconds.
  *
  * Built and run by bench/uds.py (cc -O2 -D_GNU_SOURCE); not part of the product.
- * Usage: pingpong [N=20000] [same|cross]
+ * Usage: pingpong [N=20000] [same|cross|chain]
  *   same: both processes on CPU 0 (a wake-up hands the CPU over); cross: the parent on CPU 0,
  *   the child on CPU 1 (every wake-up crosses CPUs); neither: where the scheduler puts them,
  *   which on a 2-CPU VM flips between the two from run to run.
+ *   chain: three processes on CPU 0, the byte going parent -> middle -> end -> middle -> parent:
+ *   the shape of a uds call (client, gateway, worker) where `same` is the shape of an in-process
+ *   one (client, gateway). chain - same is what the hop costs on one CPU before any code of ours
+ *   runs: two more switches, and every switch among three address spaces, which on some guests
+ *   costs more than between two (issue 33: about 12.5 against 7 µs a switch on a PVM guest).
  */
 #include <sched.h>
 #include <stdio.h>
@@ -62,10 +67,99 @@ static int pin(int cpu)
     return sched_setaffinity(0, sizeof set, &set);
 }
 
+/* Echoes what arrives on fd back to it until EOF; the exit status says whether all went. */
+static void echo(int fd)
+{
+    int ep = watch(fd);
+    char buf[64];
+    ssize_t r;
+    while ((r = wait_read(ep, fd, buf, sizeof buf)) > 0)
+        if (write(fd, buf, (size_t)r) != r)
+            _exit(1);
+    _exit(0);
+}
+
+/* The middle of the chain: what arrives from up goes on down, and the answer from down goes back
+ * up. */
+static void relay(int up, int down)
+{
+    int ep_up = watch(up), ep_down = watch(down);
+    char buf[64];
+    ssize_t r;
+    while ((r = wait_read(ep_up, up, buf, sizeof buf)) > 0)
+        if (write(down, buf, (size_t)r) != r || wait_read(ep_down, down, buf, sizeof buf) != r ||
+            write(up, buf, (size_t)r) != r)
+            _exit(1);
+    _exit(0);
+}
+
+/* `chain`: the parent on up[0], the middle (relay) between up[1] and down[0], the end (echo) on
+ * down[1], all three on CPU 0. Fills rt with n round trips; 0, or -1 after saying why. */
+static int chain(int n, double *rt)
+{
+    int up[2], down[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, up) != 0 ||
+        socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, down) != 0 || pin(0) != 0) {
+        perror("pingpong: chain");
+        return -1;
+    }
+    pid_t end = fork();
+    if (end == 0) {
+        close(up[0]);
+        close(up[1]);
+        close(down[0]);
+        echo(down[1]);
+    }
+    pid_t middle = end < 0 ? -1 : fork();
+    if (middle == 0) {
+        close(up[0]);
+        close(down[1]);
+        relay(up[1], down[0]);
+    }
+    close(up[1]);
+    close(down[0]);
+    close(down[1]);
+    if (end < 0 || middle < 0) {
+        perror("pingpong: fork");
+        return -1;
+    }
+    int ep = watch(up[0]);
+    char buf[64];
+    for (int i = 0; i < n; i++) {
+        double t0 = now_us();
+        if (write(up[0], "x", 1) != 1 || wait_read(ep, up[0], buf, sizeof buf) != 1) {
+            perror("pingpong: round trip");
+            return -1;
+        }
+        rt[i] = now_us() - t0;
+    }
+    close(up[0]);
+    waitpid(middle, NULL, 0);
+    waitpid(end, NULL, 0);
+    return 0;
+}
+
+static void report(double *rt, int n)
+{
+    double sum = 0;
+    for (int i = 0; i < n; i++)
+        sum += rt[i];
+    qsort(rt, (size_t)n, sizeof *rt, by_value);
+    printf("%.1f %.1f\n", rt[n / 2], sum / n);
+}
+
 int main(int argc, char **argv)
 {
     int n = argc > 1 ? atoi(argv[1]) : 20000;
     const char *place = argc > 2 ? argv[2] : "";
+    if (strcmp(place, "chain") == 0) {
+        double *rt = n >= 1 ? malloc(sizeof *rt * (size_t)n) : NULL;
+        if (!rt || chain(n, rt) != 0)
+            return 1;
+        report(rt, n);
+        free(rt);
+        return 0;
+    }
     int child_cpu = strcmp(place, "same") == 0 ? 0 : strcmp(place, "cross") == 0 ? 1 : -1;
     int sp[2];
     if (n < 1 || socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) != 0) {
@@ -96,7 +190,6 @@ int main(int argc, char **argv)
     double *rt = malloc(sizeof *rt * (size_t)n);
     if (!rt)
         return 1;
-    double sum = 0;
     for (int i = 0; i < n; i++) {
         double t0 = now_us();
         if (write(sp[0], "x", 1) != 1 || wait_read(ep, sp[0], buf, sizeof buf) != 1) {
@@ -104,12 +197,10 @@ int main(int argc, char **argv)
             return 1;
         }
         rt[i] = now_us() - t0;
-        sum += rt[i];
     }
     close(sp[0]);
     waitpid(pid, NULL, 0);
-    qsort(rt, (size_t)n, sizeof *rt, by_value);
-    printf("%.1f %.1f\n", rt[n / 2], sum / n);
+    report(rt, n);
     free(rt);
     return 0;
 }

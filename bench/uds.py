@@ -19,7 +19,10 @@ difference; what remains is the extra hop: encode the wire request, frame it, wr
 socket, the worker's loop wake-up, decode, and the same back. The machine's floor for that hop is
 measured in the same run between the blocks: bench/pingpong.c (built with cc), two processes
 bouncing one byte over a socketpair, each waiting in epoll_wait, as the gateway and the worker
-do; no code of ours runs in it.
+do; no code of ours runs in it. Beside it, as context, the hop's own shape on one CPU: pingpong's
+`chain` (three processes on CPU 0, the byte going out and back through the middle one, as a uds
+call goes client -> gateway -> worker and back) minus its `same` (two, as an in-process call):
+what the hop costs with the servers on one CPU before any code of ours, and the hop over it.
 
 Target (issue 20): the uds overhead (uds median - in-process median) at most 40 µs above the
 ping-pong median, for read and for exec. Under each judged hop the script prints its 95 % interval
@@ -160,6 +163,8 @@ def build_pingpong(work):
 # 50 µs floor did), or both on CPU 0. Unpinned, a 2-CPU VM flips between the two from run to
 # run (3.5 µs or 55 µs here), which made the judged floor a coin toss.
 PLACES = ("cross", "same") if (os.cpu_count() or 1) >= 2 else ("",)
+# Context beside them: the floor of the hop's own shape on one CPU (pingpong.c `chain` - `same`).
+SHAPE = ("chain",) if (os.cpu_count() or 1) >= 2 else ()
 
 
 def pingpong(exe, n, place=""):
@@ -251,7 +256,7 @@ def main():
         rdir = os.path.join(work, "runner")
         os.mkdir(rdir)
         floor_exe = build_pingpong(work)
-        floors = {p: [] for p in PLACES}
+        floors = {p: [] for p in PLACES + SHAPE}
         base = [a.bin, "--workspace", root, "--operations-db", ":memory:"]
         if "tcp" in runners:
             gcert, gkey, gpin = make_cert(work, "gateway")
@@ -295,7 +300,7 @@ def main():
             for k, (fn, pre) in fns.items():
                 rows[k] += [timed(fn, pre) for _ in range(n)]
             if floor_exe:
-                for place in PLACES:
+                for place in PLACES + SHAPE:
                     floors[place].append(pingpong(floor_exe, 20 * n, place))
             done += n
     finally:
@@ -327,6 +332,12 @@ def main():
               % ({"cross": ", one process on each CPU", "same": ", both on one CPU"}.get(place, ""),
                  statistics.median(xs), min(xs), max(xs),
                  "  <- judged" if place == judged else "  (context)"))
+    shape = None
+    if SHAPE:
+        shape = statistics.median(floors["chain"]) - statistics.median(floors["same"])
+        print("the hop's own shape on one CPU (bench/pingpong.c chain - same: a third process "
+              "in the loop, two more switches among three address spaces): %.1f µs  (context)"
+              % shape)
     out = Rows()
     ok = True
     med = {k: statistics.median(v) for k, v in rows.items()}
@@ -351,6 +362,11 @@ def main():
                    "not decided by %d calls" % len(rows[(tool, "uds")]))
         print("    its 95 %% interval above the floor (calls resampled): %+.1f to %+.1f µs: %s"
               % (lo, hi, decided))
+        if shape is not None:
+            print("    over the hop's shape on one CPU: %+.1f µs (context: what runs beyond the "
+                  "bare switches when the servers share a CPU)" % (over - shape))
+            out.add("  the same, over the hop's own shape on one CPU (pingpong chain - same; "
+                    "context)", over, shape, "µs", over - shape, diff=True)
         out.add("  the same, 95 %% interval above the floor (ours: low end, baseline: "
                 "high end; calls resampled): %s" % decided, lo, hi, "µs")
     if "uds" in runners and "read-after-spawn" in tools and "read" in tools:
