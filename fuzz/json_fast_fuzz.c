@@ -6,8 +6,8 @@
  *   - if the fast path alone (cs_json_loadb_yajl) builds a tree for a text json_loadb refuses,
  *     or a tree that is not json_loadb's: json_equal, and json_dumps of both byte for byte (key
  *     order, integer spelling);
- *   - unless cs_json_loadb_fast gives json_loadb's verdict on every text, and on a refusal
- *     json_loadb's error text, position and code.
+ *   - unless cs_json_loadb_fast gives json_loadb's verdict on every text, on a refusal
+ *     json_loadb's error text, position and code, and on a success its position and source.
  * Trust: the input is arbitrary. Entry point: LLVMFuzzerTestOneInput.
  */
 #include <jansson.h>
@@ -53,10 +53,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     json_t *got = cs_json_loadb_fast(text, n, flags, &got_err);
     if (!got != !want)
         abort();
-    if (got)
+    if (got) {
         same_tree(got, want);
-    else if (strcmp(got_err.text, want_err.text) != 0 || got_err.position != want_err.position ||
-             json_error_code(&got_err) != json_error_code(&want_err))
+        if (got_err.position != want_err.position || strcmp(got_err.source, want_err.source) != 0)
+            abort();
+    } else if (strcmp(got_err.text, want_err.text) != 0 || got_err.position != want_err.position ||
+               json_error_code(&got_err) != json_error_code(&want_err))
         abort();
     json_decref(got);
     json_decref(want);

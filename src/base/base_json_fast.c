@@ -73,8 +73,8 @@ static int put(struct build *b, json_t *v)
     if (!v)
         return 0;
     if (b->depth == 0) {
-        /* A scalar text (JSON_DECODE_ANY) is jansson's: yajl reports a scalar at the end of the
-         * text only, past where its end could be checked (see on_end). */
+        /* A scalar text (JSON_DECODE_ANY) is jansson's: only a container's closing bracket
+         * (on_end) tells where the root ends, which the check of the text's tail needs. */
         if (b->root || (!json_is_object(v) && !json_is_array(v))) {
             json_decref(v);
             return 0;
@@ -227,10 +227,11 @@ json_t *cs_json_loadb_fast(const char *buf, size_t n, size_t flags, json_error_t
     json_t *j = cs_json_loadb_yajl(buf, n, flags);
     if (!j)
         return json_loadb(buf, n, flags, error);
-    if (error) {
+    if (error) { /* as json_loadb leaves it after a success: the whole text read */
         memset(error, 0, sizeof *error);
         error->line = -1;
         error->column = -1;
+        error->position = (int)n;
         snprintf(error->source, sizeof error->source, "<buffer>");
     }
     return j;

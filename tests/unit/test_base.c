@@ -1869,6 +1869,7 @@ static bool expect_as_jansson(const char *text, size_t n, size_t flags)
         assert_string_equal(a, b);
         if (c)
             assert_string_equal(a, c);
+        assert_int_equal(got_err.position, want_err.position);
         free(a);
         free(b);
         free(c);
