@@ -23,9 +23,9 @@
 #     runtime is in libclang-common-14-dev, which clang-14 depends on. So libclang-rt-dev is
 #     dropped when apt does not know it (after apt-get update): clang alone brings the runtime.
 # The other names are the same package on all four (gcc, make, cmake, pkg-config, git, ragel,
-# libjansson-dev, libyajl-dev, libseccomp-dev, libcmocka-dev, libsqlite3-dev, libmicrohttpd-dev, libssl-dev,
-# python3, python3-jsonschema, python3-yaml, python3-prometheus-client, openssl, iproute2). Note
-# that the build needs CMake 3.25 (Ubuntu 22.04 ships 3.22).
+# libjansson-dev, libyajl-dev, libseccomp-dev, libcmocka-dev, libsqlite3-dev, libmicrohttpd-dev,
+# libssl-dev, python3, python3-jsonschema, python3-yaml, python3-prometheus-client, openssl,
+# iproute2). Note that the build needs CMake 3.25 (Ubuntu 22.04 ships 3.22).
 set -eu
 
 check=false

@@ -16,8 +16,8 @@
  *   - a number that is not a plain integer (reals: jansson parses them locale-independently), or
  *     an integer out of range;
  *   - a string or key jansson's own UTF-8 check refuses (json_stringn, json_object_setn_new);
- *   - a top-level value that is not an object or array, a nesting deeper than FAST_DEPTH, any
- *     flag other than JSON_ALLOW_NUL and JSON_DECODE_ANY;
+ *   - a top-level value that is not an object or array, a nesting deeper than FAST_DEPTH, a key
+ *     of more than 128 bytes, any flag other than JSON_ALLOW_NUL and JSON_DECODE_ANY;
  *   - anything yajl refuses (its strict defaults: no comments, no trailing text, one value), and
  *     anything but whitespace after the root's closing bracket (yajl 2.1 takes `{}"abc`, a
  *     complete value and an unterminated string, as complete).
@@ -48,23 +48,12 @@ struct build {
     size_t end;               /* the root's closing bracket's end in the text (0: not closed yet) */
     json_t *open[FAST_DEPTH]; /* the containers entered and not yet left, innermost last */
     int depth;
-    size_t flags;
-    /* The key the next value goes under (the innermost container is an object): yajl's pointer
-     * is good for the callback only, so short keys are copied here and long ones to key_heap. */
-    char key_buf[128];
-    char *key_heap;
-    const char *key;
+    /* The key the next value goes under (the innermost container is an object), copied: yajl's
+     * pointer is good for the callback only. A longer key sends the text to jansson. */
+    char key[128];
     size_t key_len;
     bool have_key;
 };
-
-static void drop_key(struct build *b)
-{
-    free(b->key_heap);
-    b->key_heap = NULL;
-    b->key = NULL;
-    b->have_key = false;
-}
 
 /* Puts v (a new reference, NULL when it could not be made) where the text has it. 1, or 0 to
  * stop the parse (yajl_status_client_canceled). */
@@ -90,9 +79,8 @@ static int put(struct build *b, json_t *v)
         return 0;
     }
     /* Checks the key's UTF-8 as jansson's loader does; steals v even when it fails. */
-    int rc = json_object_setn_new(parent, b->key, b->key_len, v);
-    drop_key(b);
-    return rc == 0;
+    b->have_key = false;
+    return json_object_setn_new(parent, b->key, b->key_len, v) == 0;
 }
 
 static int on_null(void *ctx)
@@ -131,17 +119,9 @@ static int on_string(void *ctx, const unsigned char *s, size_t n)
 static int on_key(void *ctx, const unsigned char *s, size_t n)
 {
     struct build *b = ctx;
-    drop_key(b);
-    if (n < sizeof b->key_buf) {
-        memcpy(b->key_buf, s, n);
-        b->key = b->key_buf;
-    } else {
-        b->key_heap = malloc(n);
-        if (!b->key_heap)
-            return 0;
-        memcpy(b->key_heap, s, n);
-        b->key = b->key_heap;
-    }
+    if (n > sizeof b->key)
+        return 0;
+    memcpy(b->key, s, n);
     b->key_len = n;
     b->have_key = true;
     return 1;
@@ -200,7 +180,7 @@ json_t *cs_json_loadb_yajl(const char *buf, size_t n, size_t flags)
     if (n == 0 || n > FAST_MAX_BYTES || (flags & ~(size_t)(JSON_ALLOW_NUL | JSON_DECODE_ANY)) ||
         memmem(buf, n, "\\u", 2) || memchr(buf, '\f', n) || memchr(buf, '\v', n))
         return NULL;
-    struct build b = {.flags = flags};
+    struct build b = {0};
     yajl_handle h = yajl_alloc(&callbacks, NULL, &b);
     if (!h)
         return NULL;
@@ -209,7 +189,6 @@ json_t *cs_json_loadb_yajl(const char *buf, size_t n, size_t flags)
     if (st == yajl_status_ok)
         st = yajl_complete_parse(h);
     yajl_free(h);
-    drop_key(&b);
     /* yajl takes a complete value followed by an unterminated string (`{}"abc`) as complete:
      * only whitespace may follow the root's closing bracket. */
     bool tail_ok = b.root && b.depth == 0 && b.end > 0 && b.end <= n;
