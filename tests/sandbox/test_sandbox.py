@@ -7,6 +7,7 @@ sandbox (PID 1 is the helper's init) and touches only paths this suite created.
 CODESPACE_REQUIRE_LINUX_SANDBOX=1 turns "no namespaces here" into a failure, never a skip.
 Standard library only; run with /usr/bin/python3.
 """
+import errno
 import fcntl
 import http.server
 import json
@@ -1112,6 +1113,18 @@ class Handler(http.server.BaseHTTPRequestHandler):
         pass
 
     hits = 0  # requests that reached a test server: a refused destination adds none
+    # Connections a test server ended without answering, each with why: what a proxied request
+    # that got "closed the connection without answering" met on this side (assertion messages
+    # name them, so such a failure says which side ended it).
+    unanswered = []
+
+    def handle_one_request(self):
+        first = not getattr(self, "answered_one", False)
+        self.raw_requestline = b""
+        super().handle_one_request()
+        if first and not self.raw_requestline:
+            Handler.unanswered.append(f"{self.client_address}: ended before a request line")
+        self.answered_one = True
 
     def do_GET(self):
         Handler.hits += 1
@@ -1136,6 +1149,28 @@ class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
     daemon_threads = True
     allow_reuse_address = True
     request_queue_size = 1024
+
+    def handle_error(self, request, client_address):
+        # socketserver closes the connection unanswered after this (a handler that raised, a
+        # thread that did not start)
+        Handler.unanswered.append(f"{client_address}: {sys.exc_info()[1]!r}")
+        super().handle_error(request, client_address)
+
+
+class Server6(Server):
+    address_family = socket.AF_INET6
+
+
+def stop_listener(sock, thread):
+    """Ends a listening socket whose thread may be blocked in accept(): shutdown() wakes that
+    accept (close() alone does not, and the kernel socket would keep listening, accepting one
+    more connection and ending it unanswered, after the test that made it)."""
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    thread.join(10)
+    sock.close()
 
 
 # Inside: a raw proxy client. argv: method target [host:port for CONNECT tunnels]
@@ -1181,15 +1216,43 @@ class TestProxy(SandboxCase):
     @classmethod
     def setUpClass(cls):
         super().setUpClass()
-        cls.server = Server(("127.0.0.1", 0), Handler)
-        cls.port = cls.server.server_address[1]
-        cls.thread = threading.Thread(target=cls.server.serve_forever, daemon=True)
-        cls.thread.start()
+        # The test server listens on 127.0.0.1 and on ::1 at the same port: "localhost" is
+        # ::1 first on a host whose /etc/hosts says so, and the proxy connects to the addresses
+        # in the resolver's order. Holding both, no other listener on the host can answer a
+        # request meant for this one.
+        cls.servers = []
+        for _ in range(20):
+            v4 = Server(("127.0.0.1", 0), Handler)
+            try:
+                v6 = Server6(("::1", v4.server_address[1]), Handler)
+            except OSError as e:
+                if e.errno in (errno.EADDRNOTAVAIL, errno.EAFNOSUPPORT):
+                    cls.servers = [v4]  # no IPv6 loopback: ::1 reaches nothing at all
+                    break
+                v4.server_close()  # that port is taken on ::1: another one
+                continue
+            cls.servers = [v4, v6]
+            break
+        if not cls.servers:
+            raise RuntimeError("no port free on both 127.0.0.1 and ::1 in 20 tries")
+        cls.port = cls.servers[0].server_address[1]
+        for srv in cls.servers:
+            threading.Thread(target=srv.serve_forever, daemon=True).start()
 
     @classmethod
     def tearDownClass(cls):
-        cls.server.shutdown()
-        cls.server.server_close()
+        for srv in cls.servers:
+            srv.shutdown()
+            srv.server_close()
+
+    def setUp(self):
+        super().setUp()
+        del Handler.unanswered[:]
+
+    def origin(self, lines):
+        """An assertion message: the answers, and any connection the test servers ended
+        without answering."""
+        return f"{lines}; connections the test servers ended unanswered: {Handler.unanswered}"
 
     def proxy(self, requests, allow=None, timeout=20):
         """Runs the raw proxy client inside; one status line (| body) per request. timeout
@@ -1229,8 +1292,8 @@ class TestProxy(SandboxCase):
         self.assertNotIn("NO_PROXY", env)
         self.assertNotIn("no_proxy", env)
 
-    # Spellings of loopback (this machine: the test server listens on 127.0.0.1, so a broken
-    # rule shows as a 200) and of other internal ranges (only a 403 is asserted; the proxy
+    # Spellings of loopback (the test server listens on 127.0.0.1 and ::1, so a broken rule
+    # shows as a 200) and of other internal ranges (only a 403 is asserted; the proxy
     # refuses before any connect, and each request is bounded by a short timeout).
     LOOPBACK_SPELLINGS = [
         "127.0.0.1", "127.1", "127.0.1", "2130706433", "0x7f000001", "0x7f.0.0.1", "0X7F.1",
@@ -1313,13 +1376,13 @@ class TestProxy(SandboxCase):
                 f"GET http://localhost:{self.port}/name"]
         r = self.proxy(reqs, allow=[f"127.0.0.1:{self.port}"])
         # every answer in each message: a failure shows what the other requests got
-        self.assertIn(" 200 ", r[0], r)
-        self.assertIn("hello /a host=x", r[0], r)
-        self.assertIn(" 200 ", r[1], r)
-        self.assertIn("hello /tunneled", r[1], r)
+        self.assertIn(" 200 ", r[0], self.origin(r))
+        self.assertIn("hello /a host=x", r[0], self.origin(r))
+        self.assertIn(" 200 ", r[1], self.origin(r))
+        self.assertIn("hello /tunneled", r[1], self.origin(r))
         # any spelling of the listed address is that address
-        self.assertIn("hello /b", r[2], r)
-        self.assertIn("hello /c", r[3], r)
+        self.assertIn("hello /b", r[2], self.origin(r))
+        self.assertIn("hello /c", r[3], self.origin(r))
         self.assertIn(" 403 ", r[4], r)
         self.assertIn(" 403 ", r[5], r)
 
@@ -1329,7 +1392,7 @@ class TestProxy(SandboxCase):
         self.assert_refused(reqs, r, "internal address")
         r = self.proxy([f"GET http://localhost:{self.port}/x"],
                        allow=[f"localhost:{self.port}", f"127.0.0.1:{self.port}", "[::1]"])
-        self.assertIn(" 200 ", r[0])
+        self.assertIn(" 200 ", r[0], self.origin(r))
 
     def test_client_through_proxy_and_direct_fails(self):
         # urllib honours http_proxy like curl and most clients; the direct attempts bypass it
@@ -1355,7 +1418,7 @@ class TestProxy(SandboxCase):
                     "except OSError as e: print('direct failed:', e)\n", network="enabled",
                     allow=[f"127.0.0.1:{self.port}"])
         o = self.ok(p)
-        self.assertIn("hello /viaproxy", o)
+        self.assertIn("hello /viaproxy", o, self.origin(o))
         self.assertNotIn("DIRECT-OK", o)
         self.assertEqual(o.count("direct failed"), 2)
 
@@ -1368,14 +1431,14 @@ class TestProxy(SandboxCase):
         r = self.proxy([f"GET http://localhost:{self.port}/x", f"GET http://LOCALHOST.:{self.port}/y",
                         f"GET http://otherhost:{self.port}/z"],
                        allow=["localhost", "127.0.0.1", "::1"])
-        self.assertIn(" 200 ", r[0])
-        self.assertIn(" 200 ", r[1])
+        self.assertIn(" 200 ", r[0], self.origin(r))
+        self.assertIn(" 200 ", r[1], self.origin(r))
         self.assertIn(" 403 ", r[2])
 
     def test_ip_literal_rule(self):
         r = self.proxy([f"GET http://127.0.0.1:{self.port}/ok", f"GET http://127.0.0.2:{self.port}/no",
                         f"GET http://localhost:{self.port}/name"], allow=["127.0.0.1"])
-        self.assertIn(" 200 ", r[0])
+        self.assertIn(" 200 ", r[0], self.origin(r))
         self.assertIn(" 403 ", r[1])
         self.assertIn(" 403 ", r[2])
 
@@ -1383,7 +1446,7 @@ class TestProxy(SandboxCase):
         r = self.proxy([f"CONNECT 127.0.0.1:{self.port}", "CONNECT 127.0.0.1:22",
                         f"GET http://127.0.0.1:{self.port + 1 if self.port < 65535 else 1}/x"],
                        allow=[f"127.0.0.1:{self.port}"])
-        self.assertIn(" 200 ", r[0])
+        self.assertIn(" 200 ", r[0], self.origin(r))
         self.assertIn(" 403 ", r[1])
         self.assertIn(" 403 ", r[2])
 
@@ -1407,9 +1470,10 @@ class TestProxy(SandboxCase):
             ls = socket.socket()
             ls.bind(("127.0.0.1", 0))
             ls.listen(16)
-            socks.append(ls)
+            t = threading.Thread(target=serve, args=(ls, kind == "reset"), daemon=True)
+            socks.append((ls, t))
             ports[kind] = ls.getsockname()[1]
-            threading.Thread(target=serve, args=(ls, kind == "reset"), daemon=True).start()
+            t.start()
         try:
             r = self.proxy([f"GET http://127.0.0.1:{ports['close']}/a",
                             f"GET http://127.0.0.1:{ports['reset']}/b",
@@ -1417,15 +1481,15 @@ class TestProxy(SandboxCase):
                             f"GET http://127.0.0.1:{self.port}/after"],
                            allow=["127.0.0.1"])
         finally:
-            for ls in socks:
-                ls.close()
+            for ls, t in socks:
+                stop_listener(ls, t)
         self.assertIn(" 502 ", r[0], r)
         self.assertIn("closed the connection without answering", r[0], r)
         self.assertIn(" 502 ", r[1], r)
         self.assertIn("failed before it answered", r[1], r)
         self.assertIn("reset", r[1], r)
         self.assertEqual(r[2], "HTTP/1.1 200 Connection established | ", r)
-        self.assertIn("hello /after", r[3], r)
+        self.assertIn("hello /after", r[3], self.origin(r))
 
     def test_wildcard_rule(self):
         # *.example.invalid admits subdomains (which then fail to resolve: 502, not 403)
@@ -1943,8 +2007,9 @@ class TestLoopback(SandboxCase):
                 hits.append(1)
                 c.close()
 
-        threading.Thread(target=accept, daemon=True).start()
-        self.addCleanup(srv.close)
+        t = threading.Thread(target=accept, daemon=True)
+        t.start()
+        self.addCleanup(stop_listener, srv, t)
         return srv.getsockname()[1], hits
 
     def connect_lines(self, targets, **kw):
