@@ -11,6 +11,10 @@ JSON-RPC over pipes):
          was reaped and its output collected; the script checks state exited, exit code 0)
   read-after-spawn: the read call again, but before each one (untimed) this script spawns
          /bin/true and waits for it: no spawn on our path, the same spawn as exec's nearby
+  read-after-idle: the read call again, but before each one (untimed) this script sleeps
+         IDLE_MS: no spawn anywhere, only the pause a spawn makes (on this project's 2-core
+         guests /bin/true's start and reap take 1.5-2 ms), longer than the servers' polling
+         window (200 µs): what the first call after a pause pays, as an agent's calls do
 RUNS calls per server and tool after WARMUP untimed ones, interleaved across the servers in
 blocks of RUNS/10, so all see the same machine. Reported: median, p99 and mean of each.
 
@@ -36,7 +40,10 @@ both servers on one CPU) every process that runs after a fork and exit on a CPU 
 gone from the caches and pays tens of µs to fetch it again. The uds row runs two processes after
 exec's spawn where in-process runs one. read-after-spawn measures that cost in the same run,
 outside our path: its hop minus read's is what a nearby spawn adds to a hop that has none of its
-own, and exec's hop net of it is printed as context. The target stays judged against the bare
+own, and exec's hop net of it is printed as context. read-after-idle separates the pause from
+the spawn: on the host of issue 33 a 1.6 ms sleep costs the unpinned hop as much as a spawn
+does (bench/README.md, "a pause, not a spawn"), so most of that cost is waking servers that
+went to sleep, which every call made seconds apart pays. The target stays judged against the bare
 floor. The floor is judged with one process on each CPU (the
 issue's 50 µs); both on one CPU is printed as context (a wake-up that hands the CPU over costs a
 few µs, which the scheduler does not give the gateway and worker reliably). The tcp rows are context (issue 21: the TCP hop's cost
@@ -45,7 +52,7 @@ is never a CTest: timings on a shared 2-core machine are not a pass/fail unit te
 
 Run (release build; a sanitizer build measures the sanitizer):
     cmake --preset release && cmake --build --preset release -j2
-    /usr/bin/python3 bench/uds.py [--runs N] [--warmup W] [--tools read,exec,read-after-spawn]
+    /usr/bin/python3 bench/uds.py [--runs N] [--warmup W] [--tools read,exec,...]
                                   [--runners in-process,uds,tcp] [--bin PATH] [--json FILE]
 Needs cc (the floor) and, for the tcp row, openssl (without it the row is skipped, and said so).
 """
@@ -71,7 +78,8 @@ from rows import Rows, table  # noqa: E402
 
 TARGET_ABOVE_FLOOR_US = 40.0
 RUNNERS = ("in-process", "uds", "tcp")
-TOOLS = ("read", "exec", "read-after-spawn")
+TOOLS = ("read", "exec", "read-after-spawn", "read-after-idle")
+IDLE_MS = 2.0  # read-after-idle's pause before each call
 
 
 class Peer(StdioPeer):
@@ -137,6 +145,12 @@ def timed(fn, pre=None):
     t0 = time.perf_counter()
     fn()
     return (time.perf_counter() - t0) * 1e6
+
+
+def idle():
+    """Sleeps IDLE_MS: a pause before the call as long as a spawn's, with no process start
+    (read-after-idle)."""
+    time.sleep(IDLE_MS / 1000.0)
 
 
 def spawn_true():
@@ -287,6 +301,8 @@ def main():
                 fns[("exec", name)] = (exec_fn(peer), None)
             if "read-after-spawn" in tools:
                 fns[("read-after-spawn", name)] = (read_fn(peer, size), spawn_true)
+            if "read-after-idle" in tools:
+                fns[("read-after-idle", name)] = (read_fn(peer, size), idle)
         print("%d sequential calls per row after %d warm-up, interleaved in blocks of %d"
               % (a.runs, a.warmup, max(1, a.runs // 10)), flush=True)
         for fn, pre in fns.values():
@@ -314,7 +330,8 @@ def main():
     print("codespace-mcp %s, stdio, one call in flight" % version)
     print("%-50s %11s %11s %11s" % ("round trip", "median µs", "p99 µs", "mean µs"))
     labels = {"read": "read (1 KiB file)", "exec": "exec_command [\"true\"] yield_ms 5000",
-              "read-after-spawn": "read (1 KiB file) after a spawn"}
+              "read-after-spawn": "read (1 KiB file) after a spawn",
+              "read-after-idle": "read (1 KiB file) after %g ms idle" % IDLE_MS}
     names = {"in-process": "in-process", "uds": "uds", "tcp": "tcp + TLS 1.3, 127.0.0.1"}
     for tool in tools:
         for name in runners:
@@ -342,7 +359,7 @@ def main():
     ok = True
     med = {k: statistics.median(v) for k, v in rows.items()}
     for tool in tools:
-        if "uds" not in runners or tool == "read-after-spawn":
+        if "uds" not in runners or tool in ("read-after-spawn", "read-after-idle"):
             continue
         over = med[(tool, "uds")] - med[(tool, "in-process")]
         above = over - floor
@@ -381,6 +398,14 @@ def main():
             print("uds overhead per call, exec net of that: %+8.1f µs above the floor (context;"
                   " it means something with the servers on one CPU, where exec's own spawn runs)"
                   % (hop["exec"] - cost - floor))
+    if "uds" in runners and "read-after-idle" in tools and "read" in tools:
+        hop_idle = med[("read-after-idle", "uds")] - med[("read-after-idle", "in-process")]
+        hop_read = med[("read", "uds")] - med[("read", "in-process")]
+        print("uds overhead per call, read after %g ms idle: median %+8.1f µs, %+8.1f µs over "
+              "read's: what the first call after a pause pays for the hop (context)"
+              % (IDLE_MS, hop_idle, hop_idle - hop_read))
+        out.add("uds hop, read after %g ms idle, no spawn (vs read's hop)" % IDLE_MS,
+                hop_idle, hop_read, "µs", hop_idle - hop_read, diff=True)
     for tool in tools:
         for name in runners:
             if name == "in-process":
