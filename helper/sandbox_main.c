@@ -103,9 +103,13 @@ static int help(void)
 }
 
 /* Runs `run --plan` for /usr/bin/true in a private probe workspace, 5 s at most; less when the
- * runner that started it goes (checked every 5 ms: the child killed, the workspace removed). */
+ * runner that started it goes (checked every 5 ms: the child killed, the workspace removed).
+ * SIGPIPE is ignored here: a runner that is gone took the read end of our stderr with it, and
+ * the line saying so must not kill us before the workspace is removed (it did: one probe
+ * directory left in TMPDIR for each runner killed while it probed). */
 static int probe(void)
 {
+    signal(SIGPIPE, SIG_IGN);
     pid_t runner = runner_pid();
     const char *t = "/usr/bin/true";
     if (access(t, X_OK) < 0)
@@ -145,6 +149,7 @@ static int probe(void)
         /* It goes with us, whatever ends us. */
         if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0 || getppid() != self)
             _exit(127);
+        signal(SIGPIPE, SIG_DFL); /* run as a real command runs */
         int null = open("/dev/null", O_RDWR | O_CLOEXEC);
         if (null < 0 || dup2(null, 0) < 0 || dup2(null, 1) < 0)
             _exit(127);

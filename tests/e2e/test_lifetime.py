@@ -637,6 +637,20 @@ time.sleep(600)
                     self.assertEqual(p.stdout, b"")
                     self.assertIn(b"the runner (pid %d) is gone" % runner, p.stderr)
                     self.assertEqual(os.listdir(tmp), [], "prepare wrote a plan for nobody")
+        # A runner that is gone took the read end of the probe's stderr with it: the line the
+        # probe writes then must not kill it (SIGPIPE) before it removed its workspace. Before
+        # 2026-12-05 it did, and each runner killed while probing left a directory behind.
+        r, w = os.pipe()
+        os.close(r)
+        try:
+            p = subprocess.run([self.helper, "probe"], env={
+                "PATH": "/usr/bin:/bin", "TMPDIR": tmp,
+                "CODESPACE_SANDBOX_RUNNER_PID": str(gone.pid)},
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=w, timeout=20)
+        finally:
+            os.close(w)
+        self.assertEqual(p.returncode, 1, "the probe with a dead runner's stderr")
+        self.assertEqual(os.listdir(tmp), [], "the probe left its workspace or plan")
 
 
 if __name__ == "__main__":
