@@ -23,7 +23,6 @@
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -1022,8 +1021,8 @@ struct cs_tls_front {
     int lfd;
     int port;
     int stopfd;
-    int wakefd; /* a handshake slot came free */
-    char *unix_path;
+    int wakefd;  /* a handshake slot came free */
+    int handoff; /* ours: each bridged connection's loop end goes to the worker's loop on it */
     pthread_t thread;
     pthread_mutex_t mu; /* conns, the slot counts, the refusal log */
     struct front_conn conns[CONNS_MAX];
@@ -1107,19 +1106,85 @@ static void slot_release(struct cs_tls_front *f, struct front_conn *c)
     c->reserved = false;
 }
 
-static int unix_connect(const char *path)
+/* One descriptor as SCM_RIGHTS with one byte of data (a message of its own on SEQPACKET). */
+union one_fd {
+    char buf[CMSG_SPACE(sizeof(int))];
+    struct cmsghdr align;
+};
+
+/* A new connection to the worker's loop: one end of a fresh socketpair (ours, non-blocking),
+ * the other sent over the handoff. Returns the descriptor or -1 with errno set. */
+static int worker_connect(struct cs_tls_front *f)
 {
-    struct sockaddr_un sa = {.sun_family = AF_UNIX};
-    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path);
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0)
+    int sp[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) != 0)
         return -1;
-    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
-        close(fd);
+    char byte = 0;
+    union one_fd ctl;
+    memset(&ctl, 0, sizeof ctl);
+    struct iovec iov = {.iov_base = &byte, .iov_len = 1};
+    struct msghdr msg = {
+        .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf, .msg_controllen = sizeof ctl.buf};
+    struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(c), &sp[1], sizeof(int));
+    ssize_t r;
+    do
+        r = sendmsg(f->handoff, &msg, MSG_NOSIGNAL); /* a loop that is gone: EPIPE */
+    while (r < 0 && errno == EINTR);
+    int e = r == 1 ? 0 : r < 0 ? errno : EPIPE;
+    close(sp[1]);
+    if (e) {
+        close(sp[0]);
+        errno = e;
         return -1;
     }
-    (void)fcntl(fd, F_SETFL, O_NONBLOCK);
-    return fd;
+    (void)fcntl(sp[0], F_SETFL, O_NONBLOCK);
+    return sp[0];
+}
+
+int cs_tls_front_accept(int fd)
+{
+    char byte;
+    union one_fd ctl;
+    memset(&ctl, 0, sizeof ctl);
+    struct iovec iov = {.iov_base = &byte, .iov_len = 1};
+    struct msghdr msg = {
+        .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.buf, .msg_controllen = sizeof ctl.buf};
+    ssize_t r;
+    do
+        r = recvmsg(fd, &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+    while (r < 0 && errno == EINTR);
+    if (r < 0)
+        return -1;
+    if (r == 0) {
+        errno = EPIPE;
+        return -1;
+    }
+    /* Every descriptor received is ours to close unless it is the one and only. (Two ints fit
+     * the space one takes, aligned: they arrive, and must not stay open.) */
+    int got = -1;
+    size_t n = 0;
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
+        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+            continue;
+        for (size_t k = 0; k < (c->cmsg_len - CMSG_LEN(0)) / sizeof(int); k++, n++) {
+            int fd1;
+            memcpy(&fd1, CMSG_DATA(c) + k * sizeof(int), sizeof fd1);
+            if (n == 0)
+                got = fd1;
+            else
+                close(fd1);
+        }
+    }
+    if (n == 1 && !(msg.msg_flags & (MSG_CTRUNC | MSG_TRUNC)))
+        return got;
+    if (got >= 0)
+        close(got);
+    errno = EPROTO;
+    return -1;
 }
 
 static void *conn_main(void *arg)
@@ -1163,9 +1228,9 @@ static void *conn_main(void *arg)
         refusal(f, c->addr, why);
         goto end;
     }
-    local = unix_connect(f->unix_path);
+    local = worker_connect(f);
     if (local < 0) {
-        snprintf(why, sizeof why, "cannot reach the worker's socket: %s", strerror(errno));
+        snprintf(why, sizeof why, "cannot reach the worker's loop: %s", strerror(errno));
         goto end;
     }
     char peer[INET6_ADDRSTRLEN];
@@ -1510,16 +1575,21 @@ int cs_tls_front_reload(struct cs_tls_front *f, size_t *n, struct cs_diag *err)
 }
 
 struct cs_tls_front *cs_tls_front_start(struct cs_tls_ctx *ctx, const char *host, const char *port,
-                                        const char *unix_path, struct cs_diag *err)
+                                        int handoff, struct cs_diag *err)
 {
     struct cs_tls_front *f = calloc(1, sizeof *f);
-    if (!f || !(f->unix_path = strdup(unix_path))) {
-        free(f);
+    if (!f) {
         cs_diag_set(err, CSW_ERROR_INTERNAL, "out of memory");
         return NULL;
     }
     f->ctx = ctx;
     f->lfd = -1;
+    f->handoff = fcntl(handoff, F_DUPFD_CLOEXEC, 3);
+    if (f->handoff < 0) {
+        cs_diag_set(err, CSW_ERROR_INTERNAL, "the loop's handoff: %s", strerror(errno));
+        free(f);
+        return NULL;
+    }
     f->stopfd = eventfd(0, EFD_CLOEXEC);
     f->wakefd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     pthread_mutex_init(&f->mu, NULL);
@@ -1574,7 +1644,7 @@ fail:
     for (size_t i = 0; i < CONNS_MAX; i++)
         close(f->conns[i].stopfd);
     pthread_mutex_destroy(&f->mu);
-    free(f->unix_path);
+    close(f->handoff);
     free(f);
     return NULL;
 }
@@ -1613,6 +1683,6 @@ void cs_tls_front_free(struct cs_tls_front *f)
     close(f->stopfd);
     close(f->wakefd);
     pthread_mutex_destroy(&f->mu);
-    free(f->unix_path);
+    close(f->handoff);
     free(f);
 }

@@ -12,12 +12,13 @@
  *     without a thread, until its first flight shows a ClientHello worth a handshake (garbage,
  *     silence for 2 s, another identity are closed at once); then a thread does the handshake
  *     (5 s after the accept at most), authenticates the gateway the same way, and only then
- *     connects to the worker's private Unix socket and pumps. Handshakes are bounded in total
- *     (16) and per source address (4), and one slot is kept for a valid ClientHello
- *     (docs/scale-out.md, "Before authentication"). An unauthenticated or wrong peer never
- *     reaches the Unix socket, so no frame of it is ever read. Each authenticated connection
- *     has its own bridge and Unix connection (several gateways at once, at most BRIDGE_MAX;
- *     one more is refused, none is shut down for it).
+ *     hands the worker's loop one end of a new socketpair (cs_tls_front_accept) and pumps to
+ *     the other. Handshakes are bounded in total (16) and per source address (4), and one slot
+ *     is kept for a valid ClientHello (docs/scale-out.md, "Before authentication"). An
+ *     unauthenticated or wrong peer never reaches the loop, so no frame of it is ever read.
+ *     Each authenticated connection has its own bridge and socketpair (several gateways at
+ *     once, at most BRIDGE_MAX; one more is refused, none is shut down for it). Nothing has a
+ *     name in the file system, so nothing is left behind however the process ends.
  *
  * Authentication is mutual, in one of two modes (never both):
  *   - certificates, pinned: each side has its own certificate and key (PEM files) and the SHA-256
@@ -100,10 +101,16 @@ void cs_tls_link_free(struct cs_tls_link *l);
 
 struct cs_tls_front;
 
-/* Listens on host:port and bridges each authenticated connection to the Unix socket unix_path
- * (which the caller binds). ctx is borrowed. Returns NULL with err set. */
+/* Listens on host:port and bridges each authenticated connection to one end of a new socketpair
+ * whose other end goes to the loop over handoff: one end of a SOCK_SEQPACKET socketpair, whose
+ * other end the loop reads with cs_tls_front_accept. The front keeps a duplicate of handoff
+ * (the caller may close its own); ctx is borrowed. Returns NULL with err set. */
 struct cs_tls_front *cs_tls_front_start(struct cs_tls_ctx *ctx, const char *host, const char *port,
-                                        const char *unix_path, struct cs_diag *err);
+                                        int handoff, struct cs_diag *err);
+/* On fd, the loop's end of the handoff pair (non-blocking): the next connection a front handed
+ * over, close-on-exec, or -1 with errno EAGAIN (none waiting), EPIPE (every front's end is
+ * closed) or EPROTO (a message that did not carry exactly one descriptor). */
+int cs_tls_front_accept(int fd);
 /* cs_tls_ctx_reload, then every bridged connection whose identity is gone is ended. */
 int cs_tls_front_reload(struct cs_tls_front *f, size_t *n, struct cs_diag *err);
 /* The port really bound (when 0 was asked for). */

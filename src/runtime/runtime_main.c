@@ -31,9 +31,10 @@
  * frames are still decoded through the generated decoder.
  *
  * --listen HOST:PORT (docs/scale-out.md): a worker nobody started for us. It opens its own roots
- * (--root PATH), binds its Unix socket in a private 0700 directory of its own, and a TLS front
- * (runner_tls.c) bridges each authenticated TCP connection to it; the accept code below is the
- * same, but it keeps accepting: several gateways are served at once, each connection a session
+ * (--root PATH), and a TLS front (runner_tls.c) bridges each authenticated TCP connection to a
+ * socketpair whose other end it hands to the loop (no name in the file system, so a killed
+ * worker leaves nothing behind); the session code below is the same, but it keeps taking
+ * connections: several gateways are served at once, each connection a session
  * with its own hello, request ids and cancels. An answer goes to the session that asked; the
  * replay cache is keyed by the gateway's name from its hello (else the session's number) and the
  * request id; process_exited goes to every session. A connection's end does not end the worker:
@@ -663,9 +664,13 @@ static void on_accept(void *arg, int fd, unsigned events)
 {
     struct worker *w = arg;
     (void)events;
-    int cfd = accept4(fd, NULL, NULL, SOCK_CLOEXEC);
-    if (cfd < 0)
+    int cfd = w->listening ? cs_tls_front_accept(fd) : accept4(fd, NULL, NULL, SOCK_CLOEXEC);
+    if (cfd < 0) {
+        /* The front keeps its end as long as we run; one that is gone would wake us forever. */
+        if (w->listening && errno == EPIPE)
+            stop(w, "the TLS front's handoff ended");
         return;
+    }
     test_stop("after-accept");
     struct sess *s = w->n_sessions < SESSIONS_MAX ? calloc(1, sizeof *s) : NULL;
     if (!s) {
@@ -751,24 +756,6 @@ static int open_root(const char *path)
     }
     close(fd);
     return 0;
-}
-
-/* --listen: the worker's Unix socket goes in a private 0700 directory of its own; only the
- * TLS front (runner_tls.c) connects to it, after authenticating its peer. Returns the socket
- * path (static) or NULL. */
-static char listen_dir[4096], listen_sock[4200];
-
-static const char *listen_socket_path(void)
-{
-    const char *tmp = getenv("TMPDIR");
-    snprintf(listen_dir, sizeof listen_dir, "%s/codespace-listen-XXXXXX",
-             tmp && tmp[0] == '/' ? tmp : "/tmp");
-    if (!mkdtemp(listen_dir)) {
-        fprintf(stderr, "codespace-runtime: mkdtemp %s: %s\n", listen_dir, strerror(errno));
-        return NULL;
-    }
-    snprintf(listen_sock, sizeof listen_sock, "%s/runner.sock", listen_dir);
-    return listen_sock;
 }
 
 /* "--root FD:PATH": holds the inherited directory FD as the root PATH. Returns 0 or -1. */
@@ -968,8 +955,7 @@ static int run(int argc, char **argv)
                 "  --help                 print this text and exit\n"
                 "\n"
                 "Environment: CODESPACE_REQUIRE_LINUX_SANDBOX=1 refuses to start without a\n"
-                "working sandbox; TMPDIR holds a --listen worker's private socket directory\n"
-                "(default /tmp); CODESPACE_NETNS_GRACE_SECS is how long a shared workspace\n"
+                "working sandbox; CODESPACE_NETNS_GRACE_SECS is how long a shared workspace\n"
                 "keeps its network namespace after its last process (0..86400, default 60);\n"
                 "CODESPACE_BUSY_POLL_US is how long a uds worker polls its link for the next\n"
                 "request before it sleeps (microseconds, 0..1000, 0 off, default 200).\n"
@@ -1036,10 +1022,8 @@ static int run(int argc, char **argv)
             fprintf(stderr, "codespace-runtime: --listen needs at least one --root PATH\n");
             return 2;
         }
-        if (!(sock = listen_socket_path()))
-            return 1;
     }
-    if (!sock || sock[0] != '/') {
+    if (!listen && (!sock || sock[0] != '/')) {
         usage();
         return 2;
     }
@@ -1055,8 +1039,6 @@ static int run(int argc, char **argv)
     const char *require = getenv("CODESPACE_REQUIRE_LINUX_SANDBOX");
     if (require && require[0] && strcmp(require, "0") != 0 && strcmp(require, "1") != 0) {
         fprintf(stderr, "codespace-runtime: CODESPACE_REQUIRE_LINUX_SANDBOX must be 0 or 1\n");
-        if (listen)
-            rmdir(listen_dir);
         return 2;
     }
     /* Hardening first (docs/contract/runtime.md section 4, "Worker hardening"). */
@@ -1085,15 +1067,11 @@ static int run(int argc, char **argv)
                 "codespace-runtime: --sandbox %s: the Linux sandbox probe failed, and a worker "
                 "told to sandbox never runs a command without it; not starting: %s\n",
                 sandbox, perr);
-        if (listen)
-            rmdir(listen_dir);
         return 1;
     }
     if (require && strcmp(require, "1") == 0 && !iso.sandbox) {
         fprintf(stderr, "codespace-runtime: CODESPACE_REQUIRE_LINUX_SANDBOX=1 and this worker has "
                         "no Linux sandbox (no --sandbox HELPER); not starting\n");
-        if (listen)
-            rmdir(listen_dir);
         return 1;
     }
 
@@ -1104,8 +1082,6 @@ static int run(int argc, char **argv)
         struct cs_diag serr = {0};
         if (cs_store_open(operations_db, &st, &serr) != CS_STORE_OK) {
             fprintf(stderr, "codespace-runtime: --operations-db: %s\n", serr.text);
-            if (listen)
-                rmdir(listen_dir);
             return 1;
         }
         cs_store_close(st);
@@ -1114,9 +1090,21 @@ static int run(int argc, char **argv)
         fprintf(stderr, "codespace-runtime: the gateway is already gone\n");
         return 1;
     }
-    int lfd = bind_socket(sock);
-    if (lfd < 0)
+    /* A gateway-started worker accepts on its socket; a listening one takes each authenticated
+     * connection from its TLS front over a socketpair (runner_tls.h): no name in the file
+     * system, so nothing is left behind however it ends. */
+    int hand[2] = {-1, -1};
+    int lfd;
+    if (listen) {
+        if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, hand) != 0 ||
+            fcntl(hand[0], F_SETFL, O_NONBLOCK) != 0) {
+            fprintf(stderr, "codespace-runtime: socketpair: %s\n", strerror(errno));
+            return 1;
+        }
+        lfd = hand[0];
+    } else if ((lfd = bind_socket(sock)) < 0) {
         return 1;
+    }
     own.bound = !listen;
     test_stop("before-accept");
 
@@ -1132,12 +1120,11 @@ static int run(int argc, char **argv)
     if (listen) {
         struct cs_diag err = {0};
         tctx = cs_tls_ctx_new(&tls, true, &err);
-        front = tctx ? cs_tls_front_start(tctx, lhost, lport, sock, &err) : NULL;
+        front = tctx ? cs_tls_front_start(tctx, lhost, lport, hand[1], &err) : NULL;
+        close(hand[1]); /* the front has its own */
         w.front = front;
         if (!front) {
             fprintf(stderr, "codespace-runtime: %s\n", err.text);
-            unlink(sock);
-            rmdir(listen_dir);
             close(lfd);
             /* No context: a certificate, key or key file that cannot be used is a bad
              * configuration (2, like a bad flag); no front: the address (1). */
@@ -1215,10 +1202,7 @@ out:
     close(lfd);
     if (gatefd >= 0)
         close(gatefd);
-    if (listen) {
+    if (listen)
         cs_tls_front_stop(front);
-        unlink(sock);
-        rmdir(listen_dir);
-    }
     return rc;
 }

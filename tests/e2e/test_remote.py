@@ -46,6 +46,7 @@ import os
 import random
 import shutil
 import signal
+import stat
 import ssl
 import subprocess
 import tempfile
@@ -388,6 +389,31 @@ class RemoteTest(unittest.TestCase):
         self.assertIsNone(err, err)
         self.assertEqual(out["exit_code"], 0)
         tp.kill_leftovers()
+
+    def test_killed_worker_leaves_nothing_behind(self):
+        """A worker's connections reach its loop over socketpairs, never a named socket: one
+        killed (SIGKILL, as the OOM killer or a supervisor's timeout does) leaves no socket and
+        no directory in its TMPDIR. Before, each start left a codespace-listen-* directory."""
+        wtmp = os.path.join(self.tmp, "worker-tmp")
+        os.mkdir(wtmp)
+        with open(os.path.join(self.ws, "a.txt"), "w") as f:
+            f.write("alpha\n")
+        w = self.worker(env={"TMPDIR": wtmp})
+        srv = self.gateway()
+        self.assertEqual(srv.call("read", {"workspace_id": "default", "path": "a.txt"})["content"],
+                         "alpha\n")
+
+        def named():
+            found = []
+            for top, dirs, files in os.walk(wtmp):
+                for n in dirs + files:
+                    p = os.path.join(top, n)
+                    if n.startswith("codespace-listen") or stat.S_ISSOCK(os.lstat(p).st_mode):
+                        found.append(p)
+            return found
+        self.assertEqual(named(), [], "a named socket while serving")
+        w.kill()
+        self.assertEqual(named(), [], "left behind by a killed worker")
 
     def test_gateway_with_wrong_pin_is_refused(self):
         w = self.worker()

@@ -10,10 +10,13 @@
  * - pre-shared key texts: 32..64 bytes of hex with whitespace around give the key; fewer bytes
  *   (-2), more (-3), an odd count, a non-hex byte, a NUL or a space inside (-1) do not; identities
  *   of 1..128 bytes of [A-Za-z0-9._:@-] pass, others not;
- * - PSK mode of runner_tls, on 127.0.0.1 with a real handshake (a front bridging to a Unix socket
- *   this test listens on, a link connecting to it): the same key and identity (32 and 64 bytes
- *   of key) carry bytes both ways; another key on the gateway or another identity reaches
- *   nothing (the Unix socket sees no connection) and the link's reason names the pre-shared
+ * - the front's handoff to the worker's loop (cs_tls_front_accept): one descriptor a message is
+ *   handed back close-on-exec; none waiting is EAGAIN; a message with none, two or three is
+ *   EPROTO and leaves none of them open; the front's end closed is EPIPE;
+ * - PSK mode of runner_tls, on 127.0.0.1 with a real handshake (a front handing its connections
+ *   to this test as the worker's loop, a link connecting to it): the same key and identity (32
+ *   and 64 bytes of key) carry bytes both ways; another key on the gateway or another identity
+ *   reaches nothing (no connection is handed over) and the link's reason names the pre-shared
  *   key; a short key file, a key file readable by others, a mix of both modes, a bad identity
  *   and a key path that is not a regular file fail at cs_tls_ctx_new with a message that never
  *   holds the key. (A certificate-mode gateway against a PSK worker: e2e_remote.)
@@ -40,12 +43,12 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -210,18 +213,15 @@ static const char *key_file(const char *name, const char *text, mode_t mode)
     return p;
 }
 
-/* A Unix socket listening at dir/sock (the worker's, here this test's). */
-static int unix_listener(char path[static 108])
+/* The loop's end of a handoff pair (its other end goes to the front), non-blocking, as the
+ * worker makes it. */
+static int handoff_pair(int *front_end)
 {
-    snprintf(path, 108, "%s/sock", dir);
-    unlink(path);
-    struct sockaddr_un sa = {.sun_family = AF_UNIX};
-    snprintf(sa.sun_path, sizeof sa.sun_path, "%s", path);
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    assert_true(fd >= 0);
-    assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof sa), 0);
-    assert_int_equal(listen(fd, 4), 0);
-    return fd;
+    int sp[2];
+    assert_int_equal(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp), 0);
+    assert_int_equal(fcntl(sp[0], F_SETFL, O_NONBLOCK), 0);
+    *front_end = sp[1];
+    return sp[0];
 }
 
 static int wait_in(int fd, int ms)
@@ -232,34 +232,36 @@ static int wait_in(int fd, int ms)
 
 /*
  * A worker (front) with server settings and a gateway (link) with client settings on 127.0.0.1.
- * Returns 1 when bytes went both ways through the worker's Unix socket, 0 when the link ended
- * before anything reached it (why holds the link's reason).
+ * Returns 1 when bytes went both ways through a connection handed to the loop, 0 when the link
+ * ended before anything reached it (why holds the link's reason).
  */
 static int handshake_through(const struct cs_tls_config *server, const struct cs_tls_config *client,
                              char *why, size_t cap)
 {
     struct cs_diag err = {0};
-    char upath[108], port[8];
-    int ul = unix_listener(upath);
+    char port[8];
+    int hf;
+    int ul = handoff_pair(&hf);
     struct cs_tls_ctx *sctx = cs_tls_ctx_new(server, true, &err);
     if (!sctx)
         fail_msg("server ctx: %s", err.text);
     struct cs_tls_ctx *cctx = cs_tls_ctx_new(client, false, &err);
     if (!cctx)
         fail_msg("client ctx: %s", err.text);
-    struct cs_tls_front *f = cs_tls_front_start(sctx, "127.0.0.1", "0", upath, &err);
+    struct cs_tls_front *f = cs_tls_front_start(sctx, "127.0.0.1", "0", hf, &err);
     assert_non_null(f);
+    close(hf); /* the front keeps its own */
     snprintf(port, sizeof port, "%d", cs_tls_front_port(f));
     int fd = -1;
     struct cs_tls_link *l = cs_tls_link_start(cctx, "127.0.0.1", port, 5000, &fd, &err);
     assert_non_null(l);
     int ok = 0;
-    /* The gateway writes first; an authenticated link brings it to the Unix socket. */
+    /* The gateway writes first; an authenticated link brings it to the loop's end. */
     assert_int_equal(write(fd, "ping", 4), 4);
     struct pollfd p[2] = {{.fd = ul, .events = POLLIN}, {.fd = fd, .events = POLLIN}};
     assert_int_equal(poll(p, 2, 5000) > 0, 1);
     if (p[0].revents & POLLIN) {
-        int c = accept4(ul, NULL, NULL, SOCK_CLOEXEC);
+        int c = cs_tls_front_accept(ul);
         assert_true(c >= 0);
         char b[8] = "";
         assert_int_equal(wait_in(c, 3000), 1);
@@ -272,7 +274,7 @@ static int handshake_through(const struct cs_tls_config *server, const struct cs
         close(c);
         ok = 1;
     } else {
-        /* Refused: the loop's end sees the stream end, and nothing reached the socket. */
+        /* Refused: the gateway's end sees the stream end, and nothing was handed over. */
         char b[8];
         assert_int_equal(wait_in(fd, 3000), 1);
         assert_true(read(fd, b, sizeof b) <= 0);
@@ -282,11 +284,86 @@ static int handshake_through(const struct cs_tls_config *server, const struct cs
     cs_tls_link_free(l);
     close(fd);
     cs_tls_front_free(f);
+    /* The front's end of the handoff went with it: the loop sees its end, not a busy wake-up. */
+    assert_int_equal(cs_tls_front_accept(ul), -1);
+    assert_int_equal(errno, EPIPE);
     cs_tls_ctx_free(cctx);
     cs_tls_ctx_free(sctx);
     close(ul);
-    unlink(upath);
     return ok;
+}
+
+/* Sends n descriptors (0..3) with one byte over sock. */
+static void send_fds(int sock, const int *fds, size_t n)
+{
+    union {
+        char buf[CMSG_SPACE(3 * sizeof(int))];
+        struct cmsghdr align;
+    } ctl;
+    memset(&ctl, 0, sizeof ctl);
+    char byte = 0;
+    struct iovec iov = {.iov_base = &byte, .iov_len = 1};
+    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1};
+    if (n) {
+        msg.msg_control = ctl.buf;
+        msg.msg_controllen = CMSG_SPACE(n * sizeof(int));
+        struct cmsghdr *c = CMSG_FIRSTHDR(&msg);
+        c->cmsg_level = SOL_SOCKET;
+        c->cmsg_type = SCM_RIGHTS;
+        c->cmsg_len = CMSG_LEN(n * sizeof(int));
+        memcpy(CMSG_DATA(c), fds, n * sizeof(int));
+    }
+    assert_int_equal(sendmsg(sock, &msg, 0), 1);
+}
+
+/* The loop's side of the handoff takes exactly one descriptor a message: none waiting is
+ * EAGAIN, a message without one or with two or three (more than its buffer holds) is EPROTO
+ * and leaves no descriptor open (the read ends of a pipe sent over are closed: its writer gets
+ * EPIPE), one is handed back, and a front's end closed is EPIPE. */
+static void handoff_messages(void **state)
+{
+    (void)state;
+    signal(SIGPIPE, SIG_IGN);
+    int front;
+    int loop = handoff_pair(&front);
+    errno = 0;
+    assert_int_equal(cs_tls_front_accept(loop), -1);
+    assert_int_equal(errno, EAGAIN);
+
+    send_fds(front, NULL, 0);
+    assert_int_equal(cs_tls_front_accept(loop), -1);
+    assert_int_equal(errno, EPROTO);
+
+    for (size_t n = 2; n <= 3; n++) {
+        int p[2];
+        assert_int_equal(pipe2(p, O_CLOEXEC), 0);
+        int many[3] = {p[0], p[0], p[0]};
+        send_fds(front, many, n);
+        close(p[0]);
+        assert_int_equal(cs_tls_front_accept(loop), -1);
+        assert_int_equal(errno, EPROTO);
+        assert_int_equal(write(p[1], "x", 1), -1);
+        assert_int_equal(errno, EPIPE);
+        close(p[1]);
+    }
+
+    int sp[2];
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp), 0);
+    send_fds(front, &sp[1], 1);
+    close(sp[1]);
+    int got = cs_tls_front_accept(loop);
+    assert_true(got >= 0);
+    assert_int_equal(fcntl(got, F_GETFD) & FD_CLOEXEC, FD_CLOEXEC);
+    assert_int_equal(write(got, "hi", 2), 2);
+    char b[4];
+    assert_int_equal(read(sp[0], b, sizeof b), 2);
+    close(got);
+    close(sp[0]);
+
+    close(front);
+    assert_int_equal(cs_tls_front_accept(loop), -1);
+    assert_int_equal(errno, EPIPE);
+    close(loop);
 }
 
 static void psk_handshakes(void **state)
@@ -643,14 +720,17 @@ static void pump_sleeps_through_a_hangup(void **state)
 
 int main(void)
 {
+    /* clang-format off */
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(addresses),
         cmocka_unit_test(pins),
         cmocka_unit_test(psk_texts),
+        cmocka_unit_test(handoff_messages),
         cmocka_unit_test(psk_handshakes),
         cmocka_unit_test(hello_isolation),
         cmocka_unit_test(first_flights),
         cmocka_unit_test(pump_sleeps_through_a_hangup),
     };
+    /* clang-format on */
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
