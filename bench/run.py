@@ -114,6 +114,18 @@ def machine_facts():
     poll_ns = read_first("/sys/module/haltpoll/parameters/guest_halt_poll_ns")
     if idle == "haltpoll" and poll_ns is not None:
         cpuidle += ", guest_halt_poll_ns %s" % poll_ns
+    # The kernel's own scheduling and isolation settings, which move wake-up costs between two
+    # builds of one kind (issue 33): the command line's, and sched_vcpu_pack, a vendor knob the
+    # PVM guests of 2026-12 have (not upstream).
+    cmdline = read_first("/proc/cmdline") or ""
+    knobs = [t for t in cmdline.split()
+             if t.split("=")[0] in ("pti", "mitigations", "idle", "nohz", "nohz_full",
+                                    "isolcpus", "preempt", "clocksource")
+             or t.startswith(("pvm", "sched_", "kvm-", "haltpoll"))]
+    for name in ("sched_vcpu_pack", "sched_autogroup_enabled"):
+        v = read_first("/proc/sys/kernel/" + name)
+        if v is not None and not any(t.startswith(name + "=") for t in knobs):
+            knobs.append("%s %s" % (name, v))
     mem = None
     try:
         with open("/proc/meminfo") as f:
@@ -130,6 +142,7 @@ def machine_facts():
         ("memory", mem or "?"),
         ("virtualization", virt),
         ("cpuidle", cpuidle),
+        ("kernel settings", ", ".join(knobs) or "none of note"),
         ("load average at the start", "%.2f %.2f %.2f" % load),
     ]
 
