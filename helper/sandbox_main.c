@@ -102,11 +102,18 @@ static int help(void)
     return 0;
 }
 
-/* Runs `run --plan` for /usr/bin/true in a private probe workspace, 5 s at most; less when the
- * runner that started it goes (checked every 5 ms: the child killed, the workspace removed).
- * SIGPIPE is ignored here: a runner that is gone took the read end of our stderr with it, and
- * the line saying so must not kill us before the workspace is removed (it did: one probe
- * directory left in TMPDIR for each runner killed while it probed). */
+/* The probe's own bound on its sandboxed `true`: under the runner's 5 s (HELPER_LIMIT_MS in
+ * src/supervisor/supervisor_sandbox.c), so a hung probe removes its workspace itself and says
+ * "timed out" before the runner's SIGKILL can leave it behind. */
+#define PROBE_LIMIT_SEC 4
+
+/* Runs `run --plan` for /usr/bin/true in a private probe workspace, PROBE_LIMIT_SEC at most; less
+ * when the runner that started it goes (checked every 5 ms: the child killed, the workspace
+ * removed). SIGPIPE is ignored here: a runner that is gone took the read end of our stderr with
+ * it, and the line saying so must not kill us before the workspace is removed (it did: one probe
+ * directory left in TMPDIR for each runner killed while it probed). The workspace is named as a
+ * plan directory is, after the runner's pid, so that if we are killed anyway (SIGKILL leaves no
+ * time to clean up) the next runner's start-up sweep removes it once that runner is gone. */
 static int probe(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -114,8 +121,10 @@ static int probe(void)
     const char *t = "/usr/bin/true";
     if (access(t, X_OK) < 0)
         t = "/bin/true";
-    char ws[4096];
-    snprintf(ws, sizeof ws, "%s/" CS_SBX_DIR_PREFIX "probe-XXXXXX", cs_sbx_tmpdir());
+    char ws[4096], owner[24] = "probe-";
+    if (runner > 0)
+        snprintf(owner, sizeof owner, "%ld-", (long)runner);
+    snprintf(ws, sizeof ws, "%s/" CS_SBX_DIR_PREFIX "%sXXXXXX", cs_sbx_tmpdir(), owner);
     if (!mkdtemp(ws)) {
         fprintf(stderr, "codespace-linux-sandbox: probe workspace: %s\n", strerror(errno));
         return 1;
@@ -172,7 +181,7 @@ static int probe(void)
             st = -1;
             break;
         }
-        if (now.tv_sec - start.tv_sec >= 5) {
+        if (now.tv_sec - start.tv_sec >= PROBE_LIMIT_SEC) {
             kill(pid, SIGKILL);
             waitpid(pid, &st, 0);
             fprintf(stderr, "codespace-linux-sandbox: probe: timed out\n");

@@ -9,18 +9,19 @@
  *
  * No plan outlives its run (docs/contract/sandbox.md §1, invariant R9). A memfd plan goes with its
  * last descriptor. Plan files are still written by the probe and by a tool's `prepare`: the helper
- * is given CODESPACE_SANDBOX_RUNNER_PID=<our pid>, so its plan directories are named
- * `codespace-sandbox-<pid>-XXXXXX` under the helper's TMPDIR (below). Then:
+ * is given CODESPACE_SANDBOX_RUNNER_PID=<our pid>, so its plan directories, and the probe's
+ * workspace, are named `codespace-sandbox-<pid>-XXXXXX` under the helper's TMPDIR (below). Then:
  *  - cs__supervisor_plan_remove removes an exact plan path if it is still there (a process
  *    given a plan file; the runner's own commands no longer are);
  *  - when a supervisor with a sandbox starts, it removes the plan directories that a runner which
- *    is gone left (crashed, SIGKILLed, its helper killed during prepare): a name carrying a pid
- *    that is no live process, or any pid when the directory is over an hour old (a plan is read
- *    within milliseconds of its prepare; an hour old means its pid was recycled), always only a
- *    real directory owned by our uid directly under the helper's TMPDIR: cs__supervisor_plan_sweep.
- *    A live pid's directories, another server's included, are left alone; so are names without a
- *    pid (`prepare` run by hand). Runners sharing a TMPDIR must share a PID namespace (they do,
- *    unless /dev/shm is shared into containers), since "live" is decided by kill(pid, 0).
+ *    is gone left (crashed, SIGKILLed, its helper killed during prepare or probe): a name carrying
+ *    a pid that is no live process, or any pid when the directory is over an hour old (a plan is
+ *    read within milliseconds of its prepare; an hour old means its pid was recycled), always
+ *    only a real directory owned by our uid directly under the helper's TMPDIR:
+ *    cs__supervisor_plan_sweep. A live pid's directories, another server's included, are left
+ *    alone; so are names without a pid (`prepare` or `probe` run by hand). Runners sharing a
+ *    TMPDIR must share a PID namespace (they do, unless /dev/shm is shared into containers),
+ *    since "live" is decided by kill(pid, 0).
  * Both runners come here: the in-process gateway and the uds worker (codespace-runtime).
  *
  * Trust: the helper is the operator's binary (flag, variable or our sibling); its output is

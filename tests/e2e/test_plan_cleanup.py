@@ -8,6 +8,7 @@ docs/security-model.md), through the real server (codespace-mcp over stdio) and 
   when it is a tmpfs). About 6 s per runner in the release build on 2 cores.
 - The start-up sweep: a plan directory named as a dead runner's goes when the server starts; one
   named as a live process's (this test), and a symlink named as a dead runner's, stay untouched.
+  So does the workspace of a probe SIGKILLed mid-run, named after its runner like a plan.
 
 Plan directories are codespace-sandbox-<runner pid>-XXXXXX; the runner is the server itself, or
 its uds worker (CS_E2E_RUNNER=uds, the e2e_plan_cleanup_uds copy). Only directories naming one
@@ -172,6 +173,48 @@ class PlanCleanup(unittest.TestCase):
         self.assertTrue(os.path.isfile(os.path.join(live, "plan")), live)
         self.assertTrue(os.path.islink(link), link)
         self.assertTrue(os.path.isfile(os.path.join(target, "plan")), target)
+
+    def test_killed_probe_leaves_only_what_the_sweep_removes(self):
+        # A probe SIGKILLed mid-run (the runner's 5 s bound on a hung probe, the OOM killer) has
+        # no time to remove its workspace. It is named for its runner, as plan directories are,
+        # so the next runner's start-up sweep removes it once that runner is gone. The runner
+        # here is a shell (the probe checks that its parent is the pid it was given). What the
+        # probe made is what appeared in the helper's TMPDIR named for that shell or as an
+        # unowned probe workspace (the name an older helper gave it, which nobody sweeps).
+        script = ('CODESPACE_SANDBOX_RUNNER_PID=$$ TMPDIR="$1" PATH=/usr/bin:/bin '
+                  '"$2" probe 2>/dev/null; exit 0')
+
+        def probe_dirs(pid):
+            return set(plan_dirs(self.where, {pid})) | {
+                n for n in os.listdir(self.where) if n.startswith("codespace-sandbox-probe-")}
+
+        left = set()
+        for attempt in range(50):
+            runner = subprocess.Popen(["sh", "-c", script, "sh", self.where, self.helper])
+            before = probe_dirs(runner.pid)
+            seen = set()
+            deadline = time.monotonic() + 10
+            while not seen and runner.poll() is None and time.monotonic() < deadline:
+                seen = probe_dirs(runner.pid) - before
+                if not seen:
+                    time.sleep(0.0005)
+            probes = children(runner.pid)
+            for pid in probes:
+                os.kill(pid, 9)
+            runner.wait(10)
+            left = probe_dirs(runner.pid) - before
+            self.addCleanup(lambda names=left: [shutil.rmtree(os.path.join(self.where, n), True)
+                                                for n in names])
+            if probes and left:
+                break  # killed while its workspace existed
+        self.assertTrue(left, "no probe was caught with its workspace in %d attempts"
+                        % (attempt + 1))
+        srv = self.server()
+        out = srv.call("exec_command", {"workspace_id": "default", "command": ["true"],
+                                        "yield_ms": 10000})
+        self.assertEqual(out["state"], "exited", out)
+        stay = sorted(n for n in left if os.path.lexists(os.path.join(self.where, n)))
+        self.assertEqual(stay, [], "a killed probe's directories outlived the next start's sweep")
 
 
 if __name__ == "__main__":

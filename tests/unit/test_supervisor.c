@@ -605,7 +605,7 @@ static void test_plan_dir_pid(void **state)
     assert_int_equal(pid, 2147483647);
     static const char *const bad[] = {
         "codespace-sandbox-abcdef",             /* prepare by hand: no pid, never swept */
-        "codespace-sandbox-probe-abcdef",       /* the probe's workspace */
+        "codespace-sandbox-probe-abcdef",       /* a probe run by hand: never swept */
         "codespace-sandbox-0-abcdef",           /* no pid 0 */
         "codespace-sandbox-012-abcdef",         /* leading zero */
         "codespace-sandbox-2147483648-abcdef",  /* over INT_MAX */
