@@ -1,9 +1,11 @@
 /*
  * patch_txn: apply_patch's transaction (see patch_txn.h and docs/patch-format.md, "Transactions").
  *
- * Order: fingerprint, mint the ledger row (a replay or a key conflict stops here), check
- * expected_versions, parse, normalise and preflight every operation (reading every old content
- * into memory: the snapshots), then for check_only finish as "checked"; otherwise write, verify
+ * Order: fingerprint, mint the ledger row (a replay or a key conflict stops here), parse,
+ * normalise every path and check it against the deny rules (the patch's and expected_versions'
+ * alike: PATH_DENIED comes before any file is looked at, contract section 7), check
+ * expected_versions, preflight every operation (reading every old content into memory: the
+ * snapshots), then for check_only finish as "checked"; otherwise write, verify
  * and roll back on failure, and finish the row with the result. A rejection before any write
  * finishes the row as "rejected" without a stored result and returns the error with the row's id.
  *
@@ -786,9 +788,7 @@ static int check_versions(int rootfd, struct cs_fs_deny *deny,
         const struct csw_mcp_apply_patch_input_expected_versions_entry *e =
             &in->expected_versions.v[i];
         struct cs_fs_path p;
-        int rc = norm(deny, e->key.s, e->key.n, &p, diag);
-        if (rc == 0)
-            rc = cs__fs_deny_under(deny, rootfd, &p, diag);
+        int rc = norm(deny, e->key.s, e->key.n, &p, diag); /* denied: deny_versions refused it */
         if (rc != 0)
             return rc;
         bool want_absent = e->value.n == 6 && memcmp(e->value.s, "absent", 6) == 0;
@@ -876,9 +876,10 @@ static int check_duplicates(const struct txn *t, struct cs_diag *diag)
     return rc;
 }
 
-/* Normalises and preflights every operation; reads every old content; computes every new one. */
-static int preflight(struct txn *t, const struct cs_patch *plan, const struct cs_cancel *cancel,
-                     struct cs_diag *diag)
+/* Normalises every operation's paths and checks each against the deny rules, by name and below a
+ * directory denied under another name (a denied link's target, a denied directory renamed):
+ * refused whether or not the file exists, so adds and moves too. No file is read here. */
+static int preflight_paths(struct txn *t, const struct cs_patch *plan, struct cs_diag *diag)
 {
     t->items = calloc(plan->n_ops + 1, sizeof *t->items);
     if (t->items == NULL) {
@@ -915,9 +916,37 @@ static int preflight(struct txn *t, const struct cs_patch *plan, const struct cs
             break;
         }
     }
-    int rc = check_duplicates(t, diag);
-    if (rc != 0)
-        return rc;
+    for (size_t i = 0; i < t->n_items; i++) {
+        struct item *it = &t->items[i];
+        int rc = cs__fs_deny_under(t->deny, t->rootfd, &it->path, diag);
+        if (rc == 0 && it->kind == CSW_PATCH_CHANGE_KIND_MOVE)
+            rc = cs__fs_deny_under(t->deny, t->rootfd, &it->from, diag);
+        if (rc != 0)
+            return rc;
+    }
+    return check_duplicates(t, diag);
+}
+
+/* expected_versions' paths, against the deny rules as the patch's are (before any is read). */
+static int deny_versions(int rootfd, struct cs_fs_deny *deny,
+                         const struct csw_mcp_apply_patch_input *in, struct cs_diag *diag)
+{
+    for (size_t i = 0; in->has_expected_versions && i < in->expected_versions.n; i++) {
+        const struct cs_str *key = &in->expected_versions.v[i].key;
+        struct cs_fs_path p;
+        int rc = norm(deny, key->s, key->n, &p, diag);
+        if (rc == 0)
+            rc = cs__fs_deny_under(deny, rootfd, &p, diag);
+        if (rc != 0)
+            return rc;
+    }
+    return 0;
+}
+
+/* Preflights every operation whose paths passed: reads every old content; computes every new
+ * one. */
+static int preflight(struct txn *t, const struct cs_cancel *cancel, struct cs_diag *diag)
+{
     for (size_t i = 0; i < t->n_items; i++) {
         test_hook_preflight_delay(cancel);
         test_hook_hold(t->items[i].path.rel, cancel);
@@ -926,13 +955,7 @@ static int preflight(struct txn *t, const struct cs_patch *plan, const struct cs
         struct item *it = &t->items[i];
         const struct cs_fs_path *src =
             it->kind == CSW_PATCH_CHANGE_KIND_MOVE ? &it->from : &it->path;
-        /* Below a directory denied under another name (a denied link's target, a denied
-         * directory renamed): refused whether or not the file exists, so adds and moves too. */
-        rc = cs__fs_deny_under(t->deny, t->rootfd, &it->path, diag);
-        if (rc == 0 && it->kind == CSW_PATCH_CHANGE_KIND_MOVE)
-            rc = cs__fs_deny_under(t->deny, t->rootfd, &it->from, diag);
-        if (rc != 0)
-            return rc;
+        int rc;
         if (it->kind == CSW_PATCH_CHANGE_KIND_ADD) {
             rc = check_absent(t->rootfd, &it->path, CSW_ERROR_ADD_FILE_EXISTS, diag);
             if (rc != 0)
@@ -1109,12 +1132,15 @@ int cs_patch_txn_apply_op(const char *root, struct cs_fs_deny *deny, const char 
     if (rc == 0)
         rc = cs__patch_journal_recover_at(t.rootfd, deny, NULL, NULL, NULL, diag);
     if (rc == 0)
-        rc = check_versions(t.rootfd, deny, in, cancel, diag);
-    if (rc == 0) {
         rc = cs_patch_rc_error(cs_patch_parse(in->patch.s, in->patch.n, &plan, diag));
-    }
     if (rc == 0)
-        rc = preflight(&t, plan, cancel, diag);
+        rc = preflight_paths(&t, plan, diag);
+    if (rc == 0)
+        rc = deny_versions(t.rootfd, deny, in, diag);
+    if (rc == 0)
+        rc = check_versions(t.rootfd, deny, in, cancel, diag);
+    if (rc == 0)
+        rc = preflight(&t, cancel, diag);
     /* The last safe point: past it the writes begin and the transaction runs to its end. */
     if (rc == 0)
         rc = cancelled(cancel, diag);

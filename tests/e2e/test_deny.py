@@ -207,6 +207,44 @@ class DenyCase(unittest.TestCase):
         self.assertEqual(err["code"], "PATH_DENIED", err)
         self.assertFalse(os.path.exists(os.path.join(self.ws, "ev-ok.txt")))
 
+    def test_patch_denied_before_any_file_check(self):
+        # PATH_DENIED comes before every check that looks at a file (contract section 7): a
+        # version, a missing file, an existing destination, whichever operation or
+        # expected_versions entry comes first. Each case would fail on its first part alone.
+        wrong = "sha256:" + "0" * 64
+        cases = [
+            ("*** Add File: .env.new/.env\n+x\n", {"env.txt": wrong}),
+            ("*** Add File: sub/.env\n+x\n", {"env.txt": "absent"}),
+            ("*** Update File: missing.txt\n@@\n-a\n+b\n*** Delete File: keys/server.pem\n",
+             None),
+            ("*** Add File: env.txt\n+dup\n*** Add File: keys/new.pem\n+x\n", None),
+            ("*** Update File: .envrc\n*** Move to: env.txt\n@@\n-envrc-ok\n+e\n"
+             "*** Update File: config/local.json\n@@\n-" + SECRET + "\n+y\n", None),
+            ("*** Add File: fresh-ok.txt\n+ok\n", {"missing-too.txt": wrong, ".env": wrong}),
+        ]
+        for body, versions in cases:
+            with self.subTest(body=body, versions=versions):
+                kw = {"expected_versions": versions} if versions else {}
+                out, err = self.patch(body, **kw)
+                self.assertIsNone(out, out)
+                self.assertEqual(err["code"], "PATH_DENIED", err)
+                self.assertNotIn(wrong[7:], json.dumps(err))
+        # a denied directory renamed on the host: denied by identity, still before file checks
+        shutil.move(os.path.join(self.ws, "secrets"), os.path.join(self.ws, "cfg2"))
+        try:
+            self.assert_denied("cfg2/a.txt")
+            out, err = self.patch("*** Update File: missing.txt\n@@\n-a\n+b\n"
+                                  "*** Add File: cfg2/new.txt\n+x\n",
+                                  expected_versions={"env.txt": wrong})
+            self.assertEqual(err["code"], "PATH_DENIED", err)
+            self.assertFalse(os.path.exists(os.path.join(self.ws, "cfg2/new.txt")))
+        finally:
+            shutil.move(os.path.join(self.ws, "cfg2"), os.path.join(self.ws, "secrets"))
+        for rel, want in (("env.txt", "env-ok"), (".envrc", "envrc-ok")):
+            with open(os.path.join(self.ws, rel)) as f:
+                self.assertEqual(f.read(), want)
+        self.assertFalse(os.path.exists(os.path.join(self.ws, "fresh-ok.txt")))
+
     def test_patch_neighbour_applies(self):
         out, err = self.patch("*** Add File: config/neighbour.json\n+{}\n")
         self.assertIsNone(err, err)
