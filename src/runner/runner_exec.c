@@ -336,7 +336,9 @@ static int ident_load(struct cs_runner_exec *ex, struct ws_deny *w)
 /*
  * The deny state of ws (on the loop thread): NULL with *rc 0 when ws has no deny rules. Created
  * at the workspace's first operation in this process, with a bounded scan that remembers the
- * identity of every denied file existing then (docs/contract/tools.md §5, "at start"). *rc is an
+ * identity of every denied file existing then (docs/contract/tools.md §5, "at start": the
+ * gateway sends each such workspace a version check when the runner starts, deny_warm_all in
+ * src/tools/tools.c, so the first operation is the start's). *rc is an
  * error (msg set) when the rules do not compile (the gateway validated them: an invariant broke)
  * or on OOM: the operation then fails closed.
  */

@@ -1170,6 +1170,32 @@ int cs_tools_init(struct cs_tools *t, const struct cs_config *cfg, const char *v
     return 0;
 }
 
+static void deny_warmed(void *arg, const struct cs_runner_reply *r)
+{
+    (void)arg;
+    (void)r; /* whatever the answer: a scan that failed fails the workspace's operations */
+}
+
+/*
+ * The deny rules' start-up scan (contract section 7: the identity of every denied file is
+ * remembered "at start"): the runner builds a workspace's deny state, scanning it and storing
+ * what it finds, when an operation first names the workspace. A version check of the root (it
+ * reads no file: the root is no file) is that operation, sent for every workspace with deny
+ * rules when the runner starts and again when a worker replaces a lost one, so that a denied
+ * file renamed before the client's first call is still denied under its new name.
+ */
+static void deny_warm_all(struct cs_tools *t)
+{
+    for (size_t i = 0; i < t->cfg->n_workspaces; i++) {
+        if (t->cfg->workspaces[i].n_deny == 0)
+            continue;
+        struct csw_runner_wire_op op = {.tag = CSW_RUNNER_WIRE_OP_VERSION};
+        op.u.version.data =
+            (struct csw_runner_wire_version_data){.workspace = t->wsdesc[i], .path = {".", 1}};
+        cs_runner_call(t->runner, &op, deny_warmed, NULL);
+    }
+}
+
 /* Any runner made a link to a worker again (a uds worker replaced, a tcp worker's hello
  * answered again): counted for the operator's metrics (docs/operations.md, "Metrics"). */
 static void on_runner_reconnected(void *arg)
@@ -1178,6 +1204,7 @@ static void on_runner_reconnected(void *arg)
     t->runner_reconnects++;
     /* A worker back (or a new one): what became of the patches the link's loss left unknown. */
     cs__tools_recover_ask_all(t);
+    deny_warm_all(t);
 }
 
 struct cs_runner_events cs_tools_runner_events(struct cs_tools *t)
@@ -1248,5 +1275,6 @@ int cs_tools_register(struct cs_mcp *srv, struct cs_tools *t, const struct cs_to
         return cs_diag_set(err, CSW_ERROR_INTERNAL, "internal: exec_command has no hint slot");
     /* A remote worker's journals a crash left: their rows are settled once the link is up. */
     cs__tools_recover_ask_all(t);
+    deny_warm_all(t);
     return 0;
 }

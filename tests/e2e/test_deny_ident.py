@@ -105,7 +105,7 @@ class IdentCase(unittest.TestCase):
                                          ["--config", self.registry, "--operations-db", self.db],
                                          self.state, env, client="test_deny_ident",
                                          worker_db=self.wdb)
-        # The first operation scans the workspace and remembers what its rules deny.
+        # The runner scanned the workspace at start; a first read shows the server answers.
         if first_read:
             self.assertEqual(self.read_ok("env.txt"), "env-ok")
         return self.srv
@@ -193,33 +193,35 @@ class IdentCase(unittest.TestCase):
         os.rename(os.path.join(ws, "config"), os.path.join(ws, "cfg"))
         return ["keys/a.txt", "linked.txt", "cfg/prod.json", "cfg/deep/x.json"]
 
-    def test_database_unopenable_at_first_use_fails_closed(self):
-        """The runner opens its connection to the database when a workspace with deny rules
-        first needs its rows (docs/ledger.md), not at start. A database that cannot be opened
-        then (here a directory where the file was: the server's start had checked the file)
-        fails every operation of the workspace, naming why; nothing denied is read, and once
-        the file is back the next operation opens it and the rules hold. A --listen worker (tcp)
-        opened it at start for its ledger: the same change then stops nothing."""
+    def test_renamed_before_the_first_call(self):
+        """The identities are remembered at start (contract section 7), not at the workspace's
+        first operation: denied files moved after the server started and before any tool call
+        stay denied under their new names, for every tool."""
+        self.start(first_read=False)
+        # In process the scan ran before the server answered anything. A worker's scans were
+        # the first frames on its link: a call it answers (about no workspace) comes after
+        # them. A remote worker's link may still be coming up when the server answers.
+        out, err = self.srv.call_raw("process_status", {"process_id": "p-none"})
+        self.assertIsNone(out, out)
+        moved = self.move_secrets()
+        self.assert_denied_everywhere(moved)
+        self.assertEqual(self.read_ok("env.txt"), "env-ok")
+
+    def test_database_unopenable_after_start(self):
+        """The runner opens its connection to the database at start, when it scans each
+        workspace with deny rules (a --listen worker, tcp, opened it at start for its ledger);
+        the file gone afterwards (a directory where it was) stops nothing for a runner that
+        holds it, and once the file is back the rules still hold. (A uds worker started while
+        the file cannot be opened does not start: every call fails before dispatch.)"""
         tcp = mcp_stdio.runner() == "remote"
         db = self.wdb if tcp else self.db
         self.start(first_read=False)
         os.rename(db, db + ".away")
         os.mkdir(db)
-        if tcp:
-            self.assertEqual(self.read_ok("env.txt"), "env-ok")
-            out, err = self.read_raw(".env")
-            self.assertIsNone(out, out)
-            self.assertEqual(err["code"], "PATH_DENIED", err)
-        else:
-            for path in ("env.txt", ".env"):
-                with self.subTest(path=path):
-                    out, err = self.read_raw(path)
-                    self.assertIsNone(out, (path, out))
-                    self.assertIn("remembered deny identities", err["message"], err)
-                    self.assertNotIn(SECRET, json.dumps(err))
-            found, err = self.srv.call_raw("find", {"workspace_id": "default"})
-            self.assertIsNone(found, found)
-            self.assertIn("remembered deny identities", err["message"], err)
+        self.assertEqual(self.read_ok("env.txt"), "env-ok")
+        out, err = self.read_raw(".env")
+        self.assertIsNone(out, out)
+        self.assertEqual(err["code"], "PATH_DENIED", err)
         os.rmdir(db)
         os.rename(db + ".away", db)
         self.assertEqual(self.read_ok("env.txt"), "env-ok")
