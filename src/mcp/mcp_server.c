@@ -159,7 +159,9 @@ static json_t *encode(const struct cs_wire_type *t, const void *v)
     return cs_wire_encode(t, v, &j, NULL) == CS_WIRE_OK ? j : NULL;
 }
 
-/* The capabilities every revision announces: tools (never changing) and logging. */
+/* The capabilities a 2025 session is announced: tools (never changing) and logging (process exits
+ * are sent to every initialized session). server/discover (2026-07-28) announces tools alone: a
+ * stateless request has no session, so it is never sent a notifications/message. */
 static struct csw_protocol_common_server_capabilities capabilities(void)
 {
     struct csw_protocol_common_server_capabilities c;
@@ -253,7 +255,7 @@ static int build_modern(struct cs_mcp *srv)
     memset(&d, 0, sizeof d);
     d.supportedversions.v = versions;
     d.supportedversions.n = 1 + cs_mcp_version_count;
-    d.capabilities = capabilities();
+    d.capabilities.tools = capabilities().tools; /* no logging: nothing is sent (see there) */
     d.instructions = cstr(instructions);
     d.ttlms = CACHE_TTL_MS;
     d.cachescope = CSW_PROTOCOL_COMMON_CACHE_SCOPE_PUBLIC;

@@ -251,6 +251,9 @@ class ModernBase:
         self.assertEqual(res["capabilities"]["tools"], {"listChanged": False})
         self.assertNotIn("prompts", res["capabilities"])
         self.assertNotIn("resources", res["capabilities"])
+        # No request of this revision is ever sent notifications/message (no session), and
+        # logging is announced only where it is sent (workflows.md section 5).
+        self.assertNotIn("logging", res["capabilities"])
         self.assertIsInstance(res["instructions"], str)
         self.assertIsInstance(res["ttlMs"], int)
         self.assertGreaterEqual(res["ttlMs"], 0)
