@@ -157,6 +157,8 @@ static void copy_id(char out[ID_MAX], const struct cs_str *s, const char *prefix
 static void names_of(struct cs_main_calls *c, const struct cs_mcp_call_report *r, struct named *n)
 {
     const char *tool = r->tool;
+    if (!r->input && r->refused_workspace_id.n > 0) /* arguments refused: a registered id only */
+        n->workspace_id = registered(c, &r->refused_workspace_id);
     if (strcmp(tool, "workspace_info") == 0) {
         const struct csw_mcp_workspace_info_input *in = r->input;
         if (in && in->has_workspace_id)

@@ -130,6 +130,8 @@ struct cs_mcp_call {
     int error;                       /* cs_mcp_call_error's code while it completes, or -1 */
     const char *error_op;            /* its operation_id (borrowed likewise), or NULL */
     bool input_ok;                   /* the arguments decoded: input is the handler's */
+    struct cs_str refused_ws;        /* arguments refused: their workspace_id string, borrowed
+                                      * from them while the refusal completes, or empty */
 };
 
 bool cs_mcp_version_supported(const char *v)
@@ -678,6 +680,7 @@ static void report_done(const struct cs_mcp_call *call, bool nomem)
         .output = nomem || call->error >= 0 ? NULL : call->output,
         .error = nomem ? (int)CSW_ERROR_INTERNAL : call->error,
         .operation_id = nomem ? NULL : call->error_op,
+        .refused_workspace_id = call->refused_ws,
         .duration_ms = now_ms() - call->started_ms,
         .cancelled = call->cancelled,
     };
@@ -1180,6 +1183,11 @@ static json_t *tools_call(struct cs_mcp_exchange *x, json_t *id, const char *raw
                           : json_is_number(args) ? "a number"
                                                  : "a boolean");
     } else if (st != CS_WIRE_OK) {
+        /* The operator's log still names the workspace a refused call was for (main_calls.c
+         * logs it only when it is a registered one). */
+        const json_t *w = json_object_get(args, "workspace_id");
+        if (json_is_string(w))
+            call->refused_ws = (struct cs_str){(char *)json_string_value(w), json_string_length(w)};
         char where[600];
         /* The tool's hint, when the first violation is where a client is known to go wrong. */
         bool hinted =

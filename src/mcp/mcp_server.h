@@ -136,7 +136,10 @@ struct cs_mcp_call_report {
                          * read, find) */
     int error;          /* -1: success; else the enum csw_error the call was answered with */
     const char *operation_id; /* the error's operation_id, or NULL */
-    int64_t duration_ms;      /* from the handler's start to the completion */
+    /* input NULL: the arguments' workspace_id when it was a string (not checked against the
+     * registry), else empty */
+    struct cs_str refused_workspace_id;
+    int64_t duration_ms; /* from the handler's start to the completion */
     bool cancelled;           /* the client cancelled it, or its transport went away */
 };
 /* Runs fn(arg, report) on the loop as each tool call of every session of srv completes (a call

@@ -373,7 +373,13 @@ class Base:
         call("read", {"workspace_id": "default", "path": mark + ".txt", "limit": 0},
              "OUTPUT_LIMIT", wsid="default")
         call("read", {"workspace_id": "box", "path": mark + ".txt"}, "UNAUTHORIZED", wsid="box")
-        call("read", {"workspace_id": "default", "bogus-" + mark: mark}, "INVALID_ARGUMENTS")
+        # Arguments refused: the line still names the workspace when it is a registered one.
+        call("read", {"workspace_id": "default", "bogus-" + mark: mark}, "INVALID_ARGUMENTS",
+             wsid="default")
+        call("exec_command", {"workspace_id": "default", "command": [1]}, "INVALID_ARGUMENTS",
+             wsid="default")
+        call("read", {"workspace_id": "nope-" + mark}, "INVALID_ARGUMENTS")
+        call("read", {"workspace_id": 7, "path": "x"}, "INVALID_ARGUMENTS")
         out, _ = call("find", {"workspace_id": "default", "glob": "*" + mark + "*"},
                       wsid="default")
         self.assertTrue(any(mark in p for p in out["paths"]), out)
