@@ -140,7 +140,7 @@ struct cs_mcp_call_report {
      * registry), else empty */
     struct cs_str refused_workspace_id;
     int64_t duration_ms; /* from the handler's start to the completion */
-    bool cancelled;           /* the client cancelled it, or its transport went away */
+    bool cancelled;      /* the client cancelled it, or its transport went away */
 };
 /* Runs fn(arg, report) on the loop as each tool call of every session of srv completes (a call
  * the arguments decoder refused included; a tools/call naming no tool is not a tool call). fn NULL
