@@ -321,8 +321,9 @@ int cs__patch_journal_begin(int rootfd, const char *op_id, struct cs__patch_jite
     int rc = CSW_ERROR_FILE_OPERATION_FAILED;
     const char *what = "";
     *j = (struct cs__patch_journal){.rootfd = rootfd, .jrootfd = -1, .jdfd = -1};
-    if (op_id != NULL && op_id[0] != '\0' && strlen(op_id) < sizeof j->name &&
-        strchr(op_id, '/') == NULL && op_id[0] != '.') {
+    /* Recovery takes only these two forms for journals (recover_locked). */
+    if (op_id != NULL && strncmp(op_id, "op-", 3) == 0 && strlen(op_id) < sizeof j->name &&
+        strchr(op_id, '/') == NULL) {
         snprintf(j->name, sizeof j->name, "%s", op_id);
     } else {
         memcpy(j->name, "tx-", 3);
@@ -1138,7 +1139,10 @@ static int recover_locked(int rootfd, struct cs_fs_deny *deny, cs_patch_recovere
     }
     struct dirent *e;
     while ((e = readdir(d)) != NULL) {
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+        /* Only names a journal gets (an operation id, or "tx-" and random hex) are journals;
+         * anything else was put here by a patch or a command (the directory is in the
+         * workspace) and is not ours to read, remove or stop the workspace for. */
+        if (strncmp(e->d_name, "op-", 3) != 0 && strncmp(e->d_name, "tx-", 3) != 0)
             continue;
         if (n == cap) {
             size_t nc = cap ? cap * 2 : 16;

@@ -648,6 +648,52 @@ static void no_intent_is_rolled_back(void **state)
     ws_close(&w);
 }
 
+/* What a patch or a command put in the journal directory (it is in the workspace) under a name
+ * no journal has is left alone: recovery neither reads nor removes it, and does not stop the
+ * workspace for it (it did: one Add File of .cs-patch-journal/x.txt stopped the workspace for
+ * good). A journal beside them is still recovered. */
+static void foreign_entries_left_alone(void **state)
+{
+    (void)state;
+    struct ws w;
+    ws_open(&w);
+    char path[512];
+    snprintf(path, sizeof path, "%s/" CS__PATCH_JOURNAL_DIR, w.root);
+    assert_int_equal(mkdir(path, 0700), 0);
+    snprintf(path, sizeof path, "%s/" CS__PATCH_JOURNAL_DIR "/x.txt", w.root);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("x\n", f);
+    fclose(f);
+    snprintf(path, sizeof path, "%s/" CS__PATCH_JOURNAL_DIR "/notes", w.root);
+    assert_int_equal(mkdir(path, 0755), 0);
+    struct seen seen = {0};
+    struct cs_diag diag = {0};
+    unsigned n = 0;
+    assert_int_equal(cs__patch_journal_recover_at(w.rootfd, NULL, on_recovered, &seen, &n, &diag),
+                     0);
+    assert_int_equal(n, 0);
+    assert_int_equal(seen.calls, 0);
+    assert_true(ws_exists(&w, CS__PATCH_JOURNAL_DIR "/x.txt"));
+    assert_true(ws_exists(&w, CS__PATCH_JOURNAL_DIR "/notes"));
+    /* a real journal beside them: recovered, and the foreign entries still there */
+    snprintf(path, sizeof path, "%s/" JDIR, w.root);
+    assert_int_equal(mkdir(path, 0700), 0);
+    snprintf(path, sizeof path, "%s/" JDIR "/intent.tmp", w.root);
+    f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("cs-patch-journal 1\nop " OP "\n", f);
+    fclose(f);
+    assert_int_equal(cs__patch_journal_recover_at(w.rootfd, NULL, on_recovered, &seen, &n, &diag),
+                     0);
+    assert_int_equal(n, 1);
+    assert_string_equal(seen.op, OP);
+    assert_false(ws_exists(&w, JDIR));
+    assert_true(ws_exists(&w, CS__PATCH_JOURNAL_DIR "/x.txt"));
+    unlink(path);
+    ws_close(&w);
+}
+
 /* The same journal on a worker (no ledger: recovery keeps an operation's journal for the
  * gateway): the outcome rolled_back is written so that patch_outcomes reports it, and a settle
  * removes it. Without the outcome the row stayed unknown and the journal stayed for ever. */
@@ -1029,6 +1075,7 @@ int main(void)
         cmocka_unit_test(corrupt_intent_touches_nothing),
         cmocka_unit_test(denied_path_touches_nothing),
         cmocka_unit_test(no_intent_is_rolled_back),
+        cmocka_unit_test(foreign_entries_left_alone),
         cmocka_unit_test(no_intent_on_a_worker_is_reported),
         cmocka_unit_test(half_applied_rolls_back_once),
         cmocka_unit_test(fully_applied_rolls_forward),
