@@ -909,9 +909,14 @@ static int preflight_paths(struct txn *t, const struct cs_patch *plan, struct cs
                 rc = norm(t->deny, op->move_to, op->move_to_len, &it->path, diag);
                 if (rc != 0)
                     return rc;
-                /* A move onto itself is an update. */
-                if (strcmp(it->from.rel, it->path.rel) != 0)
-                    it->kind = CSW_PATCH_CHANGE_KIND_MOVE;
+                /* A move onto itself is refused as the parser refuses it when both are spelt
+                 * alike (one operation per path: docs/patch-differences.md). */
+                if (strcmp(it->from.rel, it->path.rel) == 0)
+                    return cs_diag_set(diag, CSW_ERROR_INVALID_PATCH,
+                                       "line %zu: %s is moved onto itself (after path "
+                                       "normalisation); for an update leave out \"*** Move to\"",
+                                       op->move_line, it->path.rel);
+                it->kind = CSW_PATCH_CHANGE_KIND_MOVE;
             }
             break;
         }

@@ -255,6 +255,13 @@ class PatchCase(unittest.TestCase):
         self.rejected("INVALID_PATCH", patch("*** Update File: dup/a.txt", "-a", "+b",
                                              "*** Delete File: dup/./a.txt"))
         self.assertEqual(self.get("dup/a.txt"), b"a\n")
+        # A move onto its own path is refused however it is spelt, as the parser refuses it
+        # when both are spelt alike (one operation per path).
+        for target in ("dup/a.txt", "dup/./a.txt", "./dup/a.txt"):
+            with self.subTest(target=target):
+                self.rejected("INVALID_PATCH", patch("*** Update File: dup/a.txt",
+                                                     "*** Move to: " + target, "-a", "+b"))
+                self.assertEqual(self.get("dup/a.txt"), b"a\n")
 
     def test_path_escape(self):
         self.put("esc/a.txt", "a\n")
