@@ -1,11 +1,11 @@
 /*
  * patch_txn: apply_patch's transaction (see patch_txn.h and docs/patch-format.md, "Transactions").
  *
- * Order: fingerprint, mint the ledger row (a replay or a key conflict stops here), parse,
- * normalise every path and check it against the deny rules (the patch's and expected_versions'
- * alike: PATH_DENIED comes before any file is looked at, contract section 7), check
- * expected_versions, preflight every operation (reading every old content into memory: the
- * snapshots), then for check_only finish as "checked"; otherwise write, verify
+ * Order: fingerprint, mint the ledger row (a replay or a key conflict stops here), check every
+ * path the request names (expected_versions' keys, the parsed patch's) against the deny rules
+ * (PATH_DENIED before any file is looked at, contract section 7), check expected_versions, then
+ * the parse error if any, normalise and preflight every operation (reading every old content
+ * into memory: the snapshots), then for check_only finish as "checked"; otherwise write, verify
  * and roll back on failure, and finish the row with the result. A rejection before any write
  * finishes the row as "rejected" without a stored result and returns the error with the row's id.
  *
@@ -788,7 +788,7 @@ static int check_versions(int rootfd, struct cs_fs_deny *deny,
         const struct csw_mcp_apply_patch_input_expected_versions_entry *e =
             &in->expected_versions.v[i];
         struct cs_fs_path p;
-        int rc = norm(deny, e->key.s, e->key.n, &p, diag); /* denied: deny_versions refused it */
+        int rc = norm(deny, e->key.s, e->key.n, &p, diag); /* denied: deny_first refused it */
         if (rc != 0)
             return rc;
         bool want_absent = e->value.n == 6 && memcmp(e->value.s, "absent", 6) == 0;
@@ -932,16 +932,40 @@ static int preflight_paths(struct txn *t, const struct cs_patch *plan, struct cs
     return check_duplicates(t, diag);
 }
 
-/* expected_versions' paths, against the deny rules as the patch's are (before any is read). */
-static int deny_versions(int rootfd, struct cs_fs_deny *deny,
-                         const struct csw_mcp_apply_patch_input *in, struct cs_diag *diag)
+/* PATH_DENIED for path (client spelling) when it normalises and a deny rule, or a denied
+ * directory's remembered identity above it, covers it; 0 otherwise (any other problem of the path
+ * is answered later, in its place). */
+static int denied(struct cs_fs_deny *deny, int rootfd, const char *s, size_t n,
+                  struct cs_diag *diag)
+{
+    struct cs_fs_path p;
+    struct cs_diag ignored = {0};
+    if (cs_fs_path_normalize(s, n, &p, &ignored) != 0)
+        return 0;
+    int rc = cs__fs_deny_check(deny, &p, diag);
+    if (rc == 0)
+        rc = cs__fs_deny_under(deny, rootfd, &p, diag);
+    return rc == CSW_ERROR_PATH_DENIED ? rc : 0;
+}
+
+/* Contract section 7: PATH_DENIED before any other check that looks at a file, so before
+ * expected_versions (section 6 checks them first) and before any operation's preflight: every
+ * expected_versions key, then every path of the patch (when it parsed). Nothing is read. */
+static int deny_first(int rootfd, struct cs_fs_deny *deny,
+                      const struct csw_mcp_apply_patch_input *in, const struct cs_patch *plan,
+                      struct cs_diag *diag)
 {
     for (size_t i = 0; in->has_expected_versions && i < in->expected_versions.n; i++) {
         const struct cs_str *key = &in->expected_versions.v[i].key;
-        struct cs_fs_path p;
-        int rc = norm(deny, key->s, key->n, &p, diag);
-        if (rc == 0)
-            rc = cs__fs_deny_under(deny, rootfd, &p, diag);
+        int rc = denied(deny, rootfd, key->s, key->n, diag);
+        if (rc != 0)
+            return rc;
+    }
+    for (size_t i = 0; plan != NULL && i < plan->n_ops; i++) {
+        const struct cs_patch_op *op = &plan->ops[i];
+        int rc = denied(deny, rootfd, op->path, op->path_len, diag);
+        if (rc == 0 && op->move_to != NULL)
+            rc = denied(deny, rootfd, op->move_to, op->move_to_len, diag);
         if (rc != 0)
             return rc;
     }
@@ -1136,14 +1160,23 @@ int cs_patch_txn_apply_op(const char *root, struct cs_fs_deny *deny, const char 
     /* A transaction a crash interrupted is settled before anything is looked at. */
     if (rc == 0)
         rc = cs__patch_journal_recover_at(t.rootfd, deny, NULL, NULL, NULL, diag);
+    /* Parsed first for its paths only: a parse error is answered after the versions, in the
+     * order of contract section 6, as is every check but PATH_DENIED (section 7). */
+    struct cs_diag parse_diag = {0};
+    int parse_rc = 0;
     if (rc == 0)
-        rc = cs_patch_rc_error(cs_patch_parse(in->patch.s, in->patch.n, &plan, diag));
+        parse_rc = cs_patch_rc_error(cs_patch_parse(in->patch.s, in->patch.n, &plan, &parse_diag));
     if (rc == 0)
-        rc = preflight_paths(&t, plan, diag);
-    if (rc == 0)
-        rc = deny_versions(t.rootfd, deny, in, diag);
+        rc = deny_first(t.rootfd, deny, in, parse_rc == 0 ? plan : NULL, diag);
     if (rc == 0)
         rc = check_versions(t.rootfd, deny, in, cancel, diag);
+    if (rc == 0 && parse_rc != 0) {
+        if (diag != NULL)
+            *diag = parse_diag;
+        rc = parse_rc;
+    }
+    if (rc == 0)
+        rc = preflight_paths(&t, plan, diag);
     if (rc == 0)
         rc = preflight(&t, cancel, diag);
     /* The last safe point: past it the writes begin and the transaction runs to its end. */

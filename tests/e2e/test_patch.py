@@ -217,6 +217,15 @@ class PatchCase(unittest.TestCase):
         self.assertEqual(self.get("ev/a.txt"), b"v1\n")
         self.rejected("VERSION_CONFLICT", p, expected_versions={"ev/a.txt": "absent"})
         self.rejected("VERSION_CONFLICT", p, expected_versions={"ev/none.txt": sha(b"")})
+        # Contract section 6: expected_versions are checked before the patch is parsed and
+        # preflighted, so a conflict wins over a patch that does not parse or names a bad path.
+        wrong = {"ev/a.txt": sha(b"v0\n")}
+        self.rejected("VERSION_CONFLICT", "*** Begin Patch\n*** Frobnicate: x\n",
+                      expected_versions=wrong)
+        self.rejected("VERSION_CONFLICT", patch("*** Add File: ../out.txt", "+x"),
+                      expected_versions=wrong)
+        self.rejected("VERSION_CONFLICT", patch("*** Delete File: ev/missing.txt"),
+                      expected_versions=wrong)
         # Normalised keys, and "absent" for a path that does not exist.
         self.applied(p, expected_versions={"ev/./a.txt": sha(b"v1\n"), "ev/none.txt": "absent"})
         self.assertEqual(self.get("ev/a.txt"), b"v2\n")
