@@ -429,6 +429,11 @@ int main(int argc, char **argv)
         }
         cs_main_calls_set_metrics(calls, g.metrics);
     }
+    /* The deny rules' start-up scans (contract section 7, "at start") are done before anything
+     * is served: in process they ran already; a uds worker's are answered within milliseconds.
+     * A remote worker's link may not be up yet: its scans go once it is, unwaited. */
+    if (cs_tools_deny_warm_wait(&tools, g.loop, 10000) != 0)
+        goto out; /* a signal meanwhile: shut down as the loop would have */
     cs_mcp_on_call_done(g.srv, cs_main_calls_report, calls);
     log_start(&cfg, &sb);
     cs_json_set_large_hook(trim_soon, &g);

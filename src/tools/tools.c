@@ -1172,8 +1172,41 @@ int cs_tools_init(struct cs_tools *t, const struct cs_config *cfg, const char *v
 
 static void deny_warmed(void *arg, const struct cs_runner_reply *r)
 {
-    (void)arg;
+    struct cs_tools *t = arg;
     (void)r; /* whatever the answer: a scan that failed fails the workspace's operations */
+    if (t->deny_warming > 0 && --t->deny_warming == 0 && t->warm_wait != NULL)
+        cs_loop_stop(t->warm_wait);
+}
+
+static void deny_warmed_unwaited(void *arg, const struct cs_runner_reply *r)
+{
+    (void)arg;
+    (void)r;
+}
+
+static void deny_warm_timeout(void *arg)
+{
+    struct cs_tools *t = arg;
+    t->warm_timer = NULL; /* fired: the loop owns it no more */
+    if (t->warm_wait != NULL)
+        cs_loop_stop(t->warm_wait);
+}
+
+int cs_tools_deny_warm_wait(struct cs_tools *t, struct cs_loop *loop, int64_t limit_ms)
+{
+    if (t->deny_warming == 0)
+        return 0;
+    t->warm_timer = cs_loop_timer_add(loop, limit_ms, deny_warm_timeout, t);
+    if (t->warm_timer == NULL)
+        return 0;
+    t->warm_wait = loop;
+    int rc = cs_loop_run(loop); /* until the last answer, the time limit or a stop of another */
+    t->warm_wait = NULL;
+    /* Stopped by neither: something else (a signal) asked the loop to stop. */
+    bool other = rc != 0 || (t->deny_warming > 0 && t->warm_timer != NULL);
+    cs_loop_timer_cancel(t->warm_timer); /* NULL once fired */
+    t->warm_timer = NULL;
+    return other ? -1 : 0;
 }
 
 /*
@@ -1192,7 +1225,11 @@ static void deny_warm_all(struct cs_tools *t)
         struct csw_runner_wire_op op = {.tag = CSW_RUNNER_WIRE_OP_VERSION};
         op.u.version.data =
             (struct csw_runner_wire_version_data){.workspace = t->wsdesc[i], .path = {".", 1}};
-        cs_runner_call(t->runner, &op, deny_warmed, NULL);
+        /* waited for at start only when the scan is this gateway's or its uds worker's */
+        bool local = cs__tools_recover_local(t, i);
+        if (local)
+            t->deny_warming++;
+        cs_runner_call(t->runner, &op, local ? deny_warmed : deny_warmed_unwaited, t);
     }
 }
 

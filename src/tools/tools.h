@@ -44,6 +44,9 @@ struct cs_tools {
     /* Links to a worker made again after a loss, by any runner (struct cs_runner_events'
      * reconnected): a uds worker replaced, a tcp worker's hello answered after the first. */
     uint64_t runner_reconnects;
+    unsigned deny_warming;            /* start-up deny scans not answered yet (deny_warm_all) */
+    struct cs_loop *warm_wait;        /* cs_tools_deny_warm_wait's loop while it waits, or NULL */
+    struct cs_loop_timer *warm_timer; /* its time limit, NULL once fired */
     /* apply_patch crash recovery (tools_recover.h), per registry workspace: a recovery due before
      * the next call, and why the workspace is stopped (owned, NULL: it is not) with the code its
      * calls answer. recovery_log (main sets it; may be NULL) hears every recovery that settled
@@ -89,6 +92,12 @@ size_t cs_tools_live_processes(const struct cs_tools *t);
  * worker, t->remote: fills t->caps from what this build implements, cfg and sb, decides which
  * workspaces can run no command (a root server without the sandbox), and sets the handlers of
  * every tool on srv. Returns 0, or non-zero with err saying why. */
+/* Runs loop until every start-up deny scan of a local workspace (this process's or its uds
+ * worker's) that cs_tools_register sent is answered, at most limit_ms (contract section 7: denied
+ * files are remembered "at start", so they are before anything is served). Returns 0 at once when
+ * none is pending; -1 when something else stopped the loop meanwhile (a signal: shut down). */
+int cs_tools_deny_warm_wait(struct cs_tools *t, struct cs_loop *loop, int64_t limit_ms);
+
 int cs_tools_register(struct cs_mcp *srv, struct cs_tools *t, const struct cs_tools_sandbox *sb,
                       struct cs_diag *err);
 /* Kills every managed process (their groups, SIGKILL), completes every pending call and
