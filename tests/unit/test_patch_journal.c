@@ -611,26 +611,37 @@ static void denied_path_touches_nothing(void **state)
     ws_close(&w);
 }
 
+/* Writes text to path (created or truncated). */
+static void put_text(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+/* Makes <root>/<rel> (mode) and writes its path to path. */
+static void ws_mkdir(const struct ws *w, const char *rel, mode_t mode, char *path, size_t cap)
+{
+    snprintf(path, cap, "%s/%s", w->root, rel);
+    assert_int_equal(mkdir(path, mode), 0);
+}
+
 static void no_intent_is_rolled_back(void **state)
 {
     (void)state;
     struct ws w;
     ws_open(&w);
     char path[512];
-    snprintf(path, sizeof path, "%s/" CS__PATCH_JOURNAL_DIR, w.root);
-    assert_int_equal(mkdir(path, 0700), 0);
-    snprintf(path, sizeof path, "%s/" JDIR, w.root);
-    assert_int_equal(mkdir(path, 0700), 0);
+    ws_mkdir(&w, CS__PATCH_JOURNAL_DIR, 0700, path, sizeof path);
+    ws_mkdir(&w, JDIR, 0700, path, sizeof path);
     /* What a crash before the durability point leaves: a kept link and the unrenamed intent. */
     char old[512], kept[600];
     snprintf(old, sizeof old, "%s/a.txt", w.root);
     snprintf(kept, sizeof kept, "%s/s0", path);
     assert_int_equal(link(old, kept), 0);
     snprintf(kept, sizeof kept, "%s/intent.tmp", path);
-    FILE *f = fopen(kept, "w");
-    assert_non_null(f);
-    fputs("cs-patch-journal 1\nop " OP "\n", f);
-    fclose(f);
+    put_text(kept, "cs-patch-journal 1\nop " OP "\n");
     struct seen seen = {0};
     struct cs_diag diag = {0};
     unsigned n = 0;
@@ -658,15 +669,10 @@ static void foreign_entries_left_alone(void **state)
     struct ws w;
     ws_open(&w);
     char path[512];
-    snprintf(path, sizeof path, "%s/" CS__PATCH_JOURNAL_DIR, w.root);
-    assert_int_equal(mkdir(path, 0700), 0);
+    ws_mkdir(&w, CS__PATCH_JOURNAL_DIR, 0700, path, sizeof path);
     snprintf(path, sizeof path, "%s/" CS__PATCH_JOURNAL_DIR "/x.txt", w.root);
-    FILE *f = fopen(path, "w");
-    assert_non_null(f);
-    fputs("x\n", f);
-    fclose(f);
-    snprintf(path, sizeof path, "%s/" CS__PATCH_JOURNAL_DIR "/notes", w.root);
-    assert_int_equal(mkdir(path, 0755), 0);
+    put_text(path, "x\n");
+    ws_mkdir(&w, CS__PATCH_JOURNAL_DIR "/notes", 0755, path, sizeof path);
     struct seen seen = {0};
     struct cs_diag diag = {0};
     unsigned n = 0;
@@ -677,20 +683,15 @@ static void foreign_entries_left_alone(void **state)
     assert_true(ws_exists(&w, CS__PATCH_JOURNAL_DIR "/x.txt"));
     assert_true(ws_exists(&w, CS__PATCH_JOURNAL_DIR "/notes"));
     /* a real journal beside them: recovered, and the foreign entries still there */
-    snprintf(path, sizeof path, "%s/" JDIR, w.root);
-    assert_int_equal(mkdir(path, 0700), 0);
+    ws_mkdir(&w, JDIR, 0700, path, sizeof path);
     snprintf(path, sizeof path, "%s/" JDIR "/intent.tmp", w.root);
-    f = fopen(path, "w");
-    assert_non_null(f);
-    fputs("cs-patch-journal 1\nop " OP "\n", f);
-    fclose(f);
+    put_text(path, "cs-patch-journal 1\nop " OP "\n");
     assert_int_equal(cs__patch_journal_recover_at(w.rootfd, NULL, on_recovered, &seen, &n, &diag),
                      0);
     assert_int_equal(n, 1);
     assert_string_equal(seen.op, OP);
     assert_false(ws_exists(&w, JDIR));
     assert_true(ws_exists(&w, CS__PATCH_JOURNAL_DIR "/x.txt"));
-    unlink(path);
     ws_close(&w);
 }
 
