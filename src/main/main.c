@@ -431,7 +431,8 @@ int main(int argc, char **argv)
     }
     /* The deny rules' start-up scans (contract section 7, "at start") are done before anything
      * is served: in process they ran already; a uds worker's are answered within milliseconds.
-     * A remote worker's link may not be up yet: its scans go once it is, unwaited. */
+     * A remote worker's are sent unwaited; one whose link cannot be made then builds the state
+     * at the workspace's first operation instead (or at a reconnect). */
     if (cs_tools_deny_warm_wait(&tools, g.loop, 10000) != 0)
         goto out; /* a signal meanwhile: shut down as the loop would have */
     cs_mcp_on_call_done(g.srv, cs_main_calls_report, calls);

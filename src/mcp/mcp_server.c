@@ -1173,6 +1173,11 @@ static json_t *tools_call(struct cs_mcp_exchange *x, json_t *id, const char *raw
     bool is_object = json_is_object(args);
     enum cs_wire_status st =
         is_object ? cs_wire_decode(t->tool->input, args, input, &diag) : CS_WIRE_INVALID;
+    /* Refused: the operator's log still names the workspace the call was for (main_calls.c logs
+     * it only when it is a registered one). Read before empty goes; args is then the request's. */
+    const json_t *w = is_object && st != CS_WIRE_OK ? json_object_get(args, "workspace_id") : NULL;
+    if (json_is_string(w))
+        call->refused_ws = (struct cs_str){(char *)json_string_value(w), json_string_length(w)};
     json_decref(empty); /* args is borrowed from params below when it is not an object */
     if (!is_object) {
         cs_mcp_call_error(call, CSW_ERROR_INVALID_ARGUMENTS, NULL,
@@ -1183,11 +1188,6 @@ static json_t *tools_call(struct cs_mcp_exchange *x, json_t *id, const char *raw
                           : json_is_number(args) ? "a number"
                                                  : "a boolean");
     } else if (st != CS_WIRE_OK) {
-        /* The operator's log still names the workspace a refused call was for (main_calls.c
-         * logs it only when it is a registered one). */
-        const json_t *w = json_object_get(args, "workspace_id");
-        if (json_is_string(w))
-            call->refused_ws = (struct cs_str){(char *)json_string_value(w), json_string_length(w)};
         char where[600];
         /* The tool's hint, when the first violation is where a client is known to go wrong. */
         bool hinted =

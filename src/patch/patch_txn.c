@@ -932,19 +932,31 @@ static int preflight_paths(struct txn *t, const struct cs_patch *plan, struct cs
     return check_duplicates(t, diag);
 }
 
-/* PATH_DENIED for path (client spelling) when it normalises and a deny rule, or a denied
- * directory's remembered identity above it, covers it; 0 otherwise (any other problem of the path
- * is answered later, in its place). */
+/* PATH_DENIED for path (client spelling) when it normalises and a deny rule, a denied directory's
+ * remembered identity above it, or its own file's remembered identity (a denied file renamed or
+ * linked: opened, never read) covers it; 0 otherwise (any other problem of the path is answered
+ * later, in its place). */
 static int denied(struct cs_fs_deny *deny, int rootfd, const char *s, size_t n,
                   struct cs_diag *diag)
 {
     struct cs_fs_path p;
     struct cs_diag ignored = {0};
-    if (cs_fs_path_normalize(s, n, &p, &ignored) != 0)
+    if (deny == NULL || cs_fs_path_normalize(s, n, &p, &ignored) != 0)
         return 0;
     int rc = cs__fs_deny_check(deny, &p, diag);
     if (rc == 0)
         rc = cs__fs_deny_under(deny, rootfd, &p, diag);
+    int fd = -1;
+    struct stat st;
+    if (rc == 0 && p.len > 0 && !p.dir_only &&
+        cs_fs_open_beneath(rootfd, &p, CS_FS_WANT_FILE, &fd, &st, &ignored) == 0) {
+        if (cs_fs_deny_known(deny, fd, NULL, &st))
+            rc = cs_diag_set(diag, CSW_ERROR_PATH_DENIED,
+                             "%s is denied: it is a file the workspace's deny rules matched "
+                             "under another name",
+                             p.rel);
+        close(fd);
+    }
     return rc == CSW_ERROR_PATH_DENIED ? rc : 0;
 }
 

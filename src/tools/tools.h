@@ -88,16 +88,16 @@ struct cs_runner_events cs_tools_runner_events(struct cs_tools *t);
  * spawned) by exec_command and not yet known to have exited (no process_exited event, no lost
  * worker). A process being killed after its client cancelled counts until its exit. */
 size_t cs_tools_live_processes(const struct cs_tools *t);
-/* After main has set t->runner (owned by t from then on) and, for workspaces placed on a remote
- * worker, t->remote: fills t->caps from what this build implements, cfg and sb, decides which
- * workspaces can run no command (a root server without the sandbox), and sets the handlers of
- * every tool on srv. Returns 0, or non-zero with err saying why. */
 /* Runs loop until every start-up deny scan of a local workspace (this process's or its uds
  * worker's) that cs_tools_register sent is answered, at most limit_ms (contract section 7: denied
  * files are remembered "at start", so they are before anything is served). Returns 0 at once when
  * none is pending; -1 when something else stopped the loop meanwhile (a signal: shut down). */
 int cs_tools_deny_warm_wait(struct cs_tools *t, struct cs_loop *loop, int64_t limit_ms);
 
+/* After main has set t->runner (owned by t from then on) and, for workspaces placed on a remote
+ * worker, t->remote: fills t->caps from what this build implements, cfg and sb, decides which
+ * workspaces can run no command (a root server without the sandbox), and sets the handlers of
+ * every tool on srv. Returns 0, or non-zero with err saying why. */
 int cs_tools_register(struct cs_mcp *srv, struct cs_tools *t, const struct cs_tools_sandbox *sb,
                       struct cs_diag *err);
 /* Kills every managed process (their groups, SIGKILL), completes every pending call and

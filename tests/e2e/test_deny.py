@@ -221,6 +221,14 @@ class DenyCase(unittest.TestCase):
             ("*** Update File: .envrc\n*** Move to: env.txt\n@@\n-envrc-ok\n+e\n"
              "*** Update File: config/local.json\n@@\n-" + SECRET + "\n+y\n", None),
             ("*** Add File: fresh-ok.txt\n+ok\n", {"missing-too.txt": wrong, ".env": wrong}),
+            # a denied file under another name (prelinked.txt is a hard link of .env): by its
+            # own identity, before "exists", a version or a destination check
+            ("*** Add File: fresh-ok.txt\n+ok\n", {"prelinked.txt": "absent"}),
+            ("*** Add File: fresh-ok.txt\n+ok\n", {"env.txt": wrong, "prelinked.txt": wrong}),
+            ("*** Add File: prelinked.txt\n+x\n", None),
+            ("*** Update File: .envrc\n*** Move to: prelinked.txt\n@@\n-envrc-ok\n+e\n", None),
+            ("*** Update File: missing.txt\n@@\n-a\n+b\n*** Delete File: prelinked.txt\n",
+             None),
         ]
         for body, versions in cases:
             with self.subTest(body=body, versions=versions):
