@@ -100,6 +100,7 @@ struct cs__runner_tcp {
     /* What the worker enforces, as its last answered hello said (nothing before the first) */
     struct cs_supervisor_isolation iso;
     uint64_t hellos; /* hellos answered */
+    bool missed;     /* a call failed before dispatch before the first hello (first_link_late) */
     /* This gateway's name towards the worker, the same on every connection (random, 128 bits):
      * the worker keeps our answers for replay apart from other gateways'. Empty: none. */
     char name[33];
@@ -226,6 +227,8 @@ static void drop(struct cs__runner_tcp *t, const char *why)
         finish(c, CS_RUNNER_AMBIGUOUS, msg);
     }
     cs_diag_format(msg, sizeof msg, "runner transport failed before dispatch: %s", why);
+    if (t->waiting && t->hellos == 0)
+        t->missed = true;
     while (t->waiting) {
         struct tcall *c = t->waiting;
         t->waiting = c->next;
@@ -334,6 +337,8 @@ static void hello_isolation(struct cs__runner_tcp *t, const struct csw_runner_wi
     t->hellos++;
     if (t->hellos > 1 && t->r->ev.reconnected)
         t->r->ev.reconnected(t->r->ev.arg);
+    if (t->hellos == 1 && t->missed && t->r->ev.first_link_late)
+        t->r->ev.first_link_late(t->r->ev.arg);
     if (!t->require_sandbox || t->iso.sandbox)
         return;
     cs_diag_format(
@@ -520,6 +525,7 @@ void cs__runner_tcp_call(struct cs_runner *r, const struct csw_runner_wire_op *o
                 "runner transport failed before dispatch: %s; the next attempt is in %" PRId64
                 " ms",
                 t->why, left);
+            t->missed |= t->hellos == 0;
             cs__runner_fail_before(done, arg, msg);
             return;
         }
@@ -528,6 +534,7 @@ void cs__runner_tcp_call(struct cs_runner *r, const struct csw_runner_wire_op *o
         connect_now(t);
         if (t->st == T_DOWN) {
             cs_diag_format(msg, sizeof msg, "runner transport failed before dispatch: %s", t->why);
+            t->missed |= t->hellos == 0;
             cs__runner_fail_before(done, arg, msg);
             return;
         }

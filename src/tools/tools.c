@@ -1244,11 +1244,22 @@ static void on_runner_reconnected(void *arg)
     deny_warm_all(t);
 }
 
+/* A remote worker first reached after the start-up's calls to it failed before dispatch: they
+ * are sent now (not counted as a reconnection), so that the deny scan is the start's, made when
+ * the worker is first reachable rather than at the client's first call on the workspace. */
+static void on_runner_first_link_late(void *arg)
+{
+    struct cs_tools *t = arg;
+    cs__tools_recover_ask_all(t);
+    deny_warm_all(t);
+}
+
 struct cs_runner_events cs_tools_runner_events(struct cs_tools *t)
 {
     return (struct cs_runner_events){.process_exited = on_process_exited,
                                      .lost = on_runner_lost,
                                      .reconnected = on_runner_reconnected,
+                                     .first_link_late = on_runner_first_link_late,
                                      .arg = t};
 }
 

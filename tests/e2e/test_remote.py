@@ -627,6 +627,44 @@ class RemoteTest(unittest.TestCase):
         self.assertEqual((iso["command_sandbox"], net["enforcement"]),
                          ("linux-sandbox", "enforced"), (iso, net))
 
+    def test_worker_reached_late_is_scanned_at_its_first_link(self):
+        """Contract section 7: denied files' identities are remembered "at start". A worker not
+        reachable when the gateway starts never got the start-up scan; it gets it when the
+        gateway first reaches it (on its own, with the back-off), not at the client's first
+        call on the workspace: a denied file renamed in between stays denied."""
+        secret = "S3CRET-%x" % random.getrandbits(48)
+        with open(os.path.join(self.ws, ".env"), "w") as f:
+            f.write(secret)
+        other = os.path.join(self.tmp, "other")
+        os.mkdir(other)
+        with open(os.path.join(other, "x.txt"), "w") as f:
+            f.write("x\n")
+        runner = {"url": "tcp://%s:%d" % (self.waddr, PORT), "tls_cert": self.gcert,
+                  "tls_key": self.gkey, "tls_peer_sha256": self.wpin}
+        srv = self.registry_gateway({
+            "default": {"root": self.ws, "profile": "workspace-write", "deny": [".env"],
+                        "runner": runner},
+            "other": {"root": other, "profile": "workspace-write", "runner": runner}})
+        logged = lambda text: any(text in line for line in srv.stderr)
+        end = time.time() + 10 * SLOW
+        while not logged('"runner connection failed"') and time.time() < end:
+            time.sleep(0.05)
+        self.assertTrue(logged('"runner connection failed"'), "".join(srv.stderr[-20:]))
+        self.worker(roots=[self.ws, other])
+        end = time.time() + 20 * SLOW  # the back-off is at most 5 s
+        while not logged('"runner connected"') and time.time() < end:
+            time.sleep(0.05)
+        self.assertTrue(logged('"runner connected"'), "".join(srv.stderr[-20:]))
+        # A call on the other workspace goes after whatever the link's hello sent.
+        self.assertEqual(srv.call("read", {"workspace_id": "other", "path": "x.txt"})["content"],
+                         "x\n")
+        os.link(os.path.join(self.ws, ".env"), os.path.join(self.ws, "linked.txt"))
+        os.unlink(os.path.join(self.ws, ".env"))
+        out, err = srv.call_raw("read", {"workspace_id": "default", "path": "linked.txt"})
+        self.assertIsNone(out, out)
+        self.assertEqual(err["code"], "PATH_DENIED", err)
+        self.assertNotIn(secret, json.dumps(err))
+
     # ---- pre-shared key mode ----
 
     def test_psk_files_patch_exec(self):
