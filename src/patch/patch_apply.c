@@ -244,6 +244,12 @@ static int locate(const struct cs_patch_op *op, const struct file *f, struct rep
                 return not_found(op, ch->ctx_line, ch->ctx, ch->ctx_len, diag);
             pos = at + 1;
         }
+        if (ch->n_lines == 0) {
+            /* An anchor followed by another "@@" (the parser allows no other): it only moves
+             * the position. */
+            r[c] = (struct repl){.at = pos, .ch = ch};
+            continue;
+        }
         size_t n_old = 0, first_old = SIZE_MAX;
         for (size_t i = 0; i < ch->n_lines; i++) {
             if (ch->lines[i].kind != CS_PATCH_LINE_ADD) {

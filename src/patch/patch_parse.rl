@@ -121,7 +121,7 @@ enum pstate {
     ST_TOP,         /* between operations: an operation header, or a blank line */
     ST_ADD,         /* in an Add body: "+" lines, or the next operation */
     ST_UPDATE_HEAD, /* after "*** Update File: " (and maybe "*** Move to: "): the first chunk */
-    ST_CHUNK_HEAD,  /* after "@@": the chunk's first line */
+    ST_CHUNK_HEAD,  /* after "@@": the chunk's first line, or another "@@" */
     ST_CHUNK_BODY,  /* in a chunk: more lines, "*** End of File", "@@", or the next operation */
     ST_CHUNK_DONE,  /* after "*** End of File": "@@", or the next operation */
 };
@@ -397,6 +397,10 @@ static int step(struct parser *ps, size_t no, size_t end_no, char *s, size_t n)
     case ST_CHUNK_HEAD:
         if (is_body(cls))
             return body_line(ps, cls, no, s, n);
+        /* "@@" lines in a row narrow the search, each from where the one before was found
+         * ("@@ class A", then "@@ def f():"): the chunk before is an anchor without lines. */
+        if (cls == L_HUNK || cls == L_HUNK_CTX)
+            return start_chunk(ps, no, cls == L_HUNK ? NULL : s + 3, cls == L_HUNK ? 0 : n - 3);
         {
             char q[CS__PATCH_QUOTE_CAP];
             cs_diag_set(ps->diag, CSW_ERROR_INVALID_PATCH,

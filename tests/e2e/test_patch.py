@@ -172,6 +172,26 @@ class PatchCase(unittest.TestCase):
         # No temporary file is left beside it.
         self.assertEqual(os.listdir(self.path("upd")), ["f.txt"])
 
+    def test_update_nested_anchors(self):
+        """Several "@@" lines in a row narrow the search, each after the one before: the
+        second "return x" (in B.f), not A.f's nor B.g's; a lone anchor still needs lines."""
+        old = ("class A:\n    def f(self):\n        return x\n"
+               "class B:\n    def f(self):\n        return x\n"
+               "    def g(self):\n        return x\n")
+        self.put("nest/m.py", old)
+        self.applied(patch("*** Update File: nest/m.py", "@@ class B:", "@@     def f(self):",
+                           "-        return x", "+        return y"))
+        self.assertEqual(self.get("nest/m.py"),
+                         old.replace("B:\n    def f(self):\n        return x",
+                                     "B:\n    def f(self):\n        return y").encode())
+        err = self.rejected("INVALID_PATCH", patch("*** Update File: nest/m.py", "@@ class B:",
+                                                   "@@     def g(self):"))
+        self.assertIn("after the \"@@\" on line 4", err["message"])
+        err = self.rejected("INVALID_PATCH", patch("*** Update File: nest/m.py", "@@ class B:",
+                                                   "@@ class A:", "-        return x"))
+        self.assertIn("context not found (patch line 4): \"class A:\"", err["message"])
+        self.assertIn(b"return y", self.get("nest/m.py"))
+
     def test_move(self):
         self.put("mv/a.txt", "same\n")
         out = self.applied(patch("*** Update File: mv/a.txt", "*** Move to: mv/sub/b.txt",

@@ -226,6 +226,11 @@ def hand_cases():
     add("update_three_chunks_no_first_at", {"f.txt": TEN},
         P("*** Update File: f.txt", "-line 1", "+one", "@@", "-line 5", "+five", "@@",
           "-line 10", "+ten"))
+    add("update_nested_at", {"f.txt": CODE},
+        P("*** Update File: f.txt", "@@ def g():", "@@     return y", "+    # after g",
+          " ", "-def h():", "+def h2():"))
+    add("update_nested_at_then_lines", {"f.txt": CODE},
+        P("*** Update File: f.txt", "@@ def h():", "@@", "-    z = 3", "+    z = 4"))
     add("update_chunks_out_of_order", {"f.txt": TEN},
         P("*** Update File: f.txt", "@@", "-line 8", "+eight", "@@", "-line 2", "+two"))
     add("seek_at_context", {"f.txt": CODE},
@@ -577,6 +582,9 @@ def gen_cases(count, seed):
 
 ONE_OP = ("we_reject", "one operation per path: two operations on one path (or a Move onto a "
           "path another operation names) are INVALID_PATCH; the reference runs them in sequence")
+NESTED_AT = ("ref_rejects", "'@@' lines in a row are anchors, each searched after the one "
+             "before (as OpenAI's V4A describes them); the reference rejects an '@@' without "
+             "lines")
 EXPECTED = {
     "add_existing": ("we_reject", "an Add never overwrites: ADD_FILE_EXISTS (the reference "
                                   "silently replaces the file)"),
@@ -610,6 +618,8 @@ EXPECTED = {
                                                 "for an empty context line only; the reference "
                                                 "also drops a trailing '-' of an empty line "
                                                 "that is not in the file"),
+    "update_nested_at": NESTED_AT,
+    "update_nested_at_then_lines": NESTED_AT,
     "blank_after_delete": ("ref_rejects", "blank lines between operations are skipped; the "
                                           "reference rejects a blank line after a Delete"),
 }

@@ -449,9 +449,13 @@ static void err_update_without_chunks(void **state)
 static void err_chunk_without_lines(void **state)
 {
     (void)state;
-    parse_err(BEGIN "*** Update File: a\n@@ x\n@@ y\n-z\n" END,
-              "line 4: expected a chunk line starting with \" \", \"-\" or \"+\" after the \"@@\" "
-              "on line 3, got \"@@ y\"");
+    /* "@@" lines in a row are anchors; the last one still needs lines. */
+    parse_err(BEGIN "*** Update File: a\n@@ x\n@@ y\n" END,
+              "line 5: expected a chunk line starting with \" \", \"-\" or \"+\" after the \"@@\" "
+              "on line 4, got \"*** End Patch\"");
+    parse_err(BEGIN "*** Update File: a\n@@ x\n@@ y\n*** Delete File: b\n" END,
+              "line 5: expected a chunk line starting with \" \", \"-\" or \"+\" after the \"@@\" "
+              "on line 4, got \"*** Delete File: b\"");
     parse_err(BEGIN "*** Update File: a\n@@ x\n" END,
               "line 4: expected a chunk line starting with \" \", \"-\" or \"+\" after the \"@@\" "
               "on line 3, got \"*** End Patch\"");
@@ -626,6 +630,33 @@ static void apply_at_seek(void **state)
     (void)state;
     /* "x" occurs twice; the "@@ g" seek picks the one after "g". */
     apply_ok(BEGIN UPD "@@ g\n-x\n+y\n" END, "f\nx\ng\nx\n", "f\nx\ng\ny\n");
+}
+
+static void apply_nested_at(void **state)
+{
+    (void)state;
+    const char *file = "class A\n  def f\n    x\nclass B\n  def f\n    x\n  def g\n    x\n";
+    /* Each "@@" searches from after the one before: f of B, not f of A nor g's x. */
+    apply_ok(BEGIN UPD "@@ class B\n@@   def f\n-    x\n+    y\n" END, file,
+             "class A\n  def f\n    x\nclass B\n  def f\n    y\n  def g\n    x\n");
+    /* A pure insertion goes after the last anchor. */
+    apply_ok(BEGIN UPD "@@ class B\n@@   def f\n+    w\n" END, file,
+             "class A\n  def f\n    x\nclass B\n  def f\n    w\n    x\n  def g\n    x\n");
+    /* Three deep, and a bare "@@" among them moves nothing. */
+    apply_ok(BEGIN UPD "@@\n@@ class B\n@@\n@@   def g\n-    x\n+    z\n" END, file,
+             "class A\n  def f\n    x\nclass B\n  def f\n    x\n  def g\n    z\n");
+    /* Anchors after an earlier chunk search from its end. */
+    apply_ok(BEGIN UPD
+             "@@ class A\n-  def f\n+  def f0\n@@ class B\n@@   def f\n-    x\n+    v\n" END,
+             file, "class A\n  def f0\n    x\nclass B\n  def f\n    v\n  def g\n    x\n");
+}
+
+static void err_nested_at_not_found(void **state)
+{
+    (void)state;
+    /* The second anchor is searched after the first only: "class A" lies before "class B". */
+    apply_err(BEGIN UPD "@@ class B\n@@ class A\n-x\n" END, "class A\nx\nclass B\nx\n",
+              "update of src/a.c: context not found (patch line 4): \"class A\"");
 }
 
 static void apply_at_seek_uses_strategies(void **state)
@@ -957,6 +988,8 @@ int main(void)
         cmocka_unit_test(apply_simple),
         cmocka_unit_test(apply_several_chunks),
         cmocka_unit_test(apply_at_seek),
+        cmocka_unit_test(apply_nested_at),
+        cmocka_unit_test(err_nested_at_not_found),
         cmocka_unit_test(apply_at_seek_uses_strategies),
         cmocka_unit_test(apply_omitted_first_at),
         cmocka_unit_test(apply_blank_context),
