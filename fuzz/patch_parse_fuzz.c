@@ -7,12 +7,13 @@
  *   - parse returns OK with a plan or INVALID without one, and every message is valid UTF-8
  *     that fits its buffer;
  *   - the plan is well-formed: paths and Move targets non-empty and NUL-terminated, every Update
- *     has chunks and every chunk has lines, Add content is empty or ends with "\n";
+ *     has chunks, the last of them with lines (one without lines is an anchor: "@@" lines in a
+ *     row), Add content is empty or ends with "\n";
  *   - apply returns OK or INVALID; a result is NUL-terminated, ends with a line ending unless it
  *     is empty, and a file whose every line ends in CRLF gives a result whose every line does;
- *   - applied to the file made of its own old lines (when no chunk seeks with "@@ text", is
- *     anchored at the end, is a pure insertion or holds a "\r"), an Update succeeds and yields
- *     exactly its chunks' new lines.
+ *   - applied to the file made of its own old lines (bare "@@" anchors skipped; when no chunk
+ *     seeks with "@@ text", is anchored at the end, is a pure insertion or holds a "\r"), an
+ *     Update succeeds and yields exactly its chunks' new lines.
  * Leaks are found by the sanitizers. Entry point: LLVMFuzzerTestOneInput.
  */
 #include <stdbool.h>
@@ -104,6 +105,8 @@ static void apply_self(const struct cs_patch_op *op)
     for (size_t c = 0; c < op->n_chunks; c++) {
         const struct cs_patch_chunk *ch = &op->chunks[c];
         size_t n_old = 0;
+        if (ch->n_lines == 0 && ch->ctx == NULL)
+            continue; /* a bare "@@" before another: moves nothing */
         if (ch->ctx != NULL || ch->eof)
             return;
         for (size_t i = 0; i < ch->n_lines; i++) {
@@ -184,8 +187,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             check(op->n_chunks > 0);
             check(op->move_to == NULL ||
                   (op->move_to_len > 0 && op->move_to[op->move_to_len] == '\0'));
+            /* A chunk without lines is an anchor ("@@" lines in a row): never the last, never
+             * anchored at the end. */
+            check(op->chunks[op->n_chunks - 1].n_lines > 0);
             for (size_t c = 0; c < op->n_chunks; c++)
-                check(op->chunks[c].n_lines > 0);
+                check(op->chunks[c].n_lines > 0 || !op->chunks[c].eof);
             for (size_t f = 0; f < sizeof files / sizeof files[0]; f++)
                 apply_one(op, files[f], strlen(files[f]));
             apply_self(op);
