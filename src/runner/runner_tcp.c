@@ -21,7 +21,9 @@
  * process_exited event. After each reconnection it asks process_status for each; one that exited
  * meanwhile, or that the worker does not know (a restarted worker, or an exec that never ran), is
  * announced as process_exited, which frees its workspace in the tool layer. The runner never calls
- * the tool layer's lost event: a lost connection does not mean lost processes.
+ * the tool layer's lost event: a lost connection does not mean lost processes. Each hello after
+ * the first raises reconnected; the first raises first_link_late when calls had failed before it
+ * for want of a link (what the gateway sends at start: its deny scans, its journal questions).
  *
  * Isolation: each hello answer states what the worker enforces on its commands (its own sandbox
  * probe); the runner keeps the last statement for workspace_info (none before the first, and for
