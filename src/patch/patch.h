@@ -66,7 +66,9 @@ struct cs_patch_chunk {
     size_t ctx_len;  /* bytes of ctx */
     size_t ctx_line; /* patch line number of the "@@" line; 0 when the "@@" was omitted */
     struct cs_patch_line *lines;
-    size_t n_lines;    /* at least 1 */
+    /* At least 1, except for an anchor: an "@@" followed by another "@@" (never the last chunk,
+     * never eof; lines NULL, first_line 0), which only moves the search position. */
+    size_t n_lines;
     size_t first_line; /* patch line number of lines[0]; lines[i] is on line first_line + i */
     bool eof;          /* "*** End of File" followed: the old lines must end the file */
 };

@@ -234,8 +234,10 @@ static int locate(const struct cs_patch_op *op, const struct file *f, struct rep
                   const struct cs_patch_line **pat, struct cs_diag *diag)
 {
     size_t pos = 0;
+    bool anchored = false; /* anchors just before this chunk found a line ("@@ text" in a row) */
     for (size_t c = 0; c < op->n_chunks; c++) {
         const struct cs_patch_chunk *ch = &op->chunks[c];
+        anchored = anchored || ch->ctx != NULL;
         if (ch->ctx != NULL) {
             struct cs_patch_line ctx = {.text = ch->ctx, .len = ch->ctx_len};
             const struct cs_patch_line *one = &ctx;
@@ -250,6 +252,8 @@ static int locate(const struct cs_patch_op *op, const struct file *f, struct rep
             r[c] = (struct repl){.at = pos, .ch = ch};
             continue;
         }
+        bool after_anchor = anchored;
+        anchored = false;
         size_t n_old = 0, first_old = SIZE_MAX;
         for (size_t i = 0; i < ch->n_lines; i++) {
             if (ch->lines[i].kind != CS_PATCH_LINE_ADD) {
@@ -260,8 +264,9 @@ static int locate(const struct cs_patch_op *op, const struct file *f, struct rep
         }
         r[c] = (struct repl){.ch = ch, .n_lines = ch->n_lines};
         if (n_old == 0) {
-            /* A pure insertion: after the "@@" line if there is one, else at the end. */
-            r[c].at = ch->ctx != NULL && !ch->eof ? pos : f->n;
+            /* A pure insertion: after the "@@ text" line if there is one (this chunk's or its
+             * anchors', a bare "@@" last among them moving nothing), else at the end. */
+            r[c].at = after_anchor && !ch->eof ? pos : f->n;
             pos = r[c].at;
             continue;
         }

@@ -642,6 +642,11 @@ static void apply_nested_at(void **state)
     /* A pure insertion goes after the last anchor. */
     apply_ok(BEGIN UPD "@@ class B\n@@   def f\n+    w\n" END, file,
              "class A\n  def f\n    x\nclass B\n  def f\n    w\n    x\n  def g\n    x\n");
+    /* ... also when the last "@@" is bare: it moves nothing, the anchor before it holds. */
+    apply_ok(BEGIN UPD "@@ class B\n@@\n+  w\n" END, file,
+             "class A\n  def f\n    x\nclass B\n  w\n  def f\n    x\n  def g\n    x\n");
+    /* Bare "@@" only: no anchor, so at the end, as a lone "@@" does. */
+    apply_ok(BEGIN UPD "@@\n@@\n+end\n" END, "a\n", "a\nend\n");
     /* Three deep, and a bare "@@" among them moves nothing. */
     apply_ok(BEGIN UPD "@@\n@@ class B\n@@\n@@   def g\n-    x\n+    z\n" END, file,
              "class A\n  def f\n    x\nclass B\n  def f\n    x\n  def g\n    z\n");
