@@ -72,9 +72,9 @@ struct cs_runner_events {
      * as ambiguous, later calls fail before dispatch. */
     void (*lost)(void *arg);
     /* A link to a worker was made again after a loss (optional): uds, a new worker replaced a
-     * lost one; tcp, a hello was answered on a connection after the first. */
+     * lost one; tcp, a hello was answered and accepted on a connection after the first such. */
     void (*reconnected)(void *arg);
-    /* tcp only (optional): the first hello was answered after calls had failed before dispatch
+    /* tcp only (optional): the first hello accepted came after calls had failed before dispatch
      * for want of a link (the worker was not reachable when the gateway started), so what the
      * gateway sent at start never arrived. Not a reconnection: reconnected is not called. */
     void (*first_link_late)(void *arg);

@@ -21,9 +21,10 @@
  * process_exited event. After each reconnection it asks process_status for each; one that exited
  * meanwhile, or that the worker does not know (a restarted worker, or an exec that never ran), is
  * announced as process_exited, which frees its workspace in the tool layer. The runner never calls
- * the tool layer's lost event: a lost connection does not mean lost processes. Each hello after
- * the first raises reconnected; the first raises first_link_late when calls had failed before it
- * for want of a link (what the gateway sends at start: its deny scans, its journal questions).
+ * the tool layer's lost event: a lost connection does not mean lost processes. Each link after
+ * the first (a hello answered and accepted) raises reconnected; the first raises first_link_late
+ * when calls had failed before it for want of a link (what the gateway sends at start: its deny
+ * scans, its journal questions).
  *
  * Isolation: each hello answer states what the worker enforces on its commands (its own sandbox
  * probe); the runner keeps the last statement for workspace_info (none before the first, and for
@@ -101,8 +102,9 @@ struct cs__runner_tcp {
     bool require_sandbox; /* CODESPACE_REQUIRE_LINUX_SANDBOX=1 */
     /* What the worker enforces, as its last answered hello said (nothing before the first) */
     struct cs_supervisor_isolation iso;
-    uint64_t hellos; /* hellos answered */
-    bool missed;     /* a call failed before dispatch before the first hello (first_link_late) */
+    uint64_t hellos; /* hellos answered (a refused worker's too: workspace_info's staleness) */
+    uint64_t links;  /* hellos answered and accepted: links made */
+    bool missed;     /* a call failed before dispatch before the first link (first_link_late) */
     /* This gateway's name towards the worker, the same on every connection (random, 128 bits):
      * the worker keeps our answers for replay apart from other gateways'. Empty: none. */
     char name[33];
@@ -229,7 +231,7 @@ static void drop(struct cs__runner_tcp *t, const char *why)
         finish(c, CS_RUNNER_AMBIGUOUS, msg);
     }
     cs_diag_format(msg, sizeof msg, "runner transport failed before dispatch: %s", why);
-    if (t->waiting && t->hellos == 0)
+    if (t->waiting && t->links == 0)
         t->missed = true;
     while (t->waiting) {
         struct tcall *c = t->waiting;
@@ -337,12 +339,15 @@ static void hello_isolation(struct cs__runner_tcp *t, const struct csw_runner_wi
 {
     cs_runner_isolation_decode(h->has_isolation ? &h->isolation : NULL, &t->iso);
     t->hellos++;
-    if (t->hellos > 1 && t->r->ev.reconnected)
-        t->r->ev.reconnected(t->r->ev.arg);
-    if (t->hellos == 1 && t->missed && t->r->ev.first_link_late)
-        t->r->ev.first_link_late(t->r->ev.arg);
-    if (!t->require_sandbox || t->iso.sandbox)
+    if (!t->require_sandbox || t->iso.sandbox) {
+        /* A link made: the events count only hellos accepted, never a refused one. */
+        t->links++;
+        if (t->links > 1 && t->r->ev.reconnected)
+            t->r->ev.reconnected(t->r->ev.arg);
+        if (t->links == 1 && t->missed && t->r->ev.first_link_late)
+            t->r->ev.first_link_late(t->r->ev.arg);
         return;
+    }
     cs_diag_format(
         why, cap,
         "the worker %s:%s runs its commands without the Linux sandbox (its hello %s) and "
@@ -527,7 +532,7 @@ void cs__runner_tcp_call(struct cs_runner *r, const struct csw_runner_wire_op *o
                 "runner transport failed before dispatch: %s; the next attempt is in %" PRId64
                 " ms",
                 t->why, left);
-            t->missed |= t->hellos == 0;
+            t->missed |= t->links == 0;
             cs__runner_fail_before(done, arg, msg);
             return;
         }
@@ -536,7 +541,7 @@ void cs__runner_tcp_call(struct cs_runner *r, const struct csw_runner_wire_op *o
         connect_now(t);
         if (t->st == T_DOWN) {
             cs_diag_format(msg, sizeof msg, "runner transport failed before dispatch: %s", t->why);
-            t->missed |= t->hellos == 0;
+            t->missed |= t->links == 0;
             cs__runner_fail_before(done, arg, msg);
             return;
         }
