@@ -267,6 +267,13 @@ static int start_chunk(struct parser *ps, size_t ctx_line, const char *ctx, size
     return CS_PATCH_OK;
 }
 
+/* An "@@" or "@@ text" line (cls L_HUNK or L_HUNK_CTX) on line no: opens the next chunk. */
+static int at_line(struct parser *ps, enum line_class cls, size_t no, const char *s, size_t n)
+{
+    ps->st = ST_CHUNK_HEAD;
+    return start_chunk(ps, no, cls == L_HUNK ? NULL : s + 3, cls == L_HUNK ? 0 : n - 3);
+}
+
 /* Appends a body line to the current chunk. */
 static int chunk_line(struct parser *ps, size_t no, enum cs_patch_line_kind kind, const char *s,
                       size_t n)
@@ -382,8 +389,7 @@ static int step(struct parser *ps, size_t no, size_t end_no, char *s, size_t n)
             return CS_PATCH_OK;
         }
         if (cls == L_HUNK || cls == L_HUNK_CTX) {
-            ps->st = ST_CHUNK_HEAD;
-            return start_chunk(ps, no, cls == L_HUNK ? NULL : s + 3, cls == L_HUNK ? 0 : n - 3);
+            return at_line(ps, cls, no, s, n);
         }
         if (is_body(cls)) {
             /* The first chunk may omit its "@@". */
@@ -400,7 +406,7 @@ static int step(struct parser *ps, size_t no, size_t end_no, char *s, size_t n)
         /* "@@" lines in a row narrow the search, each from where the one before was found
          * ("@@ class A", then "@@ def f():"): the chunk before is an anchor without lines. */
         if (cls == L_HUNK || cls == L_HUNK_CTX)
-            return start_chunk(ps, no, cls == L_HUNK ? NULL : s + 3, cls == L_HUNK ? 0 : n - 3);
+            return at_line(ps, cls, no, s, n);
         {
             char q[CS__PATCH_QUOTE_CAP];
             cs_diag_set(ps->diag, CSW_ERROR_INVALID_PATCH,
@@ -418,8 +424,7 @@ static int step(struct parser *ps, size_t no, size_t end_no, char *s, size_t n)
             return CS_PATCH_OK;
         }
         if (cls == L_HUNK || cls == L_HUNK_CTX) {
-            ps->st = ST_CHUNK_HEAD;
-            return start_chunk(ps, no, cls == L_HUNK ? NULL : s + 3, cls == L_HUNK ? 0 : n - 3);
+            return at_line(ps, cls, no, s, n);
         }
         if (is_op(cls))
             return start_op(ps, cls, no, s, n);
@@ -431,8 +436,7 @@ static int step(struct parser *ps, size_t no, size_t end_no, char *s, size_t n)
         if (cls == L_BLANK)
             return CS_PATCH_OK;
         if (cls == L_HUNK || cls == L_HUNK_CTX) {
-            ps->st = ST_CHUNK_HEAD;
-            return start_chunk(ps, no, cls == L_HUNK ? NULL : s + 3, cls == L_HUNK ? 0 : n - 3);
+            return at_line(ps, cls, no, s, n);
         }
         if (is_op(cls))
             return start_op(ps, cls, no, s, n);

@@ -1233,15 +1233,24 @@ static void deny_warm_all(struct cs_tools *t)
     }
 }
 
+/* What the gateway asks its runners at start (cs_tools_register), and again whenever a link to
+ * a worker is made after those questions may not have reached it: the journals a crash left
+ * (remote workers' patches) and the deny rules' start-up scans. */
+static void start_calls(struct cs_tools *t)
+{
+    cs__tools_recover_ask_all(t);
+    deny_warm_all(t);
+}
+
 /* Any runner made a link to a worker again (a uds worker replaced, a tcp worker's hello
  * answered again): counted for the operator's metrics (docs/operations.md, "Metrics"). */
 static void on_runner_reconnected(void *arg)
 {
     struct cs_tools *t = arg;
     t->runner_reconnects++;
-    /* A worker back (or a new one): what became of the patches the link's loss left unknown. */
-    cs__tools_recover_ask_all(t);
-    deny_warm_all(t);
+    /* A worker back (or a new one): what became of the patches the link's loss left unknown,
+     * and the deny scans a new worker has not made. */
+    start_calls(t);
 }
 
 /* A remote worker first reached after the start-up's calls to it failed before dispatch: they
@@ -1249,9 +1258,7 @@ static void on_runner_reconnected(void *arg)
  * the worker is first reachable rather than at the client's first call on the workspace. */
 static void on_runner_first_link_late(void *arg)
 {
-    struct cs_tools *t = arg;
-    cs__tools_recover_ask_all(t);
-    deny_warm_all(t);
+    start_calls(arg);
 }
 
 struct cs_runner_events cs_tools_runner_events(struct cs_tools *t)
@@ -1322,7 +1329,6 @@ int cs_tools_register(struct cs_mcp *srv, struct cs_tools *t, const struct cs_to
                              "for a command line use [\"sh\",\"-c\",\"...\"]") != 0)
         return cs_diag_set(err, CSW_ERROR_INTERNAL, "internal: exec_command has no hint slot");
     /* A remote worker's journals a crash left: their rows are settled once the link is up. */
-    cs__tools_recover_ask_all(t);
-    deny_warm_all(t);
+    start_calls(t);
     return 0;
 }
